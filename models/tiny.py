@@ -1,0 +1,92 @@
+"""``tiny``: a small transformer encoder built in code, for fast tests.
+
+Weights come from a seeded generator, so every load, on every machine, gives
+the same model and the same version hash. The tokenizer hashes lower-cased
+words into a fixed vocabulary: no files, no downloads.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from models.pooling import pool
+from shardwise.hashing import hash_state
+from shardwise.model import Encoding, OutputColumn
+
+__all__ = ["TinyModel", "TinySpec"]
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+_PAD, _CLS, _SEP = 0, 1, 2
+_FIRST_WORD_ID = 3
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape of the tiny encoder. Change a field and you get a new model version."""
+
+    name: str = "tiny"
+    dim: int = 32
+    layers: int = 2
+    heads: int = 4
+    vocab: int = 4096
+    max_length: int = 128
+    seed: int = 0
+
+    def load(self, device: torch.device) -> TinyModel:
+        return TinyModel(self, device)
+
+
+class _Encoder(nn.Module):
+    def __init__(self, spec: TinySpec) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(spec.vocab, spec.dim, padding_idx=_PAD)
+        self.positions = nn.Embedding(spec.max_length, spec.dim)
+        layer = nn.TransformerEncoderLayer(
+            spec.dim, spec.heads, dim_feedforward=spec.dim * 4, dropout=0.0, batch_first=True
+        )
+        self.layers = nn.TransformerEncoder(layer, spec.layers, enable_nested_tensor=False)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.tokens(ids) + self.positions(positions)[None]
+        padding = None if mask is None else mask == 0
+        return self.layers(x, src_key_padding_mask=padding)
+
+
+class TinyModel:
+    """The loaded tiny encoder: a ``dim``-d, L2-normalised, mean-pooled sentence vector."""
+
+    def __init__(self, spec: TinySpec, device: torch.device) -> None:
+        self.name = spec.name
+        self.max_length = spec.max_length
+        self.pad_id = _PAD
+        self.device = device
+        self.outputs = (OutputColumn("embedding", "vector", spec.dim),)
+        self._vocab = spec.vocab
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.seed)
+            net = _Encoder(spec)
+        self.version = hash_state(asdict(spec), net.state_dict())
+        self._net = net.eval().to(device)
+
+    def tokenize(self, texts: Sequence[str]) -> list[Encoding]:
+        room = self.max_length - 2
+        out = []
+        for text in texts:
+            words = _WORD.findall(text.lower())
+            ids = [_FIRST_WORD_ID + zlib.crc32(w.encode()) % (self._vocab - _FIRST_WORD_ID) for w in words]
+            out.append(Encoding([_CLS, *ids[:room], _SEP], truncated=len(ids) > room))
+        return out
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        return pool(self._net(input_ids, attention_mask), attention_mask, "mean", normalize=True)
+
+    def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
+        return {"embedding": outputs.numpy()}

@@ -1,0 +1,69 @@
+"""Engine settings: one frozen dataclass that checks itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+
+from shardwise.errors import ConfigError
+
+__all__ = ["Autocast", "EngineConfig"]
+
+Autocast = Literal["none", "bf16", "fp16"]
+_AUTOCAST: tuple[Autocast, ...] = ("none", "bf16", "fp16")
+
+# Defaults per device kind, measured rather than guessed (see bench/engine.py):
+# on a CPU small batches of near-equal length keep the working set in cache,
+# on a GPU large batches are needed to fill the device. Padding to a multiple
+# of 8 lets CUDA pick tensor-core kernels; on a CPU it would only add work.
+_DEFAULTS = {
+    "cpu": {"max_tokens": 2048, "max_batch_size": 128, "pad_to_multiple": 1},
+    "cuda": {"max_tokens": 32768, "max_batch_size": 512, "pad_to_multiple": 8},
+}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine cuts, pads and prefetches batches.
+
+    ``None`` means "the default for the device", filled in by :meth:`for_device`.
+    ``max_tokens`` bounds the padded area of a batch (rows x longest row), which
+    is what memory and compute scale with. ``window_rows`` is how many rows are
+    read, sorted by length and scored before the next rows are read: memory is
+    bounded by it however large the input is.
+    """
+
+    max_tokens: int | None = None
+    max_batch_size: int | None = None
+    pad_to_multiple: int | None = None
+    window_rows: int = 8192
+    prefetch_depth: int = 2
+    autocast: Autocast = "none"
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "max_batch_size", "pad_to_multiple"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(
+                    f"{name} must be a positive integer or None (device default), got {value!r}"
+                )
+        if not isinstance(self.window_rows, int) or self.window_rows < 1:
+            raise ConfigError(f"window_rows must be a positive integer, got {self.window_rows!r}")
+        if not isinstance(self.prefetch_depth, int) or self.prefetch_depth < 1:
+            raise ConfigError(
+                f"prefetch_depth must be >= 1 (2 = double buffering), got {self.prefetch_depth!r}"
+            )
+        if self.autocast not in _AUTOCAST:
+            raise ConfigError(f"autocast must be one of {', '.join(_AUTOCAST)}; got {self.autocast!r}")
+
+    def for_device(self, device: torch.device) -> EngineConfig:
+        """Fill every unset field with the default for ``device``'s kind."""
+        defaults = _DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
+        return replace(
+            self,
+            max_tokens=self.max_tokens or defaults["max_tokens"],
+            max_batch_size=self.max_batch_size or defaults["max_batch_size"],
+            pad_to_multiple=self.pad_to_multiple or defaults["pad_to_multiple"],
+        )

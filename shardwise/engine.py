@@ -1,0 +1,167 @@
+"""The batched inference loop: order by length -> cut by budget -> pad -> prefetch -> forward -> un-permute.
+
+Each step is a small function in its own module; this one wires them
+together and puts the outputs back in input order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from shardwise.batching import TokenBudget
+from shardwise.config import EngineConfig
+from shardwise.errors import InputError
+from shardwise.forward import Forward
+from shardwise.model import Model
+from shardwise.prefetch import Prefetcher
+from shardwise.stats import BatchStats, EngineStats
+from shardwise.windows import Batch, Row, Window, produce_batches
+
+__all__ = ["Engine", "EngineRun", "RowResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    """The outcome for one input row: output values, or the error that kept it from being scored."""
+
+    key: Hashable
+    values: Mapping[str, Any] | None
+    truncated: bool = False
+    """The text was longer than the model's limit and only its start was scored."""
+    error: InputError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Engine:
+    """Scores rows with one loaded model. Orchestrator-free: usable from a notebook or a worker."""
+
+    def __init__(self, model: Model, config: EngineConfig | None = None) -> None:
+        self.model = model
+        self.config = (config or EngineConfig()).for_device(model.device)
+
+    def run(self, rows: Iterable[Row], on_batch: Callable[[BatchStats], None] | None = None) -> EngineRun:
+        """Score ``(key, text)`` rows lazily; iterate the result to drive the loop."""
+        return EngineRun(self, rows, on_batch)
+
+
+class EngineRun:
+    """One pass over the input. Iterate it once for :class:`RowResult` s in input order.
+
+    :attr:`stats` fills in as the run goes and is final once iteration ends.
+    Use it as a context manager (or call :meth:`close`) when you may stop
+    early, so the prefetch thread is stopped at once.
+    """
+
+    def __init__(
+        self, engine: Engine, rows: Iterable[Row], on_batch: Callable[[BatchStats], None] | None
+    ) -> None:
+        self.stats = EngineStats()
+        self._engine = engine
+        self._on_batch = on_batch
+        self._results = self._loop(rows)
+
+    def __iter__(self) -> Iterator[RowResult]:
+        return self._results
+
+    def __enter__(self) -> EngineRun:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._results.close()
+
+    def _loop(self, rows: Iterable[Row]) -> Generator[RowResult, None, None]:
+        model, cfg = self._engine.model, self._engine.config
+        assert cfg.max_tokens and cfg.max_batch_size and cfg.pad_to_multiple  # filled by for_device
+        budget = TokenBudget(cfg.max_tokens)
+        forward = Forward(model, budget, cfg.pad_to_multiple, cfg.autocast)
+        batches = produce_batches(
+            rows,
+            model,
+            window_rows=cfg.window_rows,
+            budget=budget,
+            max_batch_size=cfg.max_batch_size,
+            pad_to_multiple=cfg.pad_to_multiple,
+            pin_memory=model.device.type == "cuda",
+        )
+        assembler = _Assembler()
+        started = time.perf_counter()
+        try:
+            with Prefetcher(batches, model.device, cfg.prefetch_depth) as prefetcher, torch.inference_mode():
+                for batch, waited in prefetcher:
+                    assembler.open(batch.window)
+                    if batch.positions:
+                        self._score(batch, waited, forward, assembler)
+                    for result in assembler.pop_complete():
+                        self._count(result)
+                        yield result
+        finally:
+            self.stats.wall_s = time.perf_counter() - started
+
+    def _score(self, batch: Batch, waited: float, forward: Forward, assembler: _Assembler) -> None:
+        assert batch.input_ids is not None
+        splits_before = forward.oom_splits
+        started = time.perf_counter()
+        outputs = forward(batch.input_ids, batch.attention_mask)
+        computed = time.perf_counter() - started
+        assembler.fill(batch.window, batch.positions, self._engine.model.to_columns(outputs))
+        stats = BatchStats(
+            rows=len(batch.positions),
+            real_tokens=batch.real_tokens,
+            padded_tokens=batch.padded_tokens,
+            wait_s=waited,
+            compute_s=computed,
+            oom_splits=forward.oom_splits - splits_before,
+        )
+        self.stats.add(stats)
+        if self._on_batch is not None:
+            self._on_batch(stats)
+
+    def _count(self, result: RowResult) -> None:
+        self.stats.rows += 1
+        self.stats.rows_failed += not result.ok
+        self.stats.rows_truncated += result.truncated
+
+
+class _Assembler:
+    """Collects batch outputs per window and releases whole windows in input order."""
+
+    def __init__(self) -> None:
+        self._windows: dict[int, tuple[Window, list[Mapping[str, Any] | None]]] = {}
+        self._filled: dict[int, int] = {}
+
+    def open(self, window: Window) -> None:
+        if window.index not in self._windows:
+            self._windows[window.index] = (window, [None] * len(window.keys))
+            self._filled[window.index] = 0
+
+    def fill(self, window: Window, positions: list[int], columns: Mapping[str, Any]) -> None:
+        slots = self._windows[window.index][1]
+        for row, position in enumerate(positions):
+            slots[position] = {name: values[row] for name, values in columns.items()}
+        self._filled[window.index] += len(positions)
+
+    def pop_complete(self) -> Iterator[RowResult]:
+        # Windows finish in order: the producer emits every batch of one window
+        # before the first batch of the next.
+        for index in sorted(self._windows):
+            window, slots = self._windows[index]
+            if self._filled[index] < window.valid_rows:
+                return
+            del self._windows[index], self._filled[index]
+            for position, key in enumerate(window.keys):
+                error = window.errors.get(position)
+                yield RowResult(key, slots[position], window.truncated[position], error)

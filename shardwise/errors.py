@@ -1,0 +1,65 @@
+"""Every error Shardwise raises on purpose.
+
+The tree decides what happens next, so callers catch by class, never by message::
+
+    ShardwiseError                 base: anything Shardwise raises deliberately
+    ├── ConfigError                a setting or parameter is wrong; fix it and re-run
+    │   └── UnknownModelError      a model name not in the catalogue
+    ├── InputError                 one input row is unusable (null, empty, not text,
+    │                              undecodable); it goes to the dead-letter table
+    ├── SourceError                the source table or dataset is not what was asked
+    │                              for (missing table or column, bad identifier)
+    └── TransientError             may succeed if tried again: a dropped connection,
+        │                          throttling, a serialisation failure
+        └── DeviceOutOfMemoryError the device ran out of memory even for one row
+
+Third-party errors (psycopg, botocore, torch) are mapped onto this tree at the
+boundary where they occur, with ``raise ... from exc`` so the cause is kept.
+Retry policies retry :class:`TransientError` only; everything else fails fast.
+
+Messages follow one rule: say the rule, the value that broke it, and the fix or
+the valid options.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DeviceOutOfMemoryError",
+    "InputError",
+    "ShardwiseError",
+    "SourceError",
+    "TransientError",
+    "UnknownModelError",
+]
+
+
+class ShardwiseError(Exception):
+    """Base class of every error Shardwise raises on purpose."""
+
+
+class ConfigError(ShardwiseError, ValueError):
+    """A setting or parameter is invalid. Permanent: retrying cannot help."""
+
+
+class UnknownModelError(ConfigError, KeyError):
+    """A model name that is not in the catalogue."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InputError(ShardwiseError, ValueError):
+    """One input row cannot be scored. The row is dead-lettered; the run goes on."""
+
+
+class SourceError(ShardwiseError):
+    """The source does not hold what was asked for. Permanent."""
+
+
+class TransientError(ShardwiseError):
+    """A failure that may pass if the same work is tried again."""
+
+
+class DeviceOutOfMemoryError(TransientError):
+    """Out of device memory although the batch was split down to a single row."""

@@ -1,0 +1,78 @@
+"""Run the model on one batch, splitting the batch when the device runs out of memory."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from shardwise.batching import TokenBudget, padded_length
+from shardwise.config import Autocast
+from shardwise.errors import DeviceOutOfMemoryError
+from shardwise.model import Model
+
+__all__ = ["Forward"]
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Forward:
+    """Score padded batches with ``model``; on out-of-memory, halve the batch and lower the budget.
+
+    Call it inside ``torch.inference_mode()``. Outputs come back as float32 on
+    the CPU, one batch at a time, so device memory never accumulates results.
+    """
+
+    def __init__(self, model: Model, budget: TokenBudget, pad_to_multiple: int, autocast: Autocast) -> None:
+        self.model = model
+        self.budget = budget
+        self.pad_to_multiple = pad_to_multiple
+        self.autocast = autocast
+        self.oom_splits = 0
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        try:
+            with self._autocast():
+                out = self.model.forward(input_ids, attention_mask)
+            # .cpu() waits for the forward pass to finish; that wait is the one
+            # synchronisation point per batch, and it is what tells the
+            # prefetcher the batch's device memory may be reused.
+            return out.float().cpu()
+        except torch.OutOfMemoryError as exc:
+            if int(input_ids.shape[0]) == 1:
+                raise DeviceOutOfMemoryError(
+                    f"device {self.model.device} ran out of memory on a single row of "
+                    f"{input_ids.shape[1]} tokens; free device memory, use a smaller model or a "
+                    "shorter max length, or run on a device with more memory"
+                ) from exc
+        # Split outside the except block: the live traceback would otherwise
+        # keep the failed pass's activations allocated during the retries.
+        self.oom_splits += 1
+        self.budget.lower(int(input_ids.numel()) // 2)
+        if self.model.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return torch.cat([self(ids, mask) for ids, mask in self._halves(input_ids, attention_mask)])
+
+    def _halves(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Split a batch in two, re-padding each half to its own longest row."""
+        middle = int(input_ids.shape[0]) // 2
+        for part in (slice(0, middle), slice(middle, None)):
+            ids = input_ids[part]
+            if attention_mask is None:
+                yield ids, None
+                continue
+            mask = attention_mask[part]
+            width = padded_length(int(mask.sum(dim=1).max()), self.pad_to_multiple)
+            width = min(width, int(ids.shape[1]))
+            mask = mask[:, :width]
+            yield ids[:, :width], (None if bool(mask.all()) else mask)
+
+    def _autocast(self) -> contextlib.AbstractContextManager[None]:
+        # Autocast applies on CUDA only: on a CPU, bf16 matmuls are slower than
+        # float32 on most hosts and would change results for no gain.
+        if self.autocast == "none" or self.model.device.type != "cuda":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type="cuda", dtype=_DTYPES[self.autocast])

@@ -1,0 +1,48 @@
+"""Content hashes that identify a model version and an input text."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["hash_files", "hash_state", "text_fingerprint"]
+
+_CHUNK = 1 << 20
+
+
+def hash_files(root: Path, names: Iterable[str]) -> str:
+    """SHA-256 over the named files' relative paths and bytes, in sorted order.
+
+    Missing names are skipped, so optional files (a pooling config) may be listed.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(set(names)):
+        path = root / name
+        if not path.is_file():
+            continue
+        digest.update(name.encode() + b"\0")
+        with path.open("rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def hash_state(config: Mapping[str, Any], state: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 over a JSON config and every tensor of a state dict, keys sorted."""
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode())
+    for key in sorted(state):
+        tensor = state[key].detach().to("cpu").contiguous()
+        digest.update(key.encode() + b"\0" + str(tensor.dtype).encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def text_fingerprint(text: str) -> str:
+    """Short stable hash of an input text, used to notice when a row's input changed."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()

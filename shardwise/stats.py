@@ -1,0 +1,69 @@
+"""Per-batch figures and the run summary the engine reports."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["BatchStats", "EngineStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What one batch cost: tokens with and without padding, and where the time went."""
+
+    rows: int
+    real_tokens: int
+    padded_tokens: int
+    wait_s: float
+    """Time the consumer waited for this batch to be prepared (input-bound time)."""
+    compute_s: float
+    """Forward pass and the copy of outputs back to the host."""
+    oom_splits: int = 0
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Totals for a run. ``padding_efficiency`` is real tokens over computed (padded) tokens."""
+
+    rows: int = 0
+    rows_failed: int = 0
+    rows_truncated: int = 0
+    batches: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    wait_s: float = 0.0
+    compute_s: float = 0.0
+    wall_s: float = 0.0
+    oom_splits: int = 0
+
+    def add(self, batch: BatchStats) -> None:
+        self.batches += 1
+        self.real_tokens += batch.real_tokens
+        self.padded_tokens += batch.padded_tokens
+        self.wait_s += batch.wait_s
+        self.compute_s += batch.compute_s
+        self.oom_splits += batch.oom_splits
+
+    @property
+    def padding_efficiency(self) -> float:
+        return self.real_tokens / self.padded_tokens if self.padded_tokens else 1.0
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Real (unpadded) tokens per second of wall time."""
+        return self.real_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every total plus the derived rates, ready for JSON, a log line or a table."""
+        out = asdict(self)
+        out.update(
+            padding_efficiency=self.padding_efficiency,
+            rows_per_s=self.rows_per_s,
+            tokens_per_s=self.tokens_per_s,
+        )
+        return out

@@ -1,0 +1,114 @@
+"""The producer side of the loop: read a window of rows, tokenise, sort, cut and pad.
+
+This runs on the prefetcher's background thread, so everything here overlaps
+with the model's forward pass on the batch before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+import torch
+
+from shardwise.batching import TokenBudget, cut_batches, order_by_length
+from shardwise.collate import collate
+from shardwise.errors import InputError
+from shardwise.model import Model
+from shardwise.text import coerce_text
+
+__all__ = ["Batch", "Window", "produce_batches"]
+
+Row = tuple[Hashable, Any]
+"""An input row: its key, and the value to score (normally text)."""
+
+
+@dataclass(slots=True)
+class Window:
+    """Up to ``window_rows`` consecutive input rows, scored together and returned in input order."""
+
+    index: int
+    keys: list[Hashable]
+    errors: dict[int, InputError]
+    truncated: list[bool]
+
+    @property
+    def valid_rows(self) -> int:
+        return len(self.keys) - len(self.errors)
+
+
+@dataclass(slots=True)
+class Batch:
+    """Padded rows of one window, at ``positions`` within it.
+
+    A window whose rows were all invalid is sent as one empty batch, so that it
+    still reaches the consumer and its errors are reported in order.
+    """
+
+    window: Window
+    positions: list[int]
+    input_ids: torch.Tensor | None = None
+    attention_mask: torch.Tensor | None = None
+    real_tokens: int = 0
+    ready: Any = None
+    """On CUDA, the event that marks the end of the host-to-device copy."""
+    host: tuple[torch.Tensor, ...] = field(default=())
+    """Pinned host tensors kept alive until their asynchronous copy has finished."""
+
+    @property
+    def padded_tokens(self) -> int:
+        return 0 if self.input_ids is None else int(self.input_ids.numel())
+
+
+def produce_batches(
+    rows: Iterable[Row],
+    model: Model,
+    *,
+    window_rows: int,
+    budget: TokenBudget,
+    max_batch_size: int,
+    pad_to_multiple: int,
+    pin_memory: bool,
+) -> Iterator[Batch]:
+    """Turn rows into padded batches, one window at a time, so memory stays flat."""
+    it = iter(rows)
+    index = 0
+    while chunk := list(islice(it, window_rows)):
+        window, encoded = _encode_window(index, chunk, model)
+        positions = [p for p in range(len(chunk)) if p not in window.errors]
+        if not positions:
+            yield Batch(window, [])
+        lengths = [len(encoded[p]) for p in positions]
+        order = order_by_length(lengths)
+        for start, stop in cut_batches([lengths[i] for i in order], budget, max_batch_size, pad_to_multiple):
+            batch_positions = [positions[i] for i in order[start:stop]]
+            padded = collate([encoded[p] for p in batch_positions], model.pad_id, pad_to_multiple, pin_memory)
+            yield Batch(window, batch_positions, padded.input_ids, padded.attention_mask, padded.real_tokens)
+        index += 1
+
+
+def _encode_window(index: int, chunk: list[Row], model: Model) -> tuple[Window, dict[int, list[int]]]:
+    """Check and tokenise every row of a window; bad rows become errors, not exceptions."""
+    errors: dict[int, InputError] = {}
+    texts: list[str] = []
+    text_positions: list[int] = []
+    for position, (_, value) in enumerate(chunk):
+        try:
+            texts.append(coerce_text(value))
+            text_positions.append(position)
+        except InputError as exc:
+            errors[position] = exc
+    truncated = [False] * len(chunk)
+    encoded: dict[int, list[int]] = {}
+    for position, encoding in zip(text_positions, model.tokenize(texts), strict=True):
+        if not encoding.ids:
+            errors[position] = InputError(
+                f"text gives no tokens under model {model.name!r}; it holds nothing the tokenizer keeps"
+            )
+            continue
+        encoded[position] = encoding.ids
+        truncated[position] = encoding.truncated
+    window = Window(index, [key for key, _ in chunk], errors, truncated)
+    return window, encoded
