@@ -44,5 +44,10 @@ def hash_state(config: Mapping[str, Any], state: Mapping[str, torch.Tensor]) -> 
 
 
 def text_fingerprint(text: str) -> str:
-    """Short stable hash of an input text, used to notice when a row's input changed."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    """Hex MD5 of the text's UTF-8 bytes: notices when a row's input changed.
+
+    MD5 because PostgreSQL computes the same value in SQL (``md5(text)``), so
+    ``--only-new`` can compare fingerprints inside the database. It identifies
+    content; it is not a security measure.
+    """
+    return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()

@@ -1,0 +1,118 @@
+"""What every source adapter gives the pipeline: a deterministic shard plan, and streamed rows.
+
+A plan is a pure function of (source snapshot, plan parameters). It is stored
+with the run as JSON, and a resumed run re-reads the stored plan instead of
+planning again, so shard boundaries never move under a run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = ["Key", "NewOnly", "Shard", "Source", "SourcePlan", "SourceRow"]
+
+Key = int | str
+"""A source row's key: an integer or text primary key (SQL), or a key column value (Parquet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRow:
+    """One row to score. ``value`` is normally text; the engine checks it, so it may be anything."""
+
+    key: Key
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """One unit of work. ``bounds`` is JSON-able and only the source that planned it reads it.
+
+    SQL: ``{"lo": key or None, "hi": key or None}`` meaning ``lo <= key < hi``
+    (``None`` = unbounded; the last shard has ``hi = None``).
+    Parquet: ``{"spans": [{"path": ..., "etag": ..., "size": ..., "row_groups": [first, stop]}]}``.
+    """
+
+    shard_id: int
+    expected_rows: int
+    bounds: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shard_id": self.shard_id, "expected_rows": self.expected_rows, "bounds": dict(self.bounds)}
+
+
+@dataclass(frozen=True, slots=True)
+class NewOnly:
+    """Restrict a plan to rows that have no result yet for ``model_version``, or whose input changed.
+
+    SQL sources anti-join ``results_table`` in the source database. Parquet
+    sources skip objects whose (object key, ETag) the ledger already saw:
+    ``seen_objects`` holds those pairs.
+    """
+
+    model_version: str
+    results_table: str
+    seen_objects: frozenset[tuple[str, str]] = frozenset()
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """The stored shard plan of a run."""
+
+    kind: Literal["sql", "parquet"]
+    identity: str
+    """Where the rows come from, with any password or secret removed, e.g. ``postgresql://root@host/db#public.docs``."""
+    snapshot: str | None
+    """What state was read: a PostgreSQL snapshot id, or a digest of the Parquet listing (keys and ETags)."""
+    shards: tuple[Shard, ...]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """The plan parameters (key and text columns, filter, shard sizing, only-new) as given."""
+
+    @property
+    def expected_rows(self) -> int:
+        return sum(s.expected_rows for s in self.shards)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "kind": self.kind,
+                "identity": self.identity,
+                "snapshot": self.snapshot,
+                "params": dict(self.params),
+                "shards": [s.to_dict() for s in self.shards],
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> SourcePlan:
+        data = json.loads(text)
+        shards = tuple(Shard(s["shard_id"], s["expected_rows"], s["bounds"]) for s in data["shards"])
+        return cls(data["kind"], data["identity"], data["snapshot"], shards, data["params"])
+
+
+class Source(Protocol):
+    """A table or dataset that can be planned into shards and read shard by shard.
+
+    Implementations are safe to share between threads: ``read`` opens its own
+    connection or file handles per call.
+    """
+
+    kind: Literal["sql", "parquet"]
+    identity: str
+
+    def plan(
+        self, *, shards: int | None = None, rows_per_shard: int | None = None, new_only: NewOnly | None = None
+    ) -> SourcePlan:
+        """Cut the source into shards: exactly ``shards`` of them, or about ``rows_per_shard`` rows each."""
+        ...
+
+    def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:
+        """Stream one shard's rows, ordered by key, in memory that stays flat in the shard's size."""
+        ...
+
+    def close(self) -> None:
+        """Release connections, and the planning snapshot if one is held."""
+        ...
