@@ -49,9 +49,19 @@ def padded_length(longest: int, multiple: int) -> int:
 
 
 def cut_batches(
-    sorted_lengths: Sequence[int], budget: TokenBudget, max_batch_size: int, multiple: int = 1
+    sorted_lengths: Sequence[int],
+    budget: TokenBudget,
+    max_batch_size: int,
+    multiple: int = 1,
+    pad_slack: int | None = None,
 ) -> Iterator[tuple[int, int]]:
     """Yield ``[start, stop)`` spans of ascending lengths whose padded area fits the budget.
+
+    A row joins the current batch only if the batch stays within ``budget``
+    and ``max_batch_size``, and if widening the batch to that row pads the
+    rows already in it by at most ``pad_slack`` tokens in all (None: no
+    limit). The slack prices a new batch's fixed cost in tokens: a little
+    padding is cheaper than one more forward pass, a lot is not.
 
     A row that alone exceeds the budget still forms a batch of one: it was
     already cut to the model's limit, and dropping it would lose data. The
@@ -61,11 +71,16 @@ def cut_batches(
     start = 0
     while start < n:
         limit = budget.value
+        width = padded_length(sorted_lengths[start], multiple)
         stop = start + 1
         while stop < n and stop - start < max_batch_size:
             # Ascending order: the row being added is the batch's longest.
-            if (stop - start + 1) * padded_length(sorted_lengths[stop], multiple) > limit:
+            grown = padded_length(sorted_lengths[stop], multiple)
+            if (stop - start + 1) * grown > limit:
                 break
+            if pad_slack is not None and (stop - start) * (grown - width) > pad_slack:
+                break
+            width = grown
             stop += 1
         yield start, stop
         start = stop

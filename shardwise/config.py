@@ -18,9 +18,12 @@ _AUTOCAST: tuple[Autocast, ...] = ("none", "bf16", "fp16")
 # on a CPU small batches of near-equal length keep the working set in cache,
 # on a GPU large batches are needed to fill the device. Padding to a multiple
 # of 8 lets CUDA pick tensor-core kernels; on a CPU it would only add work.
+# ``pad_slack`` is a batch's fixed cost expressed in tokens: small on a CPU,
+# where compute is per token, large on a GPU, where launching a forward pass
+# costs as much as thousands of tokens.
 _DEFAULTS = {
-    "cpu": {"max_tokens": 2048, "max_batch_size": 128, "pad_to_multiple": 1},
-    "cuda": {"max_tokens": 32768, "max_batch_size": 512, "pad_to_multiple": 8},
+    "cpu": {"max_tokens": 2048, "max_batch_size": 128, "pad_to_multiple": 1, "pad_slack": 32},
+    "cuda": {"max_tokens": 32768, "max_batch_size": 512, "pad_to_multiple": 8, "pad_slack": 8192},
 }
 
 
@@ -30,7 +33,8 @@ class EngineConfig:
 
     ``None`` means "the default for the device", filled in by :meth:`for_device`.
     ``max_tokens`` bounds the padded area of a batch (rows x longest row), which
-    is what memory and compute scale with. ``window_rows`` is how many rows are
+    is what memory and compute scale with. ``pad_slack`` is how much padding a
+    row may add to a batch before it starts a new one instead. ``window_rows`` is how many rows are
     read, sorted by length and scored before the next rows are read: memory is
     bounded by it however large the input is.
     """
@@ -38,6 +42,7 @@ class EngineConfig:
     max_tokens: int | None = None
     max_batch_size: int | None = None
     pad_to_multiple: int | None = None
+    pad_slack: int | None = None
     window_rows: int = 8192
     prefetch_depth: int = 2
     autocast: Autocast = "none"
@@ -66,4 +71,5 @@ class EngineConfig:
             max_tokens=self.max_tokens or defaults["max_tokens"],
             max_batch_size=self.max_batch_size or defaults["max_batch_size"],
             pad_to_multiple=self.pad_to_multiple or defaults["pad_to_multiple"],
+            pad_slack=defaults["pad_slack"] if self.pad_slack is None else self.pad_slack,
         )

