@@ -1,0 +1,239 @@
+"""A SQL table as a Shardwise source: key-range shards, one snapshot, streamed reads.
+
+:class:`SqlSource` reads any SQLAlchemy URL: PostgreSQL through psycopg 3
+(``postgresql+psycopg://``), or SQLite, the embedded default. The table, key
+and text column are checked against the reflected schema and quoted by
+SQLAlchemy (see :mod:`shardwise.sources.sql_schema`); shards are key ranges
+``lo <= key < hi`` computed in the database (see
+:mod:`shardwise.sources.sql_plan`).
+
+What a run sees, and its limits:
+
+* **PostgreSQL: one snapshot.** :meth:`SqlSource.plan` exports the snapshot
+  of its ``REPEATABLE READ READ ONLY`` transaction and keeps that transaction
+  open until :meth:`SqlSource.close`; every read imports it, so all shards see
+  the table as it was planned, whatever commits meanwhile. Once the planning
+  transaction has ended (a resumed run in a new process, a closed source) the
+  snapshot cannot be imported: a read then uses a fresh ``REPEATABLE READ``
+  snapshot and says so in :class:`ShardReader` (``snapshot_lost``, and the
+  snapshot it did read) and in a logged warning, or refuses with
+  ``on_lost_snapshot="error"``. The open transaction holds back VACUUM's
+  horizon, so close the source when the run's reads are done.
+* **SQLite: no shared snapshot.** A snapshot cannot outlive the connection
+  that holds it once a writer commits, so each shard is read by one statement
+  at its own point in time, and the plan's ``snapshot`` is None.
+* **Rows with a NULL key are not planned or read** (``key IS NOT NULL``): they
+  cannot be addressed. The plan counts them in ``params["null_keys"]`` so the
+  caller can report them. NULL or non-text *values* are read as they are: the
+  engine dead-letters them.
+* **Only new rows** (:class:`~shardwise.sources.base.NewOnly`): a ``NOT
+  EXISTS`` anti-join on the results table, in the database, both when planning
+  and when reading. A row is new when it has no result for the model version
+  with the fingerprint of its current text. A NULL text has no fingerprint, so
+  it is always new: it is dead-lettered again on every only-new run. The
+  results table is ``results_table`` in the source's schema (or
+  ``schema.table``); while it does not exist every row is new.
+  ``params["skipped_rows"]`` counts the rows skipped.
+* **The ``where`` filter is trusted configuration**, like a view definition:
+  it is SQL written by the operator, not user input, and it is wrapped in
+  parentheses. On PostgreSQL every query runs in a read-only transaction and
+  SQLite connections are ``query_only``, so a filter cannot write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from shardwise.errors import ConfigError, SourceError
+from shardwise.sources.base import NewOnly, Shard, SourcePlan, SourceRow
+from shardwise.sources.sql_check import check_plan, new_only_params
+from shardwise.sources.sql_db import Database
+from shardwise.sources.sql_plan import Sizing, plan_shards
+from shardwise.sources.sql_query import Selection, read_query
+from shardwise.sources.sql_schema import reflect_results, reflect_source
+from shardwise.sources.sql_snapshot import export_snapshot, import_snapshot, read_only
+
+__all__ = ["ShardReader", "SqlSource"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardReader:
+    """One shard being read, and the snapshot its rows come from, for lineage."""
+
+    shard: Shard
+    snapshot: str | None
+    """The plan's snapshot; a fresh ``pg_current_snapshot()`` when ``snapshot_lost``; None on SQLite."""
+    snapshot_lost: bool
+    """True when the plan's snapshot was gone and the rows come from a fresh snapshot instead."""
+    rows: Iterator[SourceRow]
+    """The shard's rows, ordered by key; valid inside the ``open_reader`` block only."""
+
+
+class SqlSource:
+    """A table in a SQL database, planned into key ranges and read shard by shard.
+
+    Connects once on construction to check the table and columns. Safe to share
+    between threads: reads take their own connection from one engine's pool.
+    """
+
+    kind: Literal["sql", "parquet"] = "sql"  # the protocol's type: a narrower one would not match it
+
+    def __init__(
+        self,
+        url: str,
+        table: str,
+        key: str,
+        text_column: str,
+        where: str | None = None,
+        schema: str | None = None,
+        *,
+        on_lost_snapshot: Literal["fresh", "error"] = "fresh",
+        fetch_rows: int = 1000,
+    ) -> None:
+        if where is not None and not where.strip():
+            raise ConfigError("where must be a SQL boolean expression or None; got an empty string")
+        if on_lost_snapshot not in ("fresh", "error"):
+            raise ConfigError(f"on_lost_snapshot must be 'fresh' or 'error'; got {on_lost_snapshot!r}")
+        if fetch_rows < 1:
+            raise ConfigError(f"fetch_rows must be a positive integer; got {fetch_rows!r}")
+        self._db = Database(url)
+        try:
+            with self._db.errors(f"checking table {table!r}"), self._db.engine.connect() as conn:
+                self._src = reflect_source(conn, table, key, text_column, schema)
+        except BaseException:
+            self._db.dispose()
+            raise
+        self.identity = self._db.identity(self._src.schema, table)
+        self._where, self._on_lost, self._fetch_rows = where, on_lost_snapshot, fetch_rows
+        self._held: dict[str, sa.Connection] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> SqlSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What this source reads; a plan records it and a read checks the plan against it."""
+        src = self._src
+        return {
+            "table": src.table.name,
+            "schema": src.schema,
+            "key": src.key.name,
+            "text_column": src.text.name,
+            "where": self._where,
+        }
+
+    def plan(
+        self, *, shards: int | None = None, rows_per_shard: int | None = None, new_only: NewOnly | None = None
+    ) -> SourcePlan:
+        """Cut the table into key ranges: exactly ``shards``, or about ``rows_per_shard`` rows each.
+
+        On PostgreSQL the planning transaction stays open, holding the snapshot
+        the reads import, until :meth:`close`.
+        """
+        sizing = Sizing.of(shards, rows_per_shard)
+        conn, held = self._db.engine.connect(), False
+        try:
+            with self._db.errors(f"planning {self.identity}"):
+                snapshot = self._begin_plan(conn)
+                sel = self._selection(conn, new_only)
+                counts, cut = plan_shards(conn, sel, sizing)
+            if snapshot is not None:
+                with self._lock:
+                    self._held[snapshot] = conn
+                held = True
+        finally:
+            if not held:
+                conn.close()
+        params = {
+            **self.params,
+            "shards": sizing.shards,
+            "rows_per_shard": sizing.rows_per_shard,
+            "new_only": new_only_params(new_only, sel.results is not None),
+            "rows": counts.rows,
+            "distinct_keys": counts.distinct_keys,
+            "null_keys": counts.null_keys,
+            "skipped_rows": counts.skipped_rows,
+            "expected_rows_exact": counts.sizes_exact(self._db.dialect),
+        }
+        return SourcePlan("sql", self.identity, snapshot, cut, params)
+
+    def read(self, plan: SourcePlan, shard: Shard) -> Generator[SourceRow, None, None]:
+        """Stream one shard's rows, ordered by key; closing the generator early frees its connection."""
+        with self.open_reader(plan, shard) as reader:
+            yield from reader.rows
+
+    @contextmanager
+    def open_reader(self, plan: SourcePlan, shard: Shard) -> Iterator[ShardReader]:
+        """Read one shard and learn which snapshot it was read at (for lineage)."""
+        new_only = check_plan(plan, shard, self.identity, self.params, self._src.key_kind)
+        doing = f"reading shard {shard.shard_id} of {self.identity}"
+        with self._db.errors(doing), self._db.engine.connect() as conn:
+            snapshot, lost = self._begin_read(conn, plan, shard)
+            query = read_query(self._selection(conn, new_only), shard.bounds["lo"], shard.bounds["hi"])
+            streamed = conn.execution_options(stream_results=True, yield_per=self._fetch_rows)
+            result = streamed.execute(query)
+            try:
+                yield ShardReader(shard, snapshot, lost, self._rows(result, doing))
+            finally:
+                result.close()
+
+    def close(self) -> None:
+        """End the planning transactions (releasing their snapshots) and close pooled connections."""
+        with self._lock:
+            held, self._held = list(self._held.values()), {}
+        with self._db.errors(f"closing {self.identity}"):
+            for conn in held:
+                conn.close()
+            self._db.dispose()
+
+    def _begin_plan(self, conn: sa.Connection) -> str | None:
+        if self._db.is_postgres:
+            read_only(conn).begin()
+            return export_snapshot(conn)
+        if self._db.dialect == "sqlite":
+            # pysqlite opens no transaction for SELECTs; BEGIN keeps both planning queries in one read.
+            conn.exec_driver_sql("BEGIN")
+        return None
+
+    def _begin_read(self, conn: sa.Connection, plan: SourcePlan, shard: Shard) -> tuple[str | None, bool]:
+        if not self._db.is_postgres:
+            return None, False  # one statement reads the shard: consistent on its own
+        if plan.snapshot is None:
+            read_only(conn).begin()
+            return None, False
+        snapshot, lost = import_snapshot(conn, plan.snapshot)
+        if lost and self._on_lost == "error":
+            raise SourceError(
+                f"the plan's snapshot {plan.snapshot!r} is gone (its planning transaction ended), so shard "
+                f"{shard.shard_id} cannot be read as planned; plan again, or allow on_lost_snapshot='fresh'"
+            )
+        if lost:
+            _log.warning(
+                "snapshot %s is gone; shard %d of %s is read at a fresh snapshot %s",
+                plan.snapshot, shard.shard_id, self.identity, snapshot,
+            )  # fmt: skip
+        return snapshot, lost
+
+    def _selection(self, conn: sa.Connection, new_only: NewOnly | None) -> Selection:
+        if new_only is None:
+            return Selection(self._src, self._db.dialect, self._where)
+        results = reflect_results(conn, new_only.results_table, self._src.schema)
+        return Selection(self._src, self._db.dialect, self._where, results, new_only.model_version)
+
+    def _rows(self, result: sa.CursorResult[Any, Any], doing: str) -> Iterator[SourceRow]:
+        with self._db.errors(doing):
+            for key, value in result:
+                yield SourceRow(key, value)

@@ -1,0 +1,144 @@
+"""The database behind a SQL source: one engine, a password-free identity, and error mapping.
+
+Every SQLAlchemy or driver error a SQL source meets passes through
+:meth:`Database.errors`, which maps it onto :mod:`shardwise.errors` with
+``raise ... from exc``: dropped connections, serialisation failures and lock
+timeouts become :class:`TransientError`; a missing table or column, a broken
+filter or a write refused by a read-only transaction become
+:class:`SourceError`. The password in the URL is removed from every message
+and from the identity.
+
+SQLite connections get two settings on connect: ``PRAGMA query_only`` (a
+source only reads, so an operator's filter cannot write) and the
+``shardwise_md5`` SQL function, which gives ``--only-new`` the same input
+fingerprint that PostgreSQL's ``md5(text)`` gives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, make_url
+
+from shardwise.errors import ConfigError, ShardwiseError, SourceError, TransientError
+
+__all__ = ["SQLITE_MD5", "Database"]
+
+SQLITE_MD5 = "shardwise_md5"
+"""The SQL function registered on SQLite connections: hex MD5 of a text value, NULL otherwise."""
+
+# SQLSTATE classes that may pass on a retry: connection exceptions, transaction
+# rollbacks (serialisation failure, deadlock), insufficient resources, and
+# operator intervention (shutdown, cancelled statement).
+_TRANSIENT_SQLSTATE = ("08", "40", "53", "57")
+_TRANSIENT_SQLITE = ("database is locked", "database table is locked", "disk i/o error")
+_SECRET_QUERY_KEYS = ("password", "secret", "token", "sslkey")
+
+
+def _md5_or_none(value: object) -> str | None:
+    """``shardwise_md5``: the same fingerprint as :func:`shardwise.hashing.text_fingerprint`.
+
+    Non-text values have no fingerprint (NULL): the engine dead-letters them,
+    so they never have a result to compare with.
+    """
+    if not isinstance(value, str):
+        return None
+    return hashlib.md5(value.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def _on_sqlite_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+    dbapi_conn.create_function(SQLITE_MD5, 1, _md5_or_none, deterministic=True)
+    dbapi_conn.execute("PRAGMA query_only = ON")
+
+
+def _parse_url(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise ConfigError(
+            "the source URL must be a SQLAlchemy URL such as postgresql+psycopg://user@host/db or "
+            "sqlite:///path/to.db; could not parse the one given (not echoed: it may hold a password)"
+        ) from exc
+    if parsed.drivername == "postgresql":
+        # psycopg 3 is the PostgreSQL driver Shardwise ships with; psycopg2 is not installed.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def _identity_url(url: URL) -> str:
+    """The URL without its password or secret-looking query parameters."""
+    query = {k: v for k, v in url.query.items() if not any(s in k.lower() for s in _SECRET_QUERY_KEYS)}
+    # URL.set(password=None) would keep the password: None means "unchanged" there.
+    bare = URL.create(url.drivername, url.username, None, url.host, url.port, url.database, query)
+    return bare.render_as_string(hide_password=False)
+
+
+class Database:
+    """One SQLAlchemy engine shared by every read of a source; connections come from its pool."""
+
+    def __init__(self, url: str) -> None:
+        self.url = _parse_url(url)
+        self._password = self.url.password
+        try:
+            self.engine = sa.create_engine(self.url, pool_pre_ping=True)
+        except (sa.exc.ArgumentError, ImportError) as exc:
+            raise ConfigError(
+                f"cannot open a {self.url.drivername!r} URL ({self.scrub(str(exc))}); use "
+                "postgresql+psycopg://user@host/db for PostgreSQL or sqlite:///path/to.db for SQLite"
+            ) from exc
+        self.dialect = self.engine.dialect.name
+        if self.dialect == "sqlite":
+            sa.event.listen(self.engine, "connect", _on_sqlite_connect)
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    def identity(self, schema: str, table: str) -> str:
+        """``<url without password>#<schema>.<table>``: where the rows come from, safe to store."""
+        return f"{_identity_url(self.url)}#{schema}.{table}"
+
+    def scrub(self, message: str) -> str:
+        """The message with the URL's password replaced, in case a driver echoed it."""
+        if self._password:
+            message = message.replace(str(self._password), "***")
+        return message
+
+    @contextmanager
+    def errors(self, doing: str) -> Iterator[None]:
+        """Map driver and SQLAlchemy errors raised inside the block onto the Shardwise tree."""
+        try:
+            yield
+        except ShardwiseError:
+            raise
+        except sa.exc.DBAPIError as exc:
+            raise self._map(exc, doing) from exc
+        except sa.exc.SQLAlchemyError as exc:
+            raise SourceError(f"{doing} failed: {self.scrub(str(exc))}") from exc
+
+    def _map(self, exc: sa.exc.DBAPIError, doing: str) -> ShardwiseError:
+        orig: Any = exc.orig
+        message = self.scrub(str(orig).strip())
+        sqlstate = getattr(orig, "sqlstate", None)
+        lowered = message.lower()
+        if exc.connection_invalidated or (
+            sqlstate.startswith(_TRANSIENT_SQLSTATE)
+            if isinstance(sqlstate, str)
+            else any(s in lowered for s in _TRANSIENT_SQLITE)
+        ):
+            return TransientError(f"{doing} failed and may pass on a retry: {message}")
+        if sqlstate is None and isinstance(exc, sa.exc.OperationalError) and self.is_postgres:
+            if "authentication failed" in lowered or "does not exist" in lowered:
+                return ConfigError(f"{doing}: cannot connect with the configured URL: {message}")
+            # psycopg reports a refused or dropped connection without a SQLSTATE.
+            return TransientError(f"{doing} failed and may pass on a retry: {message}")
+        return SourceError(f"{doing} failed: {message}")
+
+    def dispose(self) -> None:
+        """Close the pooled connections. The engine stays usable; it reconnects on demand."""
+        self.engine.dispose()

@@ -1,0 +1,136 @@
+"""Identifiers checked against the reflected schema, never formatted into SQL.
+
+A SQL source names a schema, a table and columns. Each name must be one the
+database reports through SQLAlchemy's inspector; the reflected
+:class:`sqlalchemy.Table` then quotes it wherever it appears in a query. A name
+that is not there (a typo, or an injection attempt such as
+``docs; DROP TABLE docs``) is refused with a :class:`SourceError` that lists
+the names that do exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from shardwise.errors import ConfigError, SourceError
+
+__all__ = [
+    "RESULT_COLUMNS",
+    "KeyKind",
+    "SourceTable",
+    "reflect_results",
+    "reflect_source",
+    "split_results_name",
+]
+
+KeyKind = Literal["int", "str"]
+
+RESULT_COLUMNS = ("source_key", "model_version", "input_fingerprint")
+"""The results-table columns ``--only-new`` reads; the results store owns the rest."""
+
+_LISTED = 40
+
+
+def _listing(names: Iterable[str]) -> str:
+    """Names for an error message; long lists are cut so the message stays readable."""
+    names = list(names)
+    shown = ", ".join(names[:_LISTED]) or "(none)"
+    return shown + (f", ... and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    """The reflected source table and the two columns a SQL source reads."""
+
+    table: sa.Table
+    schema: str
+    key: sa.Column[Any]
+    text: sa.Column[Any]
+    key_kind: KeyKind
+
+
+def _relations(insp: sa.Inspector, schema: str) -> list[str]:
+    names = [*insp.get_table_names(schema=schema), *insp.get_view_names(schema=schema)]
+    with suppress(NotImplementedError):  # only some dialects have materialised views
+        names += insp.get_materialized_view_names(schema=schema)
+    return sorted(set(names))
+
+
+def _resolve_schema(insp: sa.Inspector, schema: str | None) -> str:
+    if schema is None:
+        default = insp.default_schema_name
+        if default is None:
+            raise SourceError("the database reports no default schema; name one with schema=...")
+        return default
+    schemas = insp.get_schema_names()
+    if schema not in schemas:
+        raise SourceError(f"schema {schema!r} not in the database; schemas are: {_listing(schemas)}")
+    return schema
+
+
+def _reflect(conn: sa.Connection, schema: str, table: str) -> sa.Table:
+    return sa.Table(table, sa.MetaData(), schema=schema, autoload_with=conn)
+
+
+def _column(table: sa.Table, name: str, role: str) -> sa.Column[Any]:
+    if name not in table.c:
+        columns = [c.name for c in table.columns]
+        raise SourceError(
+            f"{role} column {name!r} not in table {table.name!r}; columns are: {_listing(columns)}"
+        )
+    return table.c[name]
+
+
+def _key_kind(column: sa.Column[Any]) -> KeyKind:
+    if isinstance(column.type, sa.Integer):
+        return "int"
+    if isinstance(column.type, sa.String):
+        return "str"
+    raise ConfigError(
+        f"key column {column.name!r} has type {column.type!r}; the key must be an integer or text "
+        "column (it orders the rows and addresses their results)"
+    )
+
+
+def reflect_source(
+    conn: sa.Connection, table: str, key: str, text_column: str, schema: str | None
+) -> SourceTable:
+    """Check every identifier against the database and return the reflected table."""
+    insp = sa.inspect(conn)
+    resolved = _resolve_schema(insp, schema)
+    relations = _relations(insp, resolved)
+    if table not in relations:
+        raise SourceError(
+            f"table {table!r} not in schema {resolved!r}; tables and views are: {_listing(relations)}"
+        )
+    reflected = _reflect(conn, resolved, table)
+    key_col = _column(reflected, key, "key")
+    text_col = _column(reflected, text_column, "text")
+    return SourceTable(reflected, resolved, key_col, text_col, _key_kind(key_col))
+
+
+def split_results_name(name: str, default_schema: str) -> tuple[str, str]:
+    """``"table"`` lives in the source's schema; ``"schema.table"`` names its own."""
+    schema, dot, table = name.rpartition(".")
+    return (schema, table) if dot and schema else (default_schema, name)
+
+
+def reflect_results(conn: sa.Connection, name: str, default_schema: str) -> sa.Table | None:
+    """The results table if it exists (None: nothing was scored yet, so every row is new)."""
+    schema, table = split_results_name(name, default_schema)
+    insp = sa.inspect(conn)
+    if schema not in insp.get_schema_names() or table not in _relations(insp, schema):
+        return None
+    reflected = _reflect(conn, schema, table)
+    missing: Sequence[str] = [c for c in RESULT_COLUMNS if c not in reflected.c]
+    if missing:
+        raise SourceError(
+            f"results table {name!r} lacks column(s) {', '.join(missing)} that --only-new reads; "
+            f"columns are: {_listing(c.name for c in reflected.columns)}"
+        )
+    return reflected
