@@ -110,7 +110,11 @@ class Source(Protocol):
         ...
 
     def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:
-        """Stream one shard's rows, ordered by key, in memory that stays flat in the shard's size."""
+        """Stream one shard's rows in a fixed order, in memory that stays flat in the shard's size.
+
+        SQL sources yield rows ordered by key; Parquet sources in file order
+        (object key, row group, row), since sorting would hold the shard in memory.
+        """
         ...
 
     def close(self) -> None:

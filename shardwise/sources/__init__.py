@@ -1,0 +1,65 @@
+"""Source adapters: SQL tables and Parquet datasets, planned into shards and read as streams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardwise.errors import ConfigError
+from shardwise.sources.base import Key, NewOnly, Shard, Source, SourcePlan, SourceRow
+from shardwise.sources.parquet import ParquetSource, plan_objects
+from shardwise.sources.sql import ShardReader, SqlSource
+
+__all__ = [
+    "Key",
+    "NewOnly",
+    "ParquetSource",
+    "Shard",
+    "ShardReader",
+    "Source",
+    "SourcePlan",
+    "SourceRow",
+    "SqlSource",
+    "is_sql_url",
+    "open_source",
+    "plan_objects",
+]
+
+_SQL_SCHEMES = ("postgresql", "postgres", "sqlite")
+
+
+def is_sql_url(location: str) -> bool:
+    """True for a SQLAlchemy URL (``postgresql+psycopg://...``, ``sqlite:///...``)."""
+    scheme = location.split("://", 1)[0].split("+", 1)[0].lower() if "://" in location else ""
+    return scheme in _SQL_SCHEMES
+
+
+def open_source(
+    location: str,
+    *,
+    table: str | None = None,
+    key: str = "id",
+    text_column: str = "text",
+    where: str | None = None,
+    **options: Any,
+) -> SqlSource | ParquetSource:
+    """A SQL source for a database URL (``table`` required), else a Parquet source for a path or ``s3://``."""
+    if is_sql_url(location):
+        if not table:
+            raise ConfigError(
+                f"source {_scheme(location)}://... is a database, so a table is needed; pass --table NAME"
+            )
+        return SqlSource(location, table, key, text_column, where, **options)
+    if "://" in location and not location.startswith(("s3://", "file://")):
+        raise ConfigError(
+            f"source scheme {_scheme(location)!r} is not supported; use postgresql+psycopg://, sqlite:///, "
+            "s3://bucket/prefix, or a local path"
+        )
+    if table is not None or where is not None:
+        raise ConfigError(
+            "table and where apply to SQL sources only; a Parquet source is read whole (drop --table/--where)"
+        )
+    return ParquetSource(location.removeprefix("file://"), key, text_column, **options)
+
+
+def _scheme(location: str) -> str:
+    return location.split("://", 1)[0]

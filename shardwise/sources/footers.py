@@ -1,0 +1,101 @@
+"""Read Parquet footers, and nothing else, to plan: row counts, key null counts, and the schema.
+
+pyarrow reads a footer with one ranged read of the file's tail (64 KiB, and a
+second read only when the metadata is larger), so planning a dataset costs a
+request or two per object, however large the objects are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardwise.errors import SourceError
+from shardwise.sources.objects import ObjectInfo, ObjectStore
+from shardwise.sources.row_groups import RowGroup
+
+__all__ = ["Footer", "read_footers"]
+
+_FOOTER_THREADS = 8  # footers are small and latency-bound on S3: a few in flight hide the round trips
+
+
+@dataclass(frozen=True, slots=True)
+class Footer:
+    """What planning needs from one object's footer."""
+
+    obj: ObjectInfo
+    row_groups: tuple[RowGroup, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(g.rows for g in self.row_groups)
+
+
+def read_footers(
+    store: ObjectStore, objects: Sequence[ObjectInfo], key: str, text_column: str, check: Sequence[bool]
+) -> list[Footer]:
+    """The footers of ``objects``, in order; those with ``check`` set must have both columns."""
+    if not objects:
+        return []
+    jobs = list(zip(objects, check, strict=True))
+    with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, len(jobs))) as pool:
+        return list(pool.map(lambda job: _read_footer(store, job[0], key, text_column, job[1]), jobs))
+
+
+def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, text_column: str, check: bool) -> Footer:
+    with store.open(obj) as handle:
+        try:
+            metadata = pq.ParquetFile(handle).metadata
+        except pa.ArrowException as exc:
+            raise SourceError(
+                f"{obj.key!r} is not a readable Parquet file ({exc}); remove it from the location "
+                "or point the location at the Parquet files only"
+            ) from exc
+    if check:
+        _check_columns(obj, metadata.schema.to_arrow_schema(), key, text_column)
+    column = _leaf_index(metadata, key)
+    groups = tuple(
+        RowGroup(obj, i, metadata.row_group(i).num_rows, _null_count(metadata.row_group(i), column))
+        for i in range(metadata.num_row_groups)
+    )
+    return Footer(obj, groups)
+
+
+def _check_columns(obj: ObjectInfo, schema: pa.Schema, key: str, text_column: str) -> None:
+    for role, argument, name in (("key", "key", key), ("text", "text_column", text_column)):
+        if schema.get_field_index(name) < 0:
+            raise SourceError(
+                f"{role} column {name!r} not in Parquet object {obj.key!r}; columns are: "
+                f"{', '.join(schema.names)}; pass the right name as {argument}="
+            )
+    key_type = schema.field(key).type
+    if not _is_key_type(key_type):
+        raise SourceError(
+            f"key column {key!r} of {obj.key!r} has type {key_type}; a key must be an integer or "
+            "string column, so that results can be joined back: choose another key column"
+        )
+
+
+def _is_key_type(data_type: pa.DataType) -> bool:
+    if pa.types.is_dictionary(data_type):
+        data_type = data_type.value_type
+    textual = pa.types.is_string(data_type) or pa.types.is_large_string(data_type)
+    return pa.types.is_integer(data_type) or textual or str(data_type) == "string_view"
+
+
+def _leaf_index(metadata: Any, name: str) -> int | None:
+    """The Parquet column index of top-level column ``name``, where its statistics live."""
+    schema = metadata.schema
+    return next((i for i in range(len(schema)) if schema.column(i).path == name), None)
+
+
+def _null_count(row_group: Any, column: int | None) -> int | None:
+    if column is None:
+        return None
+    stats = row_group.column(column).statistics
+    return stats.null_count if stats is not None and stats.has_null_count else None

@@ -1,0 +1,95 @@
+"""The objects a Parquet dataset is made of, and where they are stored (a local disk or S3).
+
+A store lists the objects under a location, recording for each a key, an ETag
+and a size, and opens one object for reading as a seekable binary file. Opening
+checks the object against the ETag it was listed with, so a plan never reads
+an object that was replaced after it was made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import IO, Protocol
+
+from shardwise.errors import SourceError
+
+__all__ = [
+    "Listing",
+    "ObjectInfo",
+    "ObjectStore",
+    "changed_since_listed",
+    "is_parquet_name",
+    "listing_digest",
+]
+
+PARQUET_SUFFIX = ".parquet"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One object of a dataset as listed.
+
+    ``key`` is ``s3://bucket/key`` on S3 and the absolute path on a local disk.
+    ``etag`` is the S3 ETag without quotes; for a local file it is
+    ``"{size}-{mtime_ns}"``, which detects a rewrite cheaply, without reading
+    the file.
+    """
+
+    key: str
+    etag: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """The Parquet objects under a location, sorted by key, and how many other objects were ignored."""
+
+    objects: tuple[ObjectInfo, ...]
+    ignored: int
+
+
+class ObjectStore(Protocol):
+    """Lists and opens the objects under one location. Safe to share between threads."""
+
+    identity: str
+    """The normalised location: an absolute path or glob, or ``s3://bucket/prefix``."""
+
+    def listing(self) -> Listing:
+        """List the Parquet objects. Raises :class:`SourceError` when the location cannot be listed."""
+        ...
+
+    def open(self, obj: ObjectInfo) -> AbstractContextManager[IO[bytes]]:
+        """Open ``obj`` as a seekable binary file; :class:`SourceError` if it changed since it was listed."""
+        ...
+
+    def close(self) -> None:
+        """Release the client this store created, if any."""
+        ...
+
+
+def is_parquet_name(name: str) -> bool:
+    """Whether a listed name is read: only names ending in ``.parquet`` (any case) are.
+
+    Listings of folders, globs and prefixes often hold markers (``_SUCCESS``),
+    checksums (``.crc``) and metadata files; skipping them by name needs no I/O.
+    """
+    return name.lower().endswith(PARQUET_SUFFIX)
+
+
+def listing_digest(objects: Iterable[ObjectInfo]) -> str:
+    """SHA-256 hex over the sorted (key, etag, size) triples: the snapshot a plan was made from."""
+    triples = sorted((o.key, o.etag, o.size) for o in objects)
+    return hashlib.sha256(json.dumps(triples, separators=(",", ":")).encode()).hexdigest()
+
+
+def changed_since_listed(obj: ObjectInfo, detail: str) -> SourceError:
+    """The error for an object replaced or deleted after it was listed (and so after the plan)."""
+    return SourceError(
+        f"Parquet object {obj.key!r} changed since it was listed for the plan (listed with etag "
+        f"{obj.etag!r}, size {obj.size}; {detail}); a stored plan must read the objects it was made "
+        "from: start a new run so the dataset is planned again"
+    )

@@ -1,0 +1,177 @@
+"""A Parquet dataset as a source: a local folder, glob or file, or an S3 prefix or object.
+
+Planning lists the objects and reads only their footers: shards are
+contiguous row-group spans balanced by the footers' row counts, so planning
+costs a request or two per object and no data is read. Reading streams a
+shard's spans, key and text columns only, checking that every object is still
+the one that was planned (its ETag, or a local file's size and mtime).
+
+Only-new runs skip objects whose (object key, ETag) the ledger has already
+seen; :func:`plan_objects` gives the pairs a plan reads, to record as seen
+once the run has succeeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from shardwise.errors import ConfigError, SourceError
+from shardwise.sources.base import NewOnly, Shard, SourcePlan
+from shardwise.sources.footers import Footer, read_footers
+from shardwise.sources.local_objects import LocalStore
+from shardwise.sources.objects import Listing, ObjectStore, listing_digest
+from shardwise.sources.parquet_rows import ShardRows, shard_spans
+from shardwise.sources.row_groups import RowGroup, cut, resolve_sizing, to_shard
+
+__all__ = ["ParquetSource", "plan_objects"]
+
+_BATCH_ROWS = 1024
+
+
+class ParquetSource:
+    """Plans and reads a Parquet dataset; safe to share between threads.
+
+    ``location`` is a local folder (read recursively), a local glob
+    (``/data/*.parquet``, ``**`` allowed), a single file, or
+    ``s3://bucket/prefix/`` (a prefix, or one object). Listings read only names
+    ending in ``.parquet``; the others are ignored and counted in the plan's
+    ``ignored_objects``. S3 uses ``s3_client`` if given, otherwise one boto3
+    client made on first use from the standard AWS settings (environment,
+    profile, ``AWS_ENDPOINT_URL``).
+
+    A location without any Parquet object is a :class:`SourceError` (most
+    likely a wrong path or prefix). An only-new plan in which every object was
+    seen already is an empty plan, not an error: an event-triggered run with
+    nothing new has nothing to do.
+    """
+
+    # The protocol declares the full Literal; a narrower one would not match its settable attribute.
+    kind: Literal["sql", "parquet"] = "parquet"
+
+    def __init__(
+        self, location: str, key: str = "id", text_column: str = "text", *, s3_client: Any | None = None
+    ) -> None:
+        for name, value in (("key", key), ("text_column", text_column)):
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{name} must name a column of the Parquet files, got {value!r}")
+        self.key, self.text_column = key, text_column
+        self._store = open_store(location, s3_client)
+        self.identity = self._store.identity
+
+    def plan(
+        self, *, shards: int | None = None, rows_per_shard: int | None = None, new_only: NewOnly | None = None
+    ) -> SourcePlan:
+        """Cut into ``shards`` shards (fewer if there are fewer row groups), or runs of ``rows_per_shard``.
+
+        ``rows_per_shard`` defaults to 10 000 when neither is given. A shard's
+        ``expected_rows`` is the rows it will yield: its row groups' rows less
+        the null keys the footers count (rows with a null key are skipped).
+        With ``new_only``, objects whose (key, ETag) was seen are skipped, but
+        their footers are still read, so that ``skipped_rows`` is exact (the
+        CLI's dry run reports it); only planned objects must hold both columns.
+        """
+        shards, rows_per_shard = resolve_sizing(shards, rows_per_shard)
+        listing = self._list()
+        seen = new_only.seen_objects if new_only is not None else frozenset()
+        fresh = [(o.key, o.etag) not in seen for o in listing.objects]
+        footers = read_footers(self._store, listing.objects, self.key, self.text_column, check=fresh)
+        planned = [f for f, new in zip(footers, fresh, strict=True) if new]
+        skipped = [f for f, new in zip(footers, fresh, strict=True) if not new]
+        groups = [g for f in planned for g in f.row_groups]
+        runs = cut(groups, shards, rows_per_shard)
+        params = self._params(listing, planned, skipped, groups, (shards, rows_per_shard), new_only)
+        planned_shards = tuple(to_shard(i, run) for i, run in enumerate(runs))
+        return SourcePlan("parquet", self.identity, listing_digest(listing.objects), planned_shards, params)
+
+    def read(self, plan: SourcePlan, shard: Shard) -> ShardRows:
+        """Stream ``shard``'s rows in storage order (object, row group, row), not sorted by key.
+
+        The returned iterator counts the rows it skipped for a null key in ``null_keys``.
+        """
+        self._check_plan(plan)
+        return ShardRows(self._store, shard, self.key, self.text_column, _BATCH_ROWS)
+
+    def close(self) -> None:
+        """Close the S3 client if this source created it. Nothing else is held between calls."""
+        self._store.close()
+
+    def _list(self) -> Listing:
+        listing = self._store.listing()
+        if not listing.objects:
+            raise SourceError(
+                f"no Parquet objects at {self.identity!r} ({listing.ignored} other objects ignored: only "
+                "names ending in .parquet are read); check the location: a wrong folder, glob or prefix?"
+            )
+        return listing
+
+    def _params(
+        self,
+        listing: Listing,
+        planned: Sequence[Footer],
+        skipped: Sequence[Footer],
+        groups: Sequence[RowGroup],
+        sizing: tuple[int | None, int | None],
+        new_only: NewOnly | None,
+    ) -> dict[str, Any]:
+        return {
+            "location": self.identity,
+            "key": self.key,
+            "text_column": self.text_column,
+            "shards": sizing[0],
+            "rows_per_shard": sizing[1],
+            "objects": len(planned),
+            "ignored_objects": listing.ignored,
+            "row_groups": len(groups),
+            "rows": sum(g.rows for g in groups),
+            "null_keys": sum(g.null_keys or 0 for g in groups),
+            "null_keys_known": all(g.null_keys is not None for g in groups),
+            "new_only": _new_only_params(new_only),
+            "skipped_objects": len(skipped),
+            "skipped_rows": sum(f.rows for f in skipped),
+        }
+
+    def _check_plan(self, plan: SourcePlan) -> None:
+        given = (plan.kind, plan.identity, plan.params.get("key"), plan.params.get("text_column"))
+        mine = (self.kind, self.identity, self.key, self.text_column)
+        if given != mine:
+            raise ConfigError(
+                f"plan (kind, location, key, text_column) = {given} does not match this source's {mine}; "
+                "read a plan with a source built with the same arguments as the one that planned it"
+            )
+
+
+def plan_objects(plan: SourcePlan) -> list[tuple[str, str]]:
+    """The (object key, ETag) pairs a Parquet plan reads, sorted.
+
+    Record them as seen once the run has succeeded, so the next only-new plan skips them.
+    """
+    if plan.kind != "parquet":
+        raise ConfigError(f"plan_objects needs a Parquet plan, got a {plan.kind!r} plan of {plan.identity!r}")
+    return sorted({(obj.key, obj.etag) for shard in plan.shards for obj, _, _ in shard_spans(shard)})
+
+
+def open_store(location: str, s3_client: Any | None = None) -> ObjectStore:
+    """The object store for ``location``: S3 for ``s3://`` URLs, the local disk for paths. Does no I/O."""
+    if not isinstance(location, str) or not location:
+        raise ConfigError(f"a Parquet location must be a path, glob or s3:// URL, got {location!r}")
+    if location.startswith("s3://"):
+        from shardwise.sources.s3_objects import S3Store  # imports botocore: only when S3 is used
+
+        return S3Store(location, s3_client)
+    if "://" in location:
+        raise ConfigError(
+            f"Parquet location {location!r} uses an unsupported scheme; "
+            "use s3://bucket/prefix or a local path (folder, file or glob)"
+        )
+    return LocalStore(location)
+
+
+def _new_only_params(new_only: NewOnly | None) -> dict[str, Any] | None:
+    if new_only is None:
+        return None
+    return {
+        "model_version": new_only.model_version,
+        "results_table": new_only.results_table,
+        "seen_objects": len(new_only.seen_objects),
+    }

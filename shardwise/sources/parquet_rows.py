@@ -1,0 +1,111 @@
+"""Stream one shard of a Parquet plan: its spans, one row group at a time, two columns only.
+
+Memory stays flat: at most one batch of one row group of the key and text
+columns is held, whatever the shard's size. Rows come in storage order (object
+key, row group, row), which is deterministic; Parquet has no index to sort by
+key without holding the shard, so they are not sorted by key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator, Mapping
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardwise.errors import ConfigError, SourceError
+from shardwise.sources.base import Shard, SourceRow
+from shardwise.sources.objects import ObjectInfo, ObjectStore
+
+__all__ = ["ShardRows", "shard_spans"]
+
+Span = tuple[ObjectInfo, int, int]
+"""An object and its row-group range ``[first, stop)``."""
+
+
+def shard_spans(shard: Shard) -> list[Span]:
+    """The spans in a Parquet shard's bounds, as (object, first, stop)."""
+    try:
+        return [_span(raw) for raw in shard.bounds["spans"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"shard {shard.shard_id} bounds {dict(shard.bounds)!r} are not a Parquet plan's "
+            '({"spans": [{"path", "etag", "size", "row_groups": [first, stop]}]}); '
+            "read a shard with the source kind that planned it"
+        ) from exc
+
+
+def _span(raw: Mapping[str, Any]) -> Span:
+    first, stop = (int(i) for i in raw["row_groups"])
+    return ObjectInfo(str(raw["path"]), str(raw["etag"]), int(raw["size"])), first, stop
+
+
+class ShardRows(Iterator[SourceRow]):
+    """The rows of one shard, as an iterator that also counts what it skipped.
+
+    A row whose key is null cannot be joined back to the source, so it is
+    skipped; ``null_keys`` counts them and ``rows`` counts the rows yielded.
+    Text values pass through untouched (``str``, ``bytes`` for a binary
+    column, ``None``): the engine decides what is usable.
+    """
+
+    def __init__(self, store: ObjectStore, shard: Shard, key: str, text_column: str, batch_rows: int) -> None:
+        self.rows = 0
+        self.null_keys = 0
+        self._key, self._text = key, text_column
+        self._columns = list(dict.fromkeys([key, text_column]))
+        self._batch_rows = batch_rows
+        self._iter = self._spans(store, shard_spans(shard))
+
+    def __iter__(self) -> ShardRows:
+        return self
+
+    def __next__(self) -> SourceRow:
+        return next(self._iter)
+
+    def close(self) -> None:
+        """Stop early and close the open object, if any."""
+        self._iter.close()
+
+    def _spans(self, store: ObjectStore, spans: list[Span]) -> Generator[SourceRow, None, None]:
+        for obj, first, stop in spans:
+            with store.open(obj) as handle:
+                parquet = _open_parquet(handle, obj)
+                for index in range(first, stop):
+                    yield from self._row_group(parquet, obj, index)
+
+    def _row_group(self, parquet: Any, obj: ObjectInfo, index: int) -> Iterator[SourceRow]:
+        try:
+            batches = parquet.iter_batches(
+                batch_size=self._batch_rows, row_groups=[index], columns=self._columns, use_threads=False
+            )
+            for batch in batches:
+                yield from self._rows_of(batch)
+        except pa.ArrowException as exc:
+            raise SourceError(
+                f"cannot read row group {index} of Parquet object {obj.key!r}: {exc}; "
+                "the file is damaged: rewrite it, then start a new run"
+            ) from exc
+
+    def _rows_of(self, batch: pa.RecordBatch) -> Iterator[SourceRow]:
+        keys = batch.column(self._key).to_pylist()
+        values = batch.column(self._text).to_pylist()
+        for key, value in zip(keys, values, strict=True):
+            if key is None:
+                self.null_keys += 1
+                continue
+            self.rows += 1
+            yield SourceRow(key, value)
+
+
+def _open_parquet(handle: IO[bytes], obj: ObjectInfo) -> Any:
+    # pre_buffer=False: reads through a Python file object are serialised anyway,
+    # so pre-buffering would only add a thread hop; each column chunk is one read.
+    try:
+        return pq.ParquetFile(handle, pre_buffer=False)
+    except pa.ArrowException as exc:
+        raise SourceError(
+            f"{obj.key!r} is not a readable Parquet file ({exc}); it was readable when planned, "
+            "so it was damaged since: rewrite it, then start a new run"
+        ) from exc
