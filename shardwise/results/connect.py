@@ -1,0 +1,93 @@
+"""Open the store's database: PostgreSQL through psycopg 3, or an SQLite file.
+
+SQLite needs two things to serve shard tasks running in threads: WAL with a
+busy timeout (readers and stagers never block on the writer, and writers queue
+instead of failing), and explicit transaction control, so that every
+transaction that writes shared tables starts with ``BEGIN IMMEDIATE`` and takes
+the write lock up front. A deferred transaction that reads and then writes can
+fail at once with "database is locked" however long the busy timeout is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+
+from shardwise.errors import ConfigError
+from shardwise.results.dberrors import safe_url
+from shardwise.results.sqlfiles import load_script
+
+__all__ = ["make_engine", "write_transaction"]
+
+_IMMEDIATE = "shardwise_immediate"
+_DRIVERS = {"postgresql": "postgresql+psycopg", "postgresql+psycopg": "postgresql+psycopg"}
+_SQLITE = ("sqlite", "sqlite+pysqlite")
+
+
+def make_engine(url: str) -> sa.Engine:
+    """An engine for ``url``; plain ``postgresql://`` URLs are pointed at psycopg 3."""
+    try:
+        parsed = sa.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise ConfigError(
+            f"results database URL {url!r} is not a URL; use postgresql+psycopg://user@host/db "
+            "or sqlite:///path/to/file.db"
+        ) from exc
+    if parsed.drivername in _DRIVERS:
+        return sa.create_engine(
+            parsed.set(drivername=_DRIVERS[parsed.drivername]),
+            pool_pre_ping=True,
+            pool_size=8,
+            max_overflow=24,
+        )
+    if parsed.drivername in _SQLITE:
+        if parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed.query):
+            raise ConfigError(
+                f"results database {safe_url(parsed)} is in memory; the store needs one database "
+                "shared by several connections. Use a file: sqlite:///path/to/results.db"
+            )
+        return _sqlite_engine(parsed)
+    raise ConfigError(
+        f"results database driver {parsed.drivername!r} is not supported ({safe_url(parsed)}); "
+        "use postgresql+psycopg:// (psycopg 3) or sqlite:///"
+    )
+
+
+def _sqlite_engine(url: sa.URL) -> sa.Engine:
+    engine = sa.create_engine(url, connect_args={"timeout": 60.0, "check_same_thread": False})
+
+    @sa.event.listens_for(engine, "connect")
+    def _configure(dbapi_conn: Any, _record: Any) -> None:
+        # The driver's own transaction handling would emit a deferred BEGIN behind
+        # our back; turn it off and begin explicitly in _begin below.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        try:
+            for stmt in load_script("sqlite", "pragmas"):
+                cursor.execute(stmt)
+        finally:
+            cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_IMMEDIATE) else "BEGIN")
+
+    return engine
+
+
+@contextmanager
+def write_transaction(conn: sa.Connection) -> Iterator[sa.RootTransaction]:
+    """A transaction that writes shared tables: ``BEGIN IMMEDIATE`` on SQLite, a plain one on PostgreSQL.
+
+    Commits when the block ends, rolls back on an exception; the block may also
+    roll back early through the yielded transaction.
+    """
+    conn.execution_options(**{_IMMEDIATE: True})
+    try:
+        with conn.begin() as tx:
+            yield tx
+    finally:
+        conn.execution_options(**{_IMMEDIATE: False})

@@ -1,0 +1,71 @@
+"""What the store reports back: a shard merge's outcome, a run's counts and summary, stored dead letters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from shardwise.results.records import RunRecord, RunStatus
+
+__all__ = ["MergeOutcome", "RunCounts", "RunSummary", "StoredDeadLetter"]
+
+
+@dataclass(frozen=True, slots=True)
+class MergeOutcome:
+    """What committing one shard did. Truthy when this writer merged the shard.
+
+    ``committed`` is False when the shard was already done (an earlier attempt
+    or a racing writer merged it); then nothing changed and the counts are 0.
+    Of the staged rows, ``inserted`` were new keys for this model version,
+    ``updated`` replaced a row whose input fingerprint changed, and
+    ``unchanged`` matched a stored row's fingerprint and were left alone.
+    """
+
+    committed: bool
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    dead_letters: int = 0
+
+    def __bool__(self) -> bool:
+        return self.committed
+
+
+@dataclass(frozen=True, slots=True)
+class RunCounts:
+    """A run's totals, summed over its done shards by :meth:`ResultStore.finish_run`."""
+
+    rows_in: int = 0
+    rows_out: int = 0
+    rows_failed: int = 0
+    shards_total: int = 0
+    shards_done: int = 0
+    shards_failed: int = 0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A stored run: its record, where it stands, and its counts."""
+
+    record: RunRecord
+    status: RunStatus
+    triggered_by: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    counts: RunCounts
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDeadLetter:
+    """One row of ``shardwise_errors``. ``source_key`` is text whatever the source's key type."""
+
+    id: int
+    run_id: str
+    shard_id: int
+    source_key: str | None
+    error_class: str
+    message: str
+    input_fingerprint: str | None
+    attempt: int
+    created_at: datetime | None
+    results_table: str

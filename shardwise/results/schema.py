@@ -1,0 +1,187 @@
+"""The results table's layout, built in code, and the check that an existing table matches it.
+
+The results table is named by the user and its columns follow the model's
+outputs, so it is a ``sa.Table`` (SQLAlchemy quotes every identifier). The
+fixed-name ledger tables are created from ``sql/<dialect>/ledger_schema.sql``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from shardwise.errors import ConfigError
+from shardwise.model import OutputColumn
+from shardwise.results.codec import Float32Vector, UtcTimestamp
+
+__all__ = [
+    "LEDGER_TABLES",
+    "LINEAGE_COLUMNS",
+    "STAGE_TABLE",
+    "check_layout",
+    "expected_layout",
+    "parse_table_name",
+    "results_table",
+    "stage_table",
+]
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+LEDGER_TABLES = ("shardwise_runs", "shardwise_shards", "shardwise_errors", "shardwise_objects")
+STAGE_TABLE = "shardwise_stage"
+_RESERVED = {*LEDGER_TABLES, STAGE_TABLE, "shardwise_dead_stage"}
+LINEAGE_COLUMNS = (
+    "truncated",
+    "model_name",
+    "model_version",
+    "input_fingerprint",
+    "code_version",
+    "input_snapshot",
+    "run_id",
+    "shard_id",
+    "scored_at",
+)
+_FIXED = {"source_key", *LINEAGE_COLUMNS}
+
+
+def parse_table_name(name: str) -> tuple[str | None, str]:
+    """``table`` or ``schema.table`` as (schema, table), each a plain identifier."""
+    parts = name.split(".") if isinstance(name, str) else []
+    if not 1 <= len(parts) <= 2 or not all(_IDENT.match(p) for p in parts):
+        raise ConfigError(
+            f"results table name {name!r} is not an identifier; use letters, digits and underscores, "
+            "starting with a letter or underscore, at most 63 characters, optionally schema.table "
+            "(for example docs_embeddings or analytics.docs_embeddings)"
+        )
+    if parts[-1].lower() in _RESERVED:
+        raise ConfigError(
+            f"results table name {name!r} is reserved for Shardwise's own tables "
+            f"({', '.join(sorted(_RESERVED))}); choose another --results-table"
+        )
+    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+
+
+def _check_outputs(outputs: tuple[OutputColumn, ...]) -> None:
+    if not outputs:
+        raise ConfigError("a results table needs at least one model output column; the model declares none")
+    seen: set[str] = set()
+    for out in outputs:
+        if not _IDENT.match(out.name) or out.name.lower() in _FIXED or out.name.lower() in seen:
+            raise ConfigError(
+                f"output column name {out.name!r} is invalid or taken; output names must be unique "
+                f"identifiers and not one of: {', '.join(sorted(_FIXED))}"
+            )
+        if out.kind == "vector" and (out.dim is None or out.dim < 1):
+            raise ConfigError(f"vector output {out.name!r} needs a positive dim; got {out.dim!r}")
+        seen.add(out.name.lower())
+
+
+def _output_type(out: OutputColumn) -> sa.types.TypeEngine[Any]:
+    kinds: dict[str, sa.types.TypeEngine[Any]] = {
+        "vector": Float32Vector(),
+        "float": sa.Double(),
+        "int": sa.BigInteger(),
+        "text": sa.Text(),
+    }
+    return kinds[out.kind]
+
+
+def _key_type(key_type: Literal["int", "text"]) -> sa.types.TypeEngine[Any]:
+    return sa.BigInteger() if key_type == "int" else sa.Text()
+
+
+def results_table(name: str, outputs: tuple[OutputColumn, ...], key_type: Literal["int", "text"]) -> sa.Table:
+    """The results table: key, one column per output, lineage; primary key (source_key, model_version)."""
+    schema, table = parse_table_name(name)
+    _check_outputs(outputs)
+    return sa.Table(
+        table,
+        sa.MetaData(),
+        sa.Column("source_key", _key_type(key_type), nullable=False),
+        *(sa.Column(out.name, _output_type(out), nullable=True) for out in outputs),
+        sa.Column("truncated", sa.Boolean(), nullable=False),
+        sa.Column("model_name", sa.Text(), nullable=False),
+        sa.Column("model_version", sa.Text(), nullable=False),
+        sa.Column("input_fingerprint", sa.Text(), nullable=False),
+        sa.Column("code_version", sa.Text(), nullable=False),
+        sa.Column("input_snapshot", sa.Text(), nullable=True),
+        sa.Column("run_id", sa.Text(), nullable=False),
+        sa.Column("shard_id", sa.Integer(), nullable=False),
+        sa.Column("scored_at", UtcTimestamp(), nullable=False),
+        sa.PrimaryKeyConstraint("source_key", "model_version"),
+        schema=schema,
+    )
+
+
+def stage_table(results: sa.Table) -> sa.Table:
+    """A connection-private TEMPORARY table holding one shard's rows until its merge.
+
+    ``seq`` records arrival order, so a key staged twice keeps its last value.
+    """
+    copied = [
+        sa.Column(col.name, col.type, nullable=True)
+        for col in results.columns
+        if col.name not in LINEAGE_COLUMNS or col.name in ("truncated", "input_fingerprint")
+    ]
+    return sa.Table(
+        STAGE_TABLE,
+        sa.MetaData(),
+        sa.Column("seq", sa.BigInteger(), nullable=False),
+        *copied,
+        prefixes=["TEMPORARY"],
+    )
+
+
+def _family(t: sa.types.TypeEngine[Any]) -> str:
+    """A type's storage family, coarse enough to compare a reflected type with a declared one."""
+    if isinstance(t, sa.ARRAY):
+        return _family(t.item_type) + "[]"
+    checks: tuple[tuple[type[Any], str], ...] = (
+        (sa.LargeBinary, "bytes"),
+        (sa.Boolean, "bool"),
+        (sa.Integer, "int"),
+        (sa.REAL, "real"),
+        (sa.Float, "float"),
+        (sa.DateTime, "timestamp"),
+        (sa.String, "text"),
+    )
+    for cls, family in checks:
+        if isinstance(t, cls):
+            return family
+    return type(t).__name__.lower()
+
+
+def expected_layout(table: sa.Table, dialect: sa.Dialect) -> dict[str, str]:
+    """Column name → storage family the dialect actually creates for ``table``."""
+    layout = {}
+    for col in table.columns:
+        impl = col.type.dialect_impl(dialect)
+        if isinstance(impl, sa.types.TypeDecorator):
+            impl = impl.load_dialect_impl(dialect)
+        layout[col.name] = _family(impl)
+    return layout
+
+
+def check_layout(conn: sa.Connection, table: sa.Table, shown_name: str) -> None:
+    """Raise ConfigError listing every difference between the existing table and ``table``."""
+    insp = sa.inspect(conn)
+    found = {c["name"]: c for c in insp.get_columns(table.name, schema=table.schema)}
+    problems = []
+    for name, family in expected_layout(table, conn.dialect).items():
+        if name not in found:
+            problems.append(f"column {name!r} ({family}) is missing")
+        elif (got := _family(found[name]["type"])) != family:
+            problems.append(f"column {name!r} is {got}, expected {family}")
+    for name, col in found.items():
+        if name not in table.columns and not col.get("nullable", True) and col.get("default") is None:
+            problems.append(f"extra column {name!r} is NOT NULL without a default")
+    pk = insp.get_pk_constraint(table.name, schema=table.schema).get("constrained_columns") or []
+    if sorted(pk) != ["model_version", "source_key"]:
+        problems.append(f"primary key is ({', '.join(pk)}), expected (source_key, model_version)")
+    if problems:
+        raise ConfigError(
+            f"results table {shown_name!r} already exists with a different layout: {'; '.join(problems)}. "
+            "It was made for another model or source; choose another --results-table "
+            "(or drop or rename the existing table)"
+        )

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS shardwise_dead_stage

@@ -1,0 +1,2 @@
+-- A psycopg.sql template: {table} and {columns} are filled with sql.Identifier values.
+COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)

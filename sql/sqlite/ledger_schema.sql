@@ -1,0 +1,74 @@
+-- The run ledger: runs, their shards, dead letters, and the Parquet objects scored.
+-- Every statement is idempotent; ensure_schema runs this in a BEGIN IMMEDIATE transaction.
+
+CREATE TABLE IF NOT EXISTS shardwise_runs (
+    run_id           text PRIMARY KEY,
+    started_by       text NOT NULL,
+    triggered_by     text,
+    parameters       text NOT NULL,
+    model_name       text NOT NULL,
+    model_version    text NOT NULL,
+    code_version     text NOT NULL,
+    source_identity  text NOT NULL,
+    source_snapshot  text,
+    results_table    text NOT NULL,
+    plan             text NOT NULL,
+    status           text NOT NULL CHECK (status IN ('running', 'completed', 'failed')),
+    started_at       text NOT NULL,
+    finished_at      text,
+    rows_in          bigint NOT NULL DEFAULT 0,
+    rows_out         bigint NOT NULL DEFAULT 0,
+    rows_failed      bigint NOT NULL DEFAULT 0,
+    shards_total     integer NOT NULL DEFAULT 0,
+    shards_done      integer NOT NULL DEFAULT 0,
+    shards_failed    integer NOT NULL DEFAULT 0
+);
+
+CREATE TABLE IF NOT EXISTS shardwise_shards (
+    run_id              text NOT NULL REFERENCES shardwise_runs (run_id),
+    shard_id            integer NOT NULL,
+    bounds              text NOT NULL,
+    expected_rows       bigint NOT NULL,
+    status              text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'done', 'failed')),
+    attempts            integer NOT NULL DEFAULT 0,
+    rows_in             bigint,
+    rows_out            bigint,
+    rows_failed         bigint,
+    rows_inserted       bigint,
+    rows_updated        bigint,
+    rows_unchanged      bigint,
+    started_at          text,
+    finished_at         text,
+    host                text,
+    device              text,
+    padding_efficiency  real,
+    tokens_per_s        real,
+    oom_splits          integer,
+    engine              text,
+    last_error          text,
+    PRIMARY KEY (run_id, shard_id)
+);
+
+CREATE TABLE IF NOT EXISTS shardwise_errors (
+    id                 INTEGER PRIMARY KEY,
+    run_id             text NOT NULL,
+    shard_id           integer NOT NULL,
+    source_key         text,
+    error_class        text NOT NULL,
+    message            text NOT NULL,
+    input_fingerprint  text,
+    attempt            integer NOT NULL,
+    created_at         text NOT NULL,
+    results_table      text NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS shardwise_errors_run_shard ON shardwise_errors (run_id, shard_id);
+
+CREATE TABLE IF NOT EXISTS shardwise_objects (
+    source_identity  text NOT NULL,
+    object_key       text NOT NULL,
+    etag             text NOT NULL,
+    run_id           text NOT NULL,
+    seen_at          text NOT NULL,
+    PRIMARY KEY (source_identity, object_key, etag)
+);

@@ -1,0 +1,6 @@
+UPDATE shardwise_shards
+SET attempts = max(attempts, CAST(:attempt AS integer)),
+    started_at = :started_at,
+    host = COALESCE(CAST(:host AS text), host),
+    device = COALESCE(CAST(:device AS text), device)
+WHERE run_id = :run_id AND shard_id = :shard_id AND status <> 'done'

@@ -1,0 +1,103 @@
+"""Builders for runs, plans, rows and reports used by the results-store tests."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Literal
+
+import numpy as np
+
+from shardwise.model import OutputColumn
+from shardwise.results import DeadLetter, MergeOutcome, ResultRow, ResultStore, RunRecord, ShardReport
+from shardwise.sources.base import Key, Shard, SourcePlan
+
+DIM = 8
+OUTPUTS = (
+    OutputColumn("embedding", "vector", DIM),
+    OutputColumn("score", "float"),
+    OutputColumn("label_id", "int"),
+    OutputColumn("label", "text"),
+)
+TABLE = "docs_emb"
+
+
+def make_store(
+    url: str,
+    table: str = TABLE,
+    key_type: Literal["int", "text"] = "int",
+    outputs: tuple[OutputColumn, ...] = OUTPUTS,
+) -> ResultStore:
+    return ResultStore(url, table, outputs, key_type)
+
+
+def make_run(run_id: str = "run-1", model_version: str = "mv-1", table: str = TABLE, **kw: str) -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        started_by=kw.get("started_by", "cli"),
+        parameters={"shards": 2, "note": "test"},
+        model_name="tiny",
+        model_version=model_version,
+        code_version="code-1",
+        source_identity="postgresql://root@127.0.0.1/src#public.docs",
+        source_snapshot="snap-1",
+        results_table=table,
+    )
+
+
+def make_plan(shards: int = 2, rows: int = 10) -> SourcePlan:
+    cuts = [
+        Shard(i, rows, {"lo": i * rows if i else None, "hi": (i + 1) * rows if i < shards - 1 else None})
+        for i in range(shards)
+    ]
+    return SourcePlan(
+        "sql", "postgresql://root@127.0.0.1/src#public.docs", "snap-1", tuple(cuts), {"shards": shards}
+    )
+
+
+def vector(key: Key, salt: str = "") -> np.ndarray:
+    seed = zlib.crc32(f"{key!r}/{salt}".encode())
+    return np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+
+
+def make_rows(keys: Iterable[Key], fp_salt: str = "") -> list[ResultRow]:
+    """Deterministic rows: the same keys and salt give the same vectors and fingerprints."""
+    return [
+        ResultRow(
+            key=k,
+            values={"embedding": vector(k, fp_salt), "score": 0.5, "label_id": 7, "label": f"label {k}"},
+            input_fingerprint=f"fp-{k}{fp_salt}",
+            truncated=k == 3,
+        )
+        for k in keys
+    ]
+
+
+def make_report(attempt: int = 1, rows: int = 10, failed: int = 0) -> ShardReport:
+    now = datetime.now(timezone.utc)
+    engine = {"padding_efficiency": 0.8, "tokens_per_s": 1234.5, "oom_splits": 1}
+    return ShardReport(attempt, rows + failed, rows, failed, now, now, "host-a", "cpu", engine)
+
+
+def write_shard(
+    store: ResultStore,
+    run: RunRecord,
+    shard_id: int,
+    rows: Sequence[ResultRow],
+    *,
+    attempt: int = 1,
+    dead: Sequence[DeadLetter] = (),
+) -> MergeOutcome:
+    with store.shard_writer(run, shard_id, attempt) as writer:
+        writer.add(rows)
+        writer.dead_letter(dead)
+        return writer.commit(make_report(attempt, len(rows), len(dead)))
+
+
+def snapshot(store: ResultStore) -> list[tuple[object, ...]]:
+    """The results table as comparable tuples (vectors as bytes)."""
+    out = []
+    for row in store.read_results():
+        out.append(tuple(v.tobytes() if isinstance(v, np.ndarray) else v for v in row.values()))
+    return out

@@ -1,0 +1,109 @@
+"""Concurrency: racing writers of one shard, many shards in threads, lock conflicts as transient errors."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import sqlalchemy as sa
+from results_helpers import make_plan, make_report, make_rows, make_run, make_store, write_shard
+
+from shardwise.errors import TransientError
+from shardwise.results import DeadLetter, MergeOutcome, ResultStore
+
+
+def test_two_writers_racing_on_one_shard_commit_once(store: ResultStore) -> None:
+    run = make_run()
+    store.start_run(run, make_plan())
+    barrier = threading.Barrier(2)
+
+    def attempt(n: int) -> MergeOutcome:
+        with store.shard_writer(run, 0, n) as writer:
+            writer.add(make_rows(range(10), fp_salt=f"writer{n}"))
+            writer.dead_letter([DeadLetter(100 + n, "InputError", f"from writer {n}")])
+            barrier.wait()
+            return writer.commit(make_report(n))
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(attempt, [1, 2]))
+    assert sorted(o.committed for o in outcomes) == [False, True]
+    winner = 1 if outcomes[0] else 2
+    assert store.count_results() == 10
+    assert {r["input_fingerprint"][-7:] for r in store.read_results()} == {f"writer{winner}"}
+    assert [d.attempt for d in store.dead_letters(run.run_id)] == [winner]
+
+
+def test_many_shards_in_threads_all_merge(store: ResultStore) -> None:
+    shards, per = 12, 50
+    run = make_run()
+    store.start_run(run, make_plan(shards, per))
+
+    def shard(i: int) -> MergeOutcome:
+        return write_shard(store, run, i, make_rows(range(i * per, (i + 1) * per)))
+
+    with ThreadPoolExecutor(6) as pool:
+        outcomes = list(pool.map(shard, range(shards)))
+    assert all(outcomes)
+    assert store.count_results() == shards * per
+    assert store.done_shards(run.run_id) == set(range(shards))
+
+
+def test_an_sqlite_lock_held_past_the_busy_timeout_is_transient(sqlite_url: str) -> None:
+    with make_store(sqlite_url) as store:
+        store.ensure_schema()
+        run = make_run()
+        store.start_run(run, make_plan())
+    quick = make_store(sqlite_url)
+    # Runs after the store's own connect hook, so this short timeout wins.
+    sa.event.listen(quick.engine, "connect", lambda dbapi, _rec: dbapi.execute("PRAGMA busy_timeout = 50"))
+    blocker = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(TransientError, match="database is locked"):
+            quick.mark_shard_failed(run.run_id, 0, 1, "boom")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        quick.close()
+
+
+def test_sqlite_writers_stage_while_another_holds_the_write_lock(sqlite_url: str) -> None:
+    with make_store(sqlite_url) as store:
+        store.ensure_schema()
+        run = make_run()
+        store.start_run(run, make_plan())
+        path = sqlite_url.removeprefix("sqlite:///")
+        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        with store.shard_writer(run, 0, 1) as writer:
+            blocker.execute("BEGIN IMMEDIATE")
+            t0 = time.perf_counter()
+            writer.add(make_rows(range(100)))  # TEMP tables: no wait for the shared write lock
+            writer.dead_letter([DeadLetter(500, "InputError", "empty")])
+            assert time.perf_counter() - t0 < 1.0
+            threading.Timer(0.3, blocker.execute, args=("ROLLBACK",)).start()
+            assert writer.commit(make_report())  # waits for the lock instead of failing
+        blocker.close()
+        assert store.count_results() == 100
+
+
+@pytest.mark.postgres
+def test_a_connection_dropped_mid_shard_is_transient_and_the_retry_merges_once(pg_url: str) -> None:
+    with make_store(pg_url) as store:
+        store.ensure_schema()
+        run = make_run()
+        store.start_run(run, make_plan())
+        admin = sa.create_engine(pg_url)
+        with pytest.raises(TransientError), store.shard_writer(run, 0, 1) as writer:
+            writer.add(make_rows(range(5)))
+            assert writer._conn is not None
+            pid = writer._conn.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
+            with admin.begin() as conn:
+                conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            writer.add(make_rows(range(5, 10)))
+        admin.dispose()
+        assert store.count_results() == 0
+        assert write_shard(store, run, 0, make_rows(range(10)), attempt=2)
+        assert store.count_results() == 10
