@@ -55,9 +55,9 @@ def load_texts(corpus: str | None, column: str, limit: int | None) -> list[str]:
     return texts[:limit] if limit else texts
 
 
-def run_engine(model: Model, texts: list[str], max_tokens: int | None) -> tuple[np.ndarray, float, dict]:
+def run_engine(model: Model, texts: list[str], config: EngineConfig) -> tuple[np.ndarray, float, dict]:
     started = time.perf_counter()
-    run = Engine(model, EngineConfig(max_tokens=max_tokens)).run(enumerate(texts))
+    run = Engine(model, config).run(enumerate(texts))
     out = np.stack([r.values["embedding"] for r in run])  # type: ignore[index]
     return out, time.perf_counter() - started, run.stats.as_dict()
 
@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--max-tokens", type=int, default=None, help="engine token budget (device default)")
+    parser.add_argument("--pad-slack", type=int, default=None, help="engine pad slack (device default)")
     parser.add_argument("--skip-static", action="store_true", help="skip the slow static-padding baseline")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
     args = parser.parse_args(argv)
@@ -125,8 +126,9 @@ def main(argv: list[str] | None = None) -> dict:
         f"{torch.get_num_threads()} threads"
     )
 
-    run_engine(model, texts[:64], args.max_tokens)  # warm-up
-    ours, ours_s, stats = run_engine(model, texts, args.max_tokens)
+    config = EngineConfig(max_tokens=args.max_tokens, pad_slack=args.pad_slack)
+    run_engine(model, texts[:64], config)  # warm-up
+    ours, ours_s, stats = run_engine(model, texts, config)
     result: dict = dict.fromkeys(KEYS)
     result.update(
         rows=len(texts), padding_efficiency=stats["padding_efficiency"], rows_per_s=len(texts) / ours_s

@@ -66,3 +66,5 @@ class ShardReport:
     device: str
     engine: Mapping[str, Any] = field(default_factory=dict)
     """``EngineStats.as_dict()``: padding efficiency, tokens/s, OOM splits, wait and compute time."""
+    input_snapshot: str | None = None
+    """The snapshot this shard was actually read at, when it differs from the run's (a lost snapshot)."""

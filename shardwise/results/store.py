@@ -88,6 +88,25 @@ class ResultStore:
             else:
                 conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))
 
+    def ensure_ledger(self) -> None:
+        """Create the ledger tables only; the results table waits until its key type is known."""
+        with self._writing("create the ledger") as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(query("postgresql", "schema_lock"))
+            ledger.create_ledger(conn)
+
+    def existing_key_type(self) -> KeyType | None:
+        """The key type of the results table as it exists in the database, or None if it does not exist."""
+        with self._reading("inspect the results table") as conn:
+            insp = sa.inspect(conn)
+            if not insp.has_table(self.table.name, schema=self.table.schema):
+                return None
+            columns = {
+                c["name"]: c["type"] for c in insp.get_columns(self.table.name, schema=self.table.schema)
+            }
+        key = columns.get("source_key")
+        return "int" if isinstance(key, sa.Integer) else "text" if key is not None else None
+
     def start_run(self, run: RunRecord, plan: SourcePlan) -> SourcePlan:
         """Record a run and its pending shards, or resume it; returns the plan to execute.
 

@@ -137,7 +137,7 @@ class ShardWriter:
                 run.model_name,
                 run.model_version,
                 run.code_version,
-                run.source_snapshot,
+                report.input_snapshot or run.source_snapshot,
                 run.run_id,
                 self.shard_id,
                 now,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,6 +30,8 @@ class Footer:
 
     obj: ObjectInfo
     row_groups: tuple[RowGroup, ...]
+    key_type: Literal["int", "text"] | None = None
+    """How results store the key: set when the columns were checked."""
 
     @property
     def rows(self) -> int:
@@ -56,14 +58,17 @@ def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, text_column: str
                 f"{obj.key!r} is not a readable Parquet file ({exc}); remove it from the location "
                 "or point the location at the Parquet files only"
             ) from exc
+    key_type: Literal["int", "text"] | None = None
     if check:
-        _check_columns(obj, metadata.schema.to_arrow_schema(), key, text_column)
+        schema = metadata.schema.to_arrow_schema()
+        _check_columns(obj, schema, key, text_column)
+        key_type = "int" if pa.types.is_integer(schema.field(key).type) else "text"
     column = _leaf_index(metadata, key)
     groups = tuple(
         RowGroup(obj, i, metadata.row_group(i).num_rows, _null_count(metadata.row_group(i), column))
         for i in range(metadata.num_row_groups)
     )
-    return Footer(obj, groups)
+    return Footer(obj, groups, key_type)
 
 
 def _check_columns(obj: ObjectInfo, schema: pa.Schema, key: str, text_column: str) -> None:

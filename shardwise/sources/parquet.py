@@ -117,6 +117,7 @@ class ParquetSource:
         return {
             "location": self.identity,
             "key": self.key,
+            "key_type": _key_type(planned),
             "text_column": self.text_column,
             "shards": sizing[0],
             "rows_per_shard": sizing[1],
@@ -139,6 +140,17 @@ class ParquetSource:
                 f"plan (kind, location, key, text_column) = {given} does not match this source's {mine}; "
                 "read a plan with a source built with the same arguments as the one that planned it"
             )
+
+
+def _key_type(planned: Sequence[Footer]) -> str | None:
+    """``int`` or ``text`` for the results table's key; None when nothing is planned."""
+    kinds = {f.key_type for f in planned}
+    if len(kinds) > 1:
+        raise SourceError(
+            "the key column is an integer in some objects and text in others; results need one key "
+            "type, so rewrite the files with one type for the key column"
+        )
+    return kinds.pop() if kinds else None
 
 
 def plan_objects(plan: SourcePlan) -> list[tuple[str, str]]:

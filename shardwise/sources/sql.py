@@ -131,6 +131,7 @@ class SqlSource:
             "table": src.table.name,
             "schema": src.schema,
             "key": src.key.name,
+            "key_type": "int" if src.key_kind == "int" else "text",
             "text_column": src.text.name,
             "where": self._where,
         }

@@ -1,0 +1,47 @@
+"""Resolve connection names to URLs at run time, so parameters never hold a password.
+
+A parameter may be a URL or path as it is, or a name:
+
+* ``env:NAME``: the URL in environment variable ``NAME`` (set on the worker);
+* ``secret:NAME``: the value of the Prefect ``Secret`` block ``NAME``.
+
+The Prefect UI shows only the name; the URL is read where the flow runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from shardwise.errors import ConfigError
+
+__all__ = ["is_reference", "resolve"]
+
+
+def is_reference(value: str) -> bool:
+    return value.startswith(("env:", "secret:"))
+
+
+def resolve(value: str) -> str:
+    """The URL or path behind ``value``; a plain value comes back unchanged."""
+    if value.startswith("env:"):
+        name = value.removeprefix("env:")
+        found = os.environ.get(name)
+        if not found:
+            raise ConfigError(
+                f"connection {value!r} names environment variable {name!r}, which is not set where "
+                f"the flow runs; export {name}=<url> for the worker, or pass the URL itself"
+            )
+        return found
+    if value.startswith("secret:"):
+        name = value.removeprefix("secret:")
+        from prefect.blocks.system import Secret
+
+        try:
+            secret = Secret.load(name)
+        except ValueError as exc:
+            raise ConfigError(
+                f"connection {value!r} names Prefect Secret block {name!r}, which does not exist; "
+                f"create it with: prefect block create secret (name {name!r}), or pass the URL itself"
+            ) from exc
+        return str(secret.get())
+    return value

@@ -1,0 +1,83 @@
+"""The score flow's parameters: one pydantic model, so the Prefect UI renders a typed form."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from flows.connections import resolve
+from shardwise.errors import ConfigError
+from shardwise.pipeline import RunSpec
+from shardwise.sources import is_sql_url
+
+__all__ = ["ScoreParams"]
+
+
+class ScoreParams(BaseModel):
+    """What to score, with which model, and where the results go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(
+        description="Where the rows are: a database URL (postgresql+psycopg://..., sqlite:///...), a "
+        "Parquet folder, glob or s3://bucket/prefix, or a connection name: env:VAR or secret:BLOCK."
+    )
+    table: str | None = Field(None, description="Source table, for a database source ([schema.]name).")
+    key: str = Field("id", description="Key column: integer or text, unique per row.")
+    text_column: str = Field("text", description="Column holding the text to score.")
+    where: str | None = Field(
+        None, description="Optional SQL filter on the source table (trusted operator input)."
+    )
+    model: str = Field("minilm", description="Model: minilm, tiny, or a local encoder directory.")
+    results: str | None = Field(
+        None,
+        description="Results database URL or connection name; defaults to the source database "
+        "(required for a Parquet source).",
+    )
+    results_table: str = Field("shardwise_results", description="Results table name.")
+    shards: int | None = Field(None, ge=1, description="Exactly this many shards (else by rows_per_shard).")
+    rows_per_shard: int | None = Field(None, ge=1, description="Rows per shard (default 10000).")
+    only_new: bool = Field(
+        False, description="Score only rows with no result for this model version, or whose text changed."
+    )
+    max_tokens: int | None = Field(None, ge=1, description="Token budget per batch (device default).")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the model runs.")
+    resume: str | None = Field(None, description="Run id of a failed run to finish (uses its stored plan).")
+    triggered_by: str | None = Field(None, description="Event id, set by event triggers.")
+
+    @model_validator(mode="after")
+    def _one_sizing(self) -> ScoreParams:
+        if self.shards is not None and self.rows_per_shard is not None:
+            raise ValueError(
+                f"give shards ({self.shards}) or rows_per_shard ({self.rows_per_shard}), not both"
+            )
+        return self
+
+    def to_spec(self) -> RunSpec:
+        """Resolve connection names and defaults into an engine-level :class:`RunSpec`."""
+        source = resolve(self.source)
+        results = resolve(self.results) if self.results else None
+        if results is None:
+            if not is_sql_url(source):
+                raise ConfigError(
+                    f"a Parquet source needs a results database; pass results (e.g. sqlite:///results.db) "
+                    f"for source {self.source!r}"
+                )
+            results = source
+        return RunSpec(
+            source=source,
+            results=results,
+            results_table=self.results_table,
+            model=self.model,
+            table=self.table,
+            key=self.key,
+            text_column=self.text_column,
+            where=self.where,
+            shards=self.shards,
+            rows_per_shard=self.rows_per_shard,
+            only_new=self.only_new,
+            max_tokens=self.max_tokens,
+            device=self.device,
+            resume=self.resume,
+        )

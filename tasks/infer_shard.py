@@ -1,0 +1,62 @@
+"""``infer_shard``: one shard through the engine into the results store, as a retried Prefect task."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.runtime import task_run
+from prefect.tasks import exponential_backoff
+
+from shardwise.pipeline import PreparedRun, ShardOutcome, score_shard
+from shardwise.redact import redact
+from shardwise.sources import Shard
+from tasks.retry import retry_transient
+
+__all__ = ["infer_shard"]
+
+
+@task(
+    name="infer-shard",
+    task_run_name="shard-{shard.shard_id}",
+    retries=3,
+    retry_delay_seconds=exponential_backoff(backoff_factor=2),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=retry_transient,
+    # The ledger in the results database decides what is done; Prefect's cache must not.
+    cache_policy=NO_CACHE,
+)
+def infer_shard(prepared: PreparedRun, shard: Shard) -> ShardOutcome:
+    """Score ``shard`` unless the ledger says it is done; record a failed attempt before re-raising."""
+    logger = get_run_logger()
+    attempt = int(task_run.run_count or 1)
+    run_id = prepared.record.run_id
+    try:
+        outcome = score_shard(
+            source=prepared.source,
+            plan=prepared.plan,
+            shard=shard,
+            model=prepared.model,
+            store=prepared.store,
+            run=prepared.record,
+            attempt=attempt,
+            config=prepared.engine_config,
+        )
+    except Exception as exc:
+        message = redact(f"{type(exc).__name__}: {exc}")
+        prepared.store.mark_shard_failed(run_id, shard.shard_id, attempt, message)
+        logger.warning("shard %d attempt %d failed: %s", shard.shard_id, attempt, message)
+        raise
+    if outcome.skipped:
+        logger.info("shard %d was already done; skipped", shard.shard_id)
+    else:
+        logger.info(
+            "shard %d done: %d rows in, %d scored, %d dead letters, %.3f padding efficiency, %.0f rows/s%s",
+            shard.shard_id,
+            outcome.rows_in,
+            outcome.rows_out,
+            outcome.rows_failed,
+            outcome.engine.get("padding_efficiency", 1.0),
+            outcome.engine.get("rows_per_s", 0.0),
+            " (snapshot was gone: read at a fresh one, recorded in lineage)" if outcome.snapshot_lost else "",
+        )
+    return outcome

@@ -1,0 +1,26 @@
+"""Secrets never leave in text: URL passwords, secret parameters, AWS key ids."""
+
+from __future__ import annotations
+
+from shardwise.redact import redact, redact_mapping
+
+
+def test_url_password_is_masked() -> None:
+    got = redact("could not connect to postgresql+psycopg://app:s3cr3t@db:5432/prod")
+    assert "s3cr3t" not in got and "postgresql+psycopg://app:***@db:5432/prod" in got
+
+
+def test_secret_query_parameters_and_aws_keys_are_masked() -> None:
+    got = redact("https://b.s3/x?X-Amz-Signature=abc123&a=1 key AKIAABCDEFGHIJKLMNOP password=hunter2")
+    assert "abc123" not in got and "ABCDEFGHIJKLMNOP" not in got and "hunter2" not in got
+    assert "a=1" in got
+
+
+def test_nested_mapping() -> None:
+    got = redact_mapping({"source": "postgresql://u:pw@h/d", "opts": {"list": ["sqlite:///x", "s3://u:k@b"]}})
+    assert got == {"source": "postgresql://u:***@h/d", "opts": {"list": ["sqlite:///x", "s3://u:***@b"]}}
+
+
+def test_text_without_secrets_is_unchanged() -> None:
+    text = "column 'txt' not in table 'docs'; columns are: id, text"
+    assert redact(text) == text
