@@ -1,7 +1,7 @@
 """The ``shardwise`` command line.
 
-It sits beside the flows because it is an entry point, like a deployment:
-it reads the environment, picks the device, and starts work. The engine in
+It sits beside the flows because it is an entry point, like a deployment: it
+reads the environment, picks the device, and starts flows. The engine in
 ``shardwise/`` stays free of both.
 """
 
@@ -17,40 +17,117 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; return the process exit code."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    _quiet_environment()
+    """Run one subcommand; return the process exit code (0 ok, 1 run failed, 2 bad input)."""
+    args = _parser().parse_args(argv)
+    _environment_defaults()
+    from pydantic import ValidationError
+
     from shardwise.errors import ShardwiseError
+    from shardwise.redact import redact
 
     try:
         return int(args.handler(args))
-    except ShardwiseError as exc:
-        print(f"shardwise: error: {exc}", file=sys.stderr)
+    except (ShardwiseError, ValidationError) as exc:
+        print(f"shardwise: error: {redact(str(exc))}", file=sys.stderr)
         return 2
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shardwise", description="Batch inference over tables.")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="score a source table into a results table (a Prefect flow run)")
+    _source_arguments(run)
+    run.add_argument("--results", help="results database URL (default: the source database)")
+    run.add_argument("--results-table", default="shardwise_results")
+    run.add_argument("--max-tokens", type=int, help="token budget per batch (device default)")
+    run.add_argument("--resume", metavar="RUN_ID", help="finish a failed run with its stored plan")
+    run.set_defaults(handler=_run)
+
+    plan = commands.add_parser("plan", help="dry run: shards, rows, estimated tokens, what --only-new skips")
+    _source_arguments(plan)
+    plan.add_argument("--results", help="results database URL (for --only-new; default: the source)")
+    plan.add_argument("--results-table", default="shardwise_results")
+    plan.set_defaults(handler=_plan)
+
     demo = commands.add_parser(
-        "demo", help="score text harvested from the standard library, end to end on local files"
+        "demo", help="build a SQLite table and Parquet files from harvested text, score both"
     )
     demo.add_argument("--workdir", type=Path, default=Path("shardwise-work"), help="where files are written")
     demo.add_argument(
         "--model", default=None, help="catalogue name or model directory (default: minilm, or tiny)"
     )
     demo.add_argument("--rows", type=int, default=2000, help="how many texts to harvest")
-    demo.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    demo.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     demo.set_defaults(handler=_demo)
     return parser
 
 
-def _quiet_environment() -> None:
-    # Weights are always local; never let a library reach for a hub.
+def _source_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--source", required=True, help="database URL, Parquet path/glob, or s3://bucket/prefix"
+    )
+    parser.add_argument("--table", help="source table, for a database source")
+    parser.add_argument("--key", default="id", help="key column (integer or text)")
+    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--where", help="SQL filter on the source table")
+    parser.add_argument("--model", default="minilm", help="minilm, tiny, or a local encoder directory")
+    sizing = parser.add_mutually_exclusive_group()
+    sizing.add_argument("--shards", type=int, help="exactly this many shards")
+    sizing.add_argument("--rows-per-shard", type=int, help="about this many rows per shard (default 10000)")
+    parser.add_argument("--only-new", action="store_true", help="only rows without a current result")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+
+
+def _environment_defaults() -> None:
+    # Weights are always local: never let a library reach for a hub.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # A cold ephemeral Prefect server needs longer than the default 20 s to start.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def _params(args: argparse.ArgumentParser | argparse.Namespace, **extra: object):  # -> ScoreParams
+    from flows.params import ScoreParams
+
+    return ScoreParams(
+        source=args.source,
+        table=args.table,
+        key=args.key,
+        text_column=args.text_column,
+        where=args.where,
+        model=args.model,
+        results=args.results,
+        results_table=args.results_table,
+        shards=args.shards,
+        rows_per_shard=args.rows_per_shard,
+        only_new=args.only_new,
+        device=args.device,
+        **extra,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from flows.run import preflight, run_and_report
+
+    params = _params(args, max_tokens=args.max_tokens, resume=args.resume)
+    preflight(params)
+    return 0 if run_and_report(params) else 1
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from flows.run import print_plan
+
+    print_plan(_params(args))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from flows.demo import run_demo
+
+    return 0 if run_demo(args.workdir, args.model or _default_model(), args.rows, args.device) else 1
 
 
 def _default_model() -> str:
@@ -59,13 +136,6 @@ def _default_model() -> str:
     except ImportError:
         return "tiny"
     return "minilm"
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from flows.demo import run_demo
-
-    run_demo(args.workdir, args.model or _default_model(), args.rows, args.device)
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,44 +1,72 @@
-"""``shardwise demo``: build a small input from harvested text, score it, and say where the results are."""
+"""``shardwise demo``: the main job end to end on embedded defaults.
+
+It harvests docstring paragraphs from the installed standard library (no text
+ships with the repository), writes them to a SQLite table and to local Parquet
+files, adds a few bad rows, and scores both sources with the ``score`` flow on
+Prefect's ephemeral server. Results land in SQLite; it prints where.
+"""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import polars as pl
 
-from models import get_spec
-from shardwise import Engine, resolve_device
+from flows.params import ScoreParams
+from flows.run import run_and_report
 from shardwise.corpus import harvest_docstrings
 
 __all__ = ["run_demo"]
 
+_BAD_ROWS = [(-1, None), (-2, ""), (-3, "   ")]
 
-def run_demo(workdir: Path, model_name: str, rows: int, device: str) -> Path:
-    """Write ``docs.parquet`` under ``workdir``, score it, write ``results.parquet``; return its path."""
+
+def run_demo(workdir: Path, model: str, rows: int, device: str) -> bool:
+    """Build the inputs under ``workdir``, score them, print where the results are; False on failure."""
+    workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     texts = harvest_docstrings(rows)
-    source = workdir / "docs.parquet"
-    pl.DataFrame({"id": range(len(texts)), "text": texts}).write_parquet(source)
-    print(f"input: {len(texts)} docstring paragraphs from the standard library -> {source}")
+    database = workdir / "shardwise.db"
+    parquet = workdir / "docs-parquet"
+    _write_sqlite(database, texts)
+    _write_parquet(parquet, texts)
+    print(f"inputs: {len(texts)} docstring paragraphs (+{len(_BAD_ROWS)} bad rows) in {database} table docs")
+    print(f"        and {parquet}/ as Parquet files")
 
-    model = get_spec(model_name).load(resolve_device(device))
-    frame = pl.read_parquet(source)
-    run = Engine(model).run(zip(frame["id"], frame["text"], strict=True))
-    results = list(run)
-    out = workdir / "results.parquet"
-    pl.DataFrame(
-        {
-            "id": [r.key for r in results],
-            "embedding": [r.values["embedding"].tolist() if r.values else None for r in results],
-            "truncated": [r.truncated for r in results],
-            "error": [None if r.ok else str(r.error) for r in results],
-            "model_version": model.version,
-        }
-    ).write_parquet(out)
-    stats = run.stats
-    print(
-        f"scored {stats.rows - stats.rows_failed}/{stats.rows} rows with {model.name} on {model.device}: "
-        f"{stats.rows_per_s:.0f} rows/s, padding efficiency {stats.padding_efficiency:.3f}"
+    url = f"sqlite:///{database}"
+    common = {"model": model, "device": device, "rows_per_shard": max(100, rows // 4)}
+    sql_run = run_and_report(
+        ScoreParams(source=url, table="docs", results_table="docs_scores", **common)  # type: ignore[arg-type]
     )
-    print(f"results: {out}")
-    return out
+    parquet_run = run_and_report(
+        ScoreParams(source=str(parquet), results=url, results_table="docs_parquet_scores", **common)  # type: ignore[arg-type]
+    )
+    if not (sql_run and parquet_run):
+        return False
+    print(f"\nresults: {database}")
+    print("  tables docs_scores and docs_parquet_scores; lineage in shardwise_runs, shardwise_shards;")
+    print("  bad rows in shardwise_errors. Try:")
+    print(f"  sqlite3 {database} 'select run_id, status, rows_out, rows_failed from shardwise_runs'")
+    return True
+
+
+def _write_sqlite(path: Path, texts: list[str]) -> None:
+    path.unlink(missing_ok=True)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "create table docs (id integer primary key, text text, updated_at text default current_timestamp)"
+        )
+        conn.executemany("insert into docs (id, text) values (?, ?)", [*enumerate(texts), *_BAD_ROWS])
+    conn.close()
+
+
+def _write_parquet(folder: Path, texts: list[str]) -> None:
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("*.parquet"):
+        old.unlink()
+    ids = list(range(len(texts))) + [key for key, _ in _BAD_ROWS]
+    frame = pl.DataFrame({"id": ids, "text": [*texts, *(text for _, text in _BAD_ROWS)]})
+    half = frame.height // 2
+    frame.slice(0, half).write_parquet(folder / "part-0000.parquet", row_group_size=250)
+    frame.slice(half).write_parquet(folder / "part-0001.parquet", row_group_size=250)

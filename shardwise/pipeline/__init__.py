@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from shardwise.pipeline.run import PreparedRun, RunSpec, finish_run, open_run_source, prepare_run
+from shardwise.pipeline.dryrun import PlanPreview, preview_plan
+from shardwise.pipeline.run import PreparedRun, RunSpec, finish_run, open_run_source, plan_source, prepare_run
 from shardwise.pipeline.shard import ShardOutcome, score_shard
 
 __all__ = [
+    "PlanPreview",
     "PreparedRun",
     "RunSpec",
     "ShardOutcome",
     "finish_run",
     "open_run_source",
+    "plan_source",
     "prepare_run",
+    "preview_plan",
     "score_shard",
 ]

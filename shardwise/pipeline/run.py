@@ -30,7 +30,7 @@ from shardwise.sources import (
 )
 from shardwise.sources.base import Shard
 
-__all__ = ["PreparedRun", "RunSpec", "finish_run", "open_run_source", "prepare_run"]
+__all__ = ["PreparedRun", "RunSpec", "finish_run", "open_run_source", "plan_source", "prepare_run"]
 
 ModelLoader = Callable[[str, torch.device], Model]
 
@@ -107,9 +107,7 @@ def prepare_run(
     model = load_model(spec.model, resolve_device(spec.device))
     source = open_run_source(spec)
     try:
-        plan = source.plan(
-            shards=spec.shards, rows_per_shard=spec.rows_per_shard, new_only=_new_only(spec, source, model)
-        )
+        plan = plan_source(spec, source, model)
         store = ResultStore(spec.results, spec.results_table, model.outputs, _key_type(plan, spec, model))
     except BaseException:
         source.close()
@@ -140,6 +138,13 @@ def prepare_run(
     return PreparedRun(record, plan, source, store, model, config, todo, done)
 
 
+def plan_source(spec: RunSpec, source: Source, model: Model) -> SourcePlan:
+    """Plan ``source`` as ``spec`` asks; with only-new, leave out what ``model`` already scored."""
+    return source.plan(
+        shards=spec.shards, rows_per_shard=spec.rows_per_shard, new_only=_new_only(spec, source, model)
+    )
+
+
 def finish_run(prepared: PreparedRun, failed_shards: list[int]) -> RunCounts:
     """Close the run in the ledger; on success, remember which Parquet objects are now scored."""
     status: Literal["completed", "failed"] = "failed" if failed_shards else "completed"
@@ -157,7 +162,6 @@ def _new_only(spec: RunSpec, source: Source, model: Model) -> NewOnly | None:
     if isinstance(source, ParquetSource):
         # The ledger alone answers "which objects were seen"; the key type does not matter to it.
         with ResultStore(spec.results, spec.results_table, model.outputs, "text") as ledger:
-            ledger.ensure_ledger()
             seen = ledger.seen_objects(source.identity)
         return NewOnly(model.version, spec.results_table, seen)
     return NewOnly(model.version, spec.results_table)

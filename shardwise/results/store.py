@@ -168,6 +168,8 @@ class ResultStore:
     def seen_objects(self, source_identity: str) -> frozenset[tuple[str, str]]:
         """(object key, ETag) pairs of Parquet objects that completed runs scored from this source."""
         with self._reading("read seen objects") as conn:
+            if not sa.inspect(conn).has_table("shardwise_objects"):
+                return frozenset()  # no ledger yet: nothing was seen (and a dry run creates nothing)
             return ledger.seen_objects(conn, source_identity)
 
     def record_objects(self, run_id: str, source_identity: str, objects: Iterable[tuple[str, str]]) -> None:

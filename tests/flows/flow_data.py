@@ -1,0 +1,62 @@
+"""Build source tables and Parquet objects for the flow tests, and read back what a run wrote."""
+
+from __future__ import annotations
+
+import io
+import random
+from typing import Any
+
+import polars as pl
+import sqlalchemy as sa
+
+from shardwise.corpus import harvest_docstrings
+
+BAD_ROWS: list[tuple[int, Any]] = [(900_001, None), (900_002, ""), (900_003, "  \t ")]
+LINEAGE = (
+    "model_name",
+    "model_version",
+    "input_fingerprint",
+    "code_version",
+    "run_id",
+    "shard_id",
+    "scored_at",
+)
+
+
+def texts(n: int, seed: int = 0) -> list[str]:
+    """``n`` real paragraphs: standard-library docstrings, shuffled deterministically and cycled."""
+    pool = harvest_docstrings(3000)
+    rng = random.Random(seed)
+    return [pool[rng.randrange(len(pool))] + ("" if i < len(pool) else f" (copy {i})") for i in range(n)]
+
+
+def make_docs(url: str, n: int, *, bad: bool = True, table: str = "docs") -> list[tuple[int, Any]]:
+    """Create ``table(id, text)`` with ``n`` good rows (ids 0..n-1) and, optionally, the bad rows."""
+    rows: list[tuple[int, Any]] = list(enumerate(texts(n)))
+    if bad:
+        rows += BAD_ROWS
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"create table {table} (id bigint primary key, text text)"))
+        conn.execute(
+            sa.text(f"insert into {table} (id, text) values (:id, :text)"),
+            [{"id": k, "text": t} for k, t in rows],
+        )
+    engine.dispose()
+    return rows
+
+
+def execute(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(sa.text(sql), params or {})
+            return [tuple(r) for r in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def parquet_bytes(ids: list[int], values: list[Any], row_group_size: int = 100) -> bytes:
+    buffer = io.BytesIO()
+    pl.DataFrame({"id": ids, "text": values}).write_parquet(buffer, row_group_size=row_group_size)
+    return buffer.getvalue()

@@ -1,0 +1,60 @@
+"""The ``shardwise`` command line: run, plan, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import pytest
+from flow_data import execute, make_docs
+
+from flows.cli import main
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_run_then_plan_reports_what_only_new_would_skip(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_docs(sqlite_url, 120)
+    code = main(["run", "--source", sqlite_url, "--table", "docs", "--model", "tiny", "--shards", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "completed: 120 rows scored" in out and "3 dead letters" in out
+    run_id = execute(sqlite_url, "select run_id from shardwise_runs")[0][0]
+    assert f"run {run_id}" in out
+
+    execute(sqlite_url, "insert into docs (id, text) values (5000, 'a brand new row')")
+    assert main(["plan", "--source", sqlite_url, "--table", "docs", "--model", "tiny", "--shards", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "2 shards, 124 rows to score" in out
+    assert "estimated tokens:" in out
+    assert "--only-new would skip 120 rows" in out
+
+
+def test_unknown_table_is_a_clear_error_before_anything_runs(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_docs(sqlite_url, 5)
+    code = main(["run", "--source", sqlite_url, "--table", "dosc", "--model", "tiny"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "'dosc'" in err and "docs" in err
+
+
+def test_unknown_model_lists_the_catalogue(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    make_docs(sqlite_url, 5)
+    code = main(["run", "--source", sqlite_url, "--table", "docs", "--model", "gpt-9"])
+    assert code == 2 and "known models: minilm, tiny" in capsys.readouterr().err
+
+
+def test_password_never_reaches_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "plan",
+            "--source",
+            "postgresql+psycopg://app:hunter2@127.0.0.1:1/nowhere",
+            "--table",
+            "t",
+            "--model",
+            "tiny",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "hunter2" not in err

@@ -1,0 +1,64 @@
+"""One snapshot per run on PostgreSQL, through the whole pipeline (no orchestrator needed)."""
+
+from __future__ import annotations
+
+import pytest
+from flow_data import execute, make_docs
+
+from shardwise.pipeline import RunSpec, finish_run, prepare_run, score_shard
+from tasks.models import load_model
+
+pytestmark = pytest.mark.postgres
+
+
+def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str) -> None:
+    make_docs(pg_url, 400, bad=False)
+    spec = RunSpec(source=pg_url, results=pg_url, results_table="scores", table="docs", shards=4)
+    prepared = prepare_run(spec, run_id="run-snap", started_by="test", parameters={}, load_model=load_model)
+    try:
+        execute(pg_url, "insert into docs (id, text) values (10000, 'inserted while the run was going')")
+        execute(pg_url, "update docs set text = 'edited while running' where id = 0")
+        for shard in prepared.todo:
+            outcome = score_shard(
+                source=prepared.source,
+                plan=prepared.plan,
+                shard=shard,
+                model=prepared.model,
+                store=prepared.store,
+                run=prepared.record,
+                attempt=1,
+            )
+            assert not outcome.snapshot_lost
+        counts = finish_run(prepared, [])
+    finally:
+        prepared.close()
+    assert counts.rows_out == 400
+    assert execute(pg_url, "select count(*) from scores where source_key = 10000") == [(0,)]
+    fingerprint = execute(pg_url, "select input_fingerprint from scores where source_key = 0")[0][0]
+    assert fingerprint != execute(pg_url, "select md5(text) from docs where id = 0")[0][0], (
+        "read the old text"
+    )
+    snapshots = execute(pg_url, "select distinct input_snapshot from scores")
+    assert len(snapshots) == 1 and snapshots[0][0] == prepared.plan.snapshot
+
+
+def test_a_shard_scored_twice_is_merged_once(pg_url: str) -> None:
+    make_docs(pg_url, 100, bad=True)
+    spec = RunSpec(source=pg_url, results=pg_url, results_table="scores", table="docs", shards=1)
+    prepared = prepare_run(spec, run_id="run-twice", started_by="test", parameters={}, load_model=load_model)
+    try:
+        args = dict(
+            source=prepared.source,
+            plan=prepared.plan,
+            shard=prepared.todo[0],
+            model=prepared.model,
+            store=prepared.store,
+            run=prepared.record,
+        )
+        first = score_shard(attempt=1, **args)
+        second = score_shard(attempt=2, **args)
+    finally:
+        prepared.close()
+    assert not first.skipped and second.skipped
+    assert execute(pg_url, "select count(*) from scores") == [(100,)]
+    assert execute(pg_url, "select count(*) from shardwise_errors") == [(3,)]
