@@ -73,7 +73,8 @@ def synthetic_table(url: str, rows: int) -> None:
         conn.execute(
             sa.text(
                 "create table docs as select i::bigint as id, "
-                "'row ' || i || ' ' || repeat('alpha beta gamma ', 1 + (i * 7919) % 40) as text "
+                "'row ' || i || ' ' || "
+                "repeat('alpha beta gamma ', 1 + ((i::bigint * 7919) % 40)::int) as text "
                 "from generate_series(1, :n) as i"
             ),
             {"n": rows},
@@ -150,8 +151,9 @@ def memory(args: argparse.Namespace) -> dict:
             [sys.executable, __file__, "--one-memory-run", str(rows), "--admin-url", args.admin_url],
             capture_output=True,
             text=True,
-            check=True,
         )
+        if proc.returncode:
+            raise SystemExit(f"the {rows}-row run failed:\n{proc.stderr[-3000:]}")
         measured = json.loads(proc.stdout.strip().splitlines()[-1])
         out[str(rows)] = measured
         print(

@@ -141,3 +141,17 @@ def test_transient_error_is_retried(sqlite_url: str, monkeypatch: pytest.MonkeyP
     assert ok and summary["rows_out"] == 100
     assert calls == [1, 2]
     assert execute(sqlite_url, "select status, attempts from shardwise_shards") == [("done", 2)]
+
+
+def test_local_parquet_folder_end_to_end(tmp_path, sqlite_url: str) -> None:
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    body = texts(180)
+    (folder / "part-0.parquet").write_bytes(parquet_bytes(list(range(100)), body[:100], row_group_size=50))
+    (folder / "part-1.parquet").write_bytes(
+        parquet_bytes(list(range(100, 180)), [*body[100:179], None], row_group_size=40)
+    )
+    (folder / "_SUCCESS").write_text("")
+    ok, summary = _run(source=str(folder), results=sqlite_url, shards=3)
+    assert ok and (summary["rows_out"], summary["rows_failed"], summary["shards"]) == (179, 1, 3)
+    assert execute(sqlite_url, "select count(distinct shard_id) from shardwise_results") == [(3,)]
