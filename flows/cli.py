@@ -50,6 +50,17 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--results-table", default="shardwise_results")
     plan.set_defaults(handler=_plan)
 
+    serve = commands.add_parser(
+        "serve", help="serve the prefect.yaml deployments from this process (no worker)"
+    )
+    serve.add_argument(
+        "--prefect-yaml", type=Path, default=None, help="deployments file (default: the checkout's)"
+    )
+    serve.set_defaults(handler=_serve)
+
+    deploy = commands.add_parser("deploy", help="create the process work pool and deploy prefect.yaml to it")
+    deploy.set_defaults(handler=_deploy)
+
     demo = commands.add_parser(
         "demo", help="build a SQLite table and Parquet files from harvested text, score both"
     )
@@ -128,6 +139,19 @@ def _demo(args: argparse.Namespace) -> int:
     from flows.demo import run_demo
 
     return 0 if run_demo(args.workdir, args.model or _default_model(), args.rows, args.device) else 1
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from flows.serving import serve_deployments
+
+    serve_deployments(args.prefect_yaml)
+    return 0
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from flows.serving import deploy_deployments
+
+    return deploy_deployments()
 
 
 def _default_model() -> str:

@@ -44,6 +44,14 @@ class ScoreParams(BaseModel):
     max_tokens: int | None = Field(None, ge=1, description="Token budget per batch (device default).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the model runs.")
     resume: str | None = Field(None, description="Run id of a failed run to finish (uses its stored plan).")
+    dry_run: bool = Field(
+        False, description="Only plan: report shards, rows, estimated tokens and what only-new skips."
+    )
+    source_name: str | None = Field(
+        None,
+        description="Name of the source in events (shardwise.source.<name>); defaults to the table "
+        "or the last path component.",
+    )
     triggered_by: str | None = Field(None, description="Event id, set by event triggers.")
 
     @model_validator(mode="after")
@@ -53,6 +61,15 @@ class ScoreParams(BaseModel):
                 f"give shards ({self.shards}) or rows_per_shard ({self.rows_per_shard}), not both"
             )
         return self
+
+    def event_name(self) -> str:
+        """The source's name in events: ``source_name``, else the table, else the location's last part."""
+        if self.source_name:
+            return self.source_name
+        if self.table:
+            return self.table.rsplit(".", 1)[-1].lower()
+        tail = self.source.rstrip("/").rsplit("/", 1)[-1]
+        return tail.split(":", 1)[-1].lower() or "source"
 
     def to_spec(self) -> RunSpec:
         """Resolve connection names and defaults into an engine-level :class:`RunSpec`."""

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from flows.params import ScoreParams
-from shardwise.errors import ConfigError
-from shardwise.model import Model
-from shardwise.pipeline import RunSpec, open_run_source, plan_source, preview_plan
+from shardwise.pipeline import open_run_source
 from shardwise.redact import redact
-from shardwise.sources import Source, SourcePlan
 
 __all__ = ["preflight", "print_plan", "run_and_report"]
 
@@ -48,36 +44,16 @@ def run_and_report(params: ScoreParams) -> dict[str, Any] | None:
 
 def print_plan(params: ScoreParams) -> None:
     """Print the shard count, rows per shard, estimated tokens and what --only-new would skip."""
-    from shardwise.device import resolve_device
-    from tasks.models import load_model
+    from tasks.dry_run import plan_report
 
-    spec = params.to_spec()
-    model = load_model(spec.model, resolve_device(spec.device))
-    source = open_run_source(spec)
-    try:
-        plan = plan_source(spec, source, model)
-        preview = preview_plan(source, plan, model)
-        skipped = _only_new_skips(spec, source, model, plan)
-    finally:
-        source.close()
-    sizes = [s.expected_rows for s in plan.shards]
-    print(f"source {plan.identity} (snapshot {plan.snapshot or 'none'})")
-    print(f"{len(sizes)} shards, {plan.expected_rows} rows to score")
-    if sizes:
-        print(f"rows per shard: min {min(sizes)}, max {max(sizes)}, mean {sum(sizes) / len(sizes):.0f}")
+    report = plan_report(params.to_spec())
+    print(f"source {report['source']} (snapshot {report['snapshot']})")
+    print(f"{report['shards']} shards, {report['rows']} rows to score")
+    if report["shards"]:
+        print(f"rows per shard: {report['rows_per_shard_min']} to {report['rows_per_shard_max']}")
     print(
-        f"estimated tokens: {preview.estimated_tokens} ({preview.tokens_per_row:.1f} per row over "
-        f"{preview.sampled_rows} sampled rows, model {model.name})"
+        f"estimated tokens: {report['estimated_tokens']} ({report['tokens_per_row']} per row, "
+        f"model {report['model']})"
     )
-    print(f"--only-new {'skips' if spec.only_new else 'would skip'} {skipped}")
-
-
-def _only_new_skips(spec: RunSpec, source: Source, model: Model, plan: SourcePlan) -> str:
-    """How many rows already have a current result, phrased for the dry run."""
-    if not spec.only_new:
-        try:
-            spec = dataclasses.replace(spec, only_new=True)
-        except ConfigError as exc:
-            return f"(cannot tell: {exc})"
-        plan = plan_source(spec, source, model)
-    return f"{int(plan.params.get('skipped_rows') or 0)} rows that already have a current result"
+    verb = "skips" if report["only_new"] else "would skip"
+    print(f"--only-new {verb} {report['rows_already_scored']} rows that already have a current result")

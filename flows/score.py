@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.futures import wait
-from prefect.runtime import deployment, flow_run
+from prefect.futures import as_completed
+from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import unmapped
 
+from flows.origin import started_by
 from flows.params import ScoreParams
 from shardwise.pipeline import PreparedRun, ShardOutcome, finish_run
 from shardwise.redact import redact, redact_mapping
 from tasks import infer_shard, plan_run
+from tasks.artifacts import Progress, publish_run
+from tasks.dry_run import dry_run
+from tasks.events import emit_run_finished
 
 __all__ = ["score"]
 
@@ -29,30 +34,38 @@ def score(params: ScoreParams) -> State:
     Failed, naming its failed shards, if any shard still fails after its
     retries; finished shards stay merged, and ``resume`` finishes the rest.
     """
+    if params.dry_run:
+        report = dry_run(params.to_spec())
+        return Completed(message=f"dry run: {report['shards']} shards, {report['rows']} rows", data=report)
     logger = get_run_logger()
+    started = time.perf_counter()
     run_id = str(flow_run.id or uuid.uuid4())
     parameters = redact_mapping(params.model_dump())
-    prepared = plan_run(params.to_spec(), run_id, _started_by(params), parameters)
+    prepared = plan_run(params.to_spec(), run_id, started_by(params), parameters)
+    outcomes: list[ShardOutcome] = []
+    failed: dict[int, str] = {}
     try:
+        progress = Progress(len(prepared.todo))
         futures = infer_shard.map(unmapped(prepared), prepared.todo)
-        wait(futures)
-        outcomes: list[ShardOutcome] = []
-        failed: dict[int, str] = {}
-        for shard, future in zip(prepared.todo, futures, strict=True):
+        shard_of = {
+            future.task_run_id: shard.shard_id for future, shard in zip(futures, prepared.todo, strict=True)
+        }
+        for future in as_completed(futures):
             result = future.result(raise_on_failure=False)
             if isinstance(result, ShardOutcome):
                 outcomes.append(result)
             else:
-                failed[shard.shard_id] = redact(f"{type(result).__name__}: {result}")
+                failed[shard_of[future.task_run_id]] = redact(f"{type(result).__name__}: {result}")
+            progress.advance()
         counts = finish_run(prepared, sorted(failed))
     finally:
         prepared.close()
-    summary = _summary(prepared, outcomes, dataclasses.asdict(counts))
+    summary = _summary(prepared, outcomes, dataclasses.asdict(counts), time.perf_counter() - started)
+    publish_run(summary, outcomes, failed)
+    emit_run_finished(summary, params.event_name())
     if failed:
         listed = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(failed.items()))
-        logger.error(
-            "run %s failed: %d shard(s) failed after retries: %s", prepared.record.run_id, len(failed), listed
-        )
+        logger.error("run %s failed: %d shard(s) failed after retries: %s", run_id, len(failed), listed)
         return Failed(message=f"{len(failed)} shard(s) failed after retries: {listed}", data=summary)
     logger.info(
         "run %s completed: %d rows scored, %d dead letters, %d shards",
@@ -64,19 +77,23 @@ def score(params: ScoreParams) -> State:
     return Completed(message=f"scored {summary['rows_out']} rows", data=summary)
 
 
-def _started_by(params: ScoreParams) -> str:
-    if params.triggered_by:
-        return f"event:{params.triggered_by}"
-    name = deployment.name
-    return f"deployment:{name}" if name else "cli"
-
-
-def _summary(prepared: PreparedRun, outcomes: list[ShardOutcome], counts: dict[str, Any]) -> dict[str, Any]:
+def _summary(
+    prepared: PreparedRun, outcomes: list[ShardOutcome], counts: dict[str, Any], wall_s: float
+) -> dict[str, Any]:
+    record = prepared.record
+    real = sum(int(o.engine.get("real_tokens", 0)) for o in outcomes)
+    padded = sum(int(o.engine.get("padded_tokens", 0)) for o in outcomes)
+    rows = sum(o.rows_in for o in outcomes)
     return {
-        "run_id": prepared.record.run_id,
-        "results_table": prepared.record.results_table,
+        "run_id": record.run_id,
+        "status": "failed" if counts["shards_failed"] else "completed",
+        "started_by": record.started_by,
+        "results_table": record.results_table,
+        "source": record.source_identity,
+        "snapshot": record.source_snapshot,
         "model": prepared.model.name,
-        "model_version": prepared.model.version,
+        "model_version": record.model_version,
+        "code_version": record.code_version,
         "shards": len(prepared.plan.shards),
         "shards_skipped": len(prepared.done_before) + sum(o.skipped for o in outcomes),
         **counts,
@@ -84,4 +101,8 @@ def _summary(prepared: PreparedRun, outcomes: list[ShardOutcome], counts: dict[s
         "updated": sum(o.merge.updated for o in outcomes if o.merge),
         "unchanged": sum(o.merge.unchanged for o in outcomes if o.merge),
         "oom_splits": sum(int(o.engine.get("oom_splits", 0)) for o in outcomes),
+        "padding_efficiency": real / padded if padded else 1.0,
+        "rows_per_s": rows / wall_s if wall_s > 0 else 0.0,
+        "tokens_per_s": real / wall_s if wall_s > 0 else 0.0,
+        "wall_s": wall_s,
     }

@@ -1,0 +1,70 @@
+"""The deployments in ``prefect.yaml``, as the one place that defines them.
+
+``prefect deploy --all`` reads the file for a work pool and a worker;
+``shardwise serve`` reads the same file and serves every deployment from one
+process (no worker), for a single box.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shardwise.errors import ConfigError
+
+__all__ = ["PREFECT_YAML", "load_deployment_configs", "load_entrypoint", "runner_deployments"]
+
+PREFECT_YAML = Path(__file__).resolve().parents[1] / "prefect.yaml"
+
+
+def load_deployment_configs(path: Path = PREFECT_YAML) -> list[dict[str, Any]]:
+    """The ``deployments`` list of ``prefect.yaml``, YAML anchors resolved."""
+    if not path.is_file():
+        raise ConfigError(f"no prefect.yaml at {path}; run from a Shardwise checkout or pass its path")
+    data = yaml.safe_load(path.read_text()) or {}
+    deployments = data.get("deployments")
+    if not isinstance(deployments, list):
+        raise ConfigError(f"{path} has no deployments list; see README.md for the expected layout")
+    return deployments
+
+
+def load_entrypoint(entrypoint: str) -> Any:
+    """The flow object behind ``path/to/file.py:name`` (a repository-relative file of a package)."""
+    file_part, _, name = entrypoint.partition(":")
+    module = importlib.import_module(file_part.removesuffix(".py").replace("/", "."))
+    try:
+        return getattr(module, name)
+    except AttributeError as exc:
+        raise ConfigError(f"entrypoint {entrypoint!r}: module has no {name!r}") from exc
+
+
+def runner_deployments(path: Path = PREFECT_YAML) -> list[Any]:
+    """Every deployment of ``prefect.yaml`` as an object :func:`prefect.serve` accepts."""
+    from prefect.events import DeploymentEventTrigger
+    from prefect.schedules import Cron
+
+    out = []
+    for config in load_deployment_configs(path):
+        flow = load_entrypoint(config["entrypoint"])
+        schedules = [
+            Cron(s["cron"], timezone=s.get("timezone"), active=s.get("active", True))
+            for s in config.get("schedules") or []
+        ]
+        triggers = [
+            DeploymentEventTrigger(**{k: v for k, v in t.items() if k != "type"})
+            for t in config.get("triggers") or []
+        ]
+        out.append(
+            flow.to_deployment(
+                name=config["name"],
+                description=config.get("description"),
+                parameters=config.get("parameters") or {},
+                schedules=schedules or None,
+                triggers=triggers or None,
+                concurrency_limit=config.get("concurrency_limit"),
+            )
+        )
+    return out

@@ -1,0 +1,128 @@
+"""What a run shows in the Prefect UI: a summary, a table per shard, and live progress.
+
+Everything here is built from figures already computed by the engine and the
+store; nothing holds a secret (sources appear by their password-free identity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+
+from shardwise.pipeline import ShardOutcome
+
+__all__ = ["Progress", "publish_plan", "publish_run"]
+
+
+class Progress:
+    """A progress artifact moved forward as shards finish (0-100 %)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.finished = max(total, 1), 0
+        self.artifact_id: UUID = create_progress_artifact(  # type: ignore[assignment]
+            progress=0.0, key="shardwise-progress", description="Shards finished"
+        )
+
+    def advance(self) -> None:
+        self.finished += 1
+        update_progress_artifact(artifact_id=self.artifact_id, progress=100.0 * self.finished / self.total)
+
+
+def shard_rows(outcomes: Sequence[ShardOutcome]) -> list[dict[str, Any]]:
+    """One row per shard that ran in this flow run, for the table artifact."""
+    return [
+        {
+            "shard": o.shard_id,
+            "status": "already done" if o.skipped else "done",
+            "rows_in": o.rows_in,
+            "scored": o.rows_out,
+            "dead_letters": o.rows_failed,
+            "truncated": o.rows_truncated,
+            "wall_s": round(o.wall_s, 2),
+            "padding_efficiency": round(float(o.engine.get("padding_efficiency", 1.0)), 4),
+            "rows_per_s": round(float(o.engine.get("rows_per_s", 0.0)), 1),
+            "tokens_per_s": round(float(o.engine.get("tokens_per_s", 0.0)), 1),
+            "oom_splits": int(o.engine.get("oom_splits", 0)),
+        }
+        for o in sorted(outcomes, key=lambda o: o.shard_id)
+    ]
+
+
+def publish_run(
+    summary: Mapping[str, Any], outcomes: Sequence[ShardOutcome], failed: Mapping[int, str]
+) -> None:
+    """The run's markdown summary and its per-shard table."""
+    rows = shard_rows(outcomes)
+    create_table_artifact(key="shardwise-shards", table=rows, description="One row per shard")
+    create_markdown_artifact(key="shardwise-run", markdown=run_markdown(summary, rows, failed))
+
+
+def run_markdown(
+    summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], failed: Mapping[int, str]
+) -> str:
+    """A readable report: totals, engine figures, versions, per-shard wall time, and SQL to query it."""
+    run_id, table = summary["run_id"], summary["results_table"]
+    lines = [
+        f"# Shardwise run `{run_id}`",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| Status | **{summary['status']}** |",
+        f"| Rows scored | {summary['rows_out']} ({summary['inserted']} new, {summary['updated']} updated, "
+        f"{summary['unchanged']} unchanged) |",
+        f"| Dead letters | {summary['rows_failed']} |",
+        f"| Shards | {summary['shards_done']}/{summary['shards_total']} done, "
+        f"{summary['shards_failed']} failed |",
+        f"| Padding efficiency | {summary['padding_efficiency']:.3f} |",
+        f"| Rows/s | {summary['rows_per_s']:.1f} |",
+        f"| Tokens/s | {summary['tokens_per_s']:.1f} |",
+        f"| OOM splits | {summary['oom_splits']} |",
+        f"| Model | {summary['model']} `{summary['model_version'][:16]}` |",
+        f"| Code version | `{summary['code_version']}` |",
+        f"| Source | `{summary['source']}` (snapshot `{summary['snapshot'] or 'none'}`) |",
+        f"| Started by | {summary['started_by']} |",
+        "",
+        "## Shards",
+        "",
+        "| shard | status | rows in | scored | dead letters | wall s | padding eff. | rows/s |",
+        "|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {r['shard']} | {r['status']} | {r['rows_in']} | {r['scored']} | {r['dead_letters']} | "
+            f"{r['wall_s']} | {r['padding_efficiency']} | {r['rows_per_s']} |"
+            for r in rows
+        ),
+        *(f"| {shard} | **failed** | | | | | | |" for shard in sorted(failed)),
+        "",
+        "## Query the results",
+        "",
+        "```sql",
+        f"SELECT source_key, model_version, truncated, scored_at FROM {table}",
+        f"  WHERE run_id = '{run_id}' LIMIT 20;",
+        f"SELECT source_key, error_class, message FROM shardwise_errors WHERE run_id = '{run_id}';",
+        "SELECT shard_id, status, attempts, rows_out, last_error FROM shardwise_shards",
+        f"  WHERE run_id = '{run_id}';",
+        "```",
+    ]
+    if failed:
+        lines += ["", "## Failed shards", "", *(f"- shard {i}: {msg}" for i, msg in sorted(failed.items()))]
+    return "\n".join(lines)
+
+
+def publish_plan(report: Mapping[str, Any]) -> None:
+    """The dry run's report."""
+    lines = [
+        "# Shardwise plan (dry run)",
+        "",
+        "| | |",
+        "|---|---|",
+        *(f"| {name} | {value} |" for name, value in report.items()),
+    ]
+    create_markdown_artifact(key="shardwise-plan", markdown="\n".join(lines))

@@ -1,0 +1,109 @@
+"""prefect.yaml is validated loosely by Prefect, so check every deployment against what it must hold."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+import jsonschema
+import pytest
+from cronsim import CronSim
+
+from flows.deployments import load_deployment_configs, load_entrypoint
+from flows.params import ScoreParams
+from flows.score import score
+
+DEPLOYMENTS = {d["name"]: d for d in load_deployment_configs()}
+
+
+def _flow_schema() -> dict:
+    from prefect.utilities.callables import parameter_schema
+
+    return parameter_schema(score.fn).model_dump()
+
+
+def test_the_three_deployments_exist_and_point_at_the_score_flow() -> None:
+    assert set(DEPLOYMENTS) == {"nightly", "manual", "on-new-data"}
+    for config in DEPLOYMENTS.values():
+        assert load_entrypoint(config["entrypoint"]) is score
+        assert config["work_pool"]["name"] == "shardwise-local"
+        assert config.get("description")
+
+
+@pytest.mark.parametrize("name", ["nightly", "manual", "on-new-data"])
+def test_parameters_match_the_flow_schema(name: str) -> None:
+    config = DEPLOYMENTS[name]
+    params = config["triggers"][0]["parameters"] if name == "on-new-data" else config["parameters"]
+    jsonschema.validate(params, _flow_schema())
+    ScoreParams.model_validate(params["params"])
+
+
+def test_every_form_field_is_described() -> None:
+    properties = _flow_schema()["definitions"]["ScoreParams"]["properties"]
+    missing = [name for name, field in properties.items() if not field.get("description")]
+    assert not missing, f"fields without a description in the UI form: {missing}"
+    for wanted in ("source", "model", "shards", "max_tokens", "only_new", "dry_run"):
+        assert wanted in properties
+
+
+def test_nightly_runs_at_two_in_a_named_timezone_and_incrementally() -> None:
+    nightly = DEPLOYMENTS["nightly"]
+    (schedule,) = nightly["schedules"]
+    assert schedule["cron"] == "0 2 * * *"
+    tz = ZoneInfo(schedule["timezone"])
+    first = next(CronSim(schedule["cron"], datetime(2026, 1, 1, 12, tzinfo=tz)))
+    assert (first.hour, first.minute) == (2, 0)
+    assert nightly["parameters"]["params"]["only_new"] is True
+    assert nightly["concurrency_limit"] == 1
+
+
+def test_manual_has_no_schedule_and_form_friendly_defaults() -> None:
+    manual = DEPLOYMENTS["manual"]
+    assert not manual.get("schedules") and not manual.get("triggers")
+    params = manual["parameters"]["params"]
+    assert params["only_new"] is False and params["dry_run"] is False
+
+
+def test_on_new_data_trigger_renders_to_an_only_new_run() -> None:
+    from prefect.server.utilities.user_templates import render_user_template
+
+    deployment = DEPLOYMENTS["on-new-data"]
+    assert deployment["concurrency_limit"] == 1
+    (trigger,) = deployment["triggers"]
+    assert trigger["expect"] == ["shardwise.data.landed"]
+    resource_id = trigger["match"]["prefect.resource.id"]
+    assert resource_id.startswith("shardwise.source.")
+    event = {
+        "id": str(uuid.uuid4()),
+        "event": "shardwise.data.landed",
+        "occurred": datetime.now(timezone.utc).isoformat(),
+        "resource": {"prefect.resource.id": resource_id},
+        "payload": {"table": "docs", "max_key": 41, "count": 2},
+    }
+    params = dict(trigger["parameters"]["params"])
+    params["triggered_by"] = asyncio.run(render_user_template(params["triggered_by"], {"event": event}))
+    rendered = ScoreParams.model_validate(params)
+    assert rendered.only_new and rendered.triggered_by == event["id"]
+    assert rendered.event_name() == resource_id.removeprefix("shardwise.source.")
+
+
+def test_no_deployment_holds_a_connection_url() -> None:
+    for config in DEPLOYMENTS.values():
+        blocks = [config.get("parameters", {})] + [t["parameters"] for t in config.get("triggers", [])]
+        for block in blocks:
+            for field in ("source", "results"):
+                value = block.get("params", {}).get(field)
+                if value is not None:
+                    assert value.startswith(("env:", "secret:")), f"{config['name']}.{field} holds {value!r}"
+
+
+def test_deployments_build_for_serve() -> None:
+    from flows.deployments import runner_deployments
+
+    built = {d.name: d for d in runner_deployments()}
+    assert set(built) == set(DEPLOYMENTS)
+    assert built["nightly"].schedules and built["nightly"].schedules[0].schedule.cron == "0 2 * * *"
+    assert built["on-new-data"].triggers[0].expect == {"shardwise.data.landed"}
+    assert built["on-new-data"].concurrency_limit == 1
