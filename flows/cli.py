@@ -100,17 +100,17 @@ def _environment_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
-def _params(args: argparse.ArgumentParser | argparse.Namespace, **extra: object):  # -> ScoreParams
+def _params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
     from flows.params import ScoreParams
 
     return ScoreParams(
-        source=args.source,
+        source=_by_name(args.source, "SHARDWISE_CLI_SOURCE_URL"),
         table=args.table,
         key=args.key,
         text_column=args.text_column,
         where=args.where,
         model=args.model,
-        results=args.results,
+        results=_by_name(args.results, "SHARDWISE_CLI_RESULTS_URL"),
         results_table=args.results_table,
         shards=args.shards,
         rows_per_shard=args.rows_per_shard,
@@ -118,6 +118,19 @@ def _params(args: argparse.ArgumentParser | argparse.Namespace, **extra: object)
         device=args.device,
         **extra,
     )
+
+
+def _by_name(url: str | None, variable: str) -> str | None:
+    """A URL holding a secret travels as ``env:NAME``, so Prefect never stores it in run parameters.
+
+    The flow runs in this process, so it reads the variable set here.
+    """
+    from shardwise.redact import redact
+
+    if url is None or redact(url) == url:
+        return url
+    os.environ[variable] = url
+    return f"env:{variable}"
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from shardwise.pipeline import PreparedRun, ShardOutcome, score_shard
 from shardwise.redact import redact
 from shardwise.sources import Shard
 from tasks.retry import retry_transient
+from tasks.sanitize import sanitized
 
 __all__ = ["infer_shard"]
 
@@ -45,7 +46,10 @@ def infer_shard(prepared: PreparedRun, shard: Shard) -> ShardOutcome:
         message = redact(f"{type(exc).__name__}: {exc}")
         prepared.store.mark_shard_failed(run_id, shard.shard_id, attempt, message)
         logger.warning("shard %d attempt %d failed: %s", shard.shard_id, attempt, message)
-        raise
+        clean = sanitized(exc)
+        if clean is exc:
+            raise
+        raise clean from None
     if outcome.skipped:
         logger.info("shard %d was already done; skipped", shard.shard_id)
     else:

@@ -12,6 +12,7 @@ from prefect.tasks import exponential_backoff
 from shardwise.pipeline import PreparedRun, RunSpec, prepare_run
 from tasks.models import load_model
 from tasks.retry import retry_transient
+from tasks.sanitize import sanitized
 
 __all__ = ["plan_run"]
 
@@ -26,9 +27,15 @@ __all__ = ["plan_run"]
 )
 def plan_run(spec: RunSpec, run_id: str, started_by: str, parameters: Mapping[str, Any]) -> PreparedRun:
     """Everything the shard tasks share; on PostgreSQL it holds the run's snapshot open."""
-    prepared = prepare_run(
-        spec, run_id=run_id, started_by=started_by, parameters=parameters, load_model=load_model
-    )
+    try:
+        prepared = prepare_run(
+            spec, run_id=run_id, started_by=started_by, parameters=parameters, load_model=load_model
+        )
+    except Exception as exc:
+        clean = sanitized(exc)
+        if clean is exc:
+            raise
+        raise clean from None
     plan = prepared.plan
     get_run_logger().info(
         "run %s: %d shards over %s (%d rows expected, snapshot %s); %d already done; model %s %s",

@@ -58,3 +58,25 @@ def test_password_never_reaches_the_terminal(capsys: pytest.CaptureFixture[str])
     )
     err = capsys.readouterr().err
     assert code == 2 and "hunter2" not in err
+
+
+@pytest.mark.postgres
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_password_in_a_cli_url_is_not_stored_in_prefect(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+
+    from prefect import get_client
+
+    make_docs(pg_url, 30)
+    secret_url = pg_url.replace("root@", "root:cli-secret-pw@")
+    assert main(["run", "--source", secret_url, "--table", "docs", "--model", "tiny", "--shards", "1"]) == 0
+    assert "cli-secret-pw" not in capsys.readouterr().out
+
+    async def parameters() -> list[dict]:
+        async with get_client() as client:
+            return [run.parameters for run in await client.read_flow_runs()]
+
+    stored = repr(asyncio.run(parameters()))
+    assert "cli-secret-pw" not in stored and "env:SHARDWISE_CLI_SOURCE_URL" in stored

@@ -1,0 +1,24 @@
+"""Exceptions leave a task without secrets: Prefect logs and stores what a task raises."""
+
+from __future__ import annotations
+
+import traceback
+
+from shardwise.errors import ShardwiseError, TransientError
+from shardwise.redact import redact
+
+__all__ = ["sanitized"]
+
+
+def sanitized(exc: BaseException) -> BaseException:
+    """``exc`` itself when its traceback holds no secret, else a redacted copy of the same retry class.
+
+    The copy is raised ``from None``: a chained cause would print the secret
+    again. Whether it is retried stays the same, because a transient error
+    stays a :class:`TransientError`.
+    """
+    text = "".join(traceback.format_exception(exc))
+    if redact(text) == text:
+        return exc
+    message = redact(f"{type(exc).__name__}: {exc}")
+    return TransientError(message) if isinstance(exc, TransientError) else ShardwiseError(message)
