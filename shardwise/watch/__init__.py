@@ -1,0 +1,42 @@
+"""Watchers that turn "new data landed" into a ``shardwise.data.landed`` event.
+
+Engine-level and orchestrator-free: each watcher calls an injected
+:class:`Emitter` (the orchestrator passes ``prefect.events.emit_event``).
+
+* :class:`PgNotifyWatcher`: PostgreSQL LISTEN/NOTIFY on the optional change
+  triggers (:func:`install_trigger`), debounced, reconnecting, catching up.
+* :class:`WatermarkPoller`: polls ``max(key)`` or ``max(updated_at)`` and the
+  row count; PostgreSQL or SQLite, no trigger needed.
+* :class:`ObjectWatcher`: lists a Parquet location (local or S3) and
+  announces objects whose (key, ETag) was neither scored nor announced.
+* :func:`open_watcher` picks one for a source.
+"""
+
+from __future__ import annotations
+
+from shardwise.watch.events import EVENT, Announcer, Emitter, check_name, source_resource
+from shardwise.watch.factory import Mode, open_watcher
+from shardwise.watch.loop import Backoff
+from shardwise.watch.objects import ObjectWatcher, Seen
+from shardwise.watch.pg_notify import CHANNEL, PgNotifyWatcher
+from shardwise.watch.poller import WatermarkPoller
+from shardwise.watch.trigger import install_trigger, trigger_installed, uninstall_trigger
+
+__all__ = [
+    "CHANNEL",
+    "EVENT",
+    "Announcer",
+    "Backoff",
+    "Emitter",
+    "Mode",
+    "ObjectWatcher",
+    "PgNotifyWatcher",
+    "Seen",
+    "WatermarkPoller",
+    "check_name",
+    "install_trigger",
+    "open_watcher",
+    "source_resource",
+    "trigger_installed",
+    "uninstall_trigger",
+]

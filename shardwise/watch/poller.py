@@ -1,0 +1,94 @@
+"""Watch a SQL table without a trigger: poll a watermark every ``interval_s``.
+
+:class:`WatermarkPoller` reads ``max(column)`` and ``count(*)`` (see
+:class:`~shardwise.watch.marks.WatermarkTracker`); the column is the key, or
+an ``updated_at`` column when one is given, which also catches UPDATEs.
+When either moved it announces the table, the new maximum and the rows past
+the previous watermark. Works on PostgreSQL and SQLite.
+
+The last watermark is stored in ``shardwise_watch_state`` in the watched
+database, so a restarted poller announces what landed while it was down. On
+SQLite that write goes through an engine of its own: the source engine's
+connections are ``query_only``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import sqlalchemy as sa
+
+from shardwise.errors import ConfigError
+from shardwise.watch.events import Announcer, Emitter
+from shardwise.watch.loop import Backoff, run_until
+from shardwise.watch.marks import WatermarkTracker
+from shardwise.watch.progress import Progress
+from shardwise.watch.table import open_table
+
+__all__ = ["WatermarkPoller"]
+
+
+class WatermarkPoller:
+    """Announces a table's watermark moving as ``shardwise.data.landed`` events. Not thread-safe."""
+
+    def __init__(
+        self,
+        url: str,
+        table: str,
+        key: str,
+        name: str,
+        emit: Emitter,
+        *,
+        updated_at: str | None = None,
+        schema: str | None = None,
+        interval_s: float = 30.0,
+        backoff: Backoff | None = None,
+    ) -> None:
+        if not interval_s > 0:
+            raise ConfigError(f"interval_s must be a positive number of seconds; got {interval_s!r}")
+        self._announce = Announcer(name, emit)
+        self._table = open_table(url, table, key, updated_at=updated_at, schema=schema)
+        db = self._table.db
+        self._state = db.engine if db.is_postgres else sa.create_engine(db.url, connect_args={"timeout": 30})
+        self._tracker = WatermarkTracker(self._table)
+        self._progress = Progress(self._announce.name, self._table.identity, db.dialect)
+        self._interval_s = interval_s
+        self._backoff = backoff or Backoff()
+
+    def __enter__(self) -> WatermarkPoller:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def poll_once(self) -> int:
+        """Read the watermark once and announce it if it moved; returns the events emitted (0 or 1)."""
+        db = self._table.db
+        with db.errors(f"polling {self._table.identity}"):
+            if not self._progress.loaded:
+                with self._state.begin() as conn:
+                    self._progress.load(conn)
+            with db.engine.connect() as conn:
+                now = self._tracker.read(conn)
+                change = self._tracker.since(conn, self._progress.last, now)
+            if change is not None:
+                self._announce({**self._table.describe(), "mode": self._tracker.kind, **change})
+            with self._state.begin() as conn:
+                self._progress.record(conn, now)
+        return int(change is not None)
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll every ``interval_s`` until ``stop`` is set, backing off after transient errors."""
+        run_until(
+            stop,
+            self.poll_once,
+            pause_s=self._interval_s,
+            backoff=self._backoff,
+            what=f"poller {self._announce.name!r} of {self._table.identity}",
+        )
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        if self._state is not self._table.db.engine:
+            self._state.dispose()
+        self._table.db.dispose()

@@ -1,0 +1,2 @@
+-- The channel the change trigger notifies (see watch_trigger.sql).
+LISTEN shardwise_data

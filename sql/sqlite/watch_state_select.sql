@@ -1,0 +1,1 @@
+SELECT state FROM shardwise_watch_state WHERE name = :name
