@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from shardwise.pipeline.dryrun import PlanPreview, preview_plan
+from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
 from shardwise.pipeline.run import PreparedRun, RunSpec, finish_run, open_run_source, plan_source, prepare_run
 from shardwise.pipeline.shard import ShardOutcome, score_shard
 
 __all__ = [
     "PlanPreview",
     "PreparedRun",
+    "RedriveSelection",
     "RunSpec",
     "ShardOutcome",
     "finish_run",
@@ -16,5 +18,7 @@ __all__ = [
     "plan_source",
     "prepare_run",
     "preview_plan",
+    "redrive_keys",
+    "redrive_source",
     "score_shard",
 ]

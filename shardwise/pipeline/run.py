@@ -18,17 +18,20 @@ from shardwise.device import resolve_device
 from shardwise.errors import ConfigError
 from shardwise.lineage import code_version
 from shardwise.model import Model
+from shardwise.pipeline.redrive import redrive_source
 from shardwise.results import ResultStore, RunCounts, RunRecord
 from shardwise.sources import (
     NewOnly,
     ParquetSource,
     Source,
     SourcePlan,
+    SqlSource,
     is_sql_url,
     open_source,
     plan_objects,
 )
 from shardwise.sources.base import Shard
+from shardwise.sources.keyed import KeyedSource, is_keyed
 
 __all__ = ["PreparedRun", "RunSpec", "finish_run", "open_run_source", "plan_source", "prepare_run"]
 
@@ -53,6 +56,10 @@ class RunSpec:
     max_tokens: int | None = None
     device: str = "auto"
     resume: str | None = None
+    redrive: str | None = None
+    """A run id: score again only the keys that run dead-lettered (see :mod:`shardwise.pipeline.redrive`)."""
+    force: bool = False
+    """With ``redrive``: score every dead-lettered key still in the source, changed or not."""
 
     def __post_init__(self) -> None:
         if self.shards is not None and self.rows_per_shard is not None:
@@ -65,6 +72,13 @@ class RunSpec:
                 "so results must be written to the same database as the source; point --results at "
                 "the source URL"
             )
+        if self.redrive is not None and (not self.redrive or self.only_new or self.resume):
+            raise ConfigError(
+                f"redrive={self.redrive!r} needs a run id, and plans its own keys, so it takes neither "
+                f"only_new ({self.only_new}) nor resume ({self.resume!r}); drop them, or drop redrive"
+            )
+        if self.force and self.redrive is None:
+            raise ConfigError("force applies to a redrive only; pass redrive=RUN_ID, or drop force")
 
 
 @dataclass
@@ -107,6 +121,8 @@ def prepare_run(
     model = load_model(spec.model, resolve_device(spec.device))
     source = open_run_source(spec)
     try:
+        if spec.redrive is not None:
+            source = _redrive_source(spec, source, model, run_id)
         plan = plan_source(spec, source, model)
         store = ResultStore(spec.results, spec.results_table, model.outputs, _key_type(plan, spec, model))
     except BaseException:
@@ -128,6 +144,8 @@ def prepare_run(
         if spec.resume and store.load_plan(spec.resume) is None:
             raise ConfigError(f"run {spec.resume!r} is not in the ledger of {store.url}; nothing to resume")
         plan = store.start_run(record, plan)
+        if is_keyed(plan) and isinstance(source, SqlSource | ParquetSource):
+            source = KeyedSource(source, [])  # a resumed redrive: its stored shards name their keys
         done = store.done_shards(record.run_id)
     except BaseException:
         source.close()
@@ -149,7 +167,8 @@ def finish_run(prepared: PreparedRun, failed_shards: list[int]) -> RunCounts:
     """Close the run in the ledger; on success, remember which Parquet objects are now scored."""
     status: Literal["completed", "failed"] = "failed" if failed_shards else "completed"
     counts = prepared.store.finish_run(prepared.record.run_id, status)
-    if status == "completed" and prepared.plan.kind == "parquet":
+    # A keyed (redrive) plan read some rows of its objects, not the objects: they are not "seen".
+    if status == "completed" and prepared.plan.kind == "parquet" and not is_keyed(prepared.plan):
         prepared.store.record_objects(
             prepared.record.run_id, prepared.record.source_identity, plan_objects(prepared.plan)
         )
@@ -165,6 +184,15 @@ def _new_only(spec: RunSpec, source: Source, model: Model) -> NewOnly | None:
             seen = ledger.seen_objects(source.identity)
         return NewOnly(model.version, spec.results_table, seen)
     return NewOnly(model.version, spec.results_table)
+
+
+def _redrive_source(spec: RunSpec, source: Source, model: Model, run_id: str) -> Source:
+    """``source`` restricted to the dead-lettered keys of run ``spec.redrive`` that are to be scored again."""
+    assert spec.redrive is not None
+    if spec.redrive == run_id:
+        raise ConfigError(f"a redrive of run {run_id!r} is a new run: give it another run id")
+    with ResultStore(spec.results, spec.results_table, model.outputs, "text") as ledger:
+        return redrive_source(ledger, source, spec.redrive, force=spec.force)
 
 
 def _key_type(plan: SourcePlan, spec: RunSpec, model: Model) -> Literal["int", "text"]:

@@ -6,11 +6,13 @@ from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Key, NewOnly, Shard, Source, SourcePlan, SourceRow
+from shardwise.sources.keyed import KeyedSource, is_keyed
 from shardwise.sources.parquet import ParquetSource, plan_objects
 from shardwise.sources.sql import ShardReader, SqlSource
 
 __all__ = [
     "Key",
+    "KeyedSource",
     "NewOnly",
     "ParquetSource",
     "Shard",
@@ -19,6 +21,7 @@ __all__ = [
     "SourcePlan",
     "SourceRow",
     "SqlSource",
+    "is_keyed",
     "is_sql_url",
     "open_source",
     "plan_objects",

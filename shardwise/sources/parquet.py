@@ -6,6 +6,10 @@ costs a request or two per object and no data is read. Reading streams a
 shard's spans, key and text columns only, checking that every object is still
 the one that was planned (its ETag, or a local file's size and mtime).
 
+A keyed read (:meth:`ParquetSource.read_keys`, for a redrive of dead
+letters) scans the key column of the current listing: see
+:mod:`shardwise.sources.parquet_keys`.
+
 Only-new runs skip objects whose (object key, ETag) the ledger has already
 seen; :func:`plan_objects` gives the pairs a plan reads, to record as seen
 once the run has succeeded.
@@ -13,14 +17,15 @@ once the run has succeeded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.sources.base import NewOnly, Shard, SourcePlan
+from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow
 from shardwise.sources.footers import Footer, read_footers
 from shardwise.sources.local_objects import LocalStore
 from shardwise.sources.objects import Listing, ObjectStore, listing_digest
+from shardwise.sources.parquet_keys import keyed_rows
 from shardwise.sources.parquet_rows import ShardRows, shard_spans
 from shardwise.sources.row_groups import RowGroup, cut, resolve_sizing, to_shard
 
@@ -91,6 +96,18 @@ class ParquetSource:
         """
         self._check_plan(plan)
         return ShardRows(self._store, shard, self.key, self.text_column, _BATCH_ROWS)
+
+    def read_keys(self, keys: Sequence[Key]) -> Iterator[SourceRow]:
+        """Stream the current rows whose key is in ``keys``, in storage order; absent keys are not yielded.
+
+        A full scan of the key column of the dataset as listed now (fine for
+        dead letters, not for bulk lookups). Text keys are converted to an
+        integer key column's type; one that cannot be is a :class:`ConfigError`.
+        """
+        if not keys:
+            return iter(())
+        columns = (self.key, self.text_column)
+        return keyed_rows(self._store, self._list().objects, columns, keys, _BATCH_ROWS)
 
     def close(self) -> None:
         """Close the S3 client if this source created it. Nothing else is held between calls."""

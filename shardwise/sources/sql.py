@@ -34,6 +34,9 @@ What a run sees, and its limits:
   results table is ``results_table`` in the source's schema (or
   ``schema.table``); while it does not exist every row is new.
   ``params["skipped_rows"]`` counts the rows skipped.
+* **Keyed reads** (:meth:`SqlSource.read_keys`, for a redrive of dead
+  letters) read the current table, not a plan's snapshot: ``key IN (...)`` in
+  chunks, with the same filter (see :mod:`shardwise.sources.sql_keys`).
 * **The ``where`` filter is trusted configuration**, like a view definition:
   it is SQL written by the operator, not user input, and it is wrapped in
   parentheses. On PostgreSQL every query runs in a read-only transaction and
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -52,9 +55,11 @@ from typing import Any, Literal
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.sources.base import NewOnly, Shard, SourcePlan, SourceRow
+from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow
+from shardwise.sources.keys import parse_keys
 from shardwise.sources.sql_check import check_plan, new_only_params
 from shardwise.sources.sql_db import Database
+from shardwise.sources.sql_keys import begin_keyed_read, keyed_rows
 from shardwise.sources.sql_plan import Sizing, plan_shards
 from shardwise.sources.sql_query import Selection, read_query
 from shardwise.sources.sql_schema import reflect_results, reflect_source
@@ -190,6 +195,18 @@ class SqlSource:
                 yield ShardReader(shard, snapshot, lost, self._rows(result, doing))
             finally:
                 result.close()
+
+    def read_keys(self, keys: Sequence[Key]) -> Generator[SourceRow, None, None]:
+        """Stream the current rows whose key is in ``keys``, ordered by key; absent keys are not yielded.
+
+        Keys may come as text (the ledger stores them so): each is converted to
+        the key column's type, and one that cannot be is a :class:`ConfigError`.
+        """
+        wanted = sorted(parse_keys(keys, self._src.key_kind, self.identity))
+        doing = f"reading {len(wanted)} keys of {self.identity}"
+        with self._db.errors(doing), self._db.engine.connect() as conn:
+            begin_keyed_read(conn)
+            yield from keyed_rows(conn, self._selection(conn, None), wanted)
 
     def close(self) -> None:
         """End the planning transactions (releasing their snapshots) and close pooled connections."""

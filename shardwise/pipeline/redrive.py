@@ -1,0 +1,138 @@
+"""Re-drive dead letters: choose which keys of a run's ``shardwise_errors`` to score again.
+
+A row is dead-lettered because its input was unusable (NULL, empty, not
+text). Scoring it again only helps once someone fixed the input, so by
+default a redrive takes the keys whose current input fingerprint differs
+from the one recorded with the dead letter; ``force`` takes every key still
+in the source. A key whose input is NULL now and was NULL then is unchanged
+(None equals None): re-scoring it would only dead-letter it again.
+
+The chosen keys become a :class:`~shardwise.sources.keyed.KeyedSource`,
+planned and scored as a new run: the old run's dead letters stay as its
+history, and rows that are still bad are dead-lettered again under the new run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from shardwise.errors import ConfigError
+from shardwise.lineage import value_fingerprint
+from shardwise.results import ResultStore, StoredDeadLetter
+from shardwise.results.dberrors import mapped_errors
+from shardwise.sources import ParquetSource, Source, SqlSource
+from shardwise.sources.base import Key
+from shardwise.sources.keyed import KeyedSource
+
+__all__ = ["RedriveSelection", "redrive_keys", "redrive_source"]
+
+_RUN_IDS = "SELECT run_id, status, started_at FROM shardwise_runs ORDER BY started_at DESC"
+
+
+@dataclass(frozen=True)
+class RedriveSelection:
+    """Which dead-lettered keys of run ``run_id`` to score again, and why the others are left out.
+
+    ``total`` counts the run's dead letters (rows of ``shardwise_errors``);
+    the other counts are of distinct keys.
+    """
+
+    run_id: str
+    force: bool
+    keys: tuple[Key, ...]
+    """Keys to score again, typed as the source holds them, sorted."""
+    unchanged: int
+    """Keys whose input has the fingerprint it failed with; left out unless ``force``."""
+    missing: tuple[str, ...]
+    """Keys (as the ledger stores them: text) no longer in the source, e.g. deleted rows."""
+    total: int
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What a redrive plan records about its selection."""
+        return {
+            "redrive_of": self.run_id,
+            "force": self.force,
+            "dead_letters": self.total,
+            "unchanged": self.unchanged,
+            "missing": len(self.missing),
+        }
+
+
+def redrive_keys(
+    store: ResultStore, source: SqlSource | ParquetSource, run_id: str, force: bool
+) -> RedriveSelection:
+    """Read run ``run_id``'s dead letters from ``store`` and pick the keys whose input changed since.
+
+    ``source`` must be the source the run read. Each dead-lettered key's
+    current rows are read (``read_keys``) and fingerprinted as the pipeline
+    does (:func:`~shardwise.lineage.value_fingerprint`); a key changed when
+    one of its rows has a fingerprint none of its dead letters had.
+    """
+    letters = _dead_letters(store, source, run_id)
+    failed: dict[str, set[str | None]] = {}
+    for letter in letters:
+        if letter.source_key is not None:  # sources never read a NULL key, so never dead-letter one
+            failed.setdefault(letter.source_key, set()).add(letter.input_fingerprint)
+    found: dict[str, Key] = {}
+    changed: set[str] = set()
+    for row in source.read_keys(list(failed)):
+        text = str(row.key)  # as the ledger wrote it
+        if text not in failed:
+            continue  # the source matched a non-canonical spelling (e.g. '007' for 7): not this key
+        found[text] = row.key
+        if value_fingerprint(row.value) not in failed[text]:
+            changed.add(text)
+    chosen = sorted(found[k] for k in (found if force else changed))  # keys of one source: one type
+    return RedriveSelection(
+        run_id=run_id,
+        force=force,
+        keys=tuple(chosen),
+        unchanged=len(found.keys() - changed),
+        missing=tuple(k for k in failed if k not in found),
+        total=len(letters),
+    )
+
+
+def redrive_source(store: ResultStore, source: Source, run_id: str, *, force: bool = False) -> KeyedSource:
+    """``source`` restricted to the keys :func:`redrive_keys` chooses; the plan records the selection."""
+    if not isinstance(source, SqlSource | ParquetSource):
+        raise ConfigError(
+            f"redrive needs a SQL or Parquet source, which can read rows by key; got {type(source).__name__}"
+        )
+    selection = redrive_keys(store, source, run_id, force)
+    return KeyedSource(source, selection.keys, kind_label="redrive", extra_params=selection.params)
+
+
+def _dead_letters(store: ResultStore, source: Source, run_id: str) -> list[StoredDeadLetter]:
+    """The run's dead letters, after checking the run exists and read this source into this table."""
+    if not _has_ledger(store) or (run := store.load_run(run_id)) is None:
+        raise ConfigError(
+            f"run {run_id!r} is not in the shardwise_runs table of {store.url}; redrive a run id "
+            f"listed there ({_RUN_IDS})"
+        )
+    if run.source_identity != source.identity:
+        raise ConfigError(
+            f"run {run_id!r} read source {run.source_identity!r}, not {source.identity!r}; "
+            "redrive a run with the source it read"
+        )
+    if run.results_table != store.results_table:
+        raise ConfigError(
+            f"run {run_id!r} wrote to results table {run.results_table!r}, not {store.results_table!r}; "
+            "redrive it into the table it wrote"
+        )
+    letters = store.dead_letters(run_id)
+    if not letters:
+        raise ConfigError(
+            f"run {run_id!r} has no dead letters in shardwise_errors of {store.url}; nothing to redrive "
+            f"(runs with failed rows have rows_failed > 0 in shardwise_runs)"
+        )
+    return letters
+
+
+def _has_ledger(store: ResultStore) -> bool:
+    with mapped_errors("look for the run ledger", store.engine.url), store.engine.connect() as conn:
+        return sa.inspect(conn).has_table("shardwise_runs")

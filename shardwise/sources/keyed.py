@@ -1,0 +1,153 @@
+"""A source restricted to chosen keys: the shards of a redrive of dead letters.
+
+:class:`KeyedSource` wraps a SQL or Parquet source and a list of keys, and
+implements the :class:`~shardwise.sources.base.Source` protocol, so the
+pipeline plans, scores and merges it like any source. Its shards carry their
+keys in their bounds (``{"keys": [...]}``, JSON-able), so a stored plan says
+exactly which rows each shard reads, and reading a shard is
+``inner.read_keys(keys)``.
+
+What it does not do, on purpose:
+
+* **No snapshot.** A keyed plan reads the source as it is when each shard is
+  read (the plan's ``snapshot`` is None): a redrive is about rows that changed
+  since they failed, so it must see current data.
+* **No ``open_reader``.** A keyed read has no planned snapshot to report, so
+  :func:`~shardwise.pipeline.shard.score_shard` falls back to :meth:`read`.
+* **No only-new.** The keys were already chosen; ``new_only`` is refused.
+
+A key deleted from the source between planning and reading is not yielded, so
+a shard may return fewer rows than ``expected_rows``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import pairwise
+from typing import Any, Literal
+
+from shardwise.errors import ConfigError
+from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow
+from shardwise.sources.parquet import ParquetSource
+from shardwise.sources.row_groups import resolve_sizing
+from shardwise.sources.sql import SqlSource
+
+__all__ = ["KeyedSource", "is_keyed"]
+
+
+def is_keyed(plan: SourcePlan) -> bool:
+    """Whether ``plan`` was made by a :class:`KeyedSource` (its shards hold keys, not ranges or spans)."""
+    return bool(plan.params.get("keyed"))
+
+
+def _sorted_keys(keys: Sequence[Key]) -> list[Key]:
+    kinds = {type(k) for k in keys}
+    if kinds - {int, str} or len(kinds) > 1:
+        raise ConfigError(
+            f"keys must be all integers or all text, as the source's key column holds them; got "
+            f"{', '.join(sorted(t.__name__ for t in kinds))}: pass the keys as read from the source"
+        )
+    return sorted(set(keys))  # one type, checked above
+
+
+def _cut(keys: list[Key], shards: int | None, rows_per_shard: int | None) -> list[list[Key]]:
+    """Consecutive non-empty runs of keys: ``shards`` of them (or fewer keys), or ``rows_per_shard`` long."""
+    if shards is None:
+        step = rows_per_shard or 1
+        return [keys[lo : lo + step] for lo in range(0, len(keys), step)]
+    count = min(shards, len(keys))
+    edges = [i * len(keys) // count for i in range(count + 1)] if count else []
+    return [keys[lo:hi] for lo, hi in pairwise(edges)]
+
+
+class KeyedSource:
+    """``inner`` restricted to ``keys``; closing it closes ``inner``.
+
+    ``keys`` are the source's own keys, typed as its key column holds them
+    (ints or text), as :func:`~shardwise.pipeline.redrive.redrive_keys` returns
+    them. ``kind_label`` says why these keys were chosen; the plan records it
+    as ``params["keyed"]`` and ``params[kind_label] = True``, together with
+    ``extra_params`` (for a redrive: which run, forced or not, what was skipped).
+    """
+
+    kind: Literal["sql", "parquet"]
+
+    def __init__(
+        self,
+        inner: SqlSource | ParquetSource,
+        keys: Sequence[Key],
+        *,
+        kind_label: str = "redrive",
+        extra_params: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not kind_label or not isinstance(kind_label, str):
+            raise ConfigError(f"kind_label must be a non-empty string such as 'redrive'; got {kind_label!r}")
+        self._inner, self._keys, self._label = inner, _sorted_keys(keys), kind_label
+        self._extra = dict(extra_params or {})
+        self.kind, self.identity = inner.kind, inner.identity
+
+    @property
+    def keys(self) -> tuple[Key, ...]:
+        """The keys to read, sorted and without duplicates."""
+        return tuple(self._keys)
+
+    def __enter__(self) -> KeyedSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def plan(
+        self, *, shards: int | None = None, rows_per_shard: int | None = None, new_only: NewOnly | None = None
+    ) -> SourcePlan:
+        """Cut the sorted keys into ``shards`` shards, or runs of ``rows_per_shard`` (10 000 by default)."""
+        if new_only is not None:
+            raise ConfigError(
+                f"a keyed ({self._label}) plan reads the keys it was given; new_only does not apply: drop it"
+            )
+        shards, rows_per_shard = resolve_sizing(shards, rows_per_shard)
+        runs = _cut(self._keys, shards, rows_per_shard)
+        cut = tuple(Shard(i, len(run), {"keys": list(run)}) for i, run in enumerate(runs))
+        params = {
+            **self._inner_params(),
+            **self._extra,
+            "keyed": self._label,
+            self._label: True,
+            "keys": len(self._keys),
+            "shards": shards,
+            "rows_per_shard": rows_per_shard,
+            "new_only": None,
+            "rows": len(self._keys),
+        }
+        return SourcePlan(self.kind, self.identity, None, cut, params)
+
+    def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:
+        """Stream the shard's keys' current rows (SQL: ordered by key; Parquet: in storage order)."""
+        if not is_keyed(plan) or plan.kind != self.kind or plan.identity != self.identity:
+            raise ConfigError(
+                f"plan is a {'keyed' if is_keyed(plan) else 'range'} {plan.kind} plan of {plan.identity!r}; "
+                f"this keyed source reads {self.identity!r}: read a plan with the source that made it"
+            )
+        keys = shard.bounds.get("keys")
+        if not isinstance(keys, list):
+            raise ConfigError(
+                f"shard {shard.shard_id} bounds must be {{'keys': [...]}}; got {dict(shard.bounds)!r}: "
+                "read a shard with the source that planned it"
+            )
+        return self._inner.read_keys(keys)
+
+    def close(self) -> None:
+        """Close the wrapped source."""
+        self._inner.close()
+
+    def _inner_params(self) -> dict[str, Any]:
+        """What the wrapped source reads, with the key type the results table needs."""
+        if isinstance(self._inner, SqlSource):
+            return dict(self._inner.params)
+        parquet = self._inner
+        return {
+            "location": parquet.identity,
+            "key": parquet.key,
+            "key_type": None if not self._keys else "int" if isinstance(self._keys[0], int) else "text",
+            "text_column": parquet.text_column,
+        }
