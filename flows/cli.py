@@ -44,6 +44,36 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="RUN_ID", help="finish a failed run with its stored plan")
     run.set_defaults(handler=_run)
 
+    redrive = commands.add_parser(
+        "redrive", help="score again the dead letters of a run whose input changed since (all with --force)"
+    )
+    _source_arguments(redrive)
+    redrive.add_argument(
+        "--run", required=True, metavar="RUN_ID", help="the run whose dead letters to redrive"
+    )
+    redrive.add_argument("--force", action="store_true", help="also keys whose input did not change")
+    redrive.add_argument("--results", help="results database URL (default: the source database)")
+    redrive.add_argument("--results-table", default="shardwise_results")
+    redrive.set_defaults(handler=_redrive)
+
+    watch = commands.add_parser("watch", help="emit shardwise.data.landed when new rows or objects land")
+    watch.add_argument(
+        "--source", required=True, help="database URL (or env:NAME), Parquet path or s3:// prefix"
+    )
+    watch.add_argument("--table", help="table to watch, for a database source")
+    watch.add_argument("--key", default="id")
+    watch.add_argument(
+        "--name", required=True, help="source name: the event resource is shardwise.source.NAME"
+    )
+    watch.add_argument("--updated-at", help="timestamp column for the polling watermark")
+    watch.add_argument("--mode", default="auto", choices=["auto", "notify", "poll"])
+    watch.add_argument("--install-trigger", action="store_true", help="install the PostgreSQL NOTIFY trigger")
+    watch.add_argument("--interval", type=float, default=30.0, help="seconds between polls or listings")
+    watch.add_argument("--debounce", type=float, default=2.0, help="seconds to gather notifications")
+    watch.add_argument("--results", help="results database (Parquet sources: skip objects already scored)")
+    watch.add_argument("--results-table", default="shardwise_results")
+    watch.set_defaults(handler=_watch)
+
     plan = commands.add_parser("plan", help="dry run: shards, rows, estimated tokens, what --only-new skips")
     _source_arguments(plan)
     plan.add_argument("--results", help="results database URL (for --only-new; default: the source)")
@@ -139,6 +169,33 @@ def _run(args: argparse.Namespace) -> int:
     params = _params(args, max_tokens=args.max_tokens, resume=args.resume)
     preflight(params)
     return 0 if run_and_report(params) else 1
+
+
+def _redrive(args: argparse.Namespace) -> int:
+    from flows.run import preflight, run_and_report
+
+    params = _params(args, redrive=args.run, force=args.force)
+    preflight(params)
+    return 0 if run_and_report(params) else 1
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from flows.watch import watch
+
+    watch(
+        args.source,
+        name=args.name,
+        table=args.table,
+        key=args.key,
+        updated_at=args.updated_at,
+        mode=args.mode,
+        interval_s=args.interval,
+        debounce_s=args.debounce,
+        results=args.results,
+        results_table=args.results_table,
+        install=args.install_trigger,
+    )
+    return 0
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -44,6 +44,12 @@ class ScoreParams(BaseModel):
     max_tokens: int | None = Field(None, ge=1, description="Token budget per batch (device default).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the model runs.")
     resume: str | None = Field(None, description="Run id of a failed run to finish (uses its stored plan).")
+    redrive: str | None = Field(
+        None,
+        description="Run id whose dead letters to score again: only keys whose input changed since "
+        "they failed (all of them with force).",
+    )
+    force: bool = Field(False, description="With redrive: score every dead-lettered key again.")
     dry_run: bool = Field(
         False, description="Only plan: report shards, rows, estimated tokens and what only-new skips."
     )
@@ -97,4 +103,6 @@ class ScoreParams(BaseModel):
             max_tokens=self.max_tokens,
             device=self.device,
             resume=self.resume,
+            redrive=self.redrive,
+            force=self.force,
         )

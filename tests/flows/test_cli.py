@@ -80,3 +80,19 @@ def test_a_password_in_a_cli_url_is_not_stored_in_prefect(
 
     stored = repr(asyncio.run(parameters()))
     assert "cli-secret-pw" not in stored and "env:SHARDWISE_CLI_SOURCE_URL" in stored
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_redrive_scores_only_fixed_dead_letters(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    make_docs(sqlite_url, 40)  # with three bad rows
+    common = ["--source", sqlite_url, "--table", "docs", "--model", "tiny"]
+    assert main(["run", *common]) == 0
+    run_id = execute(sqlite_url, "select run_id from shardwise_runs")[0][0]
+    execute(sqlite_url, "update docs set text = 'fixed at last' where id in (900001, 900002)")
+    capsys.readouterr()
+    assert main(["redrive", *common, "--run", run_id]) == 0
+    assert "2 rows scored (2 new" in capsys.readouterr().out
+    assert execute(sqlite_url, "select count(*) from shardwise_results") == [(42,)]
+    assert main(["redrive", *common, "--run", run_id, "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "1 dead letters" in out, out
