@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import json
 import uuid
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
@@ -67,7 +67,12 @@ def test_manual_has_no_schedule_and_form_friendly_defaults() -> None:
 
 
 def test_on_new_data_trigger_renders_to_an_only_new_run() -> None:
-    from prefect.server.utilities.user_templates import render_user_template
+    """Render the trigger's parameters the way the server's run-deployment action does."""
+    import copy
+
+    from prefect.server.events.actions import RunDeployment
+    from prefect.server.events.schemas.events import ReceivedEvent
+    from prefect.utilities.schema_tools.hydration import HydrationContext, hydrate
 
     deployment = DEPLOYMENTS["on-new-data"]
     assert deployment["concurrency_limit"] == 1
@@ -75,18 +80,22 @@ def test_on_new_data_trigger_renders_to_an_only_new_run() -> None:
     assert trigger["expect"] == ["shardwise.data.landed"]
     resource_id = trigger["match"]["prefect.resource.id"]
     assert resource_id.startswith("shardwise.source.")
-    event = {
-        "id": str(uuid.uuid4()),
-        "event": "shardwise.data.landed",
-        "occurred": datetime.now(timezone.utc).isoformat(),
-        "resource": {"prefect.resource.id": resource_id},
-        "payload": {"table": "docs", "max_key": 41, "count": 2},
-    }
-    params = dict(trigger["parameters"]["params"])
-    params["triggered_by"] = asyncio.run(render_user_template(params["triggered_by"], {"event": event}))
-    rendered = ScoreParams.model_validate(params)
-    assert rendered.only_new and rendered.triggered_by == event["id"]
-    assert rendered.event_name() == resource_id.removeprefix("shardwise.source.")
+    event = ReceivedEvent(
+        id=uuid.uuid4(),
+        occurred=datetime.now(timezone.utc),
+        event="shardwise.data.landed",
+        resource={"prefect.resource.id": resource_id},
+        payload={"table": "docs", "max_key": 41, "rows": 2},
+    )
+    parameters = copy.deepcopy(trigger["parameters"])
+    RunDeployment._upgrade_v1_templates(parameters)
+    rendered = hydrate(
+        parameters, HydrationContext(raise_on_error=True, render_jinja=True, jinja_context={"event": event})
+    )
+    json.dumps(rendered)  # the action sends them as JSON: a bare {{ event.id }} would fail here
+    params = ScoreParams.model_validate(rendered["params"])
+    assert params.only_new and params.triggered_by == str(event.id)
+    assert params.event_name() == resource_id.removeprefix("shardwise.source.")
 
 
 def test_no_deployment_holds_a_connection_url() -> None:
