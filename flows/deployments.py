@@ -43,6 +43,7 @@ def load_entrypoint(entrypoint: str) -> Any:
 
 def runner_deployments(path: Path = PREFECT_YAML) -> list[Any]:
     """Every deployment of ``prefect.yaml`` as an object :func:`prefect.serve` accepts."""
+    from prefect.deployments.runner import EntrypointType
     from prefect.events import DeploymentEventTrigger
     from prefect.schedules import Cron
 
@@ -65,6 +66,8 @@ def runner_deployments(path: Path = PREFECT_YAML) -> list[Any]:
                 schedules=schedules or None,
                 triggers=triggers or None,
                 concurrency_limit=config.get("concurrency_limit"),
+                # Served runs import the flow by module (the package is installed), whatever the cwd.
+                entrypoint_type=EntrypointType.MODULE_PATH,
             )
         )
     return out
