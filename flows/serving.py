@@ -10,17 +10,17 @@ from pathlib import Path
 from flows.deployments import PREFECT_YAML, load_deployment_configs, runner_deployments
 from shardwise.errors import ConfigError
 
-__all__ = ["deploy_deployments", "serve_deployments"]
+__all__ = ["deploy_deployments", "require_server", "serve_deployments"]
 
 
-def _require_server() -> str:
+def require_server() -> str:
     from prefect.settings import PREFECT_API_URL
 
     url = PREFECT_API_URL.value()
     if not url:
         raise ConfigError(
-            "serving and deploying need a running Prefect server (an ephemeral one would vanish with this "
-            "process): run `prefect server start`, then export PREFECT_API_URL=http://127.0.0.1:4200/api"
+            "serve, deploy and watch need a running Prefect server (an ephemeral one would vanish with "
+            "this process): run `prefect server start`, then export PREFECT_API_URL=http://127.0.0.1:4200/api"
         )
     return str(url)
 
@@ -33,7 +33,7 @@ def serve_deployments(path: Path | None = None) -> None:
     """
     from prefect import serve
 
-    url = _require_server()
+    url = require_server()
     deployments = runner_deployments(path or PREFECT_YAML)
     print(f"serving {', '.join(d.name for d in deployments)} on {url}; Ctrl-C to stop", flush=True)
     serve(*deployments)
@@ -41,7 +41,7 @@ def serve_deployments(path: Path | None = None) -> None:
 
 def deploy_deployments() -> int:
     """Create the process work pool if needed, then ``prefect deploy --all`` from the checkout."""
-    _require_server()
+    require_server()
     pools = {c["work_pool"]["name"] for c in load_deployment_configs()}
     prefect = [sys.executable, "-m", "prefect"]
     root = PREFECT_YAML.parent

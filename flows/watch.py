@@ -53,6 +53,9 @@ def watch(
     install: bool = False,
 ) -> None:
     """Watch until SIGINT or SIGTERM. The database may be down at start: keep trying until it is up."""
+    from flows.serving import require_server
+
+    require_server()  # events sent without a server would vanish
     url = resolve(source)
     if install and table:
         install_trigger(url, table, key)

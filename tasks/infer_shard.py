@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+from contextlib import AbstractContextManager, nullcontext
+
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.concurrency.sync import concurrency
 from prefect.runtime import task_run
 from prefect.tasks import exponential_backoff
 
@@ -32,16 +36,17 @@ def infer_shard(prepared: PreparedRun, shard: Shard) -> ShardOutcome:
     attempt = int(task_run.run_count or 1)
     run_id = prepared.record.run_id
     try:
-        outcome = score_shard(
-            source=prepared.source,
-            plan=prepared.plan,
-            shard=shard,
-            model=prepared.model,
-            store=prepared.store,
-            run=prepared.record,
-            attempt=attempt,
-            config=prepared.engine_config,
-        )
+        with _device_slot(prepared):
+            outcome = score_shard(
+                source=prepared.source,
+                plan=prepared.plan,
+                shard=shard,
+                model=prepared.model,
+                store=prepared.store,
+                run=prepared.record,
+                attempt=attempt,
+                config=prepared.engine_config,
+            )
     except Exception as exc:
         message = redact(f"{type(exc).__name__}: {exc}")
         prepared.store.mark_shard_failed(run_id, shard.shard_id, attempt, message)
@@ -64,3 +69,16 @@ def infer_shard(prepared: PreparedRun, shard: Shard) -> ShardOutcome:
             " (snapshot was gone: read at a fresh one, recorded in lineage)" if outcome.snapshot_lost else "",
         )
     return outcome
+
+
+def _device_slot(prepared: PreparedRun) -> AbstractContextManager[object]:
+    """On CUDA, hold one slot of the global concurrency limit ``gpu-<host>`` while scoring.
+
+    Create the limit once per host with as many slots as it has GPUs
+    (``prefect gcl create gpu-$(hostname) --limit N``): flow runs from any
+    deployment then share the GPUs instead of oversubscribing them. Without
+    the limit Prefect logs a warning and does not limit.
+    """
+    if prepared.model.device.type != "cuda":
+        return nullcontext()
+    return concurrency(f"gpu-{socket.gethostname()}", occupy=1)
