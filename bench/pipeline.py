@@ -33,7 +33,7 @@ import torch
 
 from bench.engine import load_texts
 from shardwise import Engine, resolve_device
-from shardwise.pipeline import RunSpec, finish_run, prepare_run, score_shard
+from shardwise.pipeline import RunSpec, prepare_run, score_pending
 from tasks.models import load_model
 
 ADMIN_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
@@ -98,18 +98,7 @@ def run_pipeline(url: str, model: str, device: str, rows_per_shard: int) -> tupl
         spec, run_id=str(uuid.uuid4()), started_by="bench", parameters={}, load_model=load_model
     )
     try:
-        for shard in prepared.todo:
-            score_shard(
-                source=prepared.source,
-                plan=prepared.plan,
-                shard=shard,
-                model=prepared.model,
-                store=prepared.store,
-                run=prepared.record,
-                attempt=1,
-                config=prepared.engine_config,
-            )
-        counts = finish_run(prepared, [])
+        counts = score_pending(prepared)
     finally:
         prepared.close()
     return time.perf_counter() - started, {"rows_out": counts.rows_out, "shards": counts.shards_done}

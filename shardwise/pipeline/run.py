@@ -19,6 +19,7 @@ from shardwise.errors import ConfigError
 from shardwise.lineage import code_version
 from shardwise.model import Model
 from shardwise.pipeline.redrive import redrive_source
+from shardwise.pipeline.shard import score_shard
 from shardwise.results import ResultStore, RunCounts, RunRecord
 from shardwise.sources import (
     NewOnly,
@@ -33,7 +34,15 @@ from shardwise.sources import (
 from shardwise.sources.base import Shard
 from shardwise.sources.keyed import KeyedSource, is_keyed
 
-__all__ = ["PreparedRun", "RunSpec", "finish_run", "open_run_source", "plan_source", "prepare_run"]
+__all__ = [
+    "PreparedRun",
+    "RunSpec",
+    "finish_run",
+    "open_run_source",
+    "plan_source",
+    "prepare_run",
+    "score_pending",
+]
 
 ModelLoader = Callable[[str, torch.device], Model]
 
@@ -173,6 +182,32 @@ def finish_run(prepared: PreparedRun, failed_shards: list[int]) -> RunCounts:
             prepared.record.run_id, prepared.record.source_identity, plan_objects(prepared.plan)
         )
     return counts
+
+
+def score_pending(prepared: PreparedRun, attempt: int = 1) -> RunCounts:
+    """Score every pending shard in this thread, then finish the run: the path without an orchestrator.
+
+    A shard that raises is marked failed, the run is finished as failed, and
+    the error propagates; the finished shards stay merged, so a later run with
+    ``resume`` completes it.
+    """
+    for shard in prepared.todo:
+        try:
+            score_shard(
+                source=prepared.source,
+                plan=prepared.plan,
+                shard=shard,
+                model=prepared.model,
+                store=prepared.store,
+                run=prepared.record,
+                attempt=attempt,
+                config=prepared.engine_config,
+            )
+        except Exception as exc:
+            prepared.store.mark_shard_failed(prepared.record.run_id, shard.shard_id, attempt, str(exc))
+            finish_run(prepared, [shard.shard_id])
+            raise
+    return finish_run(prepared, [])
 
 
 def _new_only(spec: RunSpec, source: Source, model: Model) -> NewOnly | None:

@@ -12,7 +12,7 @@ from flow_data import execute, make_docs
 from flows.deployments import load_deployment_configs
 from flows.params import ScoreParams
 from flows.score import score
-from shardwise.pipeline import RunSpec, finish_run, prepare_run, score_shard
+from shardwise.pipeline import RunSpec, prepare_run, score_pending
 from shardwise.watch import PgNotifyWatcher, install_trigger
 from tasks.models import load_model
 
@@ -95,17 +95,7 @@ def test_events_during_a_run_collapse_into_one_follow_up(pg_url: str) -> None:
                 "insert into docs (id, text) values (:id, 'landed during the run')",
                 [{"id": 5000 + batch * 10 + i} for i in range(10)],
             )
-        for shard in in_flight.todo:
-            score_shard(
-                source=in_flight.source,
-                plan=in_flight.plan,
-                shard=shard,
-                model=in_flight.model,
-                store=in_flight.store,
-                run=in_flight.record,
-                attempt=1,
-            )
-        finish_run(in_flight, [])
+        score_pending(in_flight)
     finally:
         in_flight.close()
     assert execute(pg_url, "select count(*) from shardwise_results") == [(100,)]

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 from flow_data import execute, make_docs
 
-from shardwise.pipeline import RunSpec, finish_run, prepare_run, score_shard
+from shardwise.pipeline import RunSpec, prepare_run, score_pending, score_shard
 from tasks.models import load_model
 
-pytestmark = pytest.mark.postgres
 
-
+@pytest.mark.postgres
 def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str) -> None:
     make_docs(pg_url, 400, bad=False)
     spec = RunSpec(source=pg_url, results=pg_url, results_table="scores", table="docs", shards=4)
@@ -18,18 +17,7 @@ def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str) -> None:
     try:
         execute(pg_url, "insert into docs (id, text) values (10000, 'inserted while the run was going')")
         execute(pg_url, "update docs set text = 'edited while running' where id = 0")
-        for shard in prepared.todo:
-            outcome = score_shard(
-                source=prepared.source,
-                plan=prepared.plan,
-                shard=shard,
-                model=prepared.model,
-                store=prepared.store,
-                run=prepared.record,
-                attempt=1,
-            )
-            assert not outcome.snapshot_lost
-        counts = finish_run(prepared, [])
+        counts = score_pending(prepared)
     finally:
         prepared.close()
     assert counts.rows_out == 400
@@ -42,6 +30,7 @@ def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str) -> None:
     assert len(snapshots) == 1 and snapshots[0][0] == prepared.plan.snapshot
 
 
+@pytest.mark.postgres
 def test_a_shard_scored_twice_is_merged_once(pg_url: str) -> None:
     make_docs(pg_url, 100, bad=True)
     spec = RunSpec(source=pg_url, results=pg_url, results_table="scores", table="docs", shards=1)
@@ -62,3 +51,25 @@ def test_a_shard_scored_twice_is_merged_once(pg_url: str) -> None:
     assert not first.skipped and second.skipped
     assert execute(pg_url, "select count(*) from scores") == [(100,)]
     assert execute(pg_url, "select count(*) from shardwise_errors") == [(3,)]
+
+
+def test_score_pending_marks_a_failing_shard_and_the_run_failed(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shardwise.pipeline.run as run_module
+
+    make_docs(sqlite_url, 20, bad=False)
+    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=1)
+    prepared = prepare_run(spec, run_id="run-fails", started_by="test", parameters={}, load_model=load_model)
+
+    def broken(**kwargs: object) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(run_module, "score_shard", broken)
+    try:
+        with pytest.raises(RuntimeError, match="disk full"):
+            score_pending(prepared)
+    finally:
+        prepared.close()
+    assert execute(sqlite_url, "select status from shardwise_runs") == [("failed",)]
+    assert execute(sqlite_url, "select status, last_error from shardwise_shards") == [("failed", "disk full")]

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.pipeline import RunSpec, finish_run, prepare_run, score_shard
+from shardwise.pipeline import RunSpec, prepare_run, score_pending, score_shard
 from shardwise.results import RunCounts
 from shardwise.sources import SourcePlan
 from tasks.models import load_model
@@ -44,17 +44,7 @@ def run(spec: RunSpec, run_id: str) -> tuple[SourcePlan, RunCounts]:
     """One whole run, every shard scored once; returns its plan and counts."""
     prepared = prepare_run(spec, run_id=run_id, started_by="test", parameters={}, load_model=load_model)
     try:
-        for shard in prepared.todo:
-            score_shard(
-                source=prepared.source,
-                plan=prepared.plan,
-                shard=shard,
-                model=prepared.model,
-                store=prepared.store,
-                run=prepared.record,
-                attempt=1,
-            )
-        return prepared.plan, finish_run(prepared, [])
+        return prepared.plan, score_pending(prepared)
     finally:
         prepared.close()
 
