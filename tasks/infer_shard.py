@@ -11,7 +11,7 @@ from prefect.concurrency.sync import concurrency
 from prefect.runtime import task_run
 from prefect.tasks import exponential_backoff
 
-from shardwise.pipeline import PreparedRun, ShardOutcome, score_shard
+from shardwise.pipeline import PreparedRun, ShardOutcome
 from shardwise.redact import redact
 from shardwise.sources import Shard
 from tasks.retry import retry_transient
@@ -37,16 +37,7 @@ def infer_shard(prepared: PreparedRun, shard: Shard) -> ShardOutcome:
     run_id = prepared.record.run_id
     try:
         with _device_slot(prepared):
-            outcome = score_shard(
-                source=prepared.source,
-                plan=prepared.plan,
-                shard=shard,
-                model=prepared.model,
-                store=prepared.store,
-                run=prepared.record,
-                attempt=attempt,
-                config=prepared.engine_config,
-            )
+            outcome = prepared.score(shard, attempt)
     except Exception as exc:
         message = redact(f"{type(exc).__name__}: {exc}")
         prepared.store.mark_shard_failed(run_id, shard.shard_id, attempt, message)

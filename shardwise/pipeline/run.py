@@ -19,7 +19,7 @@ from shardwise.errors import ConfigError
 from shardwise.lineage import code_version
 from shardwise.model import Model
 from shardwise.pipeline.redrive import redrive_source
-from shardwise.pipeline.shard import score_shard
+from shardwise.pipeline.shard import ShardOutcome, score_shard
 from shardwise.results import ResultStore, RunCounts, RunRecord
 from shardwise.sources import (
     NewOnly,
@@ -102,6 +102,19 @@ class PreparedRun:
     engine_config: EngineConfig
     todo: list[Shard] = field(default_factory=list)
     done_before: set[int] = field(default_factory=set)
+
+    def score(self, shard: Shard, attempt: int) -> ShardOutcome:
+        """Score one of this run's shards (see :func:`~shardwise.pipeline.shard.score_shard`)."""
+        return score_shard(
+            source=self.source,
+            plan=self.plan,
+            shard=shard,
+            model=self.model,
+            store=self.store,
+            run=self.record,
+            attempt=attempt,
+            config=self.engine_config,
+        )
 
     def close(self) -> None:
         """Release the source (and its PostgreSQL snapshot) and the store's connections."""
@@ -193,16 +206,7 @@ def score_pending(prepared: PreparedRun, attempt: int = 1) -> RunCounts:
     """
     for shard in prepared.todo:
         try:
-            score_shard(
-                source=prepared.source,
-                plan=prepared.plan,
-                shard=shard,
-                model=prepared.model,
-                store=prepared.store,
-                run=prepared.record,
-                attempt=attempt,
-                config=prepared.engine_config,
-            )
+            prepared.score(shard, attempt)
         except Exception as exc:
             prepared.store.mark_shard_failed(prepared.record.run_id, shard.shard_id, attempt, str(exc))
             finish_run(prepared, [shard.shard_id])

@@ -69,7 +69,7 @@ def test_artifacts_hold_the_run_figures_and_events_carry_counts(sqlite_url: str,
 def test_a_failed_run_emits_failed(
     sqlite_url: str, events: list[dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    infer = importlib.import_module("tasks.infer_shard")
+    infer = importlib.import_module("shardwise.pipeline.run")
     make_docs(sqlite_url, 50, bad=False)
     monkeypatch.setattr(infer, "score_shard", lambda **kw: (_ for _ in ()).throw(ValueError("boom")))
     state = score(ScoreParams(source=sqlite_url, table="docs", model="tiny", shards=1), return_state=True)
@@ -84,7 +84,7 @@ def test_no_secret_reaches_logs_artifacts_ledger_or_errors(
 ) -> None:
     secret_url = pg_url.replace("root@", f"root:{SECRET}@")  # trust auth ignores the password
     make_docs(pg_url, 60)
-    infer = importlib.import_module("tasks.infer_shard")
+    infer = importlib.import_module("shardwise.pipeline.run")
     real = infer.score_shard
 
     def leaky(**kwargs):  # an error whose message quotes the connection URL

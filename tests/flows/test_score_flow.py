@@ -97,7 +97,7 @@ def test_parquet_on_s3_end_to_end_and_only_new_objects(s3_env, sqlite_url: str) 
 def test_permanent_shard_error_fails_the_run_fast_and_resume_finishes_it(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    infer = importlib.import_module("tasks.infer_shard")
+    infer = importlib.import_module("shardwise.pipeline.run")
 
     make_docs(sqlite_url, 300, bad=False)
     real = infer.score_shard
@@ -125,7 +125,7 @@ def test_permanent_shard_error_fails_the_run_fast_and_resume_finishes_it(
 
 
 def test_transient_error_is_retried(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    infer = importlib.import_module("tasks.infer_shard")
+    infer = importlib.import_module("shardwise.pipeline.run")
 
     make_docs(sqlite_url, 100, bad=False)
     real, calls = infer.score_shard, []
