@@ -26,14 +26,16 @@ class Progress:
     """A progress artifact moved forward as shards finish (0-100 %)."""
 
     def __init__(self, total: int) -> None:
-        self.total, self.finished = max(total, 1), 0
+        self.total, self.finished = total, 0
         self.artifact_id: UUID = create_progress_artifact(  # type: ignore[assignment]
-            progress=0.0, key="shardwise-progress", description="Shards finished"
+            progress=0.0 if total else 100.0, key="shardwise-progress", description="Shards finished"
         )
 
     def advance(self) -> None:
         self.finished += 1
-        update_progress_artifact(artifact_id=self.artifact_id, progress=100.0 * self.finished / self.total)
+        update_progress_artifact(
+            artifact_id=self.artifact_id, progress=100.0 * self.finished / max(self.total, 1)
+        )
 
 
 def shard_rows(outcomes: Sequence[ShardOutcome]) -> list[dict[str, Any]]:
