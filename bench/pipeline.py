@@ -32,9 +32,9 @@ import sqlalchemy as sa
 import torch
 
 from bench.engine import load_texts
+from models import get_spec
 from shardwise import Engine, resolve_device
-from shardwise.pipeline import RunSpec, prepare_run, score_pending
-from tasks.models import load_model
+from shardwise.pipeline import RunSpec, WorkerCache, prepare_run, score_pending
 
 ADMIN_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
 
@@ -93,21 +93,24 @@ def run_pipeline(url: str, model: str, device: str, rows_per_shard: int) -> tupl
         rows_per_shard=rows_per_shard,
         device=device,
     )
+    cache = WorkerCache(get_spec)
+    cache.model(model, resolve_device(device))  # loaded before the clock starts, as the engine's was
     started = time.perf_counter()
-    prepared = prepare_run(
-        spec, run_id=str(uuid.uuid4()), started_by="bench", parameters={}, load_model=load_model
+    planned = prepare_run(
+        spec, run_id=str(uuid.uuid4()), started_by="bench", parameters={}, model=get_spec(model).describe()
     )
     try:
-        counts = score_pending(prepared)
+        counts = score_pending(planned, cache)
     finally:
-        prepared.close()
+        planned.close()
+        cache.close()
     return time.perf_counter() - started, {"rows_out": counts.rows_out, "shards": counts.shards_done}
 
 
 def throughput(args: argparse.Namespace) -> dict:
     texts = load_texts(args.corpus, args.text_column, args.limit)
     device = resolve_device(args.device)
-    model = load_model(args.model, device)
+    model = get_spec(args.model).load(device)
     url = fresh_database(args.admin_url)
     try:
         load_table(url, texts)

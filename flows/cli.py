@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--results-table", default="shardwise_results")
     run.add_argument("--max-tokens", type=int, help="token budget per batch (device default)")
     run.add_argument("--resume", metavar="RUN_ID", help="finish a failed run with its stored plan")
+    _runner_arguments(run)
     run.set_defaults(handler=_run)
 
     redrive = commands.add_parser(
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     redrive.add_argument("--force", action="store_true", help="also keys whose input did not change")
     redrive.add_argument("--results", help="results database URL (default: the source database)")
     redrive.add_argument("--results-table", default="shardwise_results")
+    _runner_arguments(redrive)
     redrive.set_defaults(handler=_redrive)
 
     watch = commands.add_parser("watch", help="emit shardwise.data.landed when new rows or objects land")
@@ -71,13 +73,13 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--interval", type=float, default=30.0, help="seconds between polls or listings")
     watch.add_argument("--debounce", type=float, default=2.0, help="seconds to gather notifications")
     watch.add_argument("--results", help="results database (Parquet sources: skip objects already scored)")
-    watch.add_argument("--results-table", default="shardwise_results")
     watch.set_defaults(handler=_watch)
 
     plan = commands.add_parser("plan", help="dry run: shards, rows, estimated tokens, what --only-new skips")
     _source_arguments(plan)
     plan.add_argument("--results", help="results database URL (for --only-new; default: the source)")
     plan.add_argument("--results-table", default="shardwise_results")
+    _runner_arguments(plan)
     plan.set_defaults(handler=_plan)
 
     serve = commands.add_parser(
@@ -117,7 +119,42 @@ def _source_arguments(parser: argparse.ArgumentParser) -> None:
     sizing.add_argument("--shards", type=int, help="exactly this many shards")
     sizing.add_argument("--rows-per-shard", type=int, help="about this many rows per shard (default 10000)")
     parser.add_argument("--only-new", action="store_true", help="only rows without a current result")
-    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument(
+        "--device",
+        default="auto",
+        type=_device,
+        help="auto, cpu, cuda (one GPU per worker) or cuda:N (default: auto)",
+    )
+
+
+def _runner_arguments(parser: argparse.ArgumentParser) -> None:
+    from tasks.runners import RUNNERS
+
+    group = parser.add_argument_group("fan-out", "what runs the shards (README: Scaling out)")
+    group.add_argument("--runner", default="thread", choices=RUNNERS, help="default: thread")
+    group.add_argument(
+        "--workers",
+        type=int,
+        help="workers scoring at once (default: one per visible GPU, else 1); with --address it sizes "
+        "the default shard count",
+    )
+    group.add_argument(
+        "--address", help="an existing cluster: dask tcp://host:8786, or ray host:6379 / ray://host:10001"
+    )
+    group.add_argument("--threads", type=int, help="torch threads per worker (default: cores / workers)")
+    group.add_argument(
+        "--deployment",
+        default="score-shard/per-shard",
+        help="--runner deployment: the per-shard flow's deployment (default: score-shard/per-shard)",
+    )
+
+
+def _device(value: str) -> str:
+    import re
+
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a device; use auto, cpu, cuda or cuda:N")
+    return value
 
 
 def _environment_defaults() -> None:
@@ -133,14 +170,15 @@ def _environment_defaults() -> None:
 def _params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
     from flows.params import ScoreParams
 
+    remote = extra.get("address") is not None or extra.get("runner") == "deployment"
     return ScoreParams(
-        source=_by_name(args.source, "SHARDWISE_CLI_SOURCE_URL"),
+        source=_by_name(args.source, "SHARDWISE_CLI_SOURCE_URL", remote),
         table=args.table,
         key=args.key,
         text_column=args.text_column,
         where=args.where,
         model=args.model,
-        results=_by_name(args.results, "SHARDWISE_CLI_RESULTS_URL"),
+        results=_by_name(args.results, "SHARDWISE_CLI_RESULTS_URL", remote),
         results_table=args.results_table,
         shards=args.shards,
         rows_per_shard=args.rows_per_shard,
@@ -150,23 +188,40 @@ def _params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
     )
 
 
-def _by_name(url: str | None, variable: str) -> str | None:
+def _by_name(url: str | None, variable: str, remote: bool = False) -> str | None:
     """A URL holding a secret travels as ``env:NAME``, so Prefect never stores it in run parameters.
 
-    The flow runs in this process, so it reads the variable set here.
+    The flow and local workers run on this host and read the variable set
+    here; workers of a cluster elsewhere could not, so then it is refused.
     """
+    from shardwise.errors import ConfigError
     from shardwise.redact import redact
 
     if url is None or redact(url) == url:
         return url
+    if remote:
+        raise ConfigError(
+            f"{redact(url)} holds a password, which must not travel to workers on other hosts; set it on "
+            "the workers (and here) as an environment variable, e.g. export DB_URL=..., and pass env:DB_URL"
+        )
     os.environ[variable] = url
     return f"env:{variable}"
+
+
+def _fanout(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "runner": args.runner,
+        "workers": args.workers,
+        "address": args.address,
+        "threads": args.threads,
+        "deployment": args.deployment,
+    }
 
 
 def _run(args: argparse.Namespace) -> int:
     from flows.run import preflight, run_and_report
 
-    params = _params(args, max_tokens=args.max_tokens, resume=args.resume)
+    params = _params(args, max_tokens=args.max_tokens, resume=args.resume, **_fanout(args))
     preflight(params)
     return 0 if run_and_report(params) else 1
 
@@ -174,7 +229,7 @@ def _run(args: argparse.Namespace) -> int:
 def _redrive(args: argparse.Namespace) -> int:
     from flows.run import preflight, run_and_report
 
-    params = _params(args, redrive=args.run, force=args.force)
+    params = _params(args, redrive=args.run, force=args.force, **_fanout(args))
     preflight(params)
     return 0 if run_and_report(params) else 1
 
@@ -192,7 +247,6 @@ def _watch(args: argparse.Namespace) -> int:
         interval_s=args.interval,
         debounce_s=args.debounce,
         results=args.results,
-        results_table=args.results_table,
         install=args.install_trigger,
     )
     return 0
@@ -201,7 +255,7 @@ def _watch(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from flows.run import print_plan
 
-    print_plan(_params(args))
+    print_plan(_params(args, **_fanout(args)))
     return 0
 
 

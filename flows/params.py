@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from flows.connections import resolve
-from shardwise.errors import ConfigError
 from shardwise.pipeline import RunSpec
-from shardwise.sources import is_sql_url
+from tasks.runners import Fanout, RunnerName
 
 __all__ = ["ScoreParams"]
 
@@ -42,7 +38,39 @@ class ScoreParams(BaseModel):
         False, description="Score only rows with no result for this model version, or whose text changed."
     )
     max_tokens: int | None = Field(None, ge=1, description="Token budget per batch (device default).")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the model runs.")
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+        description="Where the model runs: auto (CUDA when the worker has it), cpu, cuda (one GPU per "
+        "worker), or cuda:N.",
+    )
+    runner: RunnerName = Field(
+        "thread",
+        description="What runs the shard tasks: thread (this process), process (a pool of worker "
+        "processes), dask, ray, or deployment (one flow run per shard on the score-shard deployment's "
+        "work pool).",
+    )
+    workers: int | None = Field(
+        None,
+        ge=1,
+        description="Workers scoring at once (default: one per visible GPU, else 1). With address it "
+        "only sizes the default shard count; with the deployment runner it caps the child runs in flight.",
+    )
+    address: str | None = Field(
+        None,
+        description="An existing cluster to use instead of a local one: dask tcp://host:8786, or a Ray "
+        "address (host:6379 or ray://host:10001). Its workers must reach the source and results.",
+    )
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="Torch threads per worker (default: this host's cores shared among local workers; "
+        "the workers' own default on a cluster at address).",
+    )
+    deployment: str = Field(
+        "score-shard/per-shard",
+        description="With the deployment runner: the per-shard flow's deployment, FLOW/NAME.",
+    )
     resume: str | None = Field(None, description="Run id of a failed run to finish (uses its stored plan).")
     redrive: str | None = Field(
         None,
@@ -66,6 +94,11 @@ class ScoreParams(BaseModel):
             raise ValueError(
                 f"give shards ({self.shards}) or rows_per_shard ({self.rows_per_shard}), not both"
             )
+        if self.address is not None and self.runner not in ("dask", "ray"):
+            raise ValueError(
+                f"address {self.address!r} is an existing cluster for the dask or ray runner; "
+                f"drop it, or choose runner dask or ray (runner is {self.runner!r})"
+            )
         return self
 
     def event_name(self) -> str:
@@ -78,19 +111,10 @@ class ScoreParams(BaseModel):
         return tail.split(":", 1)[-1].lower() or "source"
 
     def to_spec(self) -> RunSpec:
-        """Resolve connection names and defaults into an engine-level :class:`RunSpec`."""
-        source = resolve(self.source)
-        results = resolve(self.results) if self.results else None
-        if results is None:
-            if not is_sql_url(source):
-                raise ConfigError(
-                    f"a Parquet source needs a results database; pass results (e.g. sqlite:///results.db) "
-                    f"for source {self.source!r}"
-                )
-            results = source
+        """The engine-level :class:`RunSpec`; connection names stay names, resolved where they are used."""
         return RunSpec(
-            source=source,
-            results=results,
+            source=self.source,
+            results=self.results or self.source,
             results_table=self.results_table,
             model=self.model,
             table=self.table,
@@ -105,4 +129,15 @@ class ScoreParams(BaseModel):
             resume=self.resume,
             redrive=self.redrive,
             force=self.force,
+        )
+
+    def fanout(self) -> Fanout:
+        """The runner, its worker count and threads per worker (an existing cluster is asked its size)."""
+        return Fanout.of(
+            self.runner,
+            workers=self.workers,
+            address=self.address,
+            threads=self.threads,
+            device=self.device,
+            deployment=self.deployment,
         )

@@ -1,4 +1,4 @@
-"""The ``score`` flow: plan the shards, map ``infer_shard`` over them, then decide the run's state."""
+"""The ``score`` flow: plan the shards, fan them out to workers, then decide the run's state."""
 
 from __future__ import annotations
 
@@ -8,61 +8,58 @@ import uuid
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
-from prefect.task_runners import ThreadPoolTaskRunner
-from prefect.utilities.annotations import unmapped
 
 from flows.origin import started_by
 from flows.params import ScoreParams
-from shardwise.pipeline import PreparedRun, ShardOutcome, finish_run
-from shardwise.redact import redact, redact_mapping
-from tasks import infer_shard, plan_run
-from tasks.artifacts import Progress, publish_run
+from shardwise.pipeline import PlannedRun, ShardOutcome, finish_run
+from shardwise.redact import redact_mapping
+from tasks import plan_run
+from tasks.artifacts import Progress, publish_run, worker_rows
+from tasks.connections import resolve
 from tasks.dry_run import dry_run
 from tasks.events import emit_run_finished
+from tasks.fanout import run_shards
+from tasks.infer_shard import release_run
+from tasks.runners import Fanout
 
 __all__ = ["score"]
 
 
-@flow(name="score", task_runner=ThreadPoolTaskRunner(max_workers=1))
+@flow(name="score")
 def score(params: ScoreParams) -> State:
     """Score a source table into a results table, each shard exactly once.
 
-    Shards run one at a time by default: one device, one worker. The run ends
-    Failed, naming its failed shards, if any shard still fails after its
-    retries; finished shards stay merged, and ``resume`` finishes the rest.
+    The plan, and on PostgreSQL its snapshot, stay in this process; the shards
+    go to the workers of ``params.runner``. The run ends Failed, naming its
+    failed shards, if any shard still fails after its retries; finished shards
+    stay merged, and ``resume`` finishes the rest.
     """
     if params.dry_run:
-        report = dry_run(params.to_spec())
+        report = dry_run(params.to_spec(), params.fanout().workers)
         return Completed(message=f"dry run: {report['shards']} shards, {report['rows']} rows", data=report)
     logger = get_run_logger()
     started = time.perf_counter()
+    spec, fanout = params.to_spec(), params.fanout()
+    fanout.check_reachable(spec, resolve)
     run_id = str(flow_run.id or uuid.uuid4())
     parameters = redact_mapping(params.model_dump())
-    prepared = plan_run(params.to_spec(), run_id, started_by(params), parameters)
-    outcomes: list[ShardOutcome] = []
-    failed: dict[int, str] = {}
+    planned = plan_run(spec, run_id, started_by(params), parameters, fanout.workers, fanout.threads)
     try:
-        progress = Progress(len(prepared.todo))
-        futures = infer_shard.map(unmapped(prepared), prepared.todo)
-        shard_of = {
-            future.task_run_id: shard.shard_id for future, shard in zip(futures, prepared.todo, strict=True)
-        }
-        for future in as_completed(futures):
-            result = future.result(raise_on_failure=False)
-            if isinstance(result, ShardOutcome):
-                outcomes.append(result)
-            else:
-                failed[shard_of[future.task_run_id]] = redact(f"{type(result).__name__}: {result}")
-            progress.advance()
-        counts = finish_run(prepared, sorted(failed))
+        progress = Progress(len(planned.todo))
+        outcomes, failed = run_shards(planned, fanout, progress.advance)
+        counts = finish_run(planned, sorted(failed))
     finally:
-        prepared.close()
-    summary = _summary(prepared, outcomes, dataclasses.asdict(counts), time.perf_counter() - started)
+        planned.close()
+        release_run(planned.ref.run_id)
+    summary = _summary(planned, fanout, outcomes, dataclasses.asdict(counts), time.perf_counter() - started)
     publish_run(summary, outcomes, failed)
     emit_run_finished(summary, params.event_name())
+    for worker in worker_rows(outcomes):
+        logger.info(
+            "worker %(worker)s on %(device)s: %(shards)d shards, %(rows)d rows, busy %(busy_s)s s", worker
+        )
     if failed:
         listed = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(failed.items()))
         logger.error("run %s failed: %d shard(s) failed after retries: %s", run_id, len(failed), listed)
@@ -78,9 +75,9 @@ def score(params: ScoreParams) -> State:
 
 
 def _summary(
-    prepared: PreparedRun, outcomes: list[ShardOutcome], counts: dict[str, Any], wall_s: float
+    planned: PlannedRun, fanout: Fanout, outcomes: list[ShardOutcome], counts: dict[str, Any], wall_s: float
 ) -> dict[str, Any]:
-    record = prepared.record
+    record = planned.record
     real = sum(int(o.engine.get("real_tokens", 0)) for o in outcomes)
     padded = sum(int(o.engine.get("padded_tokens", 0)) for o in outcomes)
     rows = sum(o.rows_in for o in outcomes)
@@ -91,11 +88,14 @@ def _summary(
         "results_table": record.results_table,
         "source": record.source_identity,
         "snapshot": record.source_snapshot,
-        "model": prepared.model.name,
+        "model": planned.model.name,
         "model_version": record.model_version,
         "code_version": record.code_version,
-        "shards": len(prepared.plan.shards),
-        "shards_skipped": len(prepared.done_before) + sum(o.skipped for o in outcomes),
+        "runner": fanout.runner,
+        "workers": fanout.workers,
+        "workers_used": len(worker_rows(outcomes)),
+        "shards": len(planned.plan.shards),
+        "shards_skipped": len(planned.done_before) + sum(o.skipped for o in outcomes),
         **counts,
         "inserted": sum(o.merge.inserted for o in outcomes if o.merge),
         "updated": sum(o.merge.updated for o in outcomes if o.merge),

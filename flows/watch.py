@@ -14,9 +14,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from flows.connections import resolve
 from shardwise.errors import TransientError
 from shardwise.watch import EVENT, Backoff, install_trigger, open_watcher, source_resource
+from tasks.connections import resolve
 
 __all__ = ["announce_objects", "emit", "watch"]
 
@@ -49,7 +49,6 @@ def watch(
     interval_s: float = 30.0,
     debounce_s: float = 2.0,
     results: str | None = None,
-    results_table: str = "shardwise_results",
     install: bool = False,
 ) -> None:
     """Watch until SIGINT or SIGTERM. The database may be down at start: keep trying until it is up."""
@@ -63,7 +62,7 @@ def watch(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    seen = _ledger_seen(resolve(results), results_table, url) if results and not table else None
+    seen = _ledger_seen(resolve(results), url) if results and not table else None
     backoff = Backoff()
     while not stop.is_set():
         try:
@@ -89,13 +88,11 @@ def watch(
             watcher.run(stop)
 
 
-def _ledger_seen(results_url: str, results_table: str, location: str) -> Any:
+def _ledger_seen(results_url: str, location: str) -> Any:
     """The ledger's scored (object key, ETag) pairs for ``location``, read fresh on every listing."""
-    from shardwise.model import OutputColumn
-    from shardwise.results import ResultStore
+    from shardwise.results import Ledger
     from shardwise.sources.parquet import open_store
 
     identity = open_store(location).identity
-    # Only the ledger is read: the output column is a placeholder the results table never sees.
-    store = ResultStore(results_url, results_table, (OutputColumn("embedding", "vector", 1),), "text")
-    return lambda: store.seen_objects(identity)
+    ledger = Ledger(results_url)
+    return lambda: ledger.seen_objects(identity)

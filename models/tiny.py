@@ -18,7 +18,7 @@ from torch import nn
 
 from models.pooling import pool
 from shardwise.hashing import hash_state
-from shardwise.model import Encoding, OutputColumn
+from shardwise.model import Encoding, ModelInfo, OutputColumn
 
 __all__ = ["TinyModel", "TinySpec"]
 
@@ -39,8 +39,25 @@ class TinySpec:
     max_length: int = 128
     seed: int = 0
 
+    def describe(self) -> ModelInfo:
+        """Builds the seeded network on the CPU (it is tiny) to hash it."""
+        _, version = _build(self)
+        return ModelInfo(self.name, version, _outputs(self), self.max_length)
+
     def load(self, device: torch.device) -> TinyModel:
         return TinyModel(self, device)
+
+
+def _outputs(spec: TinySpec) -> tuple[OutputColumn, ...]:
+    return (OutputColumn("embedding", "vector", spec.dim),)
+
+
+def _build(spec: TinySpec) -> tuple[_Encoder, str]:
+    """The seeded network and its version hash: the same on every load and every machine."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        net = _Encoder(spec)
+    return net, hash_state(asdict(spec), net.state_dict())
 
 
 class _Encoder(nn.Module):
@@ -68,12 +85,9 @@ class TinyModel:
         self.max_length = spec.max_length
         self.pad_id = _PAD
         self.device = device
-        self.outputs = (OutputColumn("embedding", "vector", spec.dim),)
+        self.outputs = _outputs(spec)
         self._vocab = spec.vocab
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(spec.seed)
-            net = _Encoder(spec)
-        self.version = hash_state(asdict(spec), net.state_dict())
+        net, self.version = _build(spec)
         self._net = net.eval().to(device)
 
     def tokenize(self, texts: Sequence[str]) -> list[Encoding]:

@@ -2,6 +2,8 @@
 
 The engine knows nothing about any particular architecture. A catalogue entry
 is a :class:`ModelSpec`; loading it gives a :class:`Model` bound to one device.
+:meth:`ModelSpec.describe` gives its :class:`ModelInfo` without loading the
+weights onto a device, so a CPU-only flow process can plan a GPU run.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-__all__ = ["Encoding", "Model", "ModelSpec", "OutputColumn"]
+__all__ = ["Encoding", "Model", "ModelInfo", "ModelSpec", "OutputColumn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,17 @@ class OutputColumn:
     name: str
     kind: Literal["vector", "float", "int", "text"]
     dim: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What planning needs of a model: who it is and what it writes; no weights, no device."""
+
+    name: str
+    version: str
+    """The same content hash that :attr:`Model.version` gives once loaded."""
+    outputs: tuple[OutputColumn, ...]
+    max_length: int
 
 
 @runtime_checkable
@@ -64,6 +77,10 @@ class ModelSpec(Protocol):
     """A catalogue entry: a name, and how to load the model onto a device."""
 
     name: str
+
+    def describe(self) -> ModelInfo:
+        """Name, version, outputs and max length, read without putting weights on a device."""
+        ...
 
     def load(self, device: torch.device) -> Model:
         """Load weights onto ``device`` in eval mode."""

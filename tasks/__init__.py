@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from tasks.infer_shard import infer_shard
-from tasks.models import load_model
 from tasks.plan_run import plan_run
 from tasks.retry import retry_transient
 
-__all__ = ["infer_shard", "load_model", "plan_run", "retry_transient"]
+__all__ = ["infer_shard", "plan_run", "retry_transient"]

@@ -19,7 +19,7 @@ from prefect.artifacts import (
 
 from shardwise.pipeline import ShardOutcome
 
-__all__ = ["Progress", "publish_plan", "publish_run"]
+__all__ = ["Progress", "publish_plan", "publish_run", "worker_rows"]
 
 
 class Progress:
@@ -31,7 +31,8 @@ class Progress:
             progress=0.0 if total else 100.0, key="shardwise-progress", description="Shards finished"
         )
 
-    def advance(self) -> None:
+    def advance(self, outcome: ShardOutcome | None = None) -> None:
+        """One more shard finished (``outcome`` None: it failed)."""
         self.finished += 1
         update_progress_artifact(
             artifact_id=self.artifact_id, progress=100.0 * self.finished / max(self.total, 1)
@@ -53,9 +54,35 @@ def shard_rows(outcomes: Sequence[ShardOutcome]) -> list[dict[str, Any]]:
             "rows_per_s": round(float(o.engine.get("rows_per_s", 0.0)), 1),
             "tokens_per_s": round(float(o.engine.get("tokens_per_s", 0.0)), 1),
             "oom_splits": int(o.engine.get("oom_splits", 0)),
+            "attempt": o.attempt,
+            "host": o.host,
+            "device": o.device,
+            "worker": o.worker,
         }
         for o in sorted(outcomes, key=lambda o: o.shard_id)
     ]
+
+
+def worker_rows(outcomes: Sequence[ShardOutcome]) -> list[dict[str, Any]]:
+    """One row per worker: where it ran, how many shards and rows, and its busy time.
+
+    A straggler shows as a worker with far more busy time than the others; an
+    idle GPU as a device with no row, or with few shards.
+    """
+    by_worker: dict[str, dict[str, Any]] = {}
+    for o in outcomes:
+        if o.skipped:
+            continue
+        row = by_worker.setdefault(
+            o.worker,
+            {"worker": o.worker, "host": o.host, "device": o.device, "shards": 0, "rows": 0, "busy_s": 0.0,
+             "model_load_s": 0.0},
+        )  # fmt: skip
+        row["shards"] += 1
+        row["rows"] += o.rows_in
+        row["busy_s"] = round(row["busy_s"] + o.wall_s, 2)
+        row["model_load_s"] = round(row["model_load_s"] + o.model_load_s, 2)
+    return sorted(by_worker.values(), key=lambda r: r["worker"])
 
 
 def publish_run(
@@ -64,11 +91,16 @@ def publish_run(
     """The run's markdown summary and its per-shard table."""
     rows = shard_rows(outcomes)
     create_table_artifact(key="shardwise-shards", table=rows, description="One row per shard")
-    create_markdown_artifact(key="shardwise-run", markdown=run_markdown(summary, rows, failed))
+    create_markdown_artifact(
+        key="shardwise-run", markdown=run_markdown(summary, rows, worker_rows(outcomes), failed)
+    )
 
 
 def run_markdown(
-    summary: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], failed: Mapping[int, str]
+    summary: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    workers: Sequence[Mapping[str, Any]],
+    failed: Mapping[int, str],
 ) -> str:
     """A readable report: totals, engine figures, versions, per-shard wall time, and SQL to query it."""
     run_id, table = summary["run_id"], summary["results_table"]
@@ -91,17 +123,29 @@ def run_markdown(
         f"| Code version | `{summary['code_version']}` |",
         f"| Source | `{summary['source']}` (snapshot `{summary['snapshot'] or 'none'}`) |",
         f"| Started by | {summary['started_by']} |",
+        f"| Runner | {summary['runner']}, {summary['workers']} worker(s) |",
+        "",
+        "## Workers",
+        "",
+        "| worker | host | device | shards | rows | busy s | model load s |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {w['worker']} | {w['host']} | {w['device']} | {w['shards']} | {w['rows']} | "
+            f"{w['busy_s']} | {w['model_load_s']} |"
+            for w in workers
+        ),
         "",
         "## Shards",
         "",
-        "| shard | status | rows in | scored | dead letters | wall s | padding eff. | rows/s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| shard | status | rows in | scored | dead letters | wall s | padding eff. | rows/s | host | device "
+        "|",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *(
             f"| {r['shard']} | {r['status']} | {r['rows_in']} | {r['scored']} | {r['dead_letters']} | "
-            f"{r['wall_s']} | {r['padding_efficiency']} | {r['rows_per_s']} |"
+            f"{r['wall_s']} | {r['padding_efficiency']} | {r['rows_per_s']} | {r['host']} | {r['device']} |"
             for r in rows
         ),
-        *(f"| {shard} | **failed** | | | | | | |" for shard in sorted(failed)),
+        *(f"| {shard} | **failed** | | | | | | | | |" for shard in sorted(failed)),
         "",
         "## Query the results",
         "",

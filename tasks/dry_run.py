@@ -5,36 +5,45 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from shardwise.device import resolve_device
+from models import get_spec
 from shardwise.errors import ConfigError
-from shardwise.pipeline import RunSpec, open_run_source, plan_source, preview_plan
+from shardwise.pipeline import SHARDS_PER_WORKER, RunSpec, open_spec_source, plan_source, preview_plan
+from shardwise.results import Ledger
 from tasks.artifacts import publish_plan
-from tasks.models import load_model
+from tasks.connections import resolve
 
 __all__ = ["dry_run", "plan_report"]
 
 
-def plan_report(spec: RunSpec) -> dict[str, Any]:
-    """Shards, rows, estimated tokens and rows already scored, for ``spec``; nothing is written."""
-    model = load_model(spec.model, resolve_device(spec.device))
-    source = open_run_source(spec)
+def plan_report(spec: RunSpec, workers: int = 1) -> dict[str, Any]:
+    """Shards, rows, estimated tokens and rows already scored, for ``spec``; nothing is written.
+
+    The tokenizer estimates the tokens, so the model is loaded, on the CPU.
+    ``workers`` sizes the default shard count as the run would.
+    """
+    spec_of = get_spec(spec.model)
+    info, model = spec_of.describe(), spec_of.load(torch.device("cpu"))
+    source = open_spec_source(spec, resolve)
+    ledger = Ledger(resolve(spec.results))
     try:
-        plan = plan_source(spec, source, model)
+        plan = plan_source(spec, source, info, ledger, min_shards=SHARDS_PER_WORKER * workers)
         preview = preview_plan(source, plan, model)
         try:
             current = (
                 plan
                 if spec.only_new
-                else plan_source(dataclasses.replace(spec, only_new=True), source, model)
+                else plan_source(dataclasses.replace(spec, only_new=True), source, info, ledger)
             )
             already = str(int(current.params.get("skipped_rows") or 0))
         except ConfigError as exc:
             already = f"unknown ({exc})"
     finally:
         source.close()
+        ledger.close()
     sizes = [s.expected_rows for s in plan.shards]
     return {
         "source": plan.identity,
@@ -52,8 +61,8 @@ def plan_report(spec: RunSpec) -> dict[str, Any]:
 
 
 @task(name="dry-run", cache_policy=NO_CACHE)
-def dry_run(spec: RunSpec) -> dict[str, Any]:
-    report = plan_report(spec)
+def dry_run(spec: RunSpec, workers: int = 1) -> dict[str, Any]:
+    report = plan_report(spec, workers)
     publish_plan(report)
     get_run_logger().info("dry run: %s", report)
     return report

@@ -1,28 +1,36 @@
-"""``infer_shard``: one shard through the engine into the results store, as a retried Prefect task."""
+"""``infer_shard``: one shard, named by a run reference and a shard id, scored on whichever worker runs it.
+
+Only the :class:`~shardwise.pipeline.RunRef` (plain data, connection *names*)
+and the shard id cross to the worker. The worker resolves the names in its own
+environment and keeps its model and open run in this module's per-process
+cache, so a worker that scores ten shards loads its model once.
+"""
 
 from __future__ import annotations
 
-import socket
-from contextlib import AbstractContextManager, nullcontext
-
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.concurrency.sync import concurrency
 from prefect.runtime import task_run
 from prefect.tasks import exponential_backoff
 
-from shardwise.pipeline import PreparedRun, ShardOutcome
+from models import get_spec
+from shardwise.errors import ShardwiseError
+from shardwise.pipeline import RunRef, ShardOutcome, WorkerCache, score_ref_shard
 from shardwise.redact import redact
-from shardwise.sources import Shard
+from shardwise.results import Ledger
+from tasks.connections import resolve
 from tasks.retry import retry_transient
 from tasks.sanitize import sanitized
 
-__all__ = ["infer_shard"]
+__all__ = ["WORKER", "infer_shard", "release_run", "score_here"]
+
+WORKER = WorkerCache(get_spec)
+"""This process's models and open runs, shared by every shard task it runs."""
 
 
 @task(
     name="infer-shard",
-    task_run_name="shard-{shard.shard_id}",
+    task_run_name="shard-{shard_id}",
     retries=3,
     retry_delay_seconds=exponential_backoff(backoff_factor=2),
     retry_jitter_factor=0.5,
@@ -30,46 +38,59 @@ __all__ = ["infer_shard"]
     # The ledger in the results database decides what is done; Prefect's cache must not.
     cache_policy=NO_CACHE,
 )
-def infer_shard(prepared: PreparedRun, shard: Shard) -> ShardOutcome:
-    """Score ``shard`` unless the ledger says it is done; record a failed attempt before re-raising."""
+def infer_shard(ref: RunRef, shard_id: int) -> ShardOutcome:
+    """Score shard ``shard_id`` unless the ledger says it is done; record a failure before re-raising."""
     logger = get_run_logger()
-    attempt = int(task_run.run_count or 1)
-    run_id = prepared.record.run_id
     try:
-        with _device_slot(prepared):
-            outcome = prepared.score(shard, attempt)
+        outcome = score_here(ref, shard_id)
     except Exception as exc:
         message = redact(f"{type(exc).__name__}: {exc}")
-        prepared.store.mark_shard_failed(run_id, shard.shard_id, attempt, message)
-        logger.warning("shard %d attempt %d failed: %s", shard.shard_id, attempt, message)
+        _mark_failed(ref, shard_id, message)
+        logger.warning("shard %d try %d failed: %s", shard_id, int(task_run.run_count or 1), message)
         clean = sanitized(exc)
         if clean is exc:
             raise
         raise clean from None
     if outcome.skipped:
-        logger.info("shard %d was already done; skipped", shard.shard_id)
+        logger.info("shard %d was already done; skipped (on %s)", shard_id, outcome.worker)
     else:
         logger.info(
-            "shard %d done: %d rows in, %d scored, %d dead letters, %.3f padding efficiency, %.0f rows/s%s",
-            shard.shard_id,
+            "shard %d attempt %d done on %s (%s): %d rows in, %d scored, %d dead letters, "
+            "%.3f padding efficiency, %.0f rows/s, model load %.1f s%s",
+            shard_id,
+            outcome.attempt,
+            outcome.worker,
+            outcome.device,
             outcome.rows_in,
             outcome.rows_out,
             outcome.rows_failed,
             outcome.engine.get("padding_efficiency", 1.0),
             outcome.engine.get("rows_per_s", 0.0),
+            outcome.model_load_s,
             " (snapshot was gone: read at a fresh one, recorded in lineage)" if outcome.snapshot_lost else "",
         )
     return outcome
 
 
-def _device_slot(prepared: PreparedRun) -> AbstractContextManager[object]:
-    """On CUDA, hold one slot of the global concurrency limit ``gpu-<host>`` while scoring.
+def score_here(ref: RunRef, shard_id: int) -> ShardOutcome:
+    """Score with this process's cache.
 
-    Create the limit once per host with as many slots as it has GPUs
-    (``prefect gcl create gpu-$(hostname) --limit N``): flow runs from any
-    deployment then share the GPUs instead of oversubscribing them. Without
-    the limit Prefect logs a warning and does not limit.
+    Task and flow functions travel to workers by value (cloudpickle), so they
+    must not name the cache itself, which holds locks and connections; this
+    module-level function travels by reference and finds the worker's own.
     """
-    if prepared.model.device.type != "cuda":
-        return nullcontext()
-    return concurrency(f"gpu-{socket.gethostname()}", occupy=1)
+    return score_ref_shard(ref, shard_id, WORKER, resolve=resolve)
+
+
+def release_run(run_id: str) -> None:
+    """Close what this process holds for a finished run (the thread runner's workers live here)."""
+    WORKER.release(run_id)
+
+
+def _mark_failed(ref: RunRef, shard_id: int, message: str) -> None:
+    """Record the error on the shard's ledger row; a ledger that cannot be reached is only logged."""
+    try:
+        with Ledger(resolve(ref.spec.results)) as ledger:
+            ledger.mark_shard_failed(ref.run_id, shard_id, message)
+    except ShardwiseError as exc:
+        get_run_logger().warning("could not record the failure of shard %d: %s", shard_id, redact(str(exc)))

@@ -1,4 +1,9 @@
-"""``plan_run``: load the model, plan the source (or load a resumed run's plan), record the run."""
+"""``plan_run``: plan the source (or load a resumed run's record and plan) and record the run.
+
+It runs in the flow's own process (the flow calls it directly, not through a
+task runner): on PostgreSQL the returned run holds the planning snapshot that
+every worker imports, until the flow closes it after the last shard.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,9 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from shardwise.pipeline import PreparedRun, RunSpec, prepare_run
-from tasks.models import load_model
+from models import get_spec
+from shardwise.pipeline import PlannedRun, RunSpec, prepare_run
+from tasks.connections import resolve
 from tasks.retry import retry_transient
 from tasks.sanitize import sanitized
 
@@ -25,27 +31,41 @@ __all__ = ["plan_run"]
     retry_condition_fn=retry_transient,
     cache_policy=NO_CACHE,
 )
-def plan_run(spec: RunSpec, run_id: str, started_by: str, parameters: Mapping[str, Any]) -> PreparedRun:
-    """Everything the shard tasks share; on PostgreSQL it holds the run's snapshot open."""
+def plan_run(
+    spec: RunSpec,
+    run_id: str,
+    started_by: str,
+    parameters: Mapping[str, Any],
+    workers: int = 1,
+    threads: int | None = None,
+) -> PlannedRun:
+    """Everything the shard tasks share, as a small reference; the model is described, not loaded."""
     try:
-        prepared = prepare_run(
-            spec, run_id=run_id, started_by=started_by, parameters=parameters, load_model=load_model
+        planned = prepare_run(
+            spec,
+            run_id=run_id,
+            started_by=started_by,
+            parameters=parameters,
+            model=get_spec(spec.model).describe(),
+            resolve=resolve,
+            workers=workers,
+            threads=threads,
         )
     except Exception as exc:
         clean = sanitized(exc)
         if clean is exc:
             raise
         raise clean from None
-    plan = prepared.plan
+    plan = planned.plan
     get_run_logger().info(
         "run %s: %d shards over %s (%d rows expected, snapshot %s); %d already done; model %s %s",
-        prepared.record.run_id,
+        planned.record.run_id,
         len(plan.shards),
         plan.identity,
         plan.expected_rows,
         plan.snapshot or "none",
-        len(prepared.done_before),
-        prepared.model.name,
-        prepared.model.version[:12],
+        len(planned.done_before),
+        planned.model.name,
+        planned.model.version[:12],
     )
-    return prepared
+    return planned

@@ -21,6 +21,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import socket
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -33,7 +34,7 @@ PG_ADMIN_URL = os.environ.get("SHARDWISE_TEST_PG", "postgresql+psycopg://root@12
 def service_missing(reason: str) -> None:
     """Skip on a developer's machine; fail under CI, where every service must be up."""
     if IN_CI:
-        pytest.fail(f"{reason} (CI=true: PostgreSQL and S3 tests must run, not skip)")
+        pytest.fail(f"{reason} (CI=true: PostgreSQL, S3, Dask and Ray tests must run, not skip)")
     pytest.skip(reason)
 
 
@@ -56,21 +57,43 @@ def pg_admin_url() -> str:
     return PG_ADMIN_URL
 
 
-@pytest.fixture
-def pg_url(pg_admin_url: str) -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+@contextmanager
+def fresh_database(admin_url: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database on the server of ``admin_url``, dropped afterwards."""
     import sqlalchemy as sa
 
     name = f"sw_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     try:
-        yield pg_admin_url.rsplit("/", 1)[0] + "/" + name
+        yield admin_url.rsplit("/", 1)[0] + "/" + name
     finally:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    with fresh_database(pg_admin_url) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def pg_module_url(pg_admin_url: str) -> Iterator[str]:
+    """A fresh PostgreSQL database shared by the tests of one module."""
+    with fresh_database(pg_admin_url) as url:
+        yield url
+
+
+def extra_installed(module: str, extra: str) -> None:
+    """Skip (fail under CI) when an optional extra such as ``shardwise[dask]`` is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        service_missing(f"{module} is not installed; pip install -e '.[{extra}]'")
 
 
 @pytest.fixture
@@ -144,3 +167,61 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+class LocalPipeline:
+    """Plan and score runs in this process, without an orchestrator, with the model catalogue."""
+
+    def __init__(self) -> None:
+        from models import get_spec
+        from shardwise.pipeline import WorkerCache
+
+        self.cache = WorkerCache(get_spec)
+
+    def plan(self, spec, run_id: str, **kwargs):  # -> PlannedRun
+        from models import get_spec
+        from shardwise.pipeline import prepare_run
+
+        model = get_spec(spec.model).describe()
+        return prepare_run(spec, run_id=run_id, started_by="test", parameters={}, model=model, **kwargs)
+
+    def score(self, planned):  # -> RunCounts
+        from shardwise.pipeline import score_pending
+
+        return score_pending(planned, self.cache)
+
+    def shard(self, planned, shard_id: int):  # -> ShardOutcome
+        from shardwise.pipeline import score_ref_shard
+
+        return score_ref_shard(planned.ref, shard_id, self.cache)
+
+    def run(self, spec, run_id: str):  # -> tuple[PlannedRun, RunCounts]
+        planned = self.plan(spec, run_id)
+        try:
+            return planned, self.score(planned)
+        finally:
+            planned.close()
+
+
+@pytest.fixture
+def pipeline() -> Iterator[LocalPipeline]:
+    """The no-orchestrator path (``prepare_run`` + ``score_pending``), its worker cache closed afterwards."""
+    local = LocalPipeline()
+    try:
+        yield local
+    finally:
+        local.cache.close()
+
+
+@pytest.fixture(scope="session")
+def dask_extra() -> None:
+    """prefect-dask and distributed, from ``shardwise[dask]``: CI installs them and must test them."""
+    extra_installed("prefect_dask", "dask")
+    extra_installed("distributed", "dask")
+
+
+@pytest.fixture(scope="session")
+def ray_extra() -> None:
+    """prefect-ray and ray, from ``shardwise[ray]``: CI installs them and must test them."""
+    extra_installed("prefect_ray", "ray")
+    extra_installed("ray", "ray")

@@ -1,33 +1,49 @@
-"""The scoring pipeline without an orchestrator: prepare a run, score shards, finish the run."""
+"""The scoring pipeline without an orchestrator: plan a run, score its shards on workers, finish it.
+
+:mod:`~shardwise.pipeline.prepare` is the planning side (one process holds
+the plan and the snapshot), :mod:`~shardwise.pipeline.worker` the worker side
+(any process, any machine, given a :class:`RunRef` and a shard id).
+"""
 
 from __future__ import annotations
 
 from shardwise.pipeline.dryrun import PlanPreview, preview_plan
-from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
-from shardwise.pipeline.run import (
-    PreparedRun,
-    RunSpec,
+from shardwise.pipeline.prepare import (
+    SHARDS_PER_WORKER,
+    PlannedRun,
     finish_run,
-    open_run_source,
     plan_source,
     prepare_run,
     score_pending,
 )
-from shardwise.pipeline.shard import ShardOutcome, score_shard
+from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
+from shardwise.pipeline.shard import ShardOutcome, WorkerInfo, score_shard, this_worker
+from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
+from shardwise.pipeline.worker import Catalogue, WorkerCache, open_spec_source, score_ref_shard
 
 __all__ = [
+    "SHARDS_PER_WORKER",
+    "Catalogue",
     "PlanPreview",
-    "PreparedRun",
+    "PlannedRun",
     "RedriveSelection",
+    "Resolver",
+    "RunRef",
     "RunSpec",
     "ShardOutcome",
+    "WorkerCache",
+    "WorkerInfo",
+    "as_is",
+    "check_connections",
     "finish_run",
-    "open_run_source",
+    "open_spec_source",
     "plan_source",
     "prepare_run",
     "preview_plan",
     "redrive_keys",
     "redrive_source",
     "score_pending",
+    "score_ref_shard",
     "score_shard",
+    "this_worker",
 ]

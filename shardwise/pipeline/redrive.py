@@ -17,12 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from shardwise.errors import ConfigError
 from shardwise.lineage import value_fingerprint
-from shardwise.results import ResultStore, StoredDeadLetter
-from shardwise.results.dberrors import mapped_errors
+from shardwise.results import Ledger, StoredDeadLetter
 from shardwise.sources import ParquetSource, Source, SqlSource
 from shardwise.sources.base import Key
 from shardwise.sources.keyed import KeyedSource
@@ -63,16 +60,17 @@ class RedriveSelection:
 
 
 def redrive_keys(
-    store: ResultStore, source: SqlSource | ParquetSource, run_id: str, force: bool
+    ledger: Ledger, results_table: str, source: SqlSource | ParquetSource, run_id: str, force: bool
 ) -> RedriveSelection:
-    """Read run ``run_id``'s dead letters from ``store`` and pick the keys whose input changed since.
+    """Read run ``run_id``'s dead letters from ``ledger`` and pick the keys whose input changed since.
 
+    The run must have read ``source`` into ``results_table``.
     ``source`` must be the source the run read. Each dead-lettered key's
     current rows are read (``read_keys``) and fingerprinted as the pipeline
     does (:func:`~shardwise.lineage.value_fingerprint`); a key changed when
     one of its rows has a fingerprint none of its dead letters had.
     """
-    letters = _dead_letters(store, source, run_id)
+    letters = _dead_letters(ledger, results_table, source, run_id)
     failed: dict[str, set[str | None]] = {}
     for letter in letters:
         if letter.source_key is not None:  # sources never read a NULL key, so never dead-letter one
@@ -97,21 +95,23 @@ def redrive_keys(
     )
 
 
-def redrive_source(store: ResultStore, source: Source, run_id: str, *, force: bool = False) -> KeyedSource:
+def redrive_source(
+    ledger: Ledger, results_table: str, source: Source, run_id: str, *, force: bool = False
+) -> KeyedSource:
     """``source`` restricted to the keys :func:`redrive_keys` chooses; the plan records the selection."""
     if not isinstance(source, SqlSource | ParquetSource):
         raise ConfigError(
             f"redrive needs a SQL or Parquet source, which can read rows by key; got {type(source).__name__}"
         )
-    selection = redrive_keys(store, source, run_id, force)
+    selection = redrive_keys(ledger, results_table, source, run_id, force)
     return KeyedSource(source, selection.keys, kind_label="redrive", extra_params=selection.params)
 
 
-def _dead_letters(store: ResultStore, source: Source, run_id: str) -> list[StoredDeadLetter]:
+def _dead_letters(ledger: Ledger, results_table: str, source: Source, run_id: str) -> list[StoredDeadLetter]:
     """The run's dead letters, after checking the run exists and read this source into this table."""
-    if not _has_ledger(store) or (run := store.load_run(run_id)) is None:
+    if (run := ledger.load_run(run_id)) is None:
         raise ConfigError(
-            f"run {run_id!r} is not in the shardwise_runs table of {store.url}; redrive a run id "
+            f"run {run_id!r} is not in the shardwise_runs table of {ledger.url}; redrive a run id "
             f"listed there ({_RUN_IDS})"
         )
     if run.source_identity != source.identity:
@@ -119,20 +119,15 @@ def _dead_letters(store: ResultStore, source: Source, run_id: str) -> list[Store
             f"run {run_id!r} read source {run.source_identity!r}, not {source.identity!r}; "
             "redrive a run with the source it read"
         )
-    if run.results_table != store.results_table:
+    if run.results_table != results_table:
         raise ConfigError(
-            f"run {run_id!r} wrote to results table {run.results_table!r}, not {store.results_table!r}; "
+            f"run {run_id!r} wrote to results table {run.results_table!r}, not {results_table!r}; "
             "redrive it into the table it wrote"
         )
-    letters = store.dead_letters(run_id)
+    letters = ledger.dead_letters(run_id)
     if not letters:
         raise ConfigError(
-            f"run {run_id!r} has no dead letters in shardwise_errors of {store.url}; nothing to redrive "
+            f"run {run_id!r} has no dead letters in shardwise_errors of {ledger.url}; nothing to redrive "
             f"(runs with failed rows have rows_failed > 0 in shardwise_runs)"
         )
     return letters
-
-
-def _has_ledger(store: ResultStore) -> bool:
-    with mapped_errors("look for the run ledger", store.engine.url), store.engine.connect() as conn:
-        return sa.inspect(conn).has_table("shardwise_runs")

@@ -7,7 +7,9 @@ Prefect task in ``tasks/`` adds retries, logging and artifacts around it.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -16,19 +18,51 @@ from shardwise.config import EngineConfig
 from shardwise.engine import Engine, RowResult
 from shardwise.lineage import value_fingerprint
 from shardwise.model import Model
-from shardwise.results import DeadLetter, MergeOutcome, ResultRow, ResultStore, RunRecord, ShardReport
+from shardwise.results import (
+    DeadLetter,
+    MergeOutcome,
+    ResultRow,
+    ResultStore,
+    RunRecord,
+    ShardReport,
+    StoredShard,
+)
 from shardwise.results.codec import utc_now
 from shardwise.sources.base import Shard, Source, SourcePlan, SourceRow
 from shardwise.stats import BatchStats
 
-__all__ = ["ShardOutcome", "score_shard"]
+__all__ = ["ShardOutcome", "WorkerInfo", "score_shard", "this_worker"]
 
 _FLUSH_ROWS = 2000
+_threads: dict[int, int] = {}
+_threads_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Who scores a shard: the host, and the worker on it (``host:pid/thread``)."""
+
+    host: str
+    worker: str
+
+
+def this_worker() -> WorkerInfo:
+    """This process and thread as a worker: threads of one process are numbered in order of first use."""
+    ident = threading.get_ident()
+    with _threads_lock:
+        number = _threads.setdefault(ident, len(_threads))
+    host = socket.gethostname()
+    return WorkerInfo(host, f"{host}:{os.getpid()}/{number}")
 
 
 @dataclass(frozen=True)
 class ShardOutcome:
-    """What one shard attempt did. ``skipped`` means it was already done: nothing was read or written."""
+    """What one shard attempt did. ``skipped`` means it was already done: nothing was read or written.
+
+    ``host``, ``device`` and ``worker`` say where it ran; ``wall_s`` is the
+    worker's busy time on it, and ``model_load_s`` the part of that spent
+    loading the model (0 when the worker had it already).
+    """
 
     shard_id: int
     skipped: bool
@@ -40,6 +74,45 @@ class ShardOutcome:
     engine: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     snapshot_lost: bool = False
+    attempt: int = 0
+    host: str = ""
+    device: str = ""
+    worker: str = ""
+    model_load_s: float = 0.0
+
+    @classmethod
+    def from_ledger(cls, stored: StoredShard) -> ShardOutcome:
+        """A done shard as the ledger recorded it: for workers whose return value does not come back."""
+        engine = dict(stored.engine)
+        wall = (
+            (stored.finished_at - stored.started_at).total_seconds()
+            if stored.started_at and stored.finished_at
+            else 0.0
+        )
+        model_load_s = float(engine.get("model_load_s", 0.0))
+        merge = MergeOutcome(
+            True,
+            stored.rows_inserted or 0,
+            stored.rows_updated or 0,
+            stored.rows_unchanged or 0,
+            stored.rows_failed or 0,
+        )
+        return cls(
+            stored.shard_id,
+            skipped=False,
+            rows_in=stored.rows_in or 0,
+            rows_out=stored.rows_out or 0,
+            rows_failed=stored.rows_failed or 0,
+            rows_truncated=int(engine.get("rows_truncated", 0)),
+            merge=merge,
+            engine=engine,
+            wall_s=wall + model_load_s,
+            attempt=stored.attempts,
+            host=stored.host or "",
+            device=stored.device or "",
+            worker=str(engine.get("worker", "")),
+            model_load_s=model_load_s,
+        )
 
 
 def score_shard(
@@ -50,18 +123,21 @@ def score_shard(
     model: Model,
     store: ResultStore,
     run: RunRecord,
-    attempt: int,
     config: EngineConfig | None = None,
     on_batch: Callable[[BatchStats], None] | None = None,
+    model_load_s: float = 0.0,
 ) -> ShardOutcome:
-    """Check the shard is not done, score its rows, and merge them with its dead letters in one commit.
+    """Count an attempt unless the shard is done, score its rows, merge them and the dead letters at once.
 
-    Rows stream from the source through the engine into the store's staging
-    area in chunks, so memory stays flat in the shard's size. Each row's input
-    fingerprint travels with its key through the engine.
+    The ledger numbers the attempt. Rows stream from the source through the
+    engine into the store's staging area in chunks, so memory stays flat in
+    the shard's size. Each row's input fingerprint travels with its key
+    through the engine.
     """
-    if not store.record_attempt(run.run_id, shard.shard_id, attempt, host=_host(), device=str(model.device)):
-        return ShardOutcome(shard.shard_id, skipped=True)
+    me, device = this_worker(), str(model.device)
+    attempt = store.ledger.record_attempt(run.run_id, shard.shard_id, host=me.host, device=device)
+    if attempt is None:
+        return ShardOutcome(shard.shard_id, skipped=True, host=me.host, device=device, worker=me.worker)
     started = utc_now()
     with (
         _open_rows(source, plan, shard) as (rows, snapshot, lost),
@@ -73,6 +149,7 @@ def score_shard(
                 writer.add(scored)
                 writer.dead_letter(failed)
         stats = engine_run.stats
+        figures = {**stats.as_dict(), "worker": me.worker, "model_load_s": model_load_s}
         report = ShardReport(
             attempt=attempt,
             rows_in=stats.rows,
@@ -80,9 +157,9 @@ def score_shard(
             rows_failed=stats.rows_failed,
             started_at=started,
             finished_at=utc_now(),
-            host=_host(),
-            device=str(model.device),
-            engine=stats.as_dict(),
+            host=me.host,
+            device=device,
+            engine=figures,
             input_snapshot=snapshot if lost else None,
         )
         outcome = writer.commit(report)
@@ -94,9 +171,14 @@ def score_shard(
         rows_failed=report.rows_failed,
         rows_truncated=stats.rows_truncated,
         merge=outcome,
-        engine=stats.as_dict(),
-        wall_s=(report.finished_at - started).total_seconds(),
+        engine=figures,
+        wall_s=(report.finished_at - started).total_seconds() + model_load_s,
         snapshot_lost=lost,
+        attempt=attempt,
+        host=me.host,
+        device=device,
+        worker=me.worker,
+        model_load_s=model_load_s,
     )
 
 
@@ -141,7 +223,3 @@ def _chunks(results: Iterable[RowResult]) -> Iterator[tuple[list[ResultRow], lis
             scored, failed = [], []
     if scored or failed:
         yield scored, failed
-
-
-def _host() -> str:
-    return socket.gethostname()

@@ -10,6 +10,8 @@ fail at once with "database is locked" however long the busy timeout is.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -67,7 +69,7 @@ def _sqlite_engine(url: sa.URL) -> sa.Engine:
         cursor = dbapi_conn.cursor()
         try:
             for stmt in load_script("sqlite", "pragmas"):
-                cursor.execute(stmt)
+                _pragma(cursor, stmt)
         finally:
             cursor.close()
 
@@ -76,6 +78,23 @@ def _sqlite_engine(url: sa.URL) -> sa.Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_IMMEDIATE) else "BEGIN")
 
     return engine
+
+
+def _pragma(cursor: Any, stmt: str, tries: int = 50) -> None:
+    """Run one pragma; switching a new file to WAL can meet "database is locked" without waiting.
+
+    SQLite does not call the busy handler for every lock a journal-mode change
+    needs, so several connections opening a new database at once may see
+    SQLITE_BUSY at once: wait a moment and try again.
+    """
+    for attempt in range(tries):
+        try:
+            cursor.execute(stmt)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == tries - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
 
 
 @contextmanager

@@ -1,235 +1,169 @@
-"""Reads and writes of the fixed-name ledger tables, through the ``.sql`` files.
+"""The run ledger of one database: runs, their shards, dead letters and the Parquet objects scored.
 
-Every function takes a connection inside a transaction the caller opened
-(:func:`shardwise.results.connect.write_transaction` for writes), so several
-steps can share one transaction: a shard's merge, dead letters and done-mark.
+The ledger is apart from any results table: watchers, redrives and resume
+checks read it without knowing a model's outputs, and a worker opens it
+before it knows which results table its run writes. Its tables have fixed
+names (``shardwise_runs``, ``shardwise_shards``, ``shardwise_errors``,
+``shardwise_objects``); their DDL and queries are in ``sql/``. A
+:class:`~shardwise.results.store.ResultStore` writes results through a
+ledger, so a shard's rows and its done-mark share one transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from datetime import datetime
-from typing import Any
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.results.codec import decode_json, decode_timestamp, encode_json, timestamp_param
-from shardwise.results.outcomes import RunCounts, RunSummary, StoredDeadLetter
-from shardwise.results.records import RunRecord, ShardReport
-from shardwise.results.sqlfiles import load_script, query
+from shardwise.results import ledger_sql
+from shardwise.results.codec import utc_now
+from shardwise.results.connect import make_engine, write_transaction
+from shardwise.results.dberrors import mapped_errors, safe_url
+from shardwise.results.outcomes import RunCounts, RunSummary, StoredDeadLetter, StoredShard
+from shardwise.results.records import RunRecord, RunStatus
+from shardwise.results.sqlfiles import query
 from shardwise.sources.base import SourcePlan
 
-__all__ = [
-    "create_ledger",
-    "dead_letters",
-    "done_shards",
-    "finish_run",
-    "lock_shard",
-    "mark_shard_done",
-    "mark_shard_failed",
-    "merge_dead_letters",
-    "record_attempt",
-    "record_objects",
-    "run_summary",
-    "seen_objects",
-    "start_run",
-]
+__all__ = ["Ledger"]
+
+_RUNS = "shardwise_runs"
 
 
-def _q(conn: sa.Connection, name: str) -> sa.TextClause:
-    return query(conn.dialect.name, name)
+class Ledger:
+    """The ledger tables in the database at ``url`` (PostgreSQL or SQLite); safe to share between threads."""
 
+    def __init__(self, url: str) -> None:
+        self.engine = make_engine(url)
+        self.url = safe_url(url)
 
-def _ts(conn: sa.Connection, value: datetime) -> datetime | str:
-    return timestamp_param(conn.dialect.name, value)
+    def __repr__(self) -> str:
+        return f"Ledger({self.url!r})"
 
+    def __enter__(self) -> Ledger:
+        return self
 
-def create_ledger(conn: sa.Connection) -> None:
-    for stmt in load_script(conn.dialect.name, "ledger_schema"):
-        conn.exec_driver_sql(stmt)
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
+    def close(self) -> None:
+        """Close pooled connections. Open shard writers keep theirs until they exit."""
+        self.engine.dispose()
 
-def start_run(conn: sa.Connection, run: RunRecord, plan: SourcePlan, now: datetime) -> SourcePlan:
-    """Insert the run and its pending shards, or resume it; returns the plan stored with the run.
+    @contextmanager
+    def reading(self, action: str) -> Iterator[sa.Connection]:
+        """A read transaction, database errors mapped onto :mod:`shardwise.errors`."""
+        with mapped_errors(action, self.engine.url), self.engine.connect() as conn, conn.begin():
+            yield conn
 
-    A resumed run keeps its first plan (shard boundaries never move under a
-    run) and its done shards; its failed shards go back to pending.
-    """
-    triggered_by = run.started_by.split(":", 1)[1] if run.started_by.startswith("event:") else None
-    conn.execute(
-        _q(conn, "run_insert"),
-        {
-            "run_id": run.run_id,
-            "started_by": run.started_by,
-            "triggered_by": triggered_by,
-            "parameters": encode_json(run.parameters),
-            "model_name": run.model_name,
-            "model_version": run.model_version,
-            "code_version": run.code_version,
-            "source_identity": run.source_identity,
-            "source_snapshot": run.source_snapshot,
-            "results_table": run.results_table,
-            "plan": plan.to_json(),
-            "started_at": _ts(conn, now),
-            "shards_total": len(plan.shards),
-        },
-    )
-    stored = conn.execute(_q(conn, "run_lock"), {"run_id": run.run_id}).one()
-    if (stored.model_version, stored.results_table) != (run.model_version, run.results_table):
-        raise ConfigError(
-            f"run {run.run_id!r} was started with model version {stored.model_version[:12]} into "
-            f"{stored.results_table!r}; it cannot resume with model version {run.model_version[:12]} into "
-            f"{run.results_table!r}. Start a new run instead"
-        )
-    conn.execute(_q(conn, "run_resume"), {"run_id": run.run_id})
-    conn.execute(_q(conn, "shards_reset_failed"), {"run_id": run.run_id})
-    kept = SourcePlan.from_json(stored.plan)
-    shards = [
-        {
-            "run_id": run.run_id,
-            "shard_id": s.shard_id,
-            "bounds": encode_json(s.bounds),
-            "expected_rows": s.expected_rows,
-        }
-        for s in kept.shards
-    ]
-    if shards:
-        conn.execute(_q(conn, "shard_insert"), shards)
-    return kept
+    @contextmanager
+    def writing(self, action: str) -> Iterator[sa.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE`` on SQLite), database errors mapped."""
+        with mapped_errors(action, self.engine.url), self.engine.connect() as conn, write_transaction(conn):
+            yield conn
 
+    def exists(self) -> bool:
+        """Whether the ledger tables exist here (a dry run or a probe creates nothing)."""
+        with self.reading("look for the run ledger") as conn:
+            return sa.inspect(conn).has_table(_RUNS)
 
-def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePlan] | None:
-    row = conn.execute(_q(conn, "run_select"), {"run_id": run_id}).mappings().one_or_none()
-    if row is None:
-        return None
-    record = RunRecord(
-        run_id=row["run_id"],
-        started_by=row["started_by"],
-        parameters=decode_json(row["parameters"]),
-        model_name=row["model_name"],
-        model_version=row["model_version"],
-        code_version=row["code_version"],
-        source_identity=row["source_identity"],
-        source_snapshot=row["source_snapshot"],
-        results_table=row["results_table"],
-    )
-    counts = RunCounts(**{f: int(row[f]) for f in RunCounts.__dataclass_fields__})
-    summary = RunSummary(
-        record=record,
-        status=row["status"],
-        triggered_by=row["triggered_by"],
-        started_at=decode_timestamp(row["started_at"]),
-        finished_at=decode_timestamp(row["finished_at"]),
-        counts=counts,
-    )
-    return summary, SourcePlan.from_json(row["plan"])
+    def ensure(self, conn: sa.Connection | None = None) -> None:
+        """Create the ledger tables if missing; idempotent, and safe from several processes at once."""
+        if conn is None:
+            with self.writing("create the ledger") as own:
+                self.ensure(own)
+            return
+        if conn.dialect.name == "postgresql":
+            conn.execute(query("postgresql", "schema_lock"))
+        ledger_sql.create_ledger(conn)
 
+    def start_run(self, run: RunRecord, plan: SourcePlan) -> tuple[RunRecord, SourcePlan]:
+        """Record a run and its pending shards, or resume it; returns the run and plan as stored.
 
-def done_shards(conn: sa.Connection, run_id: str) -> set[int]:
-    return {int(r[0]) for r in conn.execute(_q(conn, "shards_done"), {"run_id": run_id})}
+        For a run id already stored, nothing of ``run`` or ``plan`` replaces
+        what is stored: its failed shards go back to pending, and the stored
+        record and plan come back, so shard boundaries and lineage never move
+        under a run.
+        """
+        with self.writing(f"start run {run.run_id}") as conn:
+            plan = ledger_sql.start_run(conn, run, plan, utc_now())
+            found = ledger_sql.run_summary(conn, run.run_id)
+        assert found is not None  # inserted or kept just above
+        return found[0].record, plan
 
+    def run_summary(self, run_id: str) -> RunSummary | None:
+        """The stored run, or None when the ledger (or the run) does not exist."""
+        found = self._run(run_id)
+        return None if found is None else found[0]
 
-def lock_shard(conn: sa.Connection, run_id: str, shard_id: int) -> str:
-    """Lock the shard's ledger row for this transaction and return its status."""
-    status = conn.execute(
-        _q(conn, "shard_lock"), {"run_id": run_id, "shard_id": shard_id}
-    ).scalar_one_or_none()
-    if status is None:
-        raise ConfigError(
-            f"shard {shard_id} is not in run {run_id!r}'s plan; call start_run(run, plan) before "
-            "writing shards, and use the shard ids of the plan it returns"
-        )
-    return str(status)
+    def load_run(self, run_id: str) -> RunRecord | None:
+        summary = self.run_summary(run_id)
+        return None if summary is None else summary.record
 
+    def load_plan(self, run_id: str) -> SourcePlan | None:
+        found = self._run(run_id)
+        return None if found is None else found[1]
 
-def merge_dead_letters(
-    conn: sa.Connection, run_id: str, shard_id: int, attempt: int, results_table: str, now: datetime
-) -> None:
-    params = {
-        "run_id": run_id,
-        "shard_id": shard_id,
-        "attempt": attempt,
-        "created_at": _ts(conn, now),
-        "results_table": results_table,
-    }
-    conn.execute(_q(conn, "dead_letters_merge"), params)
+    def load(self, run_id: str) -> tuple[RunRecord, SourcePlan]:
+        """The stored record and plan of ``run_id``; a :class:`ConfigError` naming the fix if none."""
+        found = self._run(run_id)
+        if found is None:
+            raise ConfigError(
+                f"run {run_id!r} is not in the shardwise_runs table of {self.url}; give a run id listed "
+                "there (SELECT run_id, status, started_at FROM shardwise_runs ORDER BY started_at DESC)"
+            )
+        return found[0].record, found[1]
 
+    def _run(self, run_id: str) -> tuple[RunSummary, SourcePlan] | None:
+        with self.reading(f"load run {run_id}") as conn:
+            if not sa.inspect(conn).has_table(_RUNS):
+                return None
+            return ledger_sql.run_summary(conn, run_id)
 
-def mark_shard_done(
-    conn: sa.Connection, run_id: str, shard_id: int, report: ShardReport, merged: Mapping[str, int]
-) -> None:
-    """Record the report on the shard's row and mark it done; ``merged`` holds the merge's split."""
-    engine: Mapping[str, Any] = report.engine
-    conn.execute(
-        _q(conn, "shard_done"),
-        {
-            "run_id": run_id,
-            "shard_id": shard_id,
-            "attempt": report.attempt,
-            "rows_in": report.rows_in,
-            "rows_out": report.rows_out,
-            "rows_failed": report.rows_failed,
-            "rows_inserted": merged["inserted"],
-            "rows_updated": merged["updated"],
-            "rows_unchanged": merged["unchanged"],
-            "started_at": _ts(conn, report.started_at),
-            "finished_at": _ts(conn, report.finished_at),
-            "host": report.host,
-            "device": report.device,
-            "padding_efficiency": engine.get("padding_efficiency"),
-            "tokens_per_s": engine.get("tokens_per_s"),
-            "oom_splits": engine.get("oom_splits"),
-            "engine": encode_json(engine),
-        },
-    )
+    def done_shards(self, run_id: str) -> set[int]:
+        with self.reading(f"list done shards of run {run_id}") as conn:
+            return ledger_sql.done_shards(conn, run_id)
 
+    def shards(self, run_id: str) -> list[StoredShard]:
+        """The run's shards as recorded: status, attempts, counts, host, device and worker figures."""
+        with self.reading(f"read the shards of run {run_id}") as conn:
+            return ledger_sql.shards(conn, run_id)
 
-def record_attempt(
-    conn: sa.Connection,
-    run_id: str,
-    shard_id: int,
-    attempt: int,
-    host: str | None,
-    device: str | None,
-    now: datetime,
-) -> bool:
-    params = {"run_id": run_id, "shard_id": shard_id, "attempt": attempt, "started_at": _ts(conn, now)}
-    return conn.execute(_q(conn, "shard_attempt"), {**params, "host": host, "device": device}).rowcount == 1
+    def record_attempt(
+        self, run_id: str, shard_id: int, *, host: str | None = None, device: str | None = None
+    ) -> int | None:
+        """Count an attempt as it starts and return its number; None when the shard is already done."""
+        with self.writing(f"record an attempt at shard {shard_id}") as conn:
+            return ledger_sql.record_attempt(conn, run_id, shard_id, host, device, utc_now())
 
+    def mark_shard_failed(self, run_id: str, shard_id: int, error: str) -> bool:
+        """Mark a shard failed with its last error; a done shard stays done (then returns False)."""
+        with self.writing(f"mark shard {shard_id} failed") as conn:
+            return ledger_sql.mark_shard_failed(conn, run_id, shard_id, error, utc_now())
 
-def mark_shard_failed(
-    conn: sa.Connection, run_id: str, shard_id: int, attempt: int, error: str, now: datetime
-) -> bool:
-    params = {"run_id": run_id, "shard_id": shard_id, "attempt": attempt, "finished_at": _ts(conn, now)}
-    return conn.execute(_q(conn, "shard_failed"), {**params, "error": error[:10_000]}).rowcount == 1
+    def finish_run(self, run_id: str, status: RunStatus) -> RunCounts:
+        """Close a run as ``completed`` or ``failed``; its counts are summed from the shard ledger."""
+        if status not in ("completed", "failed"):
+            raise ConfigError(f"a run finishes as 'completed' or 'failed'; got {status!r}")
+        with self.writing(f"finish run {run_id}") as conn:
+            ledger_sql.finish_run(conn, run_id, status, utc_now())
+            found = ledger_sql.run_summary(conn, run_id)
+        assert found is not None  # finish_run raised if the run is missing
+        return found[0].counts
 
+    def seen_objects(self, source_identity: str) -> frozenset[tuple[str, str]]:
+        """(object key, ETag) pairs of Parquet objects that completed runs scored from this source."""
+        with self.reading("read seen objects") as conn:
+            if not sa.inspect(conn).has_table("shardwise_objects"):
+                return frozenset()  # no ledger yet: nothing was seen (and a dry run creates nothing)
+            return ledger_sql.seen_objects(conn, source_identity)
 
-def finish_run(conn: sa.Connection, run_id: str, status: str, now: datetime) -> None:
-    result = conn.execute(
-        _q(conn, "run_finish"), {"run_id": run_id, "status": status, "finished_at": _ts(conn, now)}
-    )
-    if result.rowcount != 1:
-        raise ConfigError(f"run {run_id!r} is not in shardwise_runs; start_run must come before finish_run")
+    def record_objects(self, run_id: str, source_identity: str, objects: Iterable[tuple[str, str]]) -> None:
+        """Remember (object key, ETag) pairs a completed run scored; known pairs are kept as they were."""
+        with self.writing(f"record objects of run {run_id}") as conn:
+            ledger_sql.record_objects(conn, run_id, source_identity, objects, utc_now())
 
-
-def seen_objects(conn: sa.Connection, source_identity: str) -> frozenset[tuple[str, str]]:
-    rows = conn.execute(_q(conn, "objects_seen"), {"source_identity": source_identity})
-    return frozenset((str(r[0]), str(r[1])) for r in rows)
-
-
-def record_objects(
-    conn: sa.Connection, run_id: str, source_identity: str, objects: Iterable[tuple[str, str]], now: datetime
-) -> None:
-    base = {"source_identity": source_identity, "run_id": run_id, "seen_at": _ts(conn, now)}
-    params = [{**base, "object_key": key, "etag": etag} for key, etag in objects]
-    if params:
-        conn.execute(_q(conn, "object_insert"), params)
-
-
-def dead_letters(conn: sa.Connection, run_id: str) -> list[StoredDeadLetter]:
-    rows = conn.execute(_q(conn, "dead_letters_select"), {"run_id": run_id}).mappings()
-    return [
-        StoredDeadLetter(**{**dict(r), "created_at": decode_timestamp(r["created_at"])})  # type: ignore[arg-type]
-        for r in rows
-    ]
+    def dead_letters(self, run_id: str) -> list[StoredDeadLetter]:
+        with self.reading(f"read dead letters of run {run_id}") as conn:
+            return ledger_sql.dead_letters(conn, run_id)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from shardwise.results.records import RunRecord, RunStatus
 
-__all__ = ["MergeOutcome", "RunCounts", "RunSummary", "StoredDeadLetter"]
+__all__ = ["MergeOutcome", "RunCounts", "RunSummary", "StoredDeadLetter", "StoredShard"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +35,7 @@ class MergeOutcome:
 
 @dataclass(frozen=True, slots=True)
 class RunCounts:
-    """A run's totals, summed over its done shards by :meth:`ResultStore.finish_run`."""
+    """A run's totals, summed over its done shards by :meth:`Ledger.finish_run`."""
 
     rows_in: int = 0
     rows_out: int = 0
@@ -69,3 +71,29 @@ class StoredDeadLetter:
     attempt: int
     created_at: datetime | None
     results_table: str
+
+
+@dataclass(frozen=True)
+class StoredShard:
+    """One row of ``shardwise_shards``: where a shard ran, how often, and what it did.
+
+    The counts are None until the shard is done. ``engine`` holds the engine's
+    figures and the worker's (``worker``, ``busy_s``, ``model_load_s``).
+    """
+
+    shard_id: int
+    status: str
+    attempts: int
+    expected_rows: int
+    rows_in: int | None
+    rows_out: int | None
+    rows_failed: int | None
+    rows_inserted: int | None
+    rows_updated: int | None
+    rows_unchanged: int | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    host: str | None
+    device: str | None
+    engine: Mapping[str, Any] = field(default_factory=dict)
+    last_error: str | None = None

@@ -1,4 +1,4 @@
-"""Load the ``.sql`` files under ``sql/<dialect>/`` by name.
+"""Load the ``.sql`` files under ``sql/<dialect>/`` (or ``sql/common/``) by name.
 
 SQL lives in files so it can be read, diffed and run by hand; code never
 assembles it from f-strings. ``--`` comment lines are dropped on load, so a
@@ -25,16 +25,18 @@ _DIALECTS = ("postgresql", "sqlite")
 
 @cache
 def load_sql(dialect: str, name: str) -> str:
-    """The text of ``sql/<dialect>/<name>.sql`` without its comment lines."""
+    """The text of ``sql/<dialect>/<name>.sql``, else of ``sql/common/<name>.sql``, without comment lines."""
     if dialect not in _DIALECTS:
         raise ConfigError(f"no SQL files for database dialect {dialect!r}; supported: {', '.join(_DIALECTS)}")
     path = SQL_DIR / dialect / (name + ".sql")
+    if not path.is_file():
+        path = SQL_DIR / "common" / (name + ".sql")
     try:
         raw = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise ConfigError(
-            f"SQL file {path} is missing; reinstall shardwise (pip install -e .) so the sql/ package "
-            "holds its .sql files"
+            f"SQL file {name}.sql is in neither {SQL_DIR / dialect} nor {SQL_DIR / 'common'}; reinstall "
+            "shardwise (pip install -e .) so the sql/ package holds its .sql files"
         ) from exc
     lines = [line for line in raw.splitlines() if not line.lstrip().startswith("--")]
     return "\n".join(lines).strip()

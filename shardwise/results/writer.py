@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
-from shardwise.results import ledger
+from shardwise.results import ledger_sql
 from shardwise.results.codec import utc_now
 from shardwise.results.connect import write_transaction
 from shardwise.results.dberrors import mapped_errors
@@ -130,7 +130,7 @@ class ShardWriter:
     def _merge(self, staging: Staging, report: ShardReport) -> MergeOutcome:
         conn, run, now = staging.conn, self.run, utc_now()
         with write_transaction(conn) as tx:
-            if ledger.lock_shard(conn, run.run_id, self.shard_id) == "done":
+            if ledger_sql.lock_shard(conn, run.run_id, self.shard_id) == "done":
                 tx.rollback()
                 return MergeOutcome(committed=False)
             lineage = Lineage(
@@ -143,9 +143,11 @@ class ShardWriter:
                 now,
             )
             counts = merge_rows(conn, self._results, staging.stage, staging.rows, lineage)
-            ledger.merge_dead_letters(conn, run.run_id, self.shard_id, self.attempt, run.results_table, now)
+            ledger_sql.merge_dead_letters(
+                conn, run.run_id, self.shard_id, self.attempt, run.results_table, now
+            )
             report = dataclasses.replace(report, attempt=max(report.attempt, self.attempt))
-            ledger.mark_shard_done(conn, run.run_id, self.shard_id, report, dataclasses.asdict(counts))
+            ledger_sql.mark_shard_done(conn, run.run_id, self.shard_id, report, dataclasses.asdict(counts))
         return MergeOutcome(True, counts.inserted, counts.updated, counts.unchanged, staging.dead)
 
     def __exit__(

@@ -104,9 +104,18 @@ class Source(Protocol):
     identity: str
 
     def plan(
-        self, *, shards: int | None = None, rows_per_shard: int | None = None, new_only: NewOnly | None = None
+        self,
+        *,
+        shards: int | None = None,
+        rows_per_shard: int | None = None,
+        new_only: NewOnly | None = None,
+        min_shards: int = 1,
     ) -> SourcePlan:
-        """Cut the source into shards: exactly ``shards`` of them, or about ``rows_per_shard`` rows each."""
+        """Cut the source into shards: exactly ``shards``, or about ``rows_per_shard`` rows each.
+
+        With neither, the default of :class:`~shardwise.sources.sizing.Sizing`
+        applies, cutting at least ``min_shards`` shards where the rows allow.
+        """
         ...
 
     def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:

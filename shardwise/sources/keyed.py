@@ -29,7 +29,7 @@ from typing import Any, Literal
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow
 from shardwise.sources.parquet import ParquetSource
-from shardwise.sources.row_groups import resolve_sizing
+from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql import SqlSource
 
 __all__ = ["KeyedSource", "is_keyed"]
@@ -98,15 +98,20 @@ class KeyedSource:
         self.close()
 
     def plan(
-        self, *, shards: int | None = None, rows_per_shard: int | None = None, new_only: NewOnly | None = None
+        self,
+        *,
+        shards: int | None = None,
+        rows_per_shard: int | None = None,
+        new_only: NewOnly | None = None,
+        min_shards: int = 1,
     ) -> SourcePlan:
-        """Cut the sorted keys into ``shards`` shards, or runs of ``rows_per_shard`` (10 000 by default)."""
+        """Cut the sorted keys into ``shards`` shards, or runs of ``rows_per_shard`` (see :class:`Sizing`)."""
         if new_only is not None:
             raise ConfigError(
                 f"a keyed ({self._label}) plan reads the keys it was given; new_only does not apply: drop it"
             )
-        shards, rows_per_shard = resolve_sizing(shards, rows_per_shard)
-        runs = _cut(self._keys, shards, rows_per_shard)
+        sizing = Sizing(shards, rows_per_shard, min_shards)
+        runs = _cut(self._keys, sizing.shards, sizing.rows_per_shard_for(len(self._keys)))
         cut = tuple(Shard(i, len(run), {"keys": list(run)}) for i, run in enumerate(runs))
         params = {
             **self._inner_params(),
@@ -114,8 +119,7 @@ class KeyedSource:
             "keyed": self._label,
             self._label: True,
             "keys": len(self._keys),
-            "shards": shards,
-            "rows_per_shard": rows_per_shard,
+            **sizing.params(len(self._keys)),
             "new_only": None,
             "rows": len(self._keys),
         }

@@ -27,7 +27,8 @@ from shardwise.sources.local_objects import LocalStore
 from shardwise.sources.objects import Listing, ObjectStore, listing_digest
 from shardwise.sources.parquet_keys import keyed_rows
 from shardwise.sources.parquet_rows import ShardRows, shard_spans
-from shardwise.sources.row_groups import RowGroup, cut, resolve_sizing, to_shard
+from shardwise.sources.row_groups import RowGroup, cut, to_shard
+from shardwise.sources.sizing import Sizing
 
 __all__ = ["ParquetSource", "plan_objects"]
 
@@ -65,18 +66,23 @@ class ParquetSource:
         self.identity = self._store.identity
 
     def plan(
-        self, *, shards: int | None = None, rows_per_shard: int | None = None, new_only: NewOnly | None = None
+        self,
+        *,
+        shards: int | None = None,
+        rows_per_shard: int | None = None,
+        new_only: NewOnly | None = None,
+        min_shards: int = 1,
     ) -> SourcePlan:
         """Cut into ``shards`` shards (fewer if there are fewer row groups), or runs of ``rows_per_shard``.
 
-        ``rows_per_shard`` defaults to 10 000 when neither is given. A shard's
+        With neither, :class:`~shardwise.sources.sizing.Sizing` decides. A shard's
         ``expected_rows`` is the rows it will yield: its row groups' rows less
         the null keys the footers count (rows with a null key are skipped).
         With ``new_only``, objects whose (key, ETag) was seen are skipped, but
         their footers are still read, so that ``skipped_rows`` is exact (the
         CLI's dry run reports it); only planned objects must hold both columns.
         """
-        shards, rows_per_shard = resolve_sizing(shards, rows_per_shard)
+        sizing = Sizing(shards, rows_per_shard, min_shards)
         listing = self._list()
         seen = new_only.seen_objects if new_only is not None else frozenset()
         fresh = [(o.key, o.etag) not in seen for o in listing.objects]
@@ -84,8 +90,8 @@ class ParquetSource:
         planned = [f for f, new in zip(footers, fresh, strict=True) if new]
         skipped = [f for f, new in zip(footers, fresh, strict=True) if not new]
         groups = [g for f in planned for g in f.row_groups]
-        runs = cut(groups, shards, rows_per_shard)
-        params = self._params(listing, planned, skipped, groups, (shards, rows_per_shard), new_only)
+        runs = cut(groups, sizing)
+        params = self._params(listing, planned, skipped, groups, sizing, new_only)
         planned_shards = tuple(to_shard(i, run) for i, run in enumerate(runs))
         return SourcePlan("parquet", self.identity, listing_digest(listing.objects), planned_shards, params)
 
@@ -128,7 +134,7 @@ class ParquetSource:
         planned: Sequence[Footer],
         skipped: Sequence[Footer],
         groups: Sequence[RowGroup],
-        sizing: tuple[int | None, int | None],
+        sizing: Sizing,
         new_only: NewOnly | None,
     ) -> dict[str, Any]:
         return {
@@ -136,8 +142,7 @@ class ParquetSource:
             "key": self.key,
             "key_type": _key_type(planned),
             "text_column": self.text_column,
-            "shards": sizing[0],
-            "rows_per_shard": sizing[1],
+            **sizing.params(sum(g.readable_rows for g in groups)),
             "objects": len(planned),
             "ignored_objects": listing.ignored,
             "row_groups": len(groups),

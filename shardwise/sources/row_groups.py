@@ -13,21 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardwise.errors import ConfigError
 from shardwise.sources.base import Shard
 from shardwise.sources.objects import ObjectInfo
+from shardwise.sources.sizing import Sizing
 
-__all__ = [
-    "DEFAULT_ROWS_PER_SHARD",
-    "RowGroup",
-    "cut",
-    "cut_by_count",
-    "cut_by_rows",
-    "resolve_sizing",
-    "to_shard",
-]
-
-DEFAULT_ROWS_PER_SHARD = 10_000
+__all__ = ["RowGroup", "cut", "cut_by_count", "cut_by_rows", "to_shard"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,25 +35,13 @@ class RowGroup:
         return self.rows - (self.null_keys or 0)
 
 
-def resolve_sizing(shards: int | None, rows_per_shard: int | None) -> tuple[int | None, int | None]:
-    """Check the sizing arguments: one of them, or neither (then ``rows_per_shard`` = 10 000)."""
-    if shards is not None and rows_per_shard is not None:
-        raise ConfigError(
-            f"give shards or rows_per_shard, not both (got shards={shards}, rows_per_shard={rows_per_shard})"
-        )
-    for name, value in (("shards", shards), ("rows_per_shard", rows_per_shard)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    if shards is None and rows_per_shard is None:
-        rows_per_shard = DEFAULT_ROWS_PER_SHARD
-    return shards, rows_per_shard
-
-
-def cut(groups: Sequence[RowGroup], shards: int | None, rows_per_shard: int | None) -> list[list[RowGroup]]:
-    """Cut by ``shards`` when given, else by ``rows_per_shard`` (as :func:`resolve_sizing` left them)."""
-    if shards is not None:
-        return cut_by_count(groups, shards)
-    return cut_by_rows(groups, rows_per_shard or DEFAULT_ROWS_PER_SHARD)
+def cut(groups: Sequence[RowGroup], sizing: Sizing) -> list[list[RowGroup]]:
+    """Cut by the shard count when one is given, else into runs of the sizing's rows per shard."""
+    if sizing.shards is not None:
+        return cut_by_count(groups, sizing.shards)
+    per_shard = sizing.rows_per_shard_for(sum(g.readable_rows for g in groups))
+    assert per_shard is not None  # no shard count: the sizing gives rows per shard
+    return cut_by_rows(groups, per_shard)
 
 
 def cut_by_count(groups: Sequence[RowGroup], shards: int) -> list[list[RowGroup]]:

@@ -57,10 +57,11 @@ import sqlalchemy as sa
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow
 from shardwise.sources.keys import parse_keys
+from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql_check import check_plan, new_only_params
 from shardwise.sources.sql_db import Database
 from shardwise.sources.sql_keys import begin_keyed_read, keyed_rows
-from shardwise.sources.sql_plan import Sizing, plan_shards
+from shardwise.sources.sql_plan import plan_shards
 from shardwise.sources.sql_query import Selection, read_query
 from shardwise.sources.sql_schema import reflect_results, reflect_source
 from shardwise.sources.sql_snapshot import export_snapshot, import_snapshot, read_only
@@ -142,14 +143,19 @@ class SqlSource:
         }
 
     def plan(
-        self, *, shards: int | None = None, rows_per_shard: int | None = None, new_only: NewOnly | None = None
+        self,
+        *,
+        shards: int | None = None,
+        rows_per_shard: int | None = None,
+        new_only: NewOnly | None = None,
+        min_shards: int = 1,
     ) -> SourcePlan:
         """Cut the table into key ranges: exactly ``shards``, or about ``rows_per_shard`` rows each.
 
         On PostgreSQL the planning transaction stays open, holding the snapshot
         the reads import, until :meth:`close`.
         """
-        sizing = Sizing.of(shards, rows_per_shard)
+        sizing = Sizing(shards, rows_per_shard, min_shards)
         conn, held = self._db.engine.connect(), False
         try:
             with self._db.errors(f"planning {self.identity}"):
@@ -165,8 +171,7 @@ class SqlSource:
                 conn.close()
         params = {
             **self.params,
-            "shards": sizing.shards,
-            "rows_per_shard": sizing.rows_per_shard,
+            **sizing.params(counts.rows),
             "new_only": new_only_params(new_only, sel.results is not None),
             "rows": counts.rows,
             "distinct_keys": counts.distinct_keys,

@@ -28,54 +28,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shardwise.errors import ConfigError, TransientError
+from shardwise.errors import TransientError
 from shardwise.sources.base import Key, Shard
+from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql_query import Selection, boundary_window_query, count_query, quantile_query
 
 __all__ = [
-    "DEFAULT_ROWS_PER_SHARD",
     "Counts",
-    "Sizing",
     "build_shards",
     "plan_shards",
     "shard_starts",
 ]
-
-DEFAULT_ROWS_PER_SHARD = 10_000
-
-
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ConfigError(f"{name} must be a positive integer; got {value!r}")
-
-
-@dataclass(frozen=True)
-class Sizing:
-    """How many shards to cut: exactly ``shards``, or about ``rows_per_shard`` rows each."""
-
-    shards: int | None = None
-    rows_per_shard: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.shards is not None and self.rows_per_shard is not None:
-            raise ConfigError(
-                f"give shards or rows_per_shard, not both; got shards={self.shards}, "
-                f"rows_per_shard={self.rows_per_shard}"
-            )
-        _positive("shards", self.shards)
-        _positive("rows_per_shard", self.rows_per_shard)
-
-    @classmethod
-    def of(cls, shards: int | None, rows_per_shard: int | None) -> Sizing:
-        """The sizing asked for, with ``rows_per_shard=10_000`` when neither is given."""
-        if shards is None and rows_per_shard is None:
-            return cls(rows_per_shard=DEFAULT_ROWS_PER_SHARD)
-        return cls(shards, rows_per_shard)
-
-    def count(self, rows: int, distinct: int) -> int:
-        """The number of shards: never more than the distinct keys, zero for no rows."""
-        wanted = self.shards if self.shards is not None else -(-rows // (self.rows_per_shard or 1))
-        return min(wanted, distinct)
 
 
 @dataclass(frozen=True)

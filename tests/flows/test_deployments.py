@@ -15,7 +15,8 @@ from flows.deployments import load_deployment_configs, load_entrypoint
 from flows.params import ScoreParams
 from flows.score import score
 
-DEPLOYMENTS = {d["name"]: d for d in load_deployment_configs()}
+ALL = {d["name"]: d for d in load_deployment_configs()}
+DEPLOYMENTS = {name: d for name, d in ALL.items() if name != "per-shard"}
 
 
 def _flow_schema() -> dict:
@@ -30,6 +31,17 @@ def test_the_three_deployments_exist_and_point_at_the_score_flow() -> None:
         assert load_entrypoint(config["entrypoint"]) is score
         assert config["work_pool"]["name"] == "shardwise-local"
         assert config.get("description")
+
+
+def test_the_per_shard_deployment_is_the_one_the_deployment_runner_starts() -> None:
+    from flows.score_shard import score_shard
+
+    config = ALL["per-shard"]
+    assert load_entrypoint(config["entrypoint"]) is score_shard
+    assert f"{score_shard.name}/{config['name']}" == ScoreParams.model_fields["deployment"].default
+    assert config["work_pool"]["name"] == "shardwise-local" and not config.get("parameters")
+    for name in ("nightly", "manual"):
+        assert DEPLOYMENTS[name]["parameters"]["params"]["runner"] == "thread"
 
 
 @pytest.mark.parametrize("name", ["nightly", "manual", "on-new-data"])
@@ -99,7 +111,7 @@ def test_on_new_data_trigger_renders_to_an_only_new_run() -> None:
 
 
 def test_no_deployment_holds_a_connection_url() -> None:
-    for config in DEPLOYMENTS.values():
+    for config in ALL.values():
         blocks = [config.get("parameters", {})] + [t["parameters"] for t in config.get("triggers", [])]
         for block in blocks:
             for field in ("source", "results"):
@@ -112,7 +124,7 @@ def test_deployments_build_for_serve() -> None:
     from flows.deployments import runner_deployments
 
     built = {d.name: d for d in runner_deployments()}
-    assert set(built) == set(DEPLOYMENTS)
+    assert set(built) == set(ALL)
     assert built["nightly"].schedules and built["nightly"].schedules[0].schedule.cron == "0 2 * * *"
     assert built["on-new-data"].triggers[0].expect == {"shardwise.data.landed"}
     assert built["on-new-data"].concurrency_limit == 1

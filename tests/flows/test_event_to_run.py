@@ -12,9 +12,8 @@ from flow_data import execute, make_docs
 from flows.deployments import load_deployment_configs
 from flows.params import ScoreParams
 from flows.score import score
-from shardwise.pipeline import RunSpec, prepare_run, score_pending
+from shardwise.pipeline import RunSpec
 from shardwise.watch import PgNotifyWatcher, install_trigger
-from tasks.models import load_model
 
 pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("prefect_harness")]
 
@@ -79,13 +78,13 @@ def test_inserted_rows_become_one_event_and_an_only_new_run(
     ) == [(str(event_id),)]
 
 
-def test_events_during_a_run_collapse_into_one_follow_up(pg_url: str) -> None:
+def test_events_during_a_run_collapse_into_one_follow_up(pg_url: str, pipeline) -> None:
     """concurrency_limit 1 queues the follow-ups; only-new makes the first do all the work."""
     make_docs(pg_url, 100, bad=False)
     spec = RunSpec(
         source=pg_url, results=pg_url, results_table="shardwise_results", table="docs", only_new=True
     )
-    in_flight = prepare_run(spec, run_id="in-flight", started_by="test", parameters={}, load_model=load_model)
+    in_flight = pipeline.plan(spec, "in-flight")
     try:
         for batch in range(
             3
@@ -95,7 +94,7 @@ def test_events_during_a_run_collapse_into_one_follow_up(pg_url: str) -> None:
                 "insert into docs (id, text) values (:id, 'landed during the run')",
                 [{"id": 5000 + batch * 10 + i} for i in range(10)],
             )
-        score_pending(in_flight)
+        pipeline.score(in_flight)
     finally:
         in_flight.close()
     assert execute(pg_url, "select count(*) from shardwise_results") == [(100,)]

@@ -5,19 +5,18 @@ from __future__ import annotations
 import pytest
 from flow_data import execute, make_docs
 
-from shardwise.pipeline import RunSpec, prepare_run, score_pending, score_shard
-from tasks.models import load_model
+from shardwise.pipeline import RunSpec
 
 
 @pytest.mark.postgres
-def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str) -> None:
+def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str, pipeline) -> None:
     make_docs(pg_url, 400, bad=False)
     spec = RunSpec(source=pg_url, results=pg_url, results_table="scores", table="docs", shards=4)
-    prepared = prepare_run(spec, run_id="run-snap", started_by="test", parameters={}, load_model=load_model)
+    prepared = pipeline.plan(spec, "run-snap")
     try:
         execute(pg_url, "insert into docs (id, text) values (10000, 'inserted while the run was going')")
         execute(pg_url, "update docs set text = 'edited while running' where id = 0")
-        counts = score_pending(prepared)
+        counts = pipeline.score(prepared)
     finally:
         prepared.close()
     assert counts.rows_out == 400
@@ -31,21 +30,13 @@ def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str) -> None:
 
 
 @pytest.mark.postgres
-def test_a_shard_scored_twice_is_merged_once(pg_url: str) -> None:
+def test_a_shard_scored_twice_is_merged_once(pg_url: str, pipeline) -> None:
     make_docs(pg_url, 100, bad=True)
     spec = RunSpec(source=pg_url, results=pg_url, results_table="scores", table="docs", shards=1)
-    prepared = prepare_run(spec, run_id="run-twice", started_by="test", parameters={}, load_model=load_model)
+    prepared = pipeline.plan(spec, "run-twice")
     try:
-        args = dict(
-            source=prepared.source,
-            plan=prepared.plan,
-            shard=prepared.todo[0],
-            model=prepared.model,
-            store=prepared.store,
-            run=prepared.record,
-        )
-        first = score_shard(attempt=1, **args)
-        second = score_shard(attempt=2, **args)
+        first = pipeline.shard(prepared, prepared.todo[0])
+        second = pipeline.shard(prepared, prepared.todo[0])
     finally:
         prepared.close()
     assert not first.skipped and second.skipped
@@ -54,21 +45,21 @@ def test_a_shard_scored_twice_is_merged_once(pg_url: str) -> None:
 
 
 def test_score_pending_marks_a_failing_shard_and_the_run_failed(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, pipeline
 ) -> None:
-    import shardwise.pipeline.run as run_module
+    import shardwise.pipeline.worker as worker_module
 
     make_docs(sqlite_url, 20, bad=False)
     spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=1)
-    prepared = prepare_run(spec, run_id="run-fails", started_by="test", parameters={}, load_model=load_model)
+    prepared = pipeline.plan(spec, "run-fails")
 
     def broken(**kwargs: object) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(run_module, "score_shard", broken)
+    monkeypatch.setattr(worker_module, "score_shard", broken)
     try:
         with pytest.raises(RuntimeError, match="disk full"):
-            score_pending(prepared)
+            pipeline.score(prepared)
     finally:
         prepared.close()
     assert execute(sqlite_url, "select status from shardwise_runs") == [("failed",)]

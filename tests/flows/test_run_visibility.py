@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import socket
 
 import pytest
 import sqlalchemy as sa
@@ -52,11 +53,16 @@ def test_artifacts_hold_the_run_figures_and_events_carry_counts(sqlite_url: str,
     assert f"{summary['padding_efficiency']:.3f}" in markdown and "| OOM splits | 0 |" in markdown
     assert summary["model_version"][:16] in markdown and summary["code_version"] in markdown
     assert f"WHERE run_id = '{summary['run_id']}'" in markdown
+    assert "| Runner | thread, 1 worker(s) |" in markdown and "## Workers" in markdown
+    host = socket.gethostname()
+    worker_lines = [line for line in markdown.splitlines() if line.startswith(f"| {host}:")]
+    assert len(worker_lines) == 1 and "| cpu | 3 | 243 |" in worker_lines[0], worker_lines
     table = artifacts["shardwise-shards"].data
     rows = table if isinstance(table, list) else __import__("json").loads(table)
     assert sorted(r["shard"] for r in rows) == [0, 1, 2]
     assert sum(r["scored"] for r in rows) == 240 and sum(r["dead_letters"] for r in rows) == 3
     assert all(r["wall_s"] >= 0 and 0 < r["padding_efficiency"] <= 1 for r in rows)
+    assert {(r["host"], r["device"], r["attempt"]) for r in rows} == {(host, "cpu", 1)}
     assert float(artifacts["shardwise-progress"].data) == 100.0
 
     (event,) = events
@@ -69,7 +75,7 @@ def test_artifacts_hold_the_run_figures_and_events_carry_counts(sqlite_url: str,
 def test_a_failed_run_emits_failed(
     sqlite_url: str, events: list[dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    infer = importlib.import_module("shardwise.pipeline.run")
+    infer = importlib.import_module("shardwise.pipeline.worker")
     make_docs(sqlite_url, 50, bad=False)
     monkeypatch.setattr(infer, "score_shard", lambda **kw: (_ for _ in ()).throw(ValueError("boom")))
     state = score(ScoreParams(source=sqlite_url, table="docs", model="tiny", shards=1), return_state=True)
@@ -84,7 +90,7 @@ def test_no_secret_reaches_logs_artifacts_ledger_or_errors(
 ) -> None:
     secret_url = pg_url.replace("root@", f"root:{SECRET}@")  # trust auth ignores the password
     make_docs(pg_url, 60)
-    infer = importlib.import_module("shardwise.pipeline.run")
+    infer = importlib.import_module("shardwise.pipeline.worker")
     real = infer.score_shard
 
     def leaky(**kwargs):  # an error whose message quotes the connection URL

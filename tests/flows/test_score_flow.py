@@ -97,13 +97,14 @@ def test_parquet_on_s3_end_to_end_and_only_new_objects(s3_env, sqlite_url: str) 
 def test_permanent_shard_error_fails_the_run_fast_and_resume_finishes_it(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    infer = importlib.import_module("shardwise.pipeline.run")
+    infer = importlib.import_module("shardwise.pipeline.worker")
 
     make_docs(sqlite_url, 300, bad=False)
     real = infer.score_shard
 
     def broken(**kwargs):  # type: ignore[no-untyped-def]
-        if kwargs["shard"].shard_id == 1:
+        if kwargs["shard"].shard_id == 1:  # the attempt starts, then scoring breaks
+            kwargs["store"].ledger.record_attempt(kwargs["run"].run_id, 1)
             raise ValueError("model output had the wrong shape")
         return real(**kwargs)
 
@@ -125,18 +126,18 @@ def test_permanent_shard_error_fails_the_run_fast_and_resume_finishes_it(
 
 
 def test_transient_error_is_retried(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    infer = importlib.import_module("shardwise.pipeline.run")
+    shard = importlib.import_module("shardwise.pipeline.shard")
 
     make_docs(sqlite_url, 100, bad=False)
-    real, calls = infer.score_shard, []
+    real, calls = shard.Engine, []
 
-    def flaky(**kwargs):  # type: ignore[no-untyped-def]
-        calls.append(kwargs["attempt"])
+    def flaky(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(calls) + 1)
         if len(calls) == 1:
             raise TransientError("connection reset by peer (simulated)")
-        return real(**kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(infer, "score_shard", flaky)
+    monkeypatch.setattr(shard, "Engine", flaky)
     ok, summary = _run(source=sqlite_url, table="docs", shards=1)
     assert ok and summary["rows_out"] == 100
     assert calls == [1, 2]

@@ -11,10 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.pipeline import RunSpec, prepare_run, score_pending, score_shard
+from shardwise.pipeline import RunSpec
 from shardwise.results import RunCounts
 from shardwise.sources import SourcePlan
-from tasks.models import load_model
 
 GOOD = [(k, f"paragraph {k} about shards, batches and the merge that happens once") for k in range(12)]
 BAD: list[tuple[int, Any]] = [(100, None), (101, ""), (102, "  \t "), (103, None)]
@@ -40,13 +39,15 @@ def execute(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         engine.dispose()
 
 
-def run(spec: RunSpec, run_id: str) -> tuple[SourcePlan, RunCounts]:
+@pytest.fixture
+def run(pipeline):  # type: ignore[no-untyped-def]
     """One whole run, every shard scored once; returns its plan and counts."""
-    prepared = prepare_run(spec, run_id=run_id, started_by="test", parameters={}, load_model=load_model)
-    try:
-        return prepared.plan, score_pending(prepared)
-    finally:
-        prepared.close()
+
+    def run(spec: RunSpec, run_id: str) -> tuple[SourcePlan, RunCounts]:
+        planned, counts = pipeline.run(spec, run_id)
+        return planned.plan, counts
+
+    return run
 
 
 def dead_keys(url: str, run_id: str) -> list[str]:
@@ -63,7 +64,7 @@ def count(url: str, sql: str) -> int:
     return int(execute(url, sql)[0][0])
 
 
-def test_redrive_scores_only_the_rows_fixed_since_they_failed(url: str) -> None:
+def test_redrive_scores_only_the_rows_fixed_since_they_failed(url: str, run) -> None:
     plan, counts = run(sql_spec(url), "first")
     assert counts.rows_out == 12 and counts.rows_failed == 4
     assert dead_keys(url, "first") == ["100", "101", "102", "103"]
@@ -85,7 +86,7 @@ def test_redrive_scores_only_the_rows_fixed_since_they_failed(url: str) -> None:
     assert dead_keys(url, "fixed") == []
 
 
-def test_force_rescores_every_key_and_still_bad_rows_fail_again(url: str) -> None:
+def test_force_rescores_every_key_and_still_bad_rows_fail_again(url: str, run) -> None:
     run(sql_spec(url), "first")
     execute(url, "UPDATE docs SET text = 'a repaired row' WHERE id = 100")
     execute(url, "DELETE FROM docs WHERE id = 103")
@@ -97,22 +98,13 @@ def test_force_rescores_every_key_and_still_bad_rows_fail_again(url: str) -> Non
     assert count(url, "SELECT count(*) FROM scores") == 13
 
 
-def test_an_interrupted_redrive_resumes_its_stored_keys(url: str) -> None:
+def test_an_interrupted_redrive_resumes_its_stored_keys(url: str, run, pipeline) -> None:
     run(sql_spec(url), "first")
     execute(url, "UPDATE docs SET text = 'mended ' || CAST(id AS TEXT) WHERE id IN (100, 102)")
     spec = sql_spec(url, redrive="first", shards=None, rows_per_shard=1)
-    prepared = prepare_run(spec, run_id="cut-short", started_by="test", parameters={}, load_model=load_model)
+    prepared = pipeline.plan(spec, "cut-short")
     try:
-        first = prepared.todo[0]
-        score_shard(
-            source=prepared.source,
-            plan=prepared.plan,
-            shard=first,
-            model=prepared.model,
-            store=prepared.store,
-            run=prepared.record,
-            attempt=1,
-        )
+        pipeline.shard(prepared, prepared.todo[0])
     finally:
         prepared.close()
     execute(url, "UPDATE docs SET text = 'changed again' WHERE id = 101")  # not in the stored plan
@@ -121,7 +113,7 @@ def test_an_interrupted_redrive_resumes_its_stored_keys(url: str) -> None:
     assert counts.rows_out == 2 and count(url, "SELECT count(*) FROM scores") == 14
 
 
-def test_a_changed_but_still_bad_row_is_dead_lettered_again(url: str) -> None:
+def test_a_changed_but_still_bad_row_is_dead_lettered_again(url: str, run) -> None:
     run(sql_spec(url), "first")
     execute(url, "UPDATE docs SET text = '   ' WHERE id = 101")
     _, counts = run(sql_spec(url, redrive="first"), "again")
@@ -129,7 +121,7 @@ def test_a_changed_but_still_bad_row_is_dead_lettered_again(url: str) -> None:
     assert dead_keys(url, "again") == ["101"]
 
 
-def test_unknown_run_and_bad_specs_are_refused(url: str) -> None:
+def test_unknown_run_and_bad_specs_are_refused(url: str, run) -> None:
     with pytest.raises(ConfigError, match=r"run 'nope' is not in the shardwise_runs table"):
         run(sql_spec(url, redrive="nope"), "r")  # no ledger yet
     run(sql_spec(url), "first")
@@ -148,7 +140,7 @@ def test_unknown_run_and_bad_specs_are_refused(url: str) -> None:
         sql_spec(url, force=True)
 
 
-def test_a_run_of_another_source_is_refused(url: str) -> None:
+def test_a_run_of_another_source_is_refused(url: str, run) -> None:
     run(sql_spec(url), "first")
     execute(url, "CREATE TABLE other (id BIGINT PRIMARY KEY, text TEXT)")
     spec = RunSpec(source=url, results=url, results_table="scores", table="other", redrive="first")
@@ -162,7 +154,7 @@ def write_parquet(path: Path, rows: list[tuple[int, Any]]) -> None:
     pq.write_table(table, path, row_group_size=5)
 
 
-def test_parquet_redrive_after_the_file_was_rewritten(tmp_path: Path, sqlite_url: str) -> None:
+def test_parquet_redrive_after_the_file_was_rewritten(tmp_path: Path, sqlite_url: str, run) -> None:
     data = tmp_path / "data"
     data.mkdir()
     write_parquet(data / "part-0.parquet", GOOD + BAD)

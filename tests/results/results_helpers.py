@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 
 from shardwise.model import OutputColumn
-from shardwise.results import DeadLetter, MergeOutcome, ResultRow, ResultStore, RunRecord, ShardReport
+from shardwise.results import DeadLetter, Ledger, MergeOutcome, ResultRow, ResultStore, RunRecord, ShardReport
 from shardwise.sources.base import Key, Shard, SourcePlan
 
 DIM = 8
@@ -29,7 +29,7 @@ def make_store(
     key_type: Literal["int", "text"] = "int",
     outputs: tuple[OutputColumn, ...] = OUTPUTS,
 ) -> ResultStore:
-    return ResultStore(url, table, outputs, key_type)
+    return ResultStore(Ledger(url), table, outputs, key_type)
 
 
 def make_run(run_id: str = "run-1", model_version: str = "mv-1", table: str = TABLE, **kw: str) -> RunRecord:

@@ -25,7 +25,7 @@ def test_vectors_round_trip_bit_for_bit(db_url: str) -> None:
     with make_store(db_url) as store:
         store.ensure_schema()
         run = make_run()
-        store.start_run(run, make_plan())
+        store.ledger.start_run(run, make_plan())
         rows = [
             ResultRow(i, {**make_rows([i])[0].values, "embedding": v}, f"fp{i}")
             for i, v in enumerate(vectors)
@@ -40,7 +40,7 @@ def test_float64_vectors_are_stored_as_float32(db_url: str) -> None:
     with make_store(db_url) as store:
         store.ensure_schema()
         run = make_run()
-        store.start_run(run, make_plan())
+        store.ledger.start_run(run, make_plan())
         v64 = np.linspace(0, 1, DIM)
         assert write_shard(
             store, run, 0, [ResultRow(1, {**make_rows([1])[0].values, "embedding": v64}, "fp")]
@@ -54,7 +54,7 @@ def test_text_keys_and_null_outputs(db_url: str) -> None:
     with make_store(db_url, table="docs_text", key_type="text", outputs=outputs) as store:
         store.ensure_schema()
         run = make_run(table="docs_text")
-        store.start_run(run, make_plan())
+        store.ledger.start_run(run, make_plan())
         rows = [ResultRow(k, {"embedding": [1.0, 2.0, 3.0], "label": None}, f"fp-{k}") for k in keys]
         assert write_shard(store, run, 0, rows).inserted == len(keys)
         got = store.read_results()
@@ -67,7 +67,7 @@ def test_large_int_keys(db_url: str) -> None:
     with make_store(db_url) as store:
         store.ensure_schema()
         run = make_run()
-        store.start_run(run, make_plan())
+        store.ledger.start_run(run, make_plan())
         assert write_shard(store, run, 0, make_rows(keys))
         assert [r["source_key"] for r in store.read_results()] == keys
 

@@ -11,7 +11,7 @@ import pytest
 from results_helpers import make_report, make_run
 
 from shardwise.model import OutputColumn
-from shardwise.results import ResultRow, ResultStore
+from shardwise.results import Ledger, ResultRow, ResultStore
 from shardwise.sources.base import Shard, SourcePlan
 
 ROWS, DIM, CHUNK = 50_000, 384, 1_000
@@ -27,10 +27,12 @@ def _chunks() -> Iterator[list[ResultRow]]:
 @pytest.mark.postgres
 def test_fifty_thousand_384d_rows_merge_in_flat_memory(pg_url: str) -> None:
     outputs = (OutputColumn("embedding", "vector", DIM),)
-    with ResultStore(pg_url, "big", outputs, "int") as store:
+    with ResultStore(Ledger(pg_url), "big", outputs, "int") as store:
         store.ensure_schema()
         run = make_run(table="big")
-        store.start_run(run, SourcePlan("sql", "src", None, (Shard(0, ROWS, {"lo": None, "hi": None}),)))
+        store.ledger.start_run(
+            run, SourcePlan("sql", "src", None, (Shard(0, ROWS, {"lo": None, "hi": None}),))
+        )
         tracemalloc.start()
         t0 = time.perf_counter()
         with store.shard_writer(run, 0, 1) as writer:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from results_helpers import TABLE, make_plan, make_rows, make_run, write_shard
 
@@ -10,60 +12,63 @@ from shardwise.results import DeadLetter, ResultStore
 
 
 def test_unknown_runs_load_as_none(store: ResultStore) -> None:
-    assert store.load_run("nope") is None
-    assert store.load_plan("nope") is None
-    assert store.run_summary("nope") is None
-    assert store.done_shards("nope") == set()
+    assert store.ledger.load_run("nope") is None
+    assert store.ledger.load_plan("nope") is None
+    assert store.ledger.run_summary("nope") is None
+    assert store.ledger.done_shards("nope") == set()
 
 
 def test_start_run_stores_the_run_and_plan(store: ResultStore) -> None:
     run, plan = make_run(started_by="event:evt-42"), make_plan(3)
-    assert store.start_run(run, plan) == plan
-    assert store.load_run(run.run_id) == run
-    assert store.load_plan(run.run_id) == plan
-    summary = store.run_summary(run.run_id)
+    assert store.ledger.start_run(run, plan) == (run, plan)
+    assert store.ledger.load_run(run.run_id) == run
+    assert store.ledger.load_plan(run.run_id) == plan
+    summary = store.ledger.run_summary(run.run_id)
     assert summary is not None
     assert (summary.status, summary.triggered_by, summary.counts.shards_total) == ("running", "evt-42", 3)
 
 
 def test_a_resumed_run_keeps_its_plan_and_done_shards(store: ResultStore) -> None:
     run, plan = make_run(), make_plan(3)
-    store.start_run(run, plan)
+    store.ledger.start_run(run, plan)
     write_shard(store, run, 1, make_rows(range(10, 20)))
-    store.mark_shard_failed(run.run_id, 2, 1, "TransientError: connection dropped")
-    store.finish_run(run.run_id, "failed")
+    store.ledger.mark_shard_failed(run.run_id, 2, "TransientError: connection dropped")
+    store.ledger.finish_run(run.run_id, "failed")
     replanned = make_plan(5, rows=4)
-    assert store.start_run(run, replanned) == plan, "a resumed run executes its stored plan"
-    assert store.load_plan(run.run_id) == plan
-    assert store.done_shards(run.run_id) == {1}
-    summary = store.run_summary(run.run_id)
+    other = dataclasses.replace(run, source_snapshot="snap-now", parameters={"new": True})
+    assert store.ledger.start_run(other, replanned) == (run, plan), (
+        "a resumed run executes its stored plan, with its stored record"
+    )
+    assert store.ledger.load_plan(run.run_id) == plan
+    assert store.ledger.done_shards(run.run_id) == {1}
+    summary = store.ledger.run_summary(run.run_id)
     assert summary is not None and summary.status == "running" and summary.finished_at is None
     assert not write_shard(store, run, 1, make_rows(range(10, 20)), attempt=2)
     assert write_shard(store, run, 2, make_rows(range(20, 30)), attempt=2)
 
 
 def test_a_run_cannot_resume_with_another_model(store: ResultStore) -> None:
-    store.start_run(make_run(model_version="mv-1"), make_plan())
+    store.ledger.start_run(make_run(model_version="mv-1"), make_plan())
     with pytest.raises(ConfigError, match="cannot resume"):
-        store.start_run(make_run(model_version="mv-2"), make_plan())
+        store.ledger.start_run(make_run(model_version="mv-2"), make_plan())
 
 
 def test_a_run_for_another_table_is_refused(store: ResultStore) -> None:
     with pytest.raises(ConfigError, match="open a ResultStore"):
-        store.start_run(make_run(table="other"), make_plan())
+        store.shard_writer(make_run(table="other"), 0, 1)
 
 
 def test_dead_letters_are_stored_once_with_their_lineage(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan())
+    store.ledger.start_run(run, make_plan())
     dead = [DeadLetter(4, "InputError", "text is empty", "fp-x"), DeadLetter(None, "InputError", "no key")]
     with pytest.raises(RuntimeError), store.shard_writer(run, 0, 1) as writer:
         writer.dead_letter(dead)
         raise RuntimeError("attempt 1 dies")
-    assert store.dead_letters(run.run_id) == []
+    assert store.ledger.dead_letters(run.run_id) == []
     assert write_shard(store, run, 0, make_rows(range(3)), attempt=2, dead=dead).dead_letters == 2
     assert not write_shard(store, run, 0, make_rows(range(3)), attempt=3, dead=dead)
-    stored = store.dead_letters(run.run_id)
+    stored = store.ledger.dead_letters(run.run_id)
     assert [(d.source_key, d.error_class, d.message, d.input_fingerprint) for d in stored] == [
         ("4", "InputError", "text is empty", "fp-x"),
         (None, "InputError", "no key", None),
@@ -74,31 +79,33 @@ def test_dead_letters_are_stored_once_with_their_lineage(store: ResultStore) -> 
 
 def test_attempts_failures_and_finish_counts(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan(3))
-    assert store.record_attempt(run.run_id, 0, 1, host="h", device="cpu")
+    store.ledger.start_run(run, make_plan(3))
+    assert store.ledger.record_attempt(run.run_id, 0, host="h", device="cpu") == 1
+    assert store.ledger.record_attempt(run.run_id, 1) == 1
+    assert store.ledger.record_attempt(run.run_id, 1) == 2, "the ledger numbers attempts"
     assert write_shard(store, run, 0, make_rows(range(10)), dead=[DeadLetter(11, "InputError", "x")])
-    assert not store.record_attempt(run.run_id, 0, 2), "a done shard needs no new attempt"
-    assert not store.mark_shard_failed(run.run_id, 0, 2, "late"), "a done shard stays done"
-    assert store.mark_shard_failed(run.run_id, 1, 3, "OOM " * 5000)
-    counts = store.finish_run(run.run_id, "failed")
+    assert store.ledger.record_attempt(run.run_id, 0) is None, "a done shard needs no new attempt"
+    assert not store.ledger.mark_shard_failed(run.run_id, 0, "late"), "a done shard stays done"
+    assert store.ledger.mark_shard_failed(run.run_id, 1, "OOM " * 5000)
+    counts = store.ledger.finish_run(run.run_id, "failed")
     assert (counts.rows_in, counts.rows_out, counts.rows_failed) == (11, 10, 1)
     assert (counts.shards_total, counts.shards_done, counts.shards_failed) == (3, 1, 1)
-    summary = store.run_summary(run.run_id)
+    summary = store.ledger.run_summary(run.run_id)
     assert summary is not None and summary.status == "failed" and summary.finished_at is not None
     with pytest.raises(ConfigError, match="'completed' or 'failed'"):
-        store.finish_run(run.run_id, "running")
+        store.ledger.finish_run(run.run_id, "running")
     with pytest.raises(ConfigError, match="start_run must come before"):
-        store.finish_run("ghost", "completed")
+        store.ledger.finish_run("ghost", "completed")
 
 
 def test_seen_objects_accumulate_per_source(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan())
-    assert store.seen_objects("s3://bucket/docs/") == frozenset()
-    store.record_objects(run.run_id, "s3://bucket/docs/", [("a.parquet", "e1"), ("b.parquet", "e2")])
-    store.record_objects(run.run_id, "s3://bucket/docs/", [("a.parquet", "e1"), ("a.parquet", "e3")])
-    store.record_objects(run.run_id, "s3://other/", [("z.parquet", "e9")])
-    assert store.seen_objects("s3://bucket/docs/") == {
+    store.ledger.start_run(run, make_plan())
+    assert store.ledger.seen_objects("s3://bucket/docs/") == frozenset()
+    store.ledger.record_objects(run.run_id, "s3://bucket/docs/", [("a.parquet", "e1"), ("b.parquet", "e2")])
+    store.ledger.record_objects(run.run_id, "s3://bucket/docs/", [("a.parquet", "e1"), ("a.parquet", "e3")])
+    store.ledger.record_objects(run.run_id, "s3://other/", [("z.parquet", "e9")])
+    assert store.ledger.seen_objects("s3://bucket/docs/") == {
         ("a.parquet", "e1"),
         ("b.parquet", "e2"),
         ("a.parquet", "e3"),

@@ -16,11 +16,11 @@ from shardwise.results import DeadLetter, ResultRow, ResultStore
 
 def test_commit_merges_rows_and_marks_the_shard_done(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan())
+    store.ledger.start_run(run, make_plan())
     outcome = write_shard(store, run, 0, make_rows(range(10)))
     assert outcome and (outcome.inserted, outcome.updated, outcome.unchanged) == (10, 0, 0)
     assert store.count_results() == 10
-    assert store.done_shards(run.run_id) == {0}
+    assert store.ledger.done_shards(run.run_id) == {0}
     row = store.read_results()[3]
     assert (row["source_key"], row["run_id"], row["shard_id"], row["truncated"]) == (3, run.run_id, 0, True)
     assert (row["model_name"], row["model_version"], row["code_version"]) == ("tiny", "mv-1", "code-1")
@@ -31,32 +31,32 @@ def test_commit_merges_rows_and_marks_the_shard_done(store: ResultStore) -> None
 
 def test_recommitting_a_done_shard_changes_nothing(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan())
+    store.ledger.start_run(run, make_plan())
     write_shard(store, run, 0, make_rows(range(10)), dead=[DeadLetter(99, "InputError", "empty text")])
     before = snapshot(store)
     again = write_shard(store, run, 0, make_rows(range(10), fp_salt="changed"), attempt=2)
     assert not again and again.committed is False
     assert snapshot(store) == before
-    assert len(store.dead_letters(run.run_id)) == 1
+    assert len(store.ledger.dead_letters(run.run_id)) == 1
 
 
 def test_a_repeated_run_on_the_same_inputs_adds_and_changes_nothing(store: ResultStore) -> None:
     first, second = make_run("run-1"), make_run("run-2")
-    store.start_run(first, make_plan())
+    store.ledger.start_run(first, make_plan())
     write_shard(store, first, 0, make_rows(range(10)))
     before = snapshot(store)
-    store.start_run(second, make_plan())
+    store.ledger.start_run(second, make_plan())
     outcome = write_shard(store, second, 0, make_rows(range(10)))
     assert outcome and (outcome.inserted, outcome.updated, outcome.unchanged) == (0, 0, 10)
     assert snapshot(store) == before, "unchanged inputs keep their original run_id and scored_at"
-    assert store.done_shards(second.run_id) == {0}
+    assert store.ledger.done_shards(second.run_id) == {0}
 
 
 def test_a_changed_input_replaces_the_row(store: ResultStore) -> None:
     first, second = make_run("run-1"), make_run("run-2")
-    store.start_run(first, make_plan())
+    store.ledger.start_run(first, make_plan())
     write_shard(store, first, 0, make_rows(range(10)))
-    store.start_run(second, make_plan())
+    store.ledger.start_run(second, make_plan())
     changed = make_rows([2, 5], fp_salt="v2") + make_rows([0, 1, 3, 4, 6, 7, 8, 9])
     outcome = write_shard(store, second, 0, changed)
     assert (outcome.inserted, outcome.updated, outcome.unchanged) == (0, 2, 8)
@@ -69,9 +69,9 @@ def test_a_changed_input_replaces_the_row(store: ResultStore) -> None:
 
 def test_a_new_model_version_adds_rows_beside_the_old(store: ResultStore) -> None:
     old, new = make_run("run-1", "mv-1"), make_run("run-2", "mv-2")
-    store.start_run(old, make_plan())
+    store.ledger.start_run(old, make_plan())
     write_shard(store, old, 0, make_rows(range(10)))
-    store.start_run(new, make_plan())
+    store.ledger.start_run(new, make_plan())
     outcome = write_shard(store, new, 0, make_rows(range(10)))
     assert outcome.inserted == 10
     assert store.count_results() == 20
@@ -80,14 +80,14 @@ def test_a_new_model_version_adds_rows_beside_the_old(store: ResultStore) -> Non
 
 def test_an_exception_before_commit_leaves_nothing(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan())
+    store.ledger.start_run(run, make_plan())
     with pytest.raises(RuntimeError, match="model crashed"), store.shard_writer(run, 0, 1) as writer:
         writer.add(make_rows(range(10)))
         writer.dead_letter([DeadLetter(1, "InputError", "bad")])
         raise RuntimeError("model crashed")
     assert store.count_results() == 0
-    assert store.dead_letters(run.run_id) == []
-    assert store.done_shards(run.run_id) == set()
+    assert store.ledger.dead_letters(run.run_id) == []
+    assert store.ledger.done_shards(run.run_id) == set()
 
 
 class _FailsAt(Sequence[ResultRow]):
@@ -115,7 +115,7 @@ class _FailsAt(Sequence[ResultRow]):
 
 def test_a_writer_failing_halfway_then_retried_ends_with_one_copy(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan())
+    store.ledger.start_run(run, make_plan())
     rows = make_rows(range(10))
     with pytest.raises(ConnectionError), store.shard_writer(run, 0, 1) as writer:
         writer.add(rows[:4])
@@ -134,7 +134,7 @@ def test_a_writer_failing_halfway_then_retried_ends_with_one_copy(store: ResultS
 
 def test_a_key_staged_twice_keeps_its_last_value(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan())
+    store.ledger.start_run(run, make_plan())
     rows = make_rows(range(5)) + make_rows([2], fp_salt="later")
     outcome = write_shard(store, run, 0, rows)
     assert (outcome.inserted, outcome.updated, outcome.unchanged) == (5, 0, 0)
@@ -143,7 +143,7 @@ def test_a_key_staged_twice_keeps_its_last_value(store: ResultStore) -> None:
 
 def test_rows_that_do_not_match_the_outputs_are_refused(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan())
+    store.ledger.start_run(run, make_plan())
     good = make_rows([1])[0]
     short = ResultRow(1, {**good.values, "embedding": np.zeros(3, np.float32)}, "fp")
     missing = ResultRow(1, {"embedding": good.values["embedding"]}, "fp")
@@ -156,7 +156,7 @@ def test_rows_that_do_not_match_the_outputs_are_refused(store: ResultStore) -> N
 
 def test_committing_a_shard_outside_the_plan_is_refused(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan(shards=2))
+    store.ledger.start_run(run, make_plan(shards=2))
     with pytest.raises(ConfigError, match="not in run"):
         write_shard(store, run, 7, make_rows([1]))
 
@@ -173,13 +173,13 @@ def _temp_tables(conn: sa.Connection) -> set[str]:
 
 def test_the_staging_tables_are_gone_after_the_writer(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan())
+    store.ledger.start_run(run, make_plan())
     with pytest.raises(RuntimeError), store.shard_writer(run, 0, 1) as writer:
         writer.add(make_rows(range(3)))
         assert writer._conn is not None
         assert _temp_tables(writer._conn) == {"shardwise_stage", "shardwise_dead_stage"}
         raise RuntimeError("abandon the attempt")
-    pooled = [store.engine.connect() for _ in range(store.engine.pool.checkedin())]  # type: ignore[attr-defined]
+    pooled = [store.ledger.engine.connect() for _ in range(store.ledger.engine.pool.checkedin())]  # type: ignore[attr-defined]
     try:
         assert pooled and all(_temp_tables(conn) == set() for conn in pooled)
     finally:

@@ -17,7 +17,7 @@ from shardwise.results import DeadLetter, MergeOutcome, ResultStore
 
 def test_two_writers_racing_on_one_shard_commit_once(store: ResultStore) -> None:
     run = make_run()
-    store.start_run(run, make_plan())
+    store.ledger.start_run(run, make_plan())
     barrier = threading.Barrier(2)
 
     def attempt(n: int) -> MergeOutcome:
@@ -33,13 +33,13 @@ def test_two_writers_racing_on_one_shard_commit_once(store: ResultStore) -> None
     winner = 1 if outcomes[0] else 2
     assert store.count_results() == 10
     assert {r["input_fingerprint"][-7:] for r in store.read_results()} == {f"writer{winner}"}
-    assert [d.attempt for d in store.dead_letters(run.run_id)] == [winner]
+    assert [d.attempt for d in store.ledger.dead_letters(run.run_id)] == [winner]
 
 
 def test_many_shards_in_threads_all_merge(store: ResultStore) -> None:
     shards, per = 12, 50
     run = make_run()
-    store.start_run(run, make_plan(shards, per))
+    store.ledger.start_run(run, make_plan(shards, per))
 
     def shard(i: int) -> MergeOutcome:
         return write_shard(store, run, i, make_rows(range(i * per, (i + 1) * per)))
@@ -48,22 +48,24 @@ def test_many_shards_in_threads_all_merge(store: ResultStore) -> None:
         outcomes = list(pool.map(shard, range(shards)))
     assert all(outcomes)
     assert store.count_results() == shards * per
-    assert store.done_shards(run.run_id) == set(range(shards))
+    assert store.ledger.done_shards(run.run_id) == set(range(shards))
 
 
 def test_an_sqlite_lock_held_past_the_busy_timeout_is_transient(sqlite_url: str) -> None:
     with make_store(sqlite_url) as store:
         store.ensure_schema()
         run = make_run()
-        store.start_run(run, make_plan())
+        store.ledger.start_run(run, make_plan())
     quick = make_store(sqlite_url)
     # Runs after the store's own connect hook, so this short timeout wins.
-    sa.event.listen(quick.engine, "connect", lambda dbapi, _rec: dbapi.execute("PRAGMA busy_timeout = 50"))
+    sa.event.listen(
+        quick.ledger.engine, "connect", lambda dbapi, _rec: dbapi.execute("PRAGMA busy_timeout = 50")
+    )
     blocker = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
     try:
         blocker.execute("BEGIN IMMEDIATE")
         with pytest.raises(TransientError, match="database is locked"):
-            quick.mark_shard_failed(run.run_id, 0, 1, "boom")
+            quick.ledger.mark_shard_failed(run.run_id, 0, "boom")
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
@@ -74,7 +76,7 @@ def test_sqlite_writers_stage_while_another_holds_the_write_lock(sqlite_url: str
     with make_store(sqlite_url) as store:
         store.ensure_schema()
         run = make_run()
-        store.start_run(run, make_plan())
+        store.ledger.start_run(run, make_plan())
         path = sqlite_url.removeprefix("sqlite:///")
         blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         with store.shard_writer(run, 0, 1) as writer:
@@ -94,7 +96,7 @@ def test_a_connection_dropped_mid_shard_is_transient_and_the_retry_merges_once(p
     with make_store(pg_url) as store:
         store.ensure_schema()
         run = make_run()
-        store.start_run(run, make_plan())
+        store.ledger.start_run(run, make_plan())
         admin = sa.create_engine(pg_url)
         with pytest.raises(TransientError), store.shard_writer(run, 0, 1) as writer:
             writer.add(make_rows(range(5)))

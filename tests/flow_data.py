@@ -60,3 +60,30 @@ def parquet_bytes(ids: list[int], values: list[Any], row_group_size: int = 100) 
     buffer = io.BytesIO()
     pl.DataFrame({"id": ids, "text": values}).write_parquet(buffer, row_group_size=row_group_size)
     return buffer.getvalue()
+
+
+def synthetic_docs(url: str, rows: int, table: str = "docs") -> None:
+    """Rows generated inside PostgreSQL: varied lengths, a few bad ones, nothing shipped."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                f"create table {table} as select i::bigint as id, "
+                "case when i % 997 = 0 then null else 'row ' || i || ' ' || "
+                "repeat('shard batch merge lineage ', 1 + ((i::bigint * 7919) % 23)::int) end as text "
+                "from generate_series(1, :n) as i"
+            ),
+            {"n": rows},
+        )
+        conn.execute(sa.text(f"alter table {table} add primary key (id)"))
+    engine.dispose()
+
+
+def checksum(url: str, table: str) -> tuple[int, str]:
+    """Rows, and an MD5 over every (source_key, embedding) in key order."""
+    rows = execute(
+        url,
+        f"select count(*), md5(string_agg(source_key || ':' || embedding::text, ',' order by source_key)) "
+        f"from {table}",
+    )
+    return int(rows[0][0]), str(rows[0][1])

@@ -1,0 +1,149 @@
+"""Scaling benchmark: the same rows scored by 1 worker, then by N workers, on one runner, in one run.
+
+    python bench/scaling.py --runner dask --workers 2 --json
+    python bench/scaling.py --corpus ../shared/corpus/python_docs.parquet --rows 3000 --runner process
+
+It loads the rows into a fresh PostgreSQL table and runs the ``score`` flow
+twice on Prefect's temporary server, with the same shard plan: once with one
+worker, once with N, each worker with one torch thread. Throughput is rows
+over the *scoring* time (first shard started to last shard merged, from the
+ledger); the fixed costs (starting the runner and the workers, planning,
+loading the model once per worker) are printed apart, since they do not grow
+with the table. ``identical`` compares checksums over (source_key, output)
+of the two results tables. The last line is one JSON object.
+This prints figures; it is not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sqlalchemy as sa
+
+from bench.engine import load_texts
+from bench.pipeline import ADMIN_URL, drop_database, fresh_database, load_table
+
+
+def checksum(url: str, table: str) -> str:
+    query = (
+        "select md5(string_agg(source_key || ':' || embedding::text, ',' order by source_key)) "
+        f"from {table}"
+    )
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        found = conn.execute(sa.text(query)).scalar_one()
+    engine.dispose()
+    return str(found)
+
+
+def scoring_seconds(url: str, run_id: str) -> tuple[float, float]:
+    """From the ledger: first shard start to last shard finish, and the workers' model-load seconds."""
+    query = (
+        "select extract(epoch from max(finished_at) - min(started_at)), "
+        "coalesce(sum((engine->>'model_load_s')::float), 0) from shardwise_shards where run_id = :r"
+    )
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        span, loads = conn.execute(sa.text(query), {"r": run_id}).one()
+    engine.dispose()
+    return float(span), float(loads)
+
+
+def one_run(url: str, args: argparse.Namespace, workers: int, table: str) -> dict:
+    from flows.params import ScoreParams
+    from flows.run import run_and_report
+
+    params = ScoreParams(
+        source=url,
+        table="docs",
+        model=args.model,
+        results_table=table,
+        shards=args.shards or 4 * args.workers,
+        runner=args.runner,
+        workers=workers,
+        threads=1,
+        device=args.device,
+    )
+    started = time.perf_counter()
+    summary = run_and_report(params)
+    wall = time.perf_counter() - started
+    if summary is None:
+        raise SystemExit(f"the {workers}-worker run failed")
+    scoring, loads = scoring_seconds(url, summary["run_id"])
+    return {
+        "rows": summary["rows_in"],
+        "rows_per_s": summary["rows_in"] / scoring,
+        "scoring_s": scoring,
+        "wall_s": wall,
+        "fixed_s": wall - scoring,
+        "model_load_s": loads,
+        "workers_used": summary["workers_used"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--corpus", help="Parquet or JSONL texts (default: harvested docstrings)")
+    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--rows", type=int, default=3000)
+    parser.add_argument("--runner", default="dask", choices=["thread", "process", "dask", "ray"])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--shards", type=int, help="shards of both runs (default: 4 per worker of the N run)")
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--admin-url", default=ADMIN_URL)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    texts = load_texts(args.corpus, args.text_column, args.rows)
+    url = fresh_database(args.admin_url)
+    try:
+        load_table(url, texts)
+        one = one_run(url, args, 1, "scores_1")
+        many = one_run(url, args, args.workers, "scores_n")
+        identical = checksum(url, "scores_1") == checksum(url, "scores_n")
+    finally:
+        drop_database(args.admin_url, url)
+    speedup = many["rows_per_s"] / one["rows_per_s"]
+    for label, run in (("1 worker", one), (f"{args.workers} workers", many)):
+        print(
+            f"{label:>10}: {run['rows']} rows, {run['rows_per_s']:.1f} rows/s over {run['scoring_s']:.1f} s "
+            f"of scoring; fixed cost {run['fixed_s']:.1f} s (runner, planning, model loads "
+            f"{run['model_load_s']:.1f} s), whole run {run['wall_s']:.1f} s"
+        )
+    print(f"speedup {speedup:.2f}x on the {args.runner} runner, results identical: {identical}")
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "rows": one["rows"],
+                    "runner": args.runner,
+                    "workers": args.workers,
+                    "rows_per_s_1": one["rows_per_s"],
+                    "rows_per_s_n": many["rows_per_s"],
+                    "speedup": speedup,
+                    "identical": identical,
+                    "fixed_s_1": one["fixed_s"],
+                    "fixed_s_n": many["fixed_s"],
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""The ``score-shard`` flow: one shard of a planned run, as its own flow run on a work pool.
+
+The ``score`` flow with ``runner: deployment`` starts one run of this flow per
+shard through the ``score-shard/per-shard`` deployment (``prefect.yaml``), so a
+work pool places each shard: on Kubernetes, one pod with one GPU per shard.
+It gets the run reference and the shard id only, and does what a shard task
+does on any other runner: resolve the connection names in its own
+environment, load the model, score the shard exactly once.
+"""
+
+from __future__ import annotations
+
+from prefect import flow
+
+from shardwise.pipeline import RunRef, ShardOutcome
+from tasks.infer_shard import infer_shard
+
+__all__ = ["score_shard"]
+
+
+@flow(name="score-shard")
+def score_shard(ref: RunRef, shard_id: int) -> ShardOutcome:
+    """Score shard ``shard_id`` of the run behind ``ref``; the shard task retries transient errors."""
+    return infer_shard(ref, shard_id)

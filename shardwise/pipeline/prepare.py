@@ -1,0 +1,255 @@
+"""The planning side of a run: plan it (or load a resumed run), record it, hold its snapshot, finish it.
+
+The flow in ``flows/score.py`` calls :func:`prepare_run` in its own process,
+fans ``PlannedRun.ref`` and the pending shard ids out to workers (see
+:mod:`shardwise.pipeline.worker`), then calls :func:`finish_run`.
+:func:`score_pending` is the same story without an orchestrator. Nothing
+here knows about Prefect.
+
+Planning needs no model on a device, only its :class:`ModelInfo` (name,
+version, outputs), so a CPU-only process can plan a GPU run.
+
+On PostgreSQL the planning transaction exports its snapshot and stays open
+in this process until :meth:`PlannedRun.close`; workers in other processes or
+on other machines import it. A **resumed** run reads its record and plan
+from the ledger before anything else and never plans again: its lineage
+keeps the stored plan's snapshot (a Parquet listing's digest, or the
+PostgreSQL snapshot, which by then is gone, so its shards read at a fresh
+one and record that one per row).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from shardwise.errors import ConfigError, ShardwiseError
+from shardwise.lineage import code_version
+from shardwise.model import ModelInfo
+from shardwise.pipeline.redrive import redrive_source
+from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
+from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
+from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord, existing_key_type
+from shardwise.sources import NewOnly, ParquetSource, Source, SourcePlan, is_keyed, plan_objects
+
+__all__ = [
+    "SHARDS_PER_WORKER",
+    "PlannedRun",
+    "finish_run",
+    "plan_source",
+    "prepare_run",
+    "score_pending",
+]
+
+SHARDS_PER_WORKER = 4
+"""Default sizing cuts at least this many shards per worker, rows permitting, so work balances."""
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class PlannedRun:
+    """A recorded run, ready to fan out: the reference workers get, and what the planner holds."""
+
+    ref: RunRef
+    record: RunRecord
+    """The run as the ledger stores it (for a resumed run: as first recorded)."""
+    plan: SourcePlan
+    model: ModelInfo
+    todo: tuple[int, ...]
+    """Shard ids still to score."""
+    done_before: frozenset[int]
+    ledger: Ledger
+    source: Source | None
+    """The planning source; on PostgreSQL it holds the run's snapshot open. None for a resumed run."""
+
+    def close(self) -> None:
+        """Release the snapshot and the ledger's connections.
+
+        It never raises: once the shards are merged, a lost snapshot holder (a
+        database restart, a terminated backend) changes nothing that was
+        written, so it is logged, not reported as a failed run.
+        """
+        try:
+            if self.source is not None:
+                self.source.close()
+        except ShardwiseError as exc:
+            _log.warning("run %s: releasing the planning snapshot failed: %s", self.record.run_id, exc)
+        finally:
+            self.ledger.close()
+
+
+def prepare_run(
+    spec: RunSpec,
+    *,
+    run_id: str,
+    started_by: str,
+    parameters: Mapping[str, Any],
+    model: ModelInfo,
+    resolve: Resolver = as_is,
+    workers: int = 1,
+    threads: int | None = None,
+) -> PlannedRun:
+    """Plan the source (or load a resumed run's record and plan) and record the run in the ledger.
+
+    ``workers`` is how many workers will score it: the default sizing gives
+    each at least :data:`SHARDS_PER_WORKER` shards. ``threads`` is each
+    worker's torch thread count, carried in the run reference.
+    """
+    source_url, results_url = resolve(spec.source), resolve(spec.results)
+    check_connections(spec, source_url, results_url)
+    ledger = Ledger(results_url)
+    try:
+        if spec.resume:
+            record, plan = _resume(spec, ledger, model, resolve)
+            source = None
+        else:
+            record, plan, source = _plan_new(
+                spec, ledger, model, resolve, run_id, started_by, parameters, workers
+            )
+        done = frozenset(ledger.done_shards(record.run_id))
+    except BaseException:
+        ledger.close()
+        raise
+    todo = tuple(s.shard_id for s in plan.shards if s.shard_id not in done)
+    ref = RunRef(record.run_id, spec, threads)
+    return PlannedRun(ref, record, plan, model, todo, done, ledger, source)
+
+
+def _plan_new(
+    spec: RunSpec,
+    ledger: Ledger,
+    model: ModelInfo,
+    resolve: Resolver,
+    run_id: str,
+    started_by: str,
+    parameters: Mapping[str, Any],
+    workers: int,
+) -> tuple[RunRecord, SourcePlan, Source]:
+    source: Source = open_spec_source(spec, resolve)
+    try:
+        if spec.redrive is not None:
+            source = _redrive_source(spec, source, ledger, run_id)
+        plan = plan_source(spec, source, model, ledger, min_shards=SHARDS_PER_WORKER * workers)
+        key_type = _key_type(plan, ledger, spec.results_table)
+        ResultStore(ledger, spec.results_table, model.outputs, key_type).ensure_schema()
+        record = RunRecord(
+            run_id=run_id,
+            started_by=started_by,
+            parameters=dict(parameters),
+            model_name=model.name,
+            model_version=model.version,
+            code_version=code_version(),
+            source_identity=source.identity,
+            source_snapshot=plan.snapshot,
+            results_table=spec.results_table,
+        )
+        # A run id already stored (a retried flow run) keeps its stored record and plan.
+        record, plan = ledger.start_run(record, plan)
+    except BaseException:
+        source.close()
+        raise
+    return record, plan, source
+
+
+def _resume(
+    spec: RunSpec, ledger: Ledger, model: ModelInfo, resolve: Resolver
+) -> tuple[RunRecord, SourcePlan]:
+    """The stored record and plan of run ``spec.resume``, checked against what this resume asks for."""
+    assert spec.resume is not None
+    if ledger.run_summary(spec.resume) is None:
+        raise ConfigError(
+            f"run {spec.resume!r} is not in the ledger of {ledger.url}; nothing to resume. Resume a run id "
+            "listed there (SELECT run_id, status FROM shardwise_runs ORDER BY started_at DESC)"
+        )
+    record, plan = ledger.load(spec.resume)
+    if record.results_table != spec.results_table:
+        raise ConfigError(
+            f"run {spec.resume!r} wrote to results table {record.results_table!r}, not "
+            f"{spec.results_table!r}; resume it with --results-table {record.results_table}"
+        )
+    if record.model_version != model.version:
+        raise ConfigError(
+            f"run {spec.resume!r} was started with model version {record.model_version[:12]}; it cannot "
+            f"resume with {model.name!r} version {model.version[:12]}. Resume with the same model, or "
+            "start a new run"
+        )
+    source = open_spec_source(spec, resolve)
+    try:
+        identity = source.identity
+    finally:
+        source.close()
+    if identity != record.source_identity:
+        raise ConfigError(
+            f"run {spec.resume!r} read source {record.source_identity!r}, not {identity!r}; "
+            "resume it with the source it read"
+        )
+    return ledger.start_run(record, plan)
+
+
+def plan_source(
+    spec: RunSpec, source: Source, model: ModelInfo, ledger: Ledger, *, min_shards: int = 1
+) -> SourcePlan:
+    """Plan ``source`` as ``spec`` asks; with only-new, leave out what ``model`` already scored."""
+    return source.plan(
+        shards=spec.shards,
+        rows_per_shard=spec.rows_per_shard,
+        new_only=_new_only(spec, source, model, ledger),
+        min_shards=min_shards,
+    )
+
+
+def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
+    """Close the run in the ledger; on success, remember which Parquet objects are now scored."""
+    status: Literal["completed", "failed"] = "failed" if failed_shards else "completed"
+    record, plan = planned.record, planned.plan
+    counts = planned.ledger.finish_run(record.run_id, status)
+    # A keyed (redrive) plan read some rows of its objects, not the objects: they are not "seen".
+    if status == "completed" and plan.kind == "parquet" and not is_keyed(plan):
+        planned.ledger.record_objects(record.run_id, record.source_identity, plan_objects(plan))
+    return counts
+
+
+def score_pending(planned: PlannedRun, cache: WorkerCache, *, resolve: Resolver = as_is) -> RunCounts:
+    """Score every pending shard in this thread, then finish the run: the path without an orchestrator.
+
+    A shard that raises is marked failed, the run is finished as failed, and
+    the error propagates; the finished shards stay merged, so a later run with
+    ``resume`` completes it.
+    """
+    for shard_id in planned.todo:
+        try:
+            score_ref_shard(planned.ref, shard_id, cache, resolve=resolve)
+        except Exception as exc:
+            planned.ledger.mark_shard_failed(planned.record.run_id, shard_id, str(exc))
+            finish_run(planned, [shard_id])
+            raise
+    return finish_run(planned, [])
+
+
+def _new_only(spec: RunSpec, source: Source, model: ModelInfo, ledger: Ledger) -> NewOnly | None:
+    if not spec.only_new:
+        return None
+    if isinstance(source, ParquetSource):
+        # The ledger alone answers "which objects were seen".
+        return NewOnly(model.version, spec.results_table, ledger.seen_objects(source.identity))
+    return NewOnly(model.version, spec.results_table)
+
+
+def _redrive_source(spec: RunSpec, source: Source, ledger: Ledger, run_id: str) -> Source:
+    """``source`` restricted to the dead-lettered keys of run ``spec.redrive`` that are to be scored again."""
+    assert spec.redrive is not None
+    if spec.redrive == run_id:
+        raise ConfigError(f"a redrive of run {run_id!r} is a new run: give it another run id")
+    return redrive_source(ledger, spec.results_table, source, spec.redrive, force=spec.force)
+
+
+def _key_type(plan: SourcePlan, ledger: Ledger, results_table: str) -> Literal["int", "text"]:
+    key_type = plan.params.get("key_type")
+    if key_type in ("int", "text"):
+        return key_type  # type: ignore[no-any-return]
+    # Nothing was planned (an only-new run with nothing new): no key to store, but the
+    # run is still recorded. Match an existing results table so its layout check passes.
+    return existing_key_type(ledger, results_table) or "text"

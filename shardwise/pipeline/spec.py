@@ -1,0 +1,116 @@
+"""What a run is asked to do (:class:`RunSpec`), and the small handle a worker gets (:class:`RunRef`).
+
+Both are plain, frozen data: they pickle, they travel to worker processes and
+other machines, and they never hold a resolved secret. ``source`` and
+``results`` are *connections*: a URL or path as it is (no password in it), or
+a name (``env:NAME``, ``secret:NAME``) that a :data:`Resolver` turns into one
+where the work runs. The engine reads no environment itself: whoever runs it
+(the Prefect tasks, a test, a notebook) passes the resolver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shardwise.errors import ConfigError
+from shardwise.sources import is_sql_url
+
+__all__ = ["Resolver", "RunRef", "RunSpec", "as_is", "check_connections"]
+
+Resolver = Callable[[str], str]
+"""Turns a connection (a URL, a path, or a name such as ``env:NAME``) into the URL or path it stands for."""
+
+_NAMES = ("env:", "secret:")
+
+
+def as_is(connection: str) -> str:
+    """The resolver for plain URLs and paths: returns them unchanged, refuses names it cannot look up."""
+    if connection.startswith(_NAMES):
+        raise ConfigError(
+            f"connection {connection!r} is a name, and this caller gave no resolver to look it up; pass "
+            "the URL itself, or run through the Prefect flow, which resolves env: and secret: names"
+        )
+    return connection
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a run needs, as the user gave it: connections unresolved, model by name."""
+
+    source: str
+    results: str
+    results_table: str
+    model: str = "tiny"
+    table: str | None = None
+    key: str = "id"
+    text_column: str = "text"
+    where: str | None = None
+    shards: int | None = None
+    rows_per_shard: int | None = None
+    only_new: bool = False
+    max_tokens: int | None = None
+    device: str = "auto"
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N``: a policy each worker applies on its own host."""
+    resume: str | None = None
+    redrive: str | None = None
+    """A run id: score again only the keys that run dead-lettered (see :mod:`shardwise.pipeline.redrive`)."""
+    force: bool = False
+    """With ``redrive``: score every dead-lettered key still in the source, changed or not."""
+
+    def __post_init__(self) -> None:
+        if self.shards is not None and self.rows_per_shard is not None:
+            raise ConfigError(
+                f"give shards ({self.shards}) or rows_per_shard ({self.rows_per_shard}), not both"
+            )
+        if self.redrive is not None and (not self.redrive or self.only_new or self.resume):
+            raise ConfigError(
+                f"redrive={self.redrive!r} needs a run id, and plans its own keys, so it takes neither "
+                f"only_new ({self.only_new}) nor resume ({self.resume!r}); drop them, or drop redrive"
+            )
+        if self.force and self.redrive is None:
+            raise ConfigError("force applies to a redrive only; pass redrive=RUN_ID, or drop force")
+
+
+def check_connections(spec: RunSpec, source_url: str, results_url: str) -> None:
+    """The rules that need the resolved URLs: where results may go for this source."""
+    if not is_sql_url(results_url):
+        raise ConfigError(
+            f"results must go to a database (postgresql+psycopg://... or sqlite:///...); got "
+            f"{spec.results!r}. A Parquet source needs --results; a database source defaults to itself"
+        )
+    if spec.only_new and is_sql_url(source_url) and _db_of(source_url) != _db_of(results_url):
+        raise ConfigError(
+            "only_new on a SQL source anti-joins the results table inside the source database, "
+            "so results must be written to the same database as the source; point --results at "
+            "the source URL"
+        )
+
+
+def _db_of(url: str) -> str:
+    """A URL without its credentials and query, to compare which database two URLs name."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return f"{parsed.get_backend_name()}://{parsed.host or ''}:{parsed.port or ''}/{parsed.database or ''}"
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A planned run, as a shard task receives it: small, picklable, free of secrets.
+
+    A worker resolves ``spec``'s connections in its own environment, reads the
+    run's record and plan from the ledger (never re-planning), loads the model
+    once per process, and checks the model's version against the record.
+    """
+
+    run_id: str
+    spec: RunSpec
+    threads: int | None = None
+    """Torch threads per worker; None leaves the worker's own default (all its cores)."""
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            raise ConfigError("a RunRef needs the run id of a run started in the ledger; got an empty one")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ConfigError(f"threads must be a positive integer or None; got {self.threads!r}")

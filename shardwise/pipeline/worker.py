@@ -1,0 +1,199 @@
+"""The worker side of a run: from a :class:`RunRef` and a shard id to a merged shard.
+
+A shard task receives only the run reference and a shard id. The worker
+process does the rest in its own environment, and keeps what is expensive
+in a per-process :class:`WorkerCache`:
+
+* the **model**, loaded once per (name, device) and reused by every later
+  shard of any run (the Ray-actor / datatrove-rank pattern);
+* per run, the **source**, the **results store** and the run's **record and
+  plan**, read from the ledger, never planned again, so every worker scores
+  exactly the shard boundaries the run stored.
+
+Before scoring, the worker checks that the model it loaded has the version
+the run recorded: a worker on another image or checkpoint refuses with a
+:class:`ConfigError` instead of writing results under the wrong version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from shardwise.config import EngineConfig
+from shardwise.device_lease import leased_device
+from shardwise.errors import ConfigError
+from shardwise.model import Model, ModelSpec
+from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
+from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
+from shardwise.results import Ledger, ResultStore, RunRecord
+from shardwise.results.store import KeyType
+from shardwise.sources import (
+    KeyedSource,
+    ParquetSource,
+    Shard,
+    Source,
+    SourcePlan,
+    SqlSource,
+    is_keyed,
+    open_source,
+)
+
+__all__ = ["Catalogue", "WorkerCache", "open_spec_source", "score_ref_shard"]
+
+Catalogue = Callable[[str], ModelSpec]
+"""Looks a model up by name (``models.get_spec``): the engine does not import the catalogue itself."""
+
+_MAX_RUNS = 4
+
+
+def open_spec_source(spec: RunSpec, resolve: Resolver) -> SqlSource | ParquetSource:
+    """The spec's source adapter (a SQL table, or a Parquet dataset), its connection resolved here."""
+    return open_source(
+        resolve(spec.source), table=spec.table, key=spec.key, text_column=spec.text_column, where=spec.where
+    )
+
+
+@dataclass
+class _Run:
+    """What a worker holds for one run: its stored record and plan, a source and a results store."""
+
+    record: RunRecord
+    plan: SourcePlan
+    source: Source
+    store: ResultStore
+
+    def shard(self, shard_id: int) -> Shard:
+        for shard in self.plan.shards:
+            if shard.shard_id == shard_id:
+                return shard
+        raise ConfigError(
+            f"shard {shard_id} is not in the stored plan of run {self.record.run_id!r} "
+            f"(shards 0 to {len(self.plan.shards) - 1}); pass a shard id of that plan"
+        )
+
+    def close(self) -> None:
+        try:
+            self.source.close()
+        finally:
+            self.store.close()
+
+
+class WorkerCache:
+    """Models and open runs of one worker process; safe to share between its threads.
+
+    ``loads`` counts model loads, so a test (or a curious operator) can see
+    that a worker that ran ten shards loaded its model once. At most
+    ``max_runs`` runs stay open; the least recently used is closed.
+    """
+
+    def __init__(self, catalogue: Catalogue, max_runs: int = _MAX_RUNS) -> None:
+        self._catalogue = catalogue
+        self._max_runs = max_runs
+        self._lock = threading.Lock()
+        self._models: dict[tuple[str, str], Model] = {}
+        self._runs: OrderedDict[tuple[str, RunSpec], _Run] = OrderedDict()
+        self.loads = 0
+
+    def model(self, name: str, device: torch.device) -> tuple[Model, float]:
+        """The model on ``device``, and the seconds spent loading it now (0.0 when it was loaded already)."""
+        key = (name, str(device))
+        with self._lock:
+            if key in self._models:
+                return self._models[key], 0.0
+            started = time.perf_counter()
+            model = self._catalogue(name).load(device)
+            self._models[key] = model
+            self.loads += 1
+            return model, time.perf_counter() - started
+
+    def run(self, ref: RunRef, model: Model, resolve: Resolver) -> _Run:
+        """The open run behind ``ref``, built on first use from the ledger in the run's results database."""
+        key = (ref.run_id, ref.spec)
+        with self._lock:
+            if key in self._runs:
+                self._runs.move_to_end(key)
+                found = self._runs[key]
+            else:
+                found = self._runs[key] = _open_run(ref, model, resolve)
+                while len(self._runs) > self._max_runs:
+                    self._runs.popitem(last=False)[1].close()
+        _check_version(found.record, model)
+        return found
+
+    def release(self, run_id: str) -> None:
+        """Close what this process holds for ``run_id`` (a finished run); a later shard reopens it."""
+        with self._lock:
+            done = [key for key in self._runs if key[0] == run_id]
+            closing = [self._runs.pop(key) for key in done]
+        for run in closing:
+            run.close()
+
+    def close(self) -> None:
+        with self._lock:
+            closing, self._runs = list(self._runs.values()), OrderedDict()
+            self._models.clear()
+        for run in closing:
+            run.close()
+
+
+def _open_run(ref: RunRef, model: Model, resolve: Resolver) -> _Run:
+    ledger = Ledger(resolve(ref.spec.results))
+    try:
+        record, plan = ledger.load(ref.run_id)
+        _check_version(record, model)
+        key_type: KeyType = "int" if plan.params.get("key_type") == "int" else "text"
+        store = ResultStore(ledger, record.results_table, model.outputs, key_type)
+    except BaseException:
+        ledger.close()
+        raise
+    try:
+        table = open_spec_source(ref.spec, resolve)
+        # A redrive's stored shards name their keys: read them by key.
+        source: Source = KeyedSource(table, []) if is_keyed(plan) else table
+    except BaseException:
+        store.close()
+        raise
+    return _Run(record, plan, source, store)
+
+
+def _check_version(record: RunRecord, model: Model) -> None:
+    if model.version != record.model_version:
+        raise ConfigError(
+            f"worker {this_worker().worker} loaded model {model.name!r} version {model.version[:12]}, but "
+            f"run {record.run_id!r} was planned with version {record.model_version[:12]}; give every "
+            "worker the same model files (the same image or checkpoint) as the process that planned it"
+        )
+
+
+def score_ref_shard(
+    ref: RunRef, shard_id: int, cache: WorkerCache, *, resolve: Resolver = as_is
+) -> ShardOutcome:
+    """Score shard ``shard_id`` of the run behind ``ref`` on this worker, exactly once.
+
+    The device comes from a host-wide lease (one worker per GPU, see
+    :mod:`shardwise.device_lease`); the model and the run come from
+    ``cache``. A shard the ledger says is done is skipped.
+    """
+    if ref.threads is not None and torch.get_num_threads() != ref.threads:
+        torch.set_num_threads(ref.threads)  # a share of the host's cores: workers must not oversubscribe
+    with leased_device(ref.spec.device) as device:
+        model, load_s = cache.model(ref.spec.model, device)
+        run = cache.run(ref, model, resolve)
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            return score_shard(
+                source=run.source,
+                plan=run.plan,
+                shard=run.shard(shard_id),
+                model=model,
+                store=run.store,
+                run=run.record,
+                config=EngineConfig(max_tokens=ref.spec.max_tokens),
+                model_load_s=load_s,
+            )

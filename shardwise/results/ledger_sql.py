@@ -1,0 +1,250 @@
+"""Reads and writes of the fixed-name ledger tables, through the ``.sql`` files.
+
+Every function takes a connection inside a transaction the caller opened
+(:func:`shardwise.results.connect.write_transaction` for writes), so several
+steps can share one transaction: a shard's merge, dead letters and done-mark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from shardwise.errors import ConfigError
+from shardwise.results.codec import decode_json, decode_timestamp, encode_json, timestamp_param
+from shardwise.results.outcomes import RunCounts, RunSummary, StoredDeadLetter, StoredShard
+from shardwise.results.records import RunRecord, ShardReport
+from shardwise.results.sqlfiles import load_script, query
+from shardwise.sources.base import SourcePlan
+
+__all__ = [
+    "create_ledger",
+    "dead_letters",
+    "done_shards",
+    "finish_run",
+    "lock_shard",
+    "mark_shard_done",
+    "mark_shard_failed",
+    "merge_dead_letters",
+    "record_attempt",
+    "record_objects",
+    "run_summary",
+    "seen_objects",
+    "shards",
+    "start_run",
+]
+
+
+def _q(conn: sa.Connection, name: str) -> sa.TextClause:
+    return query(conn.dialect.name, name)
+
+
+def _ts(conn: sa.Connection, value: datetime) -> datetime | str:
+    return timestamp_param(conn.dialect.name, value)
+
+
+def create_ledger(conn: sa.Connection) -> None:
+    for stmt in load_script(conn.dialect.name, "ledger_schema"):
+        conn.exec_driver_sql(stmt)
+
+
+def start_run(conn: sa.Connection, run: RunRecord, plan: SourcePlan, now: datetime) -> SourcePlan:
+    """Insert the run and its pending shards, or resume it; returns the plan stored with the run.
+
+    A resumed run keeps its first plan (shard boundaries never move under a
+    run) and its done shards; its failed shards go back to pending.
+    """
+    triggered_by = run.started_by.split(":", 1)[1] if run.started_by.startswith("event:") else None
+    conn.execute(
+        _q(conn, "run_insert"),
+        {
+            "run_id": run.run_id,
+            "started_by": run.started_by,
+            "triggered_by": triggered_by,
+            "parameters": encode_json(run.parameters),
+            "model_name": run.model_name,
+            "model_version": run.model_version,
+            "code_version": run.code_version,
+            "source_identity": run.source_identity,
+            "source_snapshot": run.source_snapshot,
+            "results_table": run.results_table,
+            "plan": plan.to_json(),
+            "started_at": _ts(conn, now),
+            "shards_total": len(plan.shards),
+        },
+    )
+    stored = conn.execute(_q(conn, "run_lock"), {"run_id": run.run_id}).one()
+    if (stored.model_version, stored.results_table) != (run.model_version, run.results_table):
+        raise ConfigError(
+            f"run {run.run_id!r} was started with model version {stored.model_version[:12]} into "
+            f"{stored.results_table!r}; it cannot resume with model version {run.model_version[:12]} into "
+            f"{run.results_table!r}. Start a new run instead"
+        )
+    conn.execute(_q(conn, "run_resume"), {"run_id": run.run_id})
+    conn.execute(_q(conn, "shards_reset_failed"), {"run_id": run.run_id})
+    kept = SourcePlan.from_json(stored.plan)
+    shards = [
+        {
+            "run_id": run.run_id,
+            "shard_id": s.shard_id,
+            "bounds": encode_json(s.bounds),
+            "expected_rows": s.expected_rows,
+        }
+        for s in kept.shards
+    ]
+    if shards:
+        conn.execute(_q(conn, "shard_insert"), shards)
+    return kept
+
+
+def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePlan] | None:
+    row = conn.execute(_q(conn, "run_select"), {"run_id": run_id}).mappings().one_or_none()
+    if row is None:
+        return None
+    record = RunRecord(
+        run_id=row["run_id"],
+        started_by=row["started_by"],
+        parameters=decode_json(row["parameters"]),
+        model_name=row["model_name"],
+        model_version=row["model_version"],
+        code_version=row["code_version"],
+        source_identity=row["source_identity"],
+        source_snapshot=row["source_snapshot"],
+        results_table=row["results_table"],
+    )
+    counts = RunCounts(**{f: int(row[f]) for f in RunCounts.__dataclass_fields__})
+    summary = RunSummary(
+        record=record,
+        status=row["status"],
+        triggered_by=row["triggered_by"],
+        started_at=decode_timestamp(row["started_at"]),
+        finished_at=decode_timestamp(row["finished_at"]),
+        counts=counts,
+    )
+    return summary, SourcePlan.from_json(row["plan"])
+
+
+def done_shards(conn: sa.Connection, run_id: str) -> set[int]:
+    return {int(r[0]) for r in conn.execute(_q(conn, "shards_done"), {"run_id": run_id})}
+
+
+def lock_shard(conn: sa.Connection, run_id: str, shard_id: int) -> str:
+    """Lock the shard's ledger row for this transaction and return its status."""
+    status = conn.execute(
+        _q(conn, "shard_lock"), {"run_id": run_id, "shard_id": shard_id}
+    ).scalar_one_or_none()
+    if status is None:
+        raise ConfigError(
+            f"shard {shard_id} is not in run {run_id!r}'s plan; call start_run(run, plan) before "
+            "writing shards, and use the shard ids of the plan it returns"
+        )
+    return str(status)
+
+
+def merge_dead_letters(
+    conn: sa.Connection, run_id: str, shard_id: int, attempt: int, results_table: str, now: datetime
+) -> None:
+    params = {
+        "run_id": run_id,
+        "shard_id": shard_id,
+        "attempt": attempt,
+        "created_at": _ts(conn, now),
+        "results_table": results_table,
+    }
+    conn.execute(_q(conn, "dead_letters_merge"), params)
+
+
+def mark_shard_done(
+    conn: sa.Connection, run_id: str, shard_id: int, report: ShardReport, merged: Mapping[str, int]
+) -> None:
+    """Record the report on the shard's row and mark it done; ``merged`` holds the merge's split."""
+    engine: Mapping[str, Any] = report.engine
+    conn.execute(
+        _q(conn, "shard_done"),
+        {
+            "run_id": run_id,
+            "shard_id": shard_id,
+            "attempt": report.attempt,
+            "rows_in": report.rows_in,
+            "rows_out": report.rows_out,
+            "rows_failed": report.rows_failed,
+            "rows_inserted": merged["inserted"],
+            "rows_updated": merged["updated"],
+            "rows_unchanged": merged["unchanged"],
+            "started_at": _ts(conn, report.started_at),
+            "finished_at": _ts(conn, report.finished_at),
+            "host": report.host,
+            "device": report.device,
+            "padding_efficiency": engine.get("padding_efficiency"),
+            "tokens_per_s": engine.get("tokens_per_s"),
+            "oom_splits": engine.get("oom_splits"),
+            "engine": encode_json(engine),
+        },
+    )
+
+
+def record_attempt(
+    conn: sa.Connection,
+    run_id: str,
+    shard_id: int,
+    host: str | None,
+    device: str | None,
+    now: datetime,
+) -> int | None:
+    """Count an attempt at a shard as it starts; its number, or None when the shard is done."""
+    params = {"run_id": run_id, "shard_id": shard_id, "started_at": _ts(conn, now)}
+    found = conn.execute(_q(conn, "shard_attempt"), {**params, "host": host, "device": device}).scalar()
+    return None if found is None else int(found)
+
+
+def mark_shard_failed(conn: sa.Connection, run_id: str, shard_id: int, error: str, now: datetime) -> bool:
+    params = {"run_id": run_id, "shard_id": shard_id, "finished_at": _ts(conn, now)}
+    return conn.execute(_q(conn, "shard_failed"), {**params, "error": error[:10_000]}).rowcount == 1
+
+
+def finish_run(conn: sa.Connection, run_id: str, status: str, now: datetime) -> None:
+    result = conn.execute(
+        _q(conn, "run_finish"), {"run_id": run_id, "status": status, "finished_at": _ts(conn, now)}
+    )
+    if result.rowcount != 1:
+        raise ConfigError(f"run {run_id!r} is not in shardwise_runs; start_run must come before finish_run")
+
+
+def seen_objects(conn: sa.Connection, source_identity: str) -> frozenset[tuple[str, str]]:
+    rows = conn.execute(_q(conn, "objects_seen"), {"source_identity": source_identity})
+    return frozenset((str(r[0]), str(r[1])) for r in rows)
+
+
+def record_objects(
+    conn: sa.Connection, run_id: str, source_identity: str, objects: Iterable[tuple[str, str]], now: datetime
+) -> None:
+    base = {"source_identity": source_identity, "run_id": run_id, "seen_at": _ts(conn, now)}
+    params = [{**base, "object_key": key, "etag": etag} for key, etag in objects]
+    if params:
+        conn.execute(_q(conn, "object_insert"), params)
+
+
+def shards(conn: sa.Connection, run_id: str) -> list[StoredShard]:
+    rows = conn.execute(_q(conn, "shards_select"), {"run_id": run_id}).mappings()
+    return [
+        StoredShard(
+            **{
+                **dict(r),
+                "started_at": decode_timestamp(r["started_at"]),
+                "finished_at": decode_timestamp(r["finished_at"]),
+                "engine": decode_json(r["engine"]) if r["engine"] is not None else {},
+            }
+        )
+        for r in rows
+    ]
+
+
+def dead_letters(conn: sa.Connection, run_id: str) -> list[StoredDeadLetter]:
+    rows = conn.execute(_q(conn, "dead_letters_select"), {"run_id": run_id}).mappings()
+    return [
+        StoredDeadLetter(**{**dict(r), "created_at": decode_timestamp(r["created_at"])})  # type: ignore[arg-type]
+        for r in rows
+    ]

@@ -1,0 +1,143 @@
+"""Fan a planned run's shards out to workers and gather what each did.
+
+Tasks (threads, processes, Dask, Ray) get ``infer_shard(ref, shard_id)``
+through the chosen task runner. The ``deployment`` runner starts one child
+flow run per shard instead (:func:`start_shard_flow`), with the idempotency
+key ``<run_id>:<shard_id>``; a child's return value does not come back to
+the parent, so its outcome is read from the ledger, which is the record of
+what was merged anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import unmapped
+
+from shardwise.errors import ShardwiseError
+from shardwise.pipeline import PlannedRun, RunRef, ShardOutcome
+from shardwise.redact import redact
+from tasks.infer_shard import infer_shard
+from tasks.runners import Fanout
+
+__all__ = ["run_shards", "start_shard_flow"]
+
+Advance = Callable[[ShardOutcome | None], None]
+
+
+def run_shards(
+    planned: PlannedRun, fanout: Fanout, advance: Advance
+) -> tuple[list[ShardOutcome], dict[int, str]]:
+    """Score every pending shard on ``fanout``; the outcomes, and the error of each shard that failed."""
+    if not planned.todo:
+        return [], {}
+    get_run_logger().info(
+        "run %s: %d shards on the %s runner with %d worker(s)%s",
+        planned.ref.run_id,
+        len(planned.todo),
+        fanout.runner,
+        fanout.workers,
+        f", {fanout.threads} torch thread(s) each" if fanout.threads else "",
+    )
+    if fanout.runner == "deployment":
+        return _child_flows(planned, fanout, advance)
+    outcomes: list[ShardOutcome] = []
+    failed: dict[int, str] = {}
+    with fanout.task_runner() as runner, fanout.task_options():
+        futures = runner.map(infer_shard, {"ref": unmapped(planned.ref), "shard_id": list(planned.todo)})
+        shard_of = dict(zip((f.task_run_id for f in futures), planned.todo, strict=True))
+        for future in as_completed(futures):
+            result = _result(future)
+            if isinstance(result, ShardOutcome):
+                outcomes.append(result)
+                advance(result)
+            else:
+                failed[shard_of[future.task_run_id]] = redact(f"{type(result).__name__}: {result}")
+                advance(None)
+    _record_failures(planned, failed)
+    return outcomes, failed
+
+
+def _result(future: Any) -> Any:
+    """The task's return value or its exception; also when the engine lost the worker.
+
+    A dead process pool (``BrokenProcessPool``) or a shard Dask gave up on
+    (``KilledWorker``) raises even with ``raise_on_failure=False``.
+    """
+    try:
+        return future.result(raise_on_failure=False)
+    except Exception as exc:
+        return exc
+
+
+def _record_failures(planned: PlannedRun, failed: dict[int, str]) -> None:
+    """Mark failed shards in the ledger: a worker that died could not; a done shard stays done."""
+    for shard_id, message in failed.items():
+        try:
+            planned.ledger.mark_shard_failed(planned.ref.run_id, shard_id, message)
+        except ShardwiseError as exc:
+            get_run_logger().warning("could not record the failure of shard %d: %s", shard_id, exc)
+
+
+@task(name="shard-flow-run", task_run_name="shard-{shard_id}", cache_policy=NO_CACHE)
+def start_shard_flow(ref: RunRef, shard_id: int, deployment: str, idempotency_key: str) -> int:
+    """Run the shard as a child flow run of ``deployment`` and wait for it; raise if it did not complete."""
+    from prefect.deployments import run_deployment
+
+    child = run_deployment(
+        deployment,
+        parameters={"ref": ref, "shard_id": shard_id},
+        idempotency_key=idempotency_key,
+        as_subflow=True,
+        timeout=None,
+    )
+    state = child.state
+    if state is None or not state.is_completed():
+        name = state.name if state is not None else "without a state"
+        raise ShardwiseError(
+            f"child flow run {child.name!r} of deployment {deployment!r} ended {name}: "
+            f"{redact(state.message or '') if state is not None else ''}".rstrip(": ")
+        )
+    return shard_id
+
+
+def _child_flows(
+    planned: PlannedRun, fanout: Fanout, advance: Advance
+) -> tuple[list[ShardOutcome], dict[int, str]]:
+    assert fanout.deployment is not None
+    ref, todo = planned.ref, list(planned.todo)
+    # A retried parent flow run reuses its keys, so no shard gets a second child; a resume is
+    # a new parent flow run, and it must start new children for the shards that failed.
+    parent = str(flow_run.id or "")
+    suffix = "" if parent in ("", ref.run_id) else f":{parent}"
+    keys = [f"{ref.run_id}:{shard_id}{suffix}" for shard_id in todo]
+    done: list[int] = []
+    failed: dict[int, str] = {}
+    with ThreadPoolTaskRunner(max_workers=min(len(todo), fanout.in_flight or len(todo))) as runner:
+        futures = runner.map(
+            start_shard_flow,
+            {
+                "ref": unmapped(ref),
+                "shard_id": todo,
+                "deployment": unmapped(fanout.deployment),
+                "idempotency_key": keys,
+            },
+        )
+        shard_of = dict(zip((f.task_run_id for f in futures), todo, strict=True))
+        for future in as_completed(futures):
+            result = _result(future)
+            if isinstance(result, int):
+                done.append(result)
+            else:
+                failed[shard_of[future.task_run_id]] = redact(f"{type(result).__name__}: {result}")
+            advance(None)
+    _record_failures(planned, failed)
+    stored = {s.shard_id: s for s in planned.ledger.shards(ref.run_id)}
+    outcomes = [ShardOutcome.from_ledger(stored[i]) for i in done if stored[i].status == "done"]
+    return outcomes, failed

@@ -1,0 +1,264 @@
+"""Which engine runs the shard tasks, how many workers it has, and how many torch threads each gets.
+
+Shardwise never schedules a cluster itself; it picks one of these, from the
+flow's parameters, at run time:
+
+=============  ======================================================================
+``thread``     Prefect's ``ThreadPoolTaskRunner`` in the flow's process (the default)
+``process``    Prefect's ``ProcessPoolTaskRunner``: N worker processes on this host
+``dask``       prefect-dask's ``DaskTaskRunner``: a ``LocalCluster`` of N single-threaded
+               worker processes, or the existing cluster at ``address``
+``ray``        prefect-ray's ``RayTaskRunner``: a local Ray of N CPUs, or the cluster at
+               ``address``; on CUDA each shard task asks Ray for one GPU
+``deployment`` one child flow run per shard of the ``score-shard`` deployment, on its
+               work pool (Kubernetes: one pod per GPU); see ``flows/score_shard.py``
+=============  ======================================================================
+
+Workers default to one per visible GPU, or one on a CPU-only host. On a CPU
+the host's cores are shared out: each of N local workers gets
+``cores // N`` torch threads, so workers never oversubscribe the cores. With
+``address`` the workers live elsewhere: ``workers`` then only sizes the
+default shard count (by default, the Dask cluster's worker threads or the Ray
+cluster's GPUs, or CPUs), and each worker keeps its own thread default
+unless ``threads`` is given.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from shardwise.errors import ConfigError, TransientError
+from shardwise.pipeline import Resolver, RunSpec
+from shardwise.sources import is_sql_url
+
+__all__ = ["RUNNERS", "Fanout", "RunnerName", "cores"]
+
+RunnerName = Literal["thread", "process", "dask", "ray", "deployment"]
+RUNNERS: tuple[str, ...] = get_args(RunnerName)
+_MISSING = "runner {runner!r} needs {packages}; install them with: pip install 'shardwise[{runner}]'"
+
+
+def cores() -> int:
+    """CPU cores this process may use (its affinity, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _visible_gpus(device: str) -> int:
+    if device == "cpu":
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@dataclass(frozen=True)
+class Fanout:
+    """The fan-out of one run: the engine, how many workers it has, and each worker's torch threads."""
+
+    runner: RunnerName
+    workers: int
+    threads: int | None
+    address: str | None = None
+    deployment: str | None = None
+    gpus: bool = False
+    """Whether shard tasks run on CUDA (Ray is then asked for one GPU per task)."""
+    in_flight: int | None = None
+    """``deployment``: child flow runs started at once (None: every shard; the work pool queues them)."""
+
+    @property
+    def remote(self) -> bool:
+        """Whether workers may sit on another host: an existing cluster, or a work pool."""
+        return self.address is not None or self.runner == "deployment"
+
+    @classmethod
+    def of(
+        cls,
+        runner: str,
+        *,
+        workers: int | None = None,
+        address: str | None = None,
+        threads: int | None = None,
+        device: str = "auto",
+        deployment: str | None = None,
+    ) -> Fanout:
+        """Check the runner settings and fill in the defaults (see the module docstring)."""
+        if runner not in RUNNERS:
+            raise ConfigError(f"runner must be one of {', '.join(RUNNERS)}; got {runner!r}")
+        if address is not None and runner not in ("dask", "ray"):
+            raise ConfigError(
+                f"address {address!r} names an existing cluster, which only the dask and ray runners use; "
+                f"drop --address, or use --runner dask or ray (runner is {runner!r})"
+            )
+        if address is not None and not address.strip():
+            raise ConfigError("address is empty; give the scheduler's address, e.g. tcp://host:8786")
+        gpus = _visible_gpus(device)
+        if address is not None:
+            found, remote_gpus = _cluster_size(runner, address, device)
+            return cls(runner, workers or found, threads, address, None, remote_gpus)  # type: ignore[arg-type]
+        if runner == "deployment":
+            return cls(runner, workers or 1, threads, None, deployment, device.startswith("cuda"), workers)
+        count = workers or max(gpus, 1)
+        return cls(runner, count, threads or max(1, cores() // count), None, None, gpus > 0)  # type: ignore[arg-type]
+
+    def check_reachable(self, spec: RunSpec, resolve: Resolver) -> None:
+        """Refuse a source or results database that workers on other hosts could not reach.
+
+        An SQLite file or a local Parquet path exists on this host only; with
+        ``address`` or the ``deployment`` runner the workers may be elsewhere.
+        """
+        if not self.remote:
+            return
+        where = (
+            f"the workers of the cluster at {self.address}"
+            if self.address
+            else f"the flow runs of deployment {self.deployment!r}"
+        )
+        local = "drop --address to use a local cluster, or use --runner thread or process"
+        source, results = resolve(spec.source), resolve(spec.results)
+        if _on_this_host(source):
+            raise ConfigError(
+                f"source {spec.source!r} is a file on this host, and {where} may run on other hosts, "
+                f"which cannot read it; put the rows in PostgreSQL or on S3, or {local}"
+            )
+        if _on_this_host(results):
+            raise ConfigError(
+                f"results database {spec.results!r} is an SQLite file on this host, and {where} may run "
+                f"on other hosts, which cannot write it; pass --results postgresql+psycopg://..., or {local}"
+            )
+
+    def task_runner(self) -> Any:
+        """A fresh Prefect task runner for this fan-out, to use as a context manager in the flow."""
+        if self.runner == "thread":
+            from prefect.task_runners import ThreadPoolTaskRunner
+
+            return ThreadPoolTaskRunner(max_workers=self.workers)
+        if self.runner == "process":
+            from prefect.task_runners import ProcessPoolTaskRunner
+
+            return ProcessPoolTaskRunner(max_workers=self.workers)
+        if self.runner == "dask":
+            return _dask_runner(self.address, self.workers)
+        if self.runner == "ray":
+            return _ray_runner(self.address, self.workers)
+        raise ConfigError(f"runner {self.runner!r} starts flow runs, not tasks; it has no task runner")
+
+    def task_options(self) -> AbstractContextManager[object]:
+        """What each shard task asks its engine for: on Ray, one GPU on CUDA, else its threads' CPUs."""
+        if self.runner != "ray":
+            return nullcontext()
+        from prefect_ray.context import remote_options
+
+        if self.gpus:
+            return remote_options(num_gpus=1)  # type: ignore[no-any-return]
+        return remote_options(num_cpus=self.threads or 1)  # type: ignore[no-any-return]
+
+
+def _dask_runner(address: str | None, workers: int) -> Any:
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError as exc:
+        raise ConfigError(_MISSING.format(runner="dask", packages="prefect-dask and distributed")) from exc
+    if address is not None:
+        return DaskTaskRunner(address=address)
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": workers,
+            "threads_per_worker": 1,
+            "processes": True,
+            # Nothing of a local cluster listens beyond this host, nor on a fixed port.
+            "host": "127.0.0.1",
+            "dashboard_address": "127.0.0.1:0",
+        }
+    )
+
+
+def _ray_runner(address: str | None, workers: int) -> Any:
+    if address is None:
+        _local_ray_environment()
+    try:
+        from prefect_ray import RayTaskRunner
+    except ImportError as exc:
+        raise ConfigError(_MISSING.format(runner="ray", packages="prefect-ray and ray")) from exc
+    if address is not None:
+        return RayTaskRunner(address=address)
+    return RayTaskRunner(init_kwargs=_local_ray(workers))
+
+
+def _local_ray(workers: int) -> dict[str, Any]:
+    """A local Ray with ``workers`` CPUs and no dashboard."""
+    return {"num_cpus": workers, "include_dashboard": False}
+
+
+def _local_ray_environment() -> None:
+    """Keep a local Ray on loopback, without a usage report or an auth-token file in the home directory.
+
+    Ray binds its node to the host's address unless told otherwise, and it
+    reads these settings when it is imported, so they are set before that
+    (unless the operator set them, or Ray is already imported).
+    """
+    for name, value in (
+        ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0"),  # the node address becomes 127.0.0.1
+        ("RAY_AUTH_MODE", "disabled"),
+        ("RAY_USAGE_STATS_ENABLED", "0"),
+    ):
+        os.environ.setdefault(name, value)
+
+
+def _cluster_size(runner: str, address: str, device: str) -> tuple[int, bool]:
+    """How many shard tasks the cluster at ``address`` runs at once, and whether they get GPUs."""
+    if runner == "dask":
+        return _dask_size(address), device.startswith("cuda")
+    return _ray_size(address, device)
+
+
+def _dask_size(address: str) -> int:
+    try:
+        from distributed import Client
+    except ImportError as exc:
+        raise ConfigError(_MISSING.format(runner="dask", packages="prefect-dask and distributed")) from exc
+    try:
+        with Client(address, timeout="10s", set_as_default=False) as client:
+            threads = sum(client.nthreads().values())
+    except OSError as exc:
+        raise TransientError(
+            f"no Dask scheduler answered at {address!r} ({exc}); start one (dask scheduler) and its "
+            "workers, or drop --address to start a local cluster"
+        ) from exc
+    if threads == 0:
+        raise TransientError(f"the Dask scheduler at {address!r} has no workers yet; start some and retry")
+    return threads
+
+
+def _ray_size(address: str, device: str) -> tuple[int, bool]:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(_MISSING.format(runner="ray", packages="prefect-ray and ray")) from exc
+    with _ray_session(address):
+        resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0)) if device != "cpu" else 0
+    return (gpus or int(resources.get("CPU", 1))), gpus > 0
+
+
+@contextmanager
+def _ray_session(address: str) -> Any:
+    import ray
+
+    ray.init(address=address, namespace="prefect", logging_level="ERROR")
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _on_this_host(location: str) -> bool:
+    """An SQLite database or a local Parquet path: data that only this host can reach."""
+    if is_sql_url(location):
+        return location.split(":", 1)[0].split("+", 1)[0].lower() == "sqlite"
+    return not location.startswith("s3://")

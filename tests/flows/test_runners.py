@@ -1,0 +1,151 @@
+"""Fan-out on every runner: the same results whatever runs the shards, and refusals that name the fix.
+
+The results of one PostgreSQL table are scored by each runner into a table of
+its own; a checksum over (source_key, output) must equal the thread runner's.
+Every worker runs one torch thread, so the arithmetic is the same everywhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+from flow_data import checksum, execute, synthetic_docs
+
+from flows.params import ScoreParams
+from flows.score import score
+from shardwise.errors import ConfigError
+from tasks.runners import Fanout, cores
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+ROWS = 3000
+
+
+@pytest.fixture(scope="module")
+def docs(pg_module_url: str) -> str:
+    synthetic_docs(pg_module_url, ROWS)
+    return pg_module_url
+
+
+@pytest.fixture(scope="module")
+def thread_checksum(docs: str) -> tuple[int, str]:
+    state = score(_params(docs, "thread", results_table="by_thread", workers=1), return_state=True)
+    assert state.is_completed(), state.message
+    return checksum(docs, "by_thread")
+
+
+def _params(url: str, runner: str, **extra: object) -> ScoreParams:
+    fields = {"source": url, "table": "docs", "model": "tiny", "shards": 8, "threads": 1, **extra}
+    return ScoreParams(runner=runner, **fields)  # type: ignore[arg-type]
+
+
+def _run_on(url: str, runner: str, table: str, **extra: object) -> dict:
+    state = score(_params(url, runner, results_table=table, workers=2, **extra), return_state=True)
+    summary = state.result()
+    assert state.is_completed(), state.message
+    return summary
+
+
+@pytest.mark.postgres
+def test_the_thread_runner_scores_every_valid_row(docs: str, thread_checksum: tuple[int, str]) -> None:
+    assert thread_checksum[0] == ROWS - ROWS // 997
+    assert execute(docs, "select count(*) from shardwise_errors") == [(ROWS // 997,)]
+
+
+@pytest.mark.postgres
+def test_the_process_runner_gives_the_same_results(docs: str, thread_checksum: tuple[int, str]) -> None:
+    summary = _run_on(docs, "process", "by_process")
+    assert checksum(docs, "by_process") == thread_checksum
+    assert (summary["runner"], summary["workers"], summary["workers_used"]) == ("process", 2, 2)
+    hosts = execute(
+        docs,
+        "select count(distinct engine->>'worker'), count(*) filter (where host is null or device is null) "
+        "from shardwise_shards where run_id = :r",
+        {"r": summary["run_id"]},
+    )
+    assert hosts == [(2, 0)], "two worker processes, and every shard names its host and device"
+    loads = execute(
+        docs,
+        "select engine->>'worker', count(*) filter (where (engine->>'model_load_s')::float > 0) "
+        "from shardwise_shards where run_id = :r group by 1",
+        {"r": summary["run_id"]},
+    )
+    assert sorted(n for _, n in loads) == [1, 1], "each worker process loaded the model once"
+    snapshots = execute(docs, "select distinct input_snapshot from by_process")
+    assert snapshots == [(summary["snapshot"],)], "worker processes imported the planner's snapshot"
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_the_dask_runner_gives_the_same_results(
+    docs: str, thread_checksum: tuple[int, str], dask_extra: None
+) -> None:
+    summary = _run_on(docs, "dask", "by_dask")
+    assert checksum(docs, "by_dask") == thread_checksum
+    assert summary["workers_used"] == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_the_ray_runner_gives_the_same_results(
+    docs: str, thread_checksum: tuple[int, str], ray_extra: None
+) -> None:
+    summary = _run_on(docs, "ray", "by_ray")
+    assert checksum(docs, "by_ray") == thread_checksum
+    assert summary["workers_used"] >= 1
+
+
+def test_local_runners_share_the_cores_out() -> None:
+    fanout = Fanout.of("process", workers=2, device="cpu")
+    assert (fanout.workers, fanout.threads) == (2, max(1, cores() // 2))
+    assert Fanout.of("thread", device="cpu").workers == 1, "one worker per device; a CPU is one"
+    assert Fanout.of("dask", workers=3, threads=1, device="cpu").threads == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"runner": "thread", "address": "tcp://127.0.0.1:8786"}, "only the dask and ray runners use"),
+        ({"runner": "process", "address": "tcp://127.0.0.1:8786"}, "drop --address"),
+        ({"runner": "k8s"}, "runner must be one of thread, process, dask, ray, deployment"),
+    ],
+)
+def test_runner_settings_that_cannot_work_are_refused(kwargs: dict, match: str) -> None:
+    runner = kwargs.pop("runner")
+    with pytest.raises(ConfigError, match=match):
+        Fanout.of(runner, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("source", "results", "match"),
+    [
+        ("sqlite:///here.db", None, r"source 'sqlite:///here.db' is a file on this host"),
+        ("/data/landing", "postgresql+psycopg://db/x", r"source '/data/landing' is a file on this host"),
+        (
+            "s3://bucket/docs/",
+            "sqlite:///results.db",
+            r"results database 'sqlite:///results.db' is an SQLite",
+        ),
+    ],
+)
+def test_local_files_are_refused_when_workers_may_be_elsewhere(
+    source: str, results: str | None, match: str
+) -> None:
+    from shardwise.pipeline import RunSpec, as_is
+
+    spec = RunSpec(source=source, results=results or source, results_table="t", table=None)
+    remote = Fanout("deployment", 1, None, deployment="score-shard/per-shard")
+    with pytest.raises(ConfigError, match=match + r".*(PostgreSQL|postgresql)"):
+        remote.check_reachable(spec, as_is)
+    Fanout("process", 2, 1).check_reachable(spec, as_is)  # one host: fine
+
+
+@pytest.mark.postgres
+def test_a_flow_run_with_a_remote_runner_refuses_sqlite_results_before_planning(
+    docs: str, sqlite_url: str
+) -> None:
+    params = _params(docs, "deployment", results=sqlite_url)
+    state = score(params, return_state=True)
+    assert state.is_failed() and "is an SQLite file on this host" in (state.message or "")
+    if execute(docs, "select to_regclass('shardwise_runs') is not null")[0][0]:
+        recorded = "select count(*) from shardwise_runs where parameters->>'runner' = 'deployment'"
+        assert execute(docs, recorded) == [(0,)], "refused before anything was recorded"

@@ -1,0 +1,152 @@
+"""The worker side of a run: a small picklable reference, per-process caches, version checks, resume."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import cloudpickle
+import polars as pl
+import pytest
+import torch
+from flow_data import execute, make_docs, texts
+
+from models import get_spec
+from shardwise.errors import ConfigError
+from shardwise.pipeline import RunRef, RunSpec, WorkerCache, score_ref_shard
+from shardwise.results import Ledger
+
+
+def test_a_run_ref_pickles_and_keeps_connection_names_unresolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCS_DB", "postgresql+psycopg://app:s3cret@db/prod")
+    spec = RunSpec(source="env:DOCS_DB", results="secret:results-db", results_table="t", table="docs")
+    ref = RunRef("run-1", spec, threads=2)
+    for dumps, loads in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads)):
+        blob = dumps(ref)
+        assert loads(blob) == ref
+        assert b"s3cret" not in blob and b"env:DOCS_DB" in blob
+    assert len(pickle.dumps(ref)) < 1000, "a reference is small: no model, connection or plan in it"
+
+
+@pytest.mark.parametrize("bad", [{"run_id": ""}, {"threads": 0}])
+def test_a_run_ref_checks_itself(bad: dict) -> None:
+    spec = RunSpec(source="sqlite:///x.db", results="sqlite:///x.db", results_table="t", table="docs")
+    with pytest.raises(ConfigError):
+        RunRef(**{"run_id": "r", "spec": spec, **bad})
+
+
+def test_names_need_a_resolver_below_the_orchestrator(sqlite_url: str, pipeline) -> None:
+    spec = RunSpec(source="env:DOCS_DB", results=sqlite_url, results_table="t", table="docs")
+    with pytest.raises(ConfigError, match="is a name, and this caller gave no resolver"):
+        pipeline.plan(spec, "r")
+
+
+def test_a_worker_loads_its_model_once_for_many_shards(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 200, bad=False)
+    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=10)
+    _, counts = pipeline.run(spec, "ten-shards")
+    assert counts.shards_done == 10 and counts.rows_out == 200
+    assert pipeline.cache.loads == 1
+    stored = Ledger(sqlite_url).shards("ten-shards")
+    assert [s.engine["model_load_s"] > 0 for s in stored] == [True] + [False] * 9
+    assert {s.engine["worker"] for s in stored} == {stored[0].engine["worker"]}
+
+
+def test_a_worker_with_another_model_version_refuses(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 30, bad=False)
+    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=1)
+    planned = pipeline.plan(spec, "other-image")
+    planned.close()
+    execute(sqlite_url, "update shardwise_runs set model_version = 'f00d' || model_version")
+    with pytest.raises(ConfigError, match=r"loaded model 'tiny' version \w{12}, but run 'other-image' was"):
+        pipeline.shard(planned, 0)
+    assert execute(sqlite_url, "select count(*) from scores") == [(0,)]
+
+
+def test_a_shard_id_outside_the_stored_plan_is_refused(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 30, bad=False)
+    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=2)
+    planned = pipeline.plan(spec, "two")
+    planned.close()
+    with pytest.raises(
+        ConfigError, match=r"shard 7 is not in the stored plan of run 'two' \(shards 0 to 1\)"
+    ):
+        pipeline.shard(planned, 7)
+
+
+def test_an_unknown_run_is_refused_by_the_worker(sqlite_url: str) -> None:
+    make_docs(sqlite_url, 5, bad=False)
+    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs")
+    cache = WorkerCache(get_spec)
+    with pytest.raises(ConfigError, match="run 'ghost' is not in the shardwise_runs table"):
+        score_ref_shard(RunRef("ghost", spec), 0, cache)
+
+
+def test_describe_needs_no_device_and_matches_the_loaded_model() -> None:
+    for name in ("tiny", "minilm"):
+        spec = get_spec(name)
+        info = spec.describe()
+        model = spec.load(torch.device("cpu"))
+        assert (info.name, info.version, info.outputs, info.max_length) == (
+            model.name,
+            model.version,
+            model.outputs,
+            model.max_length,
+        )
+
+
+def _write(folder: Path, name: str, ids: list[int], values: list[str]) -> None:
+    pl.DataFrame({"id": ids, "text": values}).write_parquet(folder / name, row_group_size=20)
+
+
+def test_a_resumed_run_keeps_its_stored_plan_and_snapshot(
+    tmp_path: Path, sqlite_url: str, pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume loads the record and plan first: the listing's digest then stays the stored one."""
+    import shardwise.pipeline.worker as worker_module
+
+    folder = tmp_path / "landing"
+    folder.mkdir()
+    body = texts(120)
+    _write(folder, "a.parquet", list(range(60)), body[:60])
+    _write(folder, "b.parquet", list(range(60, 120)), body[60:])
+    spec = RunSpec(source=str(folder), results=sqlite_url, results_table="scores", shards=3)
+    planned = pipeline.plan(spec, "first")
+    stored_digest = planned.record.source_snapshot
+    real = worker_module.score_shard
+
+    def dies_on_shard_2(**kwargs):  # type: ignore[no-untyped-def]
+        if kwargs["shard"].shard_id == 2:
+            raise RuntimeError("worker lost")
+        return real(**kwargs)
+
+    monkeypatch.setattr(worker_module, "score_shard", dies_on_shard_2)
+    with pytest.raises(RuntimeError, match="worker lost"):
+        pipeline.score(planned)
+    planned.close()
+    monkeypatch.setattr(worker_module, "score_shard", real)
+
+    _write(folder, "c.parquet", [500, 501], ["landed after the plan", "so not in it"])
+    resumed = pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "first"}), "ignored")
+    assert resumed.record.run_id == "first" and resumed.record.source_snapshot == stored_digest
+    assert resumed.plan == planned.plan and resumed.todo == (2,) and resumed.source is None
+    pipeline.score(resumed)
+    resumed.close()
+    assert execute(sqlite_url, "select source_snapshot, status from shardwise_runs") == [
+        (stored_digest, "completed")
+    ]
+    assert execute(sqlite_url, "select distinct input_snapshot from scores") == [(stored_digest,)]
+    assert execute(sqlite_url, "select count(*), max(source_key) from scores") == [(120, 119)]
+
+
+def test_resume_checks_what_it_is_asked_against_the_stored_run(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 20, bad=False)
+    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=2)
+    pipeline.plan(spec, "first").close()
+    with pytest.raises(ConfigError, match="run 'nope' is not in the ledger"):
+        pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "nope"}), "r")
+    with pytest.raises(ConfigError, match="resume it with --results-table scores"):
+        pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "first", "results_table": "other"}), "r")
+    execute(sqlite_url, "create table docs2 (id integer primary key, text text)")
+    with pytest.raises(ConfigError, match="resume it with the source it read"):
+        pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "first", "table": "docs2"}), "r")
