@@ -58,7 +58,9 @@ def score(params: ScoreParams) -> State:
     emit_run_finished(summary, params.event_name())
     for worker in worker_rows(outcomes):
         logger.info(
-            "worker %(worker)s on %(device)s: %(shards)d shards, %(rows)d rows, busy %(busy_s)s s", worker
+            "worker %(worker)s on %(device)s: %(shards)d shards, %(rows)d rows, busy %(busy_s)s s "
+            "(model load %(model_load_s)s s)",
+            worker,
         )
     if failed:
         listed = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(failed.items()))

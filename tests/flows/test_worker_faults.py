@@ -22,7 +22,7 @@ from flows.score import score
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.postgres, pytest.mark.slow]
 
-ROWS = 120_000
+ROWS = 32_000
 SHARDS = 8
 
 
@@ -34,7 +34,7 @@ def _params(url: str, table: str, **extra: object) -> ScoreParams:
 def _kill_one_mid_shard(url: str, pids: list[int], killed: list[int], stop: threading.Event) -> None:
     """Once both workers are inside a shard (attempt counted, not merged), SIGKILL the first one."""
     busy = (
-        "select count(*) filter (where attempts >= 1 and status <> 'done') from shardwise_shards s "
+        "select count(*) filter (where s.attempts >= 1 and s.status <> 'done') from shardwise_shards s "
         "join shardwise_runs r using (run_id) where r.results_table = 'faulted'"
     )
     ledger = "select to_regclass('shardwise_shards') is not null"
