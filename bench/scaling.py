@@ -39,8 +39,7 @@ from bench.pipeline import ADMIN_URL, drop_database, fresh_database, load_table
 
 def checksum(url: str, table: str) -> str:
     query = (
-        "select md5(string_agg(source_key || ':' || embedding::text, ',' order by source_key)) "
-        f"from {table}"
+        f"select md5(string_agg(source_key || ':' || embedding::text, ',' order by source_key)) from {table}"
     )
     engine = sa.create_engine(url)
     with engine.connect() as conn:

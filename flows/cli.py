@@ -170,7 +170,8 @@ def _environment_defaults() -> None:
 def _params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
     from flows.params import ScoreParams
 
-    remote = extra.get("address") is not None or extra.get("runner") == "deployment"
+    runner = extra.get("runner")
+    remote = runner == "deployment" or (extra.get("address") is not None and runner in ("dask", "ray"))
     return ScoreParams(
         source=_by_name(args.source, "SHARDWISE_CLI_SOURCE_URL", remote),
         table=args.table,

@@ -94,11 +94,6 @@ class ScoreParams(BaseModel):
             raise ValueError(
                 f"give shards ({self.shards}) or rows_per_shard ({self.rows_per_shard}), not both"
             )
-        if self.address is not None and self.runner not in ("dask", "ray"):
-            raise ValueError(
-                f"address {self.address!r} is an existing cluster for the dask or ray runner; "
-                f"drop it, or choose runner dask or ray (runner is {self.runner!r})"
-            )
         return self
 
     def event_name(self) -> str:

@@ -63,7 +63,7 @@ def score(params: ScoreParams) -> State:
             worker,
         )
     if failed:
-        listed = "; ".join(f"shard {i}: {msg}" for i, msg in sorted(failed.items()))
+        listed = _listed(failed)
         logger.error("run %s failed: %d shard(s) failed after retries: %s", run_id, len(failed), listed)
         return Failed(message=f"{len(failed)} shard(s) failed after retries: {listed}", data=summary)
     logger.info(
@@ -74,6 +74,17 @@ def score(params: ScoreParams) -> State:
         summary["shards"],
     )
     return Completed(message=f"scored {summary['rows_out']} rows", data=summary)
+
+
+def _listed(failed: dict[int, str]) -> str:
+    """``shard 3: error`` per failure, shards with the same error together (a dead pool fails many)."""
+    by_error: dict[str, list[int]] = {}
+    for shard_id, message in sorted(failed.items()):
+        by_error.setdefault(message, []).append(shard_id)
+    return "; ".join(
+        f"shard{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}: {message}"
+        for message, ids in by_error.items()
+    )
 
 
 def _summary(

@@ -96,3 +96,29 @@ def test_redrive_scores_only_fixed_dead_letters(sqlite_url: str, capsys: pytest.
     assert main(["redrive", *common, "--run", run_id, "--force"]) == 0
     out = capsys.readouterr().out
     assert "1 dead letters" in out, out
+
+
+SECRET_SOURCE = "postgresql+psycopg://app:pw-in-url@127.0.0.1:9/prod"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--runner", "dask", "--address", "tcp://127.0.0.1:9"], "must not travel to workers on other hosts"),
+        (["--runner", "thread", "--address", "tcp://127.0.0.1:9"], "only the dask and ray runners use"),
+    ],
+)
+def test_fan_out_mistakes_are_one_line_before_anything_runs(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["run", "--source", SECRET_SOURCE, "--table", "docs", "--model", "tiny", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "pw-in-url" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_device_that_does_not_exist_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--source", "sqlite:///x.db", "--table", "docs", "--device", "gpu"])
+    assert info.value.code == 2
+    assert "'gpu' is not a device; use auto, cpu, cuda or cuda:N" in capsys.readouterr().err

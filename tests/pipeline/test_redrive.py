@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import sqlalchemy as sa
+from flow_data import execute
 
 from shardwise.errors import ConfigError
 from shardwise.pipeline import RunSpec
@@ -27,16 +27,6 @@ def url(request: pytest.FixtureRequest) -> str:
     rows = [{"id": k, "text": t} for k, t in GOOD + BAD]
     execute(url, "INSERT INTO docs (id, text) VALUES (:id, :text)", rows)
     return url
-
-
-def execute(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            result = conn.execute(sa.text(sql), params or {})
-            return [tuple(r) for r in result] if result.returns_rows else []
-    finally:
-        engine.dispose()
 
 
 @pytest.fixture
