@@ -5,7 +5,10 @@ A parameter may be a URL or path as it is, or a name:
 * ``env:NAME``: the URL in environment variable ``NAME`` (set on the worker);
 * ``secret:NAME``: the value of the Prefect ``Secret`` block ``NAME``.
 
-The Prefect UI shows only the name; the URL is read where the flow runs.
+The Prefect UI shows only the name; the URL is read where it is used: by the
+flow's process to plan, and by each worker process, in its own environment,
+to score its shards. It lives in ``tasks/`` because a shard task resolves it
+on whichever machine runs it.
 """
 
 from __future__ import annotations
@@ -14,11 +17,7 @@ import os
 
 from shardwise.errors import ConfigError
 
-__all__ = ["is_reference", "resolve"]
-
-
-def is_reference(value: str) -> bool:
-    return value.startswith(("env:", "secret:"))
+__all__ = ["resolve"]
 
 
 def resolve(value: str) -> str:
@@ -29,7 +28,7 @@ def resolve(value: str) -> str:
         if not found:
             raise ConfigError(
                 f"connection {value!r} names environment variable {name!r}, which is not set where "
-                f"the flow runs; export {name}=<url> for the worker, or pass the URL itself"
+                f"the flow or its worker runs; export {name}=<url> there, or pass the URL itself"
             )
         return found
     if value.startswith("secret:"):
