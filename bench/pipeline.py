@@ -97,7 +97,12 @@ def run_pipeline(url: str, model: str, device: str, rows_per_shard: int) -> tupl
     cache.model(model, resolve_device(device))  # loaded before the clock starts, as the engine's was
     started = time.perf_counter()
     planned = prepare_run(
-        spec, run_id=str(uuid.uuid4()), started_by="bench", parameters={}, model=get_spec(model).describe()
+        spec,
+        run_id=str(uuid.uuid4()),
+        started_by="bench",
+        parameters={},
+        model=get_spec(model).describe(),
+        cache=cache,
     )
     try:
         counts = score_pending(planned, cache)

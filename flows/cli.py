@@ -125,6 +125,30 @@ def _source_arguments(parser: argparse.ArgumentParser) -> None:
         type=_device,
         help="auto, cpu, cuda (one GPU per worker) or cuda:N (default: auto)",
     )
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        choices=("auto", "fp32", "bf16", "fp16"),
+        help="numeric precision (default: auto, the fastest the device computes natively; README: Precision)",
+    )
+    parser.add_argument(
+        "--min-agreement",
+        type=_agreement,
+        default=None,
+        help="accuracy guard: minimum cosine to fp32 a reduced precision must reach (default 0.999)",
+    )
+
+
+def _agreement(value: str) -> float:
+    try:
+        found = float(value)
+    except ValueError:
+        found = -1.0
+    if not 0 < found <= 1:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an agreement; give a number in (0, 1], such as 0.999 (the default)"
+        )
+    return found
 
 
 def _runner_arguments(parser: argparse.ArgumentParser) -> None:
@@ -185,6 +209,8 @@ def _params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
         rows_per_shard=args.rows_per_shard,
         only_new=args.only_new,
         device=args.device,
+        precision=args.precision,
+        **({} if args.min_agreement is None else {"min_agreement": args.min_agreement}),
         **extra,
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardwise.pipeline import RunSpec
+from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
 from tasks.runners import Fanout, RunnerName
 
 __all__ = ["ScoreParams"]
@@ -43,6 +44,19 @@ class ScoreParams(BaseModel):
         pattern=r"^(auto|cpu|cuda(:\d+)?)$",
         description="Where the model runs: auto (CUDA when the worker has it), cpu, cuda (one GPU per "
         "worker), or cuda:N.",
+    )
+    precision: Requested = Field(
+        "auto",
+        description="Numeric precision: auto (the fastest the device computes natively: bf16 on GPUs "
+        "since Ampere and on CPUs with AMX or AVX512-BF16, else fp16 on older GPUs, else fp32), fp32, "
+        "bf16 or fp16. Part of the results' model version: precisions never mix.",
+    )
+    min_agreement: float = Field(
+        DEFAULT_MIN_AGREEMENT,
+        gt=0,
+        le=1,
+        description="Accuracy guard: a reduced precision must match fp32 to this minimum cosine on "
+        "calibration texts, else auto falls back to fp32 and an explicit choice fails.",
     )
     runner: RunnerName = Field(
         "thread",
@@ -121,6 +135,8 @@ class ScoreParams(BaseModel):
             only_new=self.only_new,
             max_tokens=self.max_tokens,
             device=self.device,
+            precision=self.precision,
+            min_agreement=self.min_agreement,
             resume=self.resume,
             redrive=self.redrive,
             force=self.force,

@@ -103,6 +103,8 @@ def _summary(
         "snapshot": record.source_snapshot,
         "model": planned.model.name,
         "model_version": record.model_version,
+        "precision": record.precision,
+        "precision_agreement": record.precision_agreement,
         "code_version": record.code_version,
         "runner": fanout.runner,
         "workers": fanout.workers,

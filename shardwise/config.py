@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
 
 import torch
 
 from shardwise.errors import ConfigError
+from shardwise.precision import Requested, check_precision, resolve_precision
 
-__all__ = ["Autocast", "EngineConfig"]
-
-Autocast = Literal["none", "bf16", "fp16"]
-_AUTOCAST: tuple[Autocast, ...] = ("none", "bf16", "fp16")
+__all__ = ["EngineConfig"]
 
 # Defaults per device kind, measured rather than guessed (see bench/engine.py):
 # on a CPU small batches of near-equal length keep the working set in cache,
@@ -36,7 +33,10 @@ class EngineConfig:
     is what memory and compute scale with. ``pad_slack`` is how much padding a
     row may add to a batch before it starts a new one instead. ``window_rows`` is how many rows are
     read, sorted by length and scored before the next rows are read: memory is
-    bounded by it however large the input is.
+    bounded by it however large the input is. ``precision`` is ``fp32``,
+    ``bf16``, ``fp16`` or ``auto`` (the fastest the device computes natively,
+    see :mod:`shardwise.precision`); a bare engine defaults to float32, the
+    pipeline to ``auto`` behind an accuracy guard.
     """
 
     max_tokens: int | None = None
@@ -45,7 +45,7 @@ class EngineConfig:
     pad_slack: int | None = None
     window_rows: int = 8192
     prefetch_depth: int = 2
-    autocast: Autocast = "none"
+    precision: Requested = "fp32"
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "max_batch_size", "pad_to_multiple"):
@@ -60,11 +60,10 @@ class EngineConfig:
             raise ConfigError(
                 f"prefetch_depth must be >= 1 (2 = double buffering), got {self.prefetch_depth!r}"
             )
-        if self.autocast not in _AUTOCAST:
-            raise ConfigError(f"autocast must be one of {', '.join(_AUTOCAST)}; got {self.autocast!r}")
+        check_precision(self.precision)
 
     def for_device(self, device: torch.device) -> EngineConfig:
-        """Fill every unset field with the default for ``device``'s kind."""
+        """Fill every unset field with the default for ``device``'s kind, and resolve ``auto`` precision."""
         defaults = _DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
         return replace(
             self,
@@ -72,4 +71,5 @@ class EngineConfig:
             max_batch_size=self.max_batch_size or defaults["max_batch_size"],
             pad_to_multiple=self.pad_to_multiple or defaults["pad_to_multiple"],
             pad_slack=defaults["pad_slack"] if self.pad_slack is None else self.pad_slack,
+            precision=resolve_precision(self.precision, device),
         )

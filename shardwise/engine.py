@@ -86,8 +86,9 @@ class EngineRun:
     def _loop(self, rows: Iterable[Row]) -> Generator[RowResult, None, None]:
         model, cfg = self._engine.model, self._engine.config
         assert cfg.max_tokens and cfg.max_batch_size and cfg.pad_to_multiple  # filled by for_device
+        assert cfg.precision != "auto"  # resolved by for_device
         budget = TokenBudget(cfg.max_tokens)
-        forward = Forward(model, budget, cfg.pad_to_multiple, cfg.autocast)
+        forward = Forward(model, budget, cfg.pad_to_multiple, cfg.precision)
         batches = produce_batches(
             rows,
             model,

@@ -2,38 +2,38 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 
 import torch
 
 from shardwise.batching import TokenBudget, padded_length
-from shardwise.config import Autocast
 from shardwise.errors import DeviceOutOfMemoryError
 from shardwise.model import Model
+from shardwise.precision import Precision, autocast
 
 __all__ = ["Forward"]
-
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class Forward:
     """Score padded batches with ``model``; on out-of-memory, halve the batch and lower the budget.
 
-    Call it inside ``torch.inference_mode()``. Outputs come back as float32 on
-    the CPU, one batch at a time, so device memory never accumulates results.
+    Call it inside ``torch.inference_mode()``. The pass runs under autocast in
+    ``precision`` (bf16 or fp16; nothing for fp32), on a CPU as on CUDA.
+    Outputs come back as float32 on the CPU, one batch at a time, so device
+    memory never accumulates results. Autocast adds no host synchronisation:
+    it only picks kernels and casts on the device's stream.
     """
 
-    def __init__(self, model: Model, budget: TokenBudget, pad_to_multiple: int, autocast: Autocast) -> None:
+    def __init__(self, model: Model, budget: TokenBudget, pad_to_multiple: int, precision: Precision) -> None:
         self.model = model
         self.budget = budget
         self.pad_to_multiple = pad_to_multiple
-        self.autocast = autocast
+        self.precision = precision
         self.oom_splits = 0
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         try:
-            with self._autocast():
+            with autocast(self.model.device, self.precision):
                 out = self.model.forward(input_ids, attention_mask)
             # .cpu() waits for the forward pass to finish; that wait is the one
             # synchronisation point per batch, and it is what tells the
@@ -69,10 +69,3 @@ class Forward:
             width = min(width, int(ids.shape[1]))
             mask = mask[:, :width]
             yield ids[:, :width], (None if bool(mask.all()) else mask)
-
-    def _autocast(self) -> contextlib.AbstractContextManager[None]:
-        # Autocast applies on CUDA only: on a CPU, bf16 matmuls are slower than
-        # float32 on most hosts and would change results for no gain.
-        if self.autocast == "none" or self.model.device.type != "cuda":
-            return contextlib.nullcontext()
-        return torch.autocast(device_type="cuda", dtype=_DTYPES[self.autocast])

@@ -96,6 +96,16 @@ def publish_run(
     )
 
 
+def _precision(summary: Mapping[str, Any]) -> str:
+    """The run's precision, and what the accuracy guard measured."""
+    found = summary.get("precision_agreement")
+    if found is None:
+        return str(summary["precision"])
+    if summary["precision"] == "fp32":
+        return f"fp32 (the reduced precision agreed with fp32 only to {found:.5f}: fell back)"
+    return f"{summary['precision']} (agreement with fp32 {found:.5f} on calibration texts)"
+
+
 def run_markdown(
     summary: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
@@ -120,6 +130,7 @@ def run_markdown(
         f"| Tokens/s | {summary['tokens_per_s']:.1f} |",
         f"| OOM splits | {summary['oom_splits']} |",
         f"| Model | {summary['model']} `{summary['model_version'][:16]}` |",
+        f"| Precision | {_precision(summary)} |",
         f"| Code version | `{summary['code_version']}` |",
         f"| Source | `{summary['source']}` (snapshot `{summary['snapshot'] or 'none'}`) |",
         f"| Started by | {summary['started_by']} |",

@@ -11,7 +11,15 @@ from prefect.cache_policies import NO_CACHE
 
 from models import get_spec
 from shardwise.errors import ConfigError
-from shardwise.pipeline import SHARDS_PER_WORKER, RunSpec, open_spec_source, plan_source, preview_plan
+from shardwise.pipeline import (
+    SHARDS_PER_WORKER,
+    RunSpec,
+    hardware_precision,
+    open_spec_source,
+    plan_source,
+    preview_plan,
+)
+from shardwise.precision import versioned
 from shardwise.results import Ledger
 from tasks.artifacts import publish_plan
 from tasks.connections import resolve
@@ -23,20 +31,24 @@ def plan_report(spec: RunSpec, workers: int = 1) -> dict[str, Any]:
     """Shards, rows, estimated tokens and rows already scored, for ``spec``; nothing is written.
 
     The tokenizer estimates the tokens, so the model is loaded, on the CPU.
-    ``workers`` sizes the default shard count as the run would.
+    ``workers`` sizes the default shard count as the run would. The precision
+    is the hardware's choice; the run's accuracy guard may still send it back
+    to fp32 (and so to the fp32 version's already-scored rows).
     """
     spec_of = get_spec(spec.model)
-    info, model = spec_of.describe(), spec_of.load(torch.device("cpu"))
+    model = spec_of.load(torch.device("cpu"))
+    precision, _ = hardware_precision(spec)
+    version = versioned(spec_of.describe().version, precision)
     source = open_spec_source(spec, resolve)
     ledger = Ledger(resolve(spec.results))
     try:
-        plan = plan_source(spec, source, info, ledger, min_shards=SHARDS_PER_WORKER * workers)
+        plan = plan_source(spec, source, version, ledger, min_shards=SHARDS_PER_WORKER * workers)
         preview = preview_plan(source, plan, model)
         try:
             current = (
                 plan
                 if spec.only_new
-                else plan_source(dataclasses.replace(spec, only_new=True), source, info, ledger)
+                else plan_source(dataclasses.replace(spec, only_new=True), source, version, ledger)
             )
             already = str(int(current.params.get("skipped_rows") or 0))
         except ConfigError as exc:
@@ -55,6 +67,7 @@ def plan_report(spec: RunSpec, workers: int = 1) -> dict[str, Any]:
         "estimated_tokens": preview.estimated_tokens,
         "tokens_per_row": round(preview.tokens_per_row, 1),
         "model": f"{model.name} {model.version[:12]}",
+        "precision": precision,
         "only_new": spec.only_new,
         "rows_already_scored": already,
     }

@@ -22,7 +22,7 @@ from tasks.connections import resolve
 from tasks.retry import retry_transient
 from tasks.sanitize import sanitized
 
-__all__ = ["WORKER", "infer_shard", "release_run", "score_here"]
+__all__ = ["WORKER", "infer_shard", "release_run", "score_here", "worker_cache"]
 
 WORKER = WorkerCache(get_spec)
 """This process's models and open runs, shared by every shard task it runs."""
@@ -80,6 +80,11 @@ def score_here(ref: RunRef, shard_id: int) -> ShardOutcome:
     module-level function travels by reference and finds the worker's own.
     """
     return score_ref_shard(ref, shard_id, WORKER, resolve=resolve)
+
+
+def worker_cache() -> WorkerCache:
+    """This process's cache, found by reference (see :func:`score_here`): the planner loads into it."""
+    return WORKER
 
 
 def release_run(run_id: str) -> None:

@@ -17,6 +17,7 @@ from prefect.tasks import exponential_backoff
 from models import get_spec
 from shardwise.pipeline import PlannedRun, RunSpec, prepare_run
 from tasks.connections import resolve
+from tasks.infer_shard import worker_cache
 from tasks.retry import retry_transient
 from tasks.sanitize import sanitized
 
@@ -39,7 +40,12 @@ def plan_run(
     workers: int = 1,
     threads: int | None = None,
 ) -> PlannedRun:
-    """Everything the shard tasks share, as a small reference; the model is described, not loaded."""
+    """Everything the shard tasks share, as a small reference.
+
+    The model is described, not loaded, unless the precision guard needs it:
+    then it loads into this process's worker cache, where the thread
+    runner's shard tasks find it, so the model is loaded once.
+    """
     try:
         planned = prepare_run(
             spec,
@@ -47,6 +53,7 @@ def plan_run(
             started_by=started_by,
             parameters=parameters,
             model=get_spec(spec.model).describe(),
+            cache=worker_cache(),
             resolve=resolve,
             workers=workers,
             threads=threads,
@@ -57,8 +64,9 @@ def plan_run(
             raise
         raise clean from None
     plan = planned.plan
+    record = planned.record
     get_run_logger().info(
-        "run %s: %d shards over %s (%d rows expected, snapshot %s); %d already done; model %s %s",
+        "run %s: %d shards over %s (%d rows expected, snapshot %s); %d already done; model %s %s in %s%s",
         planned.record.run_id,
         len(plan.shards),
         plan.identity,
@@ -67,5 +75,9 @@ def plan_run(
         len(planned.done_before),
         planned.model.name,
         planned.model.version[:12],
+        record.precision,
+        ""
+        if record.precision_agreement is None
+        else f" (agreement with fp32 {record.precision_agreement:.5f}, minimum {spec.min_agreement})",
     )
     return planned

@@ -183,7 +183,9 @@ class LocalPipeline:
         from shardwise.pipeline import prepare_run
 
         model = get_spec(spec.model).describe()
-        return prepare_run(spec, run_id=run_id, started_by="test", parameters={}, model=model, **kwargs)
+        return prepare_run(
+            spec, run_id=run_id, started_by="test", parameters={}, model=model, cache=self.cache, **kwargs
+        )
 
     def score(self, planned):  # -> RunCounts
         from shardwise.pipeline import score_pending

@@ -19,13 +19,22 @@ from shardwise.pipeline.prepare import (
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
 from shardwise.pipeline.shard import ShardOutcome, WorkerInfo, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
-from shardwise.pipeline.worker import Catalogue, WorkerCache, open_spec_source, score_ref_shard
+from shardwise.pipeline.worker import (
+    Catalogue,
+    PrecisionChoice,
+    WorkerCache,
+    choose_precision,
+    hardware_precision,
+    open_spec_source,
+    score_ref_shard,
+)
 
 __all__ = [
     "SHARDS_PER_WORKER",
     "Catalogue",
     "PlanPreview",
     "PlannedRun",
+    "PrecisionChoice",
     "RedriveSelection",
     "Resolver",
     "RunRef",
@@ -35,7 +44,9 @@ __all__ = [
     "WorkerInfo",
     "as_is",
     "check_connections",
+    "choose_precision",
     "finish_run",
+    "hardware_precision",
     "open_spec_source",
     "plan_source",
     "prepare_run",

@@ -30,7 +30,14 @@ from shardwise.lineage import code_version
 from shardwise.model import ModelInfo
 from shardwise.pipeline.redrive import redrive_source
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
-from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
+from shardwise.pipeline.worker import (
+    PrecisionChoice,
+    WorkerCache,
+    choose_precision,
+    open_spec_source,
+    score_ref_shard,
+)
+from shardwise.precision import versioned
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord, existing_key_type
 from shardwise.sources import NewOnly, ParquetSource, Source, SourcePlan, is_keyed, plan_objects
 
@@ -88,6 +95,7 @@ def prepare_run(
     started_by: str,
     parameters: Mapping[str, Any],
     model: ModelInfo,
+    cache: WorkerCache,
     resolve: Resolver = as_is,
     workers: int = 1,
     threads: int | None = None,
@@ -96,7 +104,11 @@ def prepare_run(
 
     ``workers`` is how many workers will score it: the default sizing gives
     each at least :data:`SHARDS_PER_WORKER` shards. ``threads`` is each
-    worker's torch thread count, carried in the run reference.
+    worker's torch thread count, carried in the run reference. A new run's
+    precision is chosen here, once, behind the accuracy guard (see
+    :func:`~shardwise.pipeline.worker.choose_precision`), which loads the
+    model into ``cache`` only for a reduced precision; a resumed run keeps
+    the precision it was started with.
     """
     source_url, results_url = resolve(spec.source), resolve(spec.results)
     check_connections(spec, source_url, results_url)
@@ -106,8 +118,9 @@ def prepare_run(
             record, plan = _resume(spec, ledger, model, resolve)
             source = None
         else:
+            choice = choose_precision(spec, cache)
             record, plan, source = _plan_new(
-                spec, ledger, model, resolve, run_id, started_by, parameters, workers
+                spec, ledger, model, choice, resolve, run_id, started_by, parameters, workers
             )
         done = frozenset(ledger.done_shards(record.run_id))
     except BaseException:
@@ -122,6 +135,7 @@ def _plan_new(
     spec: RunSpec,
     ledger: Ledger,
     model: ModelInfo,
+    choice: PrecisionChoice,
     resolve: Resolver,
     run_id: str,
     started_by: str,
@@ -132,7 +146,8 @@ def _plan_new(
     try:
         if spec.redrive is not None:
             source = _redrive_source(spec, source, ledger, run_id)
-        plan = plan_source(spec, source, model, ledger, min_shards=SHARDS_PER_WORKER * workers)
+        version = versioned(model.version, choice.precision)
+        plan = plan_source(spec, source, version, ledger, min_shards=SHARDS_PER_WORKER * workers)
         key_type = _key_type(plan, ledger, spec.results_table)
         ResultStore(ledger, spec.results_table, model.outputs, key_type).ensure_schema()
         record = RunRecord(
@@ -140,7 +155,9 @@ def _plan_new(
             started_by=started_by,
             parameters=dict(parameters),
             model_name=model.name,
-            model_version=model.version,
+            model_version=version,
+            precision=choice.precision,
+            precision_agreement=choice.agreement,
             code_version=code_version(),
             source_identity=source.identity,
             source_snapshot=plan.snapshot,
@@ -170,7 +187,12 @@ def _resume(
             f"run {spec.resume!r} wrote to results table {record.results_table!r}, not "
             f"{spec.results_table!r}; resume it with --results-table {record.results_table}"
         )
-    if record.model_version != model.version:
+    if spec.precision not in ("auto", record.precision):
+        raise ConfigError(
+            f"run {spec.resume!r} was started in precision {record.precision}; it cannot resume in "
+            f"{spec.precision}. Resume with --precision {record.precision} (or auto), or start a new run"
+        )
+    if record.model_version != versioned(model.version, record.precision):  # type: ignore[arg-type]
         raise ConfigError(
             f"run {spec.resume!r} was started with model version {record.model_version[:12]}; it cannot "
             f"resume with {model.name!r} version {model.version[:12]}. Resume with the same model, or "
@@ -190,13 +212,17 @@ def _resume(
 
 
 def plan_source(
-    spec: RunSpec, source: Source, model: ModelInfo, ledger: Ledger, *, min_shards: int = 1
+    spec: RunSpec, source: Source, model_version: str, ledger: Ledger, *, min_shards: int = 1
 ) -> SourcePlan:
-    """Plan ``source`` as ``spec`` asks; with only-new, leave out what ``model`` already scored."""
+    """Plan ``source`` as ``spec`` asks; with only-new, leave out what ``model_version`` already scored.
+
+    ``model_version`` is the version that keys results, precision included
+    (:func:`~shardwise.precision.versioned`).
+    """
     return source.plan(
         shards=spec.shards,
         rows_per_shard=spec.rows_per_shard,
-        new_only=_new_only(spec, source, model, ledger),
+        new_only=_new_only(spec, source, model_version, ledger),
         min_shards=min_shards,
     )
 
@@ -229,13 +255,13 @@ def score_pending(planned: PlannedRun, cache: WorkerCache, *, resolve: Resolver 
     return finish_run(planned, [])
 
 
-def _new_only(spec: RunSpec, source: Source, model: ModelInfo, ledger: Ledger) -> NewOnly | None:
+def _new_only(spec: RunSpec, source: Source, model_version: str, ledger: Ledger) -> NewOnly | None:
     if not spec.only_new:
         return None
     if isinstance(source, ParquetSource):
         # The ledger alone answers "which objects were seen".
-        return NewOnly(model.version, spec.results_table, ledger.seen_objects(source.identity))
-    return NewOnly(model.version, spec.results_table)
+        return NewOnly(model_version, spec.results_table, ledger.seen_objects(source.identity))
+    return NewOnly(model_version, spec.results_table)
 
 
 def _redrive_source(spec: RunSpec, source: Source, ledger: Ledger, run_id: str) -> Source:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardwise.errors import ConfigError
+from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precision
 from shardwise.sources import is_sql_url
 
 __all__ = ["Resolver", "RunRef", "RunSpec", "as_is", "check_connections"]
@@ -52,6 +53,10 @@ class RunSpec:
     max_tokens: int | None = None
     device: str = "auto"
     """``auto``, ``cpu``, ``cuda`` or ``cuda:N``: a policy each worker applies on its own host."""
+    precision: Requested = "auto"
+    """``auto``, ``fp32``, ``bf16`` or ``fp16``; chosen once per run (see :mod:`shardwise.precision`)."""
+    min_agreement: float = DEFAULT_MIN_AGREEMENT
+    """The accuracy guard's threshold: minimum cosine to float32 (or share of equal labels)."""
     resume: str | None = None
     redrive: str | None = None
     """A run id: score again only the keys that run dead-lettered (see :mod:`shardwise.pipeline.redrive`)."""
@@ -59,6 +64,12 @@ class RunSpec:
     """With ``redrive``: score every dead-lettered key still in the source, changed or not."""
 
     def __post_init__(self) -> None:
+        check_precision(self.precision)
+        if not isinstance(self.min_agreement, (int, float)) or not 0 < self.min_agreement <= 1:
+            raise ConfigError(
+                f"min_agreement must be a number in (0, 1], the minimum cosine to float32; "
+                f"got {self.min_agreement!r} (the default is {DEFAULT_MIN_AGREEMENT})"
+            )
         if self.shards is not None and self.rows_per_shard is not None:
             raise ConfigError(
                 f"give shards ({self.shards}) or rows_per_shard ({self.rows_per_shard}), not both"

@@ -13,11 +13,20 @@ in a per-process :class:`WorkerCache`:
 Before scoring, the worker checks that the model it loaded has the version
 the run recorded: a worker on another image or checkpoint refuses with a
 :class:`ConfigError` instead of writing results under the wrong version.
+
+**Precision** is chosen once per run, where it is planned
+(:func:`choose_precision`): ``auto`` takes the fastest precision the device
+computes natively, then the accuracy guard compares it with float32 on a few
+calibration texts; below ``spec.min_agreement`` an ``auto`` run falls back to
+float32 (with a warning), an explicit one is refused. Every worker runs the
+run's precision, checks its device supports it, and runs the same guard once
+per process before its first shard.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -27,11 +36,13 @@ from dataclasses import dataclass
 import torch
 
 from shardwise.config import EngineConfig
+from shardwise.device import resolve_device
 from shardwise.device_lease import leased_device
 from shardwise.errors import ConfigError
 from shardwise.model import Model, ModelSpec
 from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
+from shardwise.precision import Precision, agreement, resolve_precision, versioned
 from shardwise.results import Ledger, ResultStore, RunRecord
 from shardwise.results.store import KeyType
 from shardwise.sources import (
@@ -45,12 +56,21 @@ from shardwise.sources import (
     open_source,
 )
 
-__all__ = ["Catalogue", "WorkerCache", "open_spec_source", "score_ref_shard"]
+__all__ = [
+    "Catalogue",
+    "PrecisionChoice",
+    "WorkerCache",
+    "choose_precision",
+    "hardware_precision",
+    "open_spec_source",
+    "score_ref_shard",
+]
 
 Catalogue = Callable[[str], ModelSpec]
 """Looks a model up by name (``models.get_spec``): the engine does not import the catalogue itself."""
 
 _MAX_RUNS = 4
+_log = logging.getLogger(__name__)
 
 
 def open_spec_source(spec: RunSpec, resolve: Resolver) -> SqlSource | ParquetSource:
@@ -98,6 +118,7 @@ class WorkerCache:
         self._max_runs = max_runs
         self._lock = threading.Lock()
         self._models: dict[tuple[str, str], Model] = {}
+        self._agreements: dict[tuple[str, str, str], float] = {}
         self._runs: OrderedDict[tuple[str, RunSpec], _Run] = OrderedDict()
         self.loads = 0
 
@@ -113,6 +134,14 @@ class WorkerCache:
             self.loads += 1
             return model, time.perf_counter() - started
 
+    def agreement(self, model: Model, precision: Precision) -> float:
+        """The guard's agreement of ``model`` in ``precision`` with float32, measured once per process."""
+        key = (model.name, str(model.device), precision)
+        with self._lock:
+            if key not in self._agreements:
+                self._agreements[key] = agreement(model, precision)
+            return self._agreements[key]
+
     def run(self, ref: RunRef, model: Model, resolve: Resolver) -> _Run:
         """The open run behind ``ref``, built on first use from the ledger in the run's results database."""
         key = (ref.run_id, ref.spec)
@@ -125,6 +154,7 @@ class WorkerCache:
                 while len(self._runs) > self._max_runs:
                     self._runs.popitem(last=False)[1].close()
         _check_version(found.record, model)
+        _check_precision(found.record, model, ref.spec.min_agreement, self)
         return found
 
     def release(self, run_id: str) -> None:
@@ -164,12 +194,81 @@ def _open_run(ref: RunRef, model: Model, resolve: Resolver) -> _Run:
 
 
 def _check_version(record: RunRecord, model: Model) -> None:
-    if model.version != record.model_version:
+    if versioned(model.version, record.precision) != record.model_version:  # type: ignore[arg-type]
         raise ConfigError(
             f"worker {this_worker().worker} loaded model {model.name!r} version {model.version[:12]}, but "
             f"run {record.run_id!r} was planned with version {record.model_version[:12]}; give every "
             "worker the same model files (the same image or checkpoint) as the process that planned it"
         )
+
+
+def _check_precision(record: RunRecord, model: Model, min_agreement: float, cache: WorkerCache) -> None:
+    """This worker's device computes the run's precision, and the guard holds here too."""
+    precision = resolve_precision(record.precision, model.device)
+    if precision == "fp32":
+        return
+    found = cache.agreement(model, precision)
+    if found < min_agreement:
+        raise ConfigError(
+            f"on worker {this_worker().worker} ({model.device}) model {model.name!r} in {precision} agrees "
+            f"with float32 to {found:.5f}, below the minimum {min_agreement}; run {record.run_id!r} was "
+            "planned in that precision, so start a new run with --precision fp32"
+        )
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """A run's precision, and the guard's measured agreement (None where nothing was measured)."""
+
+    precision: Precision
+    agreement: float | None = None
+    fell_back_from: Precision | None = None
+    """Set when ``auto`` chose this precision and the guard sent it back to float32."""
+
+
+def hardware_precision(spec: RunSpec) -> tuple[Precision, torch.device]:
+    """The precision ``spec`` asks for on the device its policy gives here, before any guard.
+
+    Also returns the device the guard measures on. A ``cuda`` policy seen
+    from a host without CUDA (a CPU-only process planning for GPU workers)
+    takes bf16 for ``auto``, what every GPU since Ampere computes natively,
+    and is measured on the CPU: the guard checks the model's tolerance of the
+    format, which is the same on either device.
+    """
+    try:
+        device = resolve_device(spec.device)
+    except ConfigError:
+        if not spec.device.startswith("cuda"):
+            raise
+        requested = "bf16" if spec.precision == "auto" else spec.precision
+        return requested, torch.device("cpu")  # type: ignore[return-value]
+    return resolve_precision(spec.precision, device), device
+
+
+def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
+    """The precision a new run of ``spec`` records: the hardware's choice, checked by the accuracy guard."""
+    precision, device = hardware_precision(spec)
+    if precision == "fp32":
+        return PrecisionChoice("fp32")
+    model, _ = cache.model(spec.model, device)
+    found = cache.agreement(model, precision)
+    if found >= spec.min_agreement:
+        return PrecisionChoice(precision, found)
+    if spec.precision == "auto":
+        _log.warning(
+            "model %r in %s agrees with float32 to %.5f on %s, below the minimum %s: scoring in fp32",
+            spec.model,
+            precision,
+            found,
+            device,
+            spec.min_agreement,
+        )
+        return PrecisionChoice("fp32", found, fell_back_from=precision)
+    raise ConfigError(
+        f"model {spec.model!r} in {precision} agrees with float32 to {found:.5f} on {device} (worst of "
+        f"its calibration texts), below the minimum {spec.min_agreement}; use --precision fp32, or auto "
+        "(which falls back to fp32), or lower --min-agreement"
+    )
 
 
 def score_ref_shard(
@@ -194,6 +293,6 @@ def score_ref_shard(
                 model=model,
                 store=run.store,
                 run=run.record,
-                config=EngineConfig(max_tokens=ref.spec.max_tokens),
+                config=EngineConfig(max_tokens=ref.spec.max_tokens, precision=run.record.precision),  # type: ignore[arg-type]
                 model_load_s=load_s,
             )

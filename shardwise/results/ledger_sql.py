@@ -46,9 +46,18 @@ def _ts(conn: sa.Connection, value: datetime) -> datetime | str:
     return timestamp_param(conn.dialect.name, value)
 
 
+_UPGRADES = {"precision": "runs_add_precision", "precision_agreement": "runs_add_precision_agreement"}
+"""Columns ``shardwise_runs`` gained after its first release, and the file adding each to an older ledger."""
+
+
 def create_ledger(conn: sa.Connection) -> None:
+    """Create the ledger tables, and add to an older ledger the columns it lacks."""
     for stmt in load_script(conn.dialect.name, "ledger_schema"):
         conn.exec_driver_sql(stmt)
+    have = {c["name"] for c in sa.inspect(conn).get_columns("shardwise_runs")}
+    for column, upgrade in _UPGRADES.items():
+        if column not in have:
+            conn.execute(_q(conn, upgrade))
 
 
 def start_run(conn: sa.Connection, run: RunRecord, plan: SourcePlan, now: datetime) -> SourcePlan:
@@ -67,6 +76,8 @@ def start_run(conn: sa.Connection, run: RunRecord, plan: SourcePlan, now: dateti
             "parameters": encode_json(run.parameters),
             "model_name": run.model_name,
             "model_version": run.model_version,
+            "precision": run.precision,
+            "precision_agreement": run.precision_agreement,
             "code_version": run.code_version,
             "source_identity": run.source_identity,
             "source_snapshot": run.source_snapshot,
@@ -110,6 +121,8 @@ def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePla
         parameters=decode_json(row["parameters"]),
         model_name=row["model_name"],
         model_version=row["model_version"],
+        precision=row.get("precision") or "fp32",
+        precision_agreement=row.get("precision_agreement"),
         code_version=row["code_version"],
         source_identity=row["source_identity"],
         source_snapshot=row["source_snapshot"],

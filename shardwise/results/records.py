@@ -26,10 +26,15 @@ class RunRecord:
     """The run's parameters as JSON-able values, secrets already removed."""
     model_name: str
     model_version: str
+    """The version that keys results: the weights hash, with ``+bf16``/``+fp16`` for a reduced precision."""
     code_version: str
     source_identity: str
     source_snapshot: str | None
     results_table: str
+    precision: str = "fp32"
+    """What the model computed in (see :mod:`shardwise.precision`); a ledger from before it says fp32."""
+    precision_agreement: float | None = None
+    """The accuracy guard's agreement with float32 when it was measured (reduced precision, or a fallback)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,8 @@ CREATE TABLE IF NOT EXISTS shardwise_runs (
     parameters       text NOT NULL,
     model_name       text NOT NULL,
     model_version    text NOT NULL,
+    precision        text,
+    precision_agreement real,
     code_version     text NOT NULL,
     source_identity  text NOT NULL,
     source_snapshot  text,

@@ -30,7 +30,7 @@ def test_oom_splits_batch_and_results_match(tiny_model) -> None:
 
 def test_budget_is_lowered_for_the_rest_of_the_run(tiny_model) -> None:
     budget = TokenBudget(4096)
-    forward = Forward(OOMAbove(tiny_model, limit=100), budget, pad_to_multiple=1, autocast="none")
+    forward = Forward(OOMAbove(tiny_model, limit=100), budget, pad_to_multiple=1, precision="fp32")
     batch = collate([[1, 5, 6, 2]] * 64, pad_id=0)
     with torch.inference_mode():
         out = forward(batch.input_ids, batch.attention_mask)
@@ -41,7 +41,7 @@ def test_budget_is_lowered_for_the_rest_of_the_run(tiny_model) -> None:
 
 def test_split_halves_are_repadded_to_their_own_longest(tiny_model) -> None:
     flaky = OOMAbove(tiny_model, limit=30)
-    forward = Forward(flaky, TokenBudget(4096), pad_to_multiple=1, autocast="none")
+    forward = Forward(flaky, TokenBudget(4096), pad_to_multiple=1, precision="fp32")
     batch = collate([[1, 2], [1, 2], [1, 3, 3, 3, 3, 3, 3, 3, 2], [1, 3, 3, 3, 3, 3, 3, 3, 2]], pad_id=0)
     with torch.inference_mode():
         forward(batch.input_ids, batch.attention_mask)
@@ -49,7 +49,7 @@ def test_split_halves_are_repadded_to_their_own_longest(tiny_model) -> None:
 
 
 def test_single_row_oom_is_a_transient_error(tiny_model) -> None:
-    forward = Forward(OOMAbove(tiny_model, limit=1), TokenBudget(4096), pad_to_multiple=1, autocast="none")
+    forward = Forward(OOMAbove(tiny_model, limit=1), TokenBudget(4096), pad_to_multiple=1, precision="fp32")
     batch = collate([[1, 2, 3]], pad_id=0)
     with (
         pytest.raises(DeviceOutOfMemoryError, match="single row of 3 tokens") as info,

@@ -45,7 +45,7 @@ def test_bf16_autocast_stays_close(cuda: torch.device) -> None:
     texts = harvest_docstrings(300)
     model = TinySpec().load(cuda)
     full = np.stack([r.values["embedding"] for r in Engine(model).run(enumerate(texts))])  # type: ignore[index]
-    half_run = Engine(model, EngineConfig(autocast="bf16")).run(enumerate(texts))
+    half_run = Engine(model, EngineConfig(precision="bf16")).run(enumerate(texts))
     half = np.stack([r.values["embedding"] for r in half_run])  # type: ignore[index]
     assert half.dtype == np.float32
     assert ((full * half).sum(axis=1)).min() > 0.99
@@ -66,3 +66,29 @@ def test_minilm_on_cuda_matches_cpu(cuda: torch.device) -> None:
         [r.values["embedding"] for r in Engine(get_spec("minilm").load(cuda)).run(enumerate(texts))]
     )  # type: ignore[index]
     assert ((cpu * gpu).sum(axis=1)).min() > 0.9999
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_autocast_adds_no_host_synchronisation(cuda: torch.device, precision: str) -> None:
+    """The forward pass syncs with the host no more often under autocast than in float32."""
+    import warnings
+
+    from shardwise.precision import autocast
+
+    model = TinySpec().load(cuda)
+    ids = torch.randint(3, 4000, (16, 64), device=cuda)
+    mask = torch.ones_like(ids)
+
+    def syncs(mode: str) -> int:
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                with autocast(cuda, mode):  # type: ignore[arg-type]
+                    model.forward(ids, mask)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        return sum("synchroniz" in str(w.message) for w in caught)
+
+    assert syncs(precision) <= syncs("fp32")

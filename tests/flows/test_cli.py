@@ -122,3 +122,19 @@ def test_a_device_that_does_not_exist_is_refused_by_the_parser(capsys: pytest.Ca
         main(["run", "--source", "sqlite:///x.db", "--table", "docs", "--device", "gpu"])
     assert info.value.code == 2
     assert "'gpu' is not a device; use auto, cpu, cuda or cuda:N" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--precision", "fp8"], "argument --precision: invalid choice: 'fp8'"),
+        (["--min-agreement", "1.5"], "'1.5' is not an agreement; give a number in (0, 1]"),
+    ],
+)
+def test_a_bad_precision_is_refused_by_the_parser(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--source", "sqlite:///x.db", "--table", "docs", *extra])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err

@@ -149,3 +149,16 @@ def test_a_flow_run_with_a_remote_runner_refuses_sqlite_results_before_planning(
     if execute(docs, "select to_regclass('shardwise_runs') is not null")[0][0]:
         recorded = "select count(*) from shardwise_runs where parameters->>'runner' = 'deployment'"
         assert execute(docs, recorded) == [(0,)], "refused before anything was recorded"
+
+
+def test_the_flow_and_its_tasks_travel_by_value_without_process_state() -> None:
+    """Dask and the process pool cloudpickle the flow's tasks: none may capture the worker cache's locks."""
+    import cloudpickle
+
+    from flows.score import score
+    from flows.score_shard import score_shard
+    from tasks.infer_shard import infer_shard
+    from tasks.plan_run import plan_run
+
+    for travelling in (score, score_shard, infer_shard, plan_run):
+        assert cloudpickle.loads(cloudpickle.dumps(travelling)) is not None

@@ -27,7 +27,16 @@ SHARDS = 8
 
 
 def _params(url: str, table: str, **extra: object) -> ScoreParams:
-    fields = {"source": url, "table": "docs", "model": "tiny", "shards": SHARDS, "threads": 1, **extra}
+    # fp32: shards long enough (about 2 s each) for the killer to catch both workers inside one.
+    fields = {
+        "source": url,
+        "table": "docs",
+        "model": "tiny",
+        "shards": SHARDS,
+        "threads": 1,
+        "precision": "fp32",
+        **extra,
+    }
     return ScoreParams(results_table=table, **fields)  # type: ignore[arg-type]
 
 

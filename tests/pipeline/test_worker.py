@@ -43,7 +43,15 @@ def test_names_need_a_resolver_below_the_orchestrator(sqlite_url: str, pipeline)
 
 def test_a_worker_loads_its_model_once_for_many_shards(sqlite_url: str, pipeline) -> None:
     make_docs(sqlite_url, 200, bad=False)
-    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=10)
+    # fp32: no precision guard, so the planner loads nothing and the first shard loads the model.
+    spec = RunSpec(
+        source=sqlite_url,
+        results=sqlite_url,
+        results_table="scores",
+        table="docs",
+        shards=10,
+        precision="fp32",
+    )
     _, counts = pipeline.run(spec, "ten-shards")
     assert counts.shards_done == 10 and counts.rows_out == 200
     assert pipeline.cache.loads == 1

@@ -1,0 +1,204 @@
+"""Which floating-point precision a model runs in, how it is chosen, and the guard that checks it.
+
+``auto`` picks the fastest precision the device computes natively:
+
+* **CUDA**: ``bf16`` where the GPU supports it (Ampere and later), else
+  ``fp16`` (tensor cores since Volta), else ``fp32``.
+* **CPU**: ``bf16`` where the CPU has native bf16 instructions (AMX-BF16 or
+  AVX512-BF16; about 2-3x float32 on a small encoder), else ``fp32``: on older
+  CPUs bf16 is emulated and slower than float32. ``fp16`` is never chosen on a
+  CPU (only AMX-FP16 parts compute it natively); ask for it explicitly.
+
+Reduced precision runs under ``torch.autocast``: matrix products in bf16 or
+fp16, normalisations and softmax in float32, weights stored in float32, so
+one loaded model serves every precision.
+
+Results of different precisions never mix: :func:`versioned` makes the
+precision part of the model version that keys the results table (float32 keeps
+the bare weights hash, so tables written before precision existed stay valid).
+
+:func:`agreement` is the accuracy guard: it scores a few built-in calibration
+texts in float32 and in the reduced precision and returns the worst cosine
+(vector outputs) or the share of equal values (labels, integers); float
+outputs count as equal within 1e-2 relative.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, get_args
+
+import numpy as np
+import torch
+
+from shardwise.errors import ConfigError
+from shardwise.model import Model
+
+__all__ = [
+    "CALIBRATION_TEXTS",
+    "DEFAULT_MIN_AGREEMENT",
+    "Precision",
+    "Requested",
+    "agreement",
+    "autocast",
+    "check_precision",
+    "cpu_has_native_bf16",
+    "resolve_precision",
+    "versioned",
+]
+
+Requested = Literal["auto", "fp32", "bf16", "fp16"]
+Precision = Literal["fp32", "bf16", "fp16"]
+DEFAULT_MIN_AGREEMENT = 0.999
+"""The guard's default threshold: minimum cosine to float32 (or share of equal labels)."""
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+# Our own short texts of varied length and vocabulary, long enough together to
+# exercise attention at several widths. Calibration must not need the user's data.
+CALIBRATION_TEXTS: tuple[str, ...] = (
+    "ok",
+    "Shard 12 finished in 4.2 seconds.",
+    "The nightly run scores every new row and writes one result per key.",
+    "Error 503: the upstream service is unavailable; retry after 30 seconds.",
+    "def merge(rows): return sorted(rows, key=len)  # shortest first",
+    "A worker that dies mid-shard loses nothing: the shard is retried and merged once.",
+    "Prices rose 3.1% in March, led by energy (+7.4%) and food (+2.2%), the report said.",
+    "SELECT id, body FROM articles WHERE updated_at > now() - interval '1 day' ORDER BY id;",
+    " ".join(["tokens in a long row padded to its batch's longest row"] * 12),
+    "Les résultats sont écrits une seule fois, avec leur provenance, dans la table de sortie.",
+    "数据按长度排序后分批处理, 每批只填充到最长的一行。",
+    " ".join(f"item {i}: value {i * i % 97}" for i in range(60)),
+)
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AMX-BF16 or AVX512-BF16)."""
+    probes = [getattr(torch.cpu, n, None) for n in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
+    try:
+        if any(probe is not None and probe() for probe in probes):
+            return True
+    except RuntimeError:
+        pass  # a torch build without these probes: read the CPU flags instead
+    return bool(_cpu_flags() & {"amx_bf16", "avx512_bf16"})
+
+
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def _cuda_native(device: torch.device) -> tuple[Precision, ...]:
+    major, _ = torch.cuda.get_device_capability(device)
+    if major >= 8:
+        return ("bf16", "fp16", "fp32")
+    return ("fp16", "fp32") if major >= 7 else ("fp32",)
+
+
+def native(device: torch.device) -> tuple[Precision, ...]:
+    """Precisions ``device`` computes natively, fastest first."""
+    if device.type == "cuda":
+        return _cuda_native(device)
+    return ("bf16", "fp32") if cpu_has_native_bf16() else ("fp32",)
+
+
+def check_precision(value: object) -> Requested:
+    """``value`` as a requested precision, or a :class:`ConfigError` naming the choices."""
+    if value not in get_args(Requested):
+        raise ConfigError(
+            f"precision must be one of {', '.join(get_args(Requested))}; got {value!r}. "
+            "auto picks the fastest the device computes natively"
+        )
+    return value  # type: ignore[return-value]
+
+
+def resolve_precision(requested: str, device: torch.device) -> Precision:
+    """The precision to run ``requested`` in on ``device``.
+
+    ``auto`` gives the fastest native one. An explicit choice is kept where
+    the device can compute it at all: bf16 on a CPU without native bf16 is
+    slow but correct, so it is allowed; bf16 on a GPU that lacks it, and
+    fp16 on a CPU, are refused with the fix.
+    """
+    choice = check_precision(requested)
+    if choice == "auto":
+        return native(device)[0]
+    if choice == "fp32":
+        return "fp32"
+    if device.type == "cuda" and choice not in _cuda_native(device):
+        name = torch.cuda.get_device_name(device)
+        raise ConfigError(
+            f"precision {choice} is not supported on {device} ({name}); use --precision "
+            f"{_cuda_native(device)[0]} or auto"
+        )
+    if device.type == "cpu" and choice == "fp16":
+        raise ConfigError(
+            "precision fp16 is not computed natively on CPUs (it would be slower than fp32); "
+            f"use --precision {native(device)[0]} or auto on device cpu"
+        )
+    return choice
+
+
+def versioned(version: str, precision: Precision) -> str:
+    """The model version that keys results: the weights hash, plus ``+bf16``/``+fp16`` when reduced."""
+    return version if precision == "fp32" else f"{version}+{precision}"
+
+
+def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager[object]:
+    """The context a forward pass runs in for ``precision`` on ``device``."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+
+
+def agreement(model: Model, precision: Precision, texts: Sequence[str] = CALIBRATION_TEXTS) -> float:
+    """How closely ``model`` in ``precision`` matches itself in float32 on ``texts`` (1.0 = equal).
+
+    Vector outputs give the minimum cosine over rows; other outputs the share
+    of rows whose values are equal (floats within 1e-2 relative). The worst
+    output column counts.
+    """
+    if precision == "fp32":
+        return 1.0
+    encoded = [e.ids for e in model.tokenize(list(texts)) if e.ids]
+    if not encoded:
+        raise ConfigError(f"model {model.name!r} gives no tokens for the calibration texts")
+    width = max(len(ids) for ids in encoded)
+    ids = torch.full((len(encoded), width), model.pad_id, dtype=torch.int64)
+    mask = torch.zeros_like(ids)
+    for row, seq in enumerate(encoded):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+    ids, mask = ids.to(model.device), mask.to(model.device)
+    with torch.inference_mode():
+        full = model.to_columns(model.forward(ids, mask).float().cpu())
+        with autocast(model.device, precision):
+            reduced_out = model.forward(ids, mask)
+        reduced = model.to_columns(reduced_out.float().cpu())
+    worst = 1.0
+    for out in model.outputs:
+        a, b = np.asarray(full[out.name]), np.asarray(reduced[out.name])
+        worst = min(worst, _agree(a, b, out.kind))
+    return worst
+
+
+def _agree(full: np.ndarray, reduced: np.ndarray, kind: str) -> float:
+    if kind == "vector":
+        a, b = full.astype(np.float64), reduced.astype(np.float64)
+        norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+        cos = np.where(norms > 0, (a * b).sum(axis=1) / np.where(norms > 0, norms, 1.0), 1.0)
+        return float(cos.min())
+    if kind == "float":
+        same = np.isclose(reduced.astype(np.float64), full.astype(np.float64), rtol=1e-2, atol=1e-6)
+        return float(same.mean())
+    return float((full == reduced).mean())

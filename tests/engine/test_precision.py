@@ -1,0 +1,80 @@
+"""Precision: what auto picks on which hardware, what is refused, the guard, and bf16 on a CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from shardwise import Engine, EngineConfig
+from shardwise import precision as precision_mod
+from shardwise.corpus import harvest_docstrings
+from shardwise.errors import ConfigError
+from shardwise.precision import agreement, check_precision, resolve_precision, versioned
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize(("native_bf16", "expected"), [(True, "bf16"), (False, "fp32")])
+def test_auto_on_a_cpu_takes_bf16_only_where_it_is_native(
+    monkeypatch: pytest.MonkeyPatch, native_bf16: bool, expected: str
+) -> None:
+    monkeypatch.setattr(precision_mod, "cpu_has_native_bf16", lambda: native_bf16)
+    assert resolve_precision("auto", CPU) == expected
+    assert resolve_precision("fp32", CPU) == "fp32"
+    assert resolve_precision("bf16", CPU) == "bf16", "an explicit bf16 is slow but correct on any CPU"
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"), [((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 5), "fp16"), ((6, 1), "fp32")]
+)
+def test_auto_on_cuda_follows_the_compute_capability(
+    monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int], expected: str
+) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert resolve_precision("auto", torch.device("cuda", 0)) == expected
+
+
+def test_bf16_on_a_gpu_without_it_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    with pytest.raises(
+        ConfigError, match=r"precision bf16 is not supported on cuda:0 \(Tesla T4\); use --precision fp16"
+    ):
+        resolve_precision("bf16", torch.device("cuda", 0))
+
+
+def test_fp16_on_a_cpu_and_unknown_names_are_refused() -> None:
+    with pytest.raises(ConfigError, match="fp16 is not computed natively on CPUs"):
+        resolve_precision("fp16", CPU)
+    with pytest.raises(ConfigError, match="precision must be one of auto, fp32, bf16, fp16; got 'half'"):
+        check_precision("half")
+
+
+def test_the_precision_is_part_of_the_results_version() -> None:
+    assert versioned("abc", "fp32") == "abc", "float32 keeps the bare hash: older results stay current"
+    assert versioned("abc", "bf16") == "abc+bf16"
+    assert versioned("abc", "fp16") != versioned("abc", "bf16")
+
+
+def test_the_guard_measures_agreement_with_float32(tiny_model) -> None:
+    assert agreement(tiny_model, "fp32") == 1.0
+    found = agreement(tiny_model, "bf16")
+    assert 0.99 < found < 1.0, "bf16 rounds: close to float32, not equal"
+
+
+def test_bf16_on_a_cpu_stays_close_to_float32_and_returns_float32(tiny_model) -> None:
+    texts = harvest_docstrings(300)
+    full = np.stack([r.values["embedding"] for r in Engine(tiny_model).run(enumerate(texts))])  # type: ignore[index]
+    run = Engine(tiny_model, EngineConfig(precision="bf16")).run(enumerate(texts))
+    half = np.stack([r.values["embedding"] for r in run])  # type: ignore[index]
+    assert half.dtype == np.float32
+    assert not np.array_equal(full, half), "bf16 really ran"
+    cosine = (full * half).sum(1) / np.linalg.norm(full, axis=1) / np.linalg.norm(half, axis=1)
+    assert cosine.min() > 0.999
+
+
+def test_auto_in_the_engine_config_resolves_for_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precision_mod, "cpu_has_native_bf16", lambda: True)
+    assert EngineConfig(precision="auto").for_device(CPU).precision == "bf16"
+    assert EngineConfig().for_device(CPU).precision == "fp32", "a bare engine defaults to float32"

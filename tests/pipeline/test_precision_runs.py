@@ -1,0 +1,116 @@
+"""A run's precision: chosen once behind the guard, recorded, part of the results' version, never mixed."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from flow_data import execute, make_docs
+
+from models import get_spec
+from shardwise import precision as precision_mod
+from shardwise.errors import ConfigError
+from shardwise.pipeline import RunSpec
+from shardwise.results import Ledger
+
+
+def _spec(url: str, **kwargs: object) -> RunSpec:
+    return RunSpec(source=url, results=url, results_table="scores", table="docs", shards=3, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This CPU computes bf16 natively (whatever CI's CPU is), so auto picks it."""
+    monkeypatch.setattr(precision_mod, "cpu_has_native_bf16", lambda: True)
+
+
+def test_auto_runs_bf16_where_native_and_loads_the_model_once(sqlite_url: str, pipeline, native_bf16) -> None:
+    make_docs(sqlite_url, 90, bad=False)
+    _, counts = pipeline.run(_spec(sqlite_url), "auto-bf16")
+    weights = get_spec("tiny").describe().version
+    record = Ledger(sqlite_url).load_run("auto-bf16")
+    assert record is not None
+    assert (record.precision, record.model_version) == ("bf16", f"{weights}+bf16")
+    assert record.precision_agreement is not None and record.precision_agreement >= 0.999
+    assert counts.rows_out == 90
+    assert execute(sqlite_url, "select distinct model_version from scores") == [(f"{weights}+bf16",)]
+    assert pipeline.cache.loads == 1, "the guard's load in the planner is the one the shards use"
+    assert all(s.engine["model_load_s"] == 0 for s in Ledger(sqlite_url).shards("auto-bf16"))
+
+
+def test_bf16_beside_fp32_gives_two_versions_never_unchanged_rows(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 60, bad=False)
+    pipeline.run(_spec(sqlite_url, precision="fp32"), "full")
+    planned, _ = pipeline.run(_spec(sqlite_url, precision="bf16"), "half")
+    assert planned.record.precision == "bf16"
+    merged = Ledger(sqlite_url).shards("half")
+    assert sum(s.rows_inserted or 0 for s in merged) == 60
+    assert sum(s.rows_unchanged or 0 for s in merged) == 0
+    versions = execute(sqlite_url, "select model_version, count(*) from scores group by 1 order by 1")
+    weights = get_spec("tiny").describe().version
+    assert versions == [(weights, 60), (f"{weights}+bf16", 60)]
+
+
+def test_auto_falls_back_to_fp32_with_a_warning_when_the_guard_fails(
+    sqlite_url: str, pipeline, native_bf16, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_docs(sqlite_url, 30, bad=False)
+    with caplog.at_level(logging.WARNING):
+        planned, counts = pipeline.run(_spec(sqlite_url, min_agreement=1.0), "strict")
+    assert planned.record.precision == "fp32" and counts.rows_out == 30
+    assert planned.record.precision_agreement is not None and planned.record.precision_agreement < 1.0
+    assert "below the minimum 1.0: scoring in fp32" in caplog.text
+
+
+def test_an_explicit_precision_that_fails_the_guard_is_refused_before_anything_runs(
+    sqlite_url: str, pipeline
+) -> None:
+    make_docs(sqlite_url, 30, bad=False)
+    with pytest.raises(
+        ConfigError, match=r"in bf16 agrees with float32 to 0\.9\d+ on cpu .* use --precision fp32"
+    ):
+        pipeline.plan(_spec(sqlite_url, precision="bf16", min_agreement=1.0), "refused")
+    assert Ledger(sqlite_url).load_run("refused") is None
+
+
+def test_a_resume_keeps_the_runs_precision(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 30, bad=False)
+    planned = pipeline.plan(_spec(sqlite_url, precision="bf16"), "bf16-run")
+    planned.close()
+    with pytest.raises(ConfigError, match="started in precision bf16; it cannot resume in fp32"):
+        pipeline.plan(_spec(sqlite_url, precision="fp32", resume="bf16-run"), "x")
+    resumed, counts = pipeline.run(_spec(sqlite_url, resume="bf16-run"), "bf16-run")
+    assert resumed.record.precision == "bf16" and counts.rows_out == 30
+
+
+def test_a_worker_whose_device_cannot_run_the_runs_precision_refuses(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 20, bad=False)
+    planned = pipeline.plan(_spec(sqlite_url, precision="fp32"), "gpu-planned")
+    planned.close()
+    weights = get_spec("tiny").describe().version
+    execute(
+        sqlite_url,
+        "update shardwise_runs set precision = 'fp16', model_version = :v",
+        {"v": f"{weights}+fp16"},
+    )
+    with pytest.raises(ConfigError, match="fp16 is not computed natively on CPUs"):
+        pipeline.shard(planned, 0)
+    assert execute(sqlite_url, "select count(*) from scores") == [(0,)]
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_ledger_from_before_precision_is_upgraded_and_its_results_stay_current(
+    db: str, request: pytest.FixtureRequest, pipeline
+) -> None:
+    url = request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url")
+    make_docs(url, 30, bad=False)
+    pipeline.run(_spec(url, precision="fp32"), "old")
+    execute(url, "alter table shardwise_runs drop column precision")
+    execute(url, "alter table shardwise_runs drop column precision_agreement")
+    old = Ledger(url).load_run("old")
+    assert old is not None and old.precision == "fp32", "a run recorded before precision was fp32"
+    planned, _ = pipeline.run(_spec(url, precision="fp32"), "new")
+    assert planned.record.precision == "fp32"
+    assert Ledger(url).load_run("new").precision == "fp32"  # type: ignore[union-attr]
+    merged = Ledger(url).shards("new")
+    assert sum(s.rows_unchanged or 0 for s in merged) == 30, "same weights, same precision: same version"
