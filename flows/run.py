@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,9 +32,19 @@ def preflight(params: ScoreParams) -> None:
 
 
 def run_and_report(params: ScoreParams) -> dict[str, Any] | None:
-    """Run the flow (ephemeral server, or the one in PREFECT_API_URL); print a summary; None on failure."""
+    """Run the flow (ephemeral server, or the one in PREFECT_API_URL); print a summary; None on failure.
+
+    With the thread runner the shards run in this process, so the model loads
+    on a thread while Prefect starts; planning and the shards find it loaded.
+    """
     from flows.score import score
 
+    if params.runner == "thread" and not params.dry_run:
+        from tasks.infer_shard import warm_here
+
+        warming = threading.Thread(target=warm_here, args=(params.to_spec(),), name="shardwise-warm")
+        warming.daemon = True
+        warming.start()
     with _shared_api(params):
         state = score(params, return_state=True)
     summary = state.result(raise_on_failure=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -19,12 +20,24 @@ def hash_files(root: Path, names: Iterable[str]) -> str:
     """SHA-256 over the named files' relative paths and bytes, in sorted order.
 
     Missing names are skipped, so optional files (a pooling config) may be listed.
+    The result is remembered per process for as long as every file keeps its
+    size and modification time: describing a model and loading it then read
+    its weights once, not twice.
     """
-    digest = hashlib.sha256()
+    present = []
     for name in sorted(set(names)):
         path = root / name
-        if not path.is_file():
-            continue
+        if path.is_file():
+            stat = path.stat()
+            present.append((name, stat.st_size, stat.st_mtime_ns))
+    return _hash_present(root.resolve(), tuple(present))
+
+
+@functools.lru_cache(maxsize=64)
+def _hash_present(root: Path, present: tuple[tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for name, _, _ in present:
+        path = root / name
         digest.update(name.encode() + b"\0")
         with path.open("rb") as fh:
             while chunk := fh.read(_CHUNK):

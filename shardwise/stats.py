@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -36,8 +37,16 @@ class EngineStats:
     compute_s: float = 0.0
     wall_s: float = 0.0
     oom_splits: int = 0
+    first_batch_at: float | None = None
+    """Wall-clock time (Unix seconds) the first forward pass started: where a run's start-up ends."""
+    last_batch_at: float | None = None
+    """Wall-clock time the last forward pass ended: where a run's tear-down begins."""
 
     def add(self, batch: BatchStats) -> None:
+        now = time.time()
+        if self.first_batch_at is None:
+            self.first_batch_at = now - batch.compute_s
+        self.last_batch_at = now
         self.batches += 1
         self.real_tokens += batch.real_tokens
         self.padded_tokens += batch.padded_tokens

@@ -8,6 +8,8 @@ cache, so a worker that scores ten shards loads its model once.
 
 from __future__ import annotations
 
+import logging
+
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
@@ -15,14 +17,14 @@ from prefect.tasks import exponential_backoff
 
 from models import get_spec
 from shardwise.errors import ShardwiseError
-from shardwise.pipeline import RunRef, ShardOutcome, WorkerCache, score_ref_shard
+from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score_ref_shard, warm
 from shardwise.redact import redact
 from shardwise.results import Ledger
 from tasks.connections import resolve
 from tasks.retry import retry_transient
 from tasks.sanitize import sanitized
 
-__all__ = ["WORKER", "infer_shard", "release_run", "score_here", "worker_cache"]
+__all__ = ["WORKER", "infer_shard", "release_run", "score_here", "warm_here", "worker_cache"]
 
 WORKER = WorkerCache(get_spec)
 """This process's models and open runs, shared by every shard task it runs."""
@@ -85,6 +87,17 @@ def score_here(ref: RunRef, shard_id: int) -> ShardOutcome:
 def worker_cache() -> WorkerCache:
     """This process's cache, found by reference (see :func:`score_here`): the planner loads into it."""
     return WORKER
+
+
+def warm_here(spec: RunSpec) -> None:
+    """Load ``spec``'s model into this process's cache ahead of the run (see :func:`warm`).
+
+    Best effort: a failure here is left for planning to meet and report.
+    """
+    try:
+        warm(spec, WORKER)
+    except Exception as exc:
+        logging.getLogger(__name__).debug("warming model %r failed: %s", spec.model, exc)
 
 
 def release_run(run_id: str) -> None:

@@ -27,6 +27,7 @@ from shardwise.pipeline.worker import (
     hardware_precision,
     open_spec_source,
     score_ref_shard,
+    warm,
 )
 
 __all__ = [
@@ -57,4 +58,5 @@ __all__ = [
     "score_ref_shard",
     "score_shard",
     "this_worker",
+    "warm",
 ]

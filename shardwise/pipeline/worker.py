@@ -64,6 +64,7 @@ __all__ = [
     "hardware_precision",
     "open_spec_source",
     "score_ref_shard",
+    "warm",
 ]
 
 Catalogue = Callable[[str], ModelSpec]
@@ -242,7 +243,21 @@ def hardware_precision(spec: RunSpec) -> tuple[Precision, torch.device]:
             raise
         requested = "bf16" if spec.precision == "auto" else spec.precision
         return requested, torch.device("cpu")  # type: ignore[return-value]
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())  # the key a leased shard uses
     return resolve_precision(spec.precision, device), device
+
+
+def warm(spec: RunSpec, cache: WorkerCache) -> None:
+    """Load the model a run of ``spec`` needs here, and run its precision guard, ahead of planning.
+
+    Whoever starts a run in this process can call it on a thread while the
+    orchestrator starts up; planning and the shards then find both in ``cache``.
+    """
+    precision, device = hardware_precision(spec)
+    model, _ = cache.model(spec.model, device)
+    if precision != "fp32":
+        cache.agreement(model, precision)
 
 
 def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:

@@ -138,3 +138,14 @@ def test_a_bad_precision_is_refused_by_the_parser(
         main(["run", "--source", "sqlite:///x.db", "--table", "docs", *extra])
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"), [(["--help"], 0), (["run", "--source", "x.db", "--precision", "fp8"], 2)]
+)
+def test_the_console_script_keeps_exit_codes_through_its_fast_exit(argv: list[str], code: int) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True, text=True)
+    assert proc.returncode == code, proc.stderr
