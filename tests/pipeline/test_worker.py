@@ -158,3 +158,19 @@ def test_resume_checks_what_it_is_asked_against_the_stored_run(sqlite_url: str, 
     execute(sqlite_url, "create table docs2 (id integer primary key, text text)")
     with pytest.raises(ConfigError, match="resume it with the source it read"):
         pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "first", "table": "docs2"}), "r")
+
+
+def test_warming_loads_the_model_the_run_then_uses(sqlite_url: str, pipeline) -> None:
+    """The CLI warms the cache while Prefect starts: planning and every shard then find the model loaded."""
+    from shardwise.pipeline import warm
+
+    make_docs(sqlite_url, 60, bad=False)
+    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=3)
+    warm(spec, pipeline.cache)
+    assert pipeline.cache.loads == 1
+    _, counts = pipeline.run(spec, "warmed")
+    assert counts.rows_out == 60 and pipeline.cache.loads == 1
+    assert all(s.engine["model_load_s"] == 0 for s in Ledger(sqlite_url).shards("warmed"))
+    assert all(
+        s.engine["first_batch_at"] <= s.engine["last_batch_at"] for s in Ledger(sqlite_url).shards("warmed")
+    )
