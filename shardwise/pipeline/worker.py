@@ -219,12 +219,14 @@ def _check_precision(record: RunRecord, model: Model, min_agreement: float, cach
 
 @dataclass(frozen=True)
 class PrecisionChoice:
-    """A run's precision, and the guard's measured agreement (None where nothing was measured)."""
+    """A run's precision, and the guard's measured agreement (None where nothing was measured).
+
+    fp32 with an agreement means ``auto`` fell back: the figure is the
+    reduced precision's, which failed the guard.
+    """
 
     precision: Precision
     agreement: float | None = None
-    fell_back_from: Precision | None = None
-    """Set when ``auto`` chose this precision and the guard sent it back to float32."""
 
 
 def hardware_precision(spec: RunSpec) -> tuple[Precision, torch.device]:
@@ -278,7 +280,7 @@ def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
             device,
             spec.min_agreement,
         )
-        return PrecisionChoice("fp32", found, fell_back_from=precision)
+        return PrecisionChoice("fp32", found)
     raise ConfigError(
         f"model {spec.model!r} in {precision} agrees with float32 to {found:.5f} on {device} (worst of "
         f"its calibration texts), below the minimum {spec.min_agreement}; use --precision fp32, or auto "
