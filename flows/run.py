@@ -13,7 +13,7 @@ from shardwise.pipeline import check_connections, open_spec_source
 from shardwise.redact import redact
 from tasks.connections import resolve
 
-__all__ = ["preflight", "print_plan", "run_and_report"]
+__all__ = ["TemporaryApi", "preflight", "print_plan", "run_and_report"]
 
 
 def preflight(params: ScoreParams) -> None:
@@ -32,20 +32,22 @@ def preflight(params: ScoreParams) -> None:
 
 
 def run_and_report(params: ScoreParams) -> dict[str, Any] | None:
-    """Run the flow (ephemeral server, or the one in PREFECT_API_URL); print a summary; None on failure.
+    """Run the flow (on the server in PREFECT_API_URL, or a temporary one); print a summary; None on failure.
 
     With the thread runner the shards run in this process, so the model loads
-    on a thread while Prefect starts; planning and the shards find it loaded.
+    on a thread while Prefect's server starts; planning and the shards find it
+    loaded.
     """
-    from flows.score import score
-
     if params.runner == "thread" and not params.dry_run:
         from tasks.infer_shard import warm_here
 
         warming = threading.Thread(target=warm_here, args=(params.to_spec(),), name="shardwise-warm")
         warming.daemon = True
         warming.start()
-    with _shared_api(params):
+    api = TemporaryApi().start()
+    from flows.score import score
+
+    with api.serving():
         state = score(params, return_state=True)
     summary = state.result(raise_on_failure=False)
     if not isinstance(summary, dict):
@@ -81,27 +83,59 @@ def print_plan(params: ScoreParams) -> None:
     print(f"--only-new {verb} {report['rows_already_scored']} rows that already have a current result")
 
 
-@contextmanager
-def _shared_api(params: ScoreParams) -> Iterator[None]:
-    """Without a server, give worker processes the flow's temporary API rather than one each.
+class TemporaryApi:
+    """Prefect's temporary server for one CLI run, started early, on a thread, when no server is set.
 
-    With no ``PREFECT_API_URL``, Prefect starts a temporary server for the
-    flow, and every worker process it fans out to (process pool, Dask, Ray)
-    would start one more of its own, at 20-30 s each. So the temporary server
-    is started here and its URL exported, for the workers to inherit.
+    Without ``PREFECT_API_URL`` Prefect would start a temporary server when
+    the flow first calls its API, and every worker process of a process pool,
+    Dask or Ray would start one more of its own (20-30 s each). Started here,
+    before the model loads and the flow modules import, the server builds its
+    database in its own process meanwhile (3-9 s on 2 cores), and its URL is
+    exported for the flow and for every worker to share. Prefect's own
+    :class:`~prefect.server.api.server.SubprocessASGIServer` runs it and
+    stops it at exit.
     """
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    if params.runner == "thread" or PREFECT_API_URL.value():
-        yield
-        return
-    from prefect.server.api.server import SubprocessASGIServer
+    def __init__(self) -> None:
+        self._url: str | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
 
-    server = SubprocessASGIServer()
-    server.start()
-    os.environ["PREFECT_API_URL"] = server.api_url
-    try:
-        with temporary_settings({PREFECT_API_URL: server.api_url}):
+    def start(self) -> TemporaryApi:
+        from prefect.settings import PREFECT_API_URL
+
+        if PREFECT_API_URL.value():
+            return self  # a server is set: use it
+        from prefect.server.api.server import SubprocessASGIServer  # imported here, not on the thread
+
+        server = SubprocessASGIServer()
+        self._thread = threading.Thread(target=self._run, args=(server,), name="shardwise-api", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self, server: Any) -> None:
+        try:
+            server.start()
+            self._url = server.api_url
+        except BaseException as exc:  # reported by serving(), in the caller's thread
+            self._error = exc
+
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """Wait for the server, then point Prefect (and worker processes) at it; no heartbeat to a server
+        that dies with this process."""
+        if self._thread is None:
             yield
-    finally:
-        os.environ.pop("PREFECT_API_URL", None)
+            return
+        from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._url is not None
+        os.environ["PREFECT_API_URL"] = self._url
+        try:
+            with temporary_settings({PREFECT_API_URL: self._url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+                yield
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
