@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -48,17 +50,50 @@ def test_batches_are_greedy(lengths: list[int], max_tokens: int) -> None:
         assert (stop - start + 1) * ordered[stop] > max_tokens
 
 
+def _cost(spans: list[tuple[int, int]], widths: list[int], slack: int) -> int:
+    return sum((stop - start) * widths[stop - 1] + slack for start, stop in spans)
+
+
+def _least_cost(widths: list[int], max_tokens: int, max_batch: int, slack: int) -> int:
+    """The cheapest partition's cost, by trying every batch that may start each suffix."""
+    best = [0] * (len(widths) + 1)
+    for start in range(len(widths) - 1, -1, -1):
+        stops = range(start + 1, min(len(widths), start + max_batch) + 1)
+        fits = [s for s in stops if s == start + 1 or (s - start) * widths[s - 1] <= max_tokens]
+        best[start] = min((s - start) * widths[s - 1] + slack + best[s] for s in fits)
+    return best[0]
+
+
+@given(
+    lengths=st.lists(st.integers(1, 64), min_size=1, max_size=40),
+    max_tokens=st.integers(1, 400),
+    max_batch=st.integers(1, 12),
+    slack=st.integers(0, 100),
+    multiple=st.sampled_from([1, 8]),
+)
+def test_pad_slack_gives_the_cheapest_partition(
+    lengths: list[int], max_tokens: int, max_batch: int, slack: int, multiple: int
+) -> None:
+    """No partition within the limits costs less in padded area plus ``slack`` per batch."""
+    ordered = sorted(lengths)
+    widths = [padded_length(n, multiple) for n in ordered]
+    spans = list(cut_batches(ordered, TokenBudget(max_tokens), max_batch, multiple, pad_slack=slack))
+    assert _cost(spans, widths, slack) == _least_cost(widths, max_tokens, max_batch, slack)
+
+
 @given(
     lengths=st.lists(st.integers(1, 64), min_size=1, max_size=200),
     slack=st.integers(0, 100),
     multiple=st.sampled_from([1, 8]),
 )
-def test_pad_slack_bounds_the_padding_a_row_adds(lengths: list[int], slack: int, multiple: int) -> None:
+def test_neighbours_are_split_only_where_merging_pads_at_least_the_slack(
+    lengths: list[int], slack: int, multiple: int
+) -> None:
     ordered = sorted(lengths)
-    for start, stop in cut_batches(ordered, TokenBudget(10**6), 10**6, multiple, pad_slack=slack):
-        widths = [padded_length(n, multiple) for n in ordered[start:stop]]
-        for i in range(1, len(widths)):
-            assert i * (widths[i] - widths[i - 1]) <= slack
+    spans = list(cut_batches(ordered, TokenBudget(10**6), 10**6, multiple, pad_slack=slack))
+    for (start, middle), (_, stop) in itertools.pairwise(spans):
+        narrow, wide = (padded_length(ordered[i - 1], multiple) for i in (middle, stop))
+        assert (middle - start) * (wide - narrow) >= slack
 
 
 def test_zero_slack_gives_batches_of_equal_width() -> None:
@@ -72,6 +107,19 @@ def test_lowered_budget_applies_from_the_next_batch() -> None:
     assert next(spans) == (0, 10)
     budget.lower(50)
     assert next(spans) == (10, 15)
+
+
+def test_lowered_budget_re_cuts_the_rows_not_yet_yielded() -> None:
+    budget = TokenBudget(100)
+    spans = cut_batches([10] * 40, budget, 1000, pad_slack=5)
+    assert next(spans) == (0, 10)
+    budget.lower(50)
+    assert list(spans) == [(start, start + 5) for start in range(10, 40, 5)]
+
+
+def test_unsorted_lengths_are_refused() -> None:
+    with pytest.raises(ValueError, match="sorted shortest first"):
+        next(cut_batches([5, 3], TokenBudget(100), 10, pad_slack=0))
 
 
 def test_budget_never_rises_and_never_reaches_zero() -> None:
