@@ -30,10 +30,12 @@ class EngineConfig:
 
     ``None`` means "the default for the device", filled in by :meth:`for_device`.
     ``max_tokens`` bounds the padded area of a batch (rows x longest row), which
-    is what memory and compute scale with. ``pad_slack`` is how much padding a
-    row may add to a batch before it starts a new one instead. ``window_rows`` is how many rows are
-    read, sorted by length and scored before the next rows are read: memory is
-    bounded by it however large the input is. ``precision`` is ``fp32``,
+    is what memory and compute scale with. ``pad_slack`` is the fixed cost of one
+    more batch, in tokens: rows go into another batch only where that saves
+    more than ``pad_slack`` tokens of padding (see
+    :func:`~shardwise.batching.cut_batches`). ``window_rows`` is how many rows
+    are read, sorted by length and scored before the next rows are read:
+    memory is bounded by it however large the input is. ``precision`` is ``fp32``,
     ``bf16``, ``fp16`` or ``auto`` (the fastest the device computes natively,
     see :mod:`shardwise.precision`); a bare engine defaults to float32, the
     pipeline to ``auto`` behind an accuracy guard.
