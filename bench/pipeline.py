@@ -44,7 +44,7 @@ import torch
 
 from bench.engine import load_texts
 from models import get_spec
-from shardwise import Engine, resolve_device
+from shardwise import Engine, EngineConfig, resolve_device
 from shardwise.pipeline import RunSpec, WorkerCache, prepare_run, score_pending
 
 ADMIN_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
@@ -200,9 +200,11 @@ def throughput(args: argparse.Namespace) -> dict:
     url = fresh_database(args.admin_url)
     try:
         load_table(url, texts)
-        list(Engine(model).run(enumerate(texts[:64])))  # warm-up
+        # The engine alone in the precision the pipeline's auto picks, so the ratio compares like with like.
+        config = EngineConfig(precision="auto")
+        list(Engine(model, config).run(enumerate(texts[:64])))  # warm-up
         started = time.perf_counter()
-        list(Engine(model).run(enumerate(texts)))
+        list(Engine(model, config).run(enumerate(texts)))
         engine_s = time.perf_counter() - started
         pipeline_s, counts = run_pipeline(url, args.model, args.device, args.rows_per_shard)
     finally:
