@@ -14,6 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from flows.cli_options import add_runner_arguments, add_source_arguments, fanout_options, score_params
+
 __all__ = ["entry", "main"]
 
 
@@ -62,25 +64,25 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="score a source table into a results table (a Prefect flow run)")
-    _source_arguments(run)
+    add_source_arguments(run)
     run.add_argument("--results", help="results database URL (default: the source database)")
     run.add_argument("--results-table", default="shardwise_results")
     run.add_argument("--max-tokens", type=int, help="token budget per batch (device default)")
     run.add_argument("--resume", metavar="RUN_ID", help="finish a failed run with its stored plan")
-    _runner_arguments(run)
+    add_runner_arguments(run)
     run.set_defaults(handler=_run)
 
     redrive = commands.add_parser(
         "redrive", help="score again the dead letters of a run whose input changed since (all with --force)"
     )
-    _source_arguments(redrive)
+    add_source_arguments(redrive)
     redrive.add_argument(
         "--run", required=True, metavar="RUN_ID", help="the run whose dead letters to redrive"
     )
     redrive.add_argument("--force", action="store_true", help="also keys whose input did not change")
     redrive.add_argument("--results", help="results database URL (default: the source database)")
     redrive.add_argument("--results-table", default="shardwise_results")
-    _runner_arguments(redrive)
+    add_runner_arguments(redrive)
     redrive.set_defaults(handler=_redrive)
 
     watch = commands.add_parser("watch", help="emit shardwise.data.landed when new rows or objects land")
@@ -101,10 +103,10 @@ def _parser() -> argparse.ArgumentParser:
     watch.set_defaults(handler=_watch)
 
     plan = commands.add_parser("plan", help="dry run: shards, rows, estimated tokens, what --only-new skips")
-    _source_arguments(plan)
+    add_source_arguments(plan)
     plan.add_argument("--results", help="results database URL (for --only-new; default: the source)")
     plan.add_argument("--results-table", default="shardwise_results")
-    _runner_arguments(plan)
+    add_runner_arguments(plan)
     plan.set_defaults(handler=_plan)
 
     serve = commands.add_parser(
@@ -131,81 +133,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _source_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--source", required=True, help="database URL, Parquet path/glob, or s3://bucket/prefix"
-    )
-    parser.add_argument("--table", help="source table, for a database source")
-    parser.add_argument("--key", default="id", help="key column (integer or text)")
-    parser.add_argument("--text-column", default="text")
-    parser.add_argument("--where", help="SQL filter on the source table")
-    parser.add_argument("--model", default="minilm", help="minilm, tiny, or a local encoder directory")
-    sizing = parser.add_mutually_exclusive_group()
-    sizing.add_argument("--shards", type=int, help="exactly this many shards")
-    sizing.add_argument("--rows-per-shard", type=int, help="about this many rows per shard (default 10000)")
-    parser.add_argument("--only-new", action="store_true", help="only rows without a current result")
-    parser.add_argument(
-        "--device",
-        default="auto",
-        type=_device,
-        help="auto, cpu, cuda (one GPU per worker) or cuda:N (default: auto)",
-    )
-    parser.add_argument(
-        "--precision",
-        default="auto",
-        choices=("auto", "fp32", "bf16", "fp16"),
-        help="numeric precision (default: auto, the fastest the device computes natively; README: Precision)",
-    )
-    parser.add_argument(
-        "--min-agreement",
-        type=_agreement,
-        default=None,
-        help="accuracy guard: minimum cosine to fp32 a reduced precision must reach (default 0.999)",
-    )
-
-
-def _agreement(value: str) -> float:
-    try:
-        found = float(value)
-    except ValueError:
-        found = -1.0
-    if not 0 < found <= 1:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not an agreement; give a number in (0, 1], such as 0.999 (the default)"
-        )
-    return found
-
-
-def _runner_arguments(parser: argparse.ArgumentParser) -> None:
-    from tasks.runners import RUNNERS
-
-    group = parser.add_argument_group("fan-out", "what runs the shards (README: Scaling out)")
-    group.add_argument("--runner", default="thread", choices=RUNNERS, help="default: thread")
-    group.add_argument(
-        "--workers",
-        type=int,
-        help="workers scoring at once (default: one per visible GPU, else 1); with --address it sizes "
-        "the default shard count",
-    )
-    group.add_argument(
-        "--address", help="an existing cluster: dask tcp://host:8786, or ray host:6379 / ray://host:10001"
-    )
-    group.add_argument("--threads", type=int, help="torch threads per worker (default: cores / workers)")
-    group.add_argument(
-        "--deployment",
-        default="score-shard/per-shard",
-        help="--runner deployment: the per-shard flow's deployment (default: score-shard/per-shard)",
-    )
-
-
-def _device(value: str) -> str:
-    import re
-
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a device; use auto, cpu, cuda or cuda:N")
-    return value
-
-
 def _environment_defaults() -> None:
     # Weights are always local: never let a library reach for a hub.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -216,64 +143,10 @@ def _environment_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
-def _params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
-    from flows.params import ScoreParams
-
-    runner = extra.get("runner")
-    remote = runner == "deployment" or (extra.get("address") is not None and runner in ("dask", "ray"))
-    return ScoreParams(
-        source=_by_name(args.source, "SHARDWISE_CLI_SOURCE_URL", remote),
-        table=args.table,
-        key=args.key,
-        text_column=args.text_column,
-        where=args.where,
-        model=args.model,
-        results=_by_name(args.results, "SHARDWISE_CLI_RESULTS_URL", remote),
-        results_table=args.results_table,
-        shards=args.shards,
-        rows_per_shard=args.rows_per_shard,
-        only_new=args.only_new,
-        device=args.device,
-        precision=args.precision,
-        **({} if args.min_agreement is None else {"min_agreement": args.min_agreement}),
-        **extra,
-    )
-
-
-def _by_name(url: str | None, variable: str, remote: bool = False) -> str | None:
-    """A URL holding a secret travels as ``env:NAME``, so Prefect never stores it in run parameters.
-
-    The flow and local workers run on this host and read the variable set
-    here; workers of a cluster elsewhere could not, so then it is refused.
-    """
-    from shardwise.errors import ConfigError
-    from shardwise.redact import redact
-
-    if url is None or redact(url) == url:
-        return url
-    if remote:
-        raise ConfigError(
-            f"{redact(url)} holds a password, which must not travel to workers on other hosts; set it on "
-            "the workers (and here) as an environment variable, e.g. export DB_URL=..., and pass env:DB_URL"
-        )
-    os.environ[variable] = url
-    return f"env:{variable}"
-
-
-def _fanout(args: argparse.Namespace) -> dict[str, object]:
-    return {
-        "runner": args.runner,
-        "workers": args.workers,
-        "address": args.address,
-        "threads": args.threads,
-        "deployment": args.deployment,
-    }
-
-
 def _run(args: argparse.Namespace) -> int:
     from flows.run import preflight, run_and_report
 
-    params = _params(args, max_tokens=args.max_tokens, resume=args.resume, **_fanout(args))
+    params = score_params(args, max_tokens=args.max_tokens, resume=args.resume, **fanout_options(args))
     preflight(params)
     return 0 if run_and_report(params) else 1
 
@@ -281,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
 def _redrive(args: argparse.Namespace) -> int:
     from flows.run import preflight, run_and_report
 
-    params = _params(args, redrive=args.run, force=args.force, **_fanout(args))
+    params = score_params(args, redrive=args.run, force=args.force, **fanout_options(args))
     preflight(params)
     return 0 if run_and_report(params) else 1
 
@@ -307,7 +180,7 @@ def _watch(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from flows.run import print_plan
 
-    print_plan(_params(args, **_fanout(args)))
+    print_plan(score_params(args, **fanout_options(args)))
     return 0
 
 

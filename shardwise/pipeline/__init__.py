@@ -17,18 +17,10 @@ from shardwise.pipeline.prepare import (
     score_pending,
 )
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
+from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision, hardware_precision, warm
 from shardwise.pipeline.shard import ShardOutcome, WorkerInfo, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
-from shardwise.pipeline.worker import (
-    Catalogue,
-    PrecisionChoice,
-    WorkerCache,
-    choose_precision,
-    hardware_precision,
-    open_spec_source,
-    score_ref_shard,
-    warm,
-)
+from shardwise.pipeline.worker import Catalogue, WorkerCache, open_spec_source, score_ref_shard
 
 __all__ = [
     "SHARDS_PER_WORKER",

@@ -29,14 +29,9 @@ from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.lineage import code_version
 from shardwise.model import ModelInfo
 from shardwise.pipeline.redrive import redrive_source
+from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
-from shardwise.pipeline.worker import (
-    PrecisionChoice,
-    WorkerCache,
-    choose_precision,
-    open_spec_source,
-    score_ref_shard,
-)
+from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
 from shardwise.precision import versioned
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord, existing_key_type
 from shardwise.sources import NewOnly, ParquetSource, Source, SourcePlan, is_keyed, plan_objects
@@ -106,7 +101,7 @@ def prepare_run(
     each at least :data:`SHARDS_PER_WORKER` shards. ``threads`` is each
     worker's torch thread count, carried in the run reference. A new run's
     precision is chosen here, once, behind the accuracy guard (see
-    :func:`~shardwise.pipeline.worker.choose_precision`), which loads the
+    :func:`~shardwise.pipeline.run_precision.choose_precision`), which loads the
     model into ``cache`` only for a reduced precision; a resumed run keeps
     the precision it was started with.
     """

@@ -1,0 +1,98 @@
+"""A run's precision, chosen once where it is planned: the hardware's choice, checked by the accuracy guard.
+
+``auto`` takes the fastest precision the device computes natively
+(:func:`~shardwise.precision.resolve_precision`), then the guard compares it
+with float32 on a few calibration texts; below ``spec.min_agreement`` an
+``auto`` run falls back to float32 (with a warning), an explicit one is
+refused. The model the guard needs is loaded into the process's
+:class:`~shardwise.pipeline.worker.WorkerCache`, where the shards of a
+thread runner find it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from shardwise.device import resolve_device
+from shardwise.errors import ConfigError
+from shardwise.pipeline.spec import RunSpec
+from shardwise.pipeline.worker import WorkerCache
+from shardwise.precision import Precision, resolve_precision
+
+__all__ = ["PrecisionChoice", "choose_precision", "hardware_precision", "warm"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """A run's precision, and the guard's measured agreement (None where nothing was measured).
+
+    fp32 with an agreement means ``auto`` fell back: the figure is the
+    reduced precision's, which failed the guard.
+    """
+
+    precision: Precision
+    agreement: float | None = None
+
+
+def hardware_precision(spec: RunSpec) -> tuple[Precision, torch.device]:
+    """The precision ``spec`` asks for on the device its policy gives here, before any guard.
+
+    Also returns the device the guard measures on. A ``cuda`` policy seen
+    from a host without CUDA (a CPU-only process planning for GPU workers)
+    takes bf16 for ``auto``, what every GPU since Ampere computes natively,
+    and is measured on the CPU: the guard checks the model's tolerance of the
+    format, which is the same on either device.
+    """
+    try:
+        device = resolve_device(spec.device)
+    except ConfigError:
+        if not spec.device.startswith("cuda"):
+            raise
+        requested = "bf16" if spec.precision == "auto" else spec.precision
+        return requested, torch.device("cpu")  # type: ignore[return-value]
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())  # the key a leased shard uses
+    return resolve_precision(spec.precision, device), device
+
+
+def warm(spec: RunSpec, cache: WorkerCache) -> None:
+    """Load the model a run of ``spec`` needs here, and run its precision guard, ahead of planning.
+
+    Whoever starts a run in this process can call it on a thread while the
+    orchestrator starts up; planning and the shards then find both in ``cache``.
+    """
+    precision, device = hardware_precision(spec)
+    model, _ = cache.model(spec.model, device)
+    if precision != "fp32":
+        cache.agreement(model, precision)
+
+
+def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
+    """The precision a new run of ``spec`` records: the hardware's choice, checked by the accuracy guard."""
+    precision, device = hardware_precision(spec)
+    if precision == "fp32":
+        return PrecisionChoice("fp32")
+    model, _ = cache.model(spec.model, device)
+    found = cache.agreement(model, precision)
+    if found >= spec.min_agreement:
+        return PrecisionChoice(precision, found)
+    if spec.precision == "auto":
+        _log.warning(
+            "model %r in %s agrees with float32 to %.5f on %s, below the minimum %s: scoring in fp32",
+            spec.model,
+            precision,
+            found,
+            device,
+            spec.min_agreement,
+        )
+        return PrecisionChoice("fp32", found)
+    raise ConfigError(
+        f"model {spec.model!r} in {precision} agrees with float32 to {found:.5f} on {device} (worst of "
+        f"its calibration texts), below the minimum {spec.min_agreement}; use --precision fp32, or auto "
+        "(which falls back to fp32), or lower --min-agreement"
+    )
