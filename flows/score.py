@@ -15,13 +15,15 @@ from flows.origin import started_by
 from flows.params import ScoreParams
 from shardwise.pipeline import PlannedRun, ShardOutcome, finish_run
 from shardwise.redact import redact_mapping
+from shardwise.words import plural
 from tasks import plan_run
-from tasks.artifacts import Progress, publish_run, worker_rows
+from tasks.artifacts import publish_run, worker_rows
 from tasks.connections import resolve
 from tasks.dry_run import dry_run
 from tasks.events import emit_run_finished
 from tasks.fanout import run_shards
 from tasks.infer_shard import release_run
+from tasks.progress import RunProgress
 from tasks.runners import Fanout
 
 __all__ = ["score"]
@@ -47,8 +49,8 @@ def score(params: ScoreParams) -> State:
     parameters = redact_mapping(params.model_dump())
     planned = plan_run(spec, run_id, started_by(params), parameters, fanout.workers, fanout.threads)
     try:
-        progress = Progress(len(planned.todo))
-        outcomes, failed = run_shards(planned, fanout, progress.advance)
+        with RunProgress(planned.ledger, planned.ref.run_id) as progress:
+            outcomes, failed = run_shards(planned, fanout, progress.advance)
         counts = finish_run(planned, sorted(failed))
     finally:
         planned.close()
@@ -58,22 +60,27 @@ def score(params: ScoreParams) -> State:
     emit_run_finished(summary, params.event_name())
     for worker in worker_rows(outcomes):
         logger.info(
-            "worker %(worker)s on %(device)s: %(shards)d shards, %(rows)d rows, busy %(busy_s)s s "
-            "(model load %(model_load_s)s s)",
-            worker,
+            "worker %s on %s: %s, %s, busy %s s (model load %s s)",
+            worker["worker"],
+            worker["device"],
+            plural(worker["shards"], "shard"),
+            plural(worker["rows"], "row"),
+            worker["busy_s"],
+            worker["model_load_s"],
         )
     if failed:
         listed = _listed(failed)
-        logger.error("run %s failed: %d shard(s) failed after retries: %s", run_id, len(failed), listed)
-        return Failed(message=f"{len(failed)} shard(s) failed after retries: {listed}", data=summary)
+        failures = f"{plural(len(failed), 'shard')} failed after retries: {listed}"
+        logger.error("run %s failed: %s", run_id, failures)
+        return Failed(message=failures, data=summary)
     logger.info(
-        "run %s completed: %d rows scored, %d dead letters, %d shards",
+        "run %s completed: %s scored, %s, %s",
         summary["run_id"],
-        summary["rows_out"],
-        summary["rows_failed"],
-        summary["shards"],
+        plural(summary["rows_out"], "row"),
+        plural(summary["rows_failed"], "dead letter"),
+        plural(summary["shards"], "shard"),
     )
-    return Completed(message=f"scored {summary['rows_out']} rows", data=summary)
+    return Completed(message=f"scored {plural(summary['rows_out'], 'row')}", data=summary)
 
 
 def _listed(failed: dict[int, str]) -> str:
@@ -115,6 +122,7 @@ def _summary(
         "inserted": sum(o.merge.inserted for o in outcomes if o.merge),
         "updated": sum(o.merge.updated for o in outcomes if o.merge),
         "unchanged": sum(o.merge.unchanged for o in outcomes if o.merge),
+        "rows_truncated": sum(o.rows_truncated for o in outcomes),
         "oom_splits": sum(int(o.engine.get("oom_splits", 0)) for o in outcomes),
         "padding_efficiency": real / padded if padded else 1.0,
         "rows_per_s": rows / wall_s if wall_s > 0 else 0.0,

@@ -87,3 +87,21 @@ def checksum(url: str, table: str) -> tuple[int, str]:
         f"from {table}",
     )
     return int(rows[0][0]), str(rows[0][1])
+
+
+def slow_tiny_shards(monkeypatch: Any, forward_s: float, report_every_s: float) -> None:
+    """Make each forward pass of the tiny model last ``forward_s`` longer, and shards report progress
+    every ``report_every_s``: a shard then lasts long enough to be watched mid-way."""
+    import time
+
+    from models.tiny import TinyModel
+    from shardwise.pipeline import shard
+
+    real = TinyModel.forward
+
+    def slow(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
+        time.sleep(forward_s)
+        return real(self, input_ids, attention_mask)
+
+    monkeypatch.setattr(TinyModel, "forward", slow)
+    monkeypatch.setattr(shard, "PROGRESS_EVERY_S", report_every_s)

@@ -16,13 +16,15 @@ from shardwise.pipeline.prepare import (
     prepare_run,
     score_pending,
 )
+from shardwise.pipeline.progress import RunSnapshot, run_snapshot
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision, hardware_precision, warm
-from shardwise.pipeline.shard import ShardOutcome, WorkerInfo, score_shard, this_worker
+from shardwise.pipeline.shard import PROGRESS_EVERY_S, ShardOutcome, WorkerInfo, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
 from shardwise.pipeline.worker import Catalogue, WorkerCache, open_spec_source, score_ref_shard
 
 __all__ = [
+    "PROGRESS_EVERY_S",
     "SHARDS_PER_WORKER",
     "Catalogue",
     "PlanPreview",
@@ -31,6 +33,7 @@ __all__ = [
     "RedriveSelection",
     "Resolver",
     "RunRef",
+    "RunSnapshot",
     "RunSpec",
     "ShardOutcome",
     "WorkerCache",
@@ -46,6 +49,7 @@ __all__ = [
     "preview_plan",
     "redrive_keys",
     "redrive_source",
+    "run_snapshot",
     "score_pending",
     "score_ref_shard",
     "score_shard",

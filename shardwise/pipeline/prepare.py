@@ -203,6 +203,7 @@ def _resume(
             f"run {spec.resume!r} read source {record.source_identity!r}, not {identity!r}; "
             "resume it with the source it read"
         )
+    ledger.ensure()  # a ledger from an older release gains the columns its workers now write
     return ledger.start_run(record, plan)
 
 

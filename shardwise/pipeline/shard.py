@@ -7,6 +7,7 @@ Prefect task in ``tasks/`` adds retries, logging and artifacts around it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import threading
@@ -18,6 +19,7 @@ from shardwise.config import EngineConfig
 from shardwise.engine import Engine, RowResult
 from shardwise.lineage import value_fingerprint
 from shardwise.model import Model
+from shardwise.pipeline.reporter import ProgressReporter
 from shardwise.results import (
     DeadLetter,
     MergeOutcome,
@@ -31,9 +33,11 @@ from shardwise.results.codec import utc_now
 from shardwise.sources.base import Shard, Source, SourcePlan, SourceRow
 from shardwise.stats import BatchStats
 
-__all__ = ["ShardOutcome", "WorkerInfo", "score_shard", "this_worker"]
+__all__ = ["PROGRESS_EVERY_S", "ShardOutcome", "WorkerInfo", "score_shard", "this_worker"]
 
 _FLUSH_ROWS = 2000
+PROGRESS_EVERY_S = 1.0
+"""Default seconds between an attempt's live progress reports to the ledger."""
 _threads: dict[int, int] = {}
 _threads_lock = threading.Lock()
 
@@ -126,13 +130,17 @@ def score_shard(
     config: EngineConfig | None = None,
     on_batch: Callable[[BatchStats], None] | None = None,
     model_load_s: float = 0.0,
+    progress_every_s: float | None = None,
 ) -> ShardOutcome:
     """Count an attempt unless the shard is done, score its rows, merge them and the dead letters at once.
 
     The ledger numbers the attempt. Rows stream from the source through the
     engine into the store's staging area in chunks, so memory stays flat in
     the shard's size. Each row's input fingerprint travels with its key
-    through the engine.
+    through the engine. While the engine runs, the attempt's progress goes to
+    the ledger every ``progress_every_s`` seconds (default
+    :data:`PROGRESS_EVERY_S`) from a background thread that never holds the
+    scoring up (see :mod:`~shardwise.pipeline.reporter`).
     """
     me, device = this_worker(), str(model.device)
     attempt = store.ledger.record_attempt(run.run_id, shard.shard_id, host=me.host, device=device)
@@ -143,8 +151,13 @@ def score_shard(
         _open_rows(source, plan, shard) as (rows, snapshot, lost),
         store.shard_writer(run, shard.shard_id, attempt) as writer,
     ):
-        engine_run = Engine(model, config).run(_keyed(rows), on_batch=on_batch)
-        with engine_run:
+        write = functools.partial(store.ledger.record_progress, run.run_id, shard.shard_id, attempt)
+        reporter = ProgressReporter(
+            write, progress_every_s or PROGRESS_EVERY_S, f"shard-{shard.shard_id}-progress"
+        )
+        engine_run = Engine(model, config).run(_keyed(rows), on_batch=_chained(reporter.on_batch, on_batch))
+        reporter.follow(engine_run.stats)
+        with engine_run, reporter:
             for scored, failed in _chunks(engine_run):
                 writer.add(scored)
                 writer.dead_letter(failed)
@@ -199,6 +212,19 @@ def _open_rows(
         return
     with open_reader(plan, shard) as reader:
         yield reader.rows, reader.snapshot, reader.snapshot_lost
+
+
+def _chained(
+    first: Callable[[BatchStats], None], then: Callable[[BatchStats], None] | None
+) -> Callable[[BatchStats], None]:
+    if then is None:
+        return first
+
+    def both(batch: BatchStats) -> None:
+        first(batch)
+        then(batch)
+
+    return both
 
 
 def _keyed(rows: Iterator[SourceRow]) -> Iterator[tuple[tuple[Any, str | None], Any]]:

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from shardwise.results.ledger import Ledger
 from shardwise.results.merge import Lineage
-from shardwise.results.outcomes import MergeOutcome, RunCounts, RunSummary, StoredDeadLetter, StoredShard
+from shardwise.results.outcomes import (
+    MergeOutcome,
+    RunCounts,
+    RunSummary,
+    ShardProgress,
+    StoredDeadLetter,
+    StoredShard,
+)
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.results.schema import parse_table_name
 from shardwise.results.store import ResultStore, existing_key_type
@@ -26,6 +33,7 @@ __all__ = [
     "RunCounts",
     "RunRecord",
     "RunSummary",
+    "ShardProgress",
     "ShardReport",
     "ShardWriter",
     "StoredDeadLetter",

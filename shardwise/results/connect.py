@@ -20,9 +20,9 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 from shardwise.results.dberrors import safe_url
-from shardwise.results.sqlfiles import load_script
+from shardwise.results.sqlfiles import load_script, load_sql
 
-__all__ = ["make_engine", "write_transaction"]
+__all__ = ["brief_waits", "make_engine", "write_transaction"]
 
 _IMMEDIATE = "shardwise_immediate"
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgresql+psycopg": "postgresql+psycopg"}
@@ -110,3 +110,35 @@ def write_transaction(conn: sa.Connection) -> Iterator[sa.RootTransaction]:
             yield tx
     finally:
         conn.execution_options(**{_IMMEDIATE: False})
+
+
+@contextmanager
+def brief_waits(conn: sa.Connection) -> Iterator[None]:
+    """Inside the block, an SQLite write waits only a moment for the write lock (busy_brief.sql).
+
+    For writes that may be skipped, such as live progress: a busy database
+    raises "database is locked" (a :class:`~shardwise.errors.TransientError`
+    once mapped) instead of queueing behind a merge. The connection's usual
+    busy_timeout comes back afterwards; a connection that cannot be reset is
+    invalidated rather than returned to the pool. PostgreSQL: no change.
+    """
+    if conn.dialect.name != "sqlite":
+        yield
+        return
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    # Straight on the driver's connection: it is in autocommit mode, and a pragma run
+    # through SQLAlchemy would open a transaction before the block's BEGIN IMMEDIATE.
+    raw.execute(load_sql("sqlite", "busy_brief"))
+    try:
+        yield
+    finally:
+        try:
+            raw.execute(_patient())
+        except sqlite3.Error:
+            conn.invalidate()
+
+
+def _patient() -> str:
+    """pragmas.sql's busy_timeout statement: the wait every other write gets."""
+    return next(stmt for stmt in load_script("sqlite", "pragmas") if "busy_timeout" in stmt)

@@ -19,9 +19,9 @@ import sqlalchemy as sa
 from shardwise.errors import ConfigError
 from shardwise.results import ledger_sql
 from shardwise.results.codec import utc_now
-from shardwise.results.connect import make_engine, write_transaction
+from shardwise.results.connect import brief_waits, make_engine, write_transaction
 from shardwise.results.dberrors import mapped_errors, safe_url
-from shardwise.results.outcomes import RunCounts, RunSummary, StoredDeadLetter, StoredShard
+from shardwise.results.outcomes import RunCounts, RunSummary, ShardProgress, StoredDeadLetter, StoredShard
 from shardwise.results.records import RunRecord, RunStatus
 from shardwise.results.sqlfiles import query
 from shardwise.sources.base import SourcePlan
@@ -136,6 +136,29 @@ class Ledger:
         """Count an attempt as it starts and return its number; None when the shard is already done."""
         with self.writing(f"record an attempt at shard {shard_id}") as conn:
             return ledger_sql.record_attempt(conn, run_id, shard_id, host, device, utc_now())
+
+    def record_progress(self, run_id: str, shard_id: int, attempt: int, rows: int, failed: int) -> bool:
+        """Record how far a running attempt has got: ``rows`` through the engine, ``failed`` dead letters.
+
+        Its own short transaction, which never waits on a busy shard row or
+        database: the row locked by a merge (PostgreSQL) comes back False, a
+        busy SQLite file raises :class:`~shardwise.errors.TransientError`
+        after a moment; either way the caller skips this report. False too
+        when the attempt is no longer the shard's current one, or it is done.
+        """
+        action = f"record the progress of shard {shard_id}"
+        with (
+            mapped_errors(action, self.engine.url),
+            self.engine.connect() as conn,
+            brief_waits(conn),
+            write_transaction(conn),
+        ):
+            return ledger_sql.record_progress(conn, run_id, shard_id, attempt, rows, failed, utc_now())
+
+    def shard_progress(self, run_id: str) -> list[ShardProgress]:
+        """The run's shards as a progress display reads them: one quick read of ``shardwise_shards``."""
+        with self.reading(f"read the progress of run {run_id}") as conn:
+            return ledger_sql.shard_progress(conn, run_id)
 
     def mark_shard_failed(self, run_id: str, shard_id: int, error: str) -> bool:
         """Mark a shard failed with its last error; a done shard stays done (then returns False)."""

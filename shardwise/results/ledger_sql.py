@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 from shardwise.results.codec import decode_json, decode_timestamp, encode_json, timestamp_param
-from shardwise.results.outcomes import RunCounts, RunSummary, StoredDeadLetter, StoredShard
+from shardwise.results.outcomes import RunCounts, RunSummary, ShardProgress, StoredDeadLetter, StoredShard
 from shardwise.results.records import RunRecord, ShardReport
 from shardwise.results.sqlfiles import load_script, query
 from shardwise.sources.base import SourcePlan
@@ -31,8 +31,10 @@ __all__ = [
     "merge_dead_letters",
     "record_attempt",
     "record_objects",
+    "record_progress",
     "run_summary",
     "seen_objects",
+    "shard_progress",
     "shards",
     "start_run",
 ]
@@ -46,18 +48,30 @@ def _ts(conn: sa.Connection, value: datetime) -> datetime | str:
     return timestamp_param(conn.dialect.name, value)
 
 
-_UPGRADES = {"precision": "runs_add_precision", "precision_agreement": "runs_add_precision_agreement"}
-"""Columns ``shardwise_runs`` gained after its first release, and the file adding each to an older ledger."""
+_UPGRADES = {
+    "shardwise_runs": {
+        "precision": "runs_add_precision",
+        "precision_agreement": "runs_add_precision_agreement",
+    },
+    "shardwise_shards": {
+        "progress_rows": "shards_add_progress_rows",
+        "progress_failed": "shards_add_progress_failed",
+        "progress_at": "shards_add_progress_at",
+    },
+}
+"""Columns each ledger table gained after its first release, and the file adding each to an older ledger."""
 
 
 def create_ledger(conn: sa.Connection) -> None:
     """Create the ledger tables, and add to an older ledger the columns it lacks."""
     for stmt in load_script(conn.dialect.name, "ledger_schema"):
         conn.exec_driver_sql(stmt)
-    have = {c["name"] for c in sa.inspect(conn).get_columns("shardwise_runs")}
-    for column, upgrade in _UPGRADES.items():
-        if column not in have:
-            conn.execute(_q(conn, upgrade))
+    inspector = sa.inspect(conn)
+    for table, upgrades in _UPGRADES.items():
+        have = {c["name"] for c in inspector.get_columns(table)}
+        for column, upgrade in upgrades.items():
+            if column not in have:
+                conn.execute(_q(conn, upgrade))
 
 
 def start_run(conn: sa.Connection, run: RunRecord, plan: SourcePlan, now: datetime) -> SourcePlan:
@@ -211,6 +225,19 @@ def record_attempt(
     params = {"run_id": run_id, "shard_id": shard_id, "started_at": _ts(conn, now)}
     found = conn.execute(_q(conn, "shard_attempt"), {**params, "host": host, "device": device}).scalar()
     return None if found is None else int(found)
+
+
+def record_progress(
+    conn: sa.Connection, run_id: str, shard_id: int, attempt: int, rows: int, failed: int, now: datetime
+) -> bool:
+    """Record how far ``attempt`` has got; False when it is no longer current (or the row is busy)."""
+    params = {"run_id": run_id, "shard_id": shard_id, "attempt": attempt, "progress_at": _ts(conn, now)}
+    return conn.execute(_q(conn, "shard_progress"), {**params, "rows": rows, "failed": failed}).rowcount == 1
+
+
+def shard_progress(conn: sa.Connection, run_id: str) -> list[ShardProgress]:
+    rows = conn.execute(_q(conn, "shards_progress"), {"run_id": run_id}).mappings()
+    return [ShardProgress(**r) for r in rows]
 
 
 def mark_shard_failed(conn: sa.Connection, run_id: str, shard_id: int, error: str, now: datetime) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 from shardwise.results.records import RunRecord, RunStatus
 
-__all__ = ["MergeOutcome", "RunCounts", "RunSummary", "StoredDeadLetter", "StoredShard"]
+__all__ = ["MergeOutcome", "RunCounts", "RunSummary", "ShardProgress", "StoredDeadLetter", "StoredShard"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +97,21 @@ class StoredShard:
     device: str | None
     engine: Mapping[str, Any] = field(default_factory=dict)
     last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShardProgress:
+    """One shard as a progress display reads it from ``shardwise_shards``.
+
+    A done shard's counts are in ``rows_in`` and ``rows_failed``; a shard
+    still being scored reports ``progress_rows`` and ``progress_failed``
+    (None until its current attempt first reports).
+    """
+
+    shard_id: int
+    status: str
+    expected_rows: int
+    rows_in: int | None
+    rows_failed: int | None
+    progress_rows: int | None
+    progress_failed: int | None

@@ -48,6 +48,9 @@ CREATE TABLE IF NOT EXISTS shardwise_shards (
     oom_splits          integer,
     engine              jsonb,
     last_error          text,
+    progress_rows       bigint,
+    progress_failed     bigint,
+    progress_at         timestamptz,
     PRIMARY KEY (run_id, shard_id)
 );
 

@@ -1,10 +1,14 @@
 -- Count an attempt as it starts; the ledger, not the caller, numbers attempts,
 -- so a task that a cluster re-runs after a worker died still counts as a new one.
+-- The attempt's live progress starts again from zero.
 -- No row comes back when the shard is done (or not in the plan).
 UPDATE shardwise_shards
 SET attempts = attempts + 1,
     started_at = CAST(:started_at AS timestamptz),
     host = COALESCE(CAST(:host AS text), host),
-    device = COALESCE(CAST(:device AS text), device)
+    device = COALESCE(CAST(:device AS text), device),
+    progress_rows = 0,
+    progress_failed = 0,
+    progress_at = NULL
 WHERE run_id = :run_id AND shard_id = :shard_id AND status <> 'done'
 RETURNING attempts

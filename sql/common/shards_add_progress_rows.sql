@@ -1,0 +1,2 @@
+-- Upgrade: a ledger made before running shards reported their progress.
+ALTER TABLE shardwise_shards ADD COLUMN progress_rows bigint

@@ -1,0 +1,5 @@
+-- One run's shards as a progress display needs them: done shards' counts, running ones' progress.
+SELECT shard_id, status, expected_rows, rows_in, rows_failed, progress_rows, progress_failed
+FROM shardwise_shards
+WHERE run_id = :run_id
+ORDER BY shard_id

@@ -1,0 +1,74 @@
+"""Live progress of a score flow run: listeners see a shard move while it runs, then the final count."""
+
+from __future__ import annotations
+
+import pytest
+from flow_data import BAD_ROWS, make_docs, slow_tiny_shards
+
+from flows.params import ScoreParams
+from flows.score import score
+from shardwise.pipeline import RunSnapshot
+from tasks.progress import listening
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+ROWS = 600
+
+
+@pytest.fixture
+def slow_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard of the tiny model lasts a few seconds; shards report and the flow reads often."""
+    from tasks import progress
+
+    slow_tiny_shards(monkeypatch, 0.04, 0.05)
+    monkeypatch.setattr(progress, "POLL_EVERY_S", 0.1)
+
+
+def _watched_run(url: str) -> tuple[dict, list[RunSnapshot]]:
+    make_docs(url, ROWS)
+    seen: list[RunSnapshot] = []
+    with listening(seen.append):
+        state = score(
+            ScoreParams(model="tiny", source=url, table="docs", shards=1, runner="thread", precision="fp32"),
+            return_state=True,
+        )
+    assert state.is_completed(), state.message
+    return state.result(), seen
+
+
+def _check(summary: dict, seen: list[RunSnapshot]) -> None:
+    total = ROWS + len(BAD_ROWS)
+    assert {s.run_id for s in seen} == {summary["run_id"]}
+    running = [s for s in seen if not s.final and 0 < s.rows_done < s.rows_total]
+    assert running, f"no snapshot caught the shard mid-way: {seen}"
+    assert all(s.shards_done == 0 and s.shards_total == 1 and s.rows_total == total for s in running)
+    assert [s.rows_done for s in seen] == sorted(s.rows_done for s in seen), "progress only moves forward"
+    final = seen[-1]
+    assert final.final and [s.final for s in seen].count(True) == 1
+    assert (final.shards_done, final.shards_failed, final.rows_done, final.rows_total) == (1, 0, total, total)
+    assert final.dead_letters == len(BAD_ROWS) and final.percent == 100.0
+
+
+def test_a_listener_sees_a_sqlite_run_move_within_its_shard(sqlite_url: str, slow_scoring: None) -> None:
+    _check(*_watched_run(sqlite_url))
+
+
+@pytest.mark.postgres
+def test_a_listener_sees_a_postgres_run_move_within_its_shard(pg_url: str, slow_scoring: None) -> None:
+    _check(*_watched_run(pg_url))
+
+
+def test_the_progress_artifact_ends_at_the_runs_counts(sqlite_url: str) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    make_docs(sqlite_url, 50, bad=False)
+    state = score(ScoreParams(model="tiny", source=sqlite_url, table="docs", shards=2), return_state=True)
+    assert state.is_completed(), state.message
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["shardwise-progress"]))
+        )
+    mine = [a for a in found if a.flow_run_id == state.state_details.flow_run_id]
+    assert mine and mine[0].data == 100.0
+    assert mine[0].description == "2/2 shards, 50/50 rows, 0 dead letters"
