@@ -1,4 +1,4 @@
-"""What a run shows in the Prefect UI: a summary, a table per shard, and live progress.
+"""What a run shows in the Prefect UI: a summary and a table per shard (live progress: tasks/progress.py).
 
 Everything here is built from figures already computed by the engine and the
 store; nothing holds a secret (sources appear by their password-free identity).
@@ -8,35 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
-from uuid import UUID
 
-from prefect.artifacts import (
-    create_markdown_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
-)
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from shardwise.pipeline import ShardOutcome
+from shardwise.words import plural
+from tasks.markdown import code, text
 
-__all__ = ["Progress", "publish_plan", "publish_run", "worker_rows"]
-
-
-class Progress:
-    """A progress artifact moved forward as shards finish (0-100 %)."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.finished = total, 0
-        self.artifact_id: UUID = create_progress_artifact(  # type: ignore[assignment]
-            progress=0.0 if total else 100.0, key="shardwise-progress", description="Shards finished"
-        )
-
-    def advance(self, outcome: ShardOutcome | None = None) -> None:
-        """One more shard finished (``outcome`` None: it failed)."""
-        self.finished += 1
-        update_progress_artifact(
-            artifact_id=self.artifact_id, progress=100.0 * self.finished / max(self.total, 1)
-        )
+__all__ = ["plan_markdown", "publish_plan", "publish_run", "run_markdown", "worker_rows"]
 
 
 def shard_rows(outcomes: Sequence[ShardOutcome]) -> list[dict[str, Any]]:
@@ -112,51 +91,57 @@ def run_markdown(
     workers: Sequence[Mapping[str, Any]],
     failed: Mapping[int, str],
 ) -> str:
-    """A readable report: totals, engine figures, versions, per-shard wall time, and SQL to query it."""
+    """A readable report: totals, engine figures, versions, per-shard wall time, and SQL to query it.
+
+    Every value passes through :mod:`tasks.markdown`, so none can break the tables.
+    """
     run_id, table = summary["run_id"], summary["results_table"]
     lines = [
-        f"# Shardwise run `{run_id}`",
+        f"# Shardwise run {code(run_id)}",
         "",
         "| | |",
         "|---|---|",
-        f"| Status | **{summary['status']}** |",
+        f"| Status | **{text(summary['status'])}** |",
         f"| Rows scored | {summary['rows_out']} ({summary['inserted']} new, {summary['updated']} updated, "
         f"{summary['unchanged']} unchanged) |",
         f"| Dead letters | {summary['rows_failed']} |",
+        f"| Truncated rows | {summary['rows_truncated']} (longer than the model's limit: scored on their "
+        "start) |",
         f"| Shards | {summary['shards_done']}/{summary['shards_total']} done, "
         f"{summary['shards_failed']} failed |",
         f"| Padding efficiency | {summary['padding_efficiency']:.3f} |",
         f"| Rows/s | {summary['rows_per_s']:.1f} |",
         f"| Tokens/s | {summary['tokens_per_s']:.1f} |",
         f"| OOM splits | {summary['oom_splits']} |",
-        f"| Model | {summary['model']} `{summary['model_version'][:16]}` |",
-        f"| Precision | {_precision(summary)} |",
-        f"| Code version | `{summary['code_version']}` |",
-        f"| Source | `{summary['source']}` (snapshot `{summary['snapshot'] or 'none'}`) |",
-        f"| Started by | {summary['started_by']} |",
-        f"| Runner | {summary['runner']}, {summary['workers']} worker(s) |",
+        f"| Model | {text(summary['model'])} {code(summary['model_version'][:16])} |",
+        f"| Precision | {text(_precision(summary))} |",
+        f"| Code version | {code(summary['code_version'])} |",
+        f"| Source | {code(summary['source'])} (snapshot {code(summary['snapshot'] or 'none')}) |",
+        f"| Started by | {text(summary['started_by'])} |",
+        f"| Runner | {text(summary['runner'])}, {plural(summary['workers'], 'worker')} |",
         "",
         "## Workers",
         "",
         "| worker | host | device | shards | rows | busy s | model load s |",
         "|---|---|---|---|---|---|---|",
         *(
-            f"| {w['worker']} | {w['host']} | {w['device']} | {w['shards']} | {w['rows']} | "
-            f"{w['busy_s']} | {w['model_load_s']} |"
+            f"| {code(w['worker'])} | {text(w['host'])} | {text(w['device'])} | {w['shards']} | "
+            f"{w['rows']} | {w['busy_s']} | {w['model_load_s']} |"
             for w in workers
         ),
         "",
         "## Shards",
         "",
-        "| shard | status | rows in | scored | dead letters | wall s | padding eff. | rows/s | host | device "
-        "|",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| shard | status | rows in | scored | dead letters | truncated | wall s | padding eff. | rows/s | "
+        "host | device |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *(
-            f"| {r['shard']} | {r['status']} | {r['rows_in']} | {r['scored']} | {r['dead_letters']} | "
-            f"{r['wall_s']} | {r['padding_efficiency']} | {r['rows_per_s']} | {r['host']} | {r['device']} |"
+            f"| {r['shard']} | {text(r['status'])} | {r['rows_in']} | {r['scored']} | {r['dead_letters']} | "
+            f"{r['truncated']} | {r['wall_s']} | {r['padding_efficiency']} | {r['rows_per_s']} | "
+            f"{text(r['host'])} | {text(r['device'])} |"
             for r in rows
         ),
-        *(f"| {shard} | **failed** | | | | | | | | |" for shard in sorted(failed)),
+        *(f"| {shard} | **failed** | | | | | | | | | |" for shard in sorted(failed)),
         "",
         "## Query the results",
         "",
@@ -169,17 +154,30 @@ def run_markdown(
         "```",
     ]
     if failed:
-        lines += ["", "## Failed shards", "", *(f"- shard {i}: {msg}" for i, msg in sorted(failed.items()))]
+        lines += [
+            "",
+            "## Failed shards",
+            "",
+            *(f"- shard {i}: {text(msg)}" for i, msg in sorted(failed.items())),
+        ]
     return "\n".join(lines)
 
 
-def publish_plan(report: Mapping[str, Any]) -> None:
-    """The dry run's report."""
+def plan_markdown(report: Mapping[str, Any]) -> str:
+    """The dry run's report as a two-column table; values that name things are shown as code."""
     lines = [
         "# Shardwise plan (dry run)",
         "",
         "| | |",
         "|---|---|",
-        *(f"| {name} | {value} |" for name, value in report.items()),
+        *(
+            f"| {text(name)} | {code(value) if isinstance(value, str) else text(value)} |"
+            for name, value in report.items()
+        ),
     ]
-    create_markdown_artifact(key="shardwise-plan", markdown="\n".join(lines))
+    return "\n".join(lines)
+
+
+def publish_plan(report: Mapping[str, Any]) -> None:
+    """The dry run's report."""
+    create_markdown_artifact(key="shardwise-plan", markdown=plan_markdown(report))

@@ -53,9 +53,9 @@ def test_artifacts_hold_the_run_figures_and_events_carry_counts(sqlite_url: str,
     assert f"{summary['padding_efficiency']:.3f}" in markdown and "| OOM splits | 0 |" in markdown
     assert summary["model_version"][:16] in markdown and summary["code_version"] in markdown
     assert f"WHERE run_id = '{summary['run_id']}'" in markdown
-    assert "| Runner | thread, 1 worker(s) |" in markdown and "## Workers" in markdown
+    assert "| Runner | thread, 1 worker |" in markdown and "## Workers" in markdown
     host = socket.gethostname()
-    worker_lines = [line for line in markdown.splitlines() if line.startswith(f"| {host}:")]
+    worker_lines = [line for line in markdown.splitlines() if line.startswith(f"| `{host}:")]
     assert len(worker_lines) == 1 and "| cpu | 3 | 243 |" in worker_lines[0], worker_lines
     table = artifacts["shardwise-shards"].data
     rows = table if isinstance(table, list) else __import__("json").loads(table)

@@ -1,0 +1,109 @@
+"""The run and plan artifacts render as written: no value can split a table row or become a link."""
+
+from __future__ import annotations
+
+import re
+
+from tasks.artifacts import plan_markdown, run_markdown
+from tasks.markdown import code, text
+
+SNAPSHOT = "00000003-0000001B-1|pg"  # PostgreSQL snapshot ids may hold a |
+SOURCE = "postgresql://app@db.example:5432/prod#public.docs"
+
+
+def _cells(row: str) -> list[str]:
+    """A Markdown table row split the way GitHub-flavoured Markdown splits it: on unescaped pipes."""
+    return re.split(r"(?<!\\)\|", row.strip())[1:-1]
+
+
+def _summary(**overrides: object) -> dict:
+    summary = {
+        "run_id": "run-1",
+        "status": "completed",
+        "rows_out": 10,
+        "inserted": 10,
+        "updated": 0,
+        "unchanged": 0,
+        "rows_failed": 1,
+        "rows_truncated": 2,
+        "shards_done": 1,
+        "shards_total": 1,
+        "shards_failed": 0,
+        "padding_efficiency": 0.9,
+        "rows_per_s": 100.0,
+        "tokens_per_s": 1000.0,
+        "oom_splits": 0,
+        "model": "my_model*v2",
+        "model_version": "abc|def",
+        "precision": "fp32",
+        "precision_agreement": None,
+        "code_version": "1.0",
+        "source": SOURCE,
+        "snapshot": SNAPSHOT,
+        "started_by": "user:ops@example",
+        "runner": "thread",
+        "workers": 1,
+        "results_table": "shardwise_results",
+    }
+    return {**summary, **overrides}
+
+
+SHARD = {
+    "shard": 0,
+    "status": "done",
+    "rows_in": 11,
+    "scored": 10,
+    "dead_letters": 1,
+    "truncated": 2,
+    "wall_s": 1.0,
+    "padding_efficiency": 0.9,
+    "rows_per_s": 10.0,
+    "host": "node|a",
+    "device": "cpu",
+}
+
+
+def test_every_table_row_of_the_run_report_keeps_its_columns() -> None:
+    workers = [
+        {
+            "worker": "h|1:2/0",
+            "host": "h",
+            "device": "cpu",
+            "shards": 1,
+            "rows": 11,
+            "busy_s": 1,
+            "model_load_s": 0,
+        }
+    ]
+    markdown = run_markdown(_summary(), [SHARD], workers, {3: "ValueError: a | b"})
+    tables: list[list[str]] = []
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            if tables and len(tables[-1]) and line.startswith("|---"):
+                continue
+            tables.append(_cells(line))
+    by_width: dict[int, int] = {}
+    for cells in tables:
+        by_width[len(cells)] = by_width.get(len(cells), 0) + 1
+    assert set(by_width) == {2, 7, 11}, by_width  # the summary, workers and shards tables only
+    assert f"`{SNAPSHOT.replace('|', chr(92) + '|')}`" in markdown
+
+
+def test_the_run_report_counts_truncated_rows() -> None:
+    markdown = run_markdown(_summary(), [SHARD], [], {})
+    assert "| Truncated rows | 2 " in markdown
+
+
+def test_no_address_in_a_report_can_become_a_mail_link() -> None:
+    markdown = run_markdown(_summary(), [], [], {})
+    assert "ops\\@example" in markdown  # plain text: escaped
+    assert f"`{SOURCE}`" in markdown  # code: never linked
+    plan = plan_markdown({"source": SOURCE, "snapshot": SNAPSHOT, "shards": 2, "note": "a@b"})
+    for line in plan.splitlines()[4:]:
+        assert len(_cells(line)) == 2, line
+    assert "`a@b`" in plan and f"`{SOURCE}`" in plan  # strings name things: shown as code
+
+
+def test_text_and_code_give_one_line() -> None:
+    assert text("a\nb|c*d_e") == "a b\\|c\\*d\\_e"
+    assert code("x`y|z\n") == "`x'y\\|z`"
