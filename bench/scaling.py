@@ -77,7 +77,7 @@ def one_run(url: str, args: argparse.Namespace, workers: int, table: str) -> dic
         device=args.device,
     )
     started = time.perf_counter()
-    summary = run_and_report(params)
+    summary = run_and_report(params).summary
     wall = time.perf_counter() - started
     if summary is None:
         raise SystemExit(f"the {workers}-worker run failed")

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-
-from flows.cli_options import add_runner_arguments, add_source_arguments, fanout_options, score_params
+from typing import Any, NoReturn
 
 __all__ = ["entry", "main"]
 
@@ -34,6 +34,10 @@ def entry() -> None:
     except SystemExit as exc:  # argparse's usage errors (2) and --help (0)
         code[0] = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         raise
+    if not {"-v", "--verbose"} & set(sys.argv[1:]):
+        # Runs before Prefect's own exit handlers (last registered, first run): its "Stopping
+        # temporary server" line would otherwise follow the run's closing line.
+        atexit.register(logging.getLogger("prefect").setLevel, logging.WARNING)
     sys.exit(code[0])
 
 
@@ -44,93 +48,200 @@ def _exit_now(code: list[int]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; return the process exit code (0 ok, 1 run failed, 2 bad input)."""
+    """Run one subcommand; return the process exit code (see :mod:`flows.outcome`)."""
     args = _parser().parse_args(argv)
     _environment_defaults()
-    from pydantic import ValidationError
+    from flows.outcome import code_for, quiet_console, say_error
 
-    from shardwise.errors import ShardwiseError
-    from shardwise.redact import redact
-
+    undo = quiet_console() if getattr(args, "verbose", None) is False else None
     try:
         return int(args.handler(args))
-    except (ShardwiseError, ValidationError) as exc:
-        print(f"shardwise: error: {redact(str(exc))}", file=sys.stderr)
-        return 2
+    except Exception as exc:
+        code = code_for(exc)
+        if code == 1 or getattr(args, "verbose", False):
+            raise  # a bug, or asked for: the traceback is the message
+        say_error(exc)
+        return code
+    finally:
+        if undo is not None:
+            undo()
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes in one line that names the fix, instead of the whole usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        from flows.outcome import BAD_INPUT
+
+        self.exit(BAD_INPUT, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+_EXAMPLE_DB = "sqlite:///shardwise-work/shardwise.db"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shardwise", description="Batch inference over tables.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    from flows.cli_options import FANOUT_OPTIONS, SOURCE_OPTIONS, add_param_options
+    from flows.outcome import EXIT_CODES_HELP
 
-    run = commands.add_parser("run", help="score a source table into a results table (a Prefect flow run)")
-    add_source_arguments(run)
-    run.add_argument("--results", help="results database URL (default: the source database)")
-    run.add_argument("--results-table", default="shardwise_results")
-    run.add_argument("--max-tokens", type=int, help="token budget per batch (device default)")
-    run.add_argument("--resume", metavar="RUN_ID", help="finish a failed run with its stored plan")
-    add_runner_arguments(run)
-    run.set_defaults(handler=_run)
-
-    redrive = commands.add_parser(
-        "redrive", help="score again the dead letters of a run whose input changed since (all with --force)"
+    parser = _Parser(
+        prog="shardwise",
+        description="Batch inference over tables: score a SQL table or a Parquet dataset with a model, "
+        "shard by shard, into a results table, each row exactly once and with its lineage. Each "
+        "subcommand has its own --help with an example.",
+        epilog=EXIT_CODES_HELP,
     )
-    add_source_arguments(redrive)
-    redrive.add_argument(
-        "--run", required=True, metavar="RUN_ID", help="the run whose dead letters to redrive"
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument(
+        "-v", "--verbose", action="store_true", help="show Prefect's log and the traceback of an error"
     )
-    redrive.add_argument("--force", action="store_true", help="also keys whose input did not change")
-    redrive.add_argument("--results", help="results database URL (default: the source database)")
-    redrive.add_argument("--results-table", default="shardwise_results")
-    add_runner_arguments(redrive)
-    redrive.set_defaults(handler=_redrive)
 
-    watch = commands.add_parser("watch", help="emit shardwise.data.landed when new rows or objects land")
+    def command(name: str, summary: str, about: str, example: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name,
+            help=summary,
+            description=f"{about}\n\nexample:\n  {example}",
+            epilog=EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            **kwargs,
+        )
+
+    def scoring(name: str, summary: str, about: str, example: str, own: tuple[str, ...]) -> None:
+        parser = command(name, summary, about, example, parents=[verbose])
+        add_param_options(parser, (*SOURCE_OPTIONS, *own))
+        add_param_options(_fanout_group(parser), FANOUT_OPTIONS)
+        _progress_options(parser)
+        parser.set_defaults(handler=_score)
+
+    scoring(
+        "run",
+        "score a source table into a results table (a Prefect flow run)",
+        "Plan the source into shards, score every shard with the model, and merge the results into the\n"
+        "results table exactly once, with lineage; bad rows go to shardwise_errors. A live progress bar\n"
+        "shows on a terminal. If shards still fail after their retries, the run ends failed (exit 1)\n"
+        "and --resume RUN_ID finishes it with the same plan.",
+        f"shardwise run --source {_EXAMPLE_DB} --table docs --model minilm --only-new",
+        ("max_tokens", "resume"),
+    )
+    scoring(
+        "redrive",
+        "score again the dead letters of a run whose input changed since (all with --force)",
+        "Score again the rows a run dead-lettered (see shardwise_errors), as a new run. By default only\n"
+        "rows whose input changed since they failed are taken: someone fixed them. --force takes them\n"
+        "all. With nothing changed it says so and exits 0.",
+        f"shardwise redrive --source {_EXAMPLE_DB} --table docs --run RUN_ID",
+        ("redrive", "force"),
+    )
+
+    plan = command(
+        "plan",
+        "dry run: shards, rows, estimated tokens, what --only-new skips",
+        "Plan the run without scoring or writing anything: how many shards and rows, the estimated\n"
+        "tokens, and how many rows --only-new would skip because they already have a current result.",
+        f"shardwise plan --source {_EXAMPLE_DB} --table docs --rows-per-shard 5000",
+        parents=[verbose],
+    )
+    add_param_options(plan, SOURCE_OPTIONS)
+    add_param_options(_fanout_group(plan), FANOUT_OPTIONS)
+    plan.set_defaults(handler=_plan)
+
+    watch = command(
+        "watch",
+        "emit shardwise.data.landed when new rows or objects land",
+        "Watch a source and emit the Prefect event shardwise.data.landed when new rows or objects land;\n"
+        "the on-new-data deployment in prefect.yaml scores only those. PostgreSQL tables are watched\n"
+        "with LISTEN/NOTIFY (after --install-trigger) or by polling, Parquet folders and S3 prefixes by\n"
+        "listing. Needs a Prefect server (PREFECT_API_URL).",
+        "shardwise watch --source env:SHARDWISE_SOURCE_URL --table docs --name docs --mode notify",
+    )
     watch.add_argument(
-        "--source", required=True, help="database URL (or env:NAME), Parquet path or s3:// prefix"
+        "--source",
+        required=True,
+        metavar="URL|PATH|env:NAME",
+        help="database URL (or env:NAME / secret:NAME), Parquet path, or s3:// prefix",
     )
     watch.add_argument("--table", help="table to watch, for a database source")
-    watch.add_argument("--key", default="id")
+    watch.add_argument("--key", default="id", help="key column of the table (default: id)")
     watch.add_argument(
         "--name", required=True, help="source name: the event resource is shardwise.source.NAME"
     )
     watch.add_argument("--updated-at", help="timestamp column for the polling watermark")
-    watch.add_argument("--mode", default="auto", choices=["auto", "notify", "poll"])
+    watch.add_argument(
+        "--mode",
+        default="auto",
+        choices=["auto", "notify", "poll"],
+        help="notify: PostgreSQL LISTEN/NOTIFY; poll: query every --interval; auto: notify when the "
+        "trigger is installed, else poll (default: auto)",
+    )
     watch.add_argument("--install-trigger", action="store_true", help="install the PostgreSQL NOTIFY trigger")
-    watch.add_argument("--interval", type=float, default=30.0, help="seconds between polls or listings")
-    watch.add_argument("--debounce", type=float, default=2.0, help="seconds to gather notifications")
+    watch.add_argument(
+        "--interval", type=float, default=30.0, help="seconds between polls or listings (default: 30)"
+    )
+    watch.add_argument(
+        "--debounce", type=float, default=2.0, help="seconds to gather notifications (default: 2)"
+    )
     watch.add_argument("--results", help="results database (Parquet sources: skip objects already scored)")
     watch.set_defaults(handler=_watch)
 
-    plan = commands.add_parser("plan", help="dry run: shards, rows, estimated tokens, what --only-new skips")
-    add_source_arguments(plan)
-    plan.add_argument("--results", help="results database URL (for --only-new; default: the source)")
-    plan.add_argument("--results-table", default="shardwise_results")
-    add_runner_arguments(plan)
-    plan.set_defaults(handler=_plan)
-
-    serve = commands.add_parser(
-        "serve", help="serve the prefect.yaml deployments from this process (no worker)"
+    serve = command(
+        "serve",
+        "serve the prefect.yaml deployments from this process (no worker)",
+        "Register the deployments of prefect.yaml (nightly, manual, on-new-data) and run their flow runs\n"
+        "in this process until interrupted. Needs a Prefect server (PREFECT_API_URL).",
+        "PREFECT_API_URL=http://127.0.0.1:4200/api shardwise serve",
     )
     serve.add_argument(
         "--prefect-yaml", type=Path, default=None, help="deployments file (default: the checkout's)"
     )
     serve.set_defaults(handler=_serve)
 
-    deploy = commands.add_parser("deploy", help="create the process work pool and deploy prefect.yaml to it")
+    deploy = command(
+        "deploy",
+        "create the process work pool and deploy prefect.yaml to it",
+        "Create the process work pool and deploy every deployment of prefect.yaml to it; a worker\n"
+        "(prefect worker start --pool shardwise) then runs them.",
+        "PREFECT_API_URL=http://127.0.0.1:4200/api shardwise deploy",
+    )
     deploy.set_defaults(handler=_deploy)
 
-    demo = commands.add_parser(
-        "demo", help="build a SQLite table and Parquet files from harvested text, score both"
+    demo = command(
+        "demo",
+        "build a SQLite table and Parquet files from harvested text, score both",
+        "Build a SQLite table and Parquet files from docstrings of the installed Python (nothing is\n"
+        "downloaded), add a few bad rows, and score both on Prefect's temporary server.",
+        "shardwise demo --rows 2000",
+        parents=[verbose],
     )
     demo.add_argument("--workdir", type=Path, default=Path("shardwise-work"), help="where files are written")
     demo.add_argument(
         "--model", default=None, help="catalogue name or model directory (default: minilm, or tiny)"
     )
-    demo.add_argument("--rows", type=int, default=2000, help="how many texts to harvest")
-    demo.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    demo.add_argument("--rows", type=int, default=2000, help="how many texts to harvest (default: 2000)")
+    demo.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: auto")
+    _progress_options(demo)
     demo.set_defaults(handler=_demo)
     return parser
+
+
+def _fanout_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    return parser.add_argument_group("fan-out", "what runs the shards (README: Scaling out)")
+
+
+def _progress_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--progress",
+        default="auto",
+        choices=("auto", "bar", "lines", "none"),
+        help="progress on stderr: a live bar, a line every --progress-every seconds, or none "
+        "(default: auto, a bar on a terminal, else lines)",
+    )
+    parser.add_argument(
+        "--progress-every",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between progress lines (default: 10)",
+    )
 
 
 def _environment_defaults() -> None:
@@ -143,20 +254,18 @@ def _environment_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
-def _run(args: argparse.Namespace) -> int:
+def _score(args: argparse.Namespace) -> int:
+    """``run`` and ``redrive``: the same flow, told apart by their options; checked before it starts."""
+    from flows.cli_options import score_params
     from flows.run import preflight, run_and_report
 
-    params = score_params(args, max_tokens=args.max_tokens, resume=args.resume, **fanout_options(args))
-    preflight(params)
-    return 0 if run_and_report(params) else 1
-
-
-def _redrive(args: argparse.Namespace) -> int:
-    from flows.run import preflight, run_and_report
-
-    params = score_params(args, redrive=args.run, force=args.force, **fanout_options(args))
-    preflight(params)
-    return 0 if run_and_report(params) else 1
+    params = score_params(args)
+    idle = preflight(params)
+    if idle is not None:
+        print(idle)
+        return 0
+    shown = {"progress": args.progress, "progress_every": args.progress_every}
+    return run_and_report(params, verbose=args.verbose, **shown).code
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -178,16 +287,19 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from flows.cli_options import score_params
     from flows.run import print_plan
 
-    print_plan(score_params(args, **fanout_options(args)))
+    print_plan(score_params(args))
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
     from flows.demo import run_demo
 
-    return 0 if run_demo(args.workdir, args.model or _default_model(), args.rows, args.device) else 1
+    model = args.model or _default_model()
+    shown = {"progress": args.progress, "every": args.progress_every}
+    return run_demo(args.workdir, model, args.rows, args.device, **shown)
 
 
 def _serve(args: argparse.Namespace) -> int:

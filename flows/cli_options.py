@@ -1,117 +1,142 @@
-"""The options ``run``, ``redrive`` and ``plan`` share, and how they become the flow's :class:`ScoreParams`.
+"""The options of ``run``, ``redrive`` and ``plan``, generated from the flow's :class:`ScoreParams`.
 
-Parsing checks each value as it is read (a device, an agreement), so a
-mistake is one usage line before anything imports torch or Prefect. A URL
-that holds a password is swapped for an ``env:`` name here, so Prefect never
-stores it in run parameters.
+The parameter model is the one place where an option's name, type, choices,
+default, description and rules live: the Prefect UI's form renders it, and
+these options are made from it. A URL that holds a password is swapped for an
+``env:`` name here, so Prefect never stores it in run parameters.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
-__all__ = ["add_runner_arguments", "add_source_arguments", "fanout_options", "score_params"]
+from pydantic_core import PydanticUndefined
 
-
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--source", required=True, help="database URL, Parquet path/glob, or s3://bucket/prefix"
-    )
-    parser.add_argument("--table", help="source table, for a database source")
-    parser.add_argument("--key", default="id", help="key column (integer or text)")
-    parser.add_argument("--text-column", default="text")
-    parser.add_argument("--where", help="SQL filter on the source table")
-    parser.add_argument("--model", default="minilm", help="minilm, tiny, or a local encoder directory")
-    sizing = parser.add_mutually_exclusive_group()
-    sizing.add_argument("--shards", type=int, help="exactly this many shards")
-    sizing.add_argument("--rows-per-shard", type=int, help="about this many rows per shard (default 10000)")
-    parser.add_argument("--only-new", action="store_true", help="only rows without a current result")
-    parser.add_argument(
-        "--device",
-        default="auto",
-        type=_device,
-        help="auto, cpu, cuda (one GPU per worker) or cuda:N (default: auto)",
-    )
-    parser.add_argument(
-        "--precision",
-        default="auto",
-        choices=("auto", "fp32", "bf16", "fp16"),
-        help="numeric precision (default: auto, the fastest the device computes natively; README: Precision)",
-    )
-    parser.add_argument(
-        "--min-agreement",
-        type=_agreement,
-        default=None,
-        help="accuracy guard: minimum cosine to fp32 a reduced precision must reach (default 0.999)",
-    )
+__all__ = ["FANOUT_OPTIONS", "SOURCE_OPTIONS", "add_param_options", "flag_for", "score_params"]
 
 
-def _agreement(value: str) -> float:
-    try:
-        found = float(value)
-    except ValueError:
-        found = -1.0
-    if not 0 < found <= 1:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not an agreement; give a number in (0, 1], such as 0.999 (the default)"
-        )
-    return found
+SOURCE_OPTIONS = (
+    "source",
+    "table",
+    "key",
+    "text_column",
+    "where",
+    "model",
+    "results",
+    "results_table",
+    "shards",
+    "rows_per_shard",
+    "only_new",
+    "device",
+    "precision",
+    "min_agreement",
+)
+"""The :class:`ScoreParams` fields that ``run``, ``redrive`` and ``plan`` all take, in ``--help`` order."""
+FANOUT_OPTIONS = ("runner", "workers", "address", "threads", "deployment")
+"""The fields that choose what runs the shards; their own ``--help`` group."""
+_FLAGS = {"redrive": "--run"}
+"""Fields whose option is not simply ``--field-name``."""
+_METAVARS = {
+    "source": "URL|PATH|env:NAME",
+    "results": "URL|env:NAME",
+    "table": "TABLE",
+    "key": "COLUMN",
+    "text_column": "COLUMN",
+    "where": "SQL",
+    "model": "NAME|DIR",
+    "results_table": "TABLE",
+    "shards": "N",
+    "rows_per_shard": "N",
+    "min_agreement": "COSINE",
+    "max_tokens": "N",
+    "workers": "N",
+    "threads": "N",
+    "deployment": "FLOW/NAME",
+    "resume": "RUN_ID",
+    "redrive": "RUN_ID",
+}
 
 
-def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
-    from tasks.runners import RUNNERS
-
-    group = parser.add_argument_group("fan-out", "what runs the shards (README: Scaling out)")
-    group.add_argument("--runner", default="thread", choices=RUNNERS, help="default: thread")
-    group.add_argument(
-        "--workers",
-        type=int,
-        help="workers scoring at once (default: one per visible GPU, else 1); with --address it sizes "
-        "the default shard count",
-    )
-    group.add_argument(
-        "--address", help="an existing cluster: dask tcp://host:8786, or ray host:6379 / ray://host:10001"
-    )
-    group.add_argument("--threads", type=int, help="torch threads per worker (default: cores / workers)")
-    group.add_argument(
-        "--deployment",
-        default="score-shard/per-shard",
-        help="--runner deployment: the per-shard flow's deployment (default: score-shard/per-shard)",
-    )
+def flag_for(field: str) -> str:
+    """The command-line option of a :class:`ScoreParams` field: ``text_column`` is ``--text-column``."""
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
-def _device(value: str) -> str:
-    import re
+def add_param_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, fields: Sequence[str]
+) -> None:
+    """One option per :class:`ScoreParams` field, its help and default taken from the model.
 
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a device; use auto, cpu, cuda or cuda:N")
-    return value
+    The model is the one definition: the Prefect UI's form, these options and
+    their ``--help`` all come from it, so they cannot drift. Options that are
+    left out are left out of the model's input too, so the model's defaults
+    apply, and its validators check every value given.
+    """
+    from flows.params import ScoreParams
+
+    for name in fields:
+        info = ScoreParams.model_fields[name]
+        options: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": _help(info)}
+        kinds = _kinds(info.annotation)
+        if kinds == {bool}:
+            options["action"] = "store_true"
+        else:
+            literals = [a for k in kinds if get_origin(k) is Literal for a in get_args(k)]
+            if literals:
+                options["choices"] = literals
+            else:
+                options["metavar"] = _METAVARS.get(name, name.upper())
+            number = int if int in kinds else float if float in kinds else None
+            if number is not None:
+                options["type"] = _number(number)
+            options["required"] = info.is_required()
+        parser.add_argument(flag_for(name), **options)
+
+
+def _kinds(annotation: Any) -> set[Any]:
+    """The types a field accepts, ``None`` left out: ``int | None`` is ``{int}``."""
+    args = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return {a for a in args if a is not type(None)}
+
+
+def _help(info: Any) -> str:
+    text = str(info.description or "")
+    if info.default not in (None, False, PydanticUndefined):
+        text += f" (default: {info.default})"
+    return text.replace("%", "%%")  # argparse %-formats help
+
+
+def _number(kind: type) -> Any:
+    def parse(value: str) -> Any:
+        try:
+            return kind(value)
+        except ValueError:
+            wanted = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{value!r} is not {wanted}") from None
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
-    """The flow's parameters from parsed options; ``extra`` holds the subcommand's own."""
+    """The flow's parameters from the options given; ``extra`` holds what the subcommand implies.
+
+    A URL holding a password travels as an ``env:`` name (see :func:`_by_name`).
+    """
     from flows.params import ScoreParams
 
-    runner = extra.get("runner")
-    remote = runner == "deployment" or (extra.get("address") is not None and runner in ("dask", "ray"))
-    return ScoreParams(
-        source=_by_name(args.source, "SHARDWISE_CLI_SOURCE_URL", remote),
-        table=args.table,
-        key=args.key,
-        text_column=args.text_column,
-        where=args.where,
-        model=args.model,
-        results=_by_name(args.results, "SHARDWISE_CLI_RESULTS_URL", remote),
-        results_table=args.results_table,
-        shards=args.shards,
-        rows_per_shard=args.rows_per_shard,
-        only_new=args.only_new,
-        device=args.device,
-        precision=args.precision,
-        **({} if args.min_agreement is None else {"min_agreement": args.min_agreement}),
-        **extra,
-    )
+    given = {name: getattr(args, name) for name in ScoreParams.model_fields if hasattr(args, name)}
+    given.update(extra)
+    runner = given.get("runner", "thread")
+    remote = runner == "deployment" or (given.get("address") is not None and runner in ("dask", "ray"))
+    for name, variable in (("source", "SHARDWISE_CLI_SOURCE_URL"), ("results", "SHARDWISE_CLI_RESULTS_URL")):
+        if isinstance(given.get(name), str):
+            given[name] = _by_name(given[name], variable, remote)
+    return ScoreParams(**given)
 
 
 def _by_name(url: str | None, variable: str, remote: bool = False) -> str | None:
@@ -132,14 +157,3 @@ def _by_name(url: str | None, variable: str, remote: bool = False) -> str | None
         )
     os.environ[variable] = url
     return f"env:{variable}"
-
-
-def fanout_options(args: argparse.Namespace) -> dict[str, object]:
-    """The fan-out options (runner, workers, address, threads, deployment) as ScoreParams fields."""
-    return {
-        "runner": args.runner,
-        "workers": args.workers,
-        "address": args.address,
-        "threads": args.threads,
-        "deployment": args.deployment,
-    }

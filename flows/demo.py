@@ -22,8 +22,10 @@ __all__ = ["run_demo"]
 _BAD_ROWS = [(-1, None), (-2, ""), (-3, "   ")]
 
 
-def run_demo(workdir: Path, model: str, rows: int, device: str) -> bool:
-    """Build the inputs under ``workdir``, score them, print where the results are; False on failure."""
+def run_demo(
+    workdir: Path, model: str, rows: int, device: str, *, progress: str = "auto", every: float = 10.0
+) -> int:
+    """Build the inputs under ``workdir``, score them, print where the results are; the exit code."""
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     texts = harvest_docstrings(rows)
@@ -36,19 +38,24 @@ def run_demo(workdir: Path, model: str, rows: int, device: str) -> bool:
 
     url = f"sqlite:///{database}"
     common = {"model": model, "device": device, "rows_per_shard": max(100, rows // 4)}
-    sql_run = run_and_report(
-        ScoreParams(source=url, table="docs", results_table="docs_scores", **common)  # type: ignore[arg-type]
-    )
+    shown = {"progress": progress, "progress_every": every}
+    sql_run = run_and_report(ScoreParams(source=url, table="docs", **common), **shown)  # type: ignore[arg-type]
+    if sql_run.code:
+        return sql_run.code
     parquet_run = run_and_report(
-        ScoreParams(source=str(parquet), results=url, results_table="docs_parquet_scores", **common)  # type: ignore[arg-type]
+        ScoreParams(source=str(parquet), results=url, results_table="docs_parquet_scores", **common),  # type: ignore[arg-type]
+        **shown,
     )
-    if not (sql_run and parquet_run):
-        return False
+    if parquet_run.code:
+        return parquet_run.code
     print(f"\nresults: {database}")
-    print("  tables docs_scores and docs_parquet_scores; lineage in shardwise_runs, shardwise_shards;")
+    print(
+        f"  tables {sql_run.summary['results_table'] if sql_run.summary else ''} and docs_parquet_scores; "
+        "lineage in shardwise_runs, shardwise_shards;"
+    )
     print("  bad rows in shardwise_errors. Try:")
     print(f"  sqlite3 {database} 'select run_id, status, rows_out, rows_failed from shardwise_runs'")
-    return True
+    return 0
 
 
 def _write_sqlite(path: Path, texts: list[str]) -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shardwise.pipeline import RunSpec
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
 from tasks.runners import Fanout, RunnerName
 
 __all__ = ["ScoreParams"]
+
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 class ScoreParams(BaseModel):
@@ -18,7 +22,8 @@ class ScoreParams(BaseModel):
 
     source: str = Field(
         description="Where the rows are: a database URL (postgresql+psycopg://..., sqlite:///...), a "
-        "Parquet folder, glob or s3://bucket/prefix, or a connection name: env:VAR or secret:BLOCK."
+        "Parquet folder, glob or s3://bucket/prefix, or a connection name: env:NAME (an environment "
+        "variable holding the URL) or secret:NAME (a Prefect Secret block)."
     )
     table: str | None = Field(None, description="Source table, for a database source ([schema.]name).")
     key: str = Field("id", description="Key column: integer or text, unique per row.")
@@ -97,10 +102,30 @@ class ScoreParams(BaseModel):
     )
     source_name: str | None = Field(
         None,
-        description="Name of the source in events (shardwise.source.<name>); defaults to the table "
+        description="Name of the source in events (shardwise.source.NAME); defaults to the table "
         "or the last path component.",
     )
-    triggered_by: str | None = Field(None, description="Event id, set by event triggers.")
+    triggered_by: str | None = Field(
+        None,
+        title="triggered_by (internal)",
+        description="Internal: the id of the event that started the run, set by event triggers. Leave it "
+        "empty.",
+    )
+
+    @field_validator("*")
+    @classmethod
+    def _not_blank(cls, value: object) -> object:
+        """Every text field names something: empty or blank is a mistake (``--model ""`` is not "here")."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty; give a value, or leave the option out for its default")
+        return value
+
+    @field_validator("device", mode="before")
+    @classmethod
+    def _a_device(cls, value: object) -> object:
+        if isinstance(value, str) and not _DEVICE.fullmatch(value):
+            raise ValueError("is not a device; use auto, cpu, cuda or cuda:N")
+        return value
 
     @model_validator(mode="after")
     def _one_sizing(self) -> ScoreParams:

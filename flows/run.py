@@ -3,40 +3,82 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+from flows.outcome import OK, RUN_FAILED, code_for, say_error
 from flows.params import ScoreParams
-from shardwise.pipeline import check_connections, open_spec_source
-from shardwise.redact import redact
+from shardwise.errors import TransientError
+from shardwise.pipeline import check_run
+from shardwise.words import plural
 from tasks.connections import resolve
 
-__all__ = ["TemporaryApi", "preflight", "print_plan", "run_and_report"]
+__all__ = ["Report", "TemporaryApi", "check_api", "preflight", "print_plan", "run_and_report"]
 
 
-def preflight(params: ScoreParams) -> None:
-    """Fail fast, before a flow run starts, on a bad model, table, column, runner or cluster address."""
+def preflight(params: ScoreParams) -> str | None:
+    """Fail fast, before a flow run starts, on anything that can be checked now (see
+    :func:`~shardwise.pipeline.check_run`), the cluster and the Prefect API included.
+
+    Returns why the run would have nothing to do, when that is known already.
+    """
     from models import get_spec
 
-    spec = params.to_spec()
-    if params.runner == "deployment":
-        from flows.serving import require_server
-
-        require_server()  # child flow runs need a server that a work pool's worker polls
-    get_spec(spec.model)
-    check_connections(spec, resolve(spec.source), resolve(spec.results))
-    params.fanout().check_reachable(spec, resolve)
-    open_spec_source(spec, resolve).close()
+    spec, fanout = params.to_spec(), params.fanout()
+    check_api(required=params.runner == "deployment")
+    idle = check_run(spec, resolve, get_spec, local_workers=not fanout.remote)
+    fanout.check_reachable(spec, resolve)
+    return idle
 
 
-def run_and_report(params: ScoreParams) -> dict[str, Any] | None:
-    """Run the flow (on the server in PREFECT_API_URL, or a temporary one); print a summary; None on failure.
+def check_api(*, required: bool = False) -> None:
+    """Make sure the Prefect API in ``PREFECT_API_URL`` answers; without one, a temporary server will do
+    unless ``required`` (child flow runs need a server that a work pool's worker polls)."""
+    from prefect.settings import PREFECT_API_URL
 
-    With the thread runner the shards run in this process, so the model loads
-    on a thread while Prefect's server starts; planning and the shards find it
-    loaded.
+    url = PREFECT_API_URL.value()
+    if not url:
+        if required:
+            from flows.serving import require_server
+
+            require_server()
+        return
+    import httpx
+
+    try:
+        httpx.get(f"{str(url).rstrip('/')}/health", timeout=5).raise_for_status()
+    except httpx.HTTPError as exc:
+        raise TransientError(
+            f"the Prefect API at {url} (PREFECT_API_URL) did not answer: {type(exc).__name__}: {exc}; start "
+            "the server (prefect server start), or unset PREFECT_API_URL to run on a temporary one"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class Report:
+    """How a run ended, for the command line: its exit code, and its summary when it got that far."""
+
+    code: int
+    summary: dict[str, Any] | None = None
+
+
+def run_and_report(
+    params: ScoreParams, *, progress: str = "none", progress_every: float = 10.0, verbose: bool = False
+) -> Report:
+    """Run the flow (on the server in PREFECT_API_URL, or a temporary one) and print how it ended.
+
+    ``progress`` is how the run's progress shows on stderr meanwhile: ``bar``,
+    ``lines`` (one every ``progress_every`` seconds), ``none``, or ``auto``
+    (a bar on a terminal, else lines). An error that ends the flow is one
+    line; its traceback is in the flow run's logs, and with ``verbose`` on
+    stderr too. With the thread runner the shards run
+    in this process, so the model loads on a thread while Prefect's server
+    starts; planning and the shards find it loaded.
     """
     if params.runner == "thread" and not params.dry_run:
         from tasks.infer_shard import warm_here
@@ -45,25 +87,35 @@ def run_and_report(params: ScoreParams) -> dict[str, Any] | None:
         warming.daemon = True
         warming.start()
     api = TemporaryApi().start()
+    from flows.progress_view import pick_mode, showing
     from flows.score import score
 
-    with api.serving():
+    with api.serving(), showing(pick_mode(progress), progress_every):
         state = score(params, return_state=True)
     summary = state.result(raise_on_failure=False)
     if not isinstance(summary, dict):
-        print(f"shardwise: run failed before any shard ran: {redact(str(summary))}")
-        return None
+        if verbose and isinstance(summary, BaseException):
+            traceback.print_exception(summary, file=sys.stderr)
+        say_error(summary if isinstance(summary, BaseException) else str(summary))
+        return Report(code_for(summary) if isinstance(summary, BaseException) else RUN_FAILED)
+    failed = not state.is_completed()
     print(
-        f"run {summary['run_id']} {'completed' if state.is_completed() else 'FAILED'}: "
-        f"{summary['rows_out']} rows scored ({summary['inserted']} new, {summary['updated']} updated, "
-        f"{summary['unchanged']} unchanged), {summary['rows_failed']} dead letters, "
-        f"{summary['shards_done']}/{summary['shards_total']} shards done -> table {summary['results_table']}"
+        f"run {summary['run_id']} {'FAILED' if failed else 'completed'}: {_counted(summary)} "
+        f"-> table {summary['results_table']}"
     )
-    if not state.is_completed():
-        print(f"shardwise: {redact(state.message or 'run failed')}")
-        print(f"finish it later with: shardwise run ... --resume {summary['run_id']}")
-        return None
-    return summary
+    if failed:
+        say_error(state.message or "run failed")
+        print(f"finish it later with: shardwise run ... --resume {summary['run_id']}", file=sys.stderr)
+        return Report(RUN_FAILED, summary)
+    return Report(OK, summary)
+
+
+def _counted(summary: dict[str, Any]) -> str:
+    return (
+        f"{plural(summary['rows_out'], 'row')} scored ({summary['inserted']:,} new, {summary['updated']:,} "
+        f"updated, {summary['unchanged']:,} unchanged), {plural(summary['rows_failed'], 'dead letter')}, "
+        f"{summary['shards_done']}/{plural(summary['shards_total'], 'shard')} done"
+    )
 
 
 def print_plan(params: ScoreParams) -> None:
@@ -72,7 +124,7 @@ def print_plan(params: ScoreParams) -> None:
 
     report = plan_report(params.to_spec(), params.fanout().workers)
     print(f"source {report['source']} (snapshot {report['snapshot']})")
-    print(f"{report['shards']} shards, {report['rows']} rows to score")
+    print(f"{plural(report['shards'], 'shard')}, {plural(report['rows'], 'row')} to score")
     if report["shards"]:
         print(f"rows per shard: {report['rows_per_shard_min']} to {report['rows_per_shard_max']}")
     print(
@@ -80,7 +132,10 @@ def print_plan(params: ScoreParams) -> None:
         f"model {report['model']})"
     )
     verb = "skips" if report["only_new"] else "would skip"
-    print(f"--only-new {verb} {report['rows_already_scored']} rows that already have a current result")
+    skipped = str(report["rows_already_scored"])  # a count, or "unknown (why)"
+    counted = plural(int(skipped), "row") if skipped.isdigit() else f"{skipped} rows"
+    have = "has" if skipped == "1" else "have"
+    print(f"--only-new {verb} {counted} that already {have} a current result")
 
 
 class TemporaryApi:

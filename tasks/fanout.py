@@ -23,6 +23,7 @@ from prefect.utilities.annotations import unmapped
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import PlannedRun, RunRef, ShardOutcome
 from shardwise.redact import redact
+from shardwise.words import plural
 from tasks.infer_shard import infer_shard
 from tasks.runners import Fanout
 
@@ -38,12 +39,12 @@ def run_shards(
     if not planned.todo:
         return [], {}
     get_run_logger().info(
-        "run %s: %d shards on the %s runner with %d worker(s)%s",
+        "run %s: %s on the %s runner with %s%s",
         planned.ref.run_id,
-        len(planned.todo),
+        plural(len(planned.todo), "shard"),
         fanout.runner,
-        fanout.workers,
-        f", {fanout.threads} torch thread(s) each" if fanout.threads else "",
+        plural(fanout.workers, "worker"),
+        f", {plural(fanout.threads, 'torch thread')} each" if fanout.threads else "",
     )
     if fanout.runner == "deployment":
         return _child_flows(planned, fanout, advance)

@@ -16,6 +16,7 @@ from prefect.tasks import exponential_backoff
 
 from models import get_spec
 from shardwise.pipeline import PlannedRun, RunSpec, prepare_run
+from shardwise.words import plural
 from tasks.connections import resolve
 from tasks.infer_shard import worker_cache
 from tasks.retry import retry_transient
@@ -66,11 +67,11 @@ def plan_run(
     plan = planned.plan
     record = planned.record
     get_run_logger().info(
-        "run %s: %d shards over %s (%d rows expected, snapshot %s); %d already done; model %s %s in %s%s",
+        "run %s: %s over %s (%s expected, snapshot %s); %d already done; model %s %s in %s%s",
         planned.record.run_id,
-        len(plan.shards),
+        plural(len(plan.shards), "shard"),
         plan.identity,
-        plan.expected_rows,
+        plural(plan.expected_rows, "row"),
         plan.snapshot or "none",
         len(planned.done_before),
         planned.model.name,

@@ -7,6 +7,7 @@ test instead: CI must exercise PostgreSQL and S3, never skip them.
 
 from __future__ import annotations
 
+import logging
 import os
 
 # Prefect reads these at import time; set them before anything imports it.
@@ -133,6 +134,7 @@ def s3_endpoint() -> Iterator[S3Endpoint]:
         from moto.server import ThreadedMotoServer
     except ImportError as exc:
         service_missing(f"moto[server] is not installed ({exc}); pip install -e '.[dev]'")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one access-log line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -7,6 +7,7 @@ the plan and the snapshot), :mod:`~shardwise.pipeline.worker` the worker side
 
 from __future__ import annotations
 
+from shardwise.pipeline.checks import check_run
 from shardwise.pipeline.dryrun import PlanPreview, preview_plan
 from shardwise.pipeline.prepare import (
     SHARDS_PER_WORKER,
@@ -40,6 +41,7 @@ __all__ = [
     "WorkerInfo",
     "as_is",
     "check_connections",
+    "check_run",
     "choose_precision",
     "finish_run",
     "hardware_precision",

@@ -118,6 +118,11 @@ class Source(Protocol):
         """
         ...
 
+    def check(self) -> None:
+        """Fail now, cheaply, if planning could not read the source: a filter that does not run, a
+        location that does not exist, credentials that are refused. Nothing is planned or held."""
+        ...
+
     def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:
         """Stream one shard's rows in a fixed order, in memory that stays flat in the shard's size.
 

@@ -125,6 +125,10 @@ class KeyedSource:
         }
         return SourcePlan(self.kind, self.identity, None, cut, params)
 
+    def check(self) -> None:
+        """The source the keys are read from is checked."""
+        self._inner.check()
+
     def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:
         """Stream the shard's keys' current rows (SQL: ordered by key; Parquet: in storage order)."""
         if not is_keyed(plan) or plan.kind != self.kind or plan.identity != self.identity:

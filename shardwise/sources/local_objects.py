@@ -48,12 +48,19 @@ class LocalStore:
         elif os.path.isfile(self.identity):
             paths, explicit = [self.identity], True
         else:
-            raise SourceError(
-                f"Parquet location {self.identity!r} is not a file, folder or glob that exists; "
-                "check the path (a local path is read on the machine that runs the task)"
-            )
+            raise self._missing()
         keep = sorted(p for p in paths if explicit or is_parquet_name(p))
         return Listing(tuple(_describe(p) for p in keep), ignored=len(paths) - len(keep))
+
+    def probe(self) -> None:
+        if not (glob.glob(self.identity, recursive=True) if self._is_glob else os.path.exists(self.identity)):
+            raise self._missing()
+
+    def _missing(self) -> SourceError:
+        return SourceError(
+            f"Parquet location {self.identity!r} is not a file, folder or glob that exists; "
+            "check the path (a local path is read on the machine that runs the task)"
+        )
 
     @contextmanager
     def open(self, obj: ObjectInfo) -> Iterator[IO[bytes]]:

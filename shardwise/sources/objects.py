@@ -62,6 +62,10 @@ class ObjectStore(Protocol):
         """List the Parquet objects. Raises :class:`SourceError` when the location cannot be listed."""
         ...
 
+    def probe(self) -> None:
+        """Check cheaply (a stat, or one listing request) that the location exists and can be listed."""
+        ...
+
     def open(self, obj: ObjectInfo) -> AbstractContextManager[IO[bytes]]:
         """Open ``obj`` as a seekable binary file; :class:`SourceError` if it changed since it was listed."""
         ...

@@ -115,6 +115,10 @@ class ParquetSource:
         columns = (self.key, self.text_column)
         return keyed_rows(self._store, self._list().objects, columns, keys, _BATCH_ROWS)
 
+    def check(self) -> None:
+        """Fail now if the location does not exist or cannot be listed (credentials, bucket, path)."""
+        self._store.probe()
+
     def close(self) -> None:
         """Close the S3 client if this source created it. Nothing else is held between calls."""
         self._store.close()

@@ -16,7 +16,7 @@ from typing import IO, Any, cast
 
 from botocore.exceptions import ClientError
 
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.objects import Listing, ObjectInfo, changed_since_listed, is_parquet_name
 from shardwise.sources.s3_errors import s3_boundary
 
@@ -69,6 +69,14 @@ class S3Store:
         inside = [o for o in entries if o.key.startswith(folder)]
         keep = tuple(o for o in inside if is_parquet_name(o.key))
         return Listing(keep, ignored=len(inside) - len(keep))
+
+    def probe(self) -> None:
+        with s3_boundary(f"listing {self.identity}"):
+            page = self.client().list_objects_v2(Bucket=self._bucket, Prefix=self._prefix, MaxKeys=1)
+        if not page.get("KeyCount", len(page.get("Contents", ()))):
+            raise SourceError(
+                f"no objects under {self.identity}; check the bucket and prefix of the s3:// location"
+            )
 
     @contextmanager
     def open(self, obj: ObjectInfo) -> Iterator[IO[bytes]]:

@@ -62,7 +62,7 @@ from shardwise.sources.sql_check import check_plan, new_only_params
 from shardwise.sources.sql_db import Database
 from shardwise.sources.sql_keys import begin_keyed_read, keyed_rows
 from shardwise.sources.sql_plan import plan_shards
-from shardwise.sources.sql_query import Selection, read_query
+from shardwise.sources.sql_query import Selection, filter_probe, read_query
 from shardwise.sources.sql_schema import reflect_results, reflect_source
 from shardwise.sources.sql_snapshot import export_snapshot, import_snapshot, read_only
 
@@ -180,6 +180,24 @@ class SqlSource:
             "expected_rows_exact": counts.sizes_exact(self._db.dialect),
         }
         return SourcePlan("sql", self.identity, snapshot, cut, params)
+
+    def check(self) -> None:
+        """Run the ``where`` filter once on no rows, so a wrong column or bad syntax fails before planning.
+
+        The table, key and text column were checked when the source opened.
+        """
+        if self._where is None:
+            return
+        try:
+            with self._db.errors("checking the filter"), self._db.engine.connect() as conn:
+                conn.execute(filter_probe(Selection(self._src, self._db.dialect, self._where)))
+        except SourceError as exc:
+            detail = str(exc).removeprefix("checking the filter failed: ").splitlines()[0]
+            columns = ", ".join(c.name for c in self._src.table.columns)
+            raise ConfigError(
+                f"where filter {self._where!r} does not run on {self.identity}: {detail}; fix --where "
+                f"(columns are: {columns})"
+            ) from exc
 
     def read(self, plan: SourcePlan, shard: Shard) -> Generator[SourceRow, None, None]:
         """Stream one shard's rows, ordered by key; closing the generator early frees its connection."""

@@ -23,7 +23,14 @@ from sqlalchemy.dialects import postgresql as pg
 from shardwise.sources.sql_db import SQLITE_MD5
 from shardwise.sources.sql_schema import SourceTable
 
-__all__ = ["Selection", "boundary_window_query", "count_query", "quantile_query", "read_query"]
+__all__ = [
+    "Selection",
+    "boundary_window_query",
+    "count_query",
+    "filter_probe",
+    "quantile_query",
+    "read_query",
+]
 
 
 def _operator_filter(where: str) -> sa.TextClause:
@@ -78,6 +85,11 @@ class Selection:
         if self.results is not None:
             conds.append(self.is_new())
         return conds
+
+
+def filter_probe(sel: Selection) -> sa.Select[Any]:
+    """No rows, but the database parses and plans the filter: a missing column or bad syntax fails here."""
+    return sa.select(sel.src.key).where(*sel.filters()).limit(0)
 
 
 def count_query(sel: Selection) -> sa.Select[int, int, int, int]:

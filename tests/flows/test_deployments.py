@@ -60,6 +60,23 @@ def test_every_form_field_is_described() -> None:
         assert wanted in properties
 
 
+def test_the_form_renders_its_descriptions_and_marks_internal_fields() -> None:
+    properties = _flow_schema()["definitions"]["ScoreParams"]["properties"]
+    # The UI renders descriptions as Markdown and HTML: a <word> would vanish.
+    swallowed = {name: f["description"] for name, f in properties.items() if "<" in f["description"]}
+    assert not swallowed, swallowed
+    assert "internal" in properties["triggered_by"]["title"].lower()
+
+
+@pytest.mark.parametrize("name", ["nightly", "manual", "on-new-data"])
+def test_deployments_write_where_the_cli_writes(name: str) -> None:
+    """After the walk-through, `shardwise plan --only-new` must see what the deployments scored."""
+    config = DEPLOYMENTS[name]
+    params = config["triggers"][0]["parameters"] if name == "on-new-data" else config["parameters"]
+    table = params["params"].get("results_table", ScoreParams.model_fields["results_table"].default)
+    assert table == ScoreParams.model_fields["results_table"].default == "shardwise_results"
+
+
 def test_nightly_runs_at_two_in_a_named_timezone_and_incrementally() -> None:
     nightly = DEPLOYMENTS["nightly"]
     (schedule,) = nightly["schedules"]

@@ -47,7 +47,7 @@ def test_inserted_rows_become_one_event_and_an_only_new_run(
 ) -> None:
     monkeypatch.setenv("SHARDWISE_SOURCE_URL", pg_url)
     make_docs(pg_url, 150, bad=False)
-    base = ScoreParams(source=pg_url, table="docs", model="tiny", results_table="docs_scores")
+    base = ScoreParams(source=pg_url, table="docs", model="tiny")  # the table the deployments write
     assert score(base, return_state=True).is_completed()
     install_trigger(pg_url, "docs", "id")
 

@@ -1,0 +1,159 @@
+"""What the ``shardwise`` command tells its caller: an exit code, and one line for a mistake.
+
+The exit codes are part of the interface (schedulers and scripts branch on
+them), so they are defined here once and printed in ``--help``:
+
+====  ======================================================================
+code  meaning
+====  ======================================================================
+0     done (a redrive with nothing to do is done too)
+1     the run failed: some shards still failed after their retries;
+      finished shards stay merged, and ``--resume RUN_ID`` finishes the rest
+2     bad input: nothing ran; the message names the value and the fix
+3     a service could not be reached (database, S3, Prefect API): nothing
+      was lost, and the same command may succeed later
+====  ======================================================================
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import sys
+from collections.abc import Callable
+
+__all__ = [
+    "BAD_INPUT",
+    "EXIT_CODES_HELP",
+    "OK",
+    "RUN_FAILED",
+    "UNAVAILABLE",
+    "code_for",
+    "one_line",
+    "quiet_console",
+    "say_error",
+]
+
+OK, RUN_FAILED, BAD_INPUT, UNAVAILABLE = 0, 1, 2, 3
+
+EXIT_CODES_HELP = (
+    "exit codes: 0 done; 1 the run failed (some shards failed after retries: --resume finishes it); "
+    "2 bad input (nothing ran); 3 a service could not be reached (database, S3, Prefect API): try again later"
+)
+
+
+def code_for(exc: BaseException) -> int:
+    """The exit code for an error that stopped a command.
+
+    Shardwise's own errors say what they are (:mod:`shardwise.errors`): a
+    transient one means a service was unreachable or busy, any other one a
+    mistake in the input. A connection error that reached here unmapped came
+    from talking to Prefect's API. Anything else is a failed run.
+    """
+    from pydantic import ValidationError
+
+    from shardwise.errors import ShardwiseError, TransientError
+
+    if isinstance(exc, TransientError | ConnectionError) or _is_http_transport_error(exc):
+        return UNAVAILABLE
+    if isinstance(exc, ShardwiseError | ValidationError):
+        return BAD_INPUT
+    return RUN_FAILED
+
+
+def _is_http_transport_error(exc: BaseException) -> bool:
+    httpx = sys.modules.get("httpx")
+    return httpx is not None and isinstance(exc, httpx.TransportError)
+
+
+def one_line(exc: BaseException | str) -> str:
+    """An error as one line, secrets redacted: a driver's second line ("Is the server running ...")
+    is joined on, a traceback never appears."""
+    from pydantic import ValidationError
+
+    from shardwise.redact import redact
+
+    if isinstance(exc, ValidationError):
+        text = "; ".join(_validation_message(e) for e in exc.errors())
+    else:
+        text = str(exc) or type(exc).__name__
+        if not isinstance(exc, str) and _is_http_transport_error(exc):
+            text = f"the Prefect API could not be reached ({type(exc).__name__}: {text})"
+    return redact(" ".join(part.strip() for part in text.splitlines() if part.strip()))
+
+
+def _validation_message(error: object) -> str:
+    assert isinstance(error, dict)
+    from flows.cli_options import flag_for
+
+    loc = [str(p) for p in error.get("loc", ())]
+    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    if not loc:  # a rule across options
+        return message
+    return f"{flag_for(loc[0])} {error.get('input')!r}: {message}"
+
+
+def say_error(exc: BaseException | str) -> None:
+    """Print ``shardwise: error: <one line>`` on stderr."""
+    print(f"shardwise: error: {one_line(exc)}", file=sys.stderr)
+
+
+def quiet_console() -> Callable[[], None]:
+    """Keep the terminal to warnings, without tracebacks; Prefect's run logs keep everything.
+
+    Prefect logs each run to its API and to the console. On the console an
+    operator wants the warnings (a shard retried, a precision fell back), the
+    progress, and one line that says how the run ended, which the command
+    prints itself; ``-v`` keeps the full console log. Child processes (the
+    process pool's workers) inherit the level through the environment.
+    Returns the function that puts everything back.
+    """
+    import os
+
+    previous_env = os.environ.get(_CONSOLE_LEVEL)
+    os.environ[_CONSOLE_LEVEL] = "WARNING"
+    import prefect  # noqa: F401 - sets up Prefect's logging, whose console handler is changed here
+
+    changed = [
+        (handler, handler.level, handler.formatter)
+        for handler in logging.getLogger().handlers
+        if type(handler).__name__ == "PrefectConsoleHandler"
+    ]
+    for handler, _, formatter in changed:
+        handler.setLevel(logging.WARNING)
+        handler.addFilter(_warnings_only)
+        if formatter is not None:
+            handler.setFormatter(_NoTraceback(formatter))
+
+    def undo() -> None:
+        for handler, level, formatter in changed:
+            handler.setLevel(level)
+            handler.removeFilter(_warnings_only)
+            handler.setFormatter(formatter)  # type: ignore[arg-type]
+        if previous_env is None:
+            os.environ.pop(_CONSOLE_LEVEL, None)
+        else:
+            os.environ[_CONSOLE_LEVEL] = previous_env
+
+    return undo
+
+
+_CONSOLE_LEVEL = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
+
+
+def _warnings_only(record: logging.LogRecord) -> bool:
+    # Errors end the run: the command prints them as its one closing line.
+    return record.levelno < logging.ERROR
+
+
+class _NoTraceback(logging.Formatter):
+    """A console formatter that leaves out tracebacks (they stay in Prefect's run logs)."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        bare = copy.copy(record)
+        bare.exc_info, bare.exc_text, bare.stack_info = None, None, None
+        return self._inner.format(bare)

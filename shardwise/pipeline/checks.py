@@ -1,0 +1,58 @@
+"""Every check a run can pass or fail before anything is planned, written or started.
+
+A mistake found here costs a second and one line; found inside a run it
+costs a failed run in the ledger, a Failed flow run and a traceback. So the
+checks run in the order a user would fix things (the model, the names, the
+source, where results go, the run ids, the device), each cheaply: the source
+runs its filter on no rows and lists at most one object; nothing is planned
+and no ledger row is written.
+"""
+
+from __future__ import annotations
+
+from shardwise.device import resolve_device
+from shardwise.pipeline.redrive import RedriveSelection, redrive_keys
+from shardwise.pipeline.spec import Resolver, RunSpec, check_connections
+from shardwise.pipeline.worker import Catalogue, open_spec_source
+from shardwise.results import Ledger
+from shardwise.results.schema import parse_table_name
+
+__all__ = ["check_run"]
+
+
+def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_workers: bool) -> str | None:
+    """Raise the :mod:`shardwise.errors` error a run of ``spec`` would meet first, if any.
+
+    ``local_workers`` says whether the shards will run on this host, so that
+    this host's devices are the workers' (not so for a remote cluster).
+    Returns why the run would have nothing to do, when that is known now: a
+    redrive whose dead letters did not change.
+    """
+    catalogue(spec.model).describe()
+    parse_table_name(spec.results_table)
+    source_url, results_url = resolve(spec.source), resolve(spec.results)
+    source, idle = open_spec_source(spec, resolve), None
+    try:
+        source.check()
+        check_connections(spec, source_url, results_url)
+        if spec.resume is not None or spec.redrive is not None:
+            with Ledger(results_url) as ledger:
+                if spec.resume is not None:
+                    ledger.load(spec.resume)
+                if spec.redrive is not None:
+                    selection = redrive_keys(ledger, spec.results_table, source, spec.redrive, spec.force)
+                    idle = None if selection.keys else _nothing_to_redrive(selection)
+    finally:
+        source.close()
+    if local_workers:
+        resolve_device(spec.device)
+    return idle
+
+
+def _nothing_to_redrive(selection: RedriveSelection) -> str:
+    gone = f", {len(selection.missing)} no longer in the source" if selection.missing else ""
+    return (
+        f"nothing to redrive: none of the dead-lettered inputs of run {selection.run_id} changed since it "
+        f"ran ({selection.unchanged} unchanged{gone}); fix the rows first, or add --force to score them "
+        "again as they are"
+    )

@@ -1,0 +1,178 @@
+"""A mistake is one line and an exit code, before anything runs; a failure inside a run is one line too.
+
+Exit codes: 0 done, 1 the run failed, 2 bad input (nothing ran), 3 a service
+could not be reached. Output is captured at the file descriptors, so Prefect's
+own console log counts as well.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from flow_data import execute, make_docs
+
+from flows.cli import main
+from shardwise.results import Ledger
+
+
+def _runs(url: str) -> int:
+    return int(execute(url, "select count(*) from shardwise_runs")[0][0])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _one_line(capfd: pytest.CaptureFixture[str]) -> str:
+    captured = capfd.readouterr()
+    err = captured.err.strip()
+    assert "Traceback" not in captured.err + captured.out, captured.err
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.fixture
+def docs(sqlite_url: str) -> str:
+    make_docs(sqlite_url, 20)
+    with Ledger(sqlite_url) as ledger:
+        ledger.ensure()  # so that "no run was recorded" is a count, not a missing table
+    return sqlite_url
+
+
+BAD_INPUTS = [
+    (
+        ["--where", "nosuch > 1"],
+        "where filter 'nosuch > 1' does not run",
+        "fix --where (columns are: id, text)",
+    ),
+    (["--results-table", "bad name;"], "results table name 'bad name;' is not an identifier", "letters"),
+    (["--resume", "no-such-run"], "run 'no-such-run' is not in the shardwise_runs table", "SELECT run_id"),
+    (["--model", ""], "--model '': is empty", "leave the option out"),
+    (["--model", "  "], "--model '  ': is empty", "leave the option out"),
+    (["--text-column", " "], "--text-column ' ': is empty", "give a value"),
+    (["--model", "gpt-9"], "model 'gpt-9' is not in the catalogue", "known models: minilm, tiny"),
+    (["--shards", "0"], "--shards 0: Input should be greater than or equal to 1", ""),
+    (["--shards", "2", "--rows-per-shard", "5"], "give shards (2) or rows_per_shard (5), not both", ""),
+    (["--key", "nokey"], "key column 'nokey' not in table 'docs'", "columns are: id, text"),
+    (["--text-column", "body"], "text column 'body' not in table 'docs'", "columns are: id, text"),
+    (["--table", "dosc"], "'dosc'", "docs"),
+    (["--device", "gpu"], "--device 'gpu': is not a device", "use auto, cpu, cuda or cuda:N"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message", "fix"), BAD_INPUTS, ids=[" ".join(c[0]) for c in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2_and_no_run(
+    docs: str, extra: list[str], message: str, fix: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "--source", docs, "--table", "docs", "--model", "tiny", *extra]
+    code = main(argv)
+    err = _one_line(capfd)
+    assert code == 2, err
+    assert err.startswith("shardwise: error: ") and message in err and fix in err, err
+    assert _runs(docs) == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA: --device cuda is valid here")
+def test_cuda_on_a_host_without_it_is_refused_before_the_run(
+    docs: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["run", "--source", docs, "--table", "docs", "--model", "tiny", "--device", "cuda"])
+    err = _one_line(capfd)
+    assert code == 2 and "device 'cuda' needs CUDA" in err and "use --device cpu" in err
+    assert _runs(docs) == 0
+
+
+@pytest.mark.parametrize("results", [False, True])
+def test_a_missing_parquet_path_is_named_whether_or_not_results_are_given(
+    docs: str, tmp_path: Path, results: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-folder"
+    code = main(
+        ["run", "--source", str(missing), "--model", "tiny", *(["--results", docs] if results else [])]
+    )
+    err = _one_line(capfd)
+    assert code == 2 and f"Parquet location '{missing}' is not a file, folder or glob that exists" in err
+    assert _runs(docs) == 0
+
+
+@pytest.mark.s3
+def test_s3_without_credentials_is_one_line_before_the_run(
+    docs: str, s3_endpoint, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    s3_endpoint.client().create_bucket(Bucket="creds")
+    s3_endpoint.client().put_object(Bucket="creds", Key="in/part-0.parquet", Body=b"x")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint.url)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", s3_endpoint.region)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code = main(["run", "--source", "s3://creds/in/", "--results", docs, "--model", "tiny"])
+    err = _one_line(capfd)
+    assert code == 2 and "Unable to locate credentials" in err and "AWS_ACCESS_KEY_ID" in err, err
+    assert _runs(docs) == 0
+
+
+def test_an_unreachable_database_exits_3(capfd: pytest.CaptureFixture[str]) -> None:
+    url = f"postgresql+psycopg://root@127.0.0.1:{_free_port()}/test"
+    code = main(["run", "--source", url, "--table", "docs", "--model", "tiny"])
+    err = _one_line(capfd)
+    assert code == 3 and "Connection refused" in err, err
+
+
+def test_an_unreachable_prefect_api_exits_3(docs: str, capfd: pytest.CaptureFixture[str]) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    dead = f"http://127.0.0.1:{_free_port()}/api"
+    with temporary_settings({PREFECT_API_URL: dead}):
+        code = main(["run", "--source", docs, "--table", "docs", "--model", "tiny"])
+    err = _one_line(capfd)
+    assert code == 3 and f"the Prefect API at {dead} (PREFECT_API_URL) did not answer" in err, err
+    assert "prefect server start" in err and _runs(docs) == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.usefixtures("prefect_harness")
+def test_an_error_inside_the_run_is_one_line_and_the_traceback_goes_to_verbose(
+    pg_url: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A filter that parses but fails on some row passes the checks and fails while planning."""
+    make_docs(pg_url, 20)
+    argv = ["run", "--source", pg_url, "--table", "docs", "--model", "tiny", "--where", "1 / (id - 5) > 0"]
+    assert main(argv) == 2
+    err = _one_line(capfd)
+    assert err.startswith("shardwise: error: ") and "division by zero" in err, err
+
+    assert main([*argv, "--verbose"]) == 2
+    assert "Traceback" in capfd.readouterr().err
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_redrive_with_nothing_changed_says_so_and_suggests_force(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_docs(sqlite_url, 10)  # with three bad rows
+    common = ["--source", sqlite_url, "--table", "docs", "--model", "tiny", "--progress", "none"]
+    assert main(["run", *common]) == 0
+    run_id = execute(sqlite_url, "select run_id from shardwise_runs")[0][0]
+    capsys.readouterr()
+    assert main(["redrive", *common, "--run", run_id]) == 0
+    out = capsys.readouterr().out
+    assert f"nothing to redrive: none of the dead-lettered inputs of run {run_id} changed" in out, out
+    assert "add --force" in out and _runs(sqlite_url) == 1
+
+
+def test_the_console_script_keeps_a_bad_input_to_one_line(docs: str) -> None:
+    argv = ["run", "--source", docs, "--table", "docs", "--model", "tiny", "--where", "nosuch = 1"]
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert _runs(docs) == 0
