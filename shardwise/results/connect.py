@@ -18,8 +18,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shardwise.dberrors import safe_url
 from shardwise.errors import ConfigError
-from shardwise.results.dberrors import safe_url
 from shardwise.results.sqlfiles import load_script, load_sql
 
 __all__ = ["brief_waits", "make_engine", "write_transaction"]

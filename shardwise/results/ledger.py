@@ -16,11 +16,11 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
+from shardwise.dberrors import mapped_errors, safe_url
 from shardwise.errors import ConfigError
 from shardwise.results import ledger_sql
 from shardwise.results.codec import utc_now
 from shardwise.results.connect import brief_waits, make_engine, write_transaction
-from shardwise.results.dberrors import mapped_errors, safe_url
 from shardwise.results.outcomes import RunCounts, RunSummary, ShardProgress, StoredDeadLetter, StoredShard
 from shardwise.results.records import RunRecord, RunStatus
 from shardwise.results.sqlfiles import query

@@ -24,12 +24,12 @@ from typing import Literal
 
 import sqlalchemy as sa
 
+from shardwise.dberrors import mapped_errors
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.results import ledger_sql
 from shardwise.results.codec import utc_now
 from shardwise.results.connect import write_transaction
-from shardwise.results.dberrors import mapped_errors
 from shardwise.results.merge import Lineage, merge_rows
 from shardwise.results.outcomes import MergeOutcome
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport

@@ -1,10 +1,10 @@
 """The database behind a SQL source: one engine, a password-free identity, and error mapping.
 
-Every SQLAlchemy or driver error a SQL source meets passes through
-:meth:`Database.errors`, which maps it onto :mod:`shardwise.errors` with
-``raise ... from exc``: dropped connections, serialisation failures and lock
-timeouts become :class:`TransientError`; a missing table or column, a broken
-filter or a write refused by a read-only transaction become
+Every SQLAlchemy or driver error a SQL source or a watcher meets passes
+through :meth:`Database.errors`, which maps it onto :mod:`shardwise.errors`
+with ``raise ... from exc`` by the table in :mod:`shardwise.dberrors`, the
+one the results store uses too. What that table does not classify (a broken
+filter, a write refused by a read-only transaction) is a
 :class:`SourceError`. The password in the URL is removed from every message
 and from the identity.
 
@@ -18,25 +18,19 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
-from shardwise.errors import ConfigError, ShardwiseError, SourceError, TransientError
+from shardwise.dberrors import mapped_errors
+from shardwise.errors import ConfigError, SourceError
 
 __all__ = ["SQLITE_MD5", "Database"]
 
 SQLITE_MD5 = "shardwise_md5"
 """The SQL function registered on SQLite connections: hex MD5 of a text value, NULL otherwise."""
 
-# SQLSTATE classes that may pass on a retry: connection exceptions, transaction
-# rollbacks (serialisation failure, deadlock), insufficient resources, and
-# operator intervention (shutdown, cancelled statement).
-_TRANSIENT_SQLSTATE = ("08", "40", "53", "57")
-_TRANSIENT_SQLITE = ("database is locked", "database table is locked", "disk i/o error")
 _SECRET_QUERY_KEYS = ("password", "secret", "token", "sslkey")
 
 
@@ -109,35 +103,13 @@ class Database:
             message = message.replace(str(self._password), "***")
         return message
 
-    @contextmanager
-    def errors(self, doing: str) -> Iterator[None]:
-        """Map driver and SQLAlchemy errors raised inside the block onto the Shardwise tree."""
-        try:
-            yield
-        except ShardwiseError:
-            raise
-        except sa.exc.DBAPIError as exc:
-            raise self._map(exc, doing) from exc
-        except sa.exc.SQLAlchemyError as exc:
-            raise SourceError(f"{doing} failed: {self.scrub(str(exc))}") from exc
+    def errors(self, doing: str) -> AbstractContextManager[None]:
+        """Map driver and SQLAlchemy errors raised inside the block onto the Shardwise tree.
 
-    def _map(self, exc: sa.exc.DBAPIError, doing: str) -> ShardwiseError:
-        orig: Any = exc.orig
-        message = self.scrub(str(orig).strip())
-        sqlstate = getattr(orig, "sqlstate", None)
-        lowered = message.lower()
-        if exc.connection_invalidated or (
-            sqlstate.startswith(_TRANSIENT_SQLSTATE)
-            if isinstance(sqlstate, str)
-            else any(s in lowered for s in _TRANSIENT_SQLITE)
-        ):
-            return TransientError(f"{doing} failed and may pass on a retry: {message}")
-        if sqlstate is None and isinstance(exc, sa.exc.OperationalError) and self.is_postgres:
-            if "authentication failed" in lowered or "does not exist" in lowered:
-                return ConfigError(f"{doing}: cannot connect with the configured URL: {message}")
-            # psycopg reports a refused or dropped connection without a SQLSTATE.
-            return TransientError(f"{doing} failed and may pass on a retry: {message}")
-        return SourceError(f"{doing} failed: {message}")
+        A source's SQL carries an operator's table, columns and filter, so an
+        error :mod:`shardwise.dberrors` does not classify is a :class:`SourceError`.
+        """
+        return mapped_errors(doing, self.url, otherwise=SourceError)
 
     def dispose(self) -> None:
         """Close the pooled connections. The engine stays usable; it reconnects on demand."""

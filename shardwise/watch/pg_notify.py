@@ -45,7 +45,7 @@ from shardwise.results.sqlfiles import query
 from shardwise.watch.events import Announcer, Emitter
 from shardwise.watch.loop import Backoff, run_until
 from shardwise.watch.marks import CounterTracker, Tracker, WatermarkTracker
-from shardwise.watch.pgwire import driver, psycopg_errors
+from shardwise.watch.pgwire import driver
 from shardwise.watch.progress import Progress
 from shardwise.watch.table import open_table
 from shardwise.watch.trigger import find_trigger
@@ -115,7 +115,7 @@ class PgNotifyWatcher:
         """Connect if needed, wait up to ``timeout`` for notifications, check; return the events emitted."""
         doing = f"watching {self._table.identity}"
         try:
-            with self._table.db.errors(doing), psycopg_errors(doing, self._table.identity):
+            with self._table.db.errors(doing):
                 conn = self._conn if self._conn is not None else self._connect()
                 notes = self._receive(conn, timeout)
                 if notes or monotonic() >= self._check_at:

@@ -28,7 +28,7 @@ from psycopg import sql
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.results.sqlfiles import load_sql, query
-from shardwise.watch.pgwire import driver, psycopg_errors
+from shardwise.watch.pgwire import driver
 from shardwise.watch.table import WatchedTable, open_table
 
 __all__ = ["find_trigger", "install_trigger", "trigger_installed", "uninstall_trigger"]
@@ -96,9 +96,9 @@ def _open_postgres(url: str, table: str, key: str, schema: str | None) -> Watche
 
 @contextmanager
 def _ddl_transaction(watched: WatchedTable, doing: str) -> Iterator[sa.Connection]:
-    """One transaction for composed DDL, with SQLAlchemy's and psycopg's errors mapped."""
+    """One transaction for composed DDL; SQLAlchemy's and psycopg's own errors mapped alike."""
     doing = f"{doing} {watched.identity}"
-    with watched.db.errors(doing), psycopg_errors(doing, watched.identity), watched.db.engine.begin() as conn:
+    with watched.db.errors(doing), watched.db.engine.begin() as conn:
         yield conn
 
 
