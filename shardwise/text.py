@@ -1,10 +1,42 @@
-"""Checks one input value before it is tokenised."""
+"""Checks one input value before it is tokenised, and says why an unusable one cannot be scored.
+
+Error messages quote at most :data:`PREVIEW_CHARS` characters of a value and
+only its type and size beyond that: dead letters are stored, and a message
+that copied a whole row (a JSON document, a long text) would make the
+dead-letter table a second copy of data that may be sensitive.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sized
+
 from shardwise.errors import InputError
 
-__all__ = ["coerce_text"]
+__all__ = ["PREVIEW_CHARS", "UndecodableText", "coerce_text", "preview"]
+
+PREVIEW_CHARS = 40
+"""The most characters of a row's value (its ``repr``) that an error message quotes."""
+
+
+class UndecodableText(bytes):
+    """The stored bytes of a text value that are not valid UTF-8, with its row's key and where it was read.
+
+    A source hands one over instead of failing the whole read, so that only
+    this row becomes a dead letter, with a message naming the key and the
+    file. It is ``bytes`` so that its input fingerprint is that of the stored
+    bytes, as for a binary column, and a redrive sees whether it changed.
+    """
+
+    key: object
+    where: str
+
+    def __new__(cls, raw: bytes, key: object, where: str) -> UndecodableText:
+        self = super().__new__(cls, raw)
+        self.key, self.where = key, where
+        return self
+
+    def __reduce__(self) -> tuple[type[UndecodableText], tuple[bytes, object, str]]:
+        return UndecodableText, (bytes(self), self.key, self.where)
 
 
 def coerce_text(value: object) -> str:
@@ -18,15 +50,10 @@ def coerce_text(value: object) -> str:
     if value is None:
         raise InputError("text is null; the row has no text to score")
     if isinstance(value, (bytes, bytearray, memoryview)):
-        try:
-            value = bytes(value).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(
-                f"text is not valid UTF-8 ({exc.reason} at byte {exc.start}); store the column as UTF-8 text"
-            ) from exc
+        value = _decode(value)
     if not isinstance(value, str):
         raise InputError(
-            f"text must be a string, got {type(value).__name__} {_preview(value)}; "
+            f"text must be a string, got {type(value).__name__} {preview(value)}; "
             "point the text column at a string column"
         )
     try:
@@ -37,10 +64,43 @@ def coerce_text(value: object) -> str:
             "Unicode; fix the encoding where the row was written"
         ) from exc
     if not value.strip():
-        raise InputError(f"text is empty or only whitespace ({_preview(value)}); nothing to score")
+        raise InputError(f"text is empty or only whitespace ({preview(value)}); nothing to score")
     return value
 
 
-def _preview(value: object, limit: int = 40) -> str:
+def _decode(value: bytes | bytearray | memoryview) -> str:
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if isinstance(value, UndecodableText):
+            raise InputError(
+                f"text of key {preview(value.key)} in {value.where} is not valid UTF-8 ({exc.reason} "
+                f"at byte {exc.start}) although the column is declared as text; fix the program that "
+                "wrote the file, rewrite it, then redrive the run"
+            ) from exc
+        raise InputError(
+            f"text is not valid UTF-8 ({exc.reason} at byte {exc.start}); store the column as UTF-8 text"
+        ) from exc
+
+
+def preview(value: object, limit: int = PREVIEW_CHARS) -> str:
+    """``repr(value)`` if it has at most ``limit`` characters; else its first ``limit``, then type and size.
+
+    For example ``'aaaaaaaa... (str of 5000 characters)``: enough to recognise
+    the value, never a copy of it.
+    """
     text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({_size(value, len(text))})"
+
+
+def _size(value: object, repr_chars: int) -> str:
+    name = type(value).__name__
+    if isinstance(value, str):
+        return f"{name} of {len(value)} characters"
+    if isinstance(value, (bytes, bytearray)):
+        return f"{name} of {len(value)} bytes"
+    if isinstance(value, Sized):
+        return f"{name} of {len(value)} items"
+    return f"{name}, {repr_chars} characters as repr"

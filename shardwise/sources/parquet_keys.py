@@ -23,6 +23,7 @@ from shardwise.errors import SourceError
 from shardwise.sources.base import Key, SourceRow
 from shardwise.sources.keys import parse_keys
 from shardwise.sources.objects import ObjectInfo, ObjectStore
+from shardwise.sources.parquet_text import text_values
 
 __all__ = ["keyed_rows"]
 
@@ -76,6 +77,7 @@ def _row_group(
     parquet: Any, obj: ObjectInfo, index: int, columns: tuple[str, str], wanted: pa.Array, batch_rows: int
 ) -> Iterator[SourceRow]:
     key, text = columns
+    where = f"row group {index} of Parquet object {obj.key!r}"
     try:
         found = pc.is_in(parquet.read_row_group(index, columns=[key], use_threads=False).column(0), wanted)
         if not pc.any(found).as_py():
@@ -85,9 +87,10 @@ def _row_group(
         )
         for batch in batches:
             picked = batch.filter(pc.is_in(batch.column(key), wanted))
-            keys, values = picked.column(key).to_pylist(), picked.column(text).to_pylist()
+            keys = picked.column(key).to_pylist()
+            values = text_values(picked.column(text), keys, where)
             yield from (SourceRow(k, v) for k, v in zip(keys, values, strict=True))
-    except pa.ArrowException as exc:
+    except (pa.ArrowException, OSError) as exc:  # pyarrow raises a damaged page as OSError
         raise SourceError(
             f"cannot read row group {index} of Parquet object {obj.key!r}: {exc}; "
             "the file is damaged: rewrite it, then redrive again"

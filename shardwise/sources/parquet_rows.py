@@ -4,6 +4,13 @@ Memory stays flat: at most one batch of one row group of the key and text
 columns is held, whatever the shard's size. Rows come in storage order (object
 key, row group, row), which is deterministic; Parquet has no index to sort by
 key without holding the shard, so they are not sorted by key.
+
+A text value that is not valid UTF-8 fails only its own row (see
+:mod:`~shardwise.sources.parquet_text`); a damaged page fails the shard with a
+:class:`SourceError` naming the object and row group. Page checksums are
+verified where the writer stored them (pyarrow's ``write_page_checksum``,
+parquet-java's ``parquet.page.write-checksum.enabled``), so a garbled page is
+caught even when it would still decode.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import pyarrow.parquet as pq
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.base import Shard, SourceRow
 from shardwise.sources.objects import ObjectInfo, ObjectStore
+from shardwise.sources.parquet_text import text_values
 
 __all__ = ["ShardRows", "shard_spans"]
 
@@ -47,7 +55,9 @@ class ShardRows(Iterator[SourceRow]):
     A row whose key is null cannot be joined back to the source, so it is
     skipped; ``null_keys`` counts them and ``rows`` counts the rows yielded.
     Text values pass through untouched (``str``, ``bytes`` for a binary
-    column, ``None``): the engine decides what is usable.
+    column, ``None``), except that one that is not UTF-8 in a text column
+    comes as an :class:`~shardwise.text.UndecodableText`: the engine decides
+    what is usable.
     """
 
     def __init__(self, store: ObjectStore, shard: Shard, key: str, text_column: str, batch_rows: int) -> None:
@@ -80,17 +90,24 @@ class ShardRows(Iterator[SourceRow]):
             batches = parquet.iter_batches(
                 batch_size=self._batch_rows, row_groups=[index], columns=self._columns, use_threads=False
             )
+            where = f"row group {index} of Parquet object {obj.key!r}"
             for batch in batches:
-                yield from self._rows_of(batch)
-        except pa.ArrowException as exc:
+                yield from self._rows_of(batch, where)
+        except (pa.ArrowException, OSError) as exc:  # pyarrow raises a damaged page as OSError
             raise SourceError(
                 f"cannot read row group {index} of Parquet object {obj.key!r}: {exc}; "
                 "the file is damaged: rewrite it, then start a new run"
             ) from exc
+        except UnicodeDecodeError as exc:  # text values never raise it (text_values): the key did
+            raise SourceError(
+                f"key column {self._key!r} in row group {index} of Parquet object {obj.key!r} holds a "
+                f"value that is not valid UTF-8 ({exc.reason}), so results cannot be joined back to it; "
+                "fix the program that wrote the file and rewrite it, then start a new run"
+            ) from exc
 
-    def _rows_of(self, batch: pa.RecordBatch) -> Iterator[SourceRow]:
+    def _rows_of(self, batch: pa.RecordBatch, where: str) -> Iterator[SourceRow]:
         keys = batch.column(self._key).to_pylist()
-        values = batch.column(self._text).to_pylist()
+        values = text_values(batch.column(self._text), keys, where)
         for key, value in zip(keys, values, strict=True):
             if key is None:
                 self.null_keys += 1
@@ -103,8 +120,8 @@ def _open_parquet(handle: IO[bytes], obj: ObjectInfo) -> Any:
     # pre_buffer=False: reads through a Python file object are serialised anyway,
     # so pre-buffering would only add a thread hop; each column chunk is one read.
     try:
-        return pq.ParquetFile(handle, pre_buffer=False)
-    except pa.ArrowException as exc:
+        return pq.ParquetFile(handle, pre_buffer=False, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as exc:
         raise SourceError(
             f"{obj.key!r} is not a readable Parquet file ({exc}); it was readable when planned, "
             "so it was damaged since: rewrite it, then start a new run"
