@@ -1,7 +1,10 @@
 """Map botocore errors onto the Shardwise error tree, at the S3 boundary.
 
-Throttling, timeouts, dropped connections and 5xx answers may pass on a
-retry: :class:`TransientError`. A missing bucket or object and a refused
+Throttling (including a bare 429), timeouts, dropped connections and 5xx
+answers may pass on a retry: :class:`TransientError`. So may a body cut off
+mid-stream (``ResponseStreamingError``, ``IncompleteReadError``, a read
+timeout), which :class:`~shardwise.sources.s3_objects.S3RangeFile` retries
+by reading the same range again. A missing bucket or object and a refused
 access are :class:`SourceError`; missing or malformed settings (credentials,
 region, parameters) are :class:`ConfigError`. Unknown 4xx answers are
 permanent too, so they are :class:`SourceError`.
@@ -23,6 +26,8 @@ from botocore.exceptions import (
     ParamValidationError,
     PartialCredentialsError,
     ProfileNotFound,
+    ReadTimeoutError,
+    ResponseStreamingError,
 )
 
 from shardwise.errors import ConfigError, ShardwiseError, SourceError, TransientError
@@ -47,7 +52,8 @@ _DENIED_CODES = frozenset(
     {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"}
 )
 _CONFIG_ERRORS = (NoCredentialsError, PartialCredentialsError, NoRegionError, ProfileNotFound)
-_NETWORK_ERRORS = (HTTPClientError, ConnectionError, IncompleteReadError)
+_BODY_ERRORS = (ResponseStreamingError, IncompleteReadError, ReadTimeoutError)
+_NETWORK_ERRORS = (HTTPClientError, ConnectionError)
 
 
 @contextmanager
@@ -63,6 +69,8 @@ def map_s3_error(exc: ClientError | BotoCoreError, what: str) -> ShardwiseError:
     """The Shardwise error for a botocore error raised while ``what`` (e.g. "listing s3://b/p")."""
     if isinstance(exc, ClientError):
         return _map_client_error(exc, what)
+    if isinstance(exc, _BODY_ERRORS):
+        return TransientError(f"S3 connection dropped or stalled while {what}: {exc}; retrying may succeed")
     if isinstance(exc, _NETWORK_ERRORS):
         return TransientError(f"S3 connection failed while {what}: {exc}; retrying may succeed")
     if isinstance(exc, _CONFIG_ERRORS):
@@ -80,7 +88,7 @@ def _map_client_error(exc: ClientError, what: str) -> ShardwiseError:
     code = str(error.get("Code", ""))
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
     message = f"S3 answered {code or status} ({error.get('Message', 'no message')}) while {what}"
-    if code in _TRANSIENT_CODES or status >= 500:
+    if code in _TRANSIENT_CODES or status >= 500 or status == 429:
         return TransientError(f"{message}; S3 is throttling or unavailable, retrying may succeed")
     if code == "NoSuchBucket":
         return SourceError(f"{message}; the bucket does not exist: check the bucket name in the location")

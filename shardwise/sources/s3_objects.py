@@ -4,25 +4,92 @@ One boto3 client serves every thread: botocore clients are thread-safe, boto3
 sessions are not, so the client is created once, lazily, under a lock, from a
 private session. Credentials and endpoint come from boto3's standard chain
 (environment, profile, ``AWS_ENDPOINT_URL``); nothing here reads them itself.
+
+Retries happen in two places, by :class:`S3RetryPolicy`. botocore retries
+each *request* (listing pages, and a GET's answer: throttling, 5xx, a
+connection refused or reset before the answer). But a GET returns as soon as
+its headers arrive, so a connection dropped while its *body* streams is
+beyond botocore's retries: :class:`S3RangeFile` re-reads that byte range
+itself, so one dropped body costs a second request, not a failed shard. A
+GET that botocore gave up on (still throttled, still 5xx) goes round that
+loop too; botocore's retry quota keeps a long outage from multiplying them.
 """
 
 from __future__ import annotations
 
 import io
+import logging
+import random
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import IO, Any, cast
 
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from shardwise.errors import ConfigError, SourceError
+from shardwise.errors import ConfigError, SourceError, TransientError
 from shardwise.sources.objects import Listing, ObjectInfo, changed_since_listed, is_parquet_name
 from shardwise.sources.s3_errors import s3_boundary
+from shardwise.words import plural
 
-__all__ = ["S3RangeFile", "S3Store", "parse_s3_url"]
+__all__ = ["S3RangeFile", "S3RetryPolicy", "S3Store", "parse_s3_url"]
 
 _CHANGED_CODES = frozenset({"PreconditionFailed", "412", "NoSuchKey"})
+_log = logging.getLogger(__name__)
+_LIMITS = (  # (field, whole number?, least value) for S3RetryPolicy
+    ("tries", True, 1),
+    ("client_retries", True, 0),
+    ("base_delay_s", False, 0),
+    ("max_delay_s", False, 0),
+    ("connect_timeout_s", False, 0.001),
+    ("read_timeout_s", False, 0.001),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class S3RetryPolicy:
+    """How often, and how patiently, S3 requests and ranged reads are tried.
+
+    ``tries`` bounds how many times :class:`S3RangeFile` issues the same byte
+    range when the read fails transiently (a cut body, a read timeout,
+    throttling, a 5xx). Between tries it waits ``base_delay_s * 2**(n-1)``,
+    capped at ``max_delay_s``, half of it random (jitter), so that threads
+    that failed together do not come back together. ``client_retries``,
+    ``connect_timeout_s`` and ``read_timeout_s`` configure the boto3 client
+    that :class:`S3Store` creates: botocore's ``standard`` retry mode with
+    that many retries after the first attempt of every request.
+    """
+
+    tries: int = 5
+    base_delay_s: float = 0.2
+    max_delay_s: float = 5.0
+    client_retries: int = 4
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name, whole, least in _LIMITS:
+            value = getattr(self, name)
+            valid = isinstance(value, int if whole else (int, float)) and not isinstance(value, bool)
+            if not valid or value < least:
+                what = "a whole number" if whole else "a number of seconds"
+                raise ConfigError(f"S3RetryPolicy.{name} must be {what} >= {least}; got {value!r}")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed try number ``attempt`` (1-based): exponential, half jittered."""
+        ceiling = min(self.max_delay_s, self.base_delay_s * 2.0 ** (attempt - 1))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    def client_config(self) -> Config:
+        """The botocore ``Config`` for a client made here: standard-mode retries and explicit timeouts."""
+        return Config(
+            retries={"mode": "standard", "max_attempts": self.client_retries},
+            connect_timeout=self.connect_timeout_s,
+            read_timeout=self.read_timeout_s,
+        )
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -40,10 +107,12 @@ class S3Store:
     name. Otherwise it is a folder-like prefix: every object under
     ``prefix/`` (recursively) whose name ends in ``.parquet`` is read, and the
     others (``_SUCCESS``, ``.crc``, folder markers) are counted as ignored.
+    ``retry`` sets how patiently reads and the store's own client retry.
     """
 
-    def __init__(self, location: str, client: Any | None = None) -> None:
+    def __init__(self, location: str, client: Any | None = None, retry: S3RetryPolicy | None = None) -> None:
         self._bucket, self._prefix = parse_s3_url(location)
+        self._retry = retry or S3RetryPolicy()
         folder = self._prefix.rstrip("/")
         self.identity = f"s3://{self._bucket}/{folder}" if folder else f"s3://{self._bucket}"
         self._client = client
@@ -51,13 +120,18 @@ class S3Store:
         self._lock = threading.Lock()
 
     def client(self) -> Any:
-        """The shared boto3 S3 client, created on first use."""
+        """The shared boto3 S3 client, created on first use with the policy's retries and timeouts.
+
+        A client passed in is used as it is: its own retry settings apply to
+        requests, and ranged reads are still retried by :class:`S3RangeFile`.
+        """
         if self._client is None:
             with self._lock:
                 if self._client is None:
                     import boto3  # here, so that local-only use never pays for importing boto3
 
-                    self._client = boto3.session.Session().client("s3")
+                    session = boto3.session.Session()
+                    self._client = session.client("s3", config=self._retry.client_config())
         return self._client
 
     def listing(self) -> Listing:
@@ -81,7 +155,7 @@ class S3Store:
     @contextmanager
     def open(self, obj: ObjectInfo) -> Iterator[IO[bytes]]:
         bucket, key = parse_s3_url(obj.key)
-        with S3RangeFile(self.client(), bucket, key, obj) as handle:
+        with S3RangeFile(self.client(), bucket, key, obj, self._retry) as handle:
             yield cast(IO[bytes], handle)
 
     def close(self) -> None:
@@ -105,17 +179,25 @@ class S3Store:
 
 
 class S3RangeFile(io.RawIOBase):
-    """A read-only, seekable view of one S3 object: each ``read`` is one ranged GET.
+    """A read-only, seekable view of one S3 object: each ``read`` is one ranged GET, retried if it drops.
 
-    Every GET carries ``If-Match`` with the listed ETag, so a replaced object
-    fails with :class:`SourceError` instead of mixing two versions. The size
-    comes from the listing, so opening costs no request; pyarrow then fetches
-    only the byte ranges it asks for (the footer, then the column chunks).
+    The object must still be the version that was listed, or the read fails
+    with the "changed since it was listed" :class:`SourceError`, never
+    retried. Every GET carries ``If-Match`` with the listed ETag: S3 (and
+    moto, which the tests run against) answers 412 for another version, so a
+    re-read range can never splice two versions together. The ETag of each
+    answer is compared with the listed one too, for S3-compatible stores
+    that ignore ``If-Match``. The size comes from the listing, so opening
+    costs no request; pyarrow then fetches only the byte ranges it asks for
+    (the footer, then the column chunks).
     """
 
-    def __init__(self, client: Any, bucket: str, key: str, obj: ObjectInfo) -> None:
+    def __init__(
+        self, client: Any, bucket: str, key: str, obj: ObjectInfo, retry: S3RetryPolicy | None = None
+    ) -> None:
         super().__init__()
         self._client, self._bucket, self._key, self._obj = client, bucket, key, obj
+        self._retry = retry or S3RetryPolicy()
         self._pos = 0
 
     def readable(self) -> bool:
@@ -153,21 +235,61 @@ class S3RangeFile(io.RawIOBase):
         return len(data)
 
     def _get(self, first: int, last: int) -> bytes:
-        with s3_boundary(f"reading {self._obj.key} bytes {first}-{last}"):
+        """Bytes ``first..last``, the same range asked again after a transient failure."""
+        what = f"reading {self._obj.key} bytes {first}-{last}"
+        attempt = 1
+        while True:
             try:
-                response = self._client.get_object(
-                    Bucket=self._bucket,
-                    Key=self._key,
-                    Range=f"bytes={first}-{last}",
-                    IfMatch=f'"{self._obj.etag}"',
+                return self._get_once(first, last, what)
+            except TransientError as exc:
+                if attempt >= self._retry.tries:
+                    raise TransientError(
+                        f"{exc} ({plural(attempt, 'attempt')} at this range failed)"
+                    ) from exc
+                delay = self._retry.delay(attempt)
+                _log.warning(
+                    "S3 read failed on attempt %d of %d, trying again in %.2f s: %s",
+                    attempt,
+                    self._retry.tries,
+                    delay,
+                    exc,
                 )
-            except ClientError as exc:
-                code = str(exc.response.get("Error", {}).get("Code", ""))
-                if code in _CHANGED_CODES:
-                    raise changed_since_listed(self._obj, f"S3 answered {code} for that ETag") from exc
-                raise
+                time.sleep(delay)
+                attempt += 1
+
+    def _get_once(self, first: int, last: int, what: str) -> bytes:
+        with s3_boundary(what):
+            response = self._request(first, last)
             body = response["Body"]
             try:
-                return cast(bytes, body.read())
+                data = cast(bytes, body.read())  # checks the length against Content-Length
             finally:
                 body.close()
+        asked = last - first + 1
+        if len(data) < asked:
+            raise TransientError(f"S3 sent {len(data)} bytes of the {asked} asked while {what}; retrying")
+        if len(data) > asked:
+            raise SourceError(
+                f"S3 sent {len(data)} bytes for a {asked}-byte range while {what}: the endpoint ignores "
+                "the Range header; use an S3 endpoint that serves ranged GETs"
+            )
+        return data
+
+    def _request(self, first: int, last: int) -> Any:
+        try:
+            response = self._client.get_object(
+                Bucket=self._bucket,
+                Key=self._key,
+                Range=f"bytes={first}-{last}",
+                IfMatch=f'"{self._obj.etag}"',
+            )
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in _CHANGED_CODES:
+                raise changed_since_listed(self._obj, f"S3 answered {code} for that ETag") from exc
+            raise
+        etag = str(response.get("ETag") or "").strip('"')
+        if etag and etag != self._obj.etag:
+            response["Body"].close()
+            raise changed_since_listed(self._obj, f"S3 sent etag {etag!r} instead")
+        return response
