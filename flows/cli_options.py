@@ -146,13 +146,13 @@ def _by_name(url: str | None, variable: str, remote: bool = False) -> str | None
     here; workers of a cluster elsewhere could not, so then it is refused.
     """
     from shardwise.errors import ConfigError
-    from shardwise.redact import redact
+    from shardwise.redact import has_password, redact_url
 
-    if url is None or redact(url) == url:
+    if url is None or not has_password(url):  # the URL parser decides, as the engine will read it
         return url
     if remote:
         raise ConfigError(
-            f"{redact(url)} holds a password, which must not travel to workers on other hosts; set it on "
+            f"{redact_url(url)} holds a password, which must not travel to workers on other hosts; set it on "
             "the workers (and here) as an environment variable, e.g. export DB_URL=..., and pass env:DB_URL"
         )
     os.environ[variable] = url

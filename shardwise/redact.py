@@ -1,12 +1,30 @@
-"""Keep secrets out of logs, artifacts, the ledger and error messages."""
+"""Keep secrets out of logs, artifacts, the ledger, Prefect's parameters and error messages.
+
+A URL is read with a URL parser, never a pattern: a password may hold ``/``,
+a space, ``@``, ``:``, ``%`` or any other character, and SQLAlchemy's parser
+(which the databases are reached through) reads such URLs fine, so a pattern
+that stops at ``/`` or a space would let the rest of the password through.
+Three layers, each catching what the one before cannot:
+
+1. :func:`url_password` and :func:`redact_url` parse one URL: the CLI asks
+   whether a URL holds a password before it decides how to pass it on, and a
+   parameter that is a whole URL is stored with its password hidden;
+2. every password this process has parsed is remembered (:func:`remember`),
+   and :func:`redact` masks it wherever it appears in free text (a driver's
+   error message, a log line), spelled as given or percent-encoded;
+3. patterns for what has no parser: a ``scheme://user:pass@`` inside a
+   longer text seen for the first time, secret query parameters, AWS keys.
+"""
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit
 
-__all__ = ["redact", "redact_mapping"]
+__all__ = ["has_password", "redact", "redact_mapping", "redact_url", "remember", "url_password"]
 
 _URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][\w+.-]*://[^/\s:@]*):[^@\s/]*@")
 _AWS_ACCESS_KEY = re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b")
@@ -15,23 +33,94 @@ _SECRET_PARAM = re.compile(
     r"X-Amz-Signature|X-Amz-Credential|X-Amz-Security-Token)=)[^&\s'\"]+",
     re.IGNORECASE,
 )
+_STARTS_WITH_URL = re.compile(r"\s*[a-zA-Z][\w+.-]*://")
+_MASK = "***"
+_SHORTEST_REMEMBERED = 4
+"""Shorter passwords are not masked in free text: masking every "ab" would garble messages."""
+
+_known: set[str] = set()
+_known_lock = threading.Lock()
+
+
+def url_password(url: str) -> str | None:
+    """The password of ``url`` as its parser reads it, or None (no password, or not a URL).
+
+    Database URLs are read by SQLAlchemy's parser, as the engine will read
+    them; others (``s3://``, ``http://``) by :func:`urllib.parse.urlsplit`.
+    A password found is remembered (:func:`remember`), so that it is masked
+    wherever it shows up later.
+    """
+    if "://" not in url:
+        return None
+    try:
+        import sqlalchemy as sa
+
+        password = sa.make_url(url).password
+    except Exception:
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            return None
+    if password is None:
+        return None
+    remember(str(password))
+    return str(password)
+
+
+def has_password(url: str) -> bool:
+    """Whether ``url`` carries a password (an empty one counts)."""
+    return url_password(url) is not None
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, found by the parser; other text unchanged."""
+    return url if url_password(url) is None else _mask_known(url)
+
+
+def remember(password: str | None) -> None:
+    """Mask ``password`` from now on wherever :func:`redact` sees it, as given or percent-encoded."""
+    if not password or len(password) < _SHORTEST_REMEMBERED:
+        return
+    with _known_lock:
+        _known.update({password, quote(password, safe=""), unquote(password)})
+
+
+def _mask_known(text: str) -> str:
+    with _known_lock:
+        known = sorted(_known, key=len, reverse=True)  # a longer secret before its own parts
+    for secret in known:
+        if secret in text:
+            text = text.replace(secret, _MASK)
+    return text
 
 
 def redact(text: str) -> str:
-    """``text`` with URL passwords, secret query parameters and AWS access key ids masked."""
+    """``text`` with passwords, secret query parameters and AWS access key ids masked.
+
+    A text that is one URL is read by the parser (and its password
+    remembered); known passwords are masked anywhere; the patterns catch the
+    rest.
+    """
+    if _STARTS_WITH_URL.match(text):
+        url_password(text.strip())  # remembered, so masked below however it is spelled
+    text = _mask_known(text)
     text = _URL_PASSWORD.sub(r"\g<head>:***@", text)
     text = _SECRET_PARAM.sub(r"\g<head>***", text)
     return _AWS_ACCESS_KEY.sub("AKIA****************", text)
 
 
 def redact_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``values`` with every string (nested too) passed through :func:`redact`."""
+    """A copy of ``values`` with every string (nested too) passed through :func:`redact`.
+
+    A string that is a whole URL goes through the parser first, so a password
+    holding a space or a ``/`` is hidden too.
+    """
     return {k: _redact_value(v) for k, v in values.items()}
 
 
 def _redact_value(value: Any) -> Any:
     if isinstance(value, str):
-        return redact(value)
+        return redact(redact_url(value))
     if isinstance(value, Mapping):
         return redact_mapping(value)
     if isinstance(value, (list, tuple)):

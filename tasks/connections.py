@@ -16,12 +16,23 @@ from __future__ import annotations
 import os
 
 from shardwise.errors import ConfigError
+from shardwise.redact import url_password
 
 __all__ = ["resolve"]
 
 
 def resolve(value: str) -> str:
-    """The URL or path behind ``value``; a plain value comes back unchanged."""
+    """The URL or path behind ``value``; a plain value comes back unchanged.
+
+    A password in the URL is remembered by :mod:`shardwise.redact`, so it is
+    masked in every message and log line of this process, however it is spelled.
+    """
+    found = _lookup(value)
+    url_password(found)
+    return found
+
+
+def _lookup(value: str) -> str:
     if value.startswith("env:"):
         name = value.removeprefix("env:")
         found = os.environ.get(name)

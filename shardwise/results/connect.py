@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from shardwise.dberrors import safe_url
 from shardwise.errors import ConfigError
+from shardwise.redact import redact, remember
 from shardwise.results.sqlfiles import load_script, load_sql
 
 __all__ = ["brief_waits", "make_engine", "write_transaction"]
@@ -35,9 +36,10 @@ def make_engine(url: str) -> sa.Engine:
         parsed = sa.make_url(url)
     except sa.exc.ArgumentError as exc:
         raise ConfigError(
-            f"results database URL {url!r} is not a URL; use postgresql+psycopg://user@host/db "
+            f"results database URL {redact(url)!r} is not a URL; use postgresql+psycopg://user@host/db "
             "or sqlite:///path/to/file.db"
         ) from exc
+    remember(parsed.password)  # masked in every later message, however the driver spells it
     if parsed.drivername in _DRIVERS:
         return sa.create_engine(
             parsed.set(drivername=_DRIVERS[parsed.drivername]),

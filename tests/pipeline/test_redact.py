@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from shardwise.redact import redact, redact_mapping
 
 
@@ -24,3 +26,22 @@ def test_nested_mapping() -> None:
 def test_text_without_secrets_is_unchanged() -> None:
     text = "column 'txt' not in table 'docs'; columns are: id, text"
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    "password", ["Pa/ss-X1", "two words", "at@sign1", "co:lon:1", "per%cent", "pä§wörd", "a%2Fb%20c"]
+)
+def test_url_passwords_are_found_by_the_parser_whatever_they_hold(password: str) -> None:
+    from urllib.parse import quote
+
+    from shardwise.redact import has_password, redact, redact_url
+
+    # @ and % must be percent-encoded to be part of any URL; / and space are read as written
+    written = quote(password, safe="/ ") if set(password) & {"@", "%"} else password
+    url = f"postgresql+psycopg://app:{written}@db.internal:5432/prod"
+    assert has_password(url)
+    assert redact_url(url) == "postgresql+psycopg://app:***@db.internal:5432/prod"
+    message = f"connection to {url} failed: {password!r} rejected"
+    masked = redact(message)
+    assert password not in masked and written not in masked, masked
+    assert has_password(url.replace(f":{written}@", "@")) is False
