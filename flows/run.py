@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 import sys
 import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from flows.outcome import OK, RUN_FAILED, code_for, say_error
@@ -97,6 +100,7 @@ def run_and_report(
         if verbose and isinstance(summary, BaseException):
             traceback.print_exception(summary, file=sys.stderr)
         say_error(summary if isinstance(summary, BaseException) else str(summary))
+        _say_how_to_finish(params, str(state.state_details.flow_run_id or ""))
         return Report(code_for(summary) if isinstance(summary, BaseException) else RUN_FAILED)
     failed = not state.is_completed()
     print(
@@ -108,6 +112,27 @@ def run_and_report(
         print(f"finish it later with: shardwise run ... --resume {summary['run_id']}", file=sys.stderr)
         return Report(RUN_FAILED, summary)
     return Report(OK, summary)
+
+
+def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:
+    """After a run that ended in an error: its id and how to finish it, if it got as far as the ledger.
+
+    The run id is the flow run's id. If the ledger cannot be read (the
+    database is the likely cause of the error), the hint is given anyway.
+    """
+    if not run_id or params.dry_run:
+        return
+    from shardwise.errors import ShardwiseError
+    from shardwise.results import Ledger
+
+    try:
+        with Ledger(resolve(params.results or params.source)) as ledger:
+            if ledger.load_run(run_id) is None:
+                return  # it failed before it was recorded: nothing to finish
+        known = ""
+    except ShardwiseError:
+        known = " (the ledger could not be read to check that it was recorded)"
+    print(f"run {run_id}{known}: finish it with: shardwise run ... --resume {run_id}", file=sys.stderr)
 
 
 def _counted(summary: dict[str, Any]) -> str:
@@ -161,9 +186,7 @@ class TemporaryApi:
 
         if PREFECT_API_URL.value():
             return self  # a server is set: use it
-        from prefect.server.api.server import SubprocessASGIServer  # imported here, not on the thread
-
-        server = SubprocessASGIServer()
+        server = _guarded_server_class()()
         self._thread = threading.Thread(target=self._run, args=(server,), name="shardwise-api", daemon=True)
         self._thread.start()
         return self
@@ -194,3 +217,30 @@ class TemporaryApi:
                 yield
         finally:
             os.environ.pop("PREFECT_API_URL", None)
+
+
+@functools.cache
+def _guarded_server_class() -> Any:
+    """Prefect's temporary server, with a guard process that stops it if this process is killed.
+
+    See :mod:`flows.server_guard`. The guard starts with the server's process,
+    whichever thread starts it. Made on first use: importing Prefect's server
+    takes a while, and most commands never start one.
+    """
+    from prefect.server.api.server import SubprocessASGIServer
+
+    class GuardedServer(SubprocessASGIServer):
+        def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
+            process = super()._run_uvicorn_command()
+            self.guard = subprocess.Popen(
+                [sys.executable, "-m", "flows.server_guard", str(os.getpid()), str(process.pid)],
+                stdin=subprocess.DEVNULL,
+                cwd=_CHECKOUT,
+            )
+            return process
+
+    return GuardedServer
+
+
+_CHECKOUT = str(Path(__file__).resolve().parent.parent)
+"""Where ``flows`` is importable from, whatever the working directory of the command."""

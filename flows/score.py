@@ -15,6 +15,7 @@ from flows.origin import started_by
 from flows.params import ScoreParams
 from shardwise.pipeline import PlannedRun, ShardOutcome, finish_run
 from shardwise.redact import redact_mapping
+from shardwise.waiting import until_back
 from shardwise.words import plural
 from tasks import plan_run
 from tasks.artifacts import publish_run, worker_rows
@@ -51,7 +52,9 @@ def score(params: ScoreParams) -> State:
     try:
         with RunProgress(planned.ledger, planned.ref.run_id) as progress:
             outcomes, failed = run_shards(planned, fanout, progress.advance)
-        counts = finish_run(planned, sorted(failed))
+        counts = until_back(
+            lambda: finish_run(planned, sorted(failed)), what=f"finishing run {run_id}", log=logger.warning
+        )
     finally:
         planned.close()
         release_run(planned.ref.run_id)

@@ -10,6 +10,7 @@ what was merged anyway.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from prefect.utilities.annotations import unmapped
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import PlannedRun, RunRef, ShardOutcome
 from shardwise.redact import redact
+from shardwise.waiting import until_back
 from shardwise.words import plural
 from tasks.infer_shard import infer_shard
 from tasks.runners import Fanout
@@ -78,12 +80,19 @@ def _result(future: Any) -> Any:
 
 
 def _record_failures(planned: PlannedRun, failed: dict[int, str]) -> None:
-    """Mark failed shards in the ledger: a worker that died could not; a done shard stays done."""
+    """Mark failed shards in the ledger: a worker that died could not; a done shard stays done.
+
+    A database that is down (the likely reason the shards failed) is waited
+    for (:func:`~shardwise.waiting.until_back`), so the ledger ends up naming
+    each failed shard and its error instead of leaving it pending.
+    """
+    logger = get_run_logger()
     for shard_id, message in failed.items():
-        try:
-            planned.ledger.mark_shard_failed(planned.ref.run_id, shard_id, message)
-        except ShardwiseError as exc:
-            get_run_logger().warning("could not record the failure of shard %d: %s", shard_id, exc)
+        until_back(
+            functools.partial(planned.ledger.mark_shard_failed, planned.ref.run_id, shard_id, message),
+            what=f"recording the failure of shard {shard_id}",
+            log=logger.warning,
+        )
 
 
 @task(name="shard-flow-run", task_run_name="shard-{shard_id}", cache_policy=NO_CACHE)
