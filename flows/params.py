@@ -29,7 +29,9 @@ class ScoreParams(BaseModel):
     key: str = Field("id", description="Key column: integer or text, unique per row.")
     text_column: str = Field("text", description="Column holding the text to score.")
     where: str | None = Field(
-        None, description="Optional SQL filter on the source table (trusted operator input)."
+        None,
+        description="Optional SQL filter on the source table: one boolean expression over its columns, "
+        "checked by a SQL parser (no subqueries; an allow-list of functions; README: The where filter).",
     )
     model: str = Field("minilm", description="Model: minilm, tiny, or a local encoder directory.")
     results: str | None = Field(

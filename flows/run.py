@@ -16,6 +16,7 @@ from typing import Any
 
 from flows.outcome import OK, RUN_FAILED, code_for, say_error
 from flows.params import ScoreParams
+from flows.where_policy import refuse_forbidden_where
 from shardwise.errors import TransientError
 from shardwise.pipeline import check_run
 from shardwise.words import plural
@@ -32,6 +33,7 @@ def preflight(params: ScoreParams) -> str | None:
     """
     from models import get_spec
 
+    refuse_forbidden_where(params.where)
     spec, fanout = params.to_spec(), params.fanout()
     check_api(required=params.runner == "deployment")
     idle = check_run(spec, resolve, get_spec, local_workers=not fanout.remote)

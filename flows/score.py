@@ -13,6 +13,7 @@ from prefect.states import Completed, Failed, State
 
 from flows.origin import started_by
 from flows.params import ScoreParams
+from flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import PlannedRun, ShardOutcome, finish_run
 from shardwise.redact import redact_mapping
 from shardwise.waiting import until_back
@@ -39,6 +40,7 @@ def score(params: ScoreParams) -> State:
     failed shards, if any shard still fails after its retries; finished shards
     stay merged, and ``resume`` finishes the rest.
     """
+    refuse_forbidden_where(params.where)
     if params.dry_run:
         report = dry_run(params.to_spec(), params.fanout().workers)
         return Completed(message=f"dry run: {report['shards']} shards, {report['rows']} rows", data=report)

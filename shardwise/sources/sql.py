@@ -33,14 +33,24 @@ What a run sees, and its limits:
   it is always new: it is dead-lettered again on every only-new run. The
   results table is ``results_table`` in the source's schema (or
   ``schema.table``); while it does not exist every row is new.
-  ``params["skipped_rows"]`` counts the rows skipped.
+  ``params["skipped_rows"]`` counts the rows skipped. A binary (``bytea``,
+  BLOB) text column is scored as the UTF-8 text it holds and fingerprinted
+  over its bytes on both sides, so unchanged rows are skipped too (see
+  :mod:`shardwise.sources.sql_fingerprint`).
+* **The key must be unique** among the filtered rows: planning, and
+  :meth:`SqlSource.check`, refuse a table whose key repeats, naming up to five
+  repeated keys (see :mod:`shardwise.sources.sql_unique`); a declared primary
+  key or unique index makes the check free.
 * **Keyed reads** (:meth:`SqlSource.read_keys`, for a redrive of dead
   letters) read the current table, not a plan's snapshot: ``key IN (...)`` in
   chunks, with the same filter (see :mod:`shardwise.sources.sql_keys`).
-* **The ``where`` filter is trusted configuration**, like a view definition:
-  it is SQL written by the operator, not user input, and it is wrapped in
-  parentheses. On PostgreSQL every query runs in a read-only transaction and
-  SQLite connections are ``query_only``, so a filter cannot write.
+* **The ``where`` filter is one checked expression.** It is parsed with a SQL
+  parser when the source opens, limited to row-level syntax and an allow-list
+  of functions, and only its re-rendered form reaches the database, in
+  parentheses, AND-ed apart from the key range (see
+  :mod:`shardwise.sources.sql_filter`). It still runs with the source role's
+  rights, so on PostgreSQL every query runs in a read-only transaction and
+  SQLite connections are ``query_only``: a filter cannot write.
 """
 
 from __future__ import annotations
@@ -60,11 +70,14 @@ from shardwise.sources.keys import parse_keys
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql_check import check_plan, new_only_params
 from shardwise.sources.sql_db import Database
+from shardwise.sources.sql_filter import parse_filter
+from shardwise.sources.sql_fingerprint import register_sqlite_fingerprint
 from shardwise.sources.sql_keys import begin_keyed_read, keyed_rows
 from shardwise.sources.sql_plan import plan_shards
 from shardwise.sources.sql_query import Selection, filter_probe, read_query
 from shardwise.sources.sql_schema import reflect_results, reflect_source
 from shardwise.sources.sql_snapshot import export_snapshot, import_snapshot, read_only
+from shardwise.sources.sql_unique import check_unique_key
 
 __all__ = ["ShardReader", "SqlSource"]
 
@@ -112,7 +125,10 @@ class SqlSource:
         if fetch_rows < 1:
             raise ConfigError(f"fetch_rows must be a positive integer; got {fetch_rows!r}")
         self._db = Database(url)
+        if self._db.dialect == "sqlite":
+            register_sqlite_fingerprint(self._db.engine)
         try:
+            self._filter = None if where is None else parse_filter(where, self._db.dialect)
             with self._db.errors(f"checking table {table!r}"), self._db.engine.connect() as conn:
                 self._src = reflect_source(conn, table, key, text_column, schema)
         except BaseException:
@@ -161,6 +177,7 @@ class SqlSource:
             with self._db.errors(f"planning {self.identity}"):
                 snapshot = self._begin_plan(conn)
                 sel = self._selection(conn, new_only)
+                check_unique_key(conn, sel, self.identity)
                 counts, cut = plan_shards(conn, sel, sizing)
             if snapshot is not None:
                 with self._lock:
@@ -182,15 +199,26 @@ class SqlSource:
         return SourcePlan("sql", self.identity, snapshot, cut, params)
 
     def check(self) -> None:
-        """Run the ``where`` filter once on no rows, so a wrong column or bad syntax fails before planning.
+        """Fail now on what planning would refuse: a filter that does not run, or a key that repeats.
 
-        The table, key and text column were checked when the source opened.
+        The table, key and text column, and the filter's syntax, were checked
+        when the source opened. Here the database plans the filter on no rows,
+        so a wrong column or type fails, and the key's uniqueness is checked as
+        planning checks it: free for a declared unique key, else one grouped
+        read of the key column (:mod:`shardwise.sources.sql_unique`). Both run
+        in one read-only transaction.
         """
-        if self._where is None:
-            return
+        with self._db.errors(f"checking {self.identity}"), self._db.engine.connect() as conn:
+            begin_keyed_read(conn)
+            sel = Selection(self._src, self._db.dialect, self._filter)
+            if self._filter is not None:
+                self._probe_filter(conn, sel)
+            check_unique_key(conn, sel, self.identity)
+
+    def _probe_filter(self, conn: sa.Connection, sel: Selection) -> None:
         try:
-            with self._db.errors("checking the filter"), self._db.engine.connect() as conn:
-                conn.execute(filter_probe(Selection(self._src, self._db.dialect, self._where)))
+            with self._db.errors("checking the filter"):
+                conn.execute(filter_probe(sel))
         except SourceError as exc:
             detail = str(exc).removeprefix("checking the filter failed: ").splitlines()[0]
             columns = ", ".join(c.name for c in self._src.table.columns)
@@ -270,9 +298,9 @@ class SqlSource:
 
     def _selection(self, conn: sa.Connection, new_only: NewOnly | None) -> Selection:
         if new_only is None:
-            return Selection(self._src, self._db.dialect, self._where)
+            return Selection(self._src, self._db.dialect, self._filter)
         results = reflect_results(conn, new_only.results_table, self._src.schema)
-        return Selection(self._src, self._db.dialect, self._where, results, new_only.model_version)
+        return Selection(self._src, self._db.dialect, self._filter, results, new_only.model_version)
 
     def _rows(self, result: sa.CursorResult[Any, Any], doing: str) -> Iterator[SourceRow]:
         with self._db.errors(doing):

@@ -7,10 +7,12 @@ boundary query. On PostgreSQL the boundary query is
 keys, with ``count(*)``; elsewhere (SQLite) it is a window query
 (``dense_rank``/``rank``) that returns only the first key of each shard.
 
-Shards split the *distinct* keys evenly. With a unique key (the normal case)
-that is the same as splitting the rows evenly; with repeated key values a
-shard may hold more rows than its share, but boundaries are always distinct
-keys, so shards are disjoint and none is empty by construction. ``shards=N``
+Shards split the *distinct* keys evenly. With a unique key (which
+:class:`~shardwise.sources.sql.SqlSource` requires, see
+:mod:`shardwise.sources.sql_unique`) that is the same as splitting the rows
+evenly; were key values repeated, a shard could hold more rows than its share,
+but boundaries are always distinct keys, so shards stay disjoint and none is
+empty by construction. ``shards=N``
 gives exactly N shards when at least N distinct keys are planned, and one
 shard per distinct key otherwise. An empty selection plans zero shards.
 

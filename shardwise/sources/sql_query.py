@@ -2,9 +2,10 @@
 
 Identifiers come from the reflected :class:`sqlalchemy.Table`, so SQLAlchemy
 quotes them; values (shard bounds, the model version, shard counts) are bound
-parameters. The one piece of SQL text is the operator's ``where`` filter, which
-is trusted configuration (like a view definition) and is wrapped in
-parentheses so it cannot widen the key range it is combined with.
+parameters. The one piece of SQL text is the operator's ``where`` filter, and
+only as :func:`~shardwise.sources.sql_filter.parse_filter` rendered it: one
+checked expression, in parentheses, AND-ed with the other conditions as a
+separate term, so it cannot widen the key range it is combined with.
 
 Every query considers the same rows: those the filter keeps, whose key is not
 NULL, and, under ``--only-new``, that have no result for the model version with
@@ -20,7 +21,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
-from shardwise.sources.sql_db import SQLITE_MD5
+from shardwise.sources.sql_filter import SqlFilter
+from shardwise.sources.sql_fingerprint import fingerprint
 from shardwise.sources.sql_schema import SourceTable
 
 __all__ = [
@@ -33,10 +35,10 @@ __all__ = [
 ]
 
 
-def _operator_filter(where: str) -> sa.TextClause:
+def _operator_filter(where: SqlFilter) -> sa.TextClause:
     # Colons are escaped so text() finds no bind parameters in a filter such as
-    # "created_at > '2024-01-01 10:00'"; the filter carries literal values only.
-    return sa.text("(" + where.replace(":", "\\:") + ")")
+    # "created_at > '2024-01-01 10:00'"; a checked filter carries literal values only.
+    return sa.text("(" + where.sql.replace(":", "\\:") + ")")
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ class Selection:
 
     src: SourceTable
     dialect: str
-    where: str | None = None
+    where: SqlFilter | None = None
+    """The operator's filter, already parsed and checked (see :mod:`shardwise.sources.sql_filter`)."""
     results: sa.Table | None = None
     """The results table to anti-join (``--only-new``), or None to take every row."""
     model_version: str | None = None
@@ -55,14 +58,11 @@ class Selection:
         return [] if self.where is None else [_operator_filter(self.where)]
 
     def fingerprint(self) -> sa.ColumnElement[Any]:
-        """The input fingerprint of a row, computed in the database (hex MD5 of the UTF-8 text)."""
-        text = self.src.text
-        if self.dialect == "sqlite":
-            return sa.Function(SQLITE_MD5, text, type_=sa.Text)
-        if not isinstance(text.type, sa.String):
-            # Non-text values are dead-lettered and never get a result; the cast keeps md5() valid.
-            return sa.func.md5(sa.cast(text, sa.Text))
-        return sa.func.md5(text)
+        """The input fingerprint of a row, computed in the database as the pipeline stores it.
+
+        See :mod:`shardwise.sources.sql_fingerprint` (text and binary columns alike).
+        """
+        return fingerprint(self.src.text, self.dialect)
 
     def is_new(self) -> sa.ColumnElement[bool]:
         """True when the row has no result for the model version with its current fingerprint.

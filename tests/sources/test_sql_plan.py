@@ -14,8 +14,11 @@ from sql_tables import assert_partition, create_docs, read_all, writer
 
 from shardwise.errors import ConfigError
 from shardwise.sources.base import SourcePlan
+from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql import SqlSource
-from shardwise.sources.sql_plan import build_shards, shard_starts
+from shardwise.sources.sql_plan import build_shards, plan_shards, shard_starts
+from shardwise.sources.sql_query import Selection, read_query
+from shardwise.sources.sql_schema import reflect_source
 
 _SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture]}
 int_keys = st.sets(st.integers(-(10**12), 10**12), max_size=60)
@@ -110,14 +113,19 @@ def test_empty_table_plans_zero_shards(any_url: str) -> None:
 
 
 def test_repeated_keys_give_disjoint_shards(any_url: str) -> None:
+    """A source refuses repeated keys (test_sql_keys_unique.py); the cutting itself stays disjoint."""
     skewed = [(1, f"a{i}") for i in range(50)] + [(k, "b") for k in (2, 3, 4, 5)]
     with writer(any_url) as eng:
         create_docs(eng, skewed, primary=False)
-    with SqlSource(any_url, "docs", "id", "text") as src:
-        plan = src.plan(shards=4)
-        rows = read_all(src, plan)
+        with eng.connect() as conn:
+            sel = Selection(reflect_source(conn, "docs", "id", "text", None), eng.dialect.name)
+            counts, shards = plan_shards(conn, sel, Sizing(4, None, 1))
+            bounds = [(s.bounds["lo"], s.bounds["hi"]) for s in shards]
+            rows = [tuple(r) for lo, hi in bounds for r in conn.execute(read_query(sel, lo, hi))]
+    exact = {"expected_rows_exact": counts.sizes_exact(eng.dialect.name)}
+    plan = SourcePlan("sql", "test", None, shards, exact)
     assert_partition(plan)
-    assert len(plan.shards) == 4 and plan.params["distinct_keys"] == 5
+    assert len(plan.shards) == 4 and counts.distinct_keys == 5
     assert [(s.bounds["lo"], s.bounds["hi"]) for s in plan.shards] == [(None, 3), (3, 4), (4, 5), (5, None)]
     assert Counter(rows) == Counter(skewed) and plan.expected_rows == 54
     if plan.params["expected_rows_exact"]:  # SQLite counts rows by rank(); PostgreSQL estimates here
