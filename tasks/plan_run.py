@@ -81,4 +81,14 @@ def plan_run(
         if record.precision_agreement is None
         else f" (agreement with fp32 {record.precision_agreement:.5f}, minimum {spec.min_agreement})",
     )
+    idle_limit = plan.params.get("snapshot_idle_limit_s")
+    if idle_limit:
+        get_run_logger().warning(
+            "the source database ends transactions idle for more than %s s "
+            "(idle_in_transaction_session_timeout), and the planning snapshot is held idle while shards "
+            "run: shards that start later read at a fresh snapshot (recorded in lineage as "
+            "input_snapshot). For one snapshot per run: ALTER ROLE <role> SET "
+            "idle_in_transaction_session_timeout = 0",
+            idle_limit,
+        )
     return planned

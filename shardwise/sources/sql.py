@@ -76,7 +76,7 @@ from shardwise.sources.sql_keys import begin_keyed_read, keyed_rows
 from shardwise.sources.sql_plan import plan_shards
 from shardwise.sources.sql_query import Selection, filter_probe, read_query
 from shardwise.sources.sql_schema import reflect_results, reflect_source
-from shardwise.sources.sql_snapshot import export_snapshot, import_snapshot, read_only
+from shardwise.sources.sql_snapshot import export_snapshot, idle_limit_s, import_snapshot, read_only
 from shardwise.sources.sql_unique import check_unique_key
 
 __all__ = ["ShardReader", "SqlSource"]
@@ -176,6 +176,7 @@ class SqlSource:
         try:
             with self._db.errors(f"planning {self.identity}"):
                 snapshot = self._begin_plan(conn)
+                idle_limit = idle_limit_s(conn) if snapshot is not None else None
                 sel = self._selection(conn, new_only)
                 check_unique_key(conn, sel, self.identity)
                 counts, cut = plan_shards(conn, sel, sizing)
@@ -195,6 +196,7 @@ class SqlSource:
             "null_keys": counts.null_keys,
             "skipped_rows": counts.skipped_rows,
             "expected_rows_exact": counts.sizes_exact(self._db.dialect),
+            "snapshot_idle_limit_s": idle_limit,
         }
         return SourcePlan("sql", self.identity, snapshot, cut, params)
 

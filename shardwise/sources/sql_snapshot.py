@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 
-__all__ = ["SNAPSHOT_ID", "export_snapshot", "import_snapshot", "read_only", "snapshot_id"]
+__all__ = ["SNAPSHOT_ID", "export_snapshot", "idle_limit_s", "import_snapshot", "read_only", "snapshot_id"]
 
 SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+-[0-9]+$")
 """The shape of a ``pg_export_snapshot()`` id; anything else is refused before it reaches SQL."""
@@ -43,6 +43,19 @@ def export_snapshot(conn: sa.Connection) -> str:
     exported = sa.select(sa.func.pg_export_snapshot(), sa.cast(sa.func.pg_current_snapshot(), sa.Text))
     snapshot, visible = conn.execute(exported).one()
     return f"{snapshot}|{visible}"
+
+
+def idle_limit_s(conn: sa.Connection) -> float | None:
+    """This session's ``idle_in_transaction_session_timeout`` in seconds; None when it is off.
+
+    The planning transaction sits idle while the shards run, holding the
+    exported snapshot; a server that ends idle transactions sooner than the
+    run lasts takes the snapshot with it, and later shards read at a fresh one.
+    """
+    found = conn.execute(
+        sa.text("SELECT setting::bigint FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'")
+    ).scalar()
+    return None if not found else int(found) / 1000
 
 
 def snapshot_id(snapshot: str) -> str:
