@@ -16,7 +16,6 @@ fingerprint that PostgreSQL's ``md5(text)`` gives.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from contextlib import AbstractContextManager
 
@@ -26,27 +25,12 @@ from sqlalchemy.engine import URL, make_url
 from shardwise.dberrors import mapped_errors
 from shardwise.errors import ConfigError, SourceError
 
-__all__ = ["SQLITE_MD5", "Database"]
-
-SQLITE_MD5 = "shardwise_md5"
-"""The SQL function registered on SQLite connections: hex MD5 of a text value, NULL otherwise."""
+__all__ = ["Database"]
 
 _SECRET_QUERY_KEYS = ("password", "secret", "token", "sslkey")
 
 
-def _md5_or_none(value: object) -> str | None:
-    """``shardwise_md5``: the same fingerprint as :func:`shardwise.hashing.text_fingerprint`.
-
-    Non-text values have no fingerprint (NULL): the engine dead-letters them,
-    so they never have a result to compare with.
-    """
-    if not isinstance(value, str):
-        return None
-    return hashlib.md5(value.encode("utf-8"), usedforsecurity=False).hexdigest()
-
-
 def _on_sqlite_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
-    dbapi_conn.create_function(SQLITE_MD5, 1, _md5_or_none, deterministic=True)
     dbapi_conn.execute("PRAGMA query_only = ON")
 
 
