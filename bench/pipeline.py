@@ -1,7 +1,7 @@
 """Pipeline benchmark: PostgreSQL -> model -> results table, against the engine alone on the same rows.
 
     python bench/pipeline.py --corpus ../shared/corpus/python_docs.parquet --limit 3000 --model minilm --json
-    python bench/pipeline.py --memory 100000 1000000      # peak RSS, tiny model, synthetic rows
+    python bench/pipeline.py --memory 100000 1000000      # peak RSS, tiny model, 16 shards
 
 The first form loads the rows into a fresh PostgreSQL table, then measures in
 one process: the engine on the texts held in memory (the ceiling), and the
@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -94,7 +95,9 @@ def synthetic_table(url: str, rows: int) -> None:
     engine.dispose()
 
 
-def run_pipeline(url: str, model: str, device: str, rows_per_shard: int) -> tuple[float, dict]:
+def run_pipeline(
+    url: str, model: str, device: str, rows_per_shard: int | None, shards: int | None = None
+) -> tuple[float, dict]:
     spec = RunSpec(
         source=url,
         results=url,
@@ -102,6 +105,7 @@ def run_pipeline(url: str, model: str, device: str, rows_per_shard: int) -> tupl
         model=model,
         table="docs",
         rows_per_shard=rows_per_shard,
+        shards=shards,
         device=device,
     )
     cache = WorkerCache(get_spec)
@@ -239,28 +243,59 @@ def memory(args: argparse.Namespace) -> dict:
         measured = json.loads(proc.stdout.strip().splitlines()[-1])
         out[str(rows)] = measured
         print(
-            f"{rows} rows (tiny): peak RSS {measured['peak_rss_mib']:.0f} MiB, "
-            f"{measured['rows_per_s']:.0f} rows/s through the pipeline"
+            f"{rows} rows (tiny, {measured['shards']} shards): peak RSS {measured['peak_rss_mib']:.0f} MiB, "
+            f"{measured['rows_per_s']:.0f} rows/s through the pipeline; left open afterwards: "
+            f"{measured['threads_left']} threads, {measured['connections_left']} database connections"
         )
     sizes = [out[str(r)]["peak_rss_mib"] for r in args.memory]
     ratio = sizes[-1] / sizes[0]
     print(f"peak RSS grows {ratio:.2f}x from {args.memory[0]} to {args.memory[-1]} rows")
-    return {"peak_rss_mib": {k: v["peak_rss_mib"] for k, v in out.items()}, "rss_growth": ratio}
+    return {
+        "peak_rss_mib": {k: v["peak_rss_mib"] for k, v in out.items()},
+        "rows_per_s": {k: v["rows_per_s"] for k, v in out.items()},
+        "rss_growth": ratio,
+        "left_open": {k: (v["threads_left"], v["connections_left"]) for k, v in out.items()},
+    }
 
 
 def one_memory_run(rows: int, admin_url: str) -> None:
+    """One run in this (fresh) process: its peak RSS, rows/s, and what it left open afterwards."""
     url = fresh_database(admin_url)
     try:
         synthetic_table(url, rows)
-        seconds, counts = run_pipeline(url, "tiny", "cpu", 50_000)
+        threads = threading.active_count()
+        seconds, counts = run_pipeline(url, "tiny", "cpu", None, shards=MEMORY_SHARDS)
+        left_threads = threading.active_count() - threads
+        left_connections = _connections(admin_url, sa.make_url(url).database or "")
     finally:
         drop_database(admin_url, url)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(
         json.dumps(
-            {"rows": counts["rows_out"], "peak_rss_mib": peak_kib / 1024, "rows_per_s": rows / seconds}
+            {
+                "rows": counts["rows_out"],
+                "shards": counts["shards"],
+                "peak_rss_mib": peak_kib / 1024,
+                "rows_per_s": rows / seconds,
+                "threads_left": left_threads,
+                "connections_left": left_connections,
+            }
         )
     )
+
+
+MEMORY_SHARDS = 16
+
+
+def _connections(admin_url: str, database: str) -> int:
+    """Sessions still open on ``database`` (other than the one asking)."""
+    engine = sa.create_engine(admin_url)
+    try:
+        with engine.connect() as conn:
+            query = "SELECT count(*) FROM pg_stat_activity WHERE datname = :db AND pid <> pg_backend_pid()"
+            return int(conn.execute(sa.text(query), {"db": database}).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def main() -> None:
