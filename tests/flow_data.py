@@ -62,6 +62,28 @@ def parquet_bytes(ids: list[int], values: list[Any], row_group_size: int = 100) 
     return buffer.getvalue()
 
 
+_WORDS = ["ledger", "prefix", "object", "footer", "range", "etag", "bucket", "stream", "column", "index"]
+
+
+def sentence(i: int) -> str:
+    """A short made-up text, the same for the same ``i``."""
+    rng = random.Random(i)
+    return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 14))) + f" #{i}"
+
+
+def put_parquet(
+    client: Any, bucket: str, key: str, ids: list[int], row_group_size: int = 50, compression: str = "none"
+) -> None:
+    """Upload a Parquet object ``(id, text)`` of ``ids`` (texts from :func:`sentence`) to S3."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": pa.array(ids, pa.int64()), "text": [sentence(i) for i in ids]})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, row_group_size=row_group_size, compression=compression)
+    client.put_object(Bucket=bucket, Key=key, Body=buffer.getvalue())
+
+
 def synthetic_docs(url: str, rows: int, table: str = "docs") -> None:
     """Rows generated inside PostgreSQL: varied lengths, a few bad ones, nothing shipped."""
     engine = sa.create_engine(url)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import random
 import socket
 import threading
 import uuid
@@ -12,28 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from botocore.config import Config
+from flow_data import put_parquet
 
 from shardwise.errors import SourceError, TransientError
 from shardwise.sources.base import NewOnly, SourcePlan
 from shardwise.sources.parquet import ParquetSource, plan_objects
-
-_WORDS = ["ledger", "prefix", "object", "footer", "range", "etag", "bucket", "stream", "column", "index"]
-
-
-def sentence(i: int) -> str:
-    rng = random.Random(i)
-    return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 14))) + f" #{i}"
-
-
-def put(client: Any, bucket: str, key: str, ids: list[int], row_group_size: int = 50) -> None:
-    table = pa.table({"id": pa.array(ids, pa.int64()), "text": [sentence(i) for i in ids]})
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer, row_group_size=row_group_size, compression="none")
-    client.put_object(Bucket=bucket, Key=key, Body=buffer.getvalue())
 
 
 def read_all(source: ParquetSource, plan: SourcePlan) -> list[int | str]:
@@ -75,10 +58,10 @@ def bucket(client: Any) -> str:
 @pytest.mark.s3
 @pytest.mark.parametrize("sizing", [{"shards": 1}, {"shards": 4}, {"shards": 50}, {"rows_per_shard": 70}])
 def test_s3_plans_are_disjoint_and_covering(client: Any, bucket: str, sizing: dict[str, int]) -> None:
-    put(client, bucket, "data/a.parquet", list(range(130)))
-    put(client, bucket, "data/b.parquet", [])
-    put(client, bucket, "data/sub/c.parquet", list(range(1000, 1260)))
-    put(client, bucket, "data2/not-mine.parquet", [99_999])
+    put_parquet(client, bucket, "data/a.parquet", list(range(130)))
+    put_parquet(client, bucket, "data/b.parquet", [])
+    put_parquet(client, bucket, "data/sub/c.parquet", list(range(1000, 1260)))
+    put_parquet(client, bucket, "data2/not-mine.parquet", [99_999])
     client.put_object(Bucket=bucket, Key="data/_SUCCESS", Body=b"")
     client.put_object(Bucket=bucket, Key="data/notes.txt", Body=b"hello")
     source = ParquetSource(f"s3://{bucket}/data", s3_client=client)
@@ -94,7 +77,7 @@ def test_s3_plans_are_disjoint_and_covering(client: Any, bucket: str, sizing: di
 @pytest.mark.s3
 def test_planning_reads_only_footers_with_ranged_gets(client: Any, bucket: str) -> None:
     for f in range(4):
-        put(
+        put_parquet(
             client,
             bucket,
             f"big/part-{f}.parquet",
@@ -122,7 +105,7 @@ def test_planning_reads_only_footers_with_ranged_gets(client: Any, bucket: str) 
 
 @pytest.mark.s3
 def test_the_default_client_uses_the_standard_aws_settings(s3_env: Any, client: Any, bucket: str) -> None:
-    put(client, bucket, "events/2026/a.parquet", list(range(40)))
+    put_parquet(client, bucket, "events/2026/a.parquet", list(range(40)))
     source = ParquetSource(f"s3://{bucket}/events/")
     plan = source.plan(rows_per_shard=25)
     assert sorted(read_all(source, plan)) == list(range(40))
@@ -132,8 +115,8 @@ def test_the_default_client_uses_the_standard_aws_settings(s3_env: Any, client: 
 
 @pytest.mark.s3
 def test_an_object_location_reads_that_object_alone(client: Any, bucket: str) -> None:
-    put(client, bucket, "d/one.parquet", [1, 2, 3])
-    put(client, bucket, "d/one.parquet.bak/x.parquet", [4])
+    put_parquet(client, bucket, "d/one.parquet", [1, 2, 3])
+    put_parquet(client, bucket, "d/one.parquet.bak/x.parquet", [4])
     source = ParquetSource(f"s3://{bucket}/d/one.parquet", s3_client=client)
     assert sorted(read_all(source, source.plan())) == [1, 2, 3]
 
@@ -155,7 +138,7 @@ def test_a_missing_bucket_is_a_source_error(client: Any) -> None:
 
 @pytest.mark.s3
 def test_a_missing_column_lists_the_columns(client: Any, bucket: str) -> None:
-    put(client, bucket, "d/a.parquet", [1])
+    put_parquet(client, bucket, "d/a.parquet", [1])
     with pytest.raises(
         SourceError, match=r"column 'body' not in Parquet object 's3://.*columns are: id, text"
     ):
@@ -164,11 +147,11 @@ def test_a_missing_column_lists_the_columns(client: Any, bucket: str) -> None:
 
 @pytest.mark.s3
 def test_an_object_replaced_or_deleted_after_planning_fails_the_read(client: Any, bucket: str) -> None:
-    put(client, bucket, "d/a.parquet", list(range(100)))
-    put(client, bucket, "d/b.parquet", list(range(100, 200)))
+    put_parquet(client, bucket, "d/a.parquet", list(range(100)))
+    put_parquet(client, bucket, "d/b.parquet", list(range(100, 200)))
     source = ParquetSource(f"s3://{bucket}/d/", s3_client=client)
     plan = source.plan(shards=2)
-    put(client, bucket, "d/a.parquet", list(range(300)))
+    put_parquet(client, bucket, "d/a.parquet", list(range(300)))
     client.delete_object(Bucket=bucket, Key="d/b.parquet")
     with pytest.raises(
         SourceError, match=r"'s3://.*/d/a.parquet' changed since it was listed.*PreconditionFailed"
@@ -181,13 +164,13 @@ def test_an_object_replaced_or_deleted_after_planning_fails_the_read(client: Any
 @pytest.mark.s3
 def test_only_new_skips_seen_etags_and_picks_up_a_reupload(client: Any, bucket: str) -> None:
     for f in range(3):
-        put(client, bucket, f"d/{f}.parquet", list(range(f * 100, f * 100 + 60)))
+        put_parquet(client, bucket, f"d/{f}.parquet", list(range(f * 100, f * 100 + 60)))
     source = ParquetSource(f"s3://{bucket}/d/", s3_client=client)
     seen = frozenset(plan_objects(source.plan()))
     assert all(key.startswith(f"s3://{bucket}/d/") and etag for key, etag in seen)
     new_only = NewOnly("tiny@1", "scores", seen)
     assert source.plan(new_only=new_only).shards == ()
-    put(client, bucket, "d/1.parquet", list(range(500, 520)))
+    put_parquet(client, bucket, "d/1.parquet", list(range(500, 520)))
     again = source.plan(new_only=new_only)
     assert sorted(read_all(source, again)) == list(range(500, 520))
     assert (again.params["skipped_objects"], again.params["skipped_rows"]) == (2, 120)
