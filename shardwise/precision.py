@@ -20,17 +20,13 @@ the bare weights hash, so tables written before precision existed stay valid).
 :func:`agreement` is the accuracy guard: it scores a few built-in calibration
 texts in float32 and in the reduced precision and returns the worst cosine
 (vector outputs) or the share of equal values (labels, integers); float
-outputs count as equal within 1e-2 relative. :func:`speedup` times the two on
-a batch of them: on a CPU, ``auto`` keeps a reduced precision only where it
-is measurably faster for this model (see
-:mod:`shardwise.pipeline.run_precision`).
+outputs count as equal within 1e-2 relative.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, get_args
@@ -51,7 +47,6 @@ __all__ = [
     "check_precision",
     "cpu_has_native_bf16",
     "resolve_precision",
-    "speedup",
     "versioned",
 ]
 
@@ -175,7 +170,16 @@ def agreement(model: Model, precision: Precision, texts: Sequence[str] = CALIBRA
     """
     if precision == "fp32":
         return 1.0
-    ids, mask = _calibration_batch(model, texts)
+    encoded = [e.ids for e in model.tokenize(list(texts)) if e.ids]
+    if not encoded:
+        raise ConfigError(f"model {model.name!r} gives no tokens for the calibration texts")
+    width = max(len(ids) for ids in encoded)
+    ids = torch.full((len(encoded), width), model.pad_id, dtype=torch.int64)
+    mask = torch.zeros_like(ids)
+    for row, seq in enumerate(encoded):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+    ids, mask = ids.to(model.device), mask.to(model.device)
     with torch.inference_mode():
         full = model.to_columns(model.forward(ids, mask).float().cpu())
         with autocast(model.device, precision):
@@ -186,52 +190,6 @@ def agreement(model: Model, precision: Precision, texts: Sequence[str] = CALIBRA
         a, b = np.asarray(full[out.name]), np.asarray(reduced[out.name])
         worst = min(worst, _agree(a, b, out.kind))
     return worst
-
-
-def speedup(
-    model: Model,
-    precision: Precision,
-    texts: Sequence[str] = CALIBRATION_TEXTS,
-    rows: int = 64,
-    repeats: int = 3,
-) -> float:
-    """How many times faster ``model`` runs a batch in ``precision`` than in float32, on this device.
-
-    The calibration texts are cycled to a batch of ``rows``; each precision
-    runs ``repeats`` times, interleaved, after one untimed pass each, and the
-    fastest pass of each counts (the least disturbed by other work). Native
-    bf16 is not always faster: a small model spends its time outside the
-    matrix products, where autocast only adds casts.
-    """
-    if precision == "fp32":
-        return 1.0
-    ids, mask = _calibration_batch(model, [texts[i % len(texts)] for i in range(rows)])
-    best = {"fp32": float("inf"), precision: float("inf")}
-    with torch.inference_mode():
-        for repeat in range(repeats + 1):
-            for which in best:
-                started = time.perf_counter()
-                with autocast(model.device, which):  # type: ignore[arg-type]
-                    model.forward(ids, mask)
-                if model.device.type == "cuda":
-                    torch.cuda.synchronize(model.device)  # the clock must see the kernels finish
-                if repeat:  # the first pass of each warms caches and kernels
-                    best[which] = min(best[which], time.perf_counter() - started)
-    return best["fp32"] / best[precision]
-
-
-def _calibration_batch(model: Model, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``texts`` tokenised and padded into one batch on the model's device: ids and attention mask."""
-    encoded = [e.ids for e in model.tokenize(list(texts)) if e.ids]
-    if not encoded:
-        raise ConfigError(f"model {model.name!r} gives no tokens for the calibration texts")
-    width = max(len(ids) for ids in encoded)
-    ids = torch.full((len(encoded), width), model.pad_id, dtype=torch.int64)
-    mask = torch.zeros_like(ids)
-    for row, seq in enumerate(encoded):
-        ids[row, : len(seq)] = torch.tensor(seq)
-        mask[row, : len(seq)] = 1
-    return ids.to(model.device), mask.to(model.device)
 
 
 def _agree(full: np.ndarray, reduced: np.ndarray, kind: str) -> float:

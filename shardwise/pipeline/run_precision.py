@@ -4,12 +4,9 @@
 (:func:`~shardwise.precision.resolve_precision`), then the guard compares it
 with float32 on a few calibration texts; below ``spec.min_agreement`` an
 ``auto`` run falls back to float32 (with a warning), an explicit one is
-refused. On a CPU, ``auto`` also times both on a calibration batch and keeps
-the reduced precision only if it is at least :data:`MIN_SPEEDUP` times as
-fast: native bf16 instructions do not make every model faster. The model
-the guard needs is loaded into the process's
-:class:`~shardwise.pipeline.worker.WorkerCache`, where the shards of a thread
-runner find it.
+refused. The model the guard needs is loaded into the process's
+:class:`~shardwise.pipeline.worker.WorkerCache`, where the shards of a
+thread runner find it.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from shardwise.pipeline.spec import RunSpec
 from shardwise.pipeline.worker import WorkerCache
 from shardwise.precision import Precision, resolve_precision
 
-__all__ = ["MIN_SPEEDUP", "PrecisionChoice", "choose_precision", "hardware_precision", "warm"]
+__all__ = ["PrecisionChoice", "choose_precision", "hardware_precision", "warm"]
 
 _log = logging.getLogger(__name__)
 
@@ -40,22 +37,6 @@ class PrecisionChoice:
 
     precision: Precision
     agreement: float | None = None
-
-
-MIN_SPEEDUP = 1.1
-"""``auto`` on a CPU keeps a reduced precision only where it runs a calibration batch this much faster."""
-
-
-def _timed(spec: RunSpec, device: torch.device) -> bool:
-    """Whether ``auto`` must time the reduced precision before taking it: on a CPU, yes.
-
-    A CPU with native bf16 still runs a small model slower in bf16 than in
-    float32 (autocast's casts outweigh faster matrix products), so it is
-    measured, not assumed. GPUs are not timed: their tensor cores win on any
-    model worth a GPU, and a GPU policy planned from a CPU-only host is
-    measured on that CPU, which says nothing of the GPU's speed.
-    """
-    return spec.precision == "auto" and device.type == "cpu" and resolve_device(spec.device).type == "cpu"
 
 
 def hardware_precision(spec: RunSpec) -> tuple[Precision, torch.device]:
@@ -89,8 +70,6 @@ def warm(spec: RunSpec, cache: WorkerCache) -> None:
     model, _ = cache.model(spec.model, device)
     if precision != "fp32":
         cache.agreement(model, precision)
-        if _timed(spec, device):
-            cache.speedup(model, precision)
 
 
 def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
@@ -101,16 +80,6 @@ def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
     model, _ = cache.model(spec.model, device)
     found = cache.agreement(model, precision)
     if found >= spec.min_agreement:
-        if _timed(spec, device) and (gain := cache.speedup(model, precision)) < MIN_SPEEDUP:
-            _log.info(
-                "model %r in %s runs %.2fx as fast as float32 on this CPU (auto keeps a reduced precision "
-                "only from %sx): scoring in fp32",
-                spec.model,
-                precision,
-                gain,
-                MIN_SPEEDUP,
-            )
-            return PrecisionChoice("fp32")
         return PrecisionChoice(precision, found)
     if spec.precision == "auto":
         _log.warning(

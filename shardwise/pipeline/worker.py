@@ -36,7 +36,7 @@ from shardwise.errors import ConfigError
 from shardwise.model import Model, ModelSpec
 from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
-from shardwise.precision import Precision, agreement, resolve_precision, speedup, versioned
+from shardwise.precision import Precision, agreement, resolve_precision, versioned
 from shardwise.results import Ledger, ResultStore, RunRecord
 from shardwise.results.store import KeyType
 from shardwise.sources import (
@@ -103,7 +103,7 @@ class WorkerCache:
         self._max_runs = max_runs
         self._lock = threading.Lock()
         self._models: dict[tuple[str, str], Model] = {}
-        self._measurements: dict[tuple[str, str, str, str], float] = {}
+        self._agreements: dict[tuple[str, str, str], float] = {}
         self._runs: OrderedDict[tuple[str, RunSpec], _Run] = OrderedDict()
         self.loads = 0
 
@@ -121,20 +121,11 @@ class WorkerCache:
 
     def agreement(self, model: Model, precision: Precision) -> float:
         """The guard's agreement of ``model`` in ``precision`` with float32, measured once per process."""
-        return self._measured(agreement, model, precision)
-
-    def speedup(self, model: Model, precision: Precision) -> float:
-        """How many times faster ``model`` runs in ``precision`` than in float32 here, measured once."""
-        return self._measured(speedup, model, precision)
-
-    def _measured(
-        self, measure: Callable[[Model, Precision], float], model: Model, precision: Precision
-    ) -> float:
-        key = (measure.__name__, model.name, str(model.device), precision)
+        key = (model.name, str(model.device), precision)
         with self._lock:
-            if key not in self._measurements:
-                self._measurements[key] = measure(model, precision)
-            return self._measurements[key]
+            if key not in self._agreements:
+                self._agreements[key] = agreement(model, precision)
+            return self._agreements[key]
 
     def run(self, ref: RunRef, model: Model, resolve: Resolver) -> _Run:
         """The open run behind ``ref``, built on first use from the ledger in the run's results database."""

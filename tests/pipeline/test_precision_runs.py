@@ -18,45 +18,10 @@ def _spec(url: str, **kwargs: object) -> RunSpec:
     return RunSpec(source=url, results=url, results_table="scores", table="docs", shards=3, **kwargs)  # type: ignore[arg-type]
 
 
-def _faster(factor: float):  # type: ignore[no-untyped-def]
-    def speedup(model, precision):  # type: ignore[no-untyped-def]
-        return factor
-
-    return speedup
-
-
 @pytest.fixture
 def native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This CPU computes bf16 natively and fast (whatever CI's CPU is), so auto picks it."""
-    from shardwise.pipeline import worker
-
+    """This CPU computes bf16 natively (whatever CI's CPU is), so auto picks it."""
     monkeypatch.setattr(precision_mod, "cpu_has_native_bf16", lambda: True)
-    monkeypatch.setattr(worker, "speedup", _faster(2.0))
-
-
-def test_auto_keeps_fp32_where_bf16_is_not_faster(
-    sqlite_url: str, pipeline, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Native bf16 instructions, but this model runs no faster in bf16: auto measures and keeps fp32."""
-    from shardwise.pipeline import worker
-
-    monkeypatch.setattr(precision_mod, "cpu_has_native_bf16", lambda: True)
-    monkeypatch.setattr(worker, "speedup", _faster(0.8))
-    make_docs(sqlite_url, 30, bad=False)
-    caplog.set_level(logging.INFO, logger="shardwise.pipeline.run_precision")
-    planned, _ = pipeline.run(_spec(sqlite_url), "slow-bf16")
-    assert (planned.record.precision, planned.record.precision_agreement) == ("fp32", None)
-    assert "runs 0.80x as fast as float32 on this CPU" in caplog.text
-    explicit, _ = pipeline.run(_spec(sqlite_url, precision="bf16"), "asked-bf16")
-    assert explicit.record.precision == "bf16"  # an explicit choice is not second-guessed
-
-
-def test_speedup_is_measured_on_the_model_itself(tiny_model) -> None:
-    from shardwise.precision import speedup
-
-    assert speedup(tiny_model, "fp32") == 1.0
-    measured = speedup(tiny_model, "bf16", rows=16, repeats=2)
-    assert 0 < measured < 100
 
 
 def test_auto_runs_bf16_where_native_and_loads_the_model_once(sqlite_url: str, pipeline, native_bf16) -> None:
