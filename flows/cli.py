@@ -119,9 +119,11 @@ def _parser() -> argparse.ArgumentParser:
         "Plan the source into shards, score every shard with the model, and merge the results into the\n"
         "results table exactly once, with lineage; bad rows go to shardwise_errors. A live progress bar\n"
         "shows on a terminal. If shards still fail after their retries, the run ends failed (exit 1)\n"
-        "and --resume RUN_ID finishes it with the same plan.",
+        "and --resume RUN_ID finishes it with the same plan, as it finishes a run whose process died\n"
+        "(abandoned in shardwise runs). Resuming a run that a live process still holds is refused\n"
+        "(exit 2) unless --force takes it over.",
         f"shardwise run --source {_EXAMPLE_DB} --table docs --model minilm --only-new",
-        ("max_tokens", "resume"),
+        ("max_tokens", "resume", "force", "lease_s"),
     )
     scoring(
         "redrive",
@@ -130,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
         "rows whose input changed since they failed are taken: someone fixed them. --force takes them\n"
         "all. With nothing changed it says so and exits 0.",
         f"shardwise redrive --source {_EXAMPLE_DB} --table docs --run RUN_ID",
-        ("redrive", "force"),
+        ("redrive", "force", "lease_s"),
     )
 
     plan = command(
@@ -144,6 +146,26 @@ def _parser() -> argparse.ArgumentParser:
     add_param_options(plan, SOURCE_OPTIONS)
     add_param_options(_fanout_group(plan), FANOUT_OPTIONS)
     plan.set_defaults(handler=_plan)
+
+    runs = command(
+        "runs",
+        "list recent runs of a results database: live, finished or abandoned",
+        "List the latest runs recorded in a results database, newest first: id, status, when it\n"
+        "started, the process that holds (or last held) it, shards done of total and rows scored, summed\n"
+        "from its shards now. A run still marked running whose process stopped renewing its lease is\n"
+        "shown as abandoned: finish it with shardwise run ... --resume RUN_ID.",
+        f"shardwise runs --results {_EXAMPLE_DB} --limit 10",
+    )
+    runs.add_argument(
+        "--results",
+        required=True,
+        metavar="URL|env:NAME",
+        help="results database URL, or a connection name (env:NAME, secret:NAME)",
+    )
+    runs.add_argument(
+        "--limit", type=_positive, default=20, metavar="N", help="how many runs to list (default: 20)"
+    )
+    runs.set_defaults(handler=_runs)
 
     watch = command(
         "watch",
@@ -284,6 +306,24 @@ def _watch(args: argparse.Namespace) -> int:
         install=args.install_trigger,
     )
     return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from flows.runs_list import print_runs
+
+    print_runs(args.results, args.limit)
+    return 0
+
+
+def _positive(value: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
+    return number
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -58,6 +58,7 @@ _METAVARS = {
     "deployment": "FLOW/NAME",
     "resume": "RUN_ID",
     "redrive": "RUN_ID",
+    "lease_s": "SECONDS",
 }
 
 

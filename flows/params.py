@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shardwise.pipeline import RunSpec
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
+from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from tasks.runners import Fanout, RunnerName
 
 __all__ = ["ScoreParams"]
@@ -92,13 +93,30 @@ class ScoreParams(BaseModel):
         "score-shard/per-shard",
         description="With the deployment runner: the per-shard flow's deployment, FLOW/NAME.",
     )
-    resume: str | None = Field(None, description="Run id of a failed run to finish (uses its stored plan).")
+    resume: str | None = Field(
+        None,
+        description="Run id of a failed or abandoned run to finish (uses its stored plan). Refused while "
+        "another process still holds the run's lease, unless force.",
+    )
     redrive: str | None = Field(
         None,
         description="Run id whose dead letters to score again: only keys whose input changed since "
         "they failed (all of them with force).",
     )
-    force: bool = Field(False, description="With redrive: score every dead-lettered key again.")
+    force: bool = Field(
+        False,
+        description="With redrive: score every dead-lettered key again. With resume: take the run over "
+        "even while another live process holds its lease (its shards in flight are scored twice, "
+        "kept once).",
+    )
+    lease_s: float = Field(
+        LEASE_S,
+        ge=MIN_LEASE_S,
+        le=MAX_LEASE_S,
+        description="Seconds the run's lease (held by the flow's process) and each shard's (held by its "
+        "worker) last unless renewed; they are renewed every quarter of it. A run whose lease expired "
+        "shows as abandoned and may be resumed.",
+    )
     dry_run: bool = Field(
         False, description="Only plan: report shards, rows, estimated tokens and what only-new skips."
     )
@@ -167,6 +185,7 @@ class ScoreParams(BaseModel):
             resume=self.resume,
             redrive=self.redrive,
             force=self.force,
+            lease_s=self.lease_s,
         )
 
     def fanout(self) -> Fanout:

@@ -146,7 +146,8 @@ def _counted(summary: dict[str, Any]) -> str:
 
 
 def print_plan(params: ScoreParams) -> None:
-    """Print the shard count, rows per shard, estimated tokens and what --only-new would skip."""
+    """Print the shard count, rows per shard, estimated tokens and what --only-new would skip; then the
+    runs into the same results table still marked running: live, or abandoned (to resume instead)."""
     from tasks.dry_run import plan_report
 
     report = plan_report(params.to_spec(), params.fanout().workers)
@@ -163,6 +164,8 @@ def print_plan(params: ScoreParams) -> None:
     counted = plural(int(skipped), "row") if skipped.isdigit() else f"{skipped} rows"
     have = "has" if skipped == "1" else "have"
     print(f"--only-new {verb} {counted} that already {have} a current result")
+    for line in report.get("unfinished_runs", []):
+        print(line)
 
 
 class TemporaryApi:

@@ -27,6 +27,7 @@ from tasks.fanout import run_shards
 from tasks.infer_shard import release_run
 from tasks.progress import RunProgress
 from tasks.runners import Fanout
+from tasks.superseded import crash_superseded_flow_run
 
 __all__ = ["score"]
 
@@ -52,6 +53,9 @@ def score(params: ScoreParams) -> State:
     parameters = redact_mapping(params.model_dump())
     planned = plan_run(spec, run_id, started_by(params), parameters, fanout.workers, fanout.threads)
     try:
+        if planned.took_over is not None:  # a resume: the run's lease is ours now
+            logger.info("run %s resumed; it was %s", planned.ref.run_id, planned.took_over.describe())
+            crash_superseded_flow_run(planned.ref.run_id, planned.took_over, run_id)
         with RunProgress(planned.ledger, planned.ref.run_id) as progress:
             outcomes, failed = run_shards(planned, fanout, progress.advance)
         counts = until_back(
@@ -110,6 +114,8 @@ def _summary(
         "run_id": record.run_id,
         "status": "failed" if counts["shards_failed"] else "completed",
         "started_by": record.started_by,
+        "owner": planned.owner,
+        "took_over": planned.took_over.describe() if planned.took_over else None,
         "results_table": record.results_table,
         "source": record.source_identity,
         "snapshot": record.source_snapshot,

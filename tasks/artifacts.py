@@ -85,6 +85,17 @@ def _precision(summary: Mapping[str, Any]) -> str:
     return f"{summary['precision']} (agreement with fp32 {found:.5f} on calibration texts)"
 
 
+def _lease_rows(summary: Mapping[str, Any]) -> list[str]:
+    """Who held the run's lease, and for a resumed run whom it was taken from (an abandoned run's
+    process, or a live one by force)."""
+    rows = []
+    if summary.get("owner"):
+        rows.append(f"| Lease held by | {code(summary['owner'])} |")
+    if summary.get("took_over"):
+        rows.append(f"| Resumed a run | {text(summary['took_over'])} |")
+    return rows
+
+
 def run_markdown(
     summary: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
@@ -118,6 +129,7 @@ def run_markdown(
         f"| Code version | {code(summary['code_version'])} |",
         f"| Source | {code(summary['source'])} (snapshot {code(summary['snapshot'] or 'none')}) |",
         f"| Started by | {text(summary['started_by'])} |",
+        *_lease_rows(summary),
         f"| Runner | {text(summary['runner'])}, {plural(summary['workers'], 'worker')} |",
         "",
         "## Workers",
@@ -170,12 +182,16 @@ def plan_markdown(report: Mapping[str, Any]) -> str:
         "",
         "| | |",
         "|---|---|",
-        *(
-            f"| {text(name)} | {code(value) if isinstance(value, str) else text(value)} |"
-            for name, value in report.items()
-        ),
+        *(f"| {text(name)} | {_plan_value(value)} |" for name, value in report.items()),
     ]
     return "\n".join(lines)
+
+
+def _plan_value(value: Any) -> str:
+    """A name as code, a list (the runs still unfinished) as its items joined, anything else as text."""
+    if isinstance(value, list):
+        return text("; ".join(map(str, value)) or "none")
+    return code(value) if isinstance(value, str) else text(value)
 
 
 def publish_plan(report: Mapping[str, Any]) -> None:

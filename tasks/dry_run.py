@@ -21,6 +21,8 @@ from shardwise.pipeline import (
 )
 from shardwise.precision import versioned
 from shardwise.results import Ledger
+from shardwise.results.codec import utc_now
+from shardwise.results.leases import when
 from tasks.artifacts import publish_plan
 from tasks.connections import resolve
 
@@ -53,6 +55,7 @@ def plan_report(spec: RunSpec, workers: int = 1) -> dict[str, Any]:
             already = str(int(current.params.get("skipped_rows") or 0))
         except ConfigError as exc:
             already = f"unknown ({exc})"
+        unfinished = _unfinished(ledger, spec.results_table)
     finally:
         source.close()
         ledger.close()
@@ -70,7 +73,27 @@ def plan_report(spec: RunSpec, workers: int = 1) -> dict[str, Any]:
         "precision": precision,
         "only_new": spec.only_new,
         "rows_already_scored": already,
+        "unfinished_runs": unfinished,
     }
+
+
+def _unfinished(ledger: Ledger, results_table: str) -> list[str]:
+    """Runs into the same results table still marked running: live ones, and abandoned ones to resume."""
+    now, found = utc_now(), []
+    for run in ledger.recent_runs(10, status="running", results_table=results_table):
+        if run.state(now) == "abandoned":
+            found.append(
+                f"run {run.run_id} is abandoned ({run.shards_done}/{run.shards_total} shards done; its "
+                f"lease, held by {run.owner}, expired {when(run.lease_expires_at)}): finish it with "
+                f"shardwise run ... --resume {run.run_id} rather than scoring its rows again"
+            )
+        else:
+            holder = f"on {run.owner}, lease until {when(run.lease_expires_at)}" if run.owner else "no lease"
+            found.append(
+                f"run {run.run_id} is still running ({holder}; {run.shards_done}/{run.shards_total} "
+                "shards done): a new run now would score the same rows again"
+            )
+    return found
 
 
 @task(name="dry-run", cache_policy=NO_CACHE)

@@ -58,7 +58,7 @@ def infer_shard(ref: RunRef, shard_id: int) -> ShardOutcome:
     else:
         logger.info(
             "shard %d attempt %d done on %s (%s): %d rows in, %d scored, %d dead letters, "
-            "%.3f padding efficiency, %.0f rows/s, model load %.1f s%s",
+            "%.3f padding efficiency, %.0f rows/s, model load %.1f s%s%s",
             shard_id,
             outcome.attempt,
             outcome.worker,
@@ -70,8 +70,15 @@ def infer_shard(ref: RunRef, shard_id: int) -> ShardOutcome:
             outcome.engine.get("rows_per_s", 0.0),
             outcome.model_load_s,
             " (snapshot was gone: read at a fresh one, recorded in lineage)" if outcome.snapshot_lost else "",
+            _resumed(outcome),
         )
     return outcome
+
+
+def _resumed(outcome: ShardOutcome) -> str:
+    """Where a retried or resumed attempt started: after the chunks earlier attempts committed."""
+    resumed = int(outcome.engine.get("resumed_rows", 0))
+    return f"; resumed after {resumed} rows that earlier attempts committed" if resumed else ""
 
 
 def score_here(ref: RunRef, shard_id: int) -> ShardOutcome:

@@ -8,7 +8,9 @@ the plan and the snapshot), :mod:`~shardwise.pipeline.worker` the worker side
 from __future__ import annotations
 
 from shardwise.pipeline.checks import check_run
+from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
 from shardwise.pipeline.dryrun import PlanPreview, preview_plan
+from shardwise.pipeline.lease import LEASE_S, LeaseKeeper, Takeover, takeover_from
 from shardwise.pipeline.prepare import (
     SHARDS_PER_WORKER,
     PlannedRun,
@@ -25,9 +27,13 @@ from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_conn
 from shardwise.pipeline.worker import Catalogue, WorkerCache, open_spec_source, score_ref_shard
 
 __all__ = [
+    "DEFAULT_CHUNK_ROWS",
+    "LEASE_S",
     "PROGRESS_EVERY_S",
     "SHARDS_PER_WORKER",
     "Catalogue",
+    "ChunkConfig",
+    "LeaseKeeper",
     "PlanPreview",
     "PlannedRun",
     "PrecisionChoice",
@@ -37,6 +43,7 @@ __all__ = [
     "RunSnapshot",
     "RunSpec",
     "ShardOutcome",
+    "Takeover",
     "WorkerCache",
     "WorkerInfo",
     "as_is",
@@ -55,6 +62,7 @@ __all__ = [
     "score_pending",
     "score_ref_shard",
     "score_shard",
+    "takeover_from",
     "this_worker",
     "warm",
 ]

@@ -3,7 +3,8 @@
 A mistake found here costs a second and one line; found inside a run it
 costs a failed run in the ledger, a Failed flow run and a traceback. So the
 checks run in the order a user would fix things (the model, the names, the
-source, where results go, the run ids, the device), each cheaply: the source
+source, where results go, the run ids and whether a resumed run is still
+held by a live process, the device), each cheaply: the source
 runs its filter on no rows and lists at most one object; nothing is planned
 and no ledger row is written.
 """
@@ -11,6 +12,7 @@ and no ledger row is written.
 from __future__ import annotations
 
 from shardwise.device import resolve_device
+from shardwise.pipeline.lease import takeover_from
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys
 from shardwise.pipeline.spec import Resolver, RunSpec, check_connections
 from shardwise.pipeline.worker import Catalogue, open_spec_source
@@ -38,7 +40,7 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
         if spec.resume is not None or spec.redrive is not None:
             with Ledger(results_url) as ledger:
                 if spec.resume is not None:
-                    ledger.load(spec.resume)
+                    _check_resume(ledger, spec)
                 if spec.redrive is not None:
                     selection = redrive_keys(ledger, spec.results_table, source, spec.redrive, spec.force)
                     idle = None if selection.keys else _nothing_to_redrive(selection)
@@ -47,6 +49,16 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
     if local_workers:
         resolve_device(spec.device)
     return idle
+
+
+def _check_resume(ledger: Ledger, spec: RunSpec) -> None:
+    """The run exists, and no other process holds it (unless forced); the ledger enforces it again,
+    atomically, when the run starts."""
+    assert spec.resume is not None
+    ledger.load(spec.resume)
+    summary = ledger.run_summary(spec.resume)
+    assert summary is not None  # load() raised otherwise
+    takeover_from(summary, force=spec.force)
 
 
 def _nothing_to_redrive(selection: RedriveSelection) -> str:

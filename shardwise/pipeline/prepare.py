@@ -28,8 +28,10 @@ from typing import Any, Literal
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.lineage import code_version
 from shardwise.model import ModelInfo
+from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper, takeover_from
 from shardwise.pipeline.redrive import redrive_source
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision
+from shardwise.pipeline.shard import this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
 from shardwise.precision import versioned
@@ -66,14 +68,30 @@ class PlannedRun:
     ledger: Ledger
     source: Source | None
     """The planning source; on PostgreSQL it holds the run's snapshot open. None for a resumed run."""
+    owner: str | None = None
+    """This process as the holder of the run's lease (``host:pid/thread``)."""
+    keeper: LeaseKeeper | None = None
+    """Renews the run's lease until :func:`finish_run` or :meth:`close`."""
+    took_over: Takeover | None = None
+    """For a resumed run: whom its lease was taken from, and in which state the run was."""
 
     def close(self) -> None:
-        """Release the snapshot and the ledger's connections.
+        """Stop renewing the run's lease and release it; release the snapshot and the ledger's connections.
 
         It never raises: once the shards are merged, a lost snapshot holder (a
         database restart, a terminated backend) changes nothing that was
         written, so it is logged, not reported as a failed run.
         """
+        if self.keeper is not None:
+            self.keeper.stop()
+        try:
+            if self.owner is not None:
+                # Unfinished, it shows as abandoned at once (nobody works on it now); finished, no change.
+                self.ledger.release_run_lease(self.record.run_id, self.owner)
+        except ShardwiseError as exc:
+            _log.warning(
+                "run %s: releasing its lease failed (it expires soon anyway): %s", self.record.run_id, exc
+            )
         try:
             if self.source is not None:
                 self.source.close()
@@ -104,18 +122,23 @@ def prepare_run(
     :func:`~shardwise.pipeline.run_precision.choose_precision`), which loads the
     model into ``cache`` only for a reduced precision; a resumed run keeps
     the precision it was started with.
+
+    This process takes the run's lease, and renews it from a background
+    thread until :func:`finish_run` or :meth:`PlannedRun.close`. Resuming a
+    run whose lease another process holds raises a :class:`ConfigError`
+    unless ``spec.force`` (see :func:`~shardwise.pipeline.lease.takeover_from`).
     """
     source_url, results_url = resolve(spec.source), resolve(spec.results)
     check_connections(spec, source_url, results_url)
-    ledger = Ledger(results_url)
+    ledger, owner, took_over = Ledger(results_url), this_worker().worker, None
     try:
         if spec.resume:
-            record, plan = _resume(spec, ledger, model, resolve)
+            record, plan, took_over = _resume(spec, ledger, model, resolve, owner)
             source = None
         else:
             choice = choose_precision(spec, cache)
             record, plan, source = _plan_new(
-                spec, ledger, model, choice, resolve, run_id, started_by, parameters, workers
+                spec, ledger, model, choice, resolve, run_id, started_by, parameters, workers, owner
             )
         done = frozenset(ledger.done_shards(record.run_id))
     except BaseException:
@@ -123,7 +146,8 @@ def prepare_run(
         raise
     todo = tuple(s.shard_id for s in plan.shards if s.shard_id not in done)
     ref = RunRef(record.run_id, spec, threads)
-    return PlannedRun(ref, record, plan, model, todo, done, ledger, source)
+    keeper = run_lease_keeper(ledger, record.run_id, owner, spec.lease_s).start()
+    return PlannedRun(ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over)
 
 
 def _plan_new(
@@ -136,6 +160,7 @@ def _plan_new(
     started_by: str,
     parameters: Mapping[str, Any],
     workers: int,
+    owner: str,
 ) -> tuple[RunRecord, SourcePlan, Source]:
     source: Source = open_spec_source(spec, resolve)
     try:
@@ -159,7 +184,7 @@ def _plan_new(
             results_table=spec.results_table,
         )
         # A run id already stored (a retried flow run) keeps its stored record and plan.
-        record, plan = ledger.start_run(record, plan)
+        record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.lease_s)
     except BaseException:
         source.close()
         raise
@@ -167,15 +192,18 @@ def _plan_new(
 
 
 def _resume(
-    spec: RunSpec, ledger: Ledger, model: ModelInfo, resolve: Resolver
-) -> tuple[RunRecord, SourcePlan]:
-    """The stored record and plan of run ``spec.resume``, checked against what this resume asks for."""
+    spec: RunSpec, ledger: Ledger, model: ModelInfo, resolve: Resolver, owner: str
+) -> tuple[RunRecord, SourcePlan, Takeover]:
+    """The stored record and plan of run ``spec.resume``, checked against what this resume asks for,
+    and its lease taken (from whom: the :class:`Takeover`)."""
     assert spec.resume is not None
-    if ledger.run_summary(spec.resume) is None:
+    summary = ledger.run_summary(spec.resume)
+    if summary is None:
         raise ConfigError(
             f"run {spec.resume!r} is not in the ledger of {ledger.url}; nothing to resume. Resume a run id "
-            "listed there (SELECT run_id, status FROM shardwise_runs ORDER BY started_at DESC)"
+            "listed there (shardwise runs --results URL)"
         )
+    took_over = takeover_from(summary, force=spec.force, owner=owner)
     record, plan = ledger.load(spec.resume)
     if record.results_table != spec.results_table:
         raise ConfigError(
@@ -204,7 +232,9 @@ def _resume(
             "resume it with the source it read"
         )
     ledger.ensure()  # a ledger from an older release gains the columns its workers now write
-    return ledger.start_run(record, plan)
+    take_from = took_over.owner if spec.force else None
+    record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.lease_s, take_from=take_from)
+    return record, plan, took_over
 
 
 def plan_source(
@@ -224,10 +254,16 @@ def plan_source(
 
 
 def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
-    """Close the run in the ledger; on success, remember which Parquet objects are now scored."""
+    """Close the run in the ledger and release its lease; on success, remember the Parquet objects scored.
+
+    A run another process took over meanwhile (a forced resume) is that
+    process's to finish: a :class:`ConfigError` says so.
+    """
     status: Literal["completed", "failed"] = "failed" if failed_shards else "completed"
     record, plan = planned.record, planned.plan
-    counts = planned.ledger.finish_run(record.run_id, status)
+    if planned.keeper is not None:
+        planned.keeper.stop()  # no renewal may land after the lease is released
+    counts = planned.ledger.finish_run(record.run_id, status, owner=planned.owner)
     # A keyed (redrive) plan read some rows of its objects, not the objects: they are not "seen".
     if status == "completed" and plan.kind == "parquet" and not is_keyed(plan):
         planned.ledger.record_objects(record.run_id, record.source_identity, plan_objects(plan))

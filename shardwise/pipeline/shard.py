@@ -1,4 +1,4 @@
-"""Score one shard: stream its rows through the engine into the results store, exactly once.
+"""Score one shard: stream its rows through the engine into the results store, chunk by chunk, exactly once.
 
 This is the whole body of an inference task, without the orchestration: the
 Prefect task in ``tasks/`` adds retries, logging and artifacts around it.
@@ -6,24 +6,25 @@ Prefect task in ``tasks/`` adds retries, logging and artifacts around it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from shardwise.config import EngineConfig
-from shardwise.engine import Engine, RowResult
+from shardwise.engine import Engine
 from shardwise.lineage import value_fingerprint
 from shardwise.model import Model
+from shardwise.pipeline.chunks import ChunkConfig, commit_chunks, progress_after
+from shardwise.pipeline.lease import LEASE_S, shard_lease_keeper
 from shardwise.pipeline.reporter import ProgressReporter
+from shardwise.pipeline.shard_input import open_rows
 from shardwise.results import (
-    DeadLetter,
+    ChunkTotals,
     MergeOutcome,
-    ResultRow,
     ResultStore,
     RunRecord,
     ShardReport,
@@ -35,7 +36,6 @@ from shardwise.stats import BatchStats
 
 __all__ = ["PROGRESS_EVERY_S", "ShardOutcome", "WorkerInfo", "score_shard", "this_worker"]
 
-_FLUSH_ROWS = 2000
 PROGRESS_EVERY_S = 1.0
 """Default seconds between an attempt's live progress reports to the ledger."""
 _threads: dict[int, int] = {}
@@ -131,38 +131,55 @@ def score_shard(
     on_batch: Callable[[BatchStats], None] | None = None,
     model_load_s: float = 0.0,
     progress_every_s: float | None = None,
+    lease_s: float = LEASE_S,
+    chunking: ChunkConfig | None = None,
 ) -> ShardOutcome:
-    """Count an attempt unless the shard is done, score its rows, merge them and the dead letters at once.
+    """Count an attempt unless the shard is done, then score and commit its rows chunk by chunk.
 
     The ledger numbers the attempt. Rows stream from the source through the
-    engine into the store's staging area in chunks, so memory stays flat in
-    the shard's size. Each row's input fingerprint travels with its key
-    through the engine. While the engine runs, the attempt's progress goes to
+    engine; every ``chunking.rows`` of them (default
+    :data:`~shardwise.pipeline.chunks.DEFAULT_CHUNK_ROWS`) are merged with
+    their dead letters and the chunk's mark in one transaction, retried on a
+    new connection when the database step fails (see
+    :mod:`~shardwise.pipeline.chunks`). The attempt starts after the chunks
+    earlier attempts committed, and the shard is marked done, with the sums
+    of all its chunks, after its last. Each row's input fingerprint travels
+    with its key through the engine. While the engine runs, the attempt's progress goes to
     the ledger every ``progress_every_s`` seconds (default
     :data:`PROGRESS_EVERY_S`) from a background thread that never holds the
-    scoring up (see :mod:`~shardwise.pipeline.reporter`).
+    scoring up (see :mod:`~shardwise.pipeline.reporter`). The worker holds
+    the attempt's lease of ``lease_s`` seconds, renewed from another thread
+    until the shard is merged (see :mod:`~shardwise.pipeline.lease`).
     """
     me, device = this_worker(), str(model.device)
-    attempt = store.ledger.record_attempt(run.run_id, shard.shard_id, host=me.host, device=device)
+    attempt = store.ledger.record_attempt(
+        run.run_id, shard.shard_id, host=me.host, device=device, owner=me.worker, lease_s=lease_s
+    )
     if attempt is None:
         return ShardOutcome(shard.shard_id, skipped=True, host=me.host, device=device, worker=me.worker)
     started = utc_now()
+    chunking = chunking or ChunkConfig()
+    engine_config = chunking.engine_config(config)
     with (
-        _open_rows(source, plan, shard) as (rows, snapshot, lost),
-        store.shard_writer(run, shard.shard_id, attempt) as writer,
+        shard_lease_keeper(store.ledger, run.run_id, shard.shard_id, attempt, me.worker, lease_s),
+        store.chunk_writer(run, shard.shard_id, attempt, chunking.retry) as writer,
     ):
-        write = functools.partial(store.ledger.record_progress, run.run_id, shard.shard_id, attempt)
-        reporter = ProgressReporter(
-            write, progress_every_s or PROGRESS_EVERY_S, f"shard-{shard.shard_id}-progress"
-        )
-        engine_run = Engine(model, config).run(_keyed(rows), on_batch=_chained(reporter.on_batch, on_batch))
-        reporter.follow(engine_run.stats)
-        with engine_run, reporter:
-            for scored, failed in _chunks(engine_run):
-                writer.add(scored)
-                writer.dead_letter(failed)
+        start = writer.start()
+        with open_rows(source, plan, shard, start) as (rows, snapshot, lost):
+            write = functools.partial(store.ledger.record_progress, run.run_id, shard.shard_id, attempt)
+            every_s = progress_every_s or PROGRESS_EVERY_S
+            reporter = ProgressReporter(
+                progress_after(write, start), every_s, f"shard-{shard.shard_id}-progress"
+            )
+            engine_run = Engine(model, engine_config).run(
+                _keyed(rows), on_batch=_chained(reporter.on_batch, on_batch)
+            )
+            reporter.follow(engine_run.stats)
+            with engine_run, reporter:
+                merging = commit_chunks(engine_run, writer, start, chunking.rows, snapshot if lost else None)
         stats = engine_run.stats
         figures = {**stats.as_dict(), "worker": me.worker, "model_load_s": model_load_s}
+        figures["resumed_rows"] = start.rows  # committed by earlier attempts: not scored by this one
         report = ShardReport(
             attempt=attempt,
             rows_in=stats.rows,
@@ -175,15 +192,24 @@ def score_shard(
             engine=figures,
             input_snapshot=snapshot if lost else None,
         )
-        outcome = writer.commit(report)
+        totals = writer.finish(report) if merging else None
+    if totals is None:  # another writer finished the shard: this attempt's own figures
+        counts = ChunkTotals(0, report.rows_in, report.rows_out, report.rows_failed, stats.rows_truncated)
+        merged = MergeOutcome(committed=False)
+    else:
+        counts = totals  # all the shard's chunks, as its done-mark records them
+        figures = {**figures, "chunks": totals.chunks, "rows_truncated": totals.rows_truncated}
+        merged = MergeOutcome(
+            True, totals.rows_inserted, totals.rows_updated, totals.rows_unchanged, totals.rows_failed
+        )
     return ShardOutcome(
         shard.shard_id,
-        skipped=not outcome,
-        rows_in=report.rows_in,
-        rows_out=report.rows_out,
-        rows_failed=report.rows_failed,
-        rows_truncated=stats.rows_truncated,
-        merge=outcome,
+        skipped=totals is None,
+        rows_in=counts.rows_in,
+        rows_out=counts.rows_out,
+        rows_failed=counts.rows_failed,
+        rows_truncated=counts.rows_truncated,
+        merge=merged,
         engine=figures,
         wall_s=(report.finished_at - started).total_seconds() + model_load_s,
         snapshot_lost=lost,
@@ -193,25 +219,6 @@ def score_shard(
         worker=me.worker,
         model_load_s=model_load_s,
     )
-
-
-@contextlib.contextmanager
-def _open_rows(
-    source: Source, plan: SourcePlan, shard: Shard
-) -> Iterator[tuple[Iterator[SourceRow], str | None, bool]]:
-    """The shard's rows, and the snapshot they come from when the source can say (SQL sources)."""
-    open_reader = getattr(source, "open_reader", None)
-    if open_reader is None:
-        rows = source.read(plan, shard)
-        try:
-            yield iter(rows), plan.snapshot, False
-        finally:
-            close = getattr(rows, "close", None)
-            if close is not None:
-                close()
-        return
-    with open_reader(plan, shard) as reader:
-        yield reader.rows, reader.snapshot, reader.snapshot_lost
 
 
 def _chained(
@@ -231,21 +238,3 @@ def _keyed(rows: Iterator[SourceRow]) -> Iterator[tuple[tuple[Any, str | None], 
     """Carry each row's input fingerprint through the engine inside its key."""
     for row in rows:
         yield (row.key, value_fingerprint(row.value)), row.value
-
-
-def _chunks(results: Iterable[RowResult]) -> Iterator[tuple[list[ResultRow], list[DeadLetter]]]:
-    scored: list[ResultRow] = []
-    failed: list[DeadLetter] = []
-    for result in results:
-        key, fingerprint = cast(tuple[Any, "str | None"], result.key)
-        if result.ok:
-            assert result.values is not None
-            scored.append(ResultRow(key, result.values, fingerprint or "", result.truncated))
-        else:
-            error = result.error
-            failed.append(DeadLetter(key, type(error).__name__, str(error), fingerprint))
-        if len(scored) + len(failed) >= _FLUSH_ROWS:
-            yield scored, failed
-            scored, failed = [], []
-    if scored or failed:
-        yield scored, failed

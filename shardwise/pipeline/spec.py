@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardwise.errors import ConfigError
+from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precision
+from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.sources import is_sql_url
 
 __all__ = ["Resolver", "RunRef", "RunSpec", "as_is", "check_connections"]
@@ -61,10 +63,16 @@ class RunSpec:
     redrive: str | None = None
     """A run id: score again only the keys that run dead-lettered (see :mod:`shardwise.pipeline.redrive`)."""
     force: bool = False
-    """With ``redrive``: score every dead-lettered key still in the source, changed or not."""
+    """With ``redrive``: score every dead-lettered key still in the source, changed or not. With
+    ``resume``: take the run over even while another process holds its lease (see :mod:`.lease`)."""
+    lease_s: float = LEASE_S
+    """Seconds the run's and each shard attempt's lease lasts unless renewed (every quarter of it)."""
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`)."""
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
+        ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
         if not isinstance(self.min_agreement, (int, float)) or not 0 < self.min_agreement <= 1:
             raise ConfigError(
                 f"min_agreement must be a number in (0, 1], the minimum cosine to float32; "
@@ -79,8 +87,16 @@ class RunSpec:
                 f"redrive={self.redrive!r} needs a run id, and plans its own keys, so it takes neither "
                 f"only_new ({self.only_new}) nor resume ({self.resume!r}); drop them, or drop redrive"
             )
-        if self.force and self.redrive is None:
-            raise ConfigError("force applies to a redrive only; pass redrive=RUN_ID, or drop force")
+        if self.force and self.redrive is None and self.resume is None:
+            raise ConfigError(
+                "force applies to a redrive (score every dead letter) or a resume (take over a run "
+                "another process holds); pass redrive=RUN_ID or resume=RUN_ID, or drop force"
+            )
+        if not isinstance(self.lease_s, (int, float)) or not MIN_LEASE_S <= self.lease_s <= MAX_LEASE_S:
+            raise ConfigError(
+                f"lease_s must be seconds from {MIN_LEASE_S:g} to {MAX_LEASE_S:g}; got {self.lease_s!r} "
+                f"(the default is {LEASE_S:g})"
+            )
 
 
 def check_connections(spec: RunSpec, source_url: str, results_url: str) -> None:

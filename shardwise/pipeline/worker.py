@@ -34,6 +34,7 @@ from shardwise.config import EngineConfig
 from shardwise.device_lease import leased_device
 from shardwise.errors import ConfigError
 from shardwise.model import Model, ModelSpec
+from shardwise.pipeline.chunks import ChunkConfig
 from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.precision import Precision, agreement, resolve_precision, versioned
@@ -225,4 +226,6 @@ def score_ref_shard(
                 run=run.record,
                 config=EngineConfig(max_tokens=ref.spec.max_tokens, precision=run.record.precision),  # type: ignore[arg-type]
                 model_load_s=load_s,
+                lease_s=ref.spec.lease_s,
+                chunking=ChunkConfig(ref.spec.chunk_rows),
             )

@@ -2,17 +2,22 @@
 
 Start at :class:`Ledger` (runs, shards, dead letters, objects) and
 :class:`ResultStore` (a results table, written through a ledger). A shard's
-rows stream into a staging table as they are scored (:class:`ShardWriter`) and reach the results table in one
-transaction that also stores the dead letters and marks the shard done.
+rows are scored in chunks; each chunk reaches the results table in one transaction that also
+stores its dead letters and its chunk mark (:class:`ChunkWriter`), and the shard is marked done
+after its last chunk. :class:`ShardWriter` merges a whole shard in one transaction.
 """
 
 from __future__ import annotations
 
+from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals, read_marks
+from shardwise.results.chunk_writer import Chunk, ChunkCommit, ChunkWriter
+from shardwise.results.db_retry import DbRetry
 from shardwise.results.ledger import Ledger
 from shardwise.results.merge import Lineage
 from shardwise.results.outcomes import (
     MergeOutcome,
     RunCounts,
+    RunListing,
     RunSummary,
     ShardProgress,
     StoredDeadLetter,
@@ -24,6 +29,13 @@ from shardwise.results.store import ResultStore, existing_key_type
 from shardwise.results.writer import ShardWriter
 
 __all__ = [
+    "Chunk",
+    "ChunkCommit",
+    "ChunkMark",
+    "ChunkStart",
+    "ChunkTotals",
+    "ChunkWriter",
+    "DbRetry",
     "DeadLetter",
     "Ledger",
     "Lineage",
@@ -31,6 +43,7 @@ __all__ = [
     "ResultRow",
     "ResultStore",
     "RunCounts",
+    "RunListing",
     "RunRecord",
     "RunSummary",
     "ShardProgress",
@@ -40,4 +53,5 @@ __all__ = [
     "StoredShard",
     "existing_key_type",
     "parse_table_name",
+    "read_marks",
 ]

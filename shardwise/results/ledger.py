@@ -18,10 +18,18 @@ import sqlalchemy as sa
 
 from shardwise.dberrors import mapped_errors, safe_url
 from shardwise.errors import ConfigError
-from shardwise.results import ledger_sql
+from shardwise.results import lease_sql, ledger_sql
 from shardwise.results.codec import utc_now
 from shardwise.results.connect import brief_waits, make_engine, write_transaction
-from shardwise.results.outcomes import RunCounts, RunSummary, ShardProgress, StoredDeadLetter, StoredShard
+from shardwise.results.leases import LEASE_S
+from shardwise.results.outcomes import (
+    RunCounts,
+    RunListing,
+    RunSummary,
+    ShardProgress,
+    StoredDeadLetter,
+    StoredShard,
+)
 from shardwise.results.records import RunRecord, RunStatus
 from shardwise.results.sqlfiles import query
 from shardwise.sources.base import SourcePlan
@@ -78,16 +86,29 @@ class Ledger:
             conn.execute(query("postgresql", "schema_lock"))
         ledger_sql.create_ledger(conn)
 
-    def start_run(self, run: RunRecord, plan: SourcePlan) -> tuple[RunRecord, SourcePlan]:
+    def start_run(
+        self,
+        run: RunRecord,
+        plan: SourcePlan,
+        *,
+        owner: str | None = None,
+        lease_s: float = LEASE_S,
+        take_from: str | None = None,
+    ) -> tuple[RunRecord, SourcePlan]:
         """Record a run and its pending shards, or resume it; returns the run and plan as stored.
 
         For a run id already stored, nothing of ``run`` or ``plan`` replaces
         what is stored: its failed shards go back to pending, and the stored
         record and plan come back, so shard boundaries and lineage never move
-        under a run.
+        under a run. With ``owner``, the run's lease is taken for ``lease_s``
+        seconds in the same transaction, atomically: only when it expired,
+        when ``owner`` holds it, or (forced) from ``take_from``, the owner the
+        caller saw; otherwise a :class:`ConfigError` names the holder and
+        nothing changes.
         """
+        lease = None if owner is None else (owner, lease_s, take_from)
         with self.writing(f"start run {run.run_id}") as conn:
-            plan = ledger_sql.start_run(conn, run, plan, utc_now())
+            plan = ledger_sql.start_run(conn, run, plan, utc_now(), lease)
             found = ledger_sql.run_summary(conn, run.run_id)
         assert found is not None  # inserted or kept just above
         return found[0].record, plan
@@ -131,11 +152,49 @@ class Ledger:
             return ledger_sql.shards(conn, run_id)
 
     def record_attempt(
-        self, run_id: str, shard_id: int, *, host: str | None = None, device: str | None = None
+        self,
+        run_id: str,
+        shard_id: int,
+        *,
+        host: str | None = None,
+        device: str | None = None,
+        owner: str | None = None,
+        lease_s: float | None = None,
     ) -> int | None:
-        """Count an attempt as it starts and return its number; None when the shard is already done."""
+        """Count an attempt as it starts and return its number; None when the shard is already done.
+
+        With ``owner`` (the worker) and ``lease_s``, the attempt's lease is taken.
+        """
         with self.writing(f"record an attempt at shard {shard_id}") as conn:
-            return ledger_sql.record_attempt(conn, run_id, shard_id, host, device, utc_now())
+            now = utc_now()
+            return ledger_sql.record_attempt(conn, run_id, shard_id, host, device, now, owner, lease_s)
+
+    def renew_run_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
+        """Extend ``owner``'s lease on a running run; False once it lost it (taken over, or finished)."""
+        with self.writing(f"renew the lease of run {run_id}") as conn:
+            return lease_sql.renew_run_lease(conn, run_id, owner, lease_s, utc_now())
+
+    def release_run_lease(self, run_id: str, owner: str) -> bool:
+        """Let ``owner``'s lease on a running run expire now: its process stops working on it."""
+        with self.writing(f"release the lease of run {run_id}") as conn:
+            return lease_sql.renew_run_lease(conn, run_id, owner, 0.0, utc_now())
+
+    def renew_shard_lease(self, run_id: str, shard_id: int, attempt: int, owner: str, lease_s: float) -> bool:
+        """Extend a worker's lease on its attempt at a shard; False once a newer attempt took the shard.
+
+        It may wait for a merge holding the row: it runs on the keeper's thread, never the scoring's.
+        """
+        with self.writing(f"renew the lease of shard {shard_id}") as conn:
+            return lease_sql.renew_shard_lease(conn, run_id, shard_id, attempt, owner, lease_s, utc_now())
+
+    def recent_runs(
+        self, limit: int = 20, *, status: str | None = None, results_table: str | None = None
+    ) -> list[RunListing]:
+        """The latest runs, newest first, with counts summed from their shards; [] without a ledger."""
+        with self.reading("list recent runs") as conn:
+            if not sa.inspect(conn).has_table(_RUNS):
+                return []
+            return lease_sql.recent_runs(conn, limit, utc_now(), status, results_table)
 
     def record_progress(self, run_id: str, shard_id: int, attempt: int, rows: int, failed: int) -> bool:
         """Record how far a running attempt has got: ``rows`` through the engine, ``failed`` dead letters.
@@ -165,12 +224,16 @@ class Ledger:
         with self.writing(f"mark shard {shard_id} failed") as conn:
             return ledger_sql.mark_shard_failed(conn, run_id, shard_id, error, utc_now())
 
-    def finish_run(self, run_id: str, status: RunStatus) -> RunCounts:
-        """Close a run as ``completed`` or ``failed``; its counts are summed from the shard ledger."""
+    def finish_run(self, run_id: str, status: RunStatus, *, owner: str | None = None) -> RunCounts:
+        """Close a run as ``completed`` or ``failed`` and release its lease; counts come from the shards.
+
+        With ``owner``, only while it holds the run: a :class:`ConfigError`
+        when another process took the run over meanwhile.
+        """
         if status not in ("completed", "failed"):
             raise ConfigError(f"a run finishes as 'completed' or 'failed'; got {status!r}")
         with self.writing(f"finish run {run_id}") as conn:
-            ledger_sql.finish_run(conn, run_id, status, utc_now())
+            ledger_sql.finish_run(conn, run_id, status, utc_now(), owner)
             found = ledger_sql.run_summary(conn, run_id)
         assert found is not None  # finish_run raised if the run is missing
         return found[0].counts

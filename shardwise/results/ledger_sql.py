@@ -14,7 +14,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
+from shardwise.results import lease_sql
 from shardwise.results.codec import decode_json, decode_timestamp, encode_json, timestamp_param
+from shardwise.results.leases import expiry
 from shardwise.results.outcomes import RunCounts, RunSummary, ShardProgress, StoredDeadLetter, StoredShard
 from shardwise.results.records import RunRecord, ShardReport
 from shardwise.results.sqlfiles import load_script, query
@@ -52,11 +54,15 @@ _UPGRADES = {
     "shardwise_runs": {
         "precision": "runs_add_precision",
         "precision_agreement": "runs_add_precision_agreement",
+        "owner": "runs_add_owner",
+        "lease_expires_at": "runs_add_lease",
     },
     "shardwise_shards": {
         "progress_rows": "shards_add_progress_rows",
         "progress_failed": "shards_add_progress_failed",
         "progress_at": "shards_add_progress_at",
+        "owner": "shards_add_owner",
+        "lease_expires_at": "shards_add_lease",
     },
 }
 """Columns each ledger table gained after its first release, and the file adding each to an older ledger."""
@@ -66,6 +72,8 @@ def create_ledger(conn: sa.Connection) -> None:
     """Create the ledger tables, and add to an older ledger the columns it lacks."""
     for stmt in load_script(conn.dialect.name, "ledger_schema"):
         conn.exec_driver_sql(stmt)
+    for stmt in load_script(conn.dialect.name, "chunks_schema"):  # shardwise.results.chunk_marks
+        conn.exec_driver_sql(stmt)
     inspector = sa.inspect(conn)
     for table, upgrades in _UPGRADES.items():
         have = {c["name"] for c in inspector.get_columns(table)}
@@ -74,11 +82,20 @@ def create_ledger(conn: sa.Connection) -> None:
                 conn.execute(_q(conn, upgrade))
 
 
-def start_run(conn: sa.Connection, run: RunRecord, plan: SourcePlan, now: datetime) -> SourcePlan:
+def start_run(
+    conn: sa.Connection,
+    run: RunRecord,
+    plan: SourcePlan,
+    now: datetime,
+    lease: tuple[str, float, str | None] | None = None,
+) -> SourcePlan:
     """Insert the run and its pending shards, or resume it; returns the plan stored with the run.
 
     A resumed run keeps its first plan (shard boundaries never move under a
-    run) and its done shards; its failed shards go back to pending.
+    run) and its done shards; its failed shards go back to pending. With
+    ``lease`` (owner, seconds, the owner to take it from by force or None)
+    the run's lease is taken first, or a :class:`ConfigError` names who
+    holds it and nothing changes (see :func:`lease_sql.take_run_lease`).
     """
     triggered_by = run.started_by.split(":", 1)[1] if run.started_by.startswith("event:") else None
     conn.execute(
@@ -108,6 +125,8 @@ def start_run(conn: sa.Connection, run: RunRecord, plan: SourcePlan, now: dateti
             f"{stored.results_table!r}; it cannot resume with model version {run.model_version[:12]} into "
             f"{run.results_table!r}. Start a new run instead"
         )
+    if lease is not None:
+        lease_sql.take_run_lease(conn, run.run_id, lease[0], lease[1], now, lease[2])
     conn.execute(_q(conn, "run_resume"), {"run_id": run.run_id})
     conn.execute(_q(conn, "shards_reset_failed"), {"run_id": run.run_id})
     kept = SourcePlan.from_json(stored.plan)
@@ -142,7 +161,10 @@ def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePla
         source_snapshot=row["source_snapshot"],
         results_table=row["results_table"],
     )
-    counts = RunCounts(**{f: int(row[f]) for f in RunCounts.__dataclass_fields__})
+    if row["status"] == "running":  # its stored counters are written only when it finishes
+        counts = lease_sql.live_counts(conn, run_id, int(row["shards_total"]))
+    else:
+        counts = RunCounts(**{f: int(row[f]) for f in RunCounts.__dataclass_fields__})
     summary = RunSummary(
         record=record,
         status=row["status"],
@@ -150,6 +172,8 @@ def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePla
         started_at=decode_timestamp(row["started_at"]),
         finished_at=decode_timestamp(row["finished_at"]),
         counts=counts,
+        owner=row.get("owner"),
+        lease_expires_at=decode_timestamp(row.get("lease_expires_at")),
     )
     return summary, SourcePlan.from_json(row["plan"])
 
@@ -220,9 +244,15 @@ def record_attempt(
     host: str | None,
     device: str | None,
     now: datetime,
+    owner: str | None = None,
+    lease_s: float | None = None,
 ) -> int | None:
-    """Count an attempt at a shard as it starts; its number, or None when the shard is done."""
-    params = {"run_id": run_id, "shard_id": shard_id, "started_at": _ts(conn, now)}
+    """Count an attempt at a shard as it starts; its number, or None when the shard is done.
+
+    With ``owner`` and ``lease_s`` the worker takes the attempt's lease (no lease without them).
+    """
+    params = {"run_id": run_id, "shard_id": shard_id, "started_at": _ts(conn, now), "owner": owner}
+    params["lease_expires_at"] = None if lease_s is None else _ts(conn, expiry(lease_s, now))
     found = conn.execute(_q(conn, "shard_attempt"), {**params, "host": host, "device": device}).scalar()
     return None if found is None else int(found)
 
@@ -245,12 +275,20 @@ def mark_shard_failed(conn: sa.Connection, run_id: str, shard_id: int, error: st
     return conn.execute(_q(conn, "shard_failed"), {**params, "error": error[:10_000]}).rowcount == 1
 
 
-def finish_run(conn: sa.Connection, run_id: str, status: str, now: datetime) -> None:
-    result = conn.execute(
-        _q(conn, "run_finish"), {"run_id": run_id, "status": status, "finished_at": _ts(conn, now)}
-    )
-    if result.rowcount != 1:
+def finish_run(
+    conn: sa.Connection, run_id: str, status: str, now: datetime, owner: str | None = None
+) -> None:
+    """Close the run and release its lease; only ``owner``'s, when given (see run_finish.sql)."""
+    params = {"run_id": run_id, "status": status, "finished_at": _ts(conn, now), "owner": owner}
+    if conn.execute(_q(conn, "run_finish"), params).rowcount == 1:
+        return
+    row = conn.execute(_q(conn, "run_select"), {"run_id": run_id}).mappings().one_or_none()
+    if row is None:
         raise ConfigError(f"run {run_id!r} is not in shardwise_runs; start_run must come before finish_run")
+    raise ConfigError(
+        f"run {run_id!r} was taken over by {row['owner']} (resume --force) while {owner} ran it, so "
+        "that process finishes it; the shards this one merged stay merged"
+    )
 
 
 def seen_objects(conn: sa.Connection, source_identity: str) -> frozenset[tuple[str, str]]:

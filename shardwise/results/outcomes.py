@@ -7,9 +7,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shardwise.results.leases import RunState, run_state
 from shardwise.results.records import RunRecord, RunStatus
 
-__all__ = ["MergeOutcome", "RunCounts", "RunSummary", "ShardProgress", "StoredDeadLetter", "StoredShard"]
+__all__ = [
+    "MergeOutcome",
+    "RunCounts",
+    "RunListing",
+    "RunSummary",
+    "ShardProgress",
+    "StoredDeadLetter",
+    "StoredShard",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +44,7 @@ class MergeOutcome:
 
 @dataclass(frozen=True, slots=True)
 class RunCounts:
-    """A run's totals, summed over its done shards by :meth:`Ledger.finish_run`."""
+    """A run's totals, summed over its done shards: by :meth:`Ledger.finish_run`, or live while it runs."""
 
     rows_in: int = 0
     rows_out: int = 0
@@ -55,6 +64,39 @@ class RunSummary:
     started_at: datetime | None
     finished_at: datetime | None
     counts: RunCounts
+    owner: str | None = None
+    """Who holds (or last held) the run's lease: the flow process's ``host:pid/thread``."""
+    lease_expires_at: datetime | None = None
+    """When the lease runs out unless renewed; None for a run recorded before leases existed."""
+
+    def state(self, now: datetime | None = None) -> RunState:
+        """The status, or ``abandoned`` when it says running but the lease expired (see :mod:`.leases`)."""
+        return run_state(self.status, self.lease_expires_at, now)
+
+
+@dataclass(frozen=True, slots=True)
+class RunListing:
+    """One run as ``shardwise runs`` lists it; the counts are summed from its shards when read."""
+
+    run_id: str
+    status: RunStatus
+    started_by: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    model_name: str
+    results_table: str
+    shards_total: int
+    shards_done: int
+    shards_failed: int
+    rows_out: int
+    rows_failed: int
+    owner: str | None = None
+    lease_expires_at: datetime | None = None
+    shards_running: int = 0
+    """Shards a worker holds a live lease on now."""
+
+    def state(self, now: datetime | None = None) -> RunState:
+        return run_state(self.status, self.lease_expires_at, now)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,13 @@ __all__ = [
 ]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-LEDGER_TABLES = ("shardwise_runs", "shardwise_shards", "shardwise_errors", "shardwise_objects")
+LEDGER_TABLES = (
+    "shardwise_runs",
+    "shardwise_shards",
+    "shardwise_chunks",
+    "shardwise_errors",
+    "shardwise_objects",
+)
 STAGE_TABLE = "shardwise_stage"
 _RESERVED = {*LEDGER_TABLES, STAGE_TABLE, "shardwise_dead_stage"}
 LINEAGE_COLUMNS = (

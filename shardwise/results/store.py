@@ -1,9 +1,11 @@
 """The results store: one results table written through the run ledger, on PostgreSQL or SQLite.
 
 The store is the only part of Shardwise that writes results. Its contract is
-exactly-once per shard: a shard's rows, its dead letters and its done-mark
-commit in one transaction that first checks the shard is not done, so
-retries, resumed runs and racing workers change nothing the second time.
+exactly-once per chunk of a shard: a chunk's rows, its dead letters and its
+chunk mark commit in one transaction that first checks the shard is not done
+and the chunk not merged, and the shard's done-mark follows its last chunk
+(:class:`ChunkWriter`), so retries, resumed runs and racing workers change
+nothing the second time. :class:`ShardWriter` merges a whole shard at once.
 A store is safe to share between threads; each shard writer has its own
 connection.
 """
@@ -16,6 +18,8 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
+from shardwise.results.chunk_writer import ChunkWriter
+from shardwise.results.db_retry import DbRetry
 from shardwise.results.ledger import Ledger
 from shardwise.results.records import RunRecord
 from shardwise.results.schema import check_layout, parse_table_name
@@ -89,15 +93,31 @@ class ResultStore:
                 conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))
 
     def shard_writer(self, run: RunRecord, shard_id: int, attempt: int) -> ShardWriter:
-        """A writer for one attempt at one shard; use it as a context manager."""
+        """A writer for one attempt at one shard, merged at once on commit; use it as a context manager."""
+        self._check_run(run)
+        return ShardWriter(
+            self.ledger.engine, self.table, self.outputs, self.key_type, run, shard_id, attempt
+        )
+
+    def chunk_writer(
+        self, run: RunRecord, shard_id: int, attempt: int, retry: DbRetry | None = None
+    ) -> ChunkWriter:
+        """A writer that commits one attempt at one shard chunk by chunk; use it as a context manager.
+
+        ``retry`` says how often a chunk's database step is tried on a new
+        connection before the attempt fails (see :mod:`shardwise.results.db_retry`).
+        """
+        self._check_run(run)
+        return ChunkWriter(
+            self.ledger.engine, self.table, self.outputs, self.key_type, run, shard_id, attempt, retry
+        )
+
+    def _check_run(self, run: RunRecord) -> None:
         if run.results_table != self.results_table:
             raise ConfigError(
                 f"run {run.run_id!r} writes to {run.results_table!r} but this store holds "
                 f"{self.results_table!r}; open a ResultStore for the run's results table"
             )
-        return ShardWriter(
-            self.ledger.engine, self.table, self.outputs, self.key_type, run, shard_id, attempt
-        )
 
     def read_results(
         self, *, model_version: str | None = None, limit: int | None = None

@@ -19,7 +19,7 @@ from shardwise.errors import SourceError
 from shardwise.sources.objects import ObjectInfo, ObjectStore
 from shardwise.sources.row_groups import RowGroup
 
-__all__ = ["Footer", "read_footers"]
+__all__ = ["Footer", "key_nulls", "read_footers"]
 
 _FOOTER_THREADS = 8  # footers are small and latency-bound on S3: a few in flight hide the round trips
 
@@ -104,3 +104,8 @@ def _null_count(row_group: Any, column: int | None) -> int | None:
         return None
     stats = row_group.column(column).statistics
     return stats.null_count if stats is not None and stats.has_null_count else None
+
+
+def key_nulls(metadata: Any, index: int, key: str) -> int | None:
+    """Null keys in row group ``index`` as its footer counts them; None when the footer does not say."""
+    return _null_count(metadata.row_group(index), _leaf_index(metadata, key))

@@ -95,13 +95,16 @@ class ParquetSource:
         planned_shards = tuple(to_shard(i, run) for i, run in enumerate(runs))
         return SourcePlan("parquet", self.identity, listing_digest(listing.objects), planned_shards, params)
 
-    def read(self, plan: SourcePlan, shard: Shard) -> ShardRows:
+    def read(self, plan: SourcePlan, shard: Shard, *, skip: int = 0) -> ShardRows:
         """Stream ``shard``'s rows in storage order (object, row group, row), not sorted by key.
 
-        The returned iterator counts the rows it skipped for a null key in ``null_keys``.
+        The returned iterator counts the rows it skipped for a null key in
+        ``null_keys``. ``skip`` starts that many rows into the shard (a shard
+        resumed after its committed chunks); the order is fixed by the plan,
+        so the same rows are skipped every time.
         """
         self._check_plan(plan)
-        return ShardRows(self._store, shard, self.key, self.text_column, _BATCH_ROWS)
+        return ShardRows(self._store, shard, self.key, self.text_column, _BATCH_ROWS, skip)
 
     def read_keys(self, keys: Sequence[Key]) -> Iterator[SourceRow]:
         """Stream the current rows whose key is in ``keys``, in storage order; absent keys are not yielded.

@@ -1,7 +1,10 @@
 """Stream one shard of a Parquet plan: its spans, one row group at a time, two columns only.
 
 Memory stays flat: at most one batch of one row group of the key and text
-columns is held, whatever the shard's size. Rows come in storage order (object
+columns is held, whatever the shard's size. A read may start ``skip`` rows
+into the shard (a shard resumed after its committed chunks): row groups that
+lie wholly before that point are passed over by their footers' counts, their
+data unread. Rows come in storage order (object
 key, row group, row), which is deterministic; Parquet has no index to sort by
 key without holding the shard, so they are not sorted by key.
 
@@ -23,6 +26,7 @@ import pyarrow.parquet as pq
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.base import Shard, SourceRow
+from shardwise.sources.footers import key_nulls
 from shardwise.sources.objects import ObjectInfo, ObjectStore
 from shardwise.sources.parquet_text import text_values
 
@@ -54,15 +58,23 @@ class ShardRows(Iterator[SourceRow]):
 
     A row whose key is null cannot be joined back to the source, so it is
     skipped; ``null_keys`` counts them and ``rows`` counts the rows yielded.
+    The first ``skip`` rows that have a key are not yielded; ``skipped``
+    counts them (row groups passed over whole count no null keys).
     Text values pass through untouched (``str``, ``bytes`` for a binary
     column, ``None``), except that one that is not UTF-8 in a text column
     comes as an :class:`~shardwise.text.UndecodableText`: the engine decides
     what is usable.
     """
 
-    def __init__(self, store: ObjectStore, shard: Shard, key: str, text_column: str, batch_rows: int) -> None:
+    def __init__(
+        self, store: ObjectStore, shard: Shard, key: str, text_column: str, batch_rows: int, skip: int = 0
+    ) -> None:
+        if not isinstance(skip, int) or skip < 0:
+            raise ConfigError(f"skip must be a number of rows >= 0; got {skip!r}")
         self.rows = 0
         self.null_keys = 0
+        self.skipped = 0
+        self._skip = skip
         self._key, self._text = key, text_column
         self._columns = list(dict.fromkeys([key, text_column]))
         self._batch_rows = batch_rows
@@ -83,7 +95,25 @@ class ShardRows(Iterator[SourceRow]):
             with store.open(obj) as handle:
                 parquet = _open_parquet(handle, obj)
                 for index in range(first, stop):
+                    if self._skip and self._pass_over(parquet, index):
+                        continue
                     yield from self._row_group(parquet, obj, index)
+
+    def _pass_over(self, parquet: Any, index: int) -> bool:
+        """Skip row group ``index`` unread when all its keyed rows are still to be skipped.
+
+        A footer without a null count for the key cannot say how many rows
+        have a key: that row group is read, and its rows skipped one by one.
+        """
+        nulls = key_nulls(parquet.metadata, index, self._key)
+        if nulls is None:
+            return False
+        keyed = parquet.metadata.row_group(index).num_rows - nulls
+        if keyed > self._skip:
+            return False
+        self._skip -= keyed
+        self.skipped += keyed
+        return True
 
     def _row_group(self, parquet: Any, obj: ObjectInfo, index: int) -> Iterator[SourceRow]:
         try:
@@ -111,6 +141,10 @@ class ShardRows(Iterator[SourceRow]):
         for key, value in zip(keys, values, strict=True):
             if key is None:
                 self.null_keys += 1
+                continue
+            if self._skip:
+                self._skip -= 1
+                self.skipped += 1
                 continue
             self.rows += 1
             yield SourceRow(key, value)

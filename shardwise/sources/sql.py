@@ -235,13 +235,21 @@ class SqlSource:
             yield from reader.rows
 
     @contextmanager
-    def open_reader(self, plan: SourcePlan, shard: Shard) -> Iterator[ShardReader]:
-        """Read one shard and learn which snapshot it was read at (for lineage)."""
+    def open_reader(
+        self, plan: SourcePlan, shard: Shard, *, after: Key | None = None
+    ) -> Iterator[ShardReader]:
+        """Read one shard and learn which snapshot it was read at (for lineage).
+
+        ``after`` (a key of the shard) reads only the keys above it: a shard
+        resumed after its committed chunks, at the plan's snapshot when it is
+        still held.
+        """
         new_only = check_plan(plan, shard, self.identity, self.params, self._src.key_kind)
         doing = f"reading shard {shard.shard_id} of {self.identity}"
         with self._db.errors(doing), self._db.engine.connect() as conn:
             snapshot, lost = self._begin_read(conn, plan, shard)
-            query = read_query(self._selection(conn, new_only), shard.bounds["lo"], shard.bounds["hi"])
+            bounds = shard.bounds
+            query = read_query(self._selection(conn, new_only), bounds["lo"], bounds["hi"], after)
             streamed = conn.execution_options(stream_results=True, yield_per=self._fetch_rows)
             result = streamed.execute(query)
             try:

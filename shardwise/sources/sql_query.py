@@ -144,12 +144,17 @@ def boundary_window_query(sel: Selection, shards: int, distinct: int) -> sa.Sele
     )
 
 
-def read_query(sel: Selection, lo: Any, hi: Any) -> sa.Select[Any, Any]:
-    """The rows of one shard, ``lo <= key < hi`` (None: unbounded), ordered by key."""
+def read_query(sel: Selection, lo: Any, hi: Any, after: Any = None) -> sa.Select[Any, Any]:
+    """The rows of one shard, ``lo <= key < hi`` (None: unbounded), ordered by key.
+
+    ``after`` resumes a shard: only keys above it, the last key already committed.
+    """
     key = sel.src.key
     conds = sel.rows()
     if lo is not None:
         conds.append(key >= lo)
     if hi is not None:
         conds.append(key < hi)
+    if after is not None:
+        conds.append(key > after)
     return sa.select(key, sel.src.text).where(*conds).order_by(key)

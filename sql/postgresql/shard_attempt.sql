@@ -1,6 +1,7 @@
 -- Count an attempt as it starts; the ledger, not the caller, numbers attempts,
 -- so a task that a cluster re-runs after a worker died still counts as a new one.
 -- The attempt's live progress starts again from zero.
+-- The worker (owner) takes the attempt's lease; it renews it while scoring (shard_lease_renew.sql).
 -- No row comes back when the shard is done (or not in the plan).
 UPDATE shardwise_shards
 SET attempts = attempts + 1,
@@ -9,6 +10,8 @@ SET attempts = attempts + 1,
     device = COALESCE(CAST(:device AS text), device),
     progress_rows = 0,
     progress_failed = 0,
-    progress_at = NULL
+    progress_at = NULL,
+    owner = CAST(:owner AS text),
+    lease_expires_at = CAST(:lease_expires_at AS timestamptz)
 WHERE run_id = :run_id AND shard_id = :shard_id AND status <> 'done'
 RETURNING attempts

@@ -23,7 +23,9 @@ CREATE TABLE IF NOT EXISTS shardwise_runs (
     rows_failed      bigint NOT NULL DEFAULT 0,
     shards_total     integer NOT NULL DEFAULT 0,
     shards_done      integer NOT NULL DEFAULT 0,
-    shards_failed    integer NOT NULL DEFAULT 0
+    shards_failed    integer NOT NULL DEFAULT 0,
+    owner            text,
+    lease_expires_at text
 );
 
 CREATE TABLE IF NOT EXISTS shardwise_shards (
@@ -51,6 +53,8 @@ CREATE TABLE IF NOT EXISTS shardwise_shards (
     progress_rows       bigint,
     progress_failed     bigint,
     progress_at         text,
+    owner               text,
+    lease_expires_at    text,
     PRIMARY KEY (run_id, shard_id)
 );
 

@@ -107,3 +107,20 @@ def test_no_address_in_a_report_can_become_a_mail_link() -> None:
 def test_text_and_code_give_one_line() -> None:
     assert text("a\nb|c*d_e") == "a b\\|c\\*d\\_e"
     assert code("x`y|z\n") == "`x'y\\|z`"
+
+
+def test_the_run_report_says_who_held_the_run_and_whom_a_resume_took_it_from() -> None:
+    took_over = "abandoned by gpu|1:42/0 (lease expired 2025-05-01 12:00:03 UTC)"
+    markdown = run_markdown(_summary(owner="node|b:7/0", took_over=took_over), [], [], {})
+    rows = [line for line in markdown.splitlines() if line.startswith(("| Lease held by", "| Resumed a run"))]
+    assert [len(_cells(row)) for row in rows] == [2, 2], rows
+    assert "abandoned by gpu\\|1:42/0" in rows[1]
+    assert "Lease held by" not in run_markdown(_summary(), [], [], {}), "a summary without a lease"
+
+
+def test_the_plan_report_lists_unfinished_runs_in_one_cell() -> None:
+    runs = ["run a is abandoned (0/2 shards done)", "run b|c is still running"]
+    plan = plan_markdown({"shards": 2, "unfinished_runs": runs}).splitlines()
+    assert [len(_cells(line)) for line in plan[4:]] == [2, 2]
+    assert "run a is abandoned (0/2 shards done); run b\\|c is still running" in plan[-1]
+    assert plan_markdown({"unfinished_runs": []}).endswith("| unfinished\\_runs | none |")

@@ -45,7 +45,7 @@ def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
 def test_sigkill_leaves_no_server_and_resume_is_exact(sqlite_url: str) -> None:
     make_docs(sqlite_url, ROWS)
     killed = _shardwise("run", "--source", sqlite_url, "--table", "docs", "--results-table", "resumed")
-    children = _kill_mid_shard([*killed, "--progress", "lines", "--progress-every", "0.2"])
+    children = _kill_mid_shard([*killed, "--lease-s", "2", "--progress", "lines", "--progress-every", "0.2"])
     assert any("uvicorn" in " ".join(p.cmdline()) for p in children), "no temporary server was running"
 
     deadline = time.monotonic() + 10
@@ -55,6 +55,7 @@ def test_sigkill_leaves_no_server_and_resume_is_exact(sqlite_url: str) -> None:
 
     ((run_id, status),) = execute(sqlite_url, "select run_id, status from shardwise_runs")
     assert status == "running"  # nobody could record the end: the run was killed
+    time.sleep(2)  # its lease (--lease-s 2) runs out: the run is abandoned, and a resume may take it
     resume = subprocess.run(
         [*killed, "--resume", run_id, "--progress", "none"], capture_output=True, text=True
     )

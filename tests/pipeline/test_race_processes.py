@@ -1,7 +1,8 @@
 """Two worker processes that get the same shard (a retried task whose first attempt still runs).
 
-Each scores it fully, then both merge at the same moment: the ledger's row
-lock and done check let exactly one commit, in a real race between processes.
+Each scores it fully (one chunk), then both commit it at the same moment: the
+ledger's row lock, chunk mark and done check let exactly one merge the rows
+and one mark the shard done, in a real race between processes.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from shardwise.pipeline import RunRef, RunSpec
 def _score_at_the_barrier(ref: RunRef, barrier: Any, results: Any) -> None:
     from models import get_spec
     from shardwise.pipeline import WorkerCache, score_ref_shard
-    from shardwise.results.writer import ShardWriter
+    from shardwise.results import ChunkWriter
 
-    real = ShardWriter.commit
+    real = ChunkWriter.commit
 
-    def commit(self: ShardWriter, report: Any) -> Any:
-        barrier.wait(timeout=60)  # both have staged every row: now they race to merge
-        return real(self, report)
+    def commit(self: ChunkWriter, chunk: Any) -> Any:
+        barrier.wait(timeout=60)  # both have scored every row: now they race to merge
+        return real(self, chunk)
 
-    ShardWriter.commit = commit  # type: ignore[method-assign]
+    ChunkWriter.commit = commit  # type: ignore[method-assign]
     outcome = score_ref_shard(ref, 0, WorkerCache(get_spec))
     results.put((outcome.skipped, bool(outcome.merge), outcome.attempt, outcome.worker))
 

@@ -1,0 +1,70 @@
+"""``shardwise runs``: the latest runs of a results database, live, finished or abandoned.
+
+A run's row in ``shardwise_runs`` says ``running`` from its start until its
+process records the end; a process that was killed never does. Its lease
+tells the two apart (:mod:`shardwise.results.leases`): a run still running
+whose lease expired is listed as ``abandoned``, with the command that
+finishes it. Counts are summed from the run's shards as they are now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from shardwise.results import Ledger, RunListing
+from shardwise.results.codec import utc_now
+from shardwise.results.leases import when
+from shardwise.words import plural
+from tasks.connections import resolve
+
+__all__ = ["print_runs", "runs_table"]
+
+_HEADER = ("RUN ID", "STATUS", "STARTED (UTC)", "OWNER", "LEASE", "SHARDS", "ROWS")
+
+
+def print_runs(results: str, limit: int = 20) -> None:
+    """Print the latest ``limit`` runs of the results database ``results`` (a URL or ``env:NAME``)."""
+    with Ledger(resolve(results)) as ledger:
+        runs = ledger.recent_runs(limit)
+        url = ledger.url
+    if not runs:
+        print(f"no runs recorded in {url}")
+        return
+    now = utc_now()
+    print(runs_table(runs, now))
+    for run in runs:
+        if run.state(now) == "abandoned":
+            print(
+                f"run {run.run_id} is abandoned: {run.owner} stopped renewing its lease, which expired "
+                f"{when(run.lease_expires_at)}; finish it with: shardwise run ... --resume {run.run_id}"
+            )
+
+
+def runs_table(runs: Sequence[RunListing], now: datetime) -> str:
+    """The runs as aligned columns under a header, one line each."""
+    lines = [_HEADER, *(_row(run, now) for run in runs)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(_HEADER))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def _row(run: RunListing, now: datetime) -> tuple[str, ...]:
+    state = run.state(now)
+    shards = f"{run.shards_done}/{run.shards_total}"
+    if run.shards_failed:
+        shards += f" ({run.shards_failed} failed)"
+    if run.shards_running and state == "running":
+        shards += f" ({run.shards_running} scoring)"
+    rows = f"{run.rows_out:,}" + (f" (+{plural(run.rows_failed, 'dead letter')})" if run.rows_failed else "")
+    started = run.started_at.strftime("%Y-%m-%d %H:%M:%S") if run.started_at else "-"
+    return (run.run_id, state, started, run.owner or "-", _lease(run, state), shards, rows)
+
+
+def _lease(run: RunListing, state: str) -> str:
+    """``until 12:00:03`` for a live run, ``expired 12:00:03`` for an abandoned one, else ``-``."""
+    if run.lease_expires_at is None or state not in ("running", "abandoned"):
+        return "-"
+    verb = "until" if state == "running" else "expired"
+    return f"{verb} {run.lease_expires_at.strftime('%H:%M:%S')}"

@@ -1,0 +1,159 @@
+"""The chunk marks of ``shardwise_chunks``: one row per committed chunk of a shard.
+
+A shard is merged chunk by chunk (:mod:`shardwise.results.chunk_writer`).
+Each chunk's mark is inserted in the transaction that merges its rows and
+dead letters, so the mark exists exactly when the chunk is in the results
+table: a retried or racing writer that finds it merges nothing, and a
+retried or resumed attempt starts after the last mark (:class:`ChunkStart`).
+The shard's done-mark records the sum of its marks (:class:`ChunkTotals`),
+whichever attempts wrote them. The DDL and queries are in ``sql/``
+(``chunks_schema.sql``, ``chunk_*.sql``, ``chunks_*.sql``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from shardwise.results.codec import decode_json, decode_timestamp, encode_json, timestamp_param
+from shardwise.results.sqlfiles import query
+from shardwise.sources.base import Key
+
+if TYPE_CHECKING:
+    from shardwise.results.ledger import Ledger
+
+__all__ = [
+    "ChunkMark",
+    "ChunkStart",
+    "ChunkTotals",
+    "chunk_marks",
+    "chunk_position",
+    "chunk_start",
+    "chunk_totals",
+    "insert_mark",
+    "read_marks",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkStart:
+    """Where an attempt at a shard starts: chunk ``chunk``, after ``rows`` rows in input order.
+
+    ``key`` is the key of the last row already committed (None when no row
+    is, or the key is not an integer or text); ``failed`` counts the dead
+    letters among those rows, so live progress can start from them.
+    """
+
+    chunk: int = 0
+    rows: int = 0
+    key: Key | None = None
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkTotals:
+    """A shard's counts summed over its chunk marks: what its done-mark records."""
+
+    chunks: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    rows_failed: int = 0
+    rows_truncated: int = 0
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_unchanged: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkMark:
+    """One row of ``shardwise_chunks``: a chunk merged, by which attempt, and where the next one starts."""
+
+    shard_id: int
+    chunk: int
+    attempt: int
+    rows_in: int
+    rows_out: int
+    rows_failed: int
+    rows_truncated: int
+    rows_inserted: int
+    rows_updated: int
+    rows_unchanged: int
+    position: Mapping[str, Any]
+    """``{"rows": rows of the shard up to and including this chunk, "key": its last row's key}``."""
+    committed_at: datetime | None = None
+
+
+def _where(run_id: str, shard_id: int) -> dict[str, Any]:
+    return {"run_id": run_id, "shard_id": shard_id}
+
+
+def chunk_position(conn: sa.Connection, run_id: str, shard_id: int, chunk: int) -> Mapping[str, Any] | None:
+    """The stored position of a committed chunk; None when it is not committed."""
+    found = conn.execute(
+        query(conn.dialect.name, "chunk_position"), {**_where(run_id, shard_id), "chunk": chunk}
+    ).scalar_one_or_none()
+    return None if found is None else dict(decode_json(found))
+
+
+def insert_mark(conn: sa.Connection, run_id: str, mark: ChunkMark, now: datetime) -> None:
+    """Insert a chunk's mark; call it in the transaction that merges the chunk."""
+    params = {
+        **_where(run_id, mark.shard_id),
+        "chunk": mark.chunk,
+        "attempt": mark.attempt,
+        "rows_in": mark.rows_in,
+        "rows_out": mark.rows_out,
+        "rows_failed": mark.rows_failed,
+        "rows_truncated": mark.rows_truncated,
+        "rows_inserted": mark.rows_inserted,
+        "rows_updated": mark.rows_updated,
+        "rows_unchanged": mark.rows_unchanged,
+        "position": encode_json(mark.position),
+        "committed_at": timestamp_param(conn.dialect.name, now),
+    }
+    conn.execute(query(conn.dialect.name, "chunk_insert"), params)
+
+
+def chunk_totals(conn: sa.Connection, run_id: str, shard_id: int) -> ChunkTotals:
+    row = conn.execute(query(conn.dialect.name, "chunks_totals"), _where(run_id, shard_id)).mappings().one()
+    return ChunkTotals(**{name: int(value) for name, value in row.items()})
+
+
+def chunk_start(conn: sa.Connection, run_id: str, shard_id: int) -> ChunkStart:
+    """Where the next attempt at the shard starts: after its last committed chunk."""
+    last = conn.execute(query(conn.dialect.name, "chunk_last"), _where(run_id, shard_id)).one_or_none()
+    if last is None:
+        return ChunkStart()
+    position = decode_json(last.position)
+    key = position.get("key")
+    totals = chunk_totals(conn, run_id, shard_id)
+    return ChunkStart(
+        chunk=int(last.chunk) + 1,
+        rows=int(position["rows"]),
+        key=key if isinstance(key, (int, str)) else None,
+        failed=totals.rows_failed,
+    )
+
+
+def chunk_marks(conn: sa.Connection, run_id: str) -> list[ChunkMark]:
+    rows = conn.execute(query(conn.dialect.name, "chunks_select"), {"run_id": run_id}).mappings()
+    return [
+        ChunkMark(
+            **{
+                **dict(r),
+                "position": decode_json(r["position"]),
+                "committed_at": decode_timestamp(r["committed_at"]),
+            }
+        )
+        for r in rows
+    ]
+
+
+def read_marks(ledger: Ledger, run_id: str) -> list[ChunkMark]:
+    """Every chunk mark of ``run_id``, in shard and chunk order: what was merged, by which attempt."""
+    with ledger.reading(f"read the chunks of run {run_id}") as conn:
+        return chunk_marks(conn, run_id)

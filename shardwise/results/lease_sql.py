@@ -1,0 +1,118 @@
+"""Reads and writes of the ledger's leases and live counts, through the ``.sql`` files.
+
+Like :mod:`~shardwise.results.ledger_sql`, every function takes a connection
+inside a transaction the caller opened. Taking a run's lease is one
+conditional UPDATE (``run_lease_take.sql``): of two processes resuming the
+same run at once, exactly one updates the row, whatever either read before.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from shardwise.errors import ConfigError
+from shardwise.results.codec import decode_timestamp, timestamp_param
+from shardwise.results.leases import expiry, lease_held
+from shardwise.results.outcomes import RunCounts, RunListing
+from shardwise.results.sqlfiles import query
+
+__all__ = ["live_counts", "recent_runs", "renew_run_lease", "renew_shard_lease", "take_run_lease"]
+
+_LEASE_COLUMNS = {"owner", "lease_expires_at"}
+
+
+def _q(conn: sa.Connection, name: str) -> sa.TextClause:
+    return query(conn.dialect.name, name)
+
+
+def _ts(conn: sa.Connection, value: datetime) -> datetime | str:
+    return timestamp_param(conn.dialect.name, value)
+
+
+def take_run_lease(
+    conn: sa.Connection, run_id: str, owner: str, lease_s: float, now: datetime, take_from: str | None
+) -> None:
+    """Take run ``run_id``'s lease for ``owner``, or raise the :class:`ConfigError` naming who holds it.
+
+    It is taken when nobody holds it (never leased, or expired), when
+    ``owner`` holds it already, or, forced, from ``take_from``: the owner the
+    caller saw, so that of two forced takeovers at once only the first wins.
+    """
+    params = {
+        "run_id": run_id,
+        "owner": owner,
+        "lease_expires_at": _ts(conn, expiry(lease_s, now)),
+        "now": _ts(conn, now),
+        "take_from": take_from,
+    }
+    if conn.execute(_q(conn, "run_lease_take"), params).rowcount == 1:
+        return
+    row = conn.execute(_q(conn, "run_select"), {"run_id": run_id}).mappings().one()
+    raise ConfigError(
+        lease_held(
+            run_id, row["owner"], decode_timestamp(row["lease_expires_at"]), meanwhile=take_from is not None
+        )
+    )
+
+
+def renew_run_lease(conn: sa.Connection, run_id: str, owner: str, lease_s: float, now: datetime) -> bool:
+    """Extend ``owner``'s lease on a running run; False once it is not (taken over, or finished)."""
+    params = {"run_id": run_id, "owner": owner, "lease_expires_at": _ts(conn, expiry(lease_s, now))}
+    return conn.execute(_q(conn, "run_lease_renew"), params).rowcount == 1
+
+
+def renew_shard_lease(
+    conn: sa.Connection, run_id: str, shard_id: int, attempt: int, owner: str, lease_s: float, now: datetime
+) -> bool:
+    """Extend the lease of ``owner``'s attempt at a shard; False once the attempt is not the current one."""
+    params = {
+        "run_id": run_id,
+        "shard_id": shard_id,
+        "attempt": attempt,
+        "owner": owner,
+        "lease_expires_at": _ts(conn, expiry(lease_s, now)),
+    }
+    return conn.execute(_q(conn, "shard_lease_renew"), params).rowcount == 1
+
+
+def live_counts(conn: sa.Connection, run_id: str, shards_total: int) -> RunCounts:
+    """A running run's counts summed from its shards now (``shardwise_runs`` has them only once finished)."""
+    row = conn.execute(_q(conn, "run_live_counts"), {"run_id": run_id}).mappings().one()
+    return RunCounts(shards_total=shards_total, **{k: int(v) for k, v in row.items()})
+
+
+def recent_runs(
+    conn: sa.Connection,
+    limit: int,
+    now: datetime,
+    status: str | None = None,
+    results_table: str | None = None,
+) -> list[RunListing]:
+    """The latest ``limit`` runs, newest first: only those with ``status`` and ``results_table``, if given.
+
+    A ledger from before leases lists its runs without owners or leases.
+    """
+    params: dict[str, Any] = {"limit": limit, "status": status, "results_table": results_table}
+    rows = conn.execute(_q(conn, "runs_recent"), params).mappings().all()
+    leases: dict[str, Any] = {}
+    columns = {c["name"] for c in sa.inspect(conn).get_columns("shardwise_runs")}
+    if columns >= _LEASE_COLUMNS:
+        found = conn.execute(_q(conn, "runs_recent_leases"), {**params, "now": _ts(conn, now)}).mappings()
+        leases = {r["run_id"]: r for r in found}
+    return [_listing(row, leases.get(row["run_id"], {})) for row in rows]
+
+
+def _listing(row: Any, lease: Any) -> RunListing:
+    """One listed run: counts as ints, timestamps decoded (SQLite returns them as text)."""
+    fields: dict[str, Any] = {k: int(v) if k.startswith(("shards_", "rows_")) else v for k, v in row.items()}
+    for name in ("started_at", "finished_at"):
+        fields[name] = decode_timestamp(fields[name])
+    return RunListing(
+        **fields,
+        owner=lease.get("owner"),
+        lease_expires_at=decode_timestamp(lease.get("lease_expires_at")),
+        shards_running=int(lease.get("shards_running") or 0),
+    )

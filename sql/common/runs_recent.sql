@@ -1,0 +1,18 @@
+-- The latest runs of a ledger, newest first, optionally only those with :status and writing
+-- :results_table (NULL: any), with counts summed live from their shards: shardwise_runs' own
+-- counters are written only when a run finishes. Only columns every ledger release has.
+SELECT r.run_id, r.status, r.started_by, r.started_at, r.finished_at, r.model_name, r.results_table,
+       r.shards_total,
+       (SELECT COUNT(*) FROM shardwise_shards s
+        WHERE s.run_id = r.run_id AND s.status = 'done') AS shards_done,
+       (SELECT COUNT(*) FROM shardwise_shards s
+        WHERE s.run_id = r.run_id AND s.status = 'failed') AS shards_failed,
+       (SELECT COALESCE(SUM(s.rows_out), 0) FROM shardwise_shards s
+        WHERE s.run_id = r.run_id AND s.status = 'done') AS rows_out,
+       (SELECT COALESCE(SUM(s.rows_failed), 0) FROM shardwise_shards s
+        WHERE s.run_id = r.run_id AND s.status = 'done') AS rows_failed
+FROM shardwise_runs r
+WHERE (CAST(:status AS text) IS NULL OR r.status = CAST(:status AS text))
+  AND (CAST(:results_table AS text) IS NULL OR r.results_table = CAST(:results_table AS text))
+ORDER BY r.started_at DESC, r.run_id DESC
+LIMIT :limit

@@ -1,0 +1,40 @@
+"""Run the ``shardwise`` command line with every forward pass counted, and paced.
+
+``python counted_cli.py COUNTS ROWS_PER_S shardwise-arguments...``: each batch
+the engine scores appends its row count to the file ``COUNTS`` (written at
+once, so a SIGKILL loses none), then waits so that scoring runs at no more
+than ``ROWS_PER_S`` rows a second (0: no limit). The pace lets a test see a
+shard's progress before it ends; the counts tell it exactly how many rows
+went through the model. The shards run in this process (the thread runner).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import time
+from typing import Any
+
+from shardwise.engine import EngineRun
+
+
+def _counting(counts: str, rows_per_s: float) -> None:
+    fd = os.open(counts, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    score = EngineRun._score
+
+    def counted(self: EngineRun, batch: Any, *args: Any) -> None:
+        started = time.perf_counter()
+        score(self, batch, *args)
+        os.write(fd, f"{len(batch.positions)}\n".encode())
+        if rows_per_s > 0:
+            time.sleep(max(0.0, len(batch.positions) / rows_per_s - (time.perf_counter() - started)))
+
+    EngineRun._score = counted  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    counts, rows_per_s, *argv = sys.argv[1:]
+    _counting(counts, float(rows_per_s))
+    sys.argv = ["shardwise", *argv]
+    runpy.run_module("flows.cli", run_name="__main__", alter_sys=True)

@@ -1,0 +1,175 @@
+"""PostgreSQL kills a chunk's COPY or merge INSERT, again and again: the step is retried, never the scoring.
+
+A thread watches ``pg_stat_activity`` and terminates (``pg_terminate_backend``)
+the backend that runs the staging ``COPY`` or the merge ``INSERT`` of a
+multi-shard run, once per committed chunk. To catch an INSERT every time, it
+first takes a SHARE lock on the results table, so the INSERT waits where the
+thread can see it. Each shard runs under a task-like retry loop; the run must
+complete with the results of a run without faults, every row having gone
+through the engine exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+import torch
+from flow_data import make_docs
+
+from shardwise.errors import TransientError
+from shardwise.model import Model
+from shardwise.pipeline import ChunkConfig, score_shard
+from shardwise.results import DbRetry, Ledger, ResultStore, RunCounts, RunRecord, read_marks
+from shardwise.sources import SqlSource
+from shardwise.sources.base import SourcePlan
+from shardwise.stats import BatchStats
+
+pytestmark = pytest.mark.postgres
+
+ROWS, SHARDS, CHUNK = 6000, 4, 300
+TARGETS = ("COPY", "INSERT") * 3
+_ACTIVE = (
+    "SELECT pid, left(query, 60) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active' AND query LIKE :like"
+)
+_LIKE = {"COPY": "COPY %shardwise_stage%", "INSERT": "INSERT INTO faulty %"}
+
+
+class BackendKiller(threading.Thread):
+    """Terminates the backend of each target statement in turn, then waits for a chunk to commit."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(name="backend-killer", daemon=True)
+        self.engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+        self.kills: list[tuple[str, str]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with self.engine.connect() as conn:
+            for target in TARGETS:
+                killed = self._kill(conn, target)
+                if killed is None:
+                    return
+                self.kills.append((target, killed))
+                marks = self._marks(conn)
+                while not self.stop.is_set() and self._marks(conn) <= marks:
+                    time.sleep(0.005)
+
+    def _kill(self, conn: sa.Connection, target: str) -> str | None:
+        blocker = self.engine.connect() if target == "INSERT" else None
+        try:
+            if blocker is not None:  # the merge INSERT waits on this lock, where it can be seen
+                blocker.exec_driver_sql("BEGIN")
+                blocker.exec_driver_sql("LOCK TABLE faulty IN SHARE MODE")
+            while not self.stop.is_set():
+                found = conn.execute(sa.text(_ACTIVE), {"like": _LIKE[target]}).first()
+                if found is not None:
+                    conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": found[0]})
+                    return str(found[1])
+                time.sleep(0.001)
+            return None
+        finally:
+            if blocker is not None:
+                blocker.exec_driver_sql("ROLLBACK")
+                blocker.close()
+
+    def _marks(self, conn: sa.Connection) -> int:
+        return int(conn.execute(sa.text("SELECT count(*) FROM shardwise_chunks")).scalar_one())
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread: the machines these tests share are busy, and two threads there crawl."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(
+    url: str, source: SqlSource, plan: SourcePlan, model: Model, table: str, retry: DbRetry
+) -> tuple[ResultStore, RunRecord, int]:
+    """Score every shard, each under a task's retry loop; returns the rows forward passes took."""
+    store = ResultStore(Ledger(url), table, model.outputs, "int")
+    store.ensure_schema()
+    run = RunRecord(
+        table, "test", {}, model.name, model.version, "code-1", plan.identity, plan.snapshot, table
+    )
+    store.ledger.start_run(run, plan)
+    forwarded = 0
+
+    def count(batch: BatchStats) -> None:
+        nonlocal forwarded
+        forwarded += batch.rows
+
+    for shard in plan.shards:
+        for task_try in range(4):
+            try:
+                score_shard(
+                    source=source,
+                    plan=plan,
+                    shard=shard,
+                    model=model,
+                    store=store,
+                    run=run,
+                    on_batch=count,
+                    chunking=ChunkConfig(CHUNK, retry),
+                )
+                break
+            except TransientError:
+                if task_try == 3:
+                    raise
+    return store, run, forwarded
+
+
+def _results(store: ResultStore) -> list[tuple[Any, ...]]:
+    return [
+        tuple(
+            v.tobytes() if isinstance(v, np.ndarray) else v
+            for k, v in r.items()
+            if k not in ("run_id", "scored_at")
+        )
+        for r in store.read_results()
+    ]
+
+
+def test_killed_copies_and_merges_cost_a_retried_step_not_a_rescored_shard(
+    pg_url: str, tiny_model: Model, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_docs(pg_url, ROWS)  # and three bad rows: dead letters
+    retry = DbRetry(tries=5, backoff_s=0.05, max_backoff_s=0.2)
+    with SqlSource(pg_url, "docs", "id", "text") as source:
+        plan = source.plan(shards=SHARDS)
+        clean, clean_run, _ = _run(pg_url, source, plan, tiny_model, "clean", retry)
+        killer = BackendKiller(pg_url)
+        caplog.set_level(logging.WARNING, logger="shardwise.results.db_retry")
+        killer.start()
+        try:
+            store, run, forwarded = _run(pg_url, source, plan, tiny_model, "faulty", retry)
+        finally:
+            killer.stop.set()
+            killer.join(10)
+            killer.engine.dispose()
+    print(f"\nbackends terminated: {len(killer.kills)}: {[k for k, _ in killer.kills]}")
+    assert len(killer.kills) >= 4 and {k for k, _ in killer.kills} == {"COPY", "INSERT"}
+    assert forwarded == ROWS, "a row went through the engine twice: a shard was scored again"
+    assert [s.attempts for s in store.ledger.shards(run.run_id)] == [1] * SHARDS
+    assert _results(store) == _results(clean)
+    assert store.ledger.finish_run(run.run_id, "completed") == RunCounts(ROWS + 3, ROWS, 3, SHARDS, SHARDS, 0)
+    assert len(store.ledger.dead_letters(run.run_id)) == 3
+    marks = read_marks(store.ledger, run.run_id)
+    assert len(marks) == len(read_marks(clean.ledger, clean_run.run_id))
+    retries = [r.getMessage() for r in caplog.records if "on a new connection" in r.getMessage()]
+    assert len(retries) >= len(killer.kills)
+    assert all(" failed on try " in line and " of 5: " in line for line in retries)
+    store.close()
+    clean.close()

@@ -1,0 +1,111 @@
+"""Leases while a run works, without an orchestrator: renewed while alive, abandoned once renewal stops."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import sqlalchemy as sa
+from flow_data import execute, make_docs, slow_tiny_shards
+
+from shardwise.pipeline import RunSpec, this_worker
+from shardwise.results import Ledger
+from shardwise.results.codec import decode_timestamp
+
+ROWS = 300
+
+
+def _spec(url: str, **kw: object) -> RunSpec:
+    base = {"source": url, "results": url, "results_table": "scores", "table": "docs", "shards": 2}
+    return RunSpec(**{**base, "precision": "fp32", **kw})  # type: ignore[arg-type]
+
+
+def _leases(url: str, run_id: str) -> tuple[object, list[tuple[object, ...]]]:
+    run = execute(url, "select lease_expires_at from shardwise_runs where run_id = :r", {"r": run_id})
+    shards = execute(
+        url,
+        "select shard_id, owner, lease_expires_at from shardwise_shards "
+        "where run_id = :r and owner is not null",
+        {"r": run_id},
+    )
+    return run[0][0], shards
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_run_and_each_shard_renew_their_leases_while_they_work(
+    db: str, request: pytest.FixtureRequest, pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url")
+    make_docs(url, ROWS, bad=False)
+    slow_tiny_shards(monkeypatch, 0.2, 0.1)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(pipeline.run, _spec(url, lease_s=2), "leased")
+        run_leases, shard_leases = set(), set()
+        while not running.done():
+            try:
+                run_lease, shards = _leases(url, "leased")
+            except (sa.exc.DBAPIError, IndexError):  # not recorded yet
+                continue
+            finally:
+                time.sleep(0.1)
+            run_leases.add(run_lease)
+            shard_leases.update(shards)
+        planned, counts = running.result()
+    assert counts.rows_out == ROWS
+    assert len(run_leases) >= 3, f"the flow's process renewed the run's lease: {run_leases}"
+    owners = {owner for _, owner, _ in shard_leases}
+    assert len(owners) == 1 and str(owners.pop()).startswith(f"{this_worker().host}:"), shard_leases
+    renewals = [len({e for s, _, e in shard_leases if s == shard}) for shard in (0, 1)]
+    assert max(renewals) >= 3, f"a worker renewed its shard's lease while scoring: {shard_leases}"
+    with Ledger(url) as ledger:
+        summary = ledger.run_summary("leased")
+    assert summary is not None and summary.owner == planned.owner
+    assert summary.lease_expires_at == summary.finished_at and summary.state() == "completed"
+
+
+def test_a_run_that_stops_renewing_shows_abandoned_and_its_resume_counts_on(
+    sqlite_url: str, pipeline
+) -> None:
+    """The planning process dies mid-run: its keeper stops, nothing is released, the lease runs out."""
+    make_docs(sqlite_url, 40, bad=False)
+    planned = pipeline.plan(_spec(sqlite_url, lease_s=2), "died")
+    pipeline.shard(planned, 1)
+    planned.ledger.record_attempt("died", 0, owner="worker:99/0", lease_s=2)  # a worker dies mid-shard
+    assert planned.keeper is not None
+    planned.keeper.stop()  # the process dies: renewals stop, and nobody releases the lease
+    planned.ledger.close()
+    with Ledger(sqlite_url) as ledger:
+        assert ledger.run_summary("died").state() == "running"  # type: ignore[union-attr]
+        time.sleep(2.2)
+        summary = ledger.run_summary("died")
+        assert summary is not None and (summary.status, summary.state()) == ("running", "abandoned")
+        assert (summary.counts.shards_done, summary.counts.rows_out) == (1, 20), "counts are live"
+        (listed,) = ledger.recent_runs()
+        assert (listed.run_id, listed.state(), listed.shards_done) == ("died", "abandoned", 1)
+
+    resumed_in: list[object] = []
+    thread = threading.Thread(  # another thread is another owner: a new process, as far as leases go
+        target=lambda: resumed_in.append(pipeline.run(_spec(sqlite_url, resume="died"), "unused"))
+    )
+    thread.start()
+    thread.join()
+    resumed, counts = resumed_in[0]  # type: ignore[misc]
+    assert resumed.took_over.state == "abandoned" and resumed.took_over.owner == planned.owner
+    assert counts.rows_out == 40
+    attempts = execute(sqlite_url, "select shard_id, attempts from shardwise_shards order by shard_id")
+    assert attempts == [(0, 2), (1, 1)], "the resume's attempt at the dead worker's shard is its second"
+
+
+def test_closing_an_unfinished_run_releases_its_lease_at_once(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 20, bad=False)
+    pipeline.plan(_spec(sqlite_url), "interrupted").close()
+    with Ledger(sqlite_url) as ledger:
+        summary = ledger.run_summary("interrupted")
+    assert summary is not None and summary.state() == "abandoned", "nobody works on it: resume it now"
+    engine = sa.create_engine(sqlite_url)
+    with engine.connect() as conn:
+        expiry = conn.execute(sa.text("select lease_expires_at from shardwise_runs")).scalar()
+    engine.dispose()
+    assert decode_timestamp(expiry) is not None
