@@ -24,7 +24,7 @@ from flows.cli import main
 
 pytestmark = pytest.mark.slow
 
-ROWS = 12_000
+ROWS = 40_000  # 20,000 rows a shard: long enough to be caught mid-shard by a progress line on a fast machine
 
 
 def _cli(*argv: str) -> list[str]:
