@@ -79,9 +79,27 @@ def renew_shard_lease(
 
 
 def live_counts(conn: sa.Connection, run_id: str, shards_total: int) -> RunCounts:
-    """A running run's counts summed from its shards now (``shardwise_runs`` has them only once finished)."""
+    """A running run's counts summed from its shards and their committed chunks now (``shardwise_runs``
+    has them only once finished)."""
     row = conn.execute(_q(conn, "run_live_counts"), {"run_id": run_id}).mappings().one()
-    return RunCounts(shards_total=shards_total, **{k: int(v) for k, v in row.items()})
+    counts = {k: int(v) for k, v in row.items()}
+    for name, rows in _pending_chunks(conn, run_id).get(run_id, {}).items():
+        counts[name] += rows
+    return RunCounts(shards_total=shards_total, **counts)
+
+
+def _pending_chunks(conn: sa.Connection, run_id: str | None) -> dict[str, dict[str, int]]:
+    """Rows of committed chunks of shards not done, per run (all runs for ``run_id`` None).
+
+    A shard's rows are in its done counts only once it is done, but each
+    committed chunk is in the results table already: a live count that left
+    them out would lag a big shard by up to all of it. A ledger from before
+    chunks has none.
+    """
+    if not sa.inspect(conn).has_table("shardwise_chunks"):
+        return {}
+    found = conn.execute(_q(conn, "chunks_pending"), {"run_id": run_id}).mappings()
+    return {r["run_id"]: {k: int(r[k]) for k in ("rows_in", "rows_out", "rows_failed")} for r in found}
 
 
 def recent_runs(
@@ -97,17 +115,21 @@ def recent_runs(
     """
     params: dict[str, Any] = {"limit": limit, "status": status, "results_table": results_table}
     rows = conn.execute(_q(conn, "runs_recent"), params).mappings().all()
+    pending = _pending_chunks(conn, None) if rows else {}
     leases: dict[str, Any] = {}
     columns = {c["name"] for c in sa.inspect(conn).get_columns("shardwise_runs")}
     if columns >= _LEASE_COLUMNS:
         found = conn.execute(_q(conn, "runs_recent_leases"), {**params, "now": _ts(conn, now)}).mappings()
         leases = {r["run_id"]: r for r in found}
-    return [_listing(row, leases.get(row["run_id"], {})) for row in rows]
+    return [_listing(row, leases.get(row["run_id"], {}), pending.get(row["run_id"], {})) for row in rows]
 
 
-def _listing(row: Any, lease: Any) -> RunListing:
-    """One listed run: counts as ints, timestamps decoded (SQLite returns them as text)."""
+def _listing(row: Any, lease: Any, pending: dict[str, int]) -> RunListing:
+    """One listed run: counts as ints, with its pending chunks' rows; timestamps decoded (SQLite
+    returns them as text)."""
     fields: dict[str, Any] = {k: int(v) if k.startswith(("shards_", "rows_")) else v for k, v in row.items()}
+    for name in ("rows_out", "rows_failed"):
+        fields[name] += pending.get(name, 0)
     for name in ("started_at", "finished_at"):
         fields[name] = decode_timestamp(fields[name])
     return RunListing(

@@ -1,5 +1,6 @@
--- A running run's counts, summed from its shards now: shardwise_runs' own counters are written
--- only when the run finishes (run_finish.sql). Rows of failed shards are not known and not counted.
+-- A running run's counts, summed from its done shards now: shardwise_runs' own counters are
+-- written only when the run finishes (run_finish.sql). The committed chunks of its other shards
+-- are added from chunks_pending.sql.
 SELECT COALESCE(SUM(CASE WHEN status = 'done' THEN rows_in END), 0) AS rows_in,
        COALESCE(SUM(CASE WHEN status = 'done' THEN rows_out END), 0) AS rows_out,
        COALESCE(SUM(CASE WHEN status = 'done' THEN rows_failed END), 0) AS rows_failed,

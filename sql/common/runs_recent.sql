@@ -1,6 +1,7 @@
 -- The latest runs of a ledger, newest first, optionally only those with :status and writing
--- :results_table (NULL: any), with counts summed live from their shards: shardwise_runs' own
--- counters are written only when a run finishes. Only columns every ledger release has.
+-- :results_table (NULL: any), with counts summed live from their done shards: shardwise_runs' own
+-- counters are written only when a run finishes. Only columns every ledger release has; the
+-- committed chunks of shards not done are added from chunks_pending.sql where that table exists.
 SELECT r.run_id, r.status, r.started_by, r.started_at, r.finished_at, r.model_name, r.results_table,
        r.shards_total,
        (SELECT COUNT(*) FROM shardwise_shards s
