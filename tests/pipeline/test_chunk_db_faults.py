@@ -12,16 +12,14 @@ through the engine exactly once.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-import sqlalchemy as sa
 import torch
 from flow_data import make_docs
+from pg_faults import BackendKiller
 
 from shardwise.errors import TransientError
 from shardwise.model import Model
@@ -35,53 +33,6 @@ pytestmark = pytest.mark.postgres
 
 ROWS, SHARDS, CHUNK = 6000, 4, 300
 TARGETS = ("COPY", "INSERT") * 3
-_ACTIVE = (
-    "SELECT pid, left(query, 60) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active' AND query LIKE :like"
-)
-_LIKE = {"COPY": "COPY %shardwise_stage%", "INSERT": "INSERT INTO faulty %"}
-
-
-class BackendKiller(threading.Thread):
-    """Terminates the backend of each target statement in turn, then waits for a chunk to commit."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(name="backend-killer", daemon=True)
-        self.engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-        self.kills: list[tuple[str, str]] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        with self.engine.connect() as conn:
-            for target in TARGETS:
-                killed = self._kill(conn, target)
-                if killed is None:
-                    return
-                self.kills.append((target, killed))
-                marks = self._marks(conn)
-                while not self.stop.is_set() and self._marks(conn) <= marks:
-                    time.sleep(0.005)
-
-    def _kill(self, conn: sa.Connection, target: str) -> str | None:
-        blocker = self.engine.connect() if target == "INSERT" else None
-        try:
-            if blocker is not None:  # the merge INSERT waits on this lock, where it can be seen
-                blocker.exec_driver_sql("BEGIN")
-                blocker.exec_driver_sql("LOCK TABLE faulty IN SHARE MODE")
-            while not self.stop.is_set():
-                found = conn.execute(sa.text(_ACTIVE), {"like": _LIKE[target]}).first()
-                if found is not None:
-                    conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": found[0]})
-                    return str(found[1])
-                time.sleep(0.001)
-            return None
-        finally:
-            if blocker is not None:
-                blocker.exec_driver_sql("ROLLBACK")
-                blocker.close()
-
-    def _marks(self, conn: sa.Connection) -> int:
-        return int(conn.execute(sa.text("SELECT count(*) FROM shardwise_chunks")).scalar_one())
 
 
 @pytest.fixture(autouse=True)
@@ -150,7 +101,7 @@ def test_killed_copies_and_merges_cost_a_retried_step_not_a_rescored_shard(
     with SqlSource(pg_url, "docs", "id", "text") as source:
         plan = source.plan(shards=SHARDS)
         clean, clean_run, _ = _run(pg_url, source, plan, tiny_model, "clean", retry)
-        killer = BackendKiller(pg_url)
+        killer = BackendKiller(pg_url, "faulty", TARGETS)
         caplog.set_level(logging.WARNING, logger="shardwise.results.db_retry")
         killer.start()
         try:
