@@ -87,7 +87,7 @@ def run_static(model: Model, texts: list[str], precision: Precision) -> tuple[fl
                 mask[row, : len(enc.ids)] = 1
             real += int(mask.sum())
             padded += ids.numel()
-            model.forward(ids.to(model.device), mask.to(model.device)).cpu()
+            model.forward(ids.to(model.device), mask.to(model.device), None).cpu()
     return time.perf_counter() - started, real / padded
 
 

@@ -29,6 +29,11 @@ class ScoreParams(BaseModel):
     table: str | None = Field(None, description="Source table, for a database source ([schema.]name).")
     key: str = Field("id", description="Key column: integer or text, unique per row.")
     text_column: str = Field("text", description="Column holding the text to score.")
+    text_pair_column: str | None = Field(
+        None,
+        description="Optional second text column: each row is scored as the pair (text, pair), "
+        "for cross-encoders and other two-text models. A null or empty pair is a dead letter.",
+    )
     where: str | None = Field(
         None,
         description="Optional SQL filter on the source table: one boolean expression over its columns, "
@@ -174,6 +179,7 @@ class ScoreParams(BaseModel):
             table=self.table,
             key=self.key,
             text_column=self.text_column,
+            text_pair_column=self.text_pair_column,
             where=self.where,
             shards=self.shards,
             rows_per_shard=self.rows_per_shard,

@@ -18,7 +18,7 @@ from torch import nn
 
 from models.pooling import pool
 from shardwise.hashing import hash_state
-from shardwise.model import Encoding, ModelInfo, OutputColumn
+from shardwise.model import Encoding, ModelInfo, OutputColumn, TextInput
 
 __all__ = ["TinyModel", "TinySpec"]
 
@@ -42,7 +42,7 @@ class TinySpec:
     def describe(self) -> ModelInfo:
         """Builds the seeded network on the CPU (it is tiny) to hash it."""
         _, version = _build(self)
-        return ModelInfo(self.name, version, _outputs(self), self.max_length)
+        return ModelInfo(self.name, version, _outputs(self), self.max_length, pairs=True)
 
     def load(self, device: torch.device) -> TinyModel:
         return TinyModel(self, device)
@@ -90,17 +90,42 @@ class TinyModel:
         net, self.version = _build(spec)
         self._net = net.eval().to(device)
 
-    def tokenize(self, texts: Sequence[str]) -> list[Encoding]:
+    def tokenize(self, texts: Sequence[TextInput]) -> list[Encoding]:
+        """``[CLS] words [SEP]``, or ``[CLS] text [SEP] pair [SEP]`` cut longest member first."""
         room = self.max_length - 2
         out = []
         for text in texts:
-            words = _WORD.findall(text.lower())
-            ids = [_FIRST_WORD_ID + zlib.crc32(w.encode()) % (self._vocab - _FIRST_WORD_ID) for w in words]
-            out.append(Encoding([_CLS, *ids[:room], _SEP], truncated=len(ids) > room))
+            if isinstance(text, str):
+                ids = self._word_ids(text)
+                out.append(Encoding([_CLS, *ids[:room], _SEP], truncated=len(ids) > room))
+                continue
+            first, second = (self._word_ids(t) for t in text)
+            keep_first, keep_second = _fit_pair(len(first), len(second), room - 1)
+            kept = [_CLS, *first[:keep_first], _SEP, *second[:keep_second], _SEP]
+            out.append(Encoding(kept, truncated=keep_first + keep_second < len(first) + len(second)))
         return out
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    def _word_ids(self, text: str) -> list[int]:
+        words = _WORD.findall(text.lower())
+        return [_FIRST_WORD_ID + zlib.crc32(w.encode()) % (self._vocab - _FIRST_WORD_ID) for w in words]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The tiny encoder has no segment embeddings: a pair is told apart by its ``[SEP]`` only."""
         return pool(self._net(input_ids, attention_mask), attention_mask, "mean", normalize=True)
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
         return {"embedding": outputs.numpy()}
+
+
+def _fit_pair(first: int, second: int, room: int) -> tuple[int, int]:
+    """How many tokens of each member fit in ``room``, cutting the longer one first (``longest_first``)."""
+    if first + second <= room:
+        return first, second
+    if min(first, second) <= room // 2:
+        return (first, room - first) if first < second else (room - second, second)
+    return room // 2, room - room // 2

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
 
 from shardwise.errors import ConfigError
+from shardwise.model import OutputColumn
 from shardwise.precision import Requested, check_precision, resolve_precision
 
 __all__ = ["EngineConfig"]
@@ -64,8 +66,9 @@ class EngineConfig:
             )
         check_precision(self.precision)
 
-    def for_device(self, device: torch.device) -> EngineConfig:
-        """Fill every unset field with the default for ``device``'s kind, and resolve ``auto`` precision."""
+    def for_device(self, device: torch.device, outputs: Sequence[OutputColumn] = ()) -> EngineConfig:
+        """Fill every unset field with the default for ``device``'s kind; resolve ``auto`` precision
+        for a model with ``outputs`` (label outputs keep float32)."""
         defaults = _DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
         return replace(
             self,
@@ -73,5 +76,5 @@ class EngineConfig:
             max_batch_size=self.max_batch_size or defaults["max_batch_size"],
             pad_to_multiple=self.pad_to_multiple or defaults["pad_to_multiple"],
             pad_slack=defaults["pad_slack"] if self.pad_slack is None else self.pad_slack,
-            precision=resolve_precision(self.precision, device),
+            precision=resolve_precision(self.precision, device, outputs),
         )

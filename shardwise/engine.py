@@ -46,7 +46,7 @@ class Engine:
 
     def __init__(self, model: Model, config: EngineConfig | None = None) -> None:
         self.model = model
-        self.config = (config or EngineConfig()).for_device(model.device)
+        self.config = (config or EngineConfig()).for_device(model.device, model.outputs)
 
     def run(self, rows: Iterable[Row], on_batch: Callable[[BatchStats], None] | None = None) -> EngineRun:
         """Score ``(key, text)`` rows lazily; iterate the result to drive the loop."""
@@ -117,7 +117,7 @@ class EngineRun:
         assert batch.input_ids is not None
         splits_before = forward.oom_splits
         started = time.perf_counter()
-        outputs = forward(batch.input_ids, batch.attention_mask)
+        outputs = forward(batch.input_ids, batch.attention_mask, batch.token_type_ids)
         computed = time.perf_counter() - started
         assembler.fill(batch.window, batch.positions, self._engine.model.to_columns(outputs))
         stats = BatchStats(

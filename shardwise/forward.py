@@ -31,10 +31,15 @@ class Forward:
         self.precision = precision
         self.oom_splits = 0
 
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
         try:
             with autocast(self.model.device, self.precision):
-                out = self.model.forward(input_ids, attention_mask)
+                out = self.model.forward(input_ids, attention_mask, token_type_ids)
             # .cpu() waits for the forward pass to finish; that wait is the one
             # synchronisation point per batch, and it is what tells the
             # prefetcher the batch's device memory may be reused.
@@ -52,20 +57,28 @@ class Forward:
         self.budget.lower(int(input_ids.numel()) // 2)
         if self.model.device.type == "cuda":
             torch.cuda.empty_cache()
-        return torch.cat([self(ids, mask) for ids, mask in self._halves(input_ids, attention_mask)])
+        halves = self._halves(input_ids, attention_mask, token_type_ids)
+        return torch.cat([self(ids, mask, types) for ids, mask, types in halves])
 
     def _halves(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]:
         """Split a batch in two, re-padding each half to its own longest row."""
         middle = int(input_ids.shape[0]) // 2
         for part in (slice(0, middle), slice(middle, None)):
-            ids = input_ids[part]
+            ids, types = input_ids[part], None if token_type_ids is None else token_type_ids[part]
             if attention_mask is None:
-                yield ids, None
+                yield ids, None, types
                 continue
             mask = attention_mask[part]
             width = padded_length(int(mask.sum(dim=1).max()), self.pad_to_multiple)
             width = min(width, int(ids.shape[1]))
             mask = mask[:, :width]
-            yield ids[:, :width], (None if bool(mask.all()) else mask)
+            yield (
+                ids[:, :width],
+                (None if bool(mask.all()) else mask),
+                None if types is None else types[:, :width],
+            )

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from shardwise.hashing import text_fingerprint
+from shardwise.text import TextPair
 
 __all__ = ["code_version", "value_fingerprint"]
 
@@ -41,7 +42,15 @@ def code_version() -> str:
 
 
 def value_fingerprint(value: object) -> str | None:
-    """Fingerprint of an input value as stored: text by its UTF-8 MD5, bytes by their MD5, else None."""
+    """Fingerprint of an input value as stored: text by its UTF-8 MD5, bytes by their MD5, else None.
+
+    A :class:`~shardwise.text.TextPair` has the MD5 of its members'
+    fingerprints, concatenated; None when either has none. The database
+    computes the same (:mod:`shardwise.sources.sql_fingerprint`).
+    """
+    if isinstance(value, TextPair):
+        text, pair = value_fingerprint(value.text), value_fingerprint(value.pair)
+        return None if text is None or pair is None else text_fingerprint(text + pair)
     if isinstance(value, str):
         try:
             return text_fingerprint(value)

@@ -15,7 +15,14 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-__all__ = ["Encoding", "Model", "ModelInfo", "ModelSpec", "OutputColumn"]
+__all__ = ["Encoding", "Model", "ModelInfo", "ModelSpec", "OutputColumn", "TextInput"]
+
+TextInput = str | tuple[str, str]
+"""One row's input to :meth:`Model.tokenize`: a text, or a ``(text, text_pair)`` pair.
+
+Pairs feed two-text models such as cross-encoders; a run gives either texts
+or pairs, never a mix, and only to a model whose :attr:`ModelInfo.pairs` is true.
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +31,8 @@ class Encoding:
 
     ids: list[int]
     truncated: bool
+    type_ids: list[int] | None = None
+    """Segment ids (BERT's ``token_type_ids``): 0 for the text, 1 for its pair; None when unused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +53,8 @@ class ModelInfo:
     """The same content hash that :attr:`Model.version` gives once loaded."""
     outputs: tuple[OutputColumn, ...]
     max_length: int
+    pairs: bool = False
+    """Whether the model scores ``(text, text_pair)`` inputs (``--text-pair-column``)."""
 
 
 @runtime_checkable
@@ -59,12 +70,25 @@ class Model(Protocol):
     device: torch.device
     outputs: tuple[OutputColumn, ...]
 
-    def tokenize(self, texts: Sequence[str]) -> list[Encoding]:
-        """Encode texts, truncating each to :attr:`max_length`."""
+    def tokenize(self, texts: Sequence[TextInput]) -> list[Encoding]:
+        """Encode texts (or pairs, where the model takes them), truncating each to :attr:`max_length`.
+
+        A pair is truncated as a whole, longest member first, and its
+        encodings carry :attr:`Encoding.type_ids` where the model uses them.
+        """
         ...
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        """Score one padded batch. ``attention_mask`` is None when no row is padded."""
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Score one padded batch: a float tensor with one row per input row.
+
+        ``attention_mask`` is None when no row is padded; ``token_type_ids``
+        is None unless the encodings carried :attr:`Encoding.type_ids`.
+        """
         ...
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
@@ -76,7 +100,10 @@ class Model(Protocol):
 class ModelSpec(Protocol):
     """A catalogue entry: a name, and how to load the model onto a device."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The name results record as ``model_name`` (a frozen dataclass field is fine)."""
+        ...
 
     def describe(self) -> ModelInfo:
         """Name, version, outputs and max length, read without putting weights on a device."""

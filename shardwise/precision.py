@@ -8,6 +8,12 @@
   AVX512-BF16; about 2-3x float32 on a small encoder), else ``fp32``: on older
   CPUs bf16 is emulated and slower than float32. ``fp16`` is never chosen on a
   CPU (only AMX-FP16 parts compute it natively); ask for it explicitly.
+* **Label outputs**: a model with a ``text`` or ``int`` output (a classifier's
+  ``label``) stays in ``fp32`` under ``auto``, on any device. A label is a step
+  function of the logits: reduced precision moves the logits a little, which
+  flips exactly the rows near a tie, and the few calibration texts cannot
+  vouch for rows they do not contain. Ask for ``bf16`` explicitly to trade
+  that for speed; the guard still checks it.
 
 Reduced precision runs under ``torch.autocast``: matrix products in bf16 or
 fp16, normalisations and softmax in float32, weights stored in float32, so
@@ -34,8 +40,9 @@ from typing import Literal, get_args
 import numpy as np
 import torch
 
+from shardwise.collate import collate_encodings
 from shardwise.errors import ConfigError
-from shardwise.model import Model
+from shardwise.model import Model, OutputColumn, TextInput
 
 __all__ = [
     "CALIBRATION_TEXTS",
@@ -46,6 +53,7 @@ __all__ = [
     "autocast",
     "check_precision",
     "cpu_has_native_bf16",
+    "has_labels",
     "resolve_precision",
     "versioned",
 ]
@@ -122,17 +130,25 @@ def check_precision(value: object) -> Requested:
     return value  # type: ignore[return-value]
 
 
-def resolve_precision(requested: str, device: torch.device) -> Precision:
-    """The precision to run ``requested`` in on ``device``.
+def has_labels(outputs: Sequence[OutputColumn]) -> bool:
+    """Whether any output is discrete (``text`` or ``int``), so that ``auto`` keeps float32."""
+    return any(out.kind in ("text", "int") for out in outputs)
 
-    ``auto`` gives the fastest native one. An explicit choice is kept where
+
+def resolve_precision(
+    requested: str, device: torch.device, outputs: Sequence[OutputColumn] = ()
+) -> Precision:
+    """The precision to run ``requested`` in on ``device``, for a model with ``outputs``.
+
+    ``auto`` gives the fastest native one, or fp32 for a model with label
+    outputs (see the module docstring). An explicit choice is kept where
     the device can compute it at all: bf16 on a CPU without native bf16 is
     slow but correct, so it is allowed; bf16 on a GPU that lacks it, and
     fp16 on a CPU, are refused with the fix.
     """
     choice = check_precision(requested)
     if choice == "auto":
-        return native(device)[0]
+        return "fp32" if has_labels(outputs) else native(device)[0]
     if choice == "fp32":
         return "fp32"
     if device.type == "cuda" and choice not in _cuda_native(device):
@@ -161,29 +177,29 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
     return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
 
 
-def agreement(model: Model, precision: Precision, texts: Sequence[str] = CALIBRATION_TEXTS) -> float:
-    """How closely ``model`` in ``precision`` matches itself in float32 on ``texts`` (1.0 = equal).
+def agreement(model: Model, precision: Precision, pairs: bool = False) -> float:
+    """How closely ``model`` in ``precision`` matches itself in float32 on calibration texts (1.0 = equal).
 
-    Vector outputs give the minimum cosine over rows; other outputs the share
-    of rows whose values are equal (floats within 1e-2 relative). The worst
-    output column counts.
+    With ``pairs`` the texts are scored as pairs of neighbours, as a pair
+    model's rows are. Vector outputs give the minimum cosine over rows; other
+    outputs the share of rows whose values are equal (floats within 1e-2
+    relative). The worst output column counts.
     """
     if precision == "fp32":
         return 1.0
-    encoded = [e.ids for e in model.tokenize(list(texts)) if e.ids]
+    texts: list[TextInput] = list(CALIBRATION_TEXTS)
+    if pairs:
+        texts = list(zip(CALIBRATION_TEXTS, CALIBRATION_TEXTS[1:] + CALIBRATION_TEXTS[:1], strict=True))
+    encoded = [e for e in model.tokenize(texts) if e.ids]
     if not encoded:
         raise ConfigError(f"model {model.name!r} gives no tokens for the calibration texts")
-    width = max(len(ids) for ids in encoded)
-    ids = torch.full((len(encoded), width), model.pad_id, dtype=torch.int64)
-    mask = torch.zeros_like(ids)
-    for row, seq in enumerate(encoded):
-        ids[row, : len(seq)] = torch.tensor(seq)
-        mask[row, : len(seq)] = 1
-    ids, mask = ids.to(model.device), mask.to(model.device)
+    batch = collate_encodings(encoded, model.pad_id)
+    inputs = [None if t is None else t.to(model.device) for t in (batch.attention_mask, batch.token_type_ids)]
+    ids = batch.input_ids.to(model.device)
     with torch.inference_mode():
-        full = model.to_columns(model.forward(ids, mask).float().cpu())
+        full = model.to_columns(model.forward(ids, *inputs).float().cpu())
         with autocast(model.device, precision):
-            reduced_out = model.forward(ids, mask)
+            reduced_out = model.forward(ids, *inputs)
         reduced = model.to_columns(reduced_out.float().cpu())
     worst = 1.0
     for out in model.outputs:

@@ -141,11 +141,13 @@ class Prefetcher(AbstractContextManager["Prefetcher"]):
         """On CUDA, start the batch's copy to the device on the side stream."""
         if self._stream is None or batch.input_ids is None:
             return batch
-        host = tuple(t for t in (batch.input_ids, batch.attention_mask) if t is not None)
+        host = tuple(t for t in batch.tensors() if t is not None)
         with torch.cuda.stream(self._stream):
             batch.input_ids = batch.input_ids.to(self._device, non_blocking=True)
             if batch.attention_mask is not None:
                 batch.attention_mask = batch.attention_mask.to(self._device, non_blocking=True)
+            if batch.token_type_ids is not None:
+                batch.token_type_ids = batch.token_type_ids.to(self._device, non_blocking=True)
             ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
             ready.record(self._stream)
         batch.ready, batch.host = ready, host
@@ -157,7 +159,7 @@ class Prefetcher(AbstractContextManager["Prefetcher"]):
             return
         compute = torch.cuda.current_stream(self._device)
         compute.wait_event(batch.ready)
-        for tensor in (batch.input_ids, batch.attention_mask):
+        for tensor in batch.tensors():
             if tensor is not None:
                 # Allocated on the side stream but used on the compute stream:
                 # without this the allocator could hand the memory to the next

@@ -8,11 +8,21 @@ dead-letter table a second copy of data that may be sensitive.
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Sequence, Sized
+from typing import NamedTuple
 
 from shardwise.errors import InputError
+from shardwise.model import TextInput
 
-__all__ = ["PREVIEW_CHARS", "UndecodableText", "coerce_text", "preview"]
+__all__ = [
+    "PREVIEW_CHARS",
+    "TextPair",
+    "UndecodableText",
+    "coerce_input",
+    "coerce_text",
+    "preview",
+    "row_value",
+]
 
 PREVIEW_CHARS = 40
 """The most characters of a row's value (its ``repr``) that an error message quotes."""
@@ -39,47 +49,78 @@ class UndecodableText(bytes):
         return UndecodableText, (bytes(self), self.key, self.where)
 
 
-def coerce_text(value: object) -> str:
+class TextPair(NamedTuple):
+    """A row's two inputs as the source read them: the text column's value and the pair column's.
+
+    Sources give one when a run names a text pair column (cross-encoders and
+    other two-text models); :func:`coerce_input` checks both members.
+    """
+
+    text: object
+    pair: object
+
+
+def row_value(values: Sequence[object]) -> object:
+    """A row's value as a source gives it, from its input columns: the text, or a :class:`TextPair`."""
+    if len(values) == 1:
+        return values[0]
+    text, pair = values
+    return TextPair(text, pair)
+
+
+def coerce_input(value: object) -> TextInput:
+    """A row's value as the model's input: :func:`coerce_text` of a text, or of both members of a pair.
+
+    A pair with a null, empty or non-text member cannot be scored: its row
+    becomes a dead letter whose message says which member is wrong.
+    """
+    if isinstance(value, TextPair):
+        return coerce_text(value.text), coerce_text(value.pair, "text pair")
+    return coerce_text(value)
+
+
+def coerce_text(value: object, what: str = "text") -> str:
     """Return ``value`` as text, or raise :class:`InputError` saying why it cannot be scored.
 
     Bytes are accepted if they are valid UTF-8, since some drivers hand back
     ``bytea`` or binary Parquet columns. Everything that is not text is rejected
     rather than ``str()``-ed: scoring ``"None"`` or ``"42"`` would silently give
-    a meaningless result.
+    a meaningless result. ``what`` names the value in messages (the text, or
+    its pair).
     """
     if value is None:
-        raise InputError("text is null; the row has no text to score")
+        raise InputError(f"{what} is null; the row has no {what} to score")
     if isinstance(value, (bytes, bytearray, memoryview)):
-        value = _decode(value)
+        value = _decode(value, what)
     if not isinstance(value, str):
         raise InputError(
-            f"text must be a string, got {type(value).__name__} {preview(value)}; "
-            "point the text column at a string column"
+            f"{what} must be a string, got {type(value).__name__} {preview(value)}; "
+            f"point the {what} column at a string column"
         )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InputError(
-            f"text holds an unpaired surrogate at character {exc.start}, so it is not valid "
+            f"{what} holds an unpaired surrogate at character {exc.start}, so it is not valid "
             "Unicode; fix the encoding where the row was written"
         ) from exc
     if not value.strip():
-        raise InputError(f"text is empty or only whitespace ({preview(value)}); nothing to score")
+        raise InputError(f"{what} is empty or only whitespace ({preview(value)}); nothing to score")
     return value
 
 
-def _decode(value: bytes | bytearray | memoryview) -> str:
+def _decode(value: bytes | bytearray | memoryview, what: str) -> str:
     try:
         return bytes(value).decode("utf-8")
     except UnicodeDecodeError as exc:
         if isinstance(value, UndecodableText):
             raise InputError(
-                f"text of key {preview(value.key)} in {value.where} is not valid UTF-8 ({exc.reason} "
+                f"{what} of key {preview(value.key)} in {value.where} is not valid UTF-8 ({exc.reason} "
                 f"at byte {exc.start}) although the column is declared as text; fix the program that "
                 "wrote the file, rewrite it, then redrive the run"
             ) from exc
         raise InputError(
-            f"text is not valid UTF-8 ({exc.reason} at byte {exc.start}); store the column as UTF-8 text"
+            f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start}); store the column as UTF-8 text"
         ) from exc
 
 

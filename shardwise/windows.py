@@ -14,15 +14,15 @@ from typing import Any
 import torch
 
 from shardwise.batching import TokenBudget, cut_batches, order_by_length
-from shardwise.collate import collate
+from shardwise.collate import collate_encodings
 from shardwise.errors import InputError
-from shardwise.model import Model
-from shardwise.text import coerce_text
+from shardwise.model import Encoding, Model, TextInput
+from shardwise.text import coerce_input
 
 __all__ = ["Batch", "Window", "produce_batches"]
 
 Row = tuple[Hashable, Any]
-"""An input row: its key, and the value to score (normally text)."""
+"""An input row: its key, and the value to score (normally text, or a :class:`~shardwise.text.TextPair`)."""
 
 
 @dataclass(slots=True)
@@ -51,6 +51,7 @@ class Batch:
     positions: list[int]
     input_ids: torch.Tensor | None = None
     attention_mask: torch.Tensor | None = None
+    token_type_ids: torch.Tensor | None = None
     real_tokens: int = 0
     ready: Any = None
     """On CUDA, the event that marks the end of the host-to-device copy."""
@@ -60,6 +61,10 @@ class Batch:
     @property
     def padded_tokens(self) -> int:
         return 0 if self.input_ids is None else int(self.input_ids.numel())
+
+    def tensors(self) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """The model's inputs, in :meth:`Model.forward`'s order."""
+        return self.input_ids, self.attention_mask, self.token_type_ids
 
 
 def produce_batches(
@@ -81,36 +86,51 @@ def produce_batches(
         positions = [p for p in range(len(chunk)) if p not in window.errors]
         if not positions:
             yield Batch(window, [])
-        lengths = [len(encoded[p]) for p in positions]
+        lengths = [len(encoded[p].ids) for p in positions]
         order = order_by_length(lengths)
         spans = cut_batches([lengths[i] for i in order], budget, max_batch_size, pad_to_multiple, pad_slack)
         for start, stop in spans:
-            batch_positions = [positions[i] for i in order[start:stop]]
-            padded = collate([encoded[p] for p in batch_positions], model.pad_id, pad_to_multiple, pin_memory)
-            yield Batch(window, batch_positions, padded.input_ids, padded.attention_mask, padded.real_tokens)
+            members = [encoded[positions[i]] for i in order[start:stop]]
+            yield _padded_batch(
+                window, [positions[i] for i in order[start:stop]], members, model, pad_to_multiple, pin_memory
+            )
         index += 1
 
 
-def _encode_window(index: int, chunk: list[Row], model: Model) -> tuple[Window, dict[int, list[int]]]:
-    """Check and tokenise every row of a window; bad rows become errors, not exceptions."""
+def _padded_batch(
+    window: Window, positions: list[int], rows: list[Encoding], model: Model, multiple: int, pin_memory: bool
+) -> Batch:
+    """One batch padded to its longest row; segment ids travel along when the rows carry them."""
+    padded = collate_encodings(rows, model.pad_id, multiple, pin_memory)
+    return Batch(
+        window, positions, padded.input_ids, padded.attention_mask, padded.token_type_ids, padded.real_tokens
+    )
+
+
+def _encode_window(index: int, chunk: list[Row], model: Model) -> tuple[Window, dict[int, Encoding]]:
+    """Check and tokenise every row of a window; bad rows become errors, not exceptions.
+
+    A pair's length, for sorting and the token budget, is that of its joint
+    encoding: both members and the special tokens between them.
+    """
     errors: dict[int, InputError] = {}
-    texts: list[str] = []
+    texts: list[TextInput] = []
     text_positions: list[int] = []
     for position, (_, value) in enumerate(chunk):
         try:
-            texts.append(coerce_text(value))
+            texts.append(coerce_input(value))
             text_positions.append(position)
         except InputError as exc:
             errors[position] = exc
     truncated = [False] * len(chunk)
-    encoded: dict[int, list[int]] = {}
+    encoded: dict[int, Encoding] = {}
     for position, encoding in zip(text_positions, model.tokenize(texts), strict=True):
         if not encoding.ids:
             errors[position] = InputError(
                 f"text gives no tokens under model {model.name!r}; it holds nothing the tokenizer keeps"
             )
             continue
-        encoded[position] = encoding.ids
+        encoded[position] = encoding
         truncated[position] = encoding.truncated
     window = Window(index, [key for key, _ in chunk], errors, truncated)
     return window, encoded

@@ -39,8 +39,9 @@ def plan_report(spec: RunSpec, workers: int = 1) -> dict[str, Any]:
     """
     spec_of = get_spec(spec.model)
     model = spec_of.load(torch.device("cpu"))
-    precision, _ = hardware_precision(spec)
-    version = versioned(spec_of.describe().version, precision)
+    info = spec_of.describe()
+    precision, _ = hardware_precision(spec, info.outputs)
+    version = versioned(info.version, precision)
     source = open_spec_source(spec, resolve)
     ledger = Ledger(resolve(spec.results))
     try:

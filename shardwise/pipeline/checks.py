@@ -30,7 +30,7 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
     Returns why the run would have nothing to do, when that is known now: a
     redrive whose dead letters did not change.
     """
-    catalogue(spec.model).describe()
+    spec.check_model(catalogue(spec.model).describe())
     parse_table_name(spec.results_table)
     source_url, results_url = resolve(spec.source), resolve(spec.results)
     source, idle = open_spec_source(spec, resolve), None

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from itertools import islice
 
 from shardwise.errors import InputError
-from shardwise.model import Model
+from shardwise.model import Model, TextInput
 from shardwise.sources import Source, SourcePlan
-from shardwise.text import coerce_text
+from shardwise.text import coerce_input
 
 __all__ = ["PlanPreview", "preview_plan"]
 
@@ -37,10 +37,10 @@ def preview_plan(source: Source, plan: SourcePlan, model: Model) -> PlanPreview:
     for shard in shards[::step][:_SAMPLE_SHARDS]:
         rows = source.read(plan, shard)
         try:
-            texts = []
+            texts: list[TextInput] = []
             for row in islice(rows, _SAMPLE_ROWS):
                 try:
-                    texts.append(coerce_text(row.value))
+                    texts.append(coerce_input(row.value))
                 except InputError:
                     continue
         finally:

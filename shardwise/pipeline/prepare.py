@@ -130,6 +130,7 @@ def prepare_run(
     """
     source_url, results_url = resolve(spec.source), resolve(spec.results)
     check_connections(spec, source_url, results_url)
+    spec.check_model(model)
     ledger, owner, took_over = Ledger(results_url), this_worker().worker, None
     try:
         if spec.resume:

@@ -12,15 +12,17 @@ thread runner find it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from shardwise.device import resolve_device
 from shardwise.errors import ConfigError
+from shardwise.model import OutputColumn
 from shardwise.pipeline.spec import RunSpec
 from shardwise.pipeline.worker import WorkerCache
-from shardwise.precision import Precision, resolve_precision
+from shardwise.precision import Precision, has_labels, resolve_precision
 
 __all__ = ["PrecisionChoice", "choose_precision", "hardware_precision", "warm"]
 
@@ -39,8 +41,9 @@ class PrecisionChoice:
     agreement: float | None = None
 
 
-def hardware_precision(spec: RunSpec) -> tuple[Precision, torch.device]:
-    """The precision ``spec`` asks for on the device its policy gives here, before any guard.
+def hardware_precision(spec: RunSpec, outputs: Sequence[OutputColumn]) -> tuple[Precision, torch.device]:
+    """The precision ``spec`` asks for on the device its policy gives here, for a model with ``outputs``,
+    before any guard (label outputs keep ``auto`` in float32).
 
     Also returns the device the guard measures on. A ``cuda`` policy seen
     from a host without CUDA (a CPU-only process planning for GPU workers)
@@ -53,11 +56,13 @@ def hardware_precision(spec: RunSpec) -> tuple[Precision, torch.device]:
     except ConfigError:
         if not spec.device.startswith("cuda"):
             raise
-        requested = "bf16" if spec.precision == "auto" else spec.precision
+        requested = spec.precision
+        if requested == "auto":
+            requested = "fp32" if has_labels(outputs) else "bf16"
         return requested, torch.device("cpu")  # type: ignore[return-value]
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())  # the key a leased shard uses
-    return resolve_precision(spec.precision, device), device
+    return resolve_precision(spec.precision, device, outputs), device
 
 
 def warm(spec: RunSpec, cache: WorkerCache) -> None:
@@ -66,19 +71,19 @@ def warm(spec: RunSpec, cache: WorkerCache) -> None:
     Whoever starts a run in this process can call it on a thread while the
     orchestrator starts up; planning and the shards then find both in ``cache``.
     """
-    precision, device = hardware_precision(spec)
+    precision, device = hardware_precision(spec, cache.info(spec.model).outputs)
     model, _ = cache.model(spec.model, device)
     if precision != "fp32":
-        cache.agreement(model, precision)
+        cache.agreement(model, precision, pairs=spec.text_pair_column is not None)
 
 
 def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
     """The precision a new run of ``spec`` records: the hardware's choice, checked by the accuracy guard."""
-    precision, device = hardware_precision(spec)
+    precision, device = hardware_precision(spec, cache.info(spec.model).outputs)
     if precision == "fp32":
         return PrecisionChoice("fp32")
     model, _ = cache.model(spec.model, device)
-    found = cache.agreement(model, precision)
+    found = cache.agreement(model, precision, pairs=spec.text_pair_column is not None)
     if found >= spec.min_agreement:
         return PrecisionChoice(precision, found)
     if spec.precision == "auto":

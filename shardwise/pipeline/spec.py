@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardwise.errors import ConfigError
+from shardwise.model import ModelInfo
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precision
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
@@ -48,6 +49,8 @@ class RunSpec:
     table: str | None = None
     key: str = "id"
     text_column: str = "text"
+    text_pair_column: str | None = None
+    """A second text column: each row is scored as the pair (text, text pair), for cross-encoders."""
     where: str | None = None
     shards: int | None = None
     rows_per_shard: int | None = None
@@ -78,6 +81,12 @@ class RunSpec:
                 f"min_agreement must be a number in (0, 1], the minimum cosine to float32; "
                 f"got {self.min_agreement!r} (the default is {DEFAULT_MIN_AGREEMENT})"
             )
+        if self.text_pair_column is not None and self.text_pair_column in (self.text_column, self.key):
+            role = "key" if self.text_pair_column == self.key else "text column"
+            raise ConfigError(
+                f"text_pair_column {self.text_pair_column!r} is also the {role}; name the column that "
+                "holds each row's second text"
+            )
         if self.shards is not None and self.rows_per_shard is not None:
             raise ConfigError(
                 f"give shards ({self.shards}) or rows_per_shard ({self.rows_per_shard}), not both"
@@ -96,6 +105,15 @@ class RunSpec:
             raise ConfigError(
                 f"lease_s must be seconds from {MIN_LEASE_S:g} to {MAX_LEASE_S:g}; got {self.lease_s!r} "
                 f"(the default is {LEASE_S:g})"
+            )
+
+    def check_model(self, model: ModelInfo) -> None:
+        """The model takes the inputs this run gives it: text pairs only where it declares them."""
+        if self.text_pair_column is not None and not model.pairs:
+            raise ConfigError(
+                f"model {model.name!r} does not take text pairs, so text_pair_column "
+                f"{self.text_pair_column!r} cannot be scored with it; drop --text-pair-column, or choose a "
+                "model that scores pairs (a cross-encoder or sequence-classification directory, tiny)"
             )
 
 

@@ -12,7 +12,9 @@ in a per-process :class:`WorkerCache`:
 
 Before scoring, the worker checks that the model it loaded has the version
 the run recorded: a worker on another image or checkpoint refuses with a
-:class:`ConfigError` instead of writing results under the wrong version.
+:class:`ConfigError` instead of writing results under the wrong version. A
+loaded model must also write the outputs its ``describe()`` declared, which
+the results table was made from.
 
 Each worker runs its run's precision, checks that its device supports it,
 and runs the accuracy guard once per process before its first shard (see
@@ -33,7 +35,7 @@ import torch
 from shardwise.config import EngineConfig
 from shardwise.device_lease import leased_device
 from shardwise.errors import ConfigError
-from shardwise.model import Model, ModelSpec
+from shardwise.model import Model, ModelInfo, ModelSpec
 from shardwise.pipeline.chunks import ChunkConfig
 from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
@@ -62,7 +64,12 @@ _MAX_RUNS = 4
 def open_spec_source(spec: RunSpec, resolve: Resolver) -> SqlSource | ParquetSource:
     """The spec's source adapter (a SQL table, or a Parquet dataset), its connection resolved here."""
     return open_source(
-        resolve(spec.source), table=spec.table, key=spec.key, text_column=spec.text_column, where=spec.where
+        resolve(spec.source),
+        table=spec.table,
+        key=spec.key,
+        text_column=spec.text_column,
+        text_pair_column=spec.text_pair_column,
+        where=spec.where,
     )
 
 
@@ -104,28 +111,38 @@ class WorkerCache:
         self._max_runs = max_runs
         self._lock = threading.Lock()
         self._models: dict[tuple[str, str], Model] = {}
-        self._agreements: dict[tuple[str, str, str], float] = {}
+        self._agreements: dict[tuple[str, str, str, bool], float] = {}
+        self._infos: dict[str, ModelInfo] = {}
         self._runs: OrderedDict[tuple[str, RunSpec], _Run] = OrderedDict()
         self.loads = 0
 
     def model(self, name: str, device: torch.device) -> tuple[Model, float]:
         """The model on ``device``, and the seconds spent loading it now (0.0 when it was loaded already)."""
         key = (name, str(device))
+        described = self.info(name)
         with self._lock:
             if key in self._models:
                 return self._models[key], 0.0
             started = time.perf_counter()
             model = self._catalogue(name).load(device)
+            _check_outputs(model, described)
             self._models[key] = model
             self.loads += 1
             return model, time.perf_counter() - started
 
-    def agreement(self, model: Model, precision: Precision) -> float:
+    def info(self, name: str) -> ModelInfo:
+        """The model's description (no weights on a device), read once per process."""
+        with self._lock:
+            if name not in self._infos:
+                self._infos[name] = self._catalogue(name).describe()
+            return self._infos[name]
+
+    def agreement(self, model: Model, precision: Precision, pairs: bool = False) -> float:
         """The guard's agreement of ``model`` in ``precision`` with float32, measured once per process."""
-        key = (model.name, str(model.device), precision)
+        key = (model.name, str(model.device), precision, pairs)
         with self._lock:
             if key not in self._agreements:
-                self._agreements[key] = agreement(model, precision)
+                self._agreements[key] = agreement(model, precision, pairs)
             return self._agreements[key]
 
     def run(self, ref: RunRef, model: Model, resolve: Resolver) -> _Run:
@@ -140,7 +157,7 @@ class WorkerCache:
                 while len(self._runs) > self._max_runs:
                     self._runs.popitem(last=False)[1].close()
         _check_version(found.record, model)
-        _check_precision(found.record, model, ref.spec.min_agreement, self)
+        _check_precision(found.record, model, ref.spec, self)
         return found
 
     def release(self, run_id: str) -> None:
@@ -188,16 +205,25 @@ def _check_version(record: RunRecord, model: Model) -> None:
         )
 
 
-def _check_precision(record: RunRecord, model: Model, min_agreement: float, cache: WorkerCache) -> None:
+def _check_outputs(model: Model, described: ModelInfo) -> None:
+    """The loaded model writes the columns its description promised: the results table was made from those."""
+    if tuple(model.outputs) != described.outputs:
+        raise ConfigError(
+            f"model {model.name!r} loaded with outputs {model.outputs!r}, but its describe() gave "
+            f"{described.outputs!r}; make the model's load() and describe() declare the same outputs"
+        )
+
+
+def _check_precision(record: RunRecord, model: Model, spec: RunSpec, cache: WorkerCache) -> None:
     """This worker's device computes the run's precision, and the guard holds here too."""
     precision = resolve_precision(record.precision, model.device)
     if precision == "fp32":
         return
-    found = cache.agreement(model, precision)
-    if found < min_agreement:
+    found = cache.agreement(model, precision, pairs=spec.text_pair_column is not None)
+    if found < spec.min_agreement:
         raise ConfigError(
             f"on worker {this_worker().worker} ({model.device}) model {model.name!r} in {precision} agrees "
-            f"with float32 to {found:.5f}, below the minimum {min_agreement}; run {record.run_id!r} was "
+            f"with float32 to {found:.5f}, below the minimum {spec.min_agreement}; run {record.run_id!r} was "
             "planned in that precision, so start a new run with --precision fp32"
         )
 

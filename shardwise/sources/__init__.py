@@ -42,6 +42,7 @@ def open_source(
     table: str | None = None,
     key: str = "id",
     text_column: str = "text",
+    text_pair_column: str | None = None,
     where: str | None = None,
     **options: Any,
 ) -> SqlSource | ParquetSource:
@@ -51,7 +52,9 @@ def open_source(
             raise ConfigError(
                 f"source {_scheme(location)}://... is a database, so a table is needed; pass --table NAME"
             )
-        return SqlSource(location, table, key, text_column, where, **options)
+        return SqlSource(
+            location, table, key, text_column, where, text_pair_column=text_pair_column, **options
+        )
     if "://" in location and not location.startswith(("s3://", "file://")):
         raise ConfigError(
             f"source scheme {_scheme(location)!r} is not supported; use postgresql+psycopg://, sqlite:///, "
@@ -61,7 +64,8 @@ def open_source(
         raise ConfigError(
             "table and where apply to SQL sources only; a Parquet source is read whole (drop --table/--where)"
         )
-    return ParquetSource(location.removeprefix("file://"), key, text_column, **options)
+    path = location.removeprefix("file://")
+    return ParquetSource(path, key, text_column, text_pair_column=text_pair_column, **options)
 
 
 def _scheme(location: str) -> str:

@@ -39,17 +39,17 @@ class Footer:
 
 
 def read_footers(
-    store: ObjectStore, objects: Sequence[ObjectInfo], key: str, text_column: str, check: Sequence[bool]
+    store: ObjectStore, objects: Sequence[ObjectInfo], key: str, inputs: Sequence[str], check: Sequence[bool]
 ) -> list[Footer]:
-    """The footers of ``objects``, in order; those with ``check`` set must have both columns."""
+    """The footers of ``objects``, in order; those with ``check`` set must have the key and ``inputs``."""
     if not objects:
         return []
     jobs = list(zip(objects, check, strict=True))
     with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, len(jobs))) as pool:
-        return list(pool.map(lambda job: _read_footer(store, job[0], key, text_column, job[1]), jobs))
+        return list(pool.map(lambda job: _read_footer(store, job[0], key, inputs, job[1]), jobs))
 
 
-def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, text_column: str, check: bool) -> Footer:
+def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, inputs: Sequence[str], check: bool) -> Footer:
     with store.open(obj) as handle:
         try:
             metadata = pq.ParquetFile(handle).metadata
@@ -61,7 +61,7 @@ def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, text_column: str
     key_type: Literal["int", "text"] | None = None
     if check:
         schema = metadata.schema.to_arrow_schema()
-        _check_columns(obj, schema, key, text_column)
+        _check_columns(obj, schema, key, inputs)
         key_type = "int" if pa.types.is_integer(schema.field(key).type) else "text"
     column = _leaf_index(metadata, key)
     groups = tuple(
@@ -71,8 +71,9 @@ def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, text_column: str
     return Footer(obj, groups, key_type)
 
 
-def _check_columns(obj: ObjectInfo, schema: pa.Schema, key: str, text_column: str) -> None:
-    for role, argument, name in (("key", "key", key), ("text", "text_column", text_column)):
+def _check_columns(obj: ObjectInfo, schema: pa.Schema, key: str, inputs: Sequence[str]) -> None:
+    roles = (("key", "key"), ("text", "text_column"), ("text pair", "text_pair_column"))
+    for (role, argument), name in zip(roles, (key, *inputs), strict=False):
         if schema.get_field_index(name) < 0:
             raise SourceError(
                 f"{role} column {name!r} not in Parquet object {obj.key!r}; columns are: "

@@ -56,12 +56,23 @@ class ParquetSource:
     kind: Literal["sql", "parquet"] = "parquet"
 
     def __init__(
-        self, location: str, key: str = "id", text_column: str = "text", *, s3_client: Any | None = None
+        self,
+        location: str,
+        key: str = "id",
+        text_column: str = "text",
+        *,
+        text_pair_column: str | None = None,
+        s3_client: Any | None = None,
     ) -> None:
-        for name, value in (("key", key), ("text_column", text_column)):
+        named = (("key", key), ("text_column", text_column), ("text_pair_column", text_pair_column))
+        for name, value in named:
+            if value is None and name == "text_pair_column":
+                continue
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{name} must name a column of the Parquet files, got {value!r}")
-        self.key, self.text_column = key, text_column
+        self.key, self.text_column, self.text_pair_column = key, text_column, text_pair_column
+        self.inputs = (text_column,) if text_pair_column is None else (text_column, text_pair_column)
+        """The columns a row's value is read from: the text, then its pair when there is one."""
         self._store = open_store(location, s3_client)
         self.identity = self._store.identity
 
@@ -86,7 +97,7 @@ class ParquetSource:
         listing = self._list()
         seen = new_only.seen_objects if new_only is not None else frozenset()
         fresh = [(o.key, o.etag) not in seen for o in listing.objects]
-        footers = read_footers(self._store, listing.objects, self.key, self.text_column, check=fresh)
+        footers = read_footers(self._store, listing.objects, self.key, self.inputs, check=fresh)
         planned = [f for f, new in zip(footers, fresh, strict=True) if new]
         skipped = [f for f, new in zip(footers, fresh, strict=True) if not new]
         groups = [g for f in planned for g in f.row_groups]
@@ -104,7 +115,7 @@ class ParquetSource:
         so the same rows are skipped every time.
         """
         self._check_plan(plan)
-        return ShardRows(self._store, shard, self.key, self.text_column, _BATCH_ROWS, skip)
+        return ShardRows(self._store, shard, self.key, self.inputs, _BATCH_ROWS, skip)
 
     def read_keys(self, keys: Sequence[Key]) -> Iterator[SourceRow]:
         """Stream the current rows whose key is in ``keys``, in storage order; absent keys are not yielded.
@@ -115,7 +126,7 @@ class ParquetSource:
         """
         if not keys:
             return iter(())
-        columns = (self.key, self.text_column)
+        columns = (self.key, *self.inputs)
         return keyed_rows(self._store, self._list().objects, columns, keys, _BATCH_ROWS)
 
     def check(self) -> None:
@@ -149,6 +160,7 @@ class ParquetSource:
             "key": self.key,
             "key_type": _key_type(planned),
             "text_column": self.text_column,
+            "text_pair_column": self.text_pair_column,
             **sizing.params(sum(g.readable_rows for g in groups)),
             "objects": len(planned),
             "ignored_objects": listing.ignored,
@@ -162,11 +174,12 @@ class ParquetSource:
         }
 
     def _check_plan(self, plan: SourcePlan) -> None:
-        given = (plan.kind, plan.identity, plan.params.get("key"), plan.params.get("text_column"))
-        mine = (self.kind, self.identity, self.key, self.text_column)
+        names = ("key", "text_column", "text_pair_column")
+        given: tuple[Any, ...] = (plan.kind, plan.identity, *(plan.params.get(n) for n in names))
+        mine = (self.kind, self.identity, self.key, self.text_column, self.text_pair_column)
         if given != mine:
             raise ConfigError(
-                f"plan (kind, location, key, text_column) = {given} does not match this source's {mine}; "
+                f"plan (kind, location, {', '.join(names)}) = {given} does not match this source's {mine}; "
                 "read a plan with a source built with the same arguments as the one that planned it"
             )
 

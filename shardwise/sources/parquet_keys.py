@@ -23,7 +23,7 @@ from shardwise.errors import SourceError
 from shardwise.sources.base import Key, SourceRow
 from shardwise.sources.keys import parse_keys
 from shardwise.sources.objects import ObjectInfo, ObjectStore
-from shardwise.sources.parquet_text import text_values
+from shardwise.sources.parquet_text import input_values
 
 __all__ = ["keyed_rows"]
 
@@ -31,11 +31,11 @@ __all__ = ["keyed_rows"]
 def keyed_rows(
     store: ObjectStore,
     objects: Sequence[ObjectInfo],
-    columns: tuple[str, str],
+    columns: Sequence[str],
     keys: Sequence[Key],
     batch_rows: int,
 ) -> Generator[SourceRow, None, None]:
-    """Stream the rows of ``objects`` whose key (``columns[0]``) is in ``keys``, text from ``columns[1]``."""
+    """Stream the rows of ``objects`` whose key (``columns[0]``) is in ``keys``, values from the rest."""
     for obj in objects:
         with store.open(obj) as handle:
             parquet = _open(handle, obj)
@@ -55,11 +55,11 @@ def _open(handle: IO[bytes], obj: ObjectInfo) -> Any:
 
 
 def _value_set(
-    parquet: Any, obj: ObjectInfo, columns: tuple[str, str], keys: Sequence[Key], where: str
+    parquet: Any, obj: ObjectInfo, columns: Sequence[str], keys: Sequence[Key], where: str
 ) -> pa.Array:
     """The keys as an Arrow array of the object's key type (text keys become ints for an integer key)."""
     schema: pa.Schema = parquet.schema_arrow
-    for role, name in zip(("key", "text"), columns, strict=True):
+    for role, name in zip(("key", "text", "text pair"), columns, strict=False):
         if schema.get_field_index(name) < 0:
             raise SourceError(
                 f"{role} column {name!r} not in Parquet object {obj.key!r}; columns are: "
@@ -74,9 +74,9 @@ def _value_set(
 
 
 def _row_group(
-    parquet: Any, obj: ObjectInfo, index: int, columns: tuple[str, str], wanted: pa.Array, batch_rows: int
+    parquet: Any, obj: ObjectInfo, index: int, columns: Sequence[str], wanted: pa.Array, batch_rows: int
 ) -> Iterator[SourceRow]:
-    key, text = columns
+    key, *inputs = columns
     where = f"row group {index} of Parquet object {obj.key!r}"
     try:
         found = pc.is_in(parquet.read_row_group(index, columns=[key], use_threads=False).column(0), wanted)
@@ -88,7 +88,7 @@ def _row_group(
         for batch in batches:
             picked = batch.filter(pc.is_in(batch.column(key), wanted))
             keys = picked.column(key).to_pylist()
-            values = text_values(picked.column(text), keys, where)
+            values = input_values(picked, inputs, keys, where)
             yield from (SourceRow(k, v) for k, v in zip(keys, values, strict=True))
     except (pa.ArrowException, OSError) as exc:  # pyarrow raises a damaged page as OSError
         raise SourceError(

@@ -18,7 +18,7 @@ caught even when it would still decode.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 import pyarrow as pa
@@ -28,7 +28,7 @@ from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.base import Shard, SourceRow
 from shardwise.sources.footers import key_nulls
 from shardwise.sources.objects import ObjectInfo, ObjectStore
-from shardwise.sources.parquet_text import text_values
+from shardwise.sources.parquet_text import input_values
 
 __all__ = ["ShardRows", "shard_spans"]
 
@@ -60,6 +60,8 @@ class ShardRows(Iterator[SourceRow]):
     skipped; ``null_keys`` counts them and ``rows`` counts the rows yielded.
     The first ``skip`` rows that have a key are not yielded; ``skipped``
     counts them (row groups passed over whole count no null keys).
+    ``inputs`` names the text column, and the text pair column when there
+    is one (each row's value is then a :class:`~shardwise.text.TextPair`).
     Text values pass through untouched (``str``, ``bytes`` for a binary
     column, ``None``), except that one that is not UTF-8 in a text column
     comes as an :class:`~shardwise.text.UndecodableText`: the engine decides
@@ -67,7 +69,13 @@ class ShardRows(Iterator[SourceRow]):
     """
 
     def __init__(
-        self, store: ObjectStore, shard: Shard, key: str, text_column: str, batch_rows: int, skip: int = 0
+        self,
+        store: ObjectStore,
+        shard: Shard,
+        key: str,
+        inputs: Sequence[str],
+        batch_rows: int,
+        skip: int = 0,
     ) -> None:
         if not isinstance(skip, int) or skip < 0:
             raise ConfigError(f"skip must be a number of rows >= 0; got {skip!r}")
@@ -75,8 +83,8 @@ class ShardRows(Iterator[SourceRow]):
         self.null_keys = 0
         self.skipped = 0
         self._skip = skip
-        self._key, self._text = key, text_column
-        self._columns = list(dict.fromkeys([key, text_column]))
+        self._key, self._inputs = key, tuple(inputs)
+        self._columns = list(dict.fromkeys([key, *inputs]))
         self._batch_rows = batch_rows
         self._iter = self._spans(store, shard_spans(shard))
 
@@ -137,7 +145,7 @@ class ShardRows(Iterator[SourceRow]):
 
     def _rows_of(self, batch: pa.RecordBatch, where: str) -> Iterator[SourceRow]:
         keys = batch.column(self._key).to_pylist()
-        values = text_values(batch.column(self._text), keys, where)
+        values = input_values(batch, self._inputs, keys, where)
         for key, value in zip(keys, values, strict=True):
             if key is None:
                 self.null_keys += 1

@@ -18,9 +18,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardwise.text import UndecodableText
+from shardwise.text import UndecodableText, row_value
 
-__all__ = ["text_values"]
+__all__ = ["input_values", "text_values"]
+
+
+def input_values(batch: pa.RecordBatch, columns: Sequence[str], keys: Sequence[Any], where: str) -> list[Any]:
+    """Each row's value from its input ``columns``: the text, or a text pair (see :func:`text_values`)."""
+    per_column = [text_values(batch.column(name), keys, where) for name in columns]
+    if len(per_column) == 1:
+        return per_column[0]
+    return [row_value(values) for values in zip(*per_column, strict=True)]
 
 
 def text_values(column: pa.Array | pa.ChunkedArray, keys: Sequence[Any], where: str) -> list[Any]:

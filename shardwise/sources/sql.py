@@ -78,6 +78,7 @@ from shardwise.sources.sql_query import Selection, filter_probe, read_query
 from shardwise.sources.sql_schema import reflect_results, reflect_source
 from shardwise.sources.sql_snapshot import export_snapshot, idle_limit_s, import_snapshot, read_only
 from shardwise.sources.sql_unique import check_unique_key
+from shardwise.text import row_value
 
 __all__ = ["ShardReader", "SqlSource"]
 
@@ -115,6 +116,7 @@ class SqlSource:
         where: str | None = None,
         schema: str | None = None,
         *,
+        text_pair_column: str | None = None,
         on_lost_snapshot: Literal["fresh", "error"] = "fresh",
         fetch_rows: int = 1000,
     ) -> None:
@@ -130,7 +132,7 @@ class SqlSource:
         try:
             self._filter = None if where is None else parse_filter(where, self._db.dialect)
             with self._db.errors(f"checking table {table!r}"), self._db.engine.connect() as conn:
-                self._src = reflect_source(conn, table, key, text_column, schema)
+                self._src = reflect_source(conn, table, key, text_column, schema, text_pair_column)
         except BaseException:
             self._db.dispose()
             raise
@@ -155,6 +157,7 @@ class SqlSource:
             "key": src.key.name,
             "key_type": "int" if src.key_kind == "int" else "text",
             "text_column": src.text.name,
+            "text_pair_column": None if src.pair is None else src.pair.name,
             "where": self._where,
         }
 
@@ -314,5 +317,5 @@ class SqlSource:
 
     def _rows(self, result: sa.CursorResult[Any, Any], doing: str) -> Iterator[SourceRow]:
         with self._db.errors(doing):
-            for key, value in result:
-                yield SourceRow(key, value)
+            for key, *values in result:
+                yield SourceRow(key, row_value(values))

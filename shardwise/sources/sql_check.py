@@ -16,7 +16,7 @@ from shardwise.sources.sql_schema import KeyKind
 
 __all__ = ["check_plan", "new_only_params"]
 
-_CHECKED = ("table", "schema", "key", "text_column", "where")
+_CHECKED = ("table", "schema", "key", "text_column", "text_pair_column", "where")
 
 
 def new_only_params(new_only: NewOnly | None, results_found: bool) -> dict[str, Any] | None:

@@ -17,6 +17,10 @@ the source read it, so the database must compute that same function:
   so they never have a result to match; PostgreSQL hashes their text form
   only so that ``md5()`` has a valid argument.
 
+A **text pair** (``--text-pair-column``) has the fingerprint of its members'
+fingerprints, concatenated (``md5(md5(text) || md5(pair))``): NULL when
+either member is NULL, as ``||`` gives.
+
 On SQLite the fingerprint is a SQL function, :data:`SQLITE_FINGERPRINT`,
 registered on every connection and backed by ``value_fingerprint`` itself, so
 the two cannot drift apart; it also covers a ``TEXT`` column that holds BLOB
@@ -27,6 +31,7 @@ which takes ``text`` and ``bytea`` and hashes their UTF-8 and raw bytes.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -48,7 +53,15 @@ def register_sqlite_fingerprint(engine: sa.Engine) -> None:
     sa.event.listen(engine, "connect", _on_connect)
 
 
-def fingerprint(column: sa.ColumnElement[Any], dialect: str) -> sa.ColumnElement[Any]:
+def fingerprint(columns: Sequence[sa.ColumnElement[Any]], dialect: str) -> sa.ColumnElement[Any]:
+    """The fingerprint of a row's value read from ``columns`` (a text, or a text and its pair)."""
+    if len(columns) == 1:
+        return _fingerprint(columns[0], dialect)
+    text, pair = (_fingerprint(c, dialect) for c in columns)
+    return _fingerprint(text.op("||", return_type=sa.Text)(pair), dialect)
+
+
+def _fingerprint(column: sa.ColumnElement[Any], dialect: str) -> sa.ColumnElement[Any]:
     """The fingerprint of ``column``'s value, as SQL for ``dialect``; NULL for a NULL value."""
     if dialect == "sqlite":
         return sa.Function(SQLITE_FINGERPRINT, column, type_=sa.Text)

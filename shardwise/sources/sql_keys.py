@@ -19,6 +19,7 @@ from shardwise.sources.base import Key, SourceRow
 from shardwise.sources.keys import key_chunks
 from shardwise.sources.sql_query import Selection
 from shardwise.sources.sql_snapshot import read_only
+from shardwise.text import row_value
 
 __all__ = ["begin_keyed_read", "keyed_query", "keyed_rows"]
 
@@ -26,7 +27,7 @@ __all__ = ["begin_keyed_read", "keyed_query", "keyed_rows"]
 def keyed_query(sel: Selection, keys: Sequence[Key]) -> sa.Select[Any, Any]:
     """The rows of ``sel`` whose key is one of ``keys``, ordered by key."""
     key = sel.src.key
-    return sa.select(key, sel.src.text).where(*sel.rows(), key.in_(list(keys))).order_by(key)
+    return sa.select(key, *sel.src.inputs).where(*sel.rows(), key.in_(list(keys))).order_by(key)
 
 
 def begin_keyed_read(conn: sa.Connection) -> None:
@@ -46,5 +47,5 @@ def keyed_rows(conn: sa.Connection, sel: Selection, keys: Sequence[Key]) -> Iter
     Each chunk is ordered by key in the database's collation; chunks follow the order of ``keys``.
     """
     for chunk in key_chunks(keys):
-        for key, value in conn.execute(keyed_query(sel, chunk)):
-            yield SourceRow(key, value)
+        for key, *values in conn.execute(keyed_query(sel, chunk)):
+            yield SourceRow(key, row_value(values))

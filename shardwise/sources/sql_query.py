@@ -60,9 +60,9 @@ class Selection:
     def fingerprint(self) -> sa.ColumnElement[Any]:
         """The input fingerprint of a row, computed in the database as the pipeline stores it.
 
-        See :mod:`shardwise.sources.sql_fingerprint` (text and binary columns alike).
+        See :mod:`shardwise.sources.sql_fingerprint` (text and binary columns alike, and pairs).
         """
-        return fingerprint(self.src.text, self.dialect)
+        return fingerprint(self.src.inputs, self.dialect)
 
     def is_new(self) -> sa.ColumnElement[bool]:
         """True when the row has no result for the model version with its current fingerprint.
@@ -157,4 +157,4 @@ def read_query(sel: Selection, lo: Any, hi: Any, after: Any = None) -> sa.Select
         conds.append(key < hi)
     if after is not None:
         conds.append(key > after)
-    return sa.select(key, sel.src.text).where(*conds).order_by(key)
+    return sa.select(key, *sel.src.inputs).where(*conds).order_by(key)

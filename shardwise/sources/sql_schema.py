@@ -45,13 +45,19 @@ def _listing(names: Iterable[str]) -> str:
 
 @dataclass(frozen=True)
 class SourceTable:
-    """The reflected source table and the two columns a SQL source reads."""
+    """The reflected source table and the columns a SQL source reads: key, text, and a text pair."""
 
     table: sa.Table
     schema: str
     key: sa.Column[Any]
     text: sa.Column[Any]
     key_kind: KeyKind
+    pair: sa.Column[Any] | None = None
+
+    @property
+    def inputs(self) -> tuple[sa.Column[Any], ...]:
+        """The columns a row's value is read from: the text, then its pair when there is one."""
+        return (self.text,) if self.pair is None else (self.text, self.pair)
 
 
 def _relations(insp: sa.Inspector, schema: str) -> list[str]:
@@ -98,7 +104,12 @@ def _key_kind(column: sa.Column[Any]) -> KeyKind:
 
 
 def reflect_source(
-    conn: sa.Connection, table: str, key: str, text_column: str, schema: str | None
+    conn: sa.Connection,
+    table: str,
+    key: str,
+    text_column: str,
+    schema: str | None,
+    text_pair_column: str | None = None,
 ) -> SourceTable:
     """Check every identifier against the database and return the reflected table."""
     insp = sa.inspect(conn)
@@ -111,7 +122,8 @@ def reflect_source(
     reflected = _reflect(conn, resolved, table)
     key_col = _column(reflected, key, "key")
     text_col = _column(reflected, text_column, "text")
-    return SourceTable(reflected, resolved, key_col, text_col, _key_kind(key_col))
+    pair_col = None if text_pair_column is None else _column(reflected, text_pair_column, "text pair")
+    return SourceTable(reflected, resolved, key_col, text_col, _key_kind(key_col), pair_col)
 
 
 def split_results_name(name: str, default_schema: str) -> tuple[str, str]:

@@ -86,7 +86,7 @@ def test_autocast_adds_no_host_synchronisation(cuda: torch.device, precision: st
             torch.cuda.set_sync_debug_mode("warn")
             try:
                 with autocast(cuda, mode):  # type: ignore[arg-type]
-                    model.forward(ids, mask)
+                    model.forward(ids, mask, None)
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         return sum("synchroniz" in str(w.message) for w in caught)

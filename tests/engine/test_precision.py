@@ -10,6 +10,7 @@ from shardwise import Engine, EngineConfig
 from shardwise import precision as precision_mod
 from shardwise.corpus import harvest_docstrings
 from shardwise.errors import ConfigError
+from shardwise.model import OutputColumn
 from shardwise.precision import agreement, check_precision, resolve_precision, versioned
 
 CPU = torch.device("cpu")
@@ -23,6 +24,17 @@ def test_auto_on_a_cpu_takes_bf16_only_where_it_is_native(
     assert resolve_precision("auto", CPU) == expected
     assert resolve_precision("fp32", CPU) == "fp32"
     assert resolve_precision("bf16", CPU) == "bf16", "an explicit bf16 is slow but correct on any CPU"
+
+
+def test_auto_keeps_float32_for_a_model_with_label_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precision_mod, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda _device=None: (9, 0))
+    classifier = (OutputColumn("label", "text"), OutputColumn("score", "float"))
+    regression = (OutputColumn("score", "float"),)
+    for device in (CPU, torch.device("cuda", 0)):
+        assert resolve_precision("auto", device, classifier) == "fp32", "a label flips at a near-tie"
+        assert resolve_precision("auto", device, regression) == "bf16"
+        assert resolve_precision("bf16", device, classifier) == "bf16", "an explicit choice is kept"
 
 
 @pytest.mark.parametrize(

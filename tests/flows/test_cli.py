@@ -224,3 +224,18 @@ def test_a_usage_mistake_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     err = capsys.readouterr().err
     assert info.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert "the following arguments are required: --source; see shardwise run --help" in err
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_text_pairs_from_the_command_line(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    make_docs(sqlite_url, 30)
+    execute(sqlite_url, "alter table docs add column question text")
+    execute(sqlite_url, "update docs set question = 'which module is this from?' where id < 20")
+    pair = ["--text-column", "question", "--text-pair-column", "text"]
+    code = main(["run", "--source", sqlite_url, "--table", "docs", "--model", "tiny", *pair])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "20 rows scored" in out and "13 dead letters" in out, "10 null questions and the 3 bad texts"
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "--text-pair-column COLUMN" in capsys.readouterr().out

@@ -1,0 +1,124 @@
+"""Reading a local Hugging Face model directory: layout, JSON files, max length and tokenizer.
+
+Shared by the encoder (:mod:`models.hf`) and the classifier
+(:mod:`models.hf_classifier`). Nothing here loads weights or touches the network.
+
+Segment ids: an encoding carries ``type_ids`` only when its input was a
+``(text, text_pair)`` pair *and* the model has more than one segment embedding
+(``type_vocab_size > 1``, as BERT does). A single text's segment ids are all
+zero, which is what the model assumes when it gets none, so sending them would
+only cost a tensor per batch; a model with one segment embedding (RoBERTa)
+or none (DistilBERT) never gets them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from shardwise.errors import ConfigError
+from shardwise.model import Encoding, TextInput
+
+__all__ = [
+    "VERSIONED",
+    "WEIGHTS",
+    "check_layout",
+    "encode",
+    "load_tokenizer",
+    "max_length_of",
+    "pad_id",
+    "read_json",
+    "uses_segments",
+]
+
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+VERSIONED = (
+    "config.json",
+    *WEIGHTS,
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "modules.json",
+    "sentence_bert_config.json",
+    "1_Pooling/config.json",
+)
+"""The files whose bytes make a model's version (missing ones are skipped)."""
+
+
+def check_layout(root: Path) -> None:
+    """Raise a :class:`ConfigError` naming what is missing unless ``root`` has config, weights, tokenizer."""
+    if not root.is_dir():
+        raise ConfigError(
+            f"model path {str(root)!r} is not a directory; give a local Hugging Face model directory"
+        )
+    present = sorted(p.name for p in root.iterdir())
+    needed = ["config.json", "tokenizer.json"]
+    missing = [n for n in needed if n not in present]
+    if not any(w in present for w in WEIGHTS):
+        missing.append(" or ".join(WEIGHTS))
+    if missing:
+        raise ConfigError(
+            f"model directory {str(root)!r} lacks {', '.join(missing)}; it holds: "
+            f"{', '.join(present) or 'nothing'}. Save the model with save_pretrained() and a fast tokenizer"
+        )
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``, or ``{}`` when the file does not exist."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{str(path)!r} is not valid JSON ({exc}); re-save the model directory") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{str(path)!r} holds a JSON {type(data).__name__}, expected an object; "
+            "re-save the model directory"
+        )
+    return data
+
+
+def max_length_of(root: Path, config: Mapping[str, Any]) -> int:
+    """Longest input in tokens: sentence-transformers' ``max_seq_length``, else the tokenizer's
+    ``model_max_length`` (else 512), never more than the model's position embeddings."""
+    st = read_json(root / "sentence_bert_config.json")
+    tok_cfg = read_json(root / "tokenizer_config.json")
+    limit = int(st.get("max_seq_length") or tok_cfg.get("model_max_length") or 512)
+    return min(limit, int(config.get("max_position_embeddings") or limit))
+
+
+def uses_segments(config: Mapping[str, Any]) -> bool:
+    """Whether the model embeds segment ids (``token_type_ids``), so pairs must carry them."""
+    return int(config.get("type_vocab_size") or 0) > 1
+
+
+def load_tokenizer(root: Path, max_length: int) -> Any:
+    """The directory's fast tokenizer: unpadded, cut to ``max_length`` (a pair's longest member first)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+    # The saved file may carry its own truncation and padding (MiniLM's
+    # says 128); the engine pads per batch and the model limit rules.
+    tokenizer.enable_truncation(max_length, strategy="longest_first")
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def encode(tokenizer: Any, texts: Sequence[TextInput], segments: bool) -> list[Encoding]:
+    """Encode texts or ``(text, text_pair)`` pairs; pairs carry ``type_ids`` when ``segments`` is true."""
+    inputs = [t if isinstance(t, str) else (t[0], t[1]) for t in texts]
+    return [
+        Encoding(e.ids, bool(e.overflowing), e.type_ids if segments and not isinstance(t, str) else None)
+        for t, e in zip(inputs, tokenizer.encode_batch(inputs), strict=True)
+    ]
+
+
+def pad_id(tokenizer: Any, config: Mapping[str, Any]) -> int:
+    """The padding id: the tokenizer's ``[PAD]`` or ``<pad>``, else config's ``pad_token_id``, else 0."""
+    for token in ("[PAD]", "<pad>"):
+        found = tokenizer.token_to_id(token)
+        if found is not None:
+            return int(found)
+    return int(config.get("pad_token_id") or 0)
