@@ -1,0 +1,30 @@
+"""Which spec a local Hugging Face directory loads as: a classifier or a sentence encoder.
+
+``config.json`` decides: an ``architectures`` entry ending in
+``ForSequenceClassification`` (a fine-tuned classifier, a sentence-transformers
+CrossEncoder) loads as :class:`~models.hf_classifier.HFClassifierSpec`;
+anything else as :class:`~models.hf.HFEncoderSpec`. Only JSON is read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from models.hf import HFEncoderSpec
+from models.hf_classifier import HFClassifierSpec
+from models.hf_files import read_json
+from models.hf_heads import is_classifier
+
+__all__ = ["directory_spec"]
+
+
+def directory_spec(path: Path, name: str = "") -> HFClassifierSpec | HFEncoderSpec:
+    """The spec for the model directory at ``path``; ``name`` defaults to ``hf:<path>``.
+
+    A path that is not a usable directory still gets an encoder spec, whose
+    :meth:`describe` says what is wrong with it.
+    """
+    root = Path(path).expanduser()
+    if is_classifier(read_json(root / "config.json")):
+        return HFClassifierSpec(root, name)
+    return HFEncoderSpec(root, name)

