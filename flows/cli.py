@@ -236,7 +236,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--workdir", type=Path, default=Path("shardwise-work"), help="where files are written")
     demo.add_argument(
-        "--model", default=None, help="catalogue name or model directory (default: minilm, or tiny)"
+        "--model",
+        default=None,
+        help="catalogue name, model directory or package.module:attribute (default: minilm, or tiny)",
     )
     demo.add_argument("--rows", type=int, default=2000, help="how many texts to harvest (default: 2000)")
     demo.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: auto")

@@ -49,7 +49,7 @@ _METAVARS = {
     "text_column": "COLUMN",
     "text_pair_column": "COLUMN",
     "where": "SQL",
-    "model": "NAME|DIR",
+    "model": "NAME|DIR|MODULE:ATTR",
     "results_table": "TABLE",
     "shards": "N",
     "rows_per_shard": "N",
@@ -83,7 +83,7 @@ def add_param_options(
 
     for name in fields:
         info = ScoreParams.model_fields[name]
-        options: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": _help(info)}
+        options: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": _help(name, info)}
         kinds = _kinds(info.annotation)
         if kinds == {bool}:
             options["action"] = "store_true"
@@ -106,11 +106,23 @@ def _kinds(annotation: Any) -> set[Any]:
     return {a for a in args if a is not type(None)}
 
 
-def _help(info: Any) -> str:
+def _help(name: str, info: Any) -> str:
     text = str(info.description or "")
+    if name == "model":
+        text += _known_models()
     if info.default not in (None, False, PydanticUndefined):
         text += f" (default: {info.default})"
     return text.replace("%", "%%")  # argparse %-formats help
+
+
+def _known_models() -> str:
+    """The model names known when the parser is built: the built-ins and the installed plug-ins."""
+    from models import known_models
+
+    return (
+        f" Known names: {', '.join(known_models())}; a plug-in can also be given as package.module:attribute "
+        "(README: Your own model)."
+    )
 
 
 def _number(kind: type) -> Any:

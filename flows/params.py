@@ -39,7 +39,11 @@ class ScoreParams(BaseModel):
         description="Optional SQL filter on the source table: one boolean expression over its columns, "
         "checked by a SQL parser (no subqueries; an allow-list of functions; README: The where filter).",
     )
-    model: str = Field("minilm", description="Model: minilm, tiny, or a local encoder directory.")
+    model: str = Field(
+        "minilm",
+        description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier or "
+        "cross-encoder), or a plug-in's package.module:attribute.",
+    )
     results: str | None = Field(
         None,
         description="Results database URL or connection name; defaults to the source database "

@@ -7,6 +7,7 @@ own console log counts as well.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -73,6 +74,42 @@ def test_bad_input_is_one_line_exit_2_and_no_run(
 ) -> None:
     argv = ["run", "--source", docs, "--table", "docs", "--model", "tiny", *extra]
     code = main(argv)
+    err = _one_line(capfd)
+    assert code == 2, err
+    assert err.startswith("shardwise: error: ") and message in err and fix in err, err
+    assert _runs(docs) == 0
+
+
+PLUGINS = Path(__file__).resolve().parent.parent / "models"
+"""Where ``plugin_faults`` lives: model plug-ins with one fault each."""
+BAD_PLUGINS = [
+    (
+        "nosuch.module:spec",
+        "model 'nosuch.module:spec': no module named 'nosuch'",
+        "PYTHONPATH or pip install",
+    ),
+    ("json:nosuch", "module 'json' has no attribute 'nosuch'", "its public names are: JSONDecodeError"),
+    ("os:sep", "model 'os:sep' is '/' (type str), not a ModelSpec", "a function of no arguments"),
+    ("json:dumps", "calling it with no arguments raised TypeError", "fix the factory"),
+    ("plugin_faults:timestamped", "describe() gave version 'run-", "content hash of its weights"),
+    ("plugin_faults:no_outputs", "outputs () is not a non-empty tuple of OutputColumn", "declare each"),
+    ("plugin_faults:taken_column", "output column name 'model_version' is invalid or taken", "not one of"),
+    ("plugin_faults:no_length", "max_length 0 is not a positive whole number", "the longest input"),
+    ("plugin_faults:failing", "describe() raised FileNotFoundError: weights.bin", "fix the plug-in"),
+]
+
+
+@pytest.mark.parametrize(("model", "message", "fix"), BAD_PLUGINS, ids=[c[0] for c in BAD_PLUGINS])
+def test_a_bad_plugin_is_one_line_exit_2_and_no_run(
+    docs: str,
+    model: str,
+    message: str,
+    fix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    code = main(["run", "--source", docs, "--table", "docs", "--model", model])
     err = _one_line(capfd)
     assert code == 2, err
     assert err.startswith("shardwise: error: ") and message in err and fix in err, err
@@ -175,4 +212,13 @@ def test_the_console_script_keeps_a_bad_input_to_one_line(docs: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert _runs(docs) == 0
+
+
+def test_the_console_script_keeps_a_bad_plugin_to_one_line(docs: str) -> None:
+    argv = ["run", "--source", docs, "--table", "docs", "--model", "plugin_faults:timestamped"]
+    env = {**os.environ, "PYTHONPATH": str(PLUGINS)}
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "not a timestamp" in proc.stderr, proc.stderr
     assert _runs(docs) == 0

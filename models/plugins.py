@@ -1,0 +1,223 @@
+"""Models from outside the catalogue: ``package.module:attribute`` references and installed plug-ins.
+
+A plug-in is a :class:`~shardwise.model.ModelSpec` object, or a function of no
+arguments that returns one. ``--model my_pkg.models:spec`` imports
+``my_pkg.models`` with :func:`importlib.import_module` and takes its ``spec``;
+the module must be importable wherever the model runs (the flow's process and
+every worker), from ``PYTHONPATH`` or an installed package. An installed
+package can also register a name, the entry point's name, in the group
+``shardwise.models``; listing those names never imports them, so a broken
+plug-in only fails when it is chosen.
+
+Every plug-in sits behind :class:`PluginSpec`, which checks it before any
+shard runs (see :mod:`models.plugin_checks`): ``describe()`` must give a well
+formed :class:`~shardwise.model.ModelInfo` whose version is the same on two
+calls (of two specs, where a factory makes them), and ``load()`` a model that
+agrees with it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
+
+import torch
+
+from models.plugin_checks import brief, check_info, check_loaded, check_stable, spec_problem, what
+from shardwise.errors import ConfigError, ShardwiseError
+from shardwise.model import Model, ModelInfo, ModelSpec
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PluginSpec",
+    "entry_point_names",
+    "entry_point_spec",
+    "is_reference",
+    "reference_spec",
+]
+
+ENTRY_POINT_GROUP = "shardwise.models"
+_REFERENCE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_SHOWN_NAMES = 8
+
+
+class PluginSpec:
+    """A plug-in's spec behind checks; ``origin`` says where it came from, for messages.
+
+    ``make`` gives the plug-in's own spec: the same object each time, or a new
+    one from its factory. :meth:`describe` checks two of them against each other.
+    """
+
+    def __init__(self, name: str, origin: str, make: Callable[[], ModelSpec]) -> None:
+        self.name = name
+        self.origin = origin
+        self._make = make
+
+    def __repr__(self) -> str:
+        return f"PluginSpec({self.name!r}, {self.origin!r})"
+
+    def make(self) -> ModelSpec:
+        """The plug-in's own spec (a new one each time from a factory)."""
+        return self._make()
+
+    def describe(self) -> ModelInfo:
+        """The plug-in's checked description; it must be the same twice over."""
+        first, second = self._described(self.make()), self._described(self.make())
+        check_stable(first, second, self._where())
+        return first
+
+    def load(self, device: torch.device) -> Model:
+        """Load the plug-in's model and check it against its own description."""
+        spec = self.make()
+        info = self._described(spec)
+        model = spec.load(device)
+        check_loaded(model, info, self._where())
+        return model
+
+    def _described(self, spec: ModelSpec) -> ModelInfo:
+        try:
+            info = spec.describe()
+        except ShardwiseError:
+            raise  # the plug-in's own message, already in the form users read
+        except Exception as exc:
+            raise ConfigError(f"{self._where()}: describe() raised {brief(exc)}; fix the plug-in") from exc
+        check_info(info, spec.name, self._where())
+        return info
+
+    def _where(self) -> str:
+        return f"model {self.name!r} ({self.origin})"
+
+
+def is_reference(name: str) -> bool:
+    """Whether ``name`` has the form ``package.module:attribute``."""
+    return bool(_REFERENCE.match(name))
+
+
+def reference_spec(reference: str) -> PluginSpec:
+    """The plug-in that ``package.module:attribute`` names, imported now; a mistake is a ConfigError."""
+    module_name, attribute = reference.split(":")
+    shown = f"model {reference!r}"
+    found = _attribute(_import(module_name, shown), attribute, shown)
+    return _plugin(found, shown, reference, expected_name=None)
+
+
+def entry_point_names() -> list[str]:
+    """Names registered under ``shardwise.models`` by installed packages, sorted; nothing is imported."""
+    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def entry_point_spec(name: str) -> PluginSpec | None:
+    """The installed plug-in registered as ``name``, imported now; None when no package registers it."""
+    found = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
+    if not found:
+        return None
+    if len({ep.value for ep in found}) > 1:
+        both = "; ".join(f"{_package(ep)}: {ep.value}" for ep in found)
+        raise ConfigError(
+            f"model {name!r} is registered by {len(found)} installed packages ({both}); uninstall one, "
+            "or choose one by its package.module:attribute"
+        )
+    ep = found[0]
+    origin = f"entry point of package {_package(ep)}: {ep.value}"
+    shown = f"model {name!r} ({origin})"
+    if not ep.attr:
+        raise ConfigError(
+            f"{shown} names a module, not an object in it; register it as {name} = {ep.module}:ATTRIBUTE"
+        )
+    found_object = _attribute(_import(ep.module, shown), ep.attr, shown)
+    return _plugin(found_object, shown, origin, expected_name=name)
+
+
+def _plugin(found: object, shown: str, origin: str, expected_name: str | None) -> PluginSpec:
+    make = _maker(found, shown)
+    spec = make()
+    if not isinstance(spec.name, str) or not spec.name.strip():
+        raise ConfigError(f"{shown}: the spec's name is {spec.name!r}; give it a non-empty name")
+    if expected_name is not None and spec.name != expected_name:
+        raise ConfigError(
+            f"{shown} gives a spec named {spec.name!r}; name the entry point {spec.name!r}, or the spec "
+            f"{expected_name!r}: the two must agree"
+        )
+    return PluginSpec(spec.name, origin, make)
+
+
+def _maker(found: object, shown: str) -> Callable[[], ModelSpec]:
+    """How to get the plug-in's spec again: the object itself, or a call of its factory."""
+    if spec_problem(found) is None:
+        spec: ModelSpec = found  # type: ignore[assignment]
+        return lambda: spec
+    if not callable(found):
+        raise ConfigError(
+            f"{shown} is {what(found)}, not a ModelSpec ({spec_problem(found)}); point it at an object with "
+            "name, describe() and load(device), or at a function of no arguments that returns one"
+        )
+    factory: Callable[[], object] = found
+
+    def make() -> ModelSpec:
+        try:
+            made = factory()
+        except ShardwiseError:
+            raise
+        except Exception as exc:
+            raise ConfigError(
+                f"{shown}: calling it with no arguments raised {brief(exc)}; fix the factory, or point at a "
+                "ModelSpec object"
+            ) from exc
+        problem = spec_problem(made)
+        if problem is not None:
+            raise ConfigError(
+                f"{shown}: the factory returned {what(made)}, not a ModelSpec ({problem}); return an object "
+                "with name, describe() and load(device)"
+            )
+        return made  # type: ignore[return-value]
+
+    return make
+
+
+def _import(module_name: str, shown: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_name
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise ConfigError(
+                f"{shown}: no module named {missing!r} can be imported here; put the folder that holds "
+                "it on PYTHONPATH or pip install its package, on every worker too"
+            ) from exc
+        raise ConfigError(
+            f"{shown}: module {module_name!r} imports {missing!r}, which is not installed; "
+            "pip install it, on every worker too"
+        ) from exc
+    except Exception as exc:
+        raise ConfigError(f"{shown}: importing {module_name!r} raised {brief(exc)}; fix the module") from exc
+
+
+def _attribute(module: ModuleType, attribute: str, shown: str) -> object:
+    found: object = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise ConfigError(
+                f"{shown}: {what(found, short=True)} has no attribute {part!r}; {_offer(found)}"
+            )
+        found = getattr(found, part)
+    return found
+
+
+def _offer(holder: object) -> str:
+    """The names worth pointing at in ``holder``: its model specs, else a few public names."""
+    public = sorted(n for n in dir(holder) if not n.startswith("_"))
+    specs = [n for n in public if spec_problem(getattr(holder, n, None)) is None]
+    if specs:
+        return f"the model specs in it are: {', '.join(specs[:_SHOWN_NAMES])}"
+    if not public:
+        return "it has no public names"
+    more = f" (and {len(public) - _SHOWN_NAMES} more)" if len(public) > _SHOWN_NAMES else ""
+    return f"its public names are: {', '.join(public[:_SHOWN_NAMES])}{more}"
+
+
+def _package(ep: EntryPoint) -> str:
+    dist = ep.dist
+    return f"{dist.name} {dist.version}" if dist is not None else "(unknown)"
