@@ -63,6 +63,8 @@ BAD_INPUTS = [
     (["--shards", "2", "--rows-per-shard", "5"], "give shards (2) or rows_per_shard (5), not both", ""),
     (["--key", "nokey"], "key column 'nokey' not in table 'docs'", "columns are: id, text"),
     (["--text-column", "body"], "text column 'body' not in table 'docs'", "columns are: id, text"),
+    (["--text-pair-column", "qq"], "text pair column 'qq' not in table 'docs'", "columns are: id, text"),
+    (["--text-pair-column", "text"], "text_pair_column 'text' is also the text column", "second text"),
     (["--table", "dosc"], "'dosc'", "docs"),
     (["--device", "gpu"], "--device 'gpu': is not a device", "use auto, cpu, cuda or cuda:N"),
 ]
@@ -113,6 +115,18 @@ def test_a_bad_plugin_is_one_line_exit_2_and_no_run(
     err = _one_line(capfd)
     assert code == 2, err
     assert err.startswith("shardwise: error: ") and message in err and fix in err, err
+    assert _runs(docs) == 0
+
+
+def test_pairs_for_a_model_without_them_are_refused_before_the_run(
+    docs: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    execute(docs, "alter table docs add column question text")
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    pairs = ["--text-column", "question", "--text-pair-column", "text"]
+    code = main(["run", "--source", docs, "--table", "docs", "--model", "plugin_faults:no_pairs", *pairs])
+    err = _one_line(capfd)
+    assert code == 2 and "model 'faulty' does not take text pairs" in err and "drop --text-pair-column" in err
     assert _runs(docs) == 0
 
 

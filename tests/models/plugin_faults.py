@@ -45,4 +45,6 @@ timestamped = Changed(version=lambda: f"run-{next(_CALLS)}")
 no_outputs = Changed(outputs=())
 taken_column = Changed(outputs=(OutputColumn("model_version", "float"),))
 no_length = Changed(max_length=0)
+no_pairs = Changed(name="faulty", pairs=False)
+"""Well formed, but it scores single texts only."""
 failing = Failing()
