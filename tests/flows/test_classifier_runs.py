@@ -1,15 +1,18 @@
-"""Classifier and cross-encoder directories end to end through the score flow: SQLite and PostgreSQL.
+"""Classifier, multi-label, regression and cross-encoder directories end to end: SQLite and PostgreSQL.
 
 The model is a tiny random BERT classifier saved to a directory
 (``tests/hf_builders.py``) and named by its path, as a user would. The results
 table gets typed columns (text ``label``, float ``score``, vector
-``probabilities``; a cross-encoder's float ``score`` from text pairs), and the
-exactly-once rules hold for them as for embeddings: a repeated run leaves
-every row unchanged, and ``--only-new`` retries only the dead letters.
+``probabilities``; a multi-label head's JSON ``labels``; a regression head's or
+a cross-encoder's float ``score``, the latter from text pairs), equal to a
+plain ``transformers`` forward pass, and the exactly-once rules hold for them
+as for embeddings: a repeated run leaves every row unchanged, and
+``--only-new`` retries only the dead letters.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 from flow_data import BAD_ROWS, execute, make_docs, texts
-from hf_builders import SIGMOID, tiny_classifier
+from hf_builders import SIGMOID, reference_logits, tiny_classifier
 
 from flows.params import ScoreParams
 from flows.score import score
@@ -162,18 +165,55 @@ def _make_pairs(url: str, n: int) -> list[tuple[int, Any]]:
     return [(i, TextPair(q, t)) for i, q, t in rows if q is not None]
 
 
-def test_sqlite_cross_encoder_scores_pairs(sqlite_url: str, cross_encoder_dir: Path) -> None:
-    rows = _make_pairs(sqlite_url, 120)
-    params = {"source": sqlite_url, "table": "pairs", "text_column": "query", "text_pair_column": "text"}
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url"))
+
+
+def test_cross_encoder_scores_pairs(db_url: str, cross_encoder_dir: Path) -> None:
+    rows = _make_pairs(db_url, 120)
+    params = {"source": db_url, "table": "pairs", "text_column": "query", "text_pair_column": "text"}
     first = _run(cross_encoder_dir, shards=2, **params)
     assert (first["rows_out"], first["rows_failed"]) == (len(rows), 1)
-    stored = execute(sqlite_url, f"select source_key, typeof(score), score from {TABLE} order by source_key")
+    stored = execute(db_url, f"select source_key, score from {TABLE} order by source_key")
     expected = _expected(cross_encoder_dir, rows)
-    assert [int(k) for k, _, _ in stored] == sorted(expected)
-    assert {t for _, t, _ in stored} == {"real"}
-    got = np.array([s for _, _, s in stored])
-    np.testing.assert_allclose(got, [float(expected[int(k)]["score"]) for k, _, _ in stored], atol=1e-6)
+    assert [int(k) for k, _ in stored] == sorted(expected)
+    assert all(isinstance(value, float) for _, value in stored)
+    questions, documents = zip(*(pair for _, pair in rows), strict=True)
+    plain = 1 / (1 + np.exp(-reference_logits(cross_encoder_dir, questions, documents)[:, 0]))
+    np.testing.assert_allclose([value for _, value in stored], plain, atol=1e-5)
+    got = np.array([value for _, value in stored])
+    np.testing.assert_allclose(got, [float(expected[int(k)]["score"]) for k, _ in stored], atol=1e-6)
     assert got.min() > 0 and got.max() < 1, "the CrossEncoder's sigmoid is applied"
-    errors = execute(sqlite_url, "select source_key, message from shardwise_errors")
+    errors = execute(db_url, "select source_key, message from shardwise_errors")
     assert [int(k) for k, _ in errors] == [120] and "null" in errors[0][1]
-    _unchanged_on_repeat(sqlite_url, cross_encoder_dir, len(rows), 1, shards=2, **params)
+    _unchanged_on_repeat(db_url, cross_encoder_dir, len(rows), 1, shards=2, **params)
+
+
+TOPICS = ("billing", "bug", "praise", "question")
+
+
+@pytest.mark.parametrize("head", ["multi-label", "regression"])
+def test_multi_label_and_regression_heads_end_to_end(db_url: str, head: str, tmp_path: Path) -> None:
+    """Each head's columns, typed in the results table, equal a plain transformers forward pass."""
+    if head == "multi-label":
+        model = tiny_classifier(tmp_path, TOPICS, problem_type="multi_label_classification", seed=31)
+    else:
+        model = tiny_classifier(tmp_path, None, num_labels=1, seed=32)
+    rows = make_docs(db_url, 150)
+    good = [text for key, text in rows if key < min(k for k, _ in BAD_ROWS)]
+    first = _run(model, source=db_url, table="docs", shards=2)
+    assert (first["rows_out"], first["rows_failed"]) == (len(good), len(BAD_ROWS))
+    logits = reference_logits(model, good)
+    if head == "multi-label":
+        stored = execute(db_url, f"select labels, probabilities from {TABLE} order by source_key")
+        probabilities = 1 / (1 + np.exp(-logits))
+        np.testing.assert_allclose(np.stack([_vector(p) for _, p in stored]), probabilities, atol=1e-5)
+        wanted = [[TOPICS[i] for i in np.flatnonzero(row >= 0.5)] for row in probabilities]
+        assert [json.loads(labels) for labels, _ in stored] == wanted
+        assert len({len(w) for w in wanted}) > 1, "rows carry different numbers of labels"
+    else:
+        stored = execute(db_url, f"select score from {TABLE} order by source_key")
+        assert all(isinstance(value, float) for (value,) in stored)
+        np.testing.assert_allclose([value for (value,) in stored], logits[:, 0], atol=1e-5)
+    _unchanged_on_repeat(db_url, model, len(good), len(BAD_ROWS), source=db_url, table="docs", shards=2)
