@@ -11,7 +11,7 @@ tokenizer's ``model_max_length``. Loading never touches the network.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,19 +21,19 @@ import torch
 from models.hf_files import (
     VERSIONED,
     check_layout,
-    encode,
-    load_tokenizer,
     max_length_of,
-    pad_id,
     read_json,
-    uses_segments,
 )
+from models.hf_loaded import HFLoaded
 from models.pooling import Pooling, pool
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
-from shardwise.model import Encoding, ModelInfo, OutputColumn, TextInput
+from shardwise.model import ModelInfo, OutputColumn
 
 __all__ = ["HFEncoder", "HFEncoderSpec"]
+
+_WIDTH_KEYS = ("hidden_size", "dim", "d_model", "n_embd")
+"""Where a config.json gives the hidden width, by architecture family."""
 
 
 @dataclass(frozen=True)
@@ -54,10 +54,13 @@ class HFEncoderSpec:
         check_layout(root)
         config = read_json(root / "config.json")
         max_length = max_length_of(root, config)
-        hidden = config.get("hidden_size")
-        if not isinstance(hidden, int):
+        # The JSON names the width as its architecture does (BERT hidden_size, DistilBERT dim, ...).
+        widths = [config.get(name) for name in _WIDTH_KEYS]
+        hidden = next((w for w in widths if isinstance(w, int) and not isinstance(w, bool)), None)
+        if hidden is None:
             raise ConfigError(
-                f"model directory {str(root)!r}: config.json has no integer hidden_size ({hidden!r}); "
+                f"model directory {str(root)!r}: config.json has no integer hidden_size (nor "
+                f"{', '.join(_WIDTH_KEYS[1:])}); "
                 "give an encoder saved with save_pretrained()"
             )
         outputs = (OutputColumn("embedding", "vector", hidden),)
@@ -67,34 +70,15 @@ class HFEncoderSpec:
         return HFEncoder(self, device)
 
 
-class HFEncoder:
+class HFEncoder(HFLoaded):
     """A loaded Hugging Face encoder that outputs one pooled vector per row."""
 
     def __init__(self, spec: HFEncoderSpec, device: torch.device) -> None:
-        root = spec.path
-        info = spec.describe()
-        try:
-            import tokenizers  # noqa: F401  (checked here so the message names the extra)
-            from transformers import AutoModel
-        except ImportError as exc:
-            raise ConfigError(
-                f"model {spec.name!r} needs the transformers and tokenizers packages; "
-                "install them with: pip install 'shardwise[hf]'"
-            ) from exc
-        config = read_json(root / "config.json")
-        self.max_length = info.max_length
-        self._tokenizer = load_tokenizer(root, self.max_length)
-        self._segments = uses_segments(config)
-        self.pad_id = pad_id(self._tokenizer, config)
-        self._pooling, self._normalize = _pooling_of(root)
-        self.name = spec.name
-        self.device = device
-        self.version = info.version
-        self.outputs = info.outputs
-        self._net = AutoModel.from_pretrained(root, local_files_only=True).eval().to(device)
+        super().__init__(spec.name, spec.describe(), spec.path, device)
+        from transformers import AutoModel
 
-    def tokenize(self, texts: Sequence[TextInput]) -> list[Encoding]:
-        return encode(self._tokenizer, texts, self._segments)
+        self._pooling, self._normalize = _pooling_of(spec.path)
+        self._net = AutoModel.from_pretrained(spec.path, local_files_only=True).eval().to(device)
 
     def forward(
         self,
@@ -102,12 +86,7 @@ class HFEncoder:
         attention_mask: torch.Tensor | None,
         token_type_ids: torch.Tensor | None,
     ) -> torch.Tensor:
-        net_inputs = {
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-            "token_type_ids": token_type_ids,
-        }
-        hidden = self._net(**net_inputs).last_hidden_state
+        hidden = self._net(**self.net_inputs(input_ids, attention_mask, token_type_ids)).last_hidden_state
         return pool(hidden, attention_mask, self._pooling, self._normalize)
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,17 +32,14 @@ import torch
 from models.hf_files import (
     VERSIONED,
     check_layout,
-    encode,
-    load_tokenizer,
     max_length_of,
-    pad_id,
     read_json,
-    uses_segments,
 )
 from models.hf_heads import DEFAULT_THRESHOLD, Head, is_classifier, read_head
+from models.hf_loaded import HFLoaded
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
-from shardwise.model import Encoding, ModelInfo, TextInput
+from shardwise.model import ModelInfo
 
 __all__ = ["HFClassifier", "HFClassifierSpec"]
 
@@ -114,30 +111,15 @@ class HFClassifierSpec:
         return version
 
 
-class HFClassifier:
+class HFClassifier(HFLoaded):
     """A loaded sequence-classification model: forward gives logits, :meth:`to_columns` the columns."""
 
     def __init__(self, spec: HFClassifierSpec, device: torch.device) -> None:
+        super().__init__(spec.name, spec.describe(), spec.path, device)
+        from transformers import AutoModelForSequenceClassification
+
         root = spec.path
-        info = spec.describe()
-        try:
-            import tokenizers  # noqa: F401  (checked here so the message names the extra)
-            from transformers import AutoModelForSequenceClassification
-        except ImportError as exc:
-            raise ConfigError(
-                f"model {spec.name!r} needs the transformers and tokenizers packages; "
-                "install them with: pip install 'shardwise[hf]'"
-            ) from exc
-        config = read_json(root / "config.json")
-        self.name = spec.name
-        self.version = info.version
-        self.outputs = info.outputs
-        self.max_length = info.max_length
-        self.device = device
         self._head = spec.head()
-        self._tokenizer = load_tokenizer(root, self.max_length)
-        self._segments = uses_segments(config)
-        self.pad_id = pad_id(self._tokenizer, config)
         net, loading = AutoModelForSequenceClassification.from_pretrained(
             root, local_files_only=True, output_loading_info=True
         )
@@ -150,19 +132,13 @@ class HFClassifier:
             )
         self._net = net.eval().to(device)
 
-    def tokenize(self, texts: Sequence[TextInput]) -> list[Encoding]:
-        return encode(self._tokenizer, texts, self._segments)
-
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None,
         token_type_ids: torch.Tensor | None,
     ) -> torch.Tensor:
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:  # models without segment embeddings take no such argument
-            inputs["token_type_ids"] = token_type_ids
-        logits: torch.Tensor = self._net(**inputs).logits
+        logits: torch.Tensor = self._net(**self.net_inputs(input_ids, attention_mask, token_type_ids)).logits
         return logits
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:

@@ -74,7 +74,8 @@ class _Encoder(nn.Module):
         positions = torch.arange(ids.shape[1], device=ids.device)
         x = self.tokens(ids) + self.positions(positions)[None]
         padding = None if mask is None else mask == 0
-        return self.layers(x, src_key_padding_mask=padding)
+        hidden: torch.Tensor = self.layers(x, src_key_padding_mask=padding)
+        return hidden
 
 
 class TinyModel:

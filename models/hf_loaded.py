@@ -1,0 +1,63 @@
+"""What a loaded Hugging Face directory model shares, whatever its head: identity, tokenizer, inputs.
+
+:class:`HFLoaded` holds the fields :meth:`describe` gave, the directory's
+tokenizer with its pad id and segment-id rule (:mod:`models.hf_files`), and
+builds a transformers forward pass's keyword arguments. The encoder
+(:mod:`models.hf`) and the classifier (:mod:`models.hf_classifier`) add their
+network and their outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from models.hf_files import encode, load_tokenizer, pad_id, read_json, uses_segments
+from shardwise.errors import ConfigError
+from shardwise.model import Encoding, ModelInfo, TextInput
+
+__all__ = ["HFLoaded", "require_transformers"]
+
+
+def require_transformers(name: str) -> None:
+    """Raise a :class:`ConfigError` naming the extra to install when transformers or tokenizers is missing."""
+    try:
+        import tokenizers  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            f"model {name!r} needs the transformers and tokenizers packages; "
+            "install them with: pip install 'shardwise[hf]'"
+        ) from exc
+
+
+class HFLoaded:
+    """A directory model's identity and tokenizer, as described by ``info``, on ``device``."""
+
+    def __init__(self, name: str, info: ModelInfo, root: Path, device: torch.device) -> None:
+        require_transformers(name)
+        config = read_json(root / "config.json")
+        self.name = name
+        self.version = info.version
+        self.outputs = info.outputs
+        self.max_length = info.max_length
+        self.device = device
+        self._tokenizer = load_tokenizer(root, self.max_length)
+        self._segments = uses_segments(config)
+        self.pad_id = pad_id(self._tokenizer, config)
+
+    def tokenize(self, texts: Sequence[TextInput]) -> list[Encoding]:
+        return encode(self._tokenizer, texts, self._segments)
+
+    @staticmethod
+    def net_inputs(
+        input_ids: torch.Tensor, attention_mask: torch.Tensor | None, token_type_ids: torch.Tensor | None
+    ) -> dict[str, torch.Tensor | None]:
+        """A forward pass's arguments: segment ids only when given, since a model without segment
+        embeddings (DistilBERT) takes no such argument."""
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        return inputs
