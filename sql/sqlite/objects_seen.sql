@@ -1,1 +1,0 @@
-SELECT object_key, etag FROM shardwise_objects WHERE source_identity = :source_identity
