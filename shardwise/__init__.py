@@ -6,6 +6,9 @@ tasks in ``tasks/`` and the flows in ``flows/`` wrap it.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from shardwise.config import EngineConfig
 from shardwise.device import resolve_device
 from shardwise.engine import Engine, EngineRun, RowResult
@@ -21,7 +24,11 @@ from shardwise.errors import (
 from shardwise.model import Encoding, Model, ModelSpec, OutputColumn
 from shardwise.stats import BatchStats, EngineStats
 
-__version__ = "0.1.0"
+try:
+    __version__ = _version("shardwise")
+    """The installed distribution's version: pyproject.toml is its one home."""
+except PackageNotFoundError:  # a source tree on sys.path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BatchStats",
