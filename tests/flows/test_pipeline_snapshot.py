@@ -11,7 +11,9 @@ from shardwise.pipeline import RunSpec
 @pytest.mark.postgres
 def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str, pipeline) -> None:
     make_docs(pg_url, 400, bad=False)
-    spec = RunSpec(source=pg_url, results=pg_url, results_table="scores", table="docs", shards=4)
+    spec = RunSpec(
+        model="tiny", source=pg_url, results=pg_url, results_table="scores", table="docs", shards=4
+    )
     prepared = pipeline.plan(spec, "run-snap")
     try:
         execute(pg_url, "insert into docs (id, text) values (10000, 'inserted while the run was going')")
@@ -32,7 +34,9 @@ def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str, pipeline) -> 
 @pytest.mark.postgres
 def test_a_shard_scored_twice_is_merged_once(pg_url: str, pipeline) -> None:
     make_docs(pg_url, 100, bad=True)
-    spec = RunSpec(source=pg_url, results=pg_url, results_table="scores", table="docs", shards=1)
+    spec = RunSpec(
+        model="tiny", source=pg_url, results=pg_url, results_table="scores", table="docs", shards=1
+    )
     prepared = pipeline.plan(spec, "run-twice")
     try:
         first = pipeline.shard(prepared, prepared.todo[0])
@@ -50,7 +54,9 @@ def test_score_pending_marks_a_failing_shard_and_the_run_failed(
     import shardwise.pipeline.worker as worker_module
 
     make_docs(sqlite_url, 20, bad=False)
-    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=1)
+    spec = RunSpec(
+        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=1
+    )
     prepared = pipeline.plan(spec, "run-fails")
 
     def broken(**kwargs: object) -> None:

@@ -132,7 +132,7 @@ def test_local_files_are_refused_when_workers_may_be_elsewhere(
 ) -> None:
     from shardwise.pipeline import RunSpec, as_is
 
-    spec = RunSpec(source=source, results=results or source, results_table="t", table=None)
+    spec = RunSpec(model="tiny", source=source, results=results or source, results_table="t", table=None)
     remote = Fanout("deployment", 1, None, deployment="score-shard/per-shard")
     with pytest.raises(ConfigError, match=match + r".*(PostgreSQL|postgresql)"):
         remote.check_reachable(spec, as_is)

@@ -18,7 +18,14 @@ ROWS = 300
 
 
 def _spec(url: str, **kw: object) -> RunSpec:
-    base = {"source": url, "results": url, "results_table": "scores", "table": "docs", "shards": 2}
+    base = {
+        "source": url,
+        "results": url,
+        "results_table": "scores",
+        "table": "docs",
+        "shards": 2,
+        "model": "tiny",
+    }
     return RunSpec(**{**base, "precision": "fp32", **kw})  # type: ignore[arg-type]
 
 

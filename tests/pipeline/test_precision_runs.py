@@ -15,6 +15,7 @@ from shardwise.results import Ledger
 
 
 def _spec(url: str, **kwargs: object) -> RunSpec:
+    kwargs = {"model": "tiny", **kwargs}
     return RunSpec(source=url, results=url, results_table="scores", table="docs", shards=3, **kwargs)  # type: ignore[arg-type]
 
 

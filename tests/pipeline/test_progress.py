@@ -21,7 +21,15 @@ def slow_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _spec(url: str) -> RunSpec:
-    return RunSpec(source=url, results=url, results_table="scores", table="docs", shards=1, precision="fp32")
+    return RunSpec(
+        model="tiny",
+        source=url,
+        results=url,
+        results_table="scores",
+        table="docs",
+        shards=1,
+        precision="fp32",
+    )
 
 
 def test_a_snapshot_counts_done_rows_running_progress_and_failed_shards() -> None:

@@ -38,7 +38,7 @@ def test_two_processes_racing_on_one_shard_commit_it_once(
 ) -> None:
     url = str(request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url"))
     make_docs(url, 150)
-    spec = RunSpec(source=url, results=url, results_table="scores", table="docs", shards=1)
+    spec = RunSpec(model="tiny", source=url, results=url, results_table="scores", table="docs", shards=1)
     planned = pipeline.plan(spec, "raced")
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(2), ctx.Queue()

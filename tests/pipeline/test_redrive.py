@@ -46,7 +46,13 @@ def dead_keys(url: str, run_id: str) -> list[str]:
 
 
 def sql_spec(url: str, **kwargs: Any) -> RunSpec:
-    settings: dict[str, Any] = {"results_table": "scores", "table": "docs", "shards": 2, **kwargs}
+    settings: dict[str, Any] = {
+        "results_table": "scores",
+        "table": "docs",
+        "shards": 2,
+        "model": "tiny",
+        **kwargs,
+    }
     return RunSpec(source=url, results=url, **settings)
 
 
@@ -133,7 +139,9 @@ def test_unknown_run_and_bad_specs_are_refused(url: str, run) -> None:
 def test_a_run_of_another_source_is_refused(url: str, run) -> None:
     run(sql_spec(url), "first")
     execute(url, "CREATE TABLE other (id BIGINT PRIMARY KEY, text TEXT)")
-    spec = RunSpec(source=url, results=url, results_table="scores", table="other", redrive="first")
+    spec = RunSpec(
+        model="tiny", source=url, results=url, results_table="scores", table="other", redrive="first"
+    )
     with pytest.raises(ConfigError, match=r"run 'first' read source .*docs'.*other'"):
         run(spec, "r")
 
@@ -148,11 +156,13 @@ def test_parquet_redrive_after_the_file_was_rewritten(tmp_path: Path, sqlite_url
     data = tmp_path / "data"
     data.mkdir()
     write_parquet(data / "part-0.parquet", GOOD + BAD)
-    spec = RunSpec(source=str(data), results=sqlite_url, results_table="scores", shards=2)
+    spec = RunSpec(model="tiny", source=str(data), results=sqlite_url, results_table="scores", shards=2)
     _, counts = run(spec, "first")
     assert counts.rows_out == 12 and dead_keys(sqlite_url, "first") == ["100", "101", "102", "103"]
 
-    redrive = RunSpec(source=str(data), results=sqlite_url, results_table="scores", redrive="first")
+    redrive = RunSpec(
+        model="tiny", source=str(data), results=sqlite_url, results_table="scores", redrive="first"
+    )
     plan, _ = run(redrive, "nothing-changed")
     assert plan.shards == () and plan.kind == "parquet"
 

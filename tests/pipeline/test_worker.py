@@ -19,7 +19,9 @@ from shardwise.results import Ledger
 
 def test_a_run_ref_pickles_and_keeps_connection_names_unresolved(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCS_DB", "postgresql+psycopg://app:s3cret@db/prod")
-    spec = RunSpec(source="env:DOCS_DB", results="secret:results-db", results_table="t", table="docs")
+    spec = RunSpec(
+        model="tiny", source="env:DOCS_DB", results="secret:results-db", results_table="t", table="docs"
+    )
     ref = RunRef("run-1", spec, threads=2)
     for dumps, loads in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads)):
         blob = dumps(ref)
@@ -30,13 +32,15 @@ def test_a_run_ref_pickles_and_keeps_connection_names_unresolved(monkeypatch: py
 
 @pytest.mark.parametrize("bad", [{"run_id": ""}, {"threads": 0}])
 def test_a_run_ref_checks_itself(bad: dict) -> None:
-    spec = RunSpec(source="sqlite:///x.db", results="sqlite:///x.db", results_table="t", table="docs")
+    spec = RunSpec(
+        model="tiny", source="sqlite:///x.db", results="sqlite:///x.db", results_table="t", table="docs"
+    )
     with pytest.raises(ConfigError):
         RunRef(**{"run_id": "r", "spec": spec, **bad})
 
 
 def test_names_need_a_resolver_below_the_orchestrator(sqlite_url: str, pipeline) -> None:
-    spec = RunSpec(source="env:DOCS_DB", results=sqlite_url, results_table="t", table="docs")
+    spec = RunSpec(model="tiny", source="env:DOCS_DB", results=sqlite_url, results_table="t", table="docs")
     with pytest.raises(ConfigError, match="is a name, and this caller gave no resolver"):
         pipeline.plan(spec, "r")
 
@@ -45,6 +49,7 @@ def test_a_worker_loads_its_model_once_for_many_shards(sqlite_url: str, pipeline
     make_docs(sqlite_url, 200, bad=False)
     # fp32: no precision guard, so the planner loads nothing and the first shard loads the model.
     spec = RunSpec(
+        model="tiny",
         source=sqlite_url,
         results=sqlite_url,
         results_table="scores",
@@ -62,7 +67,9 @@ def test_a_worker_loads_its_model_once_for_many_shards(sqlite_url: str, pipeline
 
 def test_a_worker_with_another_model_version_refuses(sqlite_url: str, pipeline) -> None:
     make_docs(sqlite_url, 30, bad=False)
-    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=1)
+    spec = RunSpec(
+        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=1
+    )
     planned = pipeline.plan(spec, "other-image")
     planned.close()
     execute(sqlite_url, "update shardwise_runs set model_version = 'f00d' || model_version")
@@ -73,7 +80,9 @@ def test_a_worker_with_another_model_version_refuses(sqlite_url: str, pipeline) 
 
 def test_a_shard_id_outside_the_stored_plan_is_refused(sqlite_url: str, pipeline) -> None:
     make_docs(sqlite_url, 30, bad=False)
-    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=2)
+    spec = RunSpec(
+        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=2
+    )
     planned = pipeline.plan(spec, "two")
     planned.close()
     with pytest.raises(
@@ -84,7 +93,7 @@ def test_a_shard_id_outside_the_stored_plan_is_refused(sqlite_url: str, pipeline
 
 def test_an_unknown_run_is_refused_by_the_worker(sqlite_url: str) -> None:
     make_docs(sqlite_url, 5, bad=False)
-    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs")
+    spec = RunSpec(model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs")
     cache = WorkerCache(get_spec)
     with pytest.raises(ConfigError, match="run 'ghost' is not in the shardwise_runs table"):
         score_ref_shard(RunRef("ghost", spec), 0, cache)
@@ -118,7 +127,7 @@ def test_a_resumed_run_keeps_its_stored_plan_and_snapshot(
     body = texts(120)
     _write(folder, "a.parquet", list(range(60)), body[:60])
     _write(folder, "b.parquet", list(range(60, 120)), body[60:])
-    spec = RunSpec(source=str(folder), results=sqlite_url, results_table="scores", shards=3)
+    spec = RunSpec(model="tiny", source=str(folder), results=sqlite_url, results_table="scores", shards=3)
     planned = pipeline.plan(spec, "first")
     stored_digest = planned.record.source_snapshot
     real = worker_module.score_shard
@@ -149,7 +158,9 @@ def test_a_resumed_run_keeps_its_stored_plan_and_snapshot(
 
 def test_resume_checks_what_it_is_asked_against_the_stored_run(sqlite_url: str, pipeline) -> None:
     make_docs(sqlite_url, 20, bad=False)
-    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=2)
+    spec = RunSpec(
+        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=2
+    )
     pipeline.plan(spec, "first").close()
     with pytest.raises(ConfigError, match="run 'nope' is not in the ledger"):
         pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "nope"}), "r")
@@ -165,7 +176,9 @@ def test_warming_loads_the_model_the_run_then_uses(sqlite_url: str, pipeline) ->
     from shardwise.pipeline import warm
 
     make_docs(sqlite_url, 60, bad=False)
-    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=3)
+    spec = RunSpec(
+        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=3
+    )
     warm(spec, pipeline.cache)
     assert pipeline.cache.loads == 1
     _, counts = pipeline.run(spec, "warmed")

@@ -170,7 +170,9 @@ def test_a_run_dead_letters_the_bad_values_and_scores_the_rest(
         assert error_class == "InputError"
         assert f"key {key} in row group {int(key) // 8} of Parquet object {str(path)!r}" in message
 
-    redrive = RunSpec(source=str(data), results=sqlite_url, results_table="scores", redrive="first")
+    redrive = RunSpec(
+        model="tiny", source=str(data), results=sqlite_url, results_table="scores", redrive="first"
+    )
     planned, _ = pipeline.run(redrive, "again")
     assert planned.plan.shards == (), "the keyed read fingerprints the stored bytes: nothing changed"
 

@@ -131,7 +131,9 @@ def test_a_run_through_a_flaky_network_scores_what_a_clean_run_scores(
         )
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)  # the source's own client, from the AWS settings
     clean_db, flaky_db = (f"sqlite:///{tmp_path / name}.db" for name in ("clean", "flaky"))
-    spec = RunSpec(source=f"s3://{bucket}/docs/", results=clean_db, results_table="scores", shards=4)
+    spec = RunSpec(
+        model="tiny", source=f"s3://{bucket}/docs/", results=clean_db, results_table="scores", shards=4
+    )
 
     _, clean = pipeline.run(spec, "clean")
     assert proxy.actions()["cut"] == 0

@@ -91,7 +91,7 @@ def test_a_sqlite_text_column_holding_blobs_is_fingerprinted_the_same(sqlite_url
 def test_only_new_runs_skip_unchanged_binary_rows(any_url: str, pipeline) -> None:  # type: ignore[no-untyped-def]
     """End to end with the tiny model: the second run scores only what changed, and the dead letters."""
     _make(any_url)
-    spec = RunSpec(
+    spec = RunSpec(model="tiny",
         source=any_url, results=any_url, results_table="scores", table="docs", text_column="body",
         only_new=True,
     )  # fmt: skip

@@ -134,7 +134,7 @@ def test_the_run_of_the_issue_is_refused_before_anything_is_scored(sqlite_url: s
 
     with writer(sqlite_url) as eng:
         create_docs(eng, DOUBLED, primary=False)
-    spec = RunSpec(source=sqlite_url, results=sqlite_url, results_table="scores", table="docs")
+    spec = RunSpec(model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs")
     with pytest.raises(ConfigError, match="is not unique: keys 1, 2, 3, 4, 5"):
         pipeline.run(spec, "dup")
     assert execute(sqlite_url, "SELECT name FROM sqlite_master WHERE name = 'scores'") == []
