@@ -37,6 +37,7 @@ from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_s
 from shardwise.precision import versioned
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord, existing_key_type
 from shardwise.sources import NewOnly, ParquetSource, Source, SourcePlan, is_keyed, plan_objects
+from shardwise.sources.base import KeyType
 
 __all__ = [
     "SHARDS_PER_WORKER",
@@ -305,7 +306,7 @@ def _redrive_source(spec: RunSpec, source: Source, ledger: Ledger, run_id: str) 
     return redrive_source(ledger, spec.results_table, source, spec.redrive, force=spec.force)
 
 
-def _key_type(plan: SourcePlan, ledger: Ledger, results_table: str) -> Literal["int", "text"]:
+def _key_type(plan: SourcePlan, ledger: Ledger, results_table: str) -> KeyType:
     key_type = plan.params.get("key_type")
     if key_type in ("int", "text"):
         return key_type  # type: ignore[no-any-return]

@@ -41,7 +41,6 @@ from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.precision import Precision, agreement, resolve_precision, versioned
 from shardwise.results import Ledger, ResultStore, RunRecord
-from shardwise.results.store import KeyType
 from shardwise.sources import (
     KeyedSource,
     ParquetSource,
@@ -52,6 +51,7 @@ from shardwise.sources import (
     is_keyed,
     open_source,
 )
+from shardwise.sources.base import KeyType
 
 __all__ = ["Catalogue", "WorkerCache", "open_spec_source", "score_ref_shard"]
 

@@ -42,6 +42,7 @@ from shardwise.results.merge import Lineage, MergeCounts, merge_rows
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.results.schema import stage_table
 from shardwise.results.staging import Staging
+from shardwise.sources.base import KeyType
 
 __all__ = ["Chunk", "ChunkCommit", "ChunkWriter"]
 
@@ -98,7 +99,7 @@ class ChunkWriter:
         engine: sa.Engine,
         results: sa.Table,
         outputs: tuple[OutputColumn, ...],
-        key_type: Literal["int", "text"],
+        key_type: KeyType,
         run: RunRecord,
         shard_id: int,
         attempt: int,

@@ -12,13 +12,14 @@ import struct
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from numbers import Integral
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from shardwise.errors import ConfigError
+from shardwise.sources.base import KeyType
 
 __all__ = [
     "Float32Vector",
@@ -140,7 +141,7 @@ def decode_json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, (str, bytes)) else value
 
 
-def check_key(key: Any, key_type: Literal["int", "text"], table: str) -> int | str:
+def check_key(key: Any, key_type: KeyType, table: str) -> int | str:
     """The key as the results table stores it, or a ConfigError naming the mismatch."""
     if key_type == "int" and isinstance(key, Integral) and not isinstance(key, bool):
         return int(key)

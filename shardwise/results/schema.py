@@ -8,13 +8,14 @@ fixed-name ledger tables are created from ``sql/<dialect>/ledger_schema.sql``.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.results.codec import Float32Vector, UtcTimestamp
+from shardwise.sources.base import KeyType
 
 __all__ = [
     "LEDGER_TABLES",
@@ -93,11 +94,11 @@ def _output_type(out: OutputColumn) -> sa.types.TypeEngine[Any]:
     return kinds[out.kind]
 
 
-def _key_type(key_type: Literal["int", "text"]) -> sa.types.TypeEngine[Any]:
+def _key_type(key_type: KeyType) -> sa.types.TypeEngine[Any]:
     return sa.BigInteger() if key_type == "int" else sa.Text()
 
 
-def results_table(name: str, outputs: tuple[OutputColumn, ...], key_type: Literal["int", "text"]) -> sa.Table:
+def results_table(name: str, outputs: tuple[OutputColumn, ...], key_type: KeyType) -> sa.Table:
     """The results table: key, one column per output, lineage; primary key (source_key, model_version)."""
     schema, table = parse_table_name(name)
     _check_outputs(outputs)

@@ -11,7 +11,7 @@ transaction stays open while the model computes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import psycopg
 import sqlalchemy as sa
@@ -24,6 +24,7 @@ from shardwise.model import OutputColumn
 from shardwise.results.codec import as_vector, check_key, key_text, pg_binary_float4_array
 from shardwise.results.records import DeadLetter, ResultRow
 from shardwise.results.sqlfiles import load_sql, query
+from shardwise.sources.base import KeyType
 
 __all__ = ["Staging"]
 
@@ -52,7 +53,7 @@ class Staging:
         conn: sa.Connection,
         stage: sa.Table,
         outputs: tuple[OutputColumn, ...],
-        key_type: Literal["int", "text"],
+        key_type: KeyType,
         table_name: str,
     ) -> None:
         self.conn = conn

@@ -12,7 +12,7 @@ connection.
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import sqlalchemy as sa
 
@@ -25,10 +25,9 @@ from shardwise.results.records import RunRecord
 from shardwise.results.schema import check_layout, parse_table_name
 from shardwise.results.schema import results_table as results_table_for
 from shardwise.results.writer import ShardWriter
+from shardwise.sources.base import KeyType
 
-__all__ = ["KeyType", "ResultStore", "existing_key_type"]
-
-KeyType = Literal["int", "text"]
+__all__ = ["ResultStore", "existing_key_type"]
 
 
 def existing_key_type(ledger: Ledger, results_table: str) -> KeyType | None:

@@ -35,6 +35,7 @@ from shardwise.results.outcomes import MergeOutcome
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.results.schema import stage_table
 from shardwise.results.staging import Staging
+from shardwise.sources.base import KeyType
 
 __all__ = ["ShardWriter"]
 
@@ -49,7 +50,7 @@ class ShardWriter:
         engine: sa.Engine,
         results: sa.Table,
         outputs: tuple[OutputColumn, ...],
-        key_type: Literal["int", "text"],
+        key_type: KeyType,
         run: RunRecord,
         shard_id: int,
         attempt: int,

@@ -12,10 +12,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-__all__ = ["Key", "NewOnly", "Shard", "Source", "SourcePlan", "SourceRow"]
+__all__ = ["Key", "KeyType", "NewOnly", "Shard", "Source", "SourcePlan", "SourceRow"]
 
 Key = int | str
 """A source row's key: an integer or text primary key (SQL), or a key column value (Parquet)."""
+
+KeyType = Literal["int", "text"]
+"""What kind of key a source has: one vocabulary for sources, plans (``key_type``) and results tables."""
 
 
 @dataclass(frozen=True, slots=True)

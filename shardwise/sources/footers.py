@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardwise.errors import SourceError
+from shardwise.sources.base import KeyType
 from shardwise.sources.objects import ObjectInfo, ObjectStore
 from shardwise.sources.row_groups import RowGroup
 
@@ -30,7 +31,7 @@ class Footer:
 
     obj: ObjectInfo
     row_groups: tuple[RowGroup, ...]
-    key_type: Literal["int", "text"] | None = None
+    key_type: KeyType | None = None
     """How results store the key: set when the columns were checked."""
 
     @property
@@ -58,7 +59,7 @@ def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, inputs: Sequence
                 f"{obj.key!r} is not a readable Parquet file ({exc}); remove it from the location "
                 "or point the location at the Parquet files only"
             ) from exc
-    key_type: Literal["int", "text"] | None = None
+    key_type: KeyType | None = None
     if check:
         schema = metadata.schema.to_arrow_schema()
         _check_columns(obj, schema, key, inputs)

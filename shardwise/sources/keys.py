@@ -10,10 +10,9 @@ integer column never equals the text ``'42'`` on PostgreSQL, and Parquet's
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Literal
 
 from shardwise.errors import ConfigError
-from shardwise.sources.base import Key
+from shardwise.sources.base import Key, KeyType
 
 __all__ = ["KEY_CHUNK", "key_chunks", "parse_keys"]
 
@@ -39,7 +38,7 @@ def _as_str(key: Key, where: str) -> str:
     return str(key)
 
 
-def parse_keys(keys: Sequence[Key], kind: Literal["int", "str"], where: str) -> list[Key]:
+def parse_keys(keys: Sequence[Key], kind: KeyType, where: str) -> list[Key]:
     """``keys`` in the key column's type (``kind``), without duplicates, in the order given.
 
     ``where`` names the source for the error message of a key that cannot be converted.

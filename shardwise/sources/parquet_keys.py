@@ -70,7 +70,7 @@ def _value_set(
         key_type = key_type.value_type
     if pa.types.is_integer(key_type):
         return pa.array(parse_keys(keys, "int", where), pa.int64())
-    return pa.array(parse_keys(keys, "str", where), pa.string())
+    return pa.array(parse_keys(keys, "text", where), pa.string())
 
 
 def _row_group(

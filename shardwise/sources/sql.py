@@ -155,7 +155,7 @@ class SqlSource:
             "table": src.table.name,
             "schema": src.schema,
             "key": src.key.name,
-            "key_type": "int" if src.key_kind == "int" else "text",
+            "key_type": src.key_kind,
             "text_column": src.text.name,
             "text_pair_column": None if src.pair is None else src.pair.name,
             "where": self._where,

@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.sources.base import NewOnly, Shard, SourcePlan
-from shardwise.sources.sql_schema import KeyKind
+from shardwise.sources.base import KeyType, NewOnly, Shard, SourcePlan
 
 __all__ = ["check_plan", "new_only_params"]
 
@@ -30,7 +29,7 @@ def new_only_params(new_only: NewOnly | None, results_found: bool) -> dict[str, 
     }
 
 
-def _check_bound(name: str, value: Any, kind: KeyKind) -> None:
+def _check_bound(name: str, value: Any, kind: KeyType) -> None:
     wanted = int if kind == "int" else str
     if value is not None and (isinstance(value, bool) or not isinstance(value, wanted)):
         raise ConfigError(
@@ -40,7 +39,7 @@ def _check_bound(name: str, value: Any, kind: KeyKind) -> None:
 
 
 def check_plan(
-    plan: SourcePlan, shard: Shard, identity: str, params: Mapping[str, Any], kind: KeyKind
+    plan: SourcePlan, shard: Shard, identity: str, params: Mapping[str, Any], kind: KeyType
 ) -> NewOnly | None:
     """Refuse a plan or shard this source did not make; return the plan's only-new setting."""
     if plan.kind != "sql" or plan.identity != identity:

@@ -13,22 +13,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, SourceError
+from shardwise.sources.base import KeyType
 
 __all__ = [
     "RESULT_COLUMNS",
-    "KeyKind",
     "SourceTable",
     "reflect_results",
     "reflect_source",
     "split_results_name",
 ]
-
-KeyKind = Literal["int", "str"]
 
 RESULT_COLUMNS = ("source_key", "model_version", "input_fingerprint")
 """The results-table columns ``--only-new`` reads; the results store owns the rest."""
@@ -51,7 +49,7 @@ class SourceTable:
     schema: str
     key: sa.Column[Any]
     text: sa.Column[Any]
-    key_kind: KeyKind
+    key_kind: KeyType
     pair: sa.Column[Any] | None = None
 
     @property
@@ -92,11 +90,11 @@ def _column(table: sa.Table, name: str, role: str) -> sa.Column[Any]:
     return table.c[name]
 
 
-def _key_kind(column: sa.Column[Any]) -> KeyKind:
+def _key_kind(column: sa.Column[Any]) -> KeyType:
     if isinstance(column.type, sa.Integer):
         return "int"
     if isinstance(column.type, sa.String):
-        return "str"
+        return "text"
     raise ConfigError(
         f"key column {column.name!r} has type {column.type!r}; the key must be an integer or text "
         "column (it orders the rows and addresses their results)"
