@@ -25,7 +25,6 @@ __all__ = [
     "SourceTable",
     "reflect_results",
     "reflect_source",
-    "split_results_name",
 ]
 
 RESULT_COLUMNS = ("source_key", "model_version", "input_fingerprint")
@@ -124,15 +123,17 @@ def reflect_source(
     return SourceTable(reflected, resolved, key_col, text_col, _key_kind(key_col), pair_col)
 
 
-def split_results_name(name: str, default_schema: str) -> tuple[str, str]:
-    """``"table"`` lives in the source's schema; ``"schema.table"`` names its own."""
-    schema, dot, table = name.rpartition(".")
-    return (schema, table) if dot and schema else (default_schema, name)
-
-
 def reflect_results(conn: sa.Connection, name: str, default_schema: str) -> sa.Table | None:
-    """The results table if it exists (None: nothing was scored yet, so every row is new)."""
-    schema, table = split_results_name(name, default_schema)
+    """The results table if it exists (None: nothing was scored yet, so every row is new).
+
+    ``name`` is ``table``, in the source's schema, or ``schema.table``, read
+    by the results store's own parser (imported here: the results package
+    imports this one's base module, so a module-level import would be circular).
+    """
+    from shardwise.results.schema import parse_table_name
+
+    named_schema, table = parse_table_name(name)
+    schema = named_schema or default_schema
     insp = sa.inspect(conn)
     if schema not in insp.get_schema_names() or table not in _relations(insp, schema):
         return None
