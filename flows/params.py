@@ -6,10 +6,12 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shardwise.errors import ConfigError
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.spec import DEFAULT_MODEL
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
+from shardwise.sources.sizing import Sizing
 from tasks.runners import Fanout, RunnerName
 
 __all__ = ["ScoreParams"]
@@ -159,10 +161,11 @@ class ScoreParams(BaseModel):
 
     @model_validator(mode="after")
     def _one_sizing(self) -> ScoreParams:
-        if self.shards is not None and self.rows_per_shard is not None:
-            raise ValueError(
-                f"give shards ({self.shards}) or rows_per_shard ({self.rows_per_shard}), not both"
-            )
+        """The sizing rule of :class:`~shardwise.sources.sizing.Sizing`, as a form error."""
+        try:
+            Sizing(self.shards, self.rows_per_shard)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
         return self
 
     def event_name(self) -> str:

@@ -19,6 +19,7 @@ from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precision
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.sources import is_sql_url
+from shardwise.sources.sizing import Sizing
 
 __all__ = ["Resolver", "RunRef", "RunSpec", "as_is", "check_connections"]
 
@@ -93,10 +94,7 @@ class RunSpec:
                 f"text_pair_column {self.text_pair_column!r} is also the {role}; name the column that "
                 "holds each row's second text"
             )
-        if self.shards is not None and self.rows_per_shard is not None:
-            raise ConfigError(
-                f"give shards ({self.shards}) or rows_per_shard ({self.rows_per_shard}), not both"
-            )
+        Sizing(self.shards, self.rows_per_shard)  # the one sizing rule, checked where the spec is made
         if self.redrive is not None and (not self.redrive or self.only_new or self.resume):
             raise ConfigError(
                 f"redrive={self.redrive!r} needs a run id, and plans its own keys, so it takes neither "

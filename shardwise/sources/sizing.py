@@ -39,8 +39,7 @@ class Sizing:
     def __post_init__(self) -> None:
         if self.shards is not None and self.rows_per_shard is not None:
             raise ConfigError(
-                f"give shards or rows_per_shard, not both; got shards={self.shards}, "
-                f"rows_per_shard={self.rows_per_shard}"
+                f"give shards ({self.shards}) or rows_per_shard ({self.rows_per_shard}), not both"
             )
         _positive("shards", self.shards)
         _positive("rows_per_shard", self.rows_per_shard)
