@@ -57,7 +57,7 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, ShardwiseError, SourceError, TransientError
 
-__all__ = ["classify", "mapped_errors", "safe_url"]
+__all__ = ["classify", "mapped_errors", "safe_url", "without_secrets"]
 
 _RETRY = "this may pass on a retry"
 _CHECK_URL = "check the database URL, that the database and schema exist, and the user's privileges"
@@ -105,14 +105,26 @@ _POOL_EMPTY: _Rule = ((), TransientError, f"no free connection in the pool; {_RE
 _CONNECTION_LOST: _Rule = ((), TransientError, f"the connection failed or dropped; {_RETRY}")
 
 
+def without_secrets(url: sa.URL, *, keep_password: bool = False) -> sa.URL:
+    """``url`` without query parameters whose names look secret, and without its password unless
+    ``keep_password`` (for a rendering that hides it)."""
+    secret = [k for k in url.query if any(s in k.lower() for s in _SECRET_QUERY_KEYS)]
+    bare = url.difference_update_query(secret)
+    if keep_password:
+        return bare
+    # URL.set(password=None) would keep the password: None means "unchanged" there.
+    return sa.URL.create(
+        bare.drivername, bare.username, None, bare.host, bare.port, bare.database, bare.query
+    )
+
+
 def safe_url(url: str | sa.URL) -> str:
     """The URL for messages and logs, by the parser: password hidden, secret-looking query keys left out."""
     try:
         parsed = sa.make_url(url)
     except sa.exc.ArgumentError:
         return "<unparseable database URL>"
-    secret = [k for k in parsed.query if any(s in k.lower() for s in _SECRET_QUERY_KEYS)]
-    return parsed.difference_update_query(secret).render_as_string(hide_password=True)
+    return without_secrets(parsed, keep_password=True).render_as_string(hide_password=True)
 
 
 def classify(

@@ -8,10 +8,9 @@ filter, a write refused by a read-only transaction) is a
 :class:`SourceError`. The password in the URL is removed from every message
 and from the identity.
 
-SQLite connections get two settings on connect: ``PRAGMA query_only`` (a
-source only reads, so an operator's filter cannot write) and the
-``shardwise_md5`` SQL function, which gives ``--only-new`` the same input
-fingerprint that PostgreSQL's ``md5(text)`` gives.
+SQLite connections get ``PRAGMA query_only`` on connect: a source only
+reads, so an operator's filter cannot write. (The input fingerprint's SQL
+function is registered by :mod:`shardwise.sources.sql_fingerprint`.)
 """
 
 from __future__ import annotations
@@ -22,12 +21,10 @@ from contextlib import AbstractContextManager
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
-from shardwise.dberrors import mapped_errors
+from shardwise.dberrors import mapped_errors, without_secrets
 from shardwise.errors import ConfigError, SourceError
 
 __all__ = ["Database"]
-
-_SECRET_QUERY_KEYS = ("password", "secret", "token", "sslkey")
 
 
 def _on_sqlite_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
@@ -50,10 +47,7 @@ def _parse_url(url: str) -> URL:
 
 def _identity_url(url: URL) -> str:
     """The URL without its password or secret-looking query parameters."""
-    query = {k: v for k, v in url.query.items() if not any(s in k.lower() for s in _SECRET_QUERY_KEYS)}
-    # URL.set(password=None) would keep the password: None means "unchanged" there.
-    bare = URL.create(url.drivername, url.username, None, url.host, url.port, url.database, query)
-    return bare.render_as_string(hide_password=False)
+    return without_secrets(url).render_as_string(hide_password=False)
 
 
 class Database:
