@@ -27,7 +27,7 @@ __all__ = ["begin_keyed_read", "keyed_query", "keyed_rows"]
 def keyed_query(sel: Selection, keys: Sequence[Key]) -> sa.Select[Any, Any]:
     """The rows of ``sel`` whose key is one of ``keys``, ordered by key."""
     key = sel.src.key
-    return sa.select(key, *sel.src.inputs).where(*sel.rows(), key.in_(list(keys))).order_by(key)
+    return sa.select(key, *sel.src.inputs).where(*sel.conditions(), key.in_(list(keys))).order_by(key)
 
 
 def begin_keyed_read(conn: sa.Connection) -> None:

@@ -79,7 +79,7 @@ class Selection:
             r.c.input_fingerprint == self.fingerprint(),
         )
 
-    def rows(self) -> list[sa.ColumnElement[bool] | sa.TextClause]:
+    def conditions(self) -> list[sa.ColumnElement[bool] | sa.TextClause]:
         """Every condition a row must meet to be planned and read."""
         conds: list[sa.ColumnElement[bool] | sa.TextClause] = [*self.filters(), self.src.key.is_not(None)]
         if self.results is not None:
@@ -110,7 +110,7 @@ def quantile_query(sel: Selection, fractions: Sequence[float]) -> sa.Select[int,
     ``percentile_disc`` over the distinct keys, so the boundaries are distinct
     keys and no shard is empty by construction, even when key values repeat.
     """
-    keys = sa.select(sel.src.key.label("k")).where(*sel.rows()).distinct().subquery()
+    keys = sa.select(sel.src.key.label("k")).where(*sel.conditions()).distinct().subquery()
     at: sa.ColumnElement[list[float]] = sa.literal(list(fractions), pg.ARRAY(sa.Double()))
     return sa.select(sa.func.count(), sa.func.percentile_disc(at).within_group(keys.c.k))
 
@@ -131,7 +131,7 @@ def boundary_window_query(sel: Selection, shards: int, distinct: int) -> sa.Sele
             sa.func.rank().over(order_by=key).label("rk"),
             sa.func.dense_rank().over(order_by=key).label("dr"),
         )
-        .where(*sel.rows())
+        .where(*sel.conditions())
         .subquery()
     )
     n = sa.bindparam("shards", shards, type_=sa.BigInteger())
@@ -150,7 +150,7 @@ def read_query(sel: Selection, lo: Any, hi: Any, after: Any = None) -> sa.Select
     ``after`` resumes a shard: only keys above it, the last key already committed.
     """
     key = sel.src.key
-    conds = sel.rows()
+    conds = sel.conditions()
     if lo is not None:
         conds.append(key >= lo)
     if hi is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from shardwise.watch.events import EVENT, Announcer, Emitter, check_name, source_resource
 from shardwise.watch.factory import Mode, open_watcher
 from shardwise.watch.loop import Backoff
-from shardwise.watch.objects import ObjectWatcher, Seen
+from shardwise.watch.object_watcher import ObjectWatcher, Seen
 from shardwise.watch.pg_notify import CHANNEL, PgNotifyWatcher
 from shardwise.watch.poller import WatermarkPoller
 from shardwise.watch.trigger import install_trigger, trigger_installed, uninstall_trigger

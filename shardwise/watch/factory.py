@@ -14,7 +14,7 @@ from typing import Any, Literal
 from shardwise.errors import ConfigError
 from shardwise.sources import is_sql_url
 from shardwise.watch.events import Emitter, check_name
-from shardwise.watch.objects import ObjectWatcher, Seen
+from shardwise.watch.object_watcher import ObjectWatcher, Seen
 from shardwise.watch.pg_notify import PgNotifyWatcher
 from shardwise.watch.poller import WatermarkPoller
 from shardwise.watch.trigger import trigger_installed

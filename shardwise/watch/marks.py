@@ -14,7 +14,7 @@
   baseline and announces nothing. ``count(*)`` scans the table on PostgreSQL:
   on large tables prefer the trigger.
 
-A mark is JSON (see :mod:`shardwise.watch.progress`); ``kind`` names the
+A mark is JSON (see :mod:`shardwise.watch.state`); ``kind`` names the
 tracker that wrote it, and a mark of another kind counts as no mark.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from shardwise.watch.progress import Mark
+from shardwise.watch.state import Mark
 from shardwise.watch.table import WatchedTable, from_json, to_json
 
 __all__ = ["CounterTracker", "Tracker", "WatermarkTracker", "max_key"]

@@ -11,7 +11,7 @@
   counter's ``seq``. A bulk load of many statements becomes one event.
 * **No change lost.** Every (re)connect first LISTENs, then compares the
   table's mark with the last one announced (persisted in
-  ``shardwise_watch_state``, see :mod:`shardwise.watch.progress`) and
+  ``shardwise_watch_state``, see :mod:`shardwise.watch.state`) and
   announces what changed while it was away, UPDATEs included. A change
   committed before LISTEN is in the mark; one committed after it is notified.
   The same check runs every ``check_s`` while idle, which also catches a
@@ -46,7 +46,7 @@ from shardwise.watch.events import Announcer, Emitter
 from shardwise.watch.loop import Backoff, run_until
 from shardwise.watch.marks import CounterTracker, Tracker, WatermarkTracker
 from shardwise.watch.pgwire import driver
-from shardwise.watch.progress import Progress
+from shardwise.watch.state import WatchState
 from shardwise.watch.table import open_table
 from shardwise.watch.trigger import find_trigger
 
@@ -95,7 +95,7 @@ class PgNotifyWatcher:
             )
         self._debounce_s, self._check_s, self._wait_s = debounce_s, check_s, wait_s
         self._backoff = backoff or Backoff()
-        self._progress = Progress(self._announce.name, self._table.identity, "postgresql")
+        self._progress = WatchState(self._announce.name, self._table.identity, "postgresql")
         self._conn: sa.Connection | None = None
         self._tracker: Tracker = WatermarkTracker(self._table)
         self._check_at = 0.0

@@ -22,7 +22,7 @@ from shardwise.errors import ConfigError
 from shardwise.watch.events import Announcer, Emitter
 from shardwise.watch.loop import Backoff, run_until
 from shardwise.watch.marks import WatermarkTracker
-from shardwise.watch.progress import Progress
+from shardwise.watch.state import WatchState
 from shardwise.watch.table import open_table
 
 __all__ = ["WatermarkPoller"]
@@ -51,7 +51,7 @@ class WatermarkPoller:
         db = self._table.db
         self._state = db.engine if db.is_postgres else sa.create_engine(db.url, connect_args={"timeout": 30})
         self._tracker = WatermarkTracker(self._table)
-        self._progress = Progress(self._announce.name, self._table.identity, db.dialect)
+        self._progress = WatchState(self._announce.name, self._table.identity, db.dialect)
         self._interval_s = interval_s
         self._backoff = backoff or Backoff()
 

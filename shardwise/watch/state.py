@@ -23,13 +23,13 @@ import sqlalchemy as sa
 
 from shardwise.results.sqlfiles import query
 
-__all__ = ["Mark", "Progress"]
+__all__ = ["Mark", "WatchState"]
 
 Mark = dict[str, Any]
 _log = logging.getLogger(__name__)
 
 
-class Progress:
+class WatchState:
     """The last mark one named watcher of one source recorded."""
 
     def __init__(self, name: str, identity: str, dialect: str) -> None:
