@@ -148,9 +148,11 @@ def _counted(summary: dict[str, Any]) -> str:
 def print_plan(params: ScoreParams) -> None:
     """Print the shard count, rows per shard, estimated tokens and what --only-new would skip; then the
     runs into the same results table still marked running: live, or abandoned (to resume instead)."""
-    from tasks.dry_run import plan_report
+    from models import get_spec
+    from shardwise.pipeline import plan_report
+    from tasks.connections import resolve
 
-    report = plan_report(params.to_spec(), params.fanout().workers)
+    report = plan_report(params.to_spec(), get_spec, resolve, params.fanout().workers)
     print(f"source {report['source']} (snapshot {report['snapshot']})")
     print(f"{plural(report['shards'], 'shard')}, {plural(report['rows'], 'row')} to score")
     if report["shards"]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from shardwise.pipeline.checks import check_run
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
-from shardwise.pipeline.dryrun import PlanPreview, preview_plan
+from shardwise.pipeline.dryrun import PlanPreview, plan_report, preview_plan
 from shardwise.pipeline.lease import LEASE_S, LeaseKeeper, Takeover, takeover_from
 from shardwise.pipeline.prepare import (
     SHARDS_PER_WORKER,
@@ -53,6 +53,7 @@ __all__ = [
     "finish_run",
     "hardware_precision",
     "open_spec_source",
+    "plan_report",
     "plan_source",
     "prepare_run",
     "preview_plan",

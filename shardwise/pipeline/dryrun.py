@@ -1,17 +1,34 @@
-"""``shardwise plan``: what a run would do, without doing it."""
+"""``shardwise plan``: what a run would do, without doing it.
+
+:func:`plan_report` plans the source as a run would, estimates the tokens from
+a sample of rows, counts what ``--only-new`` would skip and lists the runs
+into the same results table still marked running. Nothing is written.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from itertools import islice
+from typing import Any
 
-from shardwise.errors import InputError
+import torch
+
+from shardwise.errors import ConfigError, InputError
 from shardwise.model import Model, TextInput
+from shardwise.pipeline.prepare import SHARDS_PER_WORKER, plan_source
+from shardwise.pipeline.run_precision import hardware_precision
+from shardwise.pipeline.spec import Resolver, RunSpec
+from shardwise.pipeline.worker import Catalogue, open_spec_source
+from shardwise.precision import versioned
+from shardwise.results import Ledger
+from shardwise.results.codec import utc_now
+from shardwise.results.leases import when
 from shardwise.sources import Source, SourcePlan
 from shardwise.text import coerce_input
 
-__all__ = ["PlanPreview", "preview_plan"]
+__all__ = ["PlanPreview", "plan_report", "preview_plan"]
 
 _SAMPLE_SHARDS = 4
 _SAMPLE_ROWS = 64
@@ -50,3 +67,74 @@ def preview_plan(source: Source, plan: SourcePlan, model: Model) -> PlanPreview:
         lengths += [len(e.ids) for e in model.tokenize(texts)]
     mean = statistics.fmean(lengths) if lengths else 0.0
     return PlanPreview(plan, mean, len(lengths))
+
+
+def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers: int = 1) -> dict[str, Any]:
+    """Shards, rows, estimated tokens and rows already scored, for ``spec``; nothing is written.
+
+    ``catalogue`` looks the model up (``models.get_spec``) and ``resolve``
+    turns connection names into URLs, as for a run.
+
+    The tokenizer estimates the tokens, so the model is loaded, on the CPU.
+    ``workers`` sizes the default shard count as the run would. The precision
+    is the hardware's choice; the run's accuracy guard may still send it back
+    to fp32 (and so to the fp32 version's already-scored rows).
+    """
+    spec_of = catalogue(spec.model)
+    model = spec_of.load(torch.device("cpu"))
+    info = spec_of.describe()
+    precision, _ = hardware_precision(spec, info.outputs)
+    version = versioned(info.version, precision)
+    source = open_spec_source(spec, resolve)
+    ledger = Ledger(resolve(spec.results))
+    try:
+        plan = plan_source(spec, source, version, ledger, min_shards=SHARDS_PER_WORKER * workers)
+        preview = preview_plan(source, plan, model)
+        try:
+            current = (
+                plan
+                if spec.only_new
+                else plan_source(dataclasses.replace(spec, only_new=True), source, version, ledger)
+            )
+            already = str(int(current.params.get("skipped_rows") or 0))
+        except ConfigError as exc:
+            already = f"unknown ({exc})"
+        unfinished = _unfinished(ledger, spec.results_table)
+    finally:
+        source.close()
+        ledger.close()
+    sizes = [s.expected_rows for s in plan.shards]
+    return {
+        "source": plan.identity,
+        "snapshot": plan.snapshot or "none",
+        "shards": len(sizes),
+        "rows": plan.expected_rows,
+        "rows_per_shard_min": min(sizes, default=0),
+        "rows_per_shard_max": max(sizes, default=0),
+        "estimated_tokens": preview.estimated_tokens,
+        "tokens_per_row": round(preview.tokens_per_row, 1),
+        "model": f"{model.name} {model.version[:12]}",
+        "precision": precision,
+        "only_new": spec.only_new,
+        "rows_already_scored": already,
+        "unfinished_runs": unfinished,
+    }
+
+
+def _unfinished(ledger: Ledger, results_table: str) -> list[str]:
+    """Runs into the same results table still marked running: live ones, and abandoned ones to resume."""
+    now, found = utc_now(), []
+    for run in ledger.recent_runs(10, status="running", results_table=results_table):
+        if run.state(now) == "abandoned":
+            found.append(
+                f"run {run.run_id} is abandoned ({run.shards_done}/{run.shards_total} shards done; its "
+                f"lease, held by {run.owner}, expired {when(run.lease_expires_at)}): finish it with "
+                f"shardwise run ... --resume {run.run_id} rather than scoring its rows again"
+            )
+        else:
+            holder = f"on {run.owner}, lease until {when(run.lease_expires_at)}" if run.owner else "no lease"
+            found.append(
+                f"run {run.run_id} is still running ({holder}; {run.shards_done}/{run.shards_total} "
+                "shards done): a new run now would score the same rows again"
+            )
+    return found
