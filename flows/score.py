@@ -16,6 +16,7 @@ from flows.params import ScoreParams
 from flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import PlannedRun, ShardOutcome, finish_run
 from shardwise.redact import redact_mapping
+from shardwise.stats import EngineStats
 from shardwise.waiting import until_back
 from shardwise.words import plural
 from tasks import plan_run
@@ -107,9 +108,13 @@ def _summary(
     planned: PlannedRun, fanout: Fanout, outcomes: list[ShardOutcome], counts: dict[str, Any], wall_s: float
 ) -> dict[str, Any]:
     record = planned.record
-    real = sum(int(o.engine.get("real_tokens", 0)) for o in outcomes)
-    padded = sum(int(o.engine.get("padded_tokens", 0)) for o in outcomes)
-    rows = sum(o.rows_in for o in outcomes)
+    total = EngineStats(  # the run's totals over its shards; the rates are EngineStats' own
+        rows=sum(o.rows_in for o in outcomes),
+        real_tokens=sum(int(o.engine.get("real_tokens", 0)) for o in outcomes),
+        padded_tokens=sum(int(o.engine.get("padded_tokens", 0)) for o in outcomes),
+        oom_splits=sum(int(o.engine.get("oom_splits", 0)) for o in outcomes),
+        wall_s=wall_s,
+    )
     return {
         "run_id": record.run_id,
         "status": "failed" if counts["shards_failed"] else "completed",
@@ -134,9 +139,9 @@ def _summary(
         "updated": sum(o.merge.updated for o in outcomes if o.merge),
         "unchanged": sum(o.merge.unchanged for o in outcomes if o.merge),
         "rows_truncated": sum(o.rows_truncated for o in outcomes),
-        "oom_splits": sum(int(o.engine.get("oom_splits", 0)) for o in outcomes),
-        "padding_efficiency": real / padded if padded else 1.0,
-        "rows_per_s": rows / wall_s if wall_s > 0 else 0.0,
-        "tokens_per_s": real / wall_s if wall_s > 0 else 0.0,
+        "oom_splits": total.oom_splits,
+        "padding_efficiency": total.padding_efficiency,
+        "rows_per_s": total.rows_per_s,
+        "tokens_per_s": total.tokens_per_s,
         "wall_s": wall_s,
     }
