@@ -1,4 +1,4 @@
-"""Content hashes that identify a model version and an input text."""
+"""Content hashes that identify a model version (input fingerprints are :mod:`shardwise.lineage`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["hash_files", "hash_state", "text_fingerprint"]
+__all__ = ["hash_files", "hash_state"]
 
 _CHUNK = 1 << 20
 
@@ -54,13 +54,3 @@ def hash_state(config: Mapping[str, Any], state: Mapping[str, torch.Tensor]) -> 
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
     return digest.hexdigest()
-
-
-def text_fingerprint(text: str) -> str:
-    """Hex MD5 of the text's UTF-8 bytes: notices when a row's input changed.
-
-    MD5 because PostgreSQL computes the same value in SQL (``md5(text)``), so
-    ``--only-new`` can compare fingerprints inside the database. It identifies
-    content; it is not a security measure.
-    """
-    return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()

@@ -7,7 +7,6 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from shardwise.hashing import text_fingerprint
 from shardwise.text import TextPair
 
 __all__ = ["code_version", "value_fingerprint"]
@@ -42,20 +41,28 @@ def code_version() -> str:
 
 
 def value_fingerprint(value: object) -> str | None:
-    """Fingerprint of an input value as stored: text by its UTF-8 MD5, bytes by their MD5, else None.
+    """The input fingerprint of a value as stored, which notices when a row's input changed.
 
-    A :class:`~shardwise.text.TextPair` has the MD5 of its members'
-    fingerprints, concatenated; None when either has none. The database
-    computes the same (:mod:`shardwise.sources.sql_fingerprint`).
+    Text has the hex MD5 of its UTF-8 bytes, bytes the MD5 of the bytes, a
+    :class:`~shardwise.text.TextPair` the MD5 of its members' fingerprints
+    concatenated (None when either has none); anything else has None. MD5
+    because PostgreSQL computes the same in SQL (``md5(text)``), so
+    ``--only-new`` compares fingerprints inside the database
+    (:mod:`shardwise.sources.sql_fingerprint` is that SQL twin). It identifies
+    content; it is not a security measure. This is the one Python home of the rule.
     """
     if isinstance(value, TextPair):
         text, pair = value_fingerprint(value.text), value_fingerprint(value.pair)
-        return None if text is None or pair is None else text_fingerprint(text + pair)
+        return None if text is None or pair is None else _md5((text + pair).encode())
     if isinstance(value, str):
         try:
-            return text_fingerprint(value)
+            return _md5(value.encode("utf-8"))
         except UnicodeEncodeError:
-            return text_fingerprint(value.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
+            return _md5(value.encode("utf-8", "surrogatepass").decode("utf-8", "replace").encode("utf-8"))
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return hashlib.md5(bytes(value), usedforsecurity=False).hexdigest()
+        return _md5(bytes(value))
     return None
+
+
+def _md5(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()

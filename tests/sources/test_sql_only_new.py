@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sql_tables import create_docs, insert, read_all, writer
 
 from shardwise.errors import SourceError
-from shardwise.hashing import text_fingerprint
+from shardwise.lineage import value_fingerprint
 from shardwise.sources.base import NewOnly
 from shardwise.sources.sql import SqlSource
 
@@ -36,9 +36,9 @@ def _results(eng: sa.Engine, rows: list[tuple[int, str, str]]) -> None:
 def test_only_new_rows_are_planned_and_read(any_url: str) -> None:
     with writer(any_url) as eng:
         create_docs(eng, [*TEXTS.items(), (26, None)])
-        scored = [(k, "m1", text_fingerprint(TEXTS[k])) for k in range(1, 11)]
+        scored = [(k, "m1", value_fingerprint(TEXTS[k])) for k in range(1, 11)]
         _results(
-            eng, [*scored, (11, "m0", text_fingerprint(TEXTS[11])), (12, "m1", "0" * 32), (26, "m1", "")]
+            eng, [*scored, (11, "m0", value_fingerprint(TEXTS[11])), (12, "m1", "0" * 32), (26, "m1", "")]
         )
         insert(eng, [(k, f"new {k}") for k in range(21, 26)])
         with eng.begin() as conn:
@@ -70,7 +70,7 @@ def test_everything_is_new_without_a_results_table(any_url: str) -> None:
 def test_nothing_new_plans_zero_shards(any_url: str) -> None:
     with writer(any_url) as eng:
         create_docs(eng, list(TEXTS.items()))
-        _results(eng, [(k, "m1", text_fingerprint(t)) for k, t in TEXTS.items()])
+        _results(eng, [(k, "m1", value_fingerprint(t)) for k, t in TEXTS.items()])
     with SqlSource(any_url, "docs", "id", "text") as src:
         plan = src.plan(new_only=M1)
     assert plan.shards == () and plan.params["skipped_rows"] == 20
