@@ -229,3 +229,16 @@ def ray_extra() -> None:
     """prefect-ray and ray, from ``shardwise[ray]``: CI installs them and must test them."""
     extra_installed("prefect_ray", "ray")
     extra_installed("ray", "ray")
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread: the machines these tests share are busy, and two threads there crawl."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

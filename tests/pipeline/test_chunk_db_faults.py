@@ -12,12 +12,10 @@ through the engine exactly once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from flow_data import make_docs
 from pg_faults import BackendKiller
 
@@ -29,21 +27,10 @@ from shardwise.sources import SqlSource
 from shardwise.sources.base import SourcePlan
 from shardwise.stats import BatchStats
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("one_torch_thread")]
 
 ROWS, SHARDS, CHUNK = 6000, 4, 300
 TARGETS = ("COPY", "INSERT") * 3
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One torch thread: the machines these tests share are busy, and two threads there crawl."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(

@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 from flow_data import make_docs, texts
 
 from shardwise.config import EngineConfig
@@ -29,6 +28,8 @@ from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord, read_ma
 from shardwise.sources import ParquetSource, SqlSource
 from shardwise.sources.base import Source, SourcePlan
 from shardwise.stats import BatchStats
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 ROWS = 1000  # good rows; make_docs adds three bad ones (keys 900001..900003), dead letters at the end
 WINDOW, CHUNK = 100, 200
@@ -102,17 +103,6 @@ class Shard0:
         with self.store(table) as store:
             self.score(store, self.start(store, "clean-run"))
             return results(store)
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One torch thread: the machines these tests share are busy, and two threads there crawl."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def results(store: ResultStore) -> list[tuple[Any, ...]]:
