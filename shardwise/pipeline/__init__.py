@@ -11,18 +11,12 @@ from shardwise.pipeline.checks import check_run
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
 from shardwise.pipeline.dryrun import PlanPreview, plan_report, preview_plan
 from shardwise.pipeline.lease import LEASE_S, LeaseKeeper, Takeover, takeover_from
-from shardwise.pipeline.prepare import (
-    SHARDS_PER_WORKER,
-    PlannedRun,
-    finish_run,
-    plan_source,
-    prepare_run,
-    score_pending,
-)
+from shardwise.pipeline.prepare import PlannedRun, finish_run, prepare_run, score_pending
 from shardwise.pipeline.progress import RunSnapshot, run_snapshot
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision, hardware_precision, warm
 from shardwise.pipeline.shard import PROGRESS_EVERY_S, ShardOutcome, WorkerInfo, score_shard, this_worker
+from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
 from shardwise.pipeline.worker import Catalogue, WorkerCache, open_spec_source, score_ref_shard
 

@@ -17,8 +17,8 @@ import torch
 
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import Model, TextInput
-from shardwise.pipeline.prepare import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.run_precision import hardware_precision
+from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, open_spec_source
 from shardwise.precision import versioned

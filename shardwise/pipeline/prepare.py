@@ -29,27 +29,17 @@ from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.lineage import code_version
 from shardwise.model import ModelInfo
 from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper, takeover_from
-from shardwise.pipeline.redrive import redrive_source
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision
 from shardwise.pipeline.shard import this_worker
+from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source, redrive_plan_source
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
 from shardwise.precision import versioned
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord, existing_key_type
-from shardwise.sources import NewOnly, ParquetSource, Source, SourcePlan, is_keyed, plan_objects
+from shardwise.sources import Source, SourcePlan, is_keyed, plan_objects
 from shardwise.sources.base import KeyType
 
-__all__ = [
-    "SHARDS_PER_WORKER",
-    "PlannedRun",
-    "finish_run",
-    "plan_source",
-    "prepare_run",
-    "score_pending",
-]
-
-SHARDS_PER_WORKER = 4
-"""Default sizing cuts at least this many shards per worker, rows permitting, so work balances."""
+__all__ = ["PlannedRun", "finish_run", "prepare_run", "score_pending"]
 
 _log = logging.getLogger(__name__)
 
@@ -167,7 +157,7 @@ def _plan_new(
     source: Source = open_spec_source(spec, resolve)
     try:
         if spec.redrive is not None:
-            source = _redrive_source(spec, source, ledger, run_id)
+            source = redrive_plan_source(spec, source, ledger, run_id)
         version = versioned(model.version, choice.precision)
         plan = plan_source(spec, source, version, ledger, min_shards=SHARDS_PER_WORKER * workers)
         key_type = _key_type(plan, ledger, spec.results_table)
@@ -239,22 +229,6 @@ def _resume(
     return record, plan, took_over
 
 
-def plan_source(
-    spec: RunSpec, source: Source, model_version: str, ledger: Ledger, *, min_shards: int = 1
-) -> SourcePlan:
-    """Plan ``source`` as ``spec`` asks; with only-new, leave out what ``model_version`` already scored.
-
-    ``model_version`` is the version that keys results, precision included
-    (:func:`~shardwise.precision.versioned`).
-    """
-    return source.plan(
-        shards=spec.shards,
-        rows_per_shard=spec.rows_per_shard,
-        new_only=_new_only(spec, source, model_version, ledger),
-        min_shards=min_shards,
-    )
-
-
 def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
     """Close the run in the ledger and release its lease; on success, remember the Parquet objects scored.
 
@@ -287,23 +261,6 @@ def score_pending(planned: PlannedRun, cache: WorkerCache, *, resolve: Resolver 
             finish_run(planned, [shard_id])
             raise
     return finish_run(planned, [])
-
-
-def _new_only(spec: RunSpec, source: Source, model_version: str, ledger: Ledger) -> NewOnly | None:
-    if not spec.only_new:
-        return None
-    if isinstance(source, ParquetSource):
-        # The ledger alone answers "which objects were seen".
-        return NewOnly(model_version, spec.results_table, ledger.seen_objects(source.identity))
-    return NewOnly(model_version, spec.results_table)
-
-
-def _redrive_source(spec: RunSpec, source: Source, ledger: Ledger, run_id: str) -> Source:
-    """``source`` restricted to the dead-lettered keys of run ``spec.redrive`` that are to be scored again."""
-    assert spec.redrive is not None
-    if spec.redrive == run_id:
-        raise ConfigError(f"a redrive of run {run_id!r} is a new run: give it another run id")
-    return redrive_source(ledger, spec.results_table, source, spec.redrive, force=spec.force)
 
 
 def _key_type(plan: SourcePlan, ledger: Ledger, results_table: str) -> KeyType:
