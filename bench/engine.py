@@ -32,7 +32,7 @@ import torch
 from models import HFEncoderSpec, MiniLMSpec, get_spec
 from shardwise import Engine, EngineConfig, resolve_device
 from shardwise.corpus import harvest_docstrings
-from shardwise.model import Model
+from shardwise.model import Model, ModelInputs
 from shardwise.precision import Precision, agreement, autocast, resolve_precision
 
 KEYS = (
@@ -87,7 +87,7 @@ def run_static(model: Model, texts: list[str], precision: Precision) -> tuple[fl
                 mask[row, : len(enc.ids)] = 1
             real += int(mask.sum())
             padded += ids.numel()
-            model.forward(ids.to(model.device), mask.to(model.device), None).cpu()
+            model.forward(ModelInputs(ids, mask).to(model.device)).cpu()
     return time.perf_counter() - started, real / padded
 
 

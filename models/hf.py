@@ -28,7 +28,7 @@ from models.hf_loaded import HFLoaded
 from models.pooling import Pooling, pool
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
-from shardwise.model import ModelInfo, OutputColumn
+from shardwise.model import ModelInfo, ModelInputs, OutputColumn
 
 __all__ = ["HFEncoder", "HFEncoderSpec"]
 
@@ -80,14 +80,9 @@ class HFEncoder(HFLoaded):
         self._pooling, self._normalize = _pooling_of(spec.path)
         self._net = AutoModel.from_pretrained(spec.path, local_files_only=True).eval().to(device)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> torch.Tensor:
-        hidden = self._net(**self.net_inputs(input_ids, attention_mask, token_type_ids)).last_hidden_state
-        return pool(hidden, attention_mask, self._pooling, self._normalize)
+    def forward(self, inputs: ModelInputs) -> torch.Tensor:
+        hidden = self._net(**self.net_inputs(inputs)).last_hidden_state
+        return pool(hidden, inputs.attention_mask, self._pooling, self._normalize)
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
         return {"embedding": outputs.numpy()}

@@ -39,7 +39,7 @@ from models.hf_heads import DEFAULT_THRESHOLD, Head, is_classifier, read_head
 from models.hf_loaded import HFLoaded
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
-from shardwise.model import ModelInfo
+from shardwise.model import ModelInfo, ModelInputs
 
 __all__ = ["HFClassifier", "HFClassifierSpec"]
 
@@ -132,13 +132,8 @@ class HFClassifier(HFLoaded):
             )
         self._net = net.eval().to(device)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> torch.Tensor:
-        logits: torch.Tensor = self._net(**self.net_inputs(input_ids, attention_mask, token_type_ids)).logits
+    def forward(self, inputs: ModelInputs) -> torch.Tensor:
+        logits: torch.Tensor = self._net(**self.net_inputs(inputs)).logits
         return logits
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:

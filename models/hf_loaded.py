@@ -16,7 +16,7 @@ import torch
 
 from models.hf_files import encode, load_tokenizer, pad_id, read_json, uses_segments
 from shardwise.errors import ConfigError
-from shardwise.model import Encoding, ModelInfo, TextInput
+from shardwise.model import Encoding, ModelInfo, ModelInputs, TextInput
 
 __all__ = ["HFLoaded", "require_transformers"]
 
@@ -52,12 +52,10 @@ class HFLoaded:
         return encode(self._tokenizer, texts, self._segments)
 
     @staticmethod
-    def net_inputs(
-        input_ids: torch.Tensor, attention_mask: torch.Tensor | None, token_type_ids: torch.Tensor | None
-    ) -> dict[str, torch.Tensor | None]:
+    def net_inputs(inputs: ModelInputs) -> dict[str, torch.Tensor | None]:
         """A forward pass's arguments: segment ids only when given, since a model without segment
         embeddings (DistilBERT) takes no such argument."""
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if token_type_ids is not None:
-            inputs["token_type_ids"] = token_type_ids
-        return inputs
+        args = {"input_ids": inputs.input_ids, "attention_mask": inputs.attention_mask}
+        if inputs.token_type_ids is not None:
+            args["token_type_ids"] = inputs.token_type_ids
+        return args

@@ -18,7 +18,7 @@ from torch import nn
 
 from models.pooling import pool
 from shardwise.hashing import hash_state
-from shardwise.model import Encoding, ModelInfo, OutputColumn, TextInput
+from shardwise.model import Encoding, ModelInfo, ModelInputs, OutputColumn, TextInput
 
 __all__ = ["TinyModel", "TinySpec"]
 
@@ -110,14 +110,10 @@ class TinyModel:
         words = _WORD.findall(text.lower())
         return [_FIRST_WORD_ID + zlib.crc32(w.encode()) % (self._vocab - _FIRST_WORD_ID) for w in words]
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> torch.Tensor:
+    def forward(self, inputs: ModelInputs) -> torch.Tensor:
         """The tiny encoder has no segment embeddings: a pair is told apart by its ``[SEP]`` only."""
-        return pool(self._net(input_ids, attention_mask), attention_mask, "mean", normalize=True)
+        mask = inputs.attention_mask
+        return pool(self._net(inputs.input_ids, mask), mask, "mean", normalize=True)
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
         return {"embedding": outputs.numpy()}

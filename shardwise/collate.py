@@ -9,26 +9,21 @@ import numpy as np
 import torch
 
 from shardwise.batching import padded_length
-from shardwise.model import Encoding
+from shardwise.model import Encoding, ModelInputs
 
 __all__ = ["Collated", "collate", "collate_encodings"]
 
 
 @dataclass(frozen=True, slots=True)
 class Collated:
-    """A padded batch on the host. ``attention_mask`` is None when no row is padded.
+    """A padded batch on the host, and how many of its tokens are real (not padding)."""
 
-    ``token_type_ids`` (segment ids of text pairs) is None unless the rows carried them.
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor | None
+    inputs: ModelInputs
     real_tokens: int
-    token_type_ids: torch.Tensor | None = None
 
     @property
     def padded_tokens(self) -> int:
-        return int(self.input_ids.numel())
+        return int(self.inputs.input_ids.numel())
 
 
 def collate(
@@ -51,10 +46,10 @@ def collate(
     segments = None if type_ids is None else _padded(type_ids, width, 0, pin_memory)
     real = int(lengths.sum())
     if real == ids.numel():
-        return Collated(ids, None, real, segments)
+        return Collated(ModelInputs(ids, None, segments), real)
     mask = torch.empty((len(seqs), width), dtype=torch.int64, pin_memory=pin_memory)
     np.less(np.arange(width)[None, :], lengths[:, None], out=mask.numpy(), casting="unsafe")
-    return Collated(ids, mask, real, segments)
+    return Collated(ModelInputs(ids, mask, segments), real)
 
 
 def collate_encodings(

@@ -114,10 +114,10 @@ class EngineRun:
             self.stats.wall_s = time.perf_counter() - started
 
     def _score(self, batch: Batch, waited: float, forward: Forward, assembler: _Assembler) -> None:
-        assert batch.input_ids is not None
+        assert batch.inputs is not None
         splits_before = forward.oom_splits
         started = time.perf_counter()
-        outputs = forward(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        outputs = forward(batch.inputs)
         computed = time.perf_counter() - started
         assembler.fill(batch.window, batch.positions, self._engine.model.to_columns(outputs))
         stats = BatchStats(

@@ -8,7 +8,7 @@ import torch
 
 from shardwise.batching import TokenBudget, padded_length
 from shardwise.errors import DeviceOutOfMemoryError
-from shardwise.model import Model
+from shardwise.model import Model, ModelInputs
 from shardwise.precision import Precision, autocast
 
 __all__ = ["Forward"]
@@ -31,54 +31,35 @@ class Forward:
         self.precision = precision
         self.oom_splits = 0
 
-    def __call__(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> torch.Tensor:
+    def __call__(self, inputs: ModelInputs) -> torch.Tensor:
         try:
             with autocast(self.model.device, self.precision):
-                out = self.model.forward(input_ids, attention_mask, token_type_ids)
+                out = self.model.forward(inputs)
             # .cpu() waits for the forward pass to finish; that wait is the one
             # synchronisation point per batch, and it is what tells the
             # prefetcher the batch's device memory may be reused.
             return out.float().cpu()
         except torch.OutOfMemoryError as exc:
-            if int(input_ids.shape[0]) == 1:
+            if inputs.rows == 1:
                 raise DeviceOutOfMemoryError(
                     f"device {self.model.device} ran out of memory on a single row of "
-                    f"{input_ids.shape[1]} tokens; free device memory, use a smaller model or a "
+                    f"{inputs.input_ids.shape[1]} tokens; free device memory, use a smaller model or a "
                     "shorter max length, or run on a device with more memory"
                 ) from exc
         # Split outside the except block: the live traceback would otherwise
         # keep the failed pass's activations allocated during the retries.
         self.oom_splits += 1
-        self.budget.lower(int(input_ids.numel()) // 2)
+        self.budget.lower(int(inputs.input_ids.numel()) // 2)
         if self.model.device.type == "cuda":
             torch.cuda.empty_cache()
-        halves = self._halves(input_ids, attention_mask, token_type_ids)
-        return torch.cat([self(ids, mask, types) for ids, mask, types in halves])
+        return torch.cat([self(half) for half in self._halves(inputs)])
 
-    def _halves(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]:
+    def _halves(self, inputs: ModelInputs) -> Iterator[ModelInputs]:
         """Split a batch in two, re-padding each half to its own longest row."""
-        middle = int(input_ids.shape[0]) // 2
-        for part in (slice(0, middle), slice(middle, None)):
-            ids, types = input_ids[part], None if token_type_ids is None else token_type_ids[part]
-            if attention_mask is None:
-                yield ids, None, types
-                continue
-            mask = attention_mask[part]
-            width = padded_length(int(mask.sum(dim=1).max()), self.pad_to_multiple)
-            width = min(width, int(ids.shape[1]))
-            mask = mask[:, :width]
-            yield (
-                ids[:, :width],
-                (None if bool(mask.all()) else mask),
-                None if types is None else types[:, :width],
-            )
+        middle = inputs.rows // 2
+        for rows in (slice(0, middle), slice(middle, None)):
+            width = int(inputs.input_ids.shape[1])
+            if inputs.attention_mask is not None:
+                longest = int(inputs.attention_mask[rows].sum(dim=1).max())
+                width = min(padded_length(longest, self.pad_to_multiple), width)
+            yield inputs.narrow(rows, width)

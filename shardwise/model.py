@@ -8,14 +8,14 @@ weights onto a device, so a CPU-only flow process can plan a GPU run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-__all__ = ["Encoding", "Model", "ModelInfo", "ModelSpec", "OutputColumn", "TextInput"]
+__all__ = ["Encoding", "Model", "ModelInfo", "ModelInputs", "ModelSpec", "OutputColumn", "TextInput"]
 
 TextInput = str | tuple[str, str]
 """One row's input to :meth:`Model.tokenize`: a text, or a ``(text, text_pair)`` pair.
@@ -33,6 +33,48 @@ class Encoding:
     truncated: bool
     type_ids: list[int] | None = None
     """Segment ids (BERT's ``token_type_ids``): 0 for the text, 1 for its pair; None when unused."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInputs:
+    """One padded batch, as :meth:`Model.forward` receives it: int64 tensors, rows by width.
+
+    ``attention_mask`` is None when no row is padded; ``token_type_ids`` (the
+    segment ids of text pairs) is None unless the encodings carried
+    :attr:`Encoding.type_ids`. One object rather than three arguments, so that
+    the engine's copy, split and calibration code, and every model, name the
+    inputs once.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor | None = None
+    token_type_ids: torch.Tensor | None = None
+
+    @property
+    def rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The tensors that are set, input ids first."""
+        return tuple(t for t in (self.input_ids, self.attention_mask, self.token_type_ids) if t is not None)
+
+    def to(self, device: torch.device, *, non_blocking: bool = False) -> ModelInputs:
+        """The same batch on ``device``."""
+        return self.map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> ModelInputs:
+        """Apply ``fn`` to every tensor that is set."""
+        mask, types = self.attention_mask, self.token_type_ids
+        return ModelInputs(
+            fn(self.input_ids), None if mask is None else fn(mask), None if types is None else fn(types)
+        )
+
+    def narrow(self, rows: slice, width: int) -> ModelInputs:
+        """Rows ``rows`` cut to their first ``width`` columns; no mask if nothing is left padded."""
+        part = self.map(lambda t: t[rows, :width])
+        if part.attention_mask is not None and bool(part.attention_mask.all()):
+            return ModelInputs(part.input_ids, None, part.token_type_ids)
+        return part
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,17 +120,8 @@ class Model(Protocol):
         """
         ...
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """Score one padded batch: a float tensor with one row per input row.
-
-        ``attention_mask`` is None when no row is padded; ``token_type_ids``
-        is None unless the encodings carried :attr:`Encoding.type_ids`.
-        """
+    def forward(self, inputs: ModelInputs) -> torch.Tensor:
+        """Score one padded batch (on :attr:`device`): a float tensor with one row per input row."""
         ...
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:

@@ -193,13 +193,11 @@ def agreement(model: Model, precision: Precision, pairs: bool = False) -> float:
     encoded = [e for e in model.tokenize(texts) if e.ids]
     if not encoded:
         raise ConfigError(f"model {model.name!r} gives no tokens for the calibration texts")
-    batch = collate_encodings(encoded, model.pad_id)
-    inputs = [None if t is None else t.to(model.device) for t in (batch.attention_mask, batch.token_type_ids)]
-    ids = batch.input_ids.to(model.device)
+    inputs = collate_encodings(encoded, model.pad_id).inputs.to(model.device)
     with torch.inference_mode():
-        full = model.to_columns(model.forward(ids, *inputs).float().cpu())
+        full = model.to_columns(model.forward(inputs).float().cpu())
         with autocast(model.device, precision):
-            reduced_out = model.forward(ids, *inputs)
+            reduced_out = model.forward(inputs)
         reduced = model.to_columns(reduced_out.float().cpu())
     worst = 1.0
     for out in model.outputs:

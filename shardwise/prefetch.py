@@ -139,15 +139,11 @@ class Prefetcher(AbstractContextManager["Prefetcher"]):
 
     def _stage(self, batch: Batch) -> Batch:
         """On CUDA, start the batch's copy to the device on the side stream."""
-        if self._stream is None or batch.input_ids is None:
+        if self._stream is None or batch.inputs is None:
             return batch
-        host = tuple(t for t in batch.tensors() if t is not None)
+        host = batch.inputs.tensors()
         with torch.cuda.stream(self._stream):
-            batch.input_ids = batch.input_ids.to(self._device, non_blocking=True)
-            if batch.attention_mask is not None:
-                batch.attention_mask = batch.attention_mask.to(self._device, non_blocking=True)
-            if batch.token_type_ids is not None:
-                batch.token_type_ids = batch.token_type_ids.to(self._device, non_blocking=True)
+            batch.inputs = batch.inputs.to(self._device, non_blocking=True)
             ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
             ready.record(self._stream)
         batch.ready, batch.host = ready, host
@@ -155,13 +151,12 @@ class Prefetcher(AbstractContextManager["Prefetcher"]):
 
     def _adopt(self, batch: Batch) -> None:
         """On CUDA, make the compute stream wait for the batch's copy, and own its memory."""
-        if batch.ready is None:
+        if batch.ready is None or batch.inputs is None:
             return
         compute = torch.cuda.current_stream(self._device)
         compute.wait_event(batch.ready)
-        for tensor in batch.tensors():
-            if tensor is not None:
-                # Allocated on the side stream but used on the compute stream:
-                # without this the allocator could hand the memory to the next
-                # copy while the forward pass still reads it.
-                tensor.record_stream(compute)
+        for tensor in batch.inputs.tensors():
+            # Allocated on the side stream but used on the compute stream:
+            # without this the allocator could hand the memory to the next
+            # copy while the forward pass still reads it.
+            tensor.record_stream(compute)

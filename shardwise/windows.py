@@ -16,7 +16,7 @@ import torch
 from shardwise.batching import TokenBudget, cut_batches, order_by_length
 from shardwise.collate import collate_encodings
 from shardwise.errors import InputError
-from shardwise.model import Encoding, Model, TextInput
+from shardwise.model import Encoding, Model, ModelInputs, TextInput
 from shardwise.text import coerce_input
 
 __all__ = ["Batch", "Window", "produce_batches"]
@@ -49,9 +49,8 @@ class Batch:
 
     window: Window
     positions: list[int]
-    input_ids: torch.Tensor | None = None
-    attention_mask: torch.Tensor | None = None
-    token_type_ids: torch.Tensor | None = None
+    inputs: ModelInputs | None = None
+    """None for the empty batch of a window whose rows were all invalid."""
     real_tokens: int = 0
     ready: Any = None
     """On CUDA, the event that marks the end of the host-to-device copy."""
@@ -60,11 +59,7 @@ class Batch:
 
     @property
     def padded_tokens(self) -> int:
-        return 0 if self.input_ids is None else int(self.input_ids.numel())
-
-    def tensors(self) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-        """The model's inputs, in :meth:`Model.forward`'s order."""
-        return self.input_ids, self.attention_mask, self.token_type_ids
+        return 0 if self.inputs is None else int(self.inputs.input_ids.numel())
 
 
 def produce_batches(
@@ -102,9 +97,7 @@ def _padded_batch(
 ) -> Batch:
     """One batch padded to its longest row; segment ids travel along when the rows carry them."""
     padded = collate_encodings(rows, model.pad_id, multiple, pin_memory)
-    return Batch(
-        window, positions, padded.input_ids, padded.attention_mask, padded.token_type_ids, padded.real_tokens
-    )
+    return Batch(window, positions, padded.inputs, padded.real_tokens)
 
 
 def _encode_window(index: int, chunk: list[Row], model: Model) -> tuple[Window, dict[int, Encoding]]:

@@ -121,9 +121,9 @@ def slow_tiny_shards(monkeypatch: Any, forward_s: float, report_every_s: float) 
 
     real = TinyModel.forward
 
-    def slow(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+    def slow(self, inputs):  # type: ignore[no-untyped-def]
         time.sleep(forward_s)
-        return real(self, input_ids, attention_mask, token_type_ids)
+        return real(self, inputs)
 
     monkeypatch.setattr(TinyModel, "forward", slow)
     monkeypatch.setattr(shard, "PROGRESS_EVERY_S", report_every_s)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from shardwise.model import Encoding, Model, TextInput
+from shardwise.model import Encoding, Model, ModelInputs, TextInput
 
 
 class OOMAbove:
@@ -27,18 +27,12 @@ class OOMAbove:
     def tokenize(self, texts: Sequence[TextInput]) -> list[Encoding]:
         return self.inner.tokenize(texts)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> torch.Tensor:
-        self.calls.append(tuple(input_ids.shape))  # type: ignore[arg-type]
-        if input_ids.numel() > self.limit:
-            raise torch.OutOfMemoryError(
-                f"CUDA out of memory (simulated: {input_ids.numel()} > {self.limit} tokens)"
-            )
-        return self.inner.forward(input_ids, attention_mask, token_type_ids)
+    def forward(self, inputs: ModelInputs) -> torch.Tensor:
+        tokens = inputs.input_ids.numel()
+        self.calls.append(tuple(inputs.input_ids.shape))  # type: ignore[arg-type]
+        if tokens > self.limit:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (simulated: {tokens} > {self.limit} tokens)")
+        return self.inner.forward(inputs)
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
         return self.inner.to_columns(outputs)

@@ -33,7 +33,7 @@ def test_budget_is_lowered_for_the_rest_of_the_run(tiny_model) -> None:
     forward = Forward(OOMAbove(tiny_model, limit=100), budget, pad_to_multiple=1, precision="fp32")
     batch = collate([[1, 5, 6, 2]] * 64, pad_id=0)
     with torch.inference_mode():
-        out = forward(batch.input_ids, batch.attention_mask, None)
+        out = forward(batch.inputs)
     assert out.shape == (64, 32)
     assert forward.oom_splits >= 2
     assert budget.value <= 128
@@ -44,7 +44,7 @@ def test_split_halves_are_repadded_to_their_own_longest(tiny_model) -> None:
     forward = Forward(flaky, TokenBudget(4096), pad_to_multiple=1, precision="fp32")
     batch = collate([[1, 2], [1, 2], [1, 3, 3, 3, 3, 3, 3, 3, 2], [1, 3, 3, 3, 3, 3, 3, 3, 2]], pad_id=0)
     with torch.inference_mode():
-        forward(batch.input_ids, batch.attention_mask, None)
+        forward(batch.inputs)
     assert flaky.calls == [(4, 9), (2, 2), (2, 9)]
 
 
@@ -55,7 +55,7 @@ def test_single_row_oom_is_a_transient_error(tiny_model) -> None:
         pytest.raises(DeviceOutOfMemoryError, match="single row of 3 tokens") as info,
         torch.inference_mode(),
     ):
-        forward(batch.input_ids, batch.attention_mask, None)
+        forward(batch.inputs)
     assert isinstance(info.value, TransientError)
     assert isinstance(info.value.__cause__, torch.OutOfMemoryError)
 
@@ -64,9 +64,9 @@ def test_forward_runs_under_inference_mode(tiny_model) -> None:
     seen = []
 
     class Spy(OOMAbove):
-        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+        def forward(self, inputs):  # type: ignore[no-untyped-def]
             seen.append(torch.is_inference_mode_enabled())
-            return super().forward(input_ids, attention_mask, token_type_ids)
+            return super().forward(inputs)
 
     list(Engine(Spy(tiny_model, limit=10**9)).run(_texts(20)))
     assert seen and all(seen)

@@ -9,6 +9,7 @@ import torch
 from models import TinySpec
 from shardwise import Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
+from shardwise.model import ModelInputs
 from shardwise.prefetch import Prefetcher
 from shardwise.windows import Batch, Window
 
@@ -23,12 +24,12 @@ def cuda() -> torch.device:
 def test_prefetcher_stages_pinned_batches_on_a_side_stream(cuda: torch.device) -> None:
     window = Window(0, [0, 1], {}, [False, False])
     ids = torch.arange(8, dtype=torch.int64).reshape(2, 4).pin_memory()
-    with Prefetcher([Batch(window, [0, 1], ids, None, 8)], cuda) as pf:
+    with Prefetcher([Batch(window, [0, 1], ModelInputs(ids), 8)], cuda) as pf:
         ((batch, _),) = list(pf)
-    assert batch.input_ids is not None and batch.input_ids.device.type == "cuda"
+    assert batch.inputs is not None and batch.inputs.input_ids.device.type == "cuda"
     assert batch.ready is not None and batch.ready.query()
     assert batch.host and batch.host[0].is_pinned()
-    assert torch.equal(batch.input_ids.cpu(), ids)
+    assert torch.equal(batch.inputs.input_ids.cpu(), ids)
 
 
 def test_cuda_results_match_cpu(cuda: torch.device) -> None:
@@ -86,7 +87,7 @@ def test_autocast_adds_no_host_synchronisation(cuda: torch.device, precision: st
             torch.cuda.set_sync_debug_mode("warn")
             try:
                 with autocast(cuda, mode):  # type: ignore[arg-type]
-                    model.forward(ids, mask, None)
+                    model.forward(ModelInputs(ids, mask))
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         return sum("synchroniz" in str(w.message) for w in caught)

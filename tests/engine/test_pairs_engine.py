@@ -10,25 +10,26 @@ from shardwise.batching import TokenBudget
 from shardwise.collate import collate_encodings
 from shardwise.engine import Engine
 from shardwise.forward import Forward
-from shardwise.model import Encoding
+from shardwise.model import Encoding, ModelInputs
 from shardwise.text import TextPair
 
 
 def test_segment_ids_are_padded_with_zeros_and_absent_without_pairs() -> None:
     rows = [Encoding([1, 5, 2, 6, 2], False, [0, 0, 0, 1, 1]), Encoding([1, 7, 2], False, None)]
-    batch = collate_encodings(rows, pad_id=0)
-    assert batch.token_type_ids is not None
-    assert batch.token_type_ids.tolist() == [[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]
-    assert collate_encodings([Encoding([1, 2], False)], pad_id=0).token_type_ids is None
+    types = collate_encodings(rows, pad_id=0).inputs.token_type_ids
+    assert types is not None
+    assert types.tolist() == [[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]
+    assert collate_encodings([Encoding([1, 2], False)], pad_id=0).inputs.token_type_ids is None
 
 
 def test_an_oom_split_splits_the_segment_ids_with_the_rows(tiny_model) -> None:
     seen: list[tuple[int, ...] | None] = []
 
     class Spy(OOMAbove):
-        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
-            seen.append(None if token_type_ids is None else tuple(token_type_ids.shape))
-            return super().forward(input_ids, attention_mask, token_type_ids)
+        def forward(self, inputs):  # type: ignore[no-untyped-def]
+            types = inputs.token_type_ids
+            seen.append(None if types is None else tuple(types.shape))
+            return super().forward(inputs)
 
     rows = [Encoding([1, 3, 2, 4, 2], False, [0, 0, 0, 1, 1])] * 2 + [
         Encoding([1, 3, 2], False, [0, 0, 1])
@@ -36,7 +37,7 @@ def test_an_oom_split_splits_the_segment_ids_with_the_rows(tiny_model) -> None:
     batch = collate_encodings(rows, pad_id=0)
     forward = Forward(Spy(tiny_model, limit=12), TokenBudget(4096), pad_to_multiple=1, precision="fp32")
     with torch.inference_mode():
-        forward(batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        forward(batch.inputs)
     assert seen == [(4, 5), (2, 5), (2, 3)], "each half keeps its rows' segment ids, re-padded"
 
 
@@ -57,5 +58,5 @@ def test_pairs_come_back_in_input_order_and_equal_scoring_one_at_a_time(tiny_mod
     for result, pair in zip(results, pairs, strict=True):
         (encoding,) = tiny_model.tokenize([pair])
         with torch.inference_mode():
-            alone = tiny_model.forward(torch.tensor([encoding.ids]), None, None)[0].numpy()
+            alone = tiny_model.forward(ModelInputs(torch.tensor([encoding.ids])))[0].numpy()
         np.testing.assert_allclose(result.values["embedding"], alone, atol=1e-5)  # type: ignore[index]

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from shardwise.model import ModelInputs
 from shardwise.prefetch import Prefetcher
 from shardwise.windows import Batch, Window
 
@@ -16,7 +17,7 @@ CPU = torch.device("cpu")
 
 def _batch(i: int) -> Batch:
     window = Window(0, [i], {}, [False])
-    return Batch(window, [0], torch.tensor([[i]]), None, 1)
+    return Batch(window, [0], ModelInputs(torch.tensor([[i]])), 1)
 
 
 def _prefetch_threads() -> list[threading.Thread]:
@@ -47,7 +48,7 @@ def test_next_batch_is_prepared_while_current_computes() -> None:
     tracker = Tracker(5)
     with Prefetcher(tracker.batches(), CPU, depth=2) as pf:
         for i, (batch, _) in enumerate(pf):
-            assert int(batch.input_ids[0, 0]) == i  # type: ignore[index]
+            assert batch.inputs is not None and int(batch.inputs.input_ids[0, 0]) == i
             if i + 1 < tracker.n:
                 # "Computing" batch i: batch i+1 must get prepared meanwhile.
                 assert tracker.started[i + 1].wait(5), f"batch {i + 1} was not prefetched during batch {i}"

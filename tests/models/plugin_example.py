@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from transformers import AutoModel
 
 from shardwise.hashing import hash_files
-from shardwise.model import Encoding, ModelInfo, OutputColumn, TextInput
+from shardwise.model import Encoding, ModelInfo, ModelInputs, OutputColumn, TextInput
 
 FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json")
 """The files that decide the output; the version is a hash of their bytes."""
@@ -61,13 +61,8 @@ class ClsEncoder:
         encoded = self.tokenizer.encode_batch(list(texts))
         return [Encoding(e.ids, truncated=bool(e.overflowing)) for e in encoded]
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> torch.Tensor:
-        hidden = self.net(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    def forward(self, inputs: ModelInputs) -> torch.Tensor:
+        hidden = self.net(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask).last_hidden_state
         return F.normalize(hidden[:, 0], p=2, dim=1)  # the [CLS] token's vector, at unit length
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:

@@ -13,6 +13,7 @@ from flow_data import execute
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.lineage import value_fingerprint
+from shardwise.model import ModelInputs
 from shardwise.pipeline import RunSpec
 from shardwise.text import TextPair
 
@@ -64,7 +65,7 @@ def _pair_embedding(model: Any, query: str, doc: str) -> np.ndarray:
     (encoding,) = model.tokenize([(query, doc)])
     ids = torch.tensor([encoding.ids])
     with torch.inference_mode():
-        return model.forward(ids, None, None)[0].numpy()
+        return model.forward(ModelInputs(ids))[0].numpy()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
