@@ -52,18 +52,13 @@ def preview_plan(source: Source, plan: SourcePlan, model: Model) -> PlanPreview:
     step = max(1, len(shards) // _SAMPLE_SHARDS)
     lengths: list[int] = []
     for shard in shards[::step][:_SAMPLE_SHARDS]:
-        rows = source.read(plan, shard)
-        try:
-            texts: list[TextInput] = []
-            for row in islice(rows, _SAMPLE_ROWS):
+        texts: list[TextInput] = []
+        with source.open_reader(plan, shard) as reader:
+            for row in islice(reader.rows, _SAMPLE_ROWS):
                 try:
                     texts.append(coerce_input(row.value))
                 except InputError:
                     continue
-        finally:
-            close = getattr(rows, "close", None)
-            if close is not None:
-                close()
         lengths += [len(e.ids) for e in model.tokenize(texts)]
     mean = statistics.fmean(lengths) if lengths else 0.0
     return PlanPreview(plan, mean, len(lengths))

@@ -20,7 +20,7 @@ from typing import Any
 from shardwise.errors import ConfigError
 from shardwise.lineage import value_fingerprint
 from shardwise.results import Ledger, StoredDeadLetter
-from shardwise.sources import ParquetSource, Source, SqlSource
+from shardwise.sources import Source
 from shardwise.sources.base import Key
 from shardwise.sources.keyed import KeyedSource
 
@@ -60,7 +60,7 @@ class RedriveSelection:
 
 
 def redrive_keys(
-    ledger: Ledger, results_table: str, source: SqlSource | ParquetSource, run_id: str, force: bool
+    ledger: Ledger, results_table: str, source: Source, run_id: str, force: bool
 ) -> RedriveSelection:
     """Read run ``run_id``'s dead letters from ``ledger`` and pick the keys whose input changed since.
 
@@ -99,10 +99,6 @@ def redrive_source(
     ledger: Ledger, results_table: str, source: Source, run_id: str, *, force: bool = False
 ) -> KeyedSource:
     """``source`` restricted to the keys :func:`redrive_keys` chooses; the plan records the selection."""
-    if not isinstance(source, SqlSource | ParquetSource):
-        raise ConfigError(
-            f"redrive needs a SQL or Parquet source, which can read rows by key; got {type(source).__name__}"
-        )
     selection = redrive_keys(ledger, results_table, source, run_id, force)
     return KeyedSource(source, selection.keys, kind_label="redrive", extra_params=selection.params)
 

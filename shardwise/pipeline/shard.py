@@ -7,6 +7,7 @@ Prefect task in ``tasks/`` adds retries, logging and artifacts around it.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
 import threading
@@ -21,7 +22,6 @@ from shardwise.model import Model
 from shardwise.pipeline.chunks import ChunkConfig, commit_chunks, progress_after
 from shardwise.pipeline.lease import LEASE_S, shard_lease_keeper
 from shardwise.pipeline.reporter import ProgressReporter
-from shardwise.pipeline.shard_input import open_rows
 from shardwise.results import (
     ChunkTotals,
     MergeOutcome,
@@ -31,8 +31,10 @@ from shardwise.results import (
     StoredShard,
 )
 from shardwise.results.codec import utc_now
-from shardwise.sources.base import Shard, Source, SourcePlan, SourceRow
+from shardwise.sources.base import ReadFrom, Shard, Source, SourcePlan, SourceRow
 from shardwise.stats import BatchStats
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["PROGRESS_EVERY_S", "ShardOutcome", "WorkerInfo", "score_shard", "this_worker"]
 
@@ -165,7 +167,14 @@ def score_shard(
         store.chunk_writer(run, shard.shard_id, attempt, chunking.retry) as writer,
     ):
         start = writer.start()
-        with open_rows(source, plan, shard, start) as (rows, snapshot, lost):
+        if start.rows:
+            _log.info(
+                "shard %d resumes at chunk %d: its first %d rows are committed (last key %r)",
+                shard.shard_id, start.chunk, start.rows, start.key,
+            )  # fmt: skip
+        # A retried or resumed attempt reads only what its shard has not committed.
+        with source.open_reader(plan, shard, ReadFrom(start.rows, start.key)) as reader:
+            rows, snapshot, lost = reader.rows, reader.snapshot, reader.snapshot_lost
             write = functools.partial(store.ledger.record_progress, run.run_id, shard.shard_id, attempt)
             every_s = progress_every_s or PROGRESS_EVERY_S
             reporter = ProgressReporter(

@@ -10,7 +10,7 @@ from shardwise.errors import ConfigError
 from shardwise.pipeline.redrive import redrive_source
 from shardwise.pipeline.spec import RunSpec
 from shardwise.results import Ledger
-from shardwise.sources import NewOnly, ParquetSource, Source, SourcePlan
+from shardwise.sources import NewOnly, Source, SourcePlan
 
 __all__ = ["SHARDS_PER_WORKER", "plan_source", "redrive_plan_source"]
 
@@ -37,7 +37,7 @@ def plan_source(
 def _new_only(spec: RunSpec, source: Source, model_version: str, ledger: Ledger) -> NewOnly | None:
     if not spec.only_new:
         return None
-    if isinstance(source, ParquetSource):
+    if source.kind == "parquet":
         # The ledger alone answers "which objects were seen".
         return NewOnly(model_version, spec.results_table, ledger.seen_objects(source.identity))
     return NewOnly(model_version, spec.results_table)

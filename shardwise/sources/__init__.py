@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.sources.base import Key, NewOnly, Shard, Source, SourcePlan, SourceRow
+from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
 from shardwise.sources.keyed import KeyedSource, is_keyed
 from shardwise.sources.parquet import ParquetSource, plan_objects
-from shardwise.sources.sql import ShardReader, SqlSource
+from shardwise.sources.sql import SqlSource
 
 __all__ = [
     "Key",
     "KeyedSource",
     "NewOnly",
     "ParquetSource",
+    "ReadFrom",
     "Shard",
     "ShardReader",
     "Source",

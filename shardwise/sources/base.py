@@ -8,11 +8,23 @@ planning again, so shard boundaries never move under a run.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-__all__ = ["Key", "KeyType", "NewOnly", "Shard", "Source", "SourcePlan", "SourceRow"]
+__all__ = [
+    "FROM_START",
+    "Key",
+    "KeyType",
+    "NewOnly",
+    "ReadFrom",
+    "Shard",
+    "ShardReader",
+    "Source",
+    "SourcePlan",
+    "SourceRow",
+]
 
 Key = int | str
 """A source row's key: an integer or text primary key (SQL), or a key column value (Parquet)."""
@@ -96,6 +108,35 @@ class SourcePlan:
         return cls(data["kind"], data["identity"], data["snapshot"], shards, data["params"])
 
 
+@dataclass(frozen=True, slots=True)
+class ReadFrom:
+    """Where a shard's read starts: after its first ``rows`` rows, the last of which had key ``key``.
+
+    A retried or resumed attempt reads only what its shard has not committed.
+    The default reads the shard from its start.
+    """
+
+    rows: int = 0
+    key: Key | None = None
+
+
+FROM_START = ReadFrom()
+"""Read a shard from its first row."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardReader:
+    """One shard being read, and the snapshot its rows come from, for lineage."""
+
+    shard: Shard
+    snapshot: str | None
+    """The plan's snapshot; a fresh ``pg_current_snapshot()`` when ``snapshot_lost``; None on SQLite."""
+    snapshot_lost: bool
+    """True when the plan's snapshot was gone and the rows come from a fresh snapshot instead."""
+    rows: Iterator[SourceRow]
+    """The shard's rows in the source's fixed order; valid inside the ``open_reader`` block only."""
+
+
 class Source(Protocol):
     """A table or dataset that can be planned into shards and read shard by shard.
 
@@ -105,6 +146,11 @@ class Source(Protocol):
 
     kind: Literal["sql", "parquet"]
     identity: str
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What this source reads (key, text columns, filter, key type when known); a plan records it."""
+        ...
 
     def plan(
         self,
@@ -126,12 +172,26 @@ class Source(Protocol):
         location that does not exist, credentials that are refused. Nothing is planned or held."""
         ...
 
-    def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:
-        """Stream one shard's rows in a fixed order, in memory that stays flat in the shard's size.
+    def open_reader(
+        self, plan: SourcePlan, shard: Shard, start: ReadFrom = FROM_START
+    ) -> AbstractContextManager[ShardReader]:
+        """Read one shard from ``start``, in memory that stays flat in the shard's size: the pipeline's read.
 
-        SQL sources yield rows ordered by key; Parquet sources in file order
-        (object key, row group, row), since sorting would hold the shard in memory.
+        SQL sources yield rows ordered by key, and resume after ``start.key``;
+        Parquet sources in file order (object key, row group, row), since
+        sorting would hold the shard in memory, and resume ``start.rows`` rows
+        in, passing whole row groups over by their footers' counts. The reader
+        says which snapshot the rows come from, for lineage. Leaving the block
+        closes the read.
         """
+        ...
+
+    def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:
+        """The rows of :meth:`open_reader` from the shard's start, as an iterator (inspection, tests)."""
+        ...
+
+    def read_keys(self, keys: Sequence[Key]) -> Iterator[SourceRow]:
+        """Stream the current rows whose key is in ``keys`` (a redrive); absent keys are not yielded."""
         ...
 
     def close(self) -> None:

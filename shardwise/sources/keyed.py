@@ -12,8 +12,8 @@ What it does not do, on purpose:
 * **No snapshot.** A keyed plan reads the source as it is when each shard is
   read (the plan's ``snapshot`` is None): a redrive is about rows that changed
   since they failed, so it must see current data.
-* **No ``open_reader``.** A keyed read has no planned snapshot to report, so
-  :func:`~shardwise.pipeline.shard.score_shard` falls back to :meth:`read`.
+* **No snapshot to report.** Its reader reports none, and a resumed shard
+  reads its keys again and drops the rows its committed chunks hold.
 * **No only-new.** The keys were already chosen; ``new_only`` is refused.
 
 A key deleted from the source between planning and reading is not yielded, so
@@ -23,14 +23,23 @@ a shard may return fewer rows than ``expected_rows``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import pairwise
+from contextlib import closing, contextmanager
+from itertools import islice, pairwise
 from typing import Any, Literal
 
 from shardwise.errors import ConfigError
-from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow
-from shardwise.sources.parquet import ParquetSource
+from shardwise.sources.base import (
+    FROM_START,
+    Key,
+    NewOnly,
+    ReadFrom,
+    Shard,
+    ShardReader,
+    Source,
+    SourcePlan,
+    SourceRow,
+)
 from shardwise.sources.sizing import Sizing
-from shardwise.sources.sql import SqlSource
 
 __all__ = ["KeyedSource", "is_keyed"]
 
@@ -74,7 +83,7 @@ class KeyedSource:
 
     def __init__(
         self,
-        inner: SqlSource | ParquetSource,
+        inner: Source,
         keys: Sequence[Key],
         *,
         kind_label: str = "redrive",
@@ -114,7 +123,7 @@ class KeyedSource:
         runs = _cut(self._keys, sizing.shards, sizing.rows_per_shard_for(len(self._keys)))
         cut = tuple(Shard(i, len(run), {"keys": list(run)}) for i, run in enumerate(runs))
         params = {
-            **self._inner_params(),
+            **self.params,
             **self._extra,
             "keyed": self._label,
             self._label: True,
@@ -125,9 +134,30 @@ class KeyedSource:
         }
         return SourcePlan(self.kind, self.identity, None, cut, params)
 
+    @property
+    def params(self) -> dict[str, Any]:
+        """What the wrapped source reads, with the key type the results table needs."""
+        inner = self._inner.params
+        if inner.get("key_type") is None and self._keys:
+            return {**inner, "key_type": "int" if isinstance(self._keys[0], int) else "text"}
+        return inner
+
     def check(self) -> None:
         """The source the keys are read from is checked."""
         self._inner.check()
+
+    @contextmanager
+    def open_reader(
+        self, plan: SourcePlan, shard: Shard, start: ReadFrom = FROM_START
+    ) -> Iterator[ShardReader]:
+        """The shard's keys' current rows, after the first ``start.rows`` (read again and dropped)."""
+        rows = self.read(plan, shard)
+        with closing(rows):  # type: ignore[type-var]
+            yield ShardReader(shard, None, False, islice(rows, start.rows, None))
+
+    def read_keys(self, keys: Sequence[Key]) -> Iterator[SourceRow]:
+        """The wrapped source's rows for ``keys``."""
+        return self._inner.read_keys(keys)
 
     def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:
         """Stream the shard's keys' current rows (SQL: ordered by key; Parquet: in storage order)."""
@@ -147,15 +177,3 @@ class KeyedSource:
     def close(self) -> None:
         """Close the wrapped source."""
         self._inner.close()
-
-    def _inner_params(self) -> dict[str, Any]:
-        """What the wrapped source reads, with the key type the results table needs."""
-        if isinstance(self._inner, SqlSource):
-            return dict(self._inner.params)
-        parquet = self._inner
-        return {
-            "location": parquet.identity,
-            "key": parquet.key,
-            "key_type": None if not self._keys else "int" if isinstance(self._keys[0], int) else "text",
-            "text_column": parquet.text_column,
-        }

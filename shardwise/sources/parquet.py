@@ -18,10 +18,20 @@ once the run has succeeded.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow
+from shardwise.sources.base import (
+    FROM_START,
+    Key,
+    NewOnly,
+    ReadFrom,
+    Shard,
+    ShardReader,
+    SourcePlan,
+    SourceRow,
+)
 from shardwise.sources.footers import Footer, read_footers
 from shardwise.sources.local_objects import LocalStore
 from shardwise.sources.objects import Listing, ObjectStore, listing_digest
@@ -106,13 +116,26 @@ class ParquetSource:
         planned_shards = tuple(to_shard(i, run) for i, run in enumerate(runs))
         return SourcePlan("parquet", self.identity, listing_digest(listing.objects), planned_shards, params)
 
+    @contextmanager
+    def open_reader(
+        self, plan: SourcePlan, shard: Shard, start: ReadFrom = FROM_START
+    ) -> Iterator[ShardReader]:
+        """Read ``shard`` from ``start.rows`` rows in; the rows come from the plan's listing (its snapshot).
+
+        The order is fixed by the plan, so the same rows are skipped every time.
+        """
+        rows = self.read(plan, shard, skip=start.rows)
+        try:
+            yield ShardReader(shard, plan.snapshot, False, rows)
+        finally:
+            rows.close()
+
     def read(self, plan: SourcePlan, shard: Shard, *, skip: int = 0) -> ShardRows:
         """Stream ``shard``'s rows in storage order (object, row group, row), not sorted by key.
 
         The returned iterator counts the rows it skipped for a null key in
         ``null_keys``. ``skip`` starts that many rows into the shard (a shard
-        resumed after its committed chunks); the order is fixed by the plan,
-        so the same rows are skipped every time.
+        resumed after its committed chunks).
         """
         self._check_plan(plan)
         return ShardRows(self._store, shard, self.key, self.inputs, _BATCH_ROWS, skip)
@@ -128,6 +151,17 @@ class ParquetSource:
             return iter(())
         columns = (self.key, *self.inputs)
         return keyed_rows(self._store, self._list().objects, columns, keys, _BATCH_ROWS)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What this source reads; the key's type is known once a plan has read the footers."""
+        return {
+            "location": self.identity,
+            "key": self.key,
+            "key_type": None,
+            "text_column": self.text_column,
+            "text_pair_column": self.text_pair_column,
+        }
 
     def check(self) -> None:
         """Fail now if the location does not exist or cannot be listed (credentials, bucket, path)."""
@@ -156,11 +190,8 @@ class ParquetSource:
         new_only: NewOnly | None,
     ) -> dict[str, Any]:
         return {
-            "location": self.identity,
-            "key": self.key,
+            **self.params,
             "key_type": _key_type(planned),
-            "text_column": self.text_column,
-            "text_pair_column": self.text_pair_column,
             **sizing.params(sum(g.readable_rows for g in groups)),
             "objects": len(planned),
             "ignored_objects": listing.ignored,

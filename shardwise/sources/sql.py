@@ -59,13 +59,22 @@ import logging
 import threading
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Literal
 
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow
+from shardwise.sources.base import (
+    FROM_START,
+    Key,
+    NewOnly,
+    ReadFrom,
+    Shard,
+    ShardReader,
+    SourcePlan,
+    SourceRow,
+)
 from shardwise.sources.keys import parse_keys
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql_check import check_plan, new_only_params
@@ -80,22 +89,9 @@ from shardwise.sources.sql_snapshot import export_snapshot, idle_limit_s, import
 from shardwise.sources.sql_unique import check_unique_key
 from shardwise.text import row_value
 
-__all__ = ["ShardReader", "SqlSource"]
+__all__ = ["SqlSource"]
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ShardReader:
-    """One shard being read, and the snapshot its rows come from, for lineage."""
-
-    shard: Shard
-    snapshot: str | None
-    """The plan's snapshot; a fresh ``pg_current_snapshot()`` when ``snapshot_lost``; None on SQLite."""
-    snapshot_lost: bool
-    """True when the plan's snapshot was gone and the rows come from a fresh snapshot instead."""
-    rows: Iterator[SourceRow]
-    """The shard's rows, ordered by key; valid inside the ``open_reader`` block only."""
 
 
 class SqlSource:
@@ -239,14 +235,15 @@ class SqlSource:
 
     @contextmanager
     def open_reader(
-        self, plan: SourcePlan, shard: Shard, *, after: Key | None = None
+        self, plan: SourcePlan, shard: Shard, start: ReadFrom = FROM_START
     ) -> Iterator[ShardReader]:
         """Read one shard and learn which snapshot it was read at (for lineage).
 
-        ``after`` (a key of the shard) reads only the keys above it: a shard
-        resumed after its committed chunks, at the plan's snapshot when it is
-        still held.
+        A ``start`` with a key reads only the keys above it: a shard resumed
+        after its committed chunks, at the plan's snapshot when it is still
+        held. Without a key, its first ``start.rows`` rows are read and dropped.
         """
+        after = start.key if start.rows else None
         new_only = check_plan(plan, shard, self.identity, self.params, self._src.key_kind)
         doing = f"reading shard {shard.shard_id} of {self.identity}"
         with self._db.errors(doing), self._db.engine.connect() as conn:
@@ -256,7 +253,10 @@ class SqlSource:
             streamed = conn.execution_options(stream_results=True, yield_per=self._fetch_rows)
             result = streamed.execute(query)
             try:
-                yield ShardReader(shard, snapshot, lost, self._rows(result, doing))
+                rows = self._rows(result, doing)
+                if start.rows and after is None:
+                    rows = islice(rows, start.rows, None)
+                yield ShardReader(shard, snapshot, lost, rows)
             finally:
                 result.close()
 

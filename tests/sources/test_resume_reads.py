@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
+from shardwise.sources import KeyedSource, ReadFrom
 from shardwise.sources.parquet import ParquetSource
 from shardwise.sources.sql import SqlSource
 
@@ -88,5 +89,28 @@ def test_a_sql_read_after_a_key_starts_above_it_within_the_shard(
         with source.open_reader(plan, shard) as reader:
             keys = [r.key for r in reader.rows]
         for after in (keys[0], keys[10], keys[-1], keys[10] + 1):
-            with source.open_reader(plan, shard, after=after) as reader:
+            start = ReadFrom(rows=sum(k <= after for k in keys), key=after)
+            with source.open_reader(plan, shard, start) as reader:
                 assert [r.key for r in reader.rows] == [k for k in keys if k > after]
+        with source.open_reader(plan, shard, ReadFrom(rows=5)) as reader:
+            assert [r.key for r in reader.rows] == keys[5:], "without a key, the committed rows are dropped"
+
+
+def test_every_source_resumes_through_open_reader(parquet_dir: Path) -> None:
+    """The pipeline reads every kind of source one way: Parquet skips rows, a keyed source drops them."""
+    source = ParquetSource(str(parquet_dir))
+    plan = source.plan(shards=1)
+    (shard,) = plan.shards
+    every = [r.key for r in source.read(plan, shard)]
+    with source.open_reader(plan, shard, ReadFrom(rows=62, key=every[61])) as reader:
+        assert reader.snapshot == plan.snapshot and not reader.snapshot_lost
+        assert [r.key for r in reader.rows] == every[62:]
+    chosen = [k for k in every if isinstance(k, int) and k % 7 == 0]
+    with KeyedSource(ParquetSource(str(parquet_dir)), chosen) as keyed:
+        keyed_plan = keyed.plan(shards=1)
+        (keyed_shard,) = keyed_plan.shards
+        whole = [r.key for r in keyed.read(keyed_plan, keyed_shard)]
+        assert sorted(whole) == sorted(chosen)
+        with keyed.open_reader(keyed_plan, keyed_shard, ReadFrom(rows=3, key=whole[2])) as reader:
+            assert reader.snapshot is None
+            assert [r.key for r in reader.rows] == whole[3:]
