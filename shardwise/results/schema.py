@@ -2,7 +2,7 @@
 
 The results table is named by the user and its columns follow the model's
 outputs, so it is a ``sa.Table`` (SQLAlchemy quotes every identifier). The
-fixed-name ledger tables are created from ``sql/<dialect>/ledger_schema.sql``.
+fixed-name ledger tables are created from ``sql/common/ledger_schema.sql``.
 """
 
 from __future__ import annotations

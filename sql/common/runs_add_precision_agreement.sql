@@ -1,2 +1,2 @@
 -- Upgrade: a ledger made before runs recorded the precision guard's agreement.
-ALTER TABLE shardwise_runs ADD COLUMN precision_agreement double precision
+ALTER TABLE shardwise_runs ADD COLUMN precision_agreement {DOUBLE}

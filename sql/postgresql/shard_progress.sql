@@ -4,7 +4,7 @@
 UPDATE shardwise_shards
 SET progress_rows = :rows,
     progress_failed = :failed,
-    progress_at = CAST(:progress_at AS timestamptz)
+    progress_at = :progress_at
 WHERE (run_id, shard_id) IN (
     SELECT run_id, shard_id FROM shardwise_shards
     WHERE run_id = :run_id AND shard_id = :shard_id AND attempts = :attempt AND status <> 'done'

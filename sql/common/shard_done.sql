@@ -1,6 +1,6 @@
 UPDATE shardwise_shards
 SET status = 'done',
-    attempts = max(attempts, CAST(:attempt AS integer)),
+    attempts = {GREATEST}(attempts, CAST(:attempt AS integer)),
     rows_in = :rows_in, rows_out = :rows_out, rows_failed = :rows_failed,
     rows_inserted = :rows_inserted, rows_updated = :rows_updated, rows_unchanged = :rows_unchanged,
     started_at = :started_at, finished_at = :finished_at,

@@ -2,6 +2,6 @@
 -- watcher catches up on what changed while it was away (shardwise.watch.progress).
 CREATE TABLE IF NOT EXISTS shardwise_watch_state (
     name text PRIMARY KEY,
-    state jsonb NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT now()
+    state {JSON} NOT NULL,
+    updated_at {TIMESTAMP} NOT NULL DEFAULT CURRENT_TIMESTAMP
 )

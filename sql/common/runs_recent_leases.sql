@@ -3,7 +3,7 @@
 SELECT r.run_id, r.owner, r.lease_expires_at,
        (SELECT COUNT(*) FROM shardwise_shards s
         WHERE s.run_id = r.run_id AND s.status = 'pending'
-          AND julianday(s.lease_expires_at) > julianday(:now)) AS shards_running
+          AND {INSTANT}(s.lease_expires_at) > {INSTANT}(:now)) AS shards_running
 FROM shardwise_runs r
 WHERE (CAST(:status AS text) IS NULL OR r.status = CAST(:status AS text))
   AND (CAST(:results_table AS text) IS NULL OR r.results_table = CAST(:results_table AS text))

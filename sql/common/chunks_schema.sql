@@ -2,7 +2,8 @@
 -- chunk's rows and dead letters, so the row is the chunk's done-mark. A retried or racing writer
 -- that finds it merges nothing. position says where the next chunk starts: {"rows": rows of the
 -- shard up to and including this chunk, "key": the key of its last row (SQL sources)}.
--- Every statement is idempotent; ensure_schema runs this under schema_lock.sql.
+-- Every statement is idempotent; ensure_schema runs this under schema_lock.sql on PostgreSQL,
+-- in a BEGIN IMMEDIATE transaction on SQLite. {WORDS} are the dialect's types (sqlfiles.py).
 
 CREATE TABLE IF NOT EXISTS shardwise_chunks (
     run_id          text NOT NULL,
@@ -16,8 +17,8 @@ CREATE TABLE IF NOT EXISTS shardwise_chunks (
     rows_inserted   bigint NOT NULL,
     rows_updated    bigint NOT NULL,
     rows_unchanged  bigint NOT NULL,
-    position        jsonb NOT NULL,
-    committed_at    timestamptz NOT NULL,
+    position        {JSON} NOT NULL,
+    committed_at    {TIMESTAMP} NOT NULL,
     PRIMARY KEY (run_id, shard_id, chunk),
     FOREIGN KEY (run_id, shard_id) REFERENCES shardwise_shards (run_id, shard_id)
 );

@@ -1,3 +1,0 @@
-INSERT INTO shardwise_objects (source_identity, object_key, etag, run_id, seen_at)
-VALUES (:source_identity, :object_key, :etag, :run_id, CAST(:seen_at AS timestamptz))
-ON CONFLICT (source_identity, object_key, etag) DO NOTHING

@@ -1,7 +1,0 @@
--- A shard that is already done stays done: a late failure report cannot undo a merge.
--- The attempt was counted when it started (shard_attempt.sql).
-UPDATE shardwise_shards
-SET status = 'failed',
-    finished_at = CAST(:finished_at AS timestamptz),
-    last_error = :error
-WHERE run_id = :run_id AND shard_id = :shard_id AND status <> 'done'

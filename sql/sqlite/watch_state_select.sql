@@ -1,1 +1,0 @@
-SELECT state FROM shardwise_watch_state WHERE name = :name
