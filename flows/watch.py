@@ -91,7 +91,7 @@ def watch(
 def _ledger_seen(results_url: str, location: str) -> Any:
     """The ledger's scored (object key, ETag) pairs for ``location``, read fresh on every listing."""
     from shardwise.results import Ledger
-    from shardwise.sources.parquet import open_store
+    from shardwise.sources.parquet.source import open_store
 
     identity = open_store(location).identity
     ledger = Ledger(results_url)

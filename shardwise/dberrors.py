@@ -1,6 +1,6 @@
 """The one table that maps database errors onto :mod:`shardwise.errors`, for every layer.
 
-SQL sources (:meth:`shardwise.sources.sql_db.Database.errors`), the results
+SQL sources (:meth:`shardwise.sources.sql.db.Database.errors`), the results
 store and ledger (:func:`mapped_errors`) and the watchers (which go through
 their source's ``Database``) all classify here, so a lock timeout is
 transient whether a source, the store or a watcher meets it. Errors arrive

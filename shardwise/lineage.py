@@ -48,7 +48,7 @@ def value_fingerprint(value: object) -> str | None:
     concatenated (None when either has none); anything else has None. MD5
     because PostgreSQL computes the same in SQL (``md5(text)``), so
     ``--only-new`` compares fingerprints inside the database
-    (:mod:`shardwise.sources.sql_fingerprint` is that SQL twin). It identifies
+    (:mod:`shardwise.sources.sql.fingerprint` is that SQL twin). It identifies
     content; it is not a security measure. This is the one Python home of the rule.
     """
     if isinstance(value, TextPair):

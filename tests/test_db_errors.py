@@ -3,7 +3,7 @@
 Each test makes one failure happen for real (a lock timeout, a terminated
 backend, a locked SQLite file ...) six times: under each layer's entry point
 (the store's and ledger's :func:`~shardwise.dberrors.mapped_errors`, a
-source's :meth:`~shardwise.sources.sql_db.Database.errors`, and the same
+source's :meth:`~shardwise.sources.sql.db.Database.errors`, and the same
 ``Database.errors`` as a watcher holds it), once through SQLAlchemy and once
 straight from the driver, as the store's COPY and a watcher's LISTEN and DDL
 meet them. All six must be the same class, with a message that says the
@@ -26,7 +26,7 @@ from sqlalchemy.pool import NullPool
 
 from shardwise.dberrors import mapped_errors, safe_url
 from shardwise.errors import ConfigError, ShardwiseError, SourceError, TransientError
-from shardwise.sources.sql_db import Database
+from shardwise.sources.sql.db import Database
 
 ACTION = "doing the thing"
 PASSWORD = "s3cret-pw"  # trust auth ignores it; it must never reach a message

@@ -7,8 +7,8 @@ from typing import Any
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
 from shardwise.sources.keyed import KeyedSource, is_keyed
-from shardwise.sources.parquet import ParquetSource, plan_objects
-from shardwise.sources.sql import SqlSource
+from shardwise.sources.parquet.source import ParquetSource, plan_objects
+from shardwise.sources.sql.source import SqlSource
 
 __all__ = [
     "Key",

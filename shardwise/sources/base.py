@@ -8,10 +8,13 @@ planning again, so shard boundaries never move under a run.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Self
+
+from shardwise.sources.sizing import Sizing
 
 __all__ = [
     "FROM_START",
@@ -137,20 +140,28 @@ class ShardReader:
     """The shard's rows in the source's fixed order; valid inside the ``open_reader`` block only."""
 
 
-class Source(Protocol):
+class Source(ABC):
     """A table or dataset that can be planned into shards and read shard by shard.
 
-    Implementations are safe to share between threads: ``read`` opens its own
-    connection or file handles per call.
+    The one interface the pipeline uses: it never asks which kind of source it
+    holds. Implementations are safe to share between threads: a read opens its
+    own connection or file handles per call. A source is a context manager
+    that closes itself.
     """
 
     kind: Literal["sql", "parquet"]
     identity: str
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
+    @abstractmethod
     def params(self) -> dict[str, Any]:
         """What this source reads (key, text columns, filter, key type when known); a plan records it."""
-        ...
 
     def plan(
         self,
@@ -164,14 +175,20 @@ class Source(Protocol):
 
         With neither, the default of :class:`~shardwise.sources.sizing.Sizing`
         applies, cutting at least ``min_shards`` shards where the rows allow.
+        ``new_only`` restricts the plan to rows without a current result.
         """
-        ...
+        return self.plan_sized(Sizing(shards, rows_per_shard, min_shards), new_only)
 
+    @abstractmethod
+    def plan_sized(self, sizing: Sizing, new_only: NewOnly | None) -> SourcePlan:
+        """:meth:`plan`, with the sizing rule already checked: what each kind of source implements."""
+
+    @abstractmethod
     def check(self) -> None:
         """Fail now, cheaply, if planning could not read the source: a filter that does not run, a
         location that does not exist, credentials that are refused. Nothing is planned or held."""
-        ...
 
+    @abstractmethod
     def open_reader(
         self, plan: SourcePlan, shard: Shard, start: ReadFrom = FROM_START
     ) -> AbstractContextManager[ShardReader]:
@@ -184,16 +201,19 @@ class Source(Protocol):
         says which snapshot the rows come from, for lineage. Leaving the block
         closes the read.
         """
-        ...
 
     def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:
         """The rows of :meth:`open_reader` from the shard's start, as an iterator (inspection, tests)."""
-        ...
+        with self.open_reader(plan, shard) as reader:
+            yield from reader.rows
 
-    def read_keys(self, keys: Sequence[Key]) -> Iterator[SourceRow]:
-        """Stream the current rows whose key is in ``keys`` (a redrive); absent keys are not yielded."""
-        ...
+    @abstractmethod
+    def read_keys(self, keys: Sequence[Key]) -> Generator[SourceRow, None, None]:
+        """Stream the current rows whose key is in ``keys`` (a redrive); absent keys are not yielded.
 
+        A generator: closing it early frees the connection or file it reads.
+        """
+
+    @abstractmethod
     def close(self) -> None:
         """Release connections, and the planning snapshot if one is held."""
-        ...

@@ -22,7 +22,7 @@ a shard may return fewer rows than ``expected_rows``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from itertools import islice, pairwise
 from typing import Any, Literal
@@ -69,7 +69,7 @@ def _cut(keys: list[Key], shards: int | None, rows_per_shard: int | None) -> lis
     return [keys[lo:hi] for lo, hi in pairwise(edges)]
 
 
-class KeyedSource:
+class KeyedSource(Source):
     """``inner`` restricted to ``keys``; closing it closes ``inner``.
 
     ``keys`` are the source's own keys, typed as its key column holds them
@@ -100,26 +100,12 @@ class KeyedSource:
         """The keys to read, sorted and without duplicates."""
         return tuple(self._keys)
 
-    def __enter__(self) -> KeyedSource:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def plan(
-        self,
-        *,
-        shards: int | None = None,
-        rows_per_shard: int | None = None,
-        new_only: NewOnly | None = None,
-        min_shards: int = 1,
-    ) -> SourcePlan:
+    def plan_sized(self, sizing: Sizing, new_only: NewOnly | None) -> SourcePlan:
         """Cut the sorted keys into ``shards`` shards, or runs of ``rows_per_shard`` (see :class:`Sizing`)."""
         if new_only is not None:
             raise ConfigError(
                 f"a keyed ({self._label}) plan reads the keys it was given; new_only does not apply: drop it"
             )
-        sizing = Sizing(shards, rows_per_shard, min_shards)
         runs = _cut(self._keys, sizing.shards, sizing.rows_per_shard_for(len(self._keys)))
         cut = tuple(Shard(i, len(run), {"keys": list(run)}) for i, run in enumerate(runs))
         params = {
@@ -150,17 +136,10 @@ class KeyedSource:
     def open_reader(
         self, plan: SourcePlan, shard: Shard, start: ReadFrom = FROM_START
     ) -> Iterator[ShardReader]:
-        """The shard's keys' current rows, after the first ``start.rows`` (read again and dropped)."""
-        rows = self.read(plan, shard)
-        with closing(rows):  # type: ignore[type-var]
-            yield ShardReader(shard, None, False, islice(rows, start.rows, None))
+        """The shard's keys' current rows (SQL: ordered by key; Parquet: in storage order).
 
-    def read_keys(self, keys: Sequence[Key]) -> Iterator[SourceRow]:
-        """The wrapped source's rows for ``keys``."""
-        return self._inner.read_keys(keys)
-
-    def read(self, plan: SourcePlan, shard: Shard) -> Iterator[SourceRow]:
-        """Stream the shard's keys' current rows (SQL: ordered by key; Parquet: in storage order)."""
+        A resumed shard reads its keys again and drops the first ``start.rows``.
+        """
         if not is_keyed(plan) or plan.kind != self.kind or plan.identity != self.identity:
             raise ConfigError(
                 f"plan is a {'keyed' if is_keyed(plan) else 'range'} {plan.kind} plan of {plan.identity!r}; "
@@ -172,6 +151,12 @@ class KeyedSource:
                 f"shard {shard.shard_id} bounds must be {{'keys': [...]}}; got {dict(shard.bounds)!r}: "
                 "read a shard with the source that planned it"
             )
+        rows = self._inner.read_keys(keys)
+        with closing(rows):
+            yield ShardReader(shard, None, False, islice(rows, start.rows, None))
+
+    def read_keys(self, keys: Sequence[Key]) -> Generator[SourceRow, None, None]:
+        """The wrapped source's rows for ``keys``."""
         return self._inner.read_keys(keys)
 
     def close(self) -> None:

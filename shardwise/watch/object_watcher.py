@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.sources.objects import ObjectInfo
-from shardwise.sources.parquet import open_store
+from shardwise.sources.parquet.objects import ObjectInfo
+from shardwise.sources.parquet.source import open_store
 from shardwise.watch.events import Announcer, Emitter
 from shardwise.watch.loop import Backoff, run_until
 

@@ -1,7 +1,7 @@
 """The SQL table a watcher watches: checked against the reflected schema, named without a password.
 
 Every identifier (schema, table, key, ``updated_at``) must be one the
-database reports (:func:`shardwise.sources.sql_schema.reflect_source`), so a
+database reports (:func:`shardwise.sources.sql.schema.reflect_source`), so a
 typo or an injection attempt such as ``docs; DROP TABLE docs`` is refused
 with a :class:`~shardwise.errors.SourceError` before any SQL names it. Queries
 then go through the reflected :class:`sqlalchemy.Table`, which quotes them.
@@ -16,8 +16,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.sources.sql_db import Database
-from shardwise.sources.sql_schema import SourceTable, reflect_source
+from shardwise.sources.sql.db import Database
+from shardwise.sources.sql.schema import SourceTable, reflect_source
 
 __all__ = ["WatchedTable", "from_json", "open_table", "to_json"]
 

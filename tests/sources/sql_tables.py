@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from shardwise.sources.base import Key, SourcePlan
-from shardwise.sources.sql import SqlSource
+from shardwise.sources.sql.source import SqlSource
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

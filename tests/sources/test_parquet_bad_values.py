@@ -21,8 +21,8 @@ from flow_data import execute
 from shardwise.errors import InputError, SourceError
 from shardwise.lineage import value_fingerprint
 from shardwise.pipeline import RunSpec
-from shardwise.sources.parquet import ParquetSource
-from shardwise.sources.parquet_text import text_values
+from shardwise.sources.parquet.source import ParquetSource
+from shardwise.sources.parquet.text import text_values
 from shardwise.text import UndecodableText, coerce_text
 
 BAD = {3: b"caf\xe9 au lait", 7: b"\xff\xfe half a BOM", 12: b"cut in the middle \xe2\x82"}

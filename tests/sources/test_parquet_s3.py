@@ -16,7 +16,7 @@ from flow_data import put_parquet
 
 from shardwise.errors import SourceError, TransientError
 from shardwise.sources.base import NewOnly, SourcePlan
-from shardwise.sources.parquet import ParquetSource, plan_objects
+from shardwise.sources.parquet.source import ParquetSource, plan_objects
 
 
 def read_all(source: ParquetSource, plan: SourcePlan) -> list[int | str]:

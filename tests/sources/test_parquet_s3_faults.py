@@ -23,9 +23,9 @@ from s3_proxy import FaultProxy, Seen, cut_first_tries, pass_all, seeded_cuts
 
 from shardwise.errors import ConfigError, SourceError, TransientError
 from shardwise.pipeline import RunSpec
-from shardwise.sources.parquet import ParquetSource
-from shardwise.sources.s3_errors import map_s3_error
-from shardwise.sources.s3_objects import S3RetryPolicy, S3Store
+from shardwise.sources.parquet.s3_errors import map_s3_error
+from shardwise.sources.parquet.s3_objects import S3RetryPolicy, S3Store
+from shardwise.sources.parquet.source import ParquetSource
 
 SMALL_GROUPS = {"row_group_size": 20, "compression": "snappy"}
 FAST = S3RetryPolicy(base_delay_s=0.01, max_delay_s=0.05)
@@ -84,7 +84,7 @@ def test_a_body_cut_mid_stream_is_read_again(
     """``cut`` drops the socket mid-body; ``short`` sends half the body with a Content-Length that agrees."""
     store = S3Store(f"s3://{bucket}/blobs/one.bin", proxied_client(proxy), FAST)
     proxy.rule = lambda seen: fault if seen.repeat == 0 else "pass"
-    with caplog.at_level(logging.WARNING, "shardwise.sources.s3_objects"), open_blob(store) as handle:
+    with caplog.at_level(logging.WARNING, "shardwise.sources.parquet.s3_objects"), open_blob(store) as handle:
         handle.seek(1000)
         got = handle.read(250_000)
     assert got == blob[1000:251_000]

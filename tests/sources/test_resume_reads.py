@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 from shardwise.sources import KeyedSource, ReadFrom
-from shardwise.sources.parquet import ParquetSource
-from shardwise.sources.sql import SqlSource
+from shardwise.sources.parquet.source import ParquetSource
+from shardwise.sources.sql.source import SqlSource
 
 
 def _write(path: Path, keys: list[int | None], row_group_size: int, *, statistics: bool = True) -> None:

@@ -13,7 +13,7 @@ from shardwise.errors import InputError
 from shardwise.lineage import value_fingerprint
 from shardwise.pipeline import RunSpec
 from shardwise.sources.base import NewOnly
-from shardwise.sources.sql import SqlSource
+from shardwise.sources.sql.source import SqlSource
 from shardwise.text import coerce_text
 
 any_url = sql_tables.any_url  # the SQLite/PostgreSQL fixture, shared by the SQL source tests

@@ -8,10 +8,10 @@ import sqlalchemy as sa
 from sql_tables import create_docs, read_all, writer
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.sources import sql_filter
-from shardwise.sources.sql import SqlSource
-from shardwise.sources.sql_filter import ALLOWED_FUNCTIONS, parse_filter
-from shardwise.sources.sql_snapshot import read_only
+from shardwise.sources.sql import where as sql_filter
+from shardwise.sources.sql.snapshot import read_only
+from shardwise.sources.sql.source import SqlSource
+from shardwise.sources.sql.where import ALLOWED_FUNCTIONS, parse_filter
 
 ROWS = [(k, f"row {k}") for k in range(1, 21)]
 DIALECTS = ["postgresql", "sqlite"]

@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from sql_tables import create_docs, read_all, writer
 
 from shardwise.errors import ConfigError
-from shardwise.sources.sql import SqlSource
-from shardwise.sources.sql_unique import declared_unique
+from shardwise.sources.sql.source import SqlSource
+from shardwise.sources.sql.unique import declared_unique
 
 any_url = sql_tables.any_url  # the SQLite/PostgreSQL fixture, shared by the SQL source tests
 

@@ -10,7 +10,7 @@ from sql_tables import create_docs, insert, read_all, writer
 from shardwise.errors import SourceError
 from shardwise.lineage import value_fingerprint
 from shardwise.sources.base import NewOnly
-from shardwise.sources.sql import SqlSource
+from shardwise.sources.sql.source import SqlSource
 
 TEXTS = {k: f"row {k}" for k in range(1, 21)} | {2: "héllo ✓ 🙂"}  # non-ASCII: UTF-8 MD5 in SQL
 M1 = NewOnly("m1", "results")

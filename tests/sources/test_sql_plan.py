@@ -15,10 +15,10 @@ from sql_tables import assert_partition, create_docs, read_all, writer
 from shardwise.errors import ConfigError
 from shardwise.sources.base import SourcePlan
 from shardwise.sources.sizing import Sizing
-from shardwise.sources.sql import SqlSource
-from shardwise.sources.sql_plan import build_shards, plan_shards, shard_starts
-from shardwise.sources.sql_query import Selection, read_query
-from shardwise.sources.sql_schema import reflect_source
+from shardwise.sources.sql.plan import build_shards, plan_shards, shard_starts
+from shardwise.sources.sql.query import Selection, read_query
+from shardwise.sources.sql.schema import reflect_source
+from shardwise.sources.sql.source import SqlSource
 
 _SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture]}
 int_keys = st.sets(st.integers(-(10**12), 10**12), max_size=60)

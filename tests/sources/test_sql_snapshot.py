@@ -12,7 +12,7 @@ from sql_tables import create_docs, insert, read_all, writer
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.base import SourcePlan
-from shardwise.sources.sql import SqlSource
+from shardwise.sources.sql.source import SqlSource
 
 pytestmark = pytest.mark.postgres
 

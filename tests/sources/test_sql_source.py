@@ -11,8 +11,8 @@ from sql_tables import create_docs, read_all, writer
 
 from shardwise.errors import ConfigError, SourceError, TransientError
 from shardwise.sources.base import Source
-from shardwise.sources.sql import SqlSource
-from shardwise.sources.sql_db import Database
+from shardwise.sources.sql.db import Database
+from shardwise.sources.sql.source import SqlSource
 
 ROWS = [(k, f"row {k}") for k in range(1, 21)]
 

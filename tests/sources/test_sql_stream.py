@@ -12,7 +12,7 @@ import sql_tables
 import sqlalchemy as sa
 from sql_tables import create_docs, insert, writer
 
-from shardwise.sources.sql import SqlSource
+from shardwise.sources.sql.source import SqlSource
 
 ROWS = 50_000
 

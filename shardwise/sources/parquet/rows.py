@@ -9,7 +9,7 @@ key, row group, row), which is deterministic; Parquet has no index to sort by
 key without holding the shard, so they are not sorted by key.
 
 A text value that is not valid UTF-8 fails only its own row (see
-:mod:`~shardwise.sources.parquet_text`); a damaged page fails the shard with a
+:mod:`~shardwise.sources.parquet.text`); a damaged page fails the shard with a
 :class:`SourceError` naming the object and row group. Page checksums are
 verified where the writer stored them (pyarrow's ``write_page_checksum``,
 parquet-java's ``parquet.page.write-checksum.enabled``), so a garbled page is
@@ -26,9 +26,9 @@ import pyarrow.parquet as pq
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.base import Shard, SourceRow
-from shardwise.sources.footers import key_nulls
-from shardwise.sources.objects import ObjectInfo, ObjectStore
-from shardwise.sources.parquet_text import input_values
+from shardwise.sources.parquet.footers import key_nulls
+from shardwise.sources.parquet.objects import ObjectInfo, ObjectStore
+from shardwise.sources.parquet.text import input_values
 
 __all__ = ["ShardRows", "shard_spans"]
 

@@ -9,7 +9,7 @@ keys, with ``count(*)``; elsewhere (SQLite) it is a window query
 
 Shards split the *distinct* keys evenly. With a unique key (which
 :class:`~shardwise.sources.sql.SqlSource` requires, see
-:mod:`shardwise.sources.sql_unique`) that is the same as splitting the rows
+:mod:`shardwise.sources.sql.unique`) that is the same as splitting the rows
 evenly; were key values repeated, a shard could hold more rows than its share,
 but boundaries are always distinct keys, so shards stay disjoint and none is
 empty by construction. ``shards=N``
@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from shardwise.errors import TransientError
 from shardwise.sources.base import Key, Shard
 from shardwise.sources.sizing import Sizing
-from shardwise.sources.sql_query import Selection, boundary_window_query, count_query, quantile_query
+from shardwise.sources.sql.query import Selection, boundary_window_query, count_query, quantile_query
 
 __all__ = [
     "Counts",

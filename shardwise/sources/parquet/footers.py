@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 
 from shardwise.errors import SourceError
 from shardwise.sources.base import KeyType
-from shardwise.sources.objects import ObjectInfo, ObjectStore
-from shardwise.sources.row_groups import RowGroup
+from shardwise.sources.parquet.objects import ObjectInfo, ObjectStore
+from shardwise.sources.parquet.row_groups import RowGroup
 
 __all__ = ["Footer", "key_nulls", "read_footers"]
 

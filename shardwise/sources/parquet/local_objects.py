@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import IO
 
 from shardwise.errors import SourceError
-from shardwise.sources.objects import Listing, ObjectInfo, changed_since_listed, is_parquet_name
+from shardwise.sources.parquet.objects import Listing, ObjectInfo, changed_since_listed, is_parquet_name
 
 __all__ = ["LocalStore", "local_etag"]
 

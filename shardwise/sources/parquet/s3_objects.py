@@ -31,8 +31,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from shardwise.errors import ConfigError, SourceError, TransientError
-from shardwise.sources.objects import Listing, ObjectInfo, changed_since_listed, is_parquet_name
-from shardwise.sources.s3_errors import s3_boundary
+from shardwise.sources.parquet.objects import Listing, ObjectInfo, changed_since_listed, is_parquet_name
+from shardwise.sources.parquet.s3_errors import s3_boundary
 from shardwise.words import plural
 
 __all__ = ["S3RangeFile", "S3RetryPolicy", "S3Store", "parse_s3_url"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise.sources.base import Shard
-from shardwise.sources.objects import ObjectInfo
+from shardwise.sources.parquet.objects import ObjectInfo
 from shardwise.sources.sizing import Sizing
 
 __all__ = ["RowGroup", "cut", "cut_by_count", "cut_by_rows", "to_shard"]

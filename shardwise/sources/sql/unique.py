@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.sources.sql_query import Selection
+from shardwise.sources.sql.query import Selection
 
 __all__ = ["SHOWN_DUPLICATES", "check_unique_key", "declared_unique"]
 

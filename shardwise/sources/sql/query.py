@@ -3,7 +3,7 @@
 Identifiers come from the reflected :class:`sqlalchemy.Table`, so SQLAlchemy
 quotes them; values (shard bounds, the model version, shard counts) are bound
 parameters. The one piece of SQL text is the operator's ``where`` filter, and
-only as :func:`~shardwise.sources.sql_filter.parse_filter` rendered it: one
+only as :func:`~shardwise.sources.sql.where.parse_filter` rendered it: one
 checked expression, in parentheses, AND-ed with the other conditions as a
 separate term, so it cannot widen the key range it is combined with.
 
@@ -21,9 +21,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
-from shardwise.sources.sql_filter import SqlFilter
-from shardwise.sources.sql_fingerprint import fingerprint
-from shardwise.sources.sql_schema import SourceTable
+from shardwise.sources.sql.fingerprint import fingerprint
+from shardwise.sources.sql.schema import SourceTable
+from shardwise.sources.sql.where import SqlFilter
 
 __all__ = [
     "Selection",
@@ -48,7 +48,7 @@ class Selection:
     src: SourceTable
     dialect: str
     where: SqlFilter | None = None
-    """The operator's filter, already parsed and checked (see :mod:`shardwise.sources.sql_filter`)."""
+    """The operator's filter, already parsed and checked (see :mod:`shardwise.sources.sql.where`)."""
     results: sa.Table | None = None
     """The results table to anti-join (``--only-new``), or None to take every row."""
     model_version: str | None = None
@@ -60,7 +60,7 @@ class Selection:
     def fingerprint(self) -> sa.ColumnElement[Any]:
         """The input fingerprint of a row, computed in the database as the pipeline stores it.
 
-        See :mod:`shardwise.sources.sql_fingerprint` (text and binary columns alike, and pairs).
+        See :mod:`shardwise.sources.sql.fingerprint` (text and binary columns alike, and pairs).
         """
         return fingerprint(self.src.inputs, self.dialect)
 

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 from shardwise.errors import SourceError
 from shardwise.sources.base import Key, SourceRow
 from shardwise.sources.keys import parse_keys
-from shardwise.sources.objects import ObjectInfo, ObjectStore
-from shardwise.sources.parquet_text import input_values
+from shardwise.sources.parquet.objects import ObjectInfo, ObjectStore
+from shardwise.sources.parquet.text import input_values
 
 __all__ = ["keyed_rows"]
 

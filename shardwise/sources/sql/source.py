@@ -3,9 +3,9 @@
 :class:`SqlSource` reads any SQLAlchemy URL: PostgreSQL through psycopg 3
 (``postgresql+psycopg://``), or SQLite, the embedded default. The table, key
 and text column are checked against the reflected schema and quoted by
-SQLAlchemy (see :mod:`shardwise.sources.sql_schema`); shards are key ranges
+SQLAlchemy (see :mod:`shardwise.sources.sql.schema`); shards are key ranges
 ``lo <= key < hi`` computed in the database (see
-:mod:`shardwise.sources.sql_plan`).
+:mod:`shardwise.sources.sql.plan`).
 
 What a run sees, and its limits:
 
@@ -36,19 +36,19 @@ What a run sees, and its limits:
   ``params["skipped_rows"]`` counts the rows skipped. A binary (``bytea``,
   BLOB) text column is scored as the UTF-8 text it holds and fingerprinted
   over its bytes on both sides, so unchanged rows are skipped too (see
-  :mod:`shardwise.sources.sql_fingerprint`).
+  :mod:`shardwise.sources.sql.fingerprint`).
 * **The key must be unique** among the filtered rows: planning, and
   :meth:`SqlSource.check`, refuse a table whose key repeats, naming up to five
-  repeated keys (see :mod:`shardwise.sources.sql_unique`); a declared primary
+  repeated keys (see :mod:`shardwise.sources.sql.unique`); a declared primary
   key or unique index makes the check free.
 * **Keyed reads** (:meth:`SqlSource.read_keys`, for a redrive of dead
   letters) read the current table, not a plan's snapshot: ``key IN (...)`` in
-  chunks, with the same filter (see :mod:`shardwise.sources.sql_keys`).
+  chunks, with the same filter (see :mod:`shardwise.sources.sql.keys`).
 * **The ``where`` filter is one checked expression.** It is parsed with a SQL
   parser when the source opens, limited to row-level syntax and an allow-list
   of functions, and only its re-rendered form reaches the database, in
   parentheses, AND-ed apart from the key range (see
-  :mod:`shardwise.sources.sql_filter`). It still runs with the source role's
+  :mod:`shardwise.sources.sql.where`). It still runs with the source role's
   rights, so on PostgreSQL every query runs in a read-only transaction and
   SQLite connections are ``query_only``: a filter cannot write.
 """
@@ -72,21 +72,22 @@ from shardwise.sources.base import (
     ReadFrom,
     Shard,
     ShardReader,
+    Source,
     SourcePlan,
     SourceRow,
 )
 from shardwise.sources.keys import parse_keys
 from shardwise.sources.sizing import Sizing
-from shardwise.sources.sql_check import check_plan, new_only_params
-from shardwise.sources.sql_db import Database
-from shardwise.sources.sql_filter import parse_filter
-from shardwise.sources.sql_fingerprint import register_sqlite_fingerprint
-from shardwise.sources.sql_keys import begin_keyed_read, keyed_rows
-from shardwise.sources.sql_plan import plan_shards
-from shardwise.sources.sql_query import Selection, filter_probe, read_query
-from shardwise.sources.sql_schema import reflect_results, reflect_source
-from shardwise.sources.sql_snapshot import export_snapshot, idle_limit_s, import_snapshot, read_only
-from shardwise.sources.sql_unique import check_unique_key
+from shardwise.sources.sql.check import check_plan, new_only_params
+from shardwise.sources.sql.db import Database
+from shardwise.sources.sql.fingerprint import register_sqlite_fingerprint
+from shardwise.sources.sql.keys import begin_keyed_read, keyed_rows
+from shardwise.sources.sql.plan import plan_shards
+from shardwise.sources.sql.query import Selection, filter_probe, read_query
+from shardwise.sources.sql.schema import reflect_results, reflect_source
+from shardwise.sources.sql.snapshot import export_snapshot, idle_limit_s, import_snapshot, read_only
+from shardwise.sources.sql.unique import check_unique_key
+from shardwise.sources.sql.where import parse_filter
 from shardwise.text import row_value
 
 __all__ = ["SqlSource"]
@@ -94,7 +95,7 @@ __all__ = ["SqlSource"]
 _log = logging.getLogger(__name__)
 
 
-class SqlSource:
+class SqlSource(Source):
     """A table in a SQL database, planned into key ranges and read shard by shard.
 
     Connects once on construction to check the table and columns. Safe to share
@@ -137,12 +138,6 @@ class SqlSource:
         self._held: dict[str, sa.Connection] = {}
         self._lock = threading.Lock()
 
-    def __enter__(self) -> SqlSource:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @property
     def params(self) -> dict[str, Any]:
         """What this source reads; a plan records it and a read checks the plan against it."""
@@ -157,20 +152,12 @@ class SqlSource:
             "where": self._where,
         }
 
-    def plan(
-        self,
-        *,
-        shards: int | None = None,
-        rows_per_shard: int | None = None,
-        new_only: NewOnly | None = None,
-        min_shards: int = 1,
-    ) -> SourcePlan:
+    def plan_sized(self, sizing: Sizing, new_only: NewOnly | None) -> SourcePlan:
         """Cut the table into key ranges: exactly ``shards``, or about ``rows_per_shard`` rows each.
 
         On PostgreSQL the planning transaction stays open, holding the snapshot
         the reads import, until :meth:`close`.
         """
-        sizing = Sizing(shards, rows_per_shard, min_shards)
         conn, held = self._db.engine.connect(), False
         try:
             with self._db.errors(f"planning {self.identity}"):
@@ -206,7 +193,7 @@ class SqlSource:
         when the source opened. Here the database plans the filter on no rows,
         so a wrong column or type fails, and the key's uniqueness is checked as
         planning checks it: free for a declared unique key, else one grouped
-        read of the key column (:mod:`shardwise.sources.sql_unique`). Both run
+        read of the key column (:mod:`shardwise.sources.sql.unique`). Both run
         in one read-only transaction.
         """
         with self._db.errors(f"checking {self.identity}"), self._db.engine.connect() as conn:
@@ -227,11 +214,6 @@ class SqlSource:
                 f"where filter {self._where!r} does not run on {self.identity}: {detail}; fix --where "
                 f"(columns are: {columns})"
             ) from exc
-
-    def read(self, plan: SourcePlan, shard: Shard) -> Generator[SourceRow, None, None]:
-        """Stream one shard's rows, ordered by key; closing the generator early frees its connection."""
-        with self.open_reader(plan, shard) as reader:
-            yield from reader.rows
 
     @contextmanager
     def open_reader(

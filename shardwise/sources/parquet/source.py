@@ -8,7 +8,7 @@ the one that was planned (its ETag, or a local file's size and mtime).
 
 A keyed read (:meth:`ParquetSource.read_keys`, for a redrive of dead
 letters) scans the key column of the current listing: see
-:mod:`shardwise.sources.parquet_keys`.
+:mod:`shardwise.sources.parquet.keys`.
 
 Only-new runs skip objects whose (object key, ETag) the ledger has already
 seen; :func:`plan_objects` gives the pairs a plan reads, to record as seen
@@ -17,7 +17,7 @@ once the run has succeeded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -29,15 +29,16 @@ from shardwise.sources.base import (
     ReadFrom,
     Shard,
     ShardReader,
+    Source,
     SourcePlan,
     SourceRow,
 )
-from shardwise.sources.footers import Footer, read_footers
-from shardwise.sources.local_objects import LocalStore
-from shardwise.sources.objects import Listing, ObjectStore, listing_digest
-from shardwise.sources.parquet_keys import keyed_rows
-from shardwise.sources.parquet_rows import ShardRows, shard_spans
-from shardwise.sources.row_groups import RowGroup, cut, to_shard
+from shardwise.sources.parquet.footers import Footer, read_footers
+from shardwise.sources.parquet.keys import keyed_rows
+from shardwise.sources.parquet.local_objects import LocalStore
+from shardwise.sources.parquet.objects import Listing, ObjectStore, listing_digest
+from shardwise.sources.parquet.row_groups import RowGroup, cut, to_shard
+from shardwise.sources.parquet.rows import ShardRows, shard_spans
 from shardwise.sources.sizing import Sizing
 
 __all__ = ["ParquetSource", "plan_objects"]
@@ -45,7 +46,7 @@ __all__ = ["ParquetSource", "plan_objects"]
 _BATCH_ROWS = 1024
 
 
-class ParquetSource:
+class ParquetSource(Source):
     """Plans and reads a Parquet dataset; safe to share between threads.
 
     ``location`` is a local folder (read recursively), a local glob
@@ -86,14 +87,7 @@ class ParquetSource:
         self._store = open_store(location, s3_client)
         self.identity = self._store.identity
 
-    def plan(
-        self,
-        *,
-        shards: int | None = None,
-        rows_per_shard: int | None = None,
-        new_only: NewOnly | None = None,
-        min_shards: int = 1,
-    ) -> SourcePlan:
+    def plan_sized(self, sizing: Sizing, new_only: NewOnly | None) -> SourcePlan:
         """Cut into ``shards`` shards (fewer if there are fewer row groups), or runs of ``rows_per_shard``.
 
         With neither, :class:`~shardwise.sources.sizing.Sizing` decides. A shard's
@@ -103,7 +97,6 @@ class ParquetSource:
         their footers are still read, so that ``skipped_rows`` is exact (the
         CLI's dry run reports it); only planned objects must hold both columns.
         """
-        sizing = Sizing(shards, rows_per_shard, min_shards)
         listing = self._list()
         seen = new_only.seen_objects if new_only is not None else frozenset()
         fresh = [(o.key, o.etag) not in seen for o in listing.objects]
@@ -140,17 +133,16 @@ class ParquetSource:
         self._check_plan(plan)
         return ShardRows(self._store, shard, self.key, self.inputs, _BATCH_ROWS, skip)
 
-    def read_keys(self, keys: Sequence[Key]) -> Iterator[SourceRow]:
+    def read_keys(self, keys: Sequence[Key]) -> Generator[SourceRow, None, None]:
         """Stream the current rows whose key is in ``keys``, in storage order; absent keys are not yielded.
 
         A full scan of the key column of the dataset as listed now (fine for
         dead letters, not for bulk lookups). Text keys are converted to an
         integer key column's type; one that cannot be is a :class:`ConfigError`.
         """
-        if not keys:
-            return iter(())
-        columns = (self.key, *self.inputs)
-        return keyed_rows(self._store, self._list().objects, columns, keys, _BATCH_ROWS)
+        if keys:
+            columns = (self.key, *self.inputs)
+            yield from keyed_rows(self._store, self._list().objects, columns, keys, _BATCH_ROWS)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -241,7 +233,7 @@ def open_store(location: str, s3_client: Any | None = None) -> ObjectStore:
     if not isinstance(location, str) or not location:
         raise ConfigError(f"a Parquet location must be a path, glob or s3:// URL, got {location!r}")
     if location.startswith("s3://"):
-        from shardwise.sources.s3_objects import S3Store  # imports botocore: only when S3 is used
+        from shardwise.sources.parquet.s3_objects import S3Store  # imports botocore: only when S3 is used
 
         return S3Store(location, s3_client)
     if "://" in location:

@@ -10,7 +10,7 @@ and from the identity.
 
 SQLite connections get ``PRAGMA query_only`` on connect: a source only
 reads, so an operator's filter cannot write. (The input fingerprint's SQL
-function is registered by :mod:`shardwise.sources.sql_fingerprint`.)
+function is registered by :mod:`shardwise.sources.sql.fingerprint`.)
 """
 
 from __future__ import annotations
