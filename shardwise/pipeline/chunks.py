@@ -20,17 +20,19 @@ forward pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 from shardwise.config import EngineConfig
 from shardwise.engine import RowResult
 from shardwise.errors import ConfigError, TransientError
+from shardwise.lineage import value_fingerprint
 from shardwise.results import Chunk, ChunkStart, ChunkWriter, DbRetry, DeadLetter, ResultRow
-from shardwise.sources.base import Key
+from shardwise.sources.base import Key, SourceRow
 
-__all__ = ["DEFAULT_CHUNK_ROWS", "ChunkConfig", "commit_chunks", "progress_after"]
+__all__ = ["DEFAULT_CHUNK_ROWS", "ChunkConfig", "InputFingerprints", "commit_chunks", "progress_after"]
 
 DEFAULT_CHUNK_ROWS = 8192
 """One engine window (``EngineConfig.window_rows``): a minute of MiniLM on two CPU cores, seconds on a GPU."""
@@ -79,14 +81,50 @@ def progress_after(write: Callable[[int, int], object], start: ChunkStart) -> Ca
     return counted
 
 
+Joined = tuple[Key, RowResult, str | None]
+"""A row's key as the source gave it, its result, and its input fingerprint."""
+
+
+class InputFingerprints:
+    """Each row's input fingerprint (lineage), joined back to its result by input position.
+
+    The engine gives exactly one result per row, in input order, so the n-th
+    result belongs to the n-th row fed in: :meth:`feed` records each row's
+    fingerprint as the engine pulls the row, and :meth:`joined` pairs the
+    results with them. The engine sees only ``(key, value)``; the queue holds
+    only the rows in flight (a window or two). A result whose key is not its
+    row's would be an engine bug, and stops the shard rather than mislabel it.
+    """
+
+    def __init__(self) -> None:
+        self._fed: deque[tuple[Key, str | None]] = deque()
+
+    def feed(self, rows: Iterable[SourceRow]) -> Iterator[tuple[Key, Any]]:
+        """The rows as the engine takes them, ``(key, value)``, noting each one's fingerprint."""
+        for row in rows:
+            self._fed.append((row.key, value_fingerprint(row.value)))
+            yield row.key, row.value
+
+    def joined(self, results: Iterable[RowResult]) -> Iterator[Joined]:
+        """Each result with the key and fingerprint of the row it came from."""
+        for result in results:
+            key, fingerprint = self._fed.popleft()
+            if result.key != key:
+                raise RuntimeError(
+                    f"the engine returned key {result.key!r} where row {key!r} was fed: results must "
+                    "come back in input order, one per row"
+                )
+            yield key, result, fingerprint
+
+
 def commit_chunks(
-    results: Iterable[RowResult],
+    results: Iterable[Joined],
     writer: ChunkWriter,
     start: ChunkStart,
     rows: int,
     input_snapshot: str | None,
 ) -> bool:
-    """Cut ``results`` (input order, keys as ``(key, fingerprint)``) into chunks and commit each as it fills.
+    """Cut ``results`` (input order, each with its input fingerprint) into chunks and commit each as it fills.
 
     Returns False when the shard turned out to be done (another writer
     finished it): the caller stops. A chunk whose mark another writer wrote
@@ -94,8 +132,8 @@ def commit_chunks(
     :class:`TransientError`: a retry starts again after the committed chunks.
     """
     cutter = _Cutter(start, rows, input_snapshot)
-    for result in results:
-        chunk = cutter.add(result)
+    for key, result, fingerprint in results:
+        chunk = cutter.add(key, result, fingerprint)
         if chunk is not None and not _commit(writer, chunk):
             return False
     last = cutter.rest()
@@ -125,9 +163,8 @@ class _Cutter:
         self._failed: list[DeadLetter] = []
         self._truncated = 0
 
-    def add(self, result: RowResult) -> Chunk | None:
-        """Take one result; the chunk when it is full."""
-        key, fingerprint = cast(tuple[Any, "str | None"], result.key)
+    def add(self, key: Key, result: RowResult, fingerprint: str | None) -> Chunk | None:
+        """Take one row's result and input fingerprint; the chunk when it is full."""
         if result.ok:
             assert result.values is not None
             self._scored.append(ResultRow(key, result.values, fingerprint or "", result.truncated))

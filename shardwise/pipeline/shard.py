@@ -11,15 +11,14 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardwise.config import EngineConfig
 from shardwise.engine import Engine
-from shardwise.lineage import value_fingerprint
 from shardwise.model import Model
-from shardwise.pipeline.chunks import ChunkConfig, commit_chunks, progress_after
+from shardwise.pipeline.chunks import ChunkConfig, InputFingerprints, commit_chunks, progress_after
 from shardwise.pipeline.lease import LEASE_S, shard_lease_keeper
 from shardwise.pipeline.reporter import ProgressReporter
 from shardwise.results import (
@@ -31,7 +30,7 @@ from shardwise.results import (
     StoredShard,
 )
 from shardwise.results.codec import utc_now
-from shardwise.sources.base import ReadFrom, Shard, Source, SourcePlan, SourceRow
+from shardwise.sources.base import ReadFrom, Shard, Source, SourcePlan
 from shardwise.stats import BatchStats
 
 _log = logging.getLogger(__name__)
@@ -145,13 +144,14 @@ def score_shard(
     new connection when the database step fails (see
     :mod:`~shardwise.pipeline.chunks`). The attempt starts after the chunks
     earlier attempts committed, and the shard is marked done, with the sums
-    of all its chunks, after its last. Each row's input fingerprint travels
-    with its key through the engine. While the engine runs, the attempt's progress goes to
-    the ledger every ``progress_every_s`` seconds (default
-    :data:`PROGRESS_EVERY_S`) from a background thread that never holds the
-    scoring up (see :mod:`~shardwise.pipeline.reporter`). The worker holds
-    the attempt's lease of ``lease_s`` seconds, renewed from another thread
-    until the shard is merged (see :mod:`~shardwise.pipeline.lease`).
+    of all its chunks, after its last. Each row's input fingerprint is
+    joined back to its result by input position (:class:`InputFingerprints`).
+    While the engine runs, the attempt's progress goes to the ledger every
+    ``progress_every_s`` seconds (default :data:`PROGRESS_EVERY_S`) from a
+    background thread that never holds the scoring up (see
+    :mod:`~shardwise.pipeline.reporter`). The worker holds the attempt's
+    lease of ``lease_s`` seconds, renewed from another thread until the
+    shard is merged (see :mod:`~shardwise.pipeline.lease`).
     """
     me, device = this_worker(), str(model.device)
     attempt = store.ledger.record_attempt(
@@ -180,12 +180,15 @@ def score_shard(
             reporter = ProgressReporter(
                 progress_after(write, start), every_s, f"shard-{shard.shard_id}-progress"
             )
+            fingerprints = InputFingerprints()
             engine_run = Engine(model, engine_config).run(
-                _keyed(rows), on_batch=_chained(reporter.on_batch, on_batch)
+                fingerprints.feed(rows), on_batch=_chained(reporter.on_batch, on_batch)
             )
             reporter.follow(engine_run.stats)
             with engine_run, reporter:
-                merging = commit_chunks(engine_run, writer, start, chunking.rows, snapshot if lost else None)
+                merging = commit_chunks(
+                    fingerprints.joined(engine_run), writer, start, chunking.rows, snapshot if lost else None
+                )
         stats = engine_run.stats
         figures = {**stats.as_dict(), "worker": me.worker, "model_load_s": model_load_s}
         figures["resumed_rows"] = start.rows  # committed by earlier attempts: not scored by this one
@@ -241,9 +244,3 @@ def _chained(
         then(batch)
 
     return both
-
-
-def _keyed(rows: Iterator[SourceRow]) -> Iterator[tuple[tuple[Any, str | None], Any]]:
-    """Carry each row's input fingerprint through the engine inside its key."""
-    for row in rows:
-        yield (row.key, value_fingerprint(row.value)), row.value
