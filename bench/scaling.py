@@ -62,8 +62,8 @@ def scoring_seconds(url: str, run_id: str) -> tuple[float, float]:
 
 
 def one_run(url: str, args: argparse.Namespace, workers: int, table: str) -> dict:
+    from flows.launch import run_and_report
     from flows.params import ScoreParams
-    from flows.run import run_and_report
 
     params = ScoreParams(
         source=url,

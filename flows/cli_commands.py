@@ -15,7 +15,7 @@ __all__ = ["demo", "deploy", "plan", "runs", "score", "serve", "watch"]
 def score(args: argparse.Namespace) -> int:
     """``run`` and ``redrive``: the same flow, told apart by their options; checked before it starts."""
     from flows.cli_options import score_params
-    from flows.run import preflight, run_and_report
+    from flows.launch import preflight, run_and_report
 
     params = score_params(args)
     idle = preflight(params)
@@ -53,7 +53,7 @@ def runs(args: argparse.Namespace) -> int:
 
 def plan(args: argparse.Namespace) -> int:
     from flows.cli_options import score_params
-    from flows.run import print_plan
+    from flows.launch import print_plan
 
     print_plan(score_params(args))
     return 0

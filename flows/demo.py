@@ -13,8 +13,8 @@ from pathlib import Path
 
 import polars as pl
 
+from flows.launch import run_and_report
 from flows.params import ScoreParams
-from flows.run import run_and_report
 from shardwise.corpus import harvest_docstrings
 
 __all__ = ["run_demo"]

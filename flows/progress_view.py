@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from shardwise.errors import ConfigError
-from shardwise.pipeline import RunSnapshot
+from shardwise.pipeline import ProgressReading
 from tasks.progress import describe, listening
 
 __all__ = ["ProgressMode", "pick_mode", "progress_line", "showing"]
@@ -60,7 +60,7 @@ def showing(mode: str, every_s: float = 1.0, *, stream: TextIO | None = None) ->
         view.close()
 
 
-def progress_line(snapshot: RunSnapshot) -> str:
+def progress_line(snapshot: ProgressReading) -> str:
     """``progress: 3/10 shards, 12,000/20,000 rows, 850 rows/s, ETA 9 s, 4 dead letters``."""
     return "progress: " + describe(snapshot, speed=True)
 
@@ -73,7 +73,7 @@ class _Lines:
         self._lock = threading.Lock()
         self._last: tuple[str, float] | None = None  # (run id, elapsed seconds) of the last line
 
-    def show(self, snapshot: RunSnapshot) -> None:
+    def show(self, snapshot: ProgressReading) -> None:
         with self._lock:
             last = self._last
             due = last is None or last[0] != snapshot.run_id or snapshot.elapsed_s - last[1] >= self._every_s
@@ -105,7 +105,7 @@ class _Bar:
         self._task: TaskID | None = None
         self._undo: Callable[[], None] = lambda: None
 
-    def show(self, snapshot: RunSnapshot) -> None:
+    def show(self, snapshot: ProgressReading) -> None:
         with self._lock:
             if self._task is None:
                 self._progress.start()

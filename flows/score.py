@@ -26,7 +26,7 @@ from tasks.dry_run import dry_run
 from tasks.events import emit_run_finished
 from tasks.fanout import run_shards
 from tasks.infer_shard import release_run
-from tasks.progress import RunProgress
+from tasks.progress import ProgressPublisher
 from tasks.runners import Fanout
 from tasks.superseded import crash_superseded_flow_run
 
@@ -57,7 +57,7 @@ def score(params: ScoreParams) -> State:
         if planned.took_over is not None:  # a resume: the run's lease is ours now
             logger.info("run %s resumed; it was %s", planned.ref.run_id, planned.took_over.describe())
             crash_superseded_flow_run(planned.ref.run_id, planned.took_over, run_id)
-        with RunProgress(planned.ledger, planned.ref.run_id) as progress:
+        with ProgressPublisher(planned.ledger, planned.ref.run_id) as progress:
             outcomes, failed = run_shards(planned, fanout, progress.advance)
         counts = until_back(
             lambda: finish_run(planned, sorted(failed)), what=f"finishing run {run_id}", log=logger.warning

@@ -3,10 +3,10 @@
 Every worker, whatever the runner, writes its shard's progress to the ledger
 (:mod:`shardwise.pipeline.reporter`), so one daemon thread in the flow's
 process reads the ledger about every second and turns the rows into a
-:class:`~shardwise.pipeline.RunSnapshot`. Each snapshot goes to the
+:class:`~shardwise.pipeline.ProgressReading`. Each reading goes to the
 listeners registered with :func:`listening` (the CLI's terminal view), and
 at most every few seconds, when it changed, to the run's progress artifact.
-A last snapshot, marked ``final``, goes out when the fan-out ends.
+A last reading, marked ``final``, goes out when the fan-out ends.
 
 Progress is a view: nothing here may fail or hold up a run. Every error is
 logged at debug level and the next poll tries again.
@@ -26,7 +26,7 @@ from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from shardwise.pipeline import RunSnapshot, ShardOutcome, run_snapshot
+from shardwise.pipeline import ProgressReading, ShardOutcome, read_progress
 from shardwise.results import Ledger
 from shardwise.words import plural
 
@@ -34,7 +34,7 @@ __all__ = [
     "ARTIFACT_EVERY_S",
     "POLL_EVERY_S",
     "Listener",
-    "RunProgress",
+    "ProgressPublisher",
     "describe",
     "duration",
     "listening",
@@ -46,7 +46,7 @@ POLL_EVERY_S = 1.0
 ARTIFACT_EVERY_S = 2.0
 """Least seconds between two updates of the progress artifact (each is a call to the Prefect API)."""
 
-Listener = Callable[[RunSnapshot], None]
+Listener = Callable[[ProgressReading], None]
 
 _log = logging.getLogger(__name__)
 _listeners: list[Listener] = []
@@ -69,8 +69,8 @@ def listening(listener: Listener) -> Iterator[None]:
             _listeners.remove(listener)
 
 
-def publish(snapshot: RunSnapshot) -> None:
-    """Hand ``snapshot`` to every listener (what :class:`RunProgress` does with each one it takes)."""
+def publish(snapshot: ProgressReading) -> None:
+    """Hand ``snapshot`` to every listener (what :class:`ProgressPublisher` does with each one it takes)."""
     with _listeners_lock:
         listeners = list(_listeners)
     for listener in listeners:
@@ -80,7 +80,7 @@ def publish(snapshot: RunSnapshot) -> None:
             _log.debug("progress listener %r failed: %s", listener, exc)
 
 
-def describe(snapshot: RunSnapshot, *, speed: bool = False) -> str:
+def describe(snapshot: ProgressReading, *, speed: bool = False) -> str:
     """The counts behind the percentage: ``3/10 shards, 12,000/20,000 rows, 4 dead letters``.
 
     With ``speed``, the rate and the time left (or, in the final snapshot,
@@ -117,8 +117,12 @@ def _of(done: int, total: int, word: str) -> str:
     return f"{done:,}/{plural(total, word)}"
 
 
-class RunProgress:
-    """Watches run ``run_id`` in ``ledger`` while used as a context manager, from the flow's process.
+class ProgressPublisher:
+    """Reads run ``run_id``'s progress from ``ledger`` and publishes it, while used as a context manager.
+
+    The flow's side of progress: workers write it (``ProgressReporter``), this
+    reads it back and hands each :class:`~shardwise.pipeline.ProgressReading`
+    to the listeners and the artifact.
 
     Enter it after planning, inside the flow run (the progress artifact
     belongs to it), and pass :meth:`advance` to ``run_shards``: a finished
@@ -143,11 +147,11 @@ class RunProgress:
         self._artifact: UUID | None = None
         self._shown: tuple[float, str] | None = None
         self._shown_at = float("-inf")
-        self.latest: RunSnapshot | None = None
+        self.latest: ProgressReading | None = None
         """The last snapshot taken, or None before the first read of the ledger succeeded."""
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> RunProgress:
+    def __enter__(self) -> ProgressPublisher:
         self._started = time.monotonic()
         self._artifact = _create_artifact()
         self._tick(final=False)
@@ -186,7 +190,7 @@ class RunProgress:
                 _log.debug("reading the progress of run %s failed: %s", self._run_id, exc)
                 return
             elapsed = time.monotonic() - self._started
-            snapshot = run_snapshot(
+            snapshot = read_progress(
                 self._run_id, shards, elapsed_s=elapsed, rows_before=self._rows_before or 0, final=final
             )
             if self._rows_before is None:
@@ -197,7 +201,7 @@ class RunProgress:
             self._show(snapshot)
         publish(snapshot)
 
-    def _show(self, snapshot: RunSnapshot) -> None:
+    def _show(self, snapshot: ProgressReading) -> None:
         """Update the artifact if its figures changed, at most every few seconds; always at the end."""
         shown = (round(snapshot.percent, 1), describe(snapshot))
         now = time.monotonic()

@@ -12,7 +12,7 @@ from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
 from shardwise.pipeline.dryrun import PlanPreview, plan_report, preview_plan
 from shardwise.pipeline.lease import LEASE_S, LeaseKeeper, Takeover, takeover_from
 from shardwise.pipeline.prepare import PlannedRun, finish_run, prepare_run, score_pending
-from shardwise.pipeline.progress import RunSnapshot, run_snapshot
+from shardwise.pipeline.progress import ProgressReading, read_progress
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision, hardware_precision, warm
 from shardwise.pipeline.shard import PROGRESS_EVERY_S, ShardOutcome, WorkerInfo, score_shard, this_worker
@@ -31,10 +31,10 @@ __all__ = [
     "PlanPreview",
     "PlannedRun",
     "PrecisionChoice",
+    "ProgressReading",
     "RedriveSelection",
     "Resolver",
     "RunRef",
-    "RunSnapshot",
     "RunSpec",
     "ShardOutcome",
     "Takeover",
@@ -51,9 +51,9 @@ __all__ = [
     "plan_source",
     "prepare_run",
     "preview_plan",
+    "read_progress",
     "redrive_keys",
     "redrive_source",
-    "run_snapshot",
     "score_pending",
     "score_ref_shard",
     "score_shard",

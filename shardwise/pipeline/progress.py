@@ -13,18 +13,19 @@ from dataclasses import dataclass
 
 from shardwise.results import ShardProgress
 
-__all__ = ["RunSnapshot", "run_snapshot"]
+__all__ = ["ProgressReading", "read_progress"]
 
 
 @dataclass(frozen=True, slots=True)
-class RunSnapshot:
-    """A run's progress at one moment. Immutable: listeners in other threads may keep it.
+class ProgressReading:
+    """A reading of a run's progress at one moment (not a database snapshot). Immutable: listeners in
+    other threads may keep it.
 
     ``rows_total`` is the plan's expected rows, with the actual ``rows_in``
     for done shards (and a running shard's progress where it passed its
     estimate). ``rows_before`` is what was already done when watching began
     (a resumed run's done shards): it is not this run's speed. ``final`` marks
-    the snapshot taken once the fan-out ended.
+    the reading taken once the fan-out ended.
     """
 
     run_id: str
@@ -58,14 +59,14 @@ class RunSnapshot:
         return left / rate if rate > 0 else None
 
 
-def run_snapshot(
+def read_progress(
     run_id: str,
     shards: Iterable[ShardProgress],
     *,
     elapsed_s: float,
     rows_before: int = 0,
     final: bool = False,
-) -> RunSnapshot:
+) -> ProgressReading:
     """The snapshot of ``run_id`` from its shards' rows (:meth:`Ledger.shard_progress`)."""
     total = done = failed = rows_total = rows_done = dead = 0
     for shard in shards:
@@ -85,6 +86,6 @@ def run_snapshot(
         rows_total += max(shard.expected_rows, rows)
         rows_done += rows
         dead += shard.progress_failed or 0
-    return RunSnapshot(
+    return ProgressReading(
         run_id, total, done, failed, rows_total, rows_done, dead, elapsed_s, rows_before, final
     )

@@ -7,7 +7,7 @@ from flow_data import BAD_ROWS, make_docs, slow_tiny_shards
 
 from flows.params import ScoreParams
 from flows.score import score
-from shardwise.pipeline import RunSnapshot
+from shardwise.pipeline import ProgressReading
 from tasks.progress import listening
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -24,9 +24,9 @@ def slow_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress, "POLL_EVERY_S", 0.1)
 
 
-def _watched_run(url: str) -> tuple[dict, list[RunSnapshot]]:
+def _watched_run(url: str) -> tuple[dict, list[ProgressReading]]:
     make_docs(url, ROWS)
-    seen: list[RunSnapshot] = []
+    seen: list[ProgressReading] = []
     with listening(seen.append):
         state = score(
             ScoreParams(model="tiny", source=url, table="docs", shards=1, runner="thread", precision="fp32"),
@@ -36,7 +36,7 @@ def _watched_run(url: str) -> tuple[dict, list[RunSnapshot]]:
     return state.result(), seen
 
 
-def _check(summary: dict, seen: list[RunSnapshot]) -> None:
+def _check(summary: dict, seen: list[ProgressReading]) -> None:
     total = ROWS + len(BAD_ROWS)
     assert {s.run_id for s in seen} == {summary["run_id"]}
     running = [s for s in seen if not s.final and 0 < s.rows_done < s.rows_total]

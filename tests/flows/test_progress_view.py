@@ -8,7 +8,7 @@ import pytest
 
 from flows.progress_view import pick_mode, progress_line, showing
 from shardwise.errors import ConfigError
-from shardwise.pipeline import RunSnapshot
+from shardwise.pipeline import ProgressReading
 from tasks.progress import publish
 
 
@@ -17,7 +17,7 @@ class _Terminal(io.StringIO):
         return True
 
 
-def _snap(elapsed_s: float, rows_done: int, **kw: object) -> RunSnapshot:
+def _snap(elapsed_s: float, rows_done: int, **kw: object) -> ProgressReading:
     fields: dict = {
         "run_id": "r",
         "shards_total": 10,
@@ -28,7 +28,7 @@ def _snap(elapsed_s: float, rows_done: int, **kw: object) -> RunSnapshot:
         "dead_letters": 4,
         "elapsed_s": elapsed_s,
     }
-    return RunSnapshot(**{**fields, **kw})  # type: ignore[arg-type]
+    return ProgressReading(**{**fields, **kw})  # type: ignore[arg-type]
 
 
 def test_auto_is_a_bar_on_a_terminal_and_lines_elsewhere() -> None:
@@ -42,7 +42,7 @@ def test_auto_is_a_bar_on_a_terminal_and_lines_elsewhere() -> None:
 def test_a_line_says_shards_rows_speed_eta_and_dead_letters() -> None:
     line = progress_line(_snap(14.0, 12_000, shards_done=3, rows_before=100))
     assert line == "progress: 3/10 shards, 12,000/20,000 rows, 850 rows/s, ETA 9 s, 4 dead letters"
-    one = RunSnapshot("r", 1, 0, 0, 1, 0, 1, 0.5)
+    one = ProgressReading("r", 1, 0, 0, 1, 0, 1, 0.5)
     assert progress_line(one) == "progress: 0/1 shard, 0/1 row, 0 rows/s, 1 dead letter"
     failed = _snap(200.0, 20_000, shards_done=9, shards_failed=1, dead_letters=0, final=True)
     assert progress_line(failed) == (

@@ -6,8 +6,8 @@ import pytest
 from flow_data import make_docs
 
 from flows.cli import main
+from flows.launch import preflight
 from flows.params import ScoreParams
-from flows.run import preflight
 from flows.score import score
 from flows.where_policy import FORBID_WHERE, refuse_forbidden_where
 from shardwise.errors import ConfigError

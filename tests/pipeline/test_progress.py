@@ -8,7 +8,7 @@ import threading
 import pytest
 from flow_data import make_docs, slow_tiny_shards
 
-from shardwise.pipeline import RunSpec, run_snapshot
+from shardwise.pipeline import RunSpec, read_progress
 from shardwise.results import Ledger, ShardProgress
 
 ROWS = 400
@@ -40,13 +40,13 @@ def test_a_snapshot_counts_done_rows_running_progress_and_failed_shards() -> Non
         ShardProgress(3, "pending", 80, None, None, None, None),  # not started
         ShardProgress(4, "pending", 10, None, None, 15, 0),  # past its estimate
     ]
-    snap = run_snapshot("r", shards, elapsed_s=10.0, rows_before=98)
+    snap = read_progress("r", shards, elapsed_s=10.0, rows_before=98)
     assert (snap.shards_total, snap.shards_done, snap.shards_failed) == (5, 1, 1)
     assert (snap.rows_done, snap.rows_total, snap.dead_letters) == (98 + 40 + 15, 98 + 50 + 100 + 80 + 15, 3)
     assert snap.rows_per_s == pytest.approx(5.5), "rows done before watching began are not this run's speed"
     assert snap.eta_s == pytest.approx((343 - 153) / 5.5)
-    assert run_snapshot("r", [], elapsed_s=0.0).percent == 100.0
-    assert run_snapshot("r", shards[3:4], elapsed_s=1.0).eta_s is None, "no speed yet: no estimate"
+    assert read_progress("r", [], elapsed_s=0.0).percent == 100.0
+    assert read_progress("r", shards[3:4], elapsed_s=1.0).eta_s is None, "no speed yet: no estimate"
 
 
 def test_a_running_shard_reports_its_progress_to_the_ledger(
