@@ -4,7 +4,7 @@ Start at :class:`Ledger` (runs, shards, dead letters, objects) and
 :class:`ResultStore` (a results table, written through a ledger). A shard's
 rows are scored in chunks; each chunk reaches the results table in one transaction that also
 stores its dead letters and its chunk mark (:class:`ChunkWriter`), and the shard is marked done
-after its last chunk. :class:`ShardWriter` merges a whole shard in one transaction.
+after its last chunk.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from shardwise.results.outcomes import (
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.results.schema import parse_table_name
 from shardwise.results.store import ResultStore, existing_key_type
-from shardwise.results.writer import ShardWriter
 
 __all__ = [
     "Chunk",
@@ -48,7 +47,6 @@ __all__ = [
     "RunSummary",
     "ShardProgress",
     "ShardReport",
-    "ShardWriter",
     "StoredDeadLetter",
     "StoredShard",
     "existing_key_type",

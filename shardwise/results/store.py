@@ -5,8 +5,7 @@ exactly-once per chunk of a shard: a chunk's rows, its dead letters and its
 chunk mark commit in one transaction that first checks the shard is not done
 and the chunk not merged, and the shard's done-mark follows its last chunk
 (:class:`ChunkWriter`), so retries, resumed runs and racing workers change
-nothing the second time. :class:`ShardWriter` merges a whole shard at once.
-A store is safe to share between threads; each shard writer has its own
+nothing the second time. A store is safe to share between threads; each shard writer has its own
 connection.
 """
 
@@ -24,7 +23,6 @@ from shardwise.results.ledger import Ledger
 from shardwise.results.records import RunRecord
 from shardwise.results.schema import check_layout, parse_table_name
 from shardwise.results.schema import results_table as results_table_for
-from shardwise.results.writer import ShardWriter
 from shardwise.sources.base import KeyType
 
 __all__ = ["ResultStore", "existing_key_type"]
@@ -90,13 +88,6 @@ class ResultStore:
                 check_layout(conn, self.table, self.results_table)
             else:
                 conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))
-
-    def shard_writer(self, run: RunRecord, shard_id: int, attempt: int) -> ShardWriter:
-        """A writer for one attempt at one shard, merged at once on commit; use it as a context manager."""
-        self._check_run(run)
-        return ShardWriter(
-            self.ledger.engine, self.table, self.outputs, self.key_type, run, shard_id, attempt
-        )
 
     def chunk_writer(
         self, run: RunRecord, shard_id: int, attempt: int, retry: DbRetry | None = None

@@ -10,7 +10,17 @@ from typing import Literal
 import numpy as np
 
 from shardwise.model import OutputColumn
-from shardwise.results import DeadLetter, Ledger, MergeOutcome, ResultRow, ResultStore, RunRecord, ShardReport
+from shardwise.results import (
+    Chunk,
+    ChunkStart,
+    DeadLetter,
+    Ledger,
+    MergeOutcome,
+    ResultRow,
+    ResultStore,
+    RunRecord,
+    ShardReport,
+)
 from shardwise.sources.base import Key, Shard, SourcePlan
 
 DIM = 8
@@ -80,6 +90,16 @@ def make_report(attempt: int = 1, rows: int = 10, failed: int = 0) -> ShardRepor
     return ShardReport(attempt, rows + failed, rows, failed, now, now, "host-a", "cpu", engine)
 
 
+def whole_chunk(
+    rows: Sequence[ResultRow], dead: Sequence[DeadLetter] = (), after: ChunkStart | None = None
+) -> Chunk:
+    """A shard's rows and dead letters as one chunk, the next after ``after`` (the first by default)."""
+    after = after or ChunkStart()
+    last = dead[-1].key if dead else rows[-1].key if rows else None
+    position = {"rows": after.rows + len(rows) + len(dead), "key": last}
+    return Chunk(after.chunk, rows, dead, sum(r.truncated for r in rows), position)
+
+
 def write_shard(
     store: ResultStore,
     run: RunRecord,
@@ -89,10 +109,14 @@ def write_shard(
     attempt: int = 1,
     dead: Sequence[DeadLetter] = (),
 ) -> MergeOutcome:
-    with store.shard_writer(run, shard_id, attempt) as writer:
-        writer.add(rows)
-        writer.dead_letter(dead)
-        return writer.commit(make_report(attempt, len(rows), len(dead)))
+    """Write a whole shard as one chunk, then mark it done, as the pipeline does; falsy if it was done."""
+    with store.chunk_writer(run, shard_id, attempt) as writer:
+        done = writer.commit(whole_chunk(rows, dead, writer.start()))
+        if done.status != "merged" or writer.finish(make_report(attempt, len(rows), len(dead))) is None:
+            return MergeOutcome(committed=False)
+        assert done.counts is not None
+        counts = done.counts
+        return MergeOutcome(True, counts.inserted, counts.updated, counts.unchanged, len(dead))
 
 
 def snapshot(store: ResultStore) -> list[tuple[object, ...]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from results_helpers import TABLE, make_plan, make_rows, make_run, write_shard
+from results_helpers import TABLE, make_plan, make_rows, make_run, whole_chunk, write_shard
 
 from shardwise.errors import ConfigError
 from shardwise.results import DeadLetter, ResultStore
@@ -55,15 +55,15 @@ def test_a_run_cannot_resume_with_another_model(store: ResultStore) -> None:
 
 def test_a_run_for_another_table_is_refused(store: ResultStore) -> None:
     with pytest.raises(ConfigError, match="open a ResultStore"):
-        store.shard_writer(make_run(table="other"), 0, 1)
+        store.chunk_writer(make_run(table="other"), 0, 1)
 
 
 def test_dead_letters_are_stored_once_with_their_lineage(store: ResultStore) -> None:
     run = make_run()
     store.ledger.start_run(run, make_plan())
     dead = [DeadLetter(4, "InputError", "text is empty", "fp-x"), DeadLetter(None, "InputError", "no key")]
-    with pytest.raises(RuntimeError), store.shard_writer(run, 0, 1) as writer:
-        writer.dead_letter(dead)
+    with pytest.raises(RuntimeError), store.chunk_writer(run, 0, 1) as writer:
+        whole_chunk([], dead, writer.start())  # held in memory, never committed
         raise RuntimeError("attempt 1 dies")
     assert store.ledger.dead_letters(run.run_id) == []
     assert write_shard(store, run, 0, make_rows(range(3)), attempt=2, dead=dead).dead_letters == 2

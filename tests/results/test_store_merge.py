@@ -8,10 +8,10 @@ from typing import overload
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from results_helpers import make_plan, make_report, make_rows, make_run, snapshot, write_shard
+from results_helpers import make_plan, make_rows, make_run, snapshot, whole_chunk, write_shard
 
 from shardwise.errors import ConfigError
-from shardwise.results import DeadLetter, ResultRow, ResultStore
+from shardwise.results import Chunk, DeadLetter, ResultRow, ResultStore
 
 
 def test_commit_merges_rows_and_marks_the_shard_done(store: ResultStore) -> None:
@@ -81,9 +81,9 @@ def test_a_new_model_version_adds_rows_beside_the_old(store: ResultStore) -> Non
 def test_an_exception_before_commit_leaves_nothing(store: ResultStore) -> None:
     run = make_run()
     store.ledger.start_run(run, make_plan())
-    with pytest.raises(RuntimeError, match="model crashed"), store.shard_writer(run, 0, 1) as writer:
-        writer.add(make_rows(range(10)))
-        writer.dead_letter([DeadLetter(1, "InputError", "bad")])
+    with pytest.raises(RuntimeError, match="model crashed"), store.chunk_writer(run, 0, 1) as writer:
+        assert writer.start().rows == 0
+        whole_chunk(make_rows(range(10)), [DeadLetter(1, "InputError", "bad")])  # scored, not committed
         raise RuntimeError("model crashed")
     assert store.count_results() == 0
     assert store.ledger.dead_letters(run.run_id) == []
@@ -117,16 +117,11 @@ def test_a_writer_failing_halfway_then_retried_ends_with_one_copy(store: ResultS
     run = make_run()
     store.ledger.start_run(run, make_plan())
     rows = make_rows(range(10))
-    with pytest.raises(ConnectionError), store.shard_writer(run, 0, 1) as writer:
-        writer.add(rows[:4])
-        try:
-            writer.add(_FailsAt(rows[4:], at=3))
-        finally:
-            with pytest.raises(ConfigError, match="broken"):
-                writer.add(rows[4:])
-            with pytest.raises(ConfigError, match="broken"):
-                writer.commit(make_report())
+    with pytest.raises(ConnectionError), store.chunk_writer(run, 0, 1) as writer:
+        failing = Chunk(0, _FailsAt(rows, at=7), [], 0, {"rows": 10, "key": 9})
+        writer.commit(failing)  # staging reads the rows: the source drops at the 8th
     assert store.count_results() == 0
+    assert store.ledger.done_shards(run.run_id) == set()
     assert write_shard(store, run, 0, rows, attempt=2)
     assert store.count_results() == 10
     assert sorted(r["source_key"] for r in store.read_results()) == list(range(10))
@@ -149,8 +144,8 @@ def test_rows_that_do_not_match_the_outputs_are_refused(store: ResultStore) -> N
     missing = ResultRow(1, {"embedding": good.values["embedding"]}, "fp")
     text_key = ResultRow("one", good.values, "fp")
     for bad, match in [(short, "1-d vectors of 8"), (missing, "expects exactly"), (text_key, "int keys")]:
-        with pytest.raises(ConfigError, match=match), store.shard_writer(run, 0, 1) as writer:
-            writer.add([bad])
+        with pytest.raises(ConfigError, match=match), store.chunk_writer(run, 0, 1) as writer:
+            writer.commit(whole_chunk([bad]))
     assert store.count_results() == 0
 
 
@@ -174,8 +169,8 @@ def _temp_tables(conn: sa.Connection) -> set[str]:
 def test_the_staging_tables_are_gone_after_the_writer(store: ResultStore) -> None:
     run = make_run()
     store.ledger.start_run(run, make_plan())
-    with pytest.raises(RuntimeError), store.shard_writer(run, 0, 1) as writer:
-        writer.add(make_rows(range(3)))
+    with pytest.raises(RuntimeError), store.chunk_writer(run, 0, 1) as writer:
+        assert writer.commit(whole_chunk(make_rows(range(3)))).status == "merged"
         assert writer._conn is not None
         assert _temp_tables(writer._conn) == {"shardwise_stage", "shardwise_dead_stage"}
         raise RuntimeError("abandon the attempt")

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sqlalchemy as sa
-from results_helpers import make_plan, make_report, make_rows, make_run, make_store, write_shard
+from results_helpers import make_plan, make_report, make_rows, make_run, make_store, whole_chunk, write_shard
 
 from shardwise.errors import TransientError
-from shardwise.results import DeadLetter, MergeOutcome, ResultStore
+from shardwise.results import DbRetry, DeadLetter, MergeOutcome, ResultStore
 
 
 def test_two_writers_racing_on_one_shard_commit_once(store: ResultStore) -> None:
@@ -20,16 +20,18 @@ def test_two_writers_racing_on_one_shard_commit_once(store: ResultStore) -> None
     store.ledger.start_run(run, make_plan())
     barrier = threading.Barrier(2)
 
-    def attempt(n: int) -> MergeOutcome:
-        with store.shard_writer(run, 0, n) as writer:
-            writer.add(make_rows(range(10), fp_salt=f"writer{n}"))
-            writer.dead_letter([DeadLetter(100 + n, "InputError", f"from writer {n}")])
+    def attempt(n: int) -> bool:
+        with store.chunk_writer(run, 0, n) as writer:
+            rows = make_rows(range(10), fp_salt=f"writer{n}")
+            chunk = whole_chunk(rows, [DeadLetter(100, "InputError", f"from writer {n}")])
             barrier.wait()
-            return writer.commit(make_report(n))
+            merged = writer.commit(chunk).status == "merged"
+            writer.finish(make_report(n))
+            return merged
 
     with ThreadPoolExecutor(2) as pool:
         outcomes = list(pool.map(attempt, [1, 2]))
-    assert sorted(o.committed for o in outcomes) == [False, True]
+    assert sorted(outcomes) == [False, True]
     winner = 1 if outcomes[0] else 2
     assert store.count_results() == 10
     assert {r["input_fingerprint"][-7:] for r in store.read_results()} == {f"writer{winner}"}
@@ -79,14 +81,16 @@ def test_sqlite_writers_stage_while_another_holds_the_write_lock(sqlite_url: str
         store.ledger.start_run(run, make_plan())
         path = sqlite_url.removeprefix("sqlite:///")
         blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        with store.shard_writer(run, 0, 1) as writer:
+        with store.chunk_writer(run, 0, 1, DbRetry(tries=1)) as writer:
             blocker.execute("BEGIN IMMEDIATE")
-            t0 = time.perf_counter()
-            writer.add(make_rows(range(100)))  # TEMP tables: no wait for the shared write lock
-            writer.dead_letter([DeadLetter(500, "InputError", "empty")])
-            assert time.perf_counter() - t0 < 1.0
             threading.Timer(0.3, blocker.execute, args=("ROLLBACK",)).start()
-            assert writer.commit(make_report())  # waits for the lock instead of failing
+            t0 = time.perf_counter()
+            chunk = whole_chunk(make_rows(range(100)), [DeadLetter(500, "InputError", "empty")])
+            # Staging goes to TEMP tables without the shared write lock; the merge waits for it
+            # (the busy timeout) instead of failing, on its one try.
+            assert writer.commit(chunk).status == "merged"
+            assert time.perf_counter() - t0 >= 0.25
+            assert writer.finish(make_report()) is not None
         blocker.close()
         assert store.count_results() == 100
 
@@ -98,13 +102,13 @@ def test_a_connection_dropped_mid_shard_is_transient_and_the_retry_merges_once(p
         run = make_run()
         store.ledger.start_run(run, make_plan())
         admin = sa.create_engine(pg_url)
-        with pytest.raises(TransientError), store.shard_writer(run, 0, 1) as writer:
-            writer.add(make_rows(range(5)))
+        with pytest.raises(TransientError), store.chunk_writer(run, 0, 1, DbRetry(tries=1)) as writer:
+            writer.start()
             assert writer._conn is not None
             pid = writer._conn.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
             with admin.begin() as conn:
                 conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-            writer.add(make_rows(range(5, 10)))
+            writer.commit(whole_chunk(make_rows(range(10))))
         admin.dispose()
         assert store.count_results() == 0
         assert write_shard(store, run, 0, make_rows(range(10)), attempt=2)
