@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import torch
 
 from shardwise.batching import TokenBudget
+from shardwise.closing import Closing
 from shardwise.config import EngineConfig
 from shardwise.errors import InputError
 from shardwise.forward import Forward
@@ -53,7 +53,7 @@ class Engine:
         return EngineRun(self, rows, on_batch)
 
 
-class EngineRun:
+class EngineRun(Closing):
     """One pass over the input. Iterate it once for :class:`RowResult` s in input order.
 
     :attr:`stats` fills in as the run goes and is final once iteration ends.
@@ -71,14 +71,6 @@ class EngineRun:
 
     def __iter__(self) -> Iterator[RowResult]:
         return self._results
-
-    def __enter__(self) -> EngineRun:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._results.close()

@@ -20,21 +20,15 @@ def code_version() -> str:
     from shardwise import __version__
 
     version = f"shardwise {__version__}"
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(_ROOT), *args], capture_output=True, text=True, timeout=5)
+        done.check_returncode()
+        return done.stdout.strip()
+
     try:
-        sha = subprocess.run(
-            ["git", "-C", str(_ROOT), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(_ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
+        sha = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return version  # an installed wheel: the package version is all there is
     return f"{version}+g{sha}{'.dirty' if dirty else ''}" if sha else version

@@ -16,11 +16,10 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager
-from types import TracebackType
 
 import torch
 
+from shardwise.closing import Closing
 from shardwise.windows import Batch
 
 __all__ = ["Prefetcher"]
@@ -37,7 +36,7 @@ class _Failure:
         self.exc = exc
 
 
-class Prefetcher(AbstractContextManager["Prefetcher"]):
+class Prefetcher(Closing):
     """Iterate ``(batch, wait_seconds)`` with the next batch prepared in the background.
 
     Use it as a context manager (or call :meth:`close`): leaving early, or an
@@ -88,11 +87,6 @@ class Prefetcher(AbstractContextManager["Prefetcher"]):
             self._drain()
             self._thread.join(_POLL_S)
         self._drain()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def _next_item(self) -> Batch | _End | _Failure:
         while True:

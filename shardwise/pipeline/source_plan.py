@@ -10,7 +10,8 @@ from shardwise.errors import ConfigError
 from shardwise.pipeline.redrive import redrive_source
 from shardwise.pipeline.spec import RunSpec
 from shardwise.results import Ledger
-from shardwise.sources import NewOnly, Source, SourcePlan
+from shardwise.sources import Source, SourcePlan
+from shardwise.sources.base import NewOnly
 
 __all__ = ["SHARDS_PER_WORKER", "plan_source", "redrive_plan_source"]
 

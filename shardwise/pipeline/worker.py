@@ -41,17 +41,8 @@ from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.precision import Precision, agreement, resolve_precision, versioned
 from shardwise.results import Ledger, ResultStore, RunRecord
-from shardwise.sources import (
-    KeyedSource,
-    ParquetSource,
-    Shard,
-    Source,
-    SourcePlan,
-    SqlSource,
-    is_keyed,
-    open_source,
-)
-from shardwise.sources.base import KeyType
+from shardwise.sources import KeyedSource, ParquetSource, Source, SourcePlan, SqlSource, is_keyed, open_source
+from shardwise.sources.base import KeyType, Shard
 
 __all__ = ["Catalogue", "WorkerCache", "open_spec_source", "score_ref_shard"]
 

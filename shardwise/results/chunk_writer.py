@@ -26,11 +26,11 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
 
+from shardwise.closing import Closing
 from shardwise.dberrors import mapped_errors
 from shardwise.model import OutputColumn
 from shardwise.results import chunk_marks, ledger_sql
@@ -86,7 +86,7 @@ class ChunkCommit:
     stored_position: Mapping[str, Any] | None = None
 
 
-class ChunkWriter:
+class ChunkWriter(Closing):
     """Commits one shard attempt's chunks, each exactly once, and marks the shard done after the last.
 
     The writer keeps one connection between chunks and drops it after any
@@ -111,14 +111,6 @@ class ChunkWriter:
         self._retry = retry or DbRetry()
         self._sleep = sleep
         self._conn: sa.Connection | None = None
-
-    def __enter__(self) -> ChunkWriter:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         """Drop the staging tables and return the connection; a broken one is discarded instead."""

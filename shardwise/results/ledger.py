@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
+from shardwise.closing import Closing
 from shardwise.dberrors import mapped_errors, safe_url
 from shardwise.errors import ConfigError
 from shardwise.results import lease_sql, ledger_sql
@@ -39,7 +40,7 @@ __all__ = ["Ledger"]
 _RUNS = "shardwise_runs"
 
 
-class Ledger:
+class Ledger(Closing):
     """The ledger tables in the database at ``url`` (PostgreSQL or SQLite); safe to share between threads."""
 
     def __init__(self, url: str) -> None:
@@ -48,12 +49,6 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"Ledger({self.url!r})"
-
-    def __enter__(self) -> Ledger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         """Close pooled connections. Open shard writers keep theirs until they exit."""

@@ -15,6 +15,7 @@ from typing import Any, get_args
 
 import sqlalchemy as sa
 
+from shardwise.closing import Closing
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.results.chunk_writer import ChunkWriter
@@ -40,7 +41,7 @@ def existing_key_type(ledger: Ledger, results_table: str) -> KeyType | None:
     return "int" if isinstance(key, sa.Integer) else "text" if key is not None else None
 
 
-class ResultStore:
+class ResultStore(Closing):
     """Results table ``results_table`` for a model with ``outputs``, keyed by ``key_type`` source keys.
 
     It writes through ``ledger`` (and so into the ledger's database), and owns
@@ -60,12 +61,6 @@ class ResultStore:
 
     def __repr__(self) -> str:
         return f"ResultStore({self.ledger.url!r}, {self.results_table!r})"
-
-    def __enter__(self) -> ResultStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def url(self) -> str:

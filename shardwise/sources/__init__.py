@@ -1,26 +1,25 @@
-"""Source adapters: SQL tables and Parquet datasets, planned into shards and read as streams."""
+"""Source adapters: SQL tables and Parquet datasets, planned into shards and read as streams.
+
+The package exports the sources and how to open one; the types a source
+deals in (``Shard``, ``SourceRow``, ``ReadFrom``, ``NewOnly``, ...) are
+imported from :mod:`shardwise.sources.base`, their one home.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
+from shardwise.sources.base import Source, SourcePlan
 from shardwise.sources.keyed import KeyedSource, is_keyed
 from shardwise.sources.parquet.source import ParquetSource, plan_objects
 from shardwise.sources.sql.source import SqlSource
 
 __all__ = [
-    "Key",
     "KeyedSource",
-    "NewOnly",
     "ParquetSource",
-    "ReadFrom",
-    "Shard",
-    "ShardReader",
     "Source",
     "SourcePlan",
-    "SourceRow",
     "SqlSource",
     "is_keyed",
     "is_sql_url",

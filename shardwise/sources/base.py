@@ -8,16 +8,16 @@ planning again, so shard boundaries never move under a run.
 from __future__ import annotations
 
 import json
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
+from shardwise.closing import Closing
 from shardwise.sources.sizing import Sizing
 
 __all__ = [
-    "FROM_START",
     "Key",
     "KeyType",
     "NewOnly",
@@ -123,10 +123,6 @@ class ReadFrom:
     key: Key | None = None
 
 
-FROM_START = ReadFrom()
-"""Read a shard from its first row."""
-
-
 @dataclass(frozen=True, slots=True)
 class ShardReader:
     """One shard being read, and the snapshot its rows come from, for lineage."""
@@ -140,7 +136,7 @@ class ShardReader:
     """The shard's rows in the source's fixed order; valid inside the ``open_reader`` block only."""
 
 
-class Source(ABC):
+class Source(Closing):
     """A table or dataset that can be planned into shards and read shard by shard.
 
     The one interface the pipeline uses: it never asks which kind of source it
@@ -151,12 +147,6 @@ class Source(ABC):
 
     kind: Literal["sql", "parquet"]
     identity: str
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     @abstractmethod
@@ -190,7 +180,7 @@ class Source(ABC):
 
     @abstractmethod
     def open_reader(
-        self, plan: SourcePlan, shard: Shard, start: ReadFrom = FROM_START
+        self, plan: SourcePlan, shard: Shard, start: ReadFrom = ReadFrom()
     ) -> AbstractContextManager[ShardReader]:
         """Read one shard from ``start``, in memory that stays flat in the shard's size: the pipeline's read.
 

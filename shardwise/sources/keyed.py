@@ -28,17 +28,7 @@ from itertools import islice, pairwise
 from typing import Any, Literal
 
 from shardwise.errors import ConfigError
-from shardwise.sources.base import (
-    FROM_START,
-    Key,
-    NewOnly,
-    ReadFrom,
-    Shard,
-    ShardReader,
-    Source,
-    SourcePlan,
-    SourceRow,
-)
+from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
 from shardwise.sources.sizing import Sizing
 
 __all__ = ["KeyedSource", "is_keyed"]
@@ -134,7 +124,7 @@ class KeyedSource(Source):
 
     @contextmanager
     def open_reader(
-        self, plan: SourcePlan, shard: Shard, start: ReadFrom = FROM_START
+        self, plan: SourcePlan, shard: Shard, start: ReadFrom = ReadFrom()
     ) -> Iterator[ShardReader]:
         """The shard's keys' current rows (SQL: ordered by key; Parquet: in storage order).
 

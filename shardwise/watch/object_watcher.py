@@ -16,15 +16,15 @@ unscored, which an only-new run absorbs.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.sources.parquet.objects import ObjectInfo
 from shardwise.sources.parquet.source import open_store
-from shardwise.watch.events import Announcer, Emitter
-from shardwise.watch.loop import Backoff, run_until
+from shardwise.watch.events import Emitter
+from shardwise.watch.loop import Backoff
+from shardwise.watch.watcher import Watcher
 
 __all__ = ["ObjectWatcher", "Seen"]
 
@@ -36,7 +36,7 @@ def _nothing_seen() -> frozenset[tuple[str, str]]:
     return frozenset()
 
 
-class ObjectWatcher:
+class ObjectWatcher(Watcher):
     """Announces new Parquet objects under ``location`` as events. Not thread-safe."""
 
     def __init__(
@@ -55,18 +55,15 @@ class ObjectWatcher:
             raise ConfigError(f"interval_s must be a positive number of seconds; got {interval_s!r}")
         if max_listed < 1:
             raise ConfigError(f"max_listed must be a positive integer; got {max_listed!r}")
-        self._announce = Announcer(name, emit)
+        super().__init__(name, emit, pause_s=interval_s, backoff=backoff)
         self._store = open_store(location, s3_client)
         self._seen = seen or _nothing_seen
-        self._interval_s, self._max_listed = interval_s, max_listed
-        self._backoff = backoff or Backoff()
+        self._max_listed = max_listed
         self._announced: set[tuple[str, str]] = set()
 
-    def __enter__(self) -> ObjectWatcher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @property
+    def watching(self) -> str:
+        return self._store.identity
 
     def poll_once(self) -> int:
         """List once; announce the objects neither seen nor announced yet. Returns events emitted (0 or 1)."""
@@ -79,16 +76,6 @@ class ObjectWatcher:
         listed_pairs = {(o.key, o.etag) for o in listed}
         self._announced = listed_pairs & (self._announced | {(o.key, o.etag) for o in new})
         return int(bool(new))
-
-    def run(self, stop: threading.Event) -> None:
-        """List every ``interval_s`` until ``stop`` is set, backing off after transient errors."""
-        run_until(
-            stop,
-            self.poll_once,
-            pause_s=self._interval_s,
-            backoff=self._backoff,
-            what=f"object watcher {self._announce.name!r} of {self._store.identity}",
-        )
 
     def close(self) -> None:
         """Close the S3 client if the store created it."""

@@ -42,13 +42,14 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 from shardwise.results.sqlfiles import query
-from shardwise.watch.events import Announcer, Emitter
-from shardwise.watch.loop import Backoff, run_until
+from shardwise.watch.events import Emitter
+from shardwise.watch.loop import Backoff
 from shardwise.watch.marks import CounterTracker, Tracker, WatermarkTracker
 from shardwise.watch.pgwire import driver
 from shardwise.watch.state import WatchState
 from shardwise.watch.table import open_table
 from shardwise.watch.trigger import find_trigger
+from shardwise.watch.watcher import Watcher
 
 __all__ = ["CHANNEL", "PgNotifyWatcher"]
 
@@ -58,7 +59,7 @@ CHANNEL = "shardwise_data"
 _log = logging.getLogger(__name__)
 
 
-class PgNotifyWatcher:
+class PgNotifyWatcher(Watcher):
     """Announces writes to one PostgreSQL table as ``shardwise.data.landed`` events.
 
     ``check_s`` is the idle time between mark checks, ``wait_s`` the longest
@@ -85,7 +86,7 @@ class PgNotifyWatcher:
         for setting, value in (("debounce_s", debounce_s), ("check_s", check_s), ("wait_s", wait_s)):
             if not value >= 0:
                 raise ConfigError(f"{setting} must be a number of seconds >= 0; got {value!r}")
-        self._announce = Announcer(name, emit)
+        super().__init__(name, emit, pause_s=0.0, backoff=backoff)
         self._table = open_table(url, table, key, updated_at=updated_at, schema=schema)
         if not self._table.db.is_postgres:
             self._table.db.dispose()
@@ -94,25 +95,24 @@ class PgNotifyWatcher:
                 "Watch it with a WatermarkPoller instead (mode='poll')"
             )
         self._debounce_s, self._check_s, self._wait_s = debounce_s, check_s, wait_s
-        self._backoff = backoff or Backoff()
         self._progress = WatchState(self._announce.name, self._table.identity, "postgresql")
         self._conn: sa.Connection | None = None
         self._tracker: Tracker = WatermarkTracker(self._table)
         self._check_at = 0.0
 
-    def __enter__(self) -> PgNotifyWatcher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @property
+    def watching(self) -> str:
+        return self._table.identity
 
     @property
     def backend_pid(self) -> int | None:
         """The server process id of the listening connection; None while disconnected."""
         return int(driver(self._conn).info.backend_pid) if self._conn is not None else None
 
-    def poll_once(self, timeout: float = 1.0) -> int:
-        """Connect if needed, wait up to ``timeout`` for notifications, check; return the events emitted."""
+    def poll_once(self, timeout: float | None = None) -> int:
+        """Connect if needed, wait up to ``timeout`` (default ``wait_s``) for notifications, check; return
+        the events emitted."""
+        timeout = self._wait_s if timeout is None else timeout
         doing = f"watching {self._table.identity}"
         try:
             with self._table.db.errors(doing):
@@ -128,13 +128,7 @@ class PgNotifyWatcher:
     def run(self, stop: threading.Event) -> None:
         """Watch until ``stop`` is set, reconnecting with backoff after transient errors."""
         try:
-            run_until(
-                stop,
-                lambda: self.poll_once(self._wait_s),
-                pause_s=0.0,
-                backoff=self._backoff,
-                what=f"watcher {self._announce.name!r} of {self._table.identity}",
-            )
+            super().run(stop)
         finally:
             self._drop()
 

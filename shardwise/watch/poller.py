@@ -14,21 +14,20 @@ connections are ``query_only``.
 
 from __future__ import annotations
 
-import threading
-
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.watch.events import Announcer, Emitter
-from shardwise.watch.loop import Backoff, run_until
+from shardwise.watch.events import Emitter
+from shardwise.watch.loop import Backoff
 from shardwise.watch.marks import WatermarkTracker
 from shardwise.watch.state import WatchState
 from shardwise.watch.table import open_table
+from shardwise.watch.watcher import Watcher
 
 __all__ = ["WatermarkPoller"]
 
 
-class WatermarkPoller:
+class WatermarkPoller(Watcher):
     """Announces a table's watermark moving as ``shardwise.data.landed`` events. Not thread-safe."""
 
     def __init__(
@@ -46,20 +45,16 @@ class WatermarkPoller:
     ) -> None:
         if not interval_s > 0:
             raise ConfigError(f"interval_s must be a positive number of seconds; got {interval_s!r}")
-        self._announce = Announcer(name, emit)
+        super().__init__(name, emit, pause_s=interval_s, backoff=backoff)
         self._table = open_table(url, table, key, updated_at=updated_at, schema=schema)
         db = self._table.db
         self._state = db.engine if db.is_postgres else sa.create_engine(db.url, connect_args={"timeout": 30})
         self._tracker = WatermarkTracker(self._table)
         self._progress = WatchState(self._announce.name, self._table.identity, db.dialect)
-        self._interval_s = interval_s
-        self._backoff = backoff or Backoff()
 
-    def __enter__(self) -> WatermarkPoller:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @property
+    def watching(self) -> str:
+        return self._table.identity
 
     def poll_once(self) -> int:
         """Read the watermark once and announce it if it moved; returns the events emitted (0 or 1)."""
@@ -76,16 +71,6 @@ class WatermarkPoller:
             with self._state.begin() as conn:
                 self._progress.record(conn, now)
         return int(change is not None)
-
-    def run(self, stop: threading.Event) -> None:
-        """Poll every ``interval_s`` until ``stop`` is set, backing off after transient errors."""
-        run_until(
-            stop,
-            self.poll_once,
-            pause_s=self._interval_s,
-            backoff=self._backoff,
-            what=f"poller {self._announce.name!r} of {self._table.identity}",
-        )
 
     def close(self) -> None:
         """Close the pooled connections."""

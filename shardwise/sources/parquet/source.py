@@ -22,17 +22,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.sources.base import (
-    FROM_START,
-    Key,
-    NewOnly,
-    ReadFrom,
-    Shard,
-    ShardReader,
-    Source,
-    SourcePlan,
-    SourceRow,
-)
+from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
 from shardwise.sources.parquet.footers import Footer, read_footers
 from shardwise.sources.parquet.keys import keyed_rows
 from shardwise.sources.parquet.local_objects import LocalStore
@@ -111,7 +101,7 @@ class ParquetSource(Source):
 
     @contextmanager
     def open_reader(
-        self, plan: SourcePlan, shard: Shard, start: ReadFrom = FROM_START
+        self, plan: SourcePlan, shard: Shard, start: ReadFrom = ReadFrom()
     ) -> Iterator[ShardReader]:
         """Read ``shard`` from ``start.rows`` rows in; the rows come from the plan's listing (its snapshot).
 

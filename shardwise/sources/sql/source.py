@@ -65,17 +65,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.sources.base import (
-    FROM_START,
-    Key,
-    NewOnly,
-    ReadFrom,
-    Shard,
-    ShardReader,
-    Source,
-    SourcePlan,
-    SourceRow,
-)
+from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
 from shardwise.sources.keys import parse_keys
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.check import check_plan, new_only_params
@@ -217,7 +207,7 @@ class SqlSource(Source):
 
     @contextmanager
     def open_reader(
-        self, plan: SourcePlan, shard: Shard, start: ReadFrom = FROM_START
+        self, plan: SourcePlan, shard: Shard, start: ReadFrom = ReadFrom()
     ) -> Iterator[ShardReader]:
         """Read one shard and learn which snapshot it was read at (for lineage).
 
