@@ -11,9 +11,7 @@ from __future__ import annotations
 import logging
 
 from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
-from prefect.tasks import exponential_backoff
 
 from models import get_spec
 from shardwise.errors import ShardwiseError
@@ -21,7 +19,7 @@ from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score
 from shardwise.redact import redact
 from shardwise.results import Ledger
 from tasks.connections import resolve
-from tasks.retry import retry_transient
+from tasks.retry import TRANSIENT_RETRIES
 from tasks.sanitize import sanitized
 
 __all__ = ["WORKER", "infer_shard", "release_run", "score_here", "warm_here", "worker_cache"]
@@ -34,11 +32,7 @@ WORKER = WorkerCache(get_spec)
     name="infer-shard",
     task_run_name="shard-{shard_id}",
     retries=3,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=retry_transient,
-    # The ledger in the results database decides what is done; Prefect's cache must not.
-    cache_policy=NO_CACHE,
+    **TRANSIENT_RETRIES,
 )
 def infer_shard(ref: RunRef, shard_id: int) -> ShardOutcome:
     """Score shard ``shard_id`` unless the ledger says it is done; record a failure before re-raising."""

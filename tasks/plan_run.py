@@ -11,15 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
-from prefect.tasks import exponential_backoff
 
 from models import get_spec
 from shardwise.pipeline import PlannedRun, RunSpec, prepare_run
 from shardwise.words import plural
 from tasks.connections import resolve
 from tasks.infer_shard import worker_cache
-from tasks.retry import retry_transient
+from tasks.retry import TRANSIENT_RETRIES
 from tasks.sanitize import sanitized
 
 __all__ = ["plan_run"]
@@ -28,10 +26,7 @@ __all__ = ["plan_run"]
 @task(
     name="plan-run",
     retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=2),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=retry_transient,
-    cache_policy=NO_CACHE,
+    **TRANSIENT_RETRIES,
 )
 def plan_run(
     spec: RunSpec,
