@@ -154,6 +154,18 @@ def s3_env(s3_endpoint: S3Endpoint, monkeypatch: pytest.MonkeyPatch) -> S3Endpoi
     return s3_endpoint
 
 
+@pytest.fixture
+def own_pg_cluster():  # -> Iterator[pg_cluster.OwnCluster]
+    """A PostgreSQL cluster of the test's own, which it may stop and start (tests/pg_cluster.py)."""
+    from pg_cluster import cluster_tools_missing, own_cluster
+
+    missing = cluster_tools_missing()
+    if missing:
+        service_missing(missing)
+    with own_cluster() as made:
+        yield made
+
+
 @pytest.fixture(scope="session")
 def tiny_model():
     """The tiny encoder on the CPU, loaded once per session."""

@@ -46,6 +46,14 @@ def make_docs(url: str, n: int, *, bad: bool = True, table: str = "docs") -> lis
     return rows
 
 
+def docs_spec(url: str, **fields: Any) -> Any:  # -> RunSpec
+    """The tiny model over ``docs`` in ``url``, results in ``scores`` beside it; ``fields`` override."""
+    from shardwise.pipeline import RunSpec
+
+    defaults = {"model": "tiny", "source": url, "results": url, "results_table": "scores", "table": "docs"}
+    return RunSpec(**{**defaults, **fields})
+
+
 def execute(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
     engine = sa.create_engine(url)
     try:

@@ -98,13 +98,19 @@ def _unchanged_on_repeat(url: str, model: Path, rows: int, dead: int, **params: 
     assert execute(url, f"select * from {TABLE} order by source_key") == before
 
 
+def _first_run(url: str, classifier_dir: Path, shards: int) -> tuple[list[tuple[int, Any]], dict[str, Any]]:
+    """Make the docs table, score it with the classifier once, check its counts; the rows and run options."""
+    rows = make_docs(url, ROWS)
+    common = {"source": url, "table": "docs", "shards": shards}
+    first = _run(classifier_dir, **common)
+    assert (first["rows_out"], first["rows_failed"]) == (ROWS, len(BAD_ROWS))
+    return rows, common
+
+
 def test_sqlite_classifier_run_has_typed_columns_and_repeats_unchanged(
     sqlite_url: str, classifier_dir: Path
 ) -> None:
-    rows = make_docs(sqlite_url, ROWS)
-    common = {"source": sqlite_url, "table": "docs", "shards": 2}
-    first = _run(classifier_dir, **common)
-    assert (first["rows_out"], first["rows_failed"]) == (ROWS, len(BAD_ROWS))
+    rows, common = _first_run(sqlite_url, classifier_dir, shards=2)
     types = execute(
         sqlite_url,
         f"select typeof(label), typeof(score), typeof(probabilities), length(probabilities), count(*) "
@@ -119,10 +125,7 @@ def test_sqlite_classifier_run_has_typed_columns_and_repeats_unchanged(
 def test_postgres_classifier_run_has_typed_columns_and_only_new_rescoring(
     pg_url: str, classifier_dir: Path
 ) -> None:
-    rows = make_docs(pg_url, ROWS)
-    common = {"source": pg_url, "table": "docs", "shards": 3}
-    first = _run(classifier_dir, **common)
-    assert (first["rows_out"], first["rows_failed"]) == (ROWS, len(BAD_ROWS))
+    rows, common = _first_run(pg_url, classifier_dir, shards=3)
     columns = execute(
         pg_url,
         "select column_name, data_type, udt_name from information_schema.columns "

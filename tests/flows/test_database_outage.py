@@ -10,28 +10,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from flow_data import execute, make_docs, slow_tiny_shards
-from pg_cluster import OwnCluster, cluster_tools_missing, own_cluster
+from pg_cluster import OwnCluster
 
 from flows.cli import main
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 OUTAGE_S = 25.0  # longer than a shard task's three retries (2, 4 and 8 s, with jitter)
-
-
-@pytest.fixture
-def cluster() -> Iterator[OwnCluster]:
-    missing = cluster_tools_missing()
-    if missing:
-        from conftest import service_missing
-
-        service_missing(missing)
-    with own_cluster() as made:
-        yield made
 
 
 def _outage_after_first_shard(cluster: OwnCluster, seen: list[str]) -> None:
@@ -54,8 +42,9 @@ def _wait_for_ledger(url: str) -> None:
 
 
 def test_an_outage_mid_run_is_recorded_and_resumed_exactly(
-    cluster: OwnCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    own_pg_cluster: OwnCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    cluster = own_pg_cluster
     url = cluster.url
     make_docs(url, 600, bad=False)
     slow_tiny_shards(monkeypatch, 0.05, 0.2)

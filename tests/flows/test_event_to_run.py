@@ -7,12 +7,11 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
-from flow_data import execute, make_docs
+from flow_data import docs_spec, execute, make_docs
 
 from flows.deployments import load_deployment_configs
 from flows.params import ScoreParams
 from flows.score import score
-from shardwise.pipeline import RunSpec
 from shardwise.watch import PgNotifyWatcher, install_trigger
 
 pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("prefect_harness")]
@@ -81,14 +80,7 @@ def test_inserted_rows_become_one_event_and_an_only_new_run(
 def test_events_during_a_run_collapse_into_one_follow_up(pg_url: str, pipeline) -> None:
     """concurrency_limit 1 queues the follow-ups; only-new makes the first do all the work."""
     make_docs(pg_url, 100, bad=False)
-    spec = RunSpec(
-        model="tiny",
-        source=pg_url,
-        results=pg_url,
-        results_table="shardwise_results",
-        table="docs",
-        only_new=True,
-    )
+    spec = docs_spec(pg_url, results_table="shardwise_results", only_new=True)
     in_flight = pipeline.plan(spec, "in-flight")
     try:
         for batch in range(

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from flow_data import execute, make_docs
-
-from shardwise.pipeline import RunSpec
+from flow_data import docs_spec, execute, make_docs
 
 
 @pytest.mark.postgres
 def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str, pipeline) -> None:
     make_docs(pg_url, 400, bad=False)
-    spec = RunSpec(
-        model="tiny", source=pg_url, results=pg_url, results_table="scores", table="docs", shards=4
-    )
-    prepared = pipeline.plan(spec, "run-snap")
+    prepared = pipeline.plan(docs_spec(pg_url, shards=4), "run-snap")
     try:
         execute(pg_url, "insert into docs (id, text) values (10000, 'inserted while the run was going')")
         execute(pg_url, "update docs set text = 'edited while running' where id = 0")
@@ -34,10 +29,7 @@ def test_rows_written_during_a_run_are_not_seen_by_it(pg_url: str, pipeline) -> 
 @pytest.mark.postgres
 def test_a_shard_scored_twice_is_merged_once(pg_url: str, pipeline) -> None:
     make_docs(pg_url, 100, bad=True)
-    spec = RunSpec(
-        model="tiny", source=pg_url, results=pg_url, results_table="scores", table="docs", shards=1
-    )
-    prepared = pipeline.plan(spec, "run-twice")
+    prepared = pipeline.plan(docs_spec(pg_url, shards=1), "run-twice")
     try:
         first = pipeline.shard(prepared, prepared.todo[0])
         second = pipeline.shard(prepared, prepared.todo[0])
@@ -54,10 +46,7 @@ def test_score_pending_marks_a_failing_shard_and_the_run_failed(
     import shardwise.pipeline.worker as worker_module
 
     make_docs(sqlite_url, 20, bad=False)
-    spec = RunSpec(
-        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=1
-    )
-    prepared = pipeline.plan(spec, "run-fails")
+    prepared = pipeline.plan(docs_spec(sqlite_url, shards=1), "run-fails")
 
     def broken(**kwargs: object) -> None:
         raise RuntimeError("disk full")

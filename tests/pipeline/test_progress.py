@@ -6,7 +6,7 @@ import logging
 import threading
 
 import pytest
-from flow_data import make_docs, slow_tiny_shards
+from flow_data import docs_spec, make_docs, slow_tiny_shards
 
 from shardwise.pipeline import RunSpec, read_progress
 from shardwise.results import Ledger, ShardProgress
@@ -21,15 +21,7 @@ def slow_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _spec(url: str) -> RunSpec:
-    return RunSpec(
-        model="tiny",
-        source=url,
-        results=url,
-        results_table="scores",
-        table="docs",
-        shards=1,
-        precision="fp32",
-    )
+    return docs_spec(url, shards=1, precision="fp32")
 
 
 def test_a_snapshot_counts_done_rows_running_progress_and_failed_shards() -> None:

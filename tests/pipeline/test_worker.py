@@ -9,7 +9,7 @@ import cloudpickle
 import polars as pl
 import pytest
 import torch
-from flow_data import execute, make_docs, texts
+from flow_data import docs_spec, execute, make_docs, texts
 
 from models import get_spec
 from shardwise.errors import ConfigError
@@ -48,15 +48,7 @@ def test_names_need_a_resolver_below_the_orchestrator(sqlite_url: str, pipeline)
 def test_a_worker_loads_its_model_once_for_many_shards(sqlite_url: str, pipeline) -> None:
     make_docs(sqlite_url, 200, bad=False)
     # fp32: no precision guard, so the planner loads nothing and the first shard loads the model.
-    spec = RunSpec(
-        model="tiny",
-        source=sqlite_url,
-        results=sqlite_url,
-        results_table="scores",
-        table="docs",
-        shards=10,
-        precision="fp32",
-    )
+    spec = docs_spec(sqlite_url, shards=10, precision="fp32")
     _, counts = pipeline.run(spec, "ten-shards")
     assert counts.shards_done == 10 and counts.rows_out == 200
     assert pipeline.cache.loads == 1
@@ -67,9 +59,7 @@ def test_a_worker_loads_its_model_once_for_many_shards(sqlite_url: str, pipeline
 
 def test_a_worker_with_another_model_version_refuses(sqlite_url: str, pipeline) -> None:
     make_docs(sqlite_url, 30, bad=False)
-    spec = RunSpec(
-        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=1
-    )
+    spec = docs_spec(sqlite_url, shards=1)
     planned = pipeline.plan(spec, "other-image")
     planned.close()
     execute(sqlite_url, "update shardwise_runs set model_version = 'f00d' || model_version")
@@ -80,9 +70,7 @@ def test_a_worker_with_another_model_version_refuses(sqlite_url: str, pipeline) 
 
 def test_a_shard_id_outside_the_stored_plan_is_refused(sqlite_url: str, pipeline) -> None:
     make_docs(sqlite_url, 30, bad=False)
-    spec = RunSpec(
-        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=2
-    )
+    spec = docs_spec(sqlite_url, shards=2)
     planned = pipeline.plan(spec, "two")
     planned.close()
     with pytest.raises(
@@ -93,7 +81,7 @@ def test_a_shard_id_outside_the_stored_plan_is_refused(sqlite_url: str, pipeline
 
 def test_an_unknown_run_is_refused_by_the_worker(sqlite_url: str) -> None:
     make_docs(sqlite_url, 5, bad=False)
-    spec = RunSpec(model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs")
+    spec = docs_spec(sqlite_url)
     cache = WorkerCache(get_spec)
     with pytest.raises(ConfigError, match="run 'ghost' is not in the shardwise_runs table"):
         score_ref_shard(RunRef("ghost", spec), 0, cache)
@@ -158,9 +146,7 @@ def test_a_resumed_run_keeps_its_stored_plan_and_snapshot(
 
 def test_resume_checks_what_it_is_asked_against_the_stored_run(sqlite_url: str, pipeline) -> None:
     make_docs(sqlite_url, 20, bad=False)
-    spec = RunSpec(
-        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=2
-    )
+    spec = docs_spec(sqlite_url, shards=2)
     pipeline.plan(spec, "first").close()
     with pytest.raises(ConfigError, match="run 'nope' is not in the ledger"):
         pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "nope"}), "r")
@@ -176,9 +162,7 @@ def test_warming_loads_the_model_the_run_then_uses(sqlite_url: str, pipeline) ->
     from shardwise.pipeline import warm
 
     make_docs(sqlite_url, 60, bad=False)
-    spec = RunSpec(
-        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs", shards=3
-    )
+    spec = docs_spec(sqlite_url, shards=3)
     warm(spec, pipeline.cache)
     assert pipeline.cache.loads == 1
     _, counts = pipeline.run(spec, "warmed")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Literal
 
 import numpy as np
+import sqlalchemy as sa
 
 from shardwise.model import OutputColumn
 from shardwise.results import (
@@ -40,6 +44,55 @@ def make_store(
     outputs: tuple[OutputColumn, ...] = OUTPUTS,
 ) -> ResultStore:
     return ResultStore(Ledger(url), table, outputs, key_type)
+
+
+def started_run(url: str) -> RunRecord:
+    """Create the ledger in ``url`` and start ``run-1`` on a two-shard plan."""
+    with make_store(url) as store:
+        store.ensure_schema()
+        run = make_run()
+        store.ledger.start_run(run, make_plan())
+    return run
+
+
+def impatient_store(sqlite_url: str, busy_ms: int) -> ResultStore:
+    """A store whose connections wait only ``busy_ms`` for SQLite's write lock.
+
+    The listener runs after the store's own connect hook, so this short timeout wins.
+    """
+    store = make_store(sqlite_url)
+    pragma = f"PRAGMA busy_timeout = {int(busy_ms)}"
+    sa.event.listen(store.ledger.engine, "connect", lambda dbapi, _rec: dbapi.execute(pragma))
+    return store
+
+
+@contextmanager
+def write_lock_held(sqlite_url: str, release_after_s: float | None = None) -> Iterator[None]:
+    """Another connection holds SQLite's write lock (``BEGIN IMMEDIATE``) for the block, or for
+    ``release_after_s`` seconds from its start when given."""
+    blocker = sqlite3.connect(
+        sqlite_url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False
+    )
+    blocker.execute("BEGIN IMMEDIATE")
+    timer = None
+    if release_after_s is not None:
+        timer = threading.Timer(release_after_s, blocker.execute, args=("ROLLBACK",))
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.join()
+        else:
+            blocker.execute("ROLLBACK")
+        blocker.close()
+
+
+@contextmanager
+def locked_out(sqlite_url: str, busy_ms: int) -> Iterator[ResultStore]:
+    """A store that waits only ``busy_ms`` for SQLite's write lock, while another connection holds it."""
+    with impatient_store(sqlite_url, busy_ms) as store, write_lock_held(sqlite_url):
+        yield store
 
 
 def make_run(run_id: str = "run-1", model_version: str = "mv-1", table: str = TABLE, **kw: str) -> RunRecord:

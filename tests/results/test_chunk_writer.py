@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import sqlalchemy as sa
-from results_helpers import make_plan, make_report, make_rows, make_run, make_store, write_shard
+from results_helpers import (
+    impatient_store,
+    locked_out,
+    make_plan,
+    make_report,
+    make_rows,
+    make_run,
+    make_store,
+    started_run,
+    write_lock_held,
+    write_shard,
+)
 
 from shardwise.results import (
     Chunk,
@@ -130,26 +139,16 @@ def test_racing_writers_merge_each_chunk_once(store: ResultStore) -> None:
 def test_a_locked_database_costs_a_retry_of_the_chunk_step_not_the_chunk(
     sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with make_store(sqlite_url) as store:
-        store.ensure_schema()
-        run = make_run()
-        store.ledger.start_run(run, make_plan())
-    quick = make_store(sqlite_url)
-    sa.event.listen(
-        quick.ledger.engine, "connect", lambda dbapi, _rec: dbapi.execute("PRAGMA busy_timeout = 50")
-    )
-    blocker = sqlite3.connect(
-        sqlite_url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False
-    )
+    run = started_run(sqlite_url)
+    quick = impatient_store(sqlite_url, 50)
     caplog.set_level(logging.WARNING, logger="shardwise.results.db_retry")
-    try:
-        blocker.execute("BEGIN IMMEDIATE")
-        threading.Timer(0.4, blocker.execute, args=("ROLLBACK",)).start()
-        with quick.chunk_writer(run, 0, 1, DbRetry(tries=8, backoff_s=0.1, max_backoff_s=0.2)) as writer:
-            assert writer.commit(chunk(0)).status == "merged"
-    finally:
-        blocker.close()
-        quick.close()
+    retry = DbRetry(tries=8, backoff_s=0.1, max_backoff_s=0.2)
+    with (
+        quick,
+        write_lock_held(sqlite_url, release_after_s=0.4),
+        quick.chunk_writer(run, 0, 1, retry) as writer,
+    ):
+        assert writer.commit(chunk(0)).status == "merged"
     tries = [r.getMessage() for r in caplog.records]
     assert tries and "commit chunk 0 of shard 0 failed on try 1 of 8" in tries[0]
     assert "database is locked" in tries[0] and "on a new connection" in tries[0]
@@ -158,25 +157,13 @@ def test_a_locked_database_costs_a_retry_of_the_chunk_step_not_the_chunk(
 
 
 def test_the_retry_gives_up_after_its_tries_with_a_transient_error(sqlite_url: str) -> None:
-    with make_store(sqlite_url) as store:
-        store.ensure_schema()
-        run = make_run()
-        store.ledger.start_run(run, make_plan())
-    quick = make_store(sqlite_url)
-    sa.event.listen(
-        quick.ledger.engine, "connect", lambda dbapi, _rec: dbapi.execute("PRAGMA busy_timeout = 20")
-    )
-    blocker = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    run = started_run(sqlite_url)
     from shardwise.errors import TransientError
 
-    try:
-        blocker.execute("BEGIN IMMEDIATE")
-        with (
-            pytest.raises(TransientError, match="failed on all 3 tries, each on a new connection"),
-            quick.chunk_writer(run, 0, 1, DbRetry(tries=3, backoff_s=0.01)) as writer,
-        ):
-            writer.commit(chunk(0))
-    finally:
-        blocker.execute("ROLLBACK")
-        blocker.close()
-        quick.close()
+    retry, gives_up = DbRetry(tries=3, backoff_s=0.01), "failed on all 3 tries, each on a new connection"
+    with (
+        locked_out(sqlite_url, 20) as quick,
+        quick.chunk_writer(run, 0, 1, retry) as writer,
+        pytest.raises(TransientError, match=gives_up),
+    ):
+        writer.commit(chunk(0))

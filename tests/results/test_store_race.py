@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sqlalchemy as sa
-from results_helpers import make_plan, make_report, make_rows, make_run, make_store, whole_chunk, write_shard
+from results_helpers import (
+    locked_out,
+    make_plan,
+    make_report,
+    make_rows,
+    make_run,
+    make_store,
+    started_run,
+    whole_chunk,
+    write_lock_held,
+    write_shard,
+)
 
 from shardwise.errors import TransientError
 from shardwise.results import DbRetry, DeadLetter, MergeOutcome, ResultStore
@@ -54,36 +64,15 @@ def test_many_shards_in_threads_all_merge(store: ResultStore) -> None:
 
 
 def test_an_sqlite_lock_held_past_the_busy_timeout_is_transient(sqlite_url: str) -> None:
-    with make_store(sqlite_url) as store:
-        store.ensure_schema()
-        run = make_run()
-        store.ledger.start_run(run, make_plan())
-    quick = make_store(sqlite_url)
-    # Runs after the store's own connect hook, so this short timeout wins.
-    sa.event.listen(
-        quick.ledger.engine, "connect", lambda dbapi, _rec: dbapi.execute("PRAGMA busy_timeout = 50")
-    )
-    blocker = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
-    try:
-        blocker.execute("BEGIN IMMEDIATE")
-        with pytest.raises(TransientError, match="database is locked"):
-            quick.ledger.mark_shard_failed(run.run_id, 0, "boom")
-    finally:
-        blocker.execute("ROLLBACK")
-        blocker.close()
-        quick.close()
+    run = started_run(sqlite_url)
+    with locked_out(sqlite_url, 50) as quick, pytest.raises(TransientError, match="database is locked"):
+        quick.ledger.mark_shard_failed(run.run_id, 0, "boom")
 
 
 def test_sqlite_writers_stage_while_another_holds_the_write_lock(sqlite_url: str) -> None:
+    run = started_run(sqlite_url)
     with make_store(sqlite_url) as store:
-        store.ensure_schema()
-        run = make_run()
-        store.ledger.start_run(run, make_plan())
-        path = sqlite_url.removeprefix("sqlite:///")
-        blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        with store.chunk_writer(run, 0, 1, DbRetry(tries=1)) as writer:
-            blocker.execute("BEGIN IMMEDIATE")
-            threading.Timer(0.3, blocker.execute, args=("ROLLBACK",)).start()
+        with store.chunk_writer(run, 0, 1, DbRetry(tries=1)) as writer, write_lock_held(sqlite_url, 0.3):
             t0 = time.perf_counter()
             chunk = whole_chunk(make_rows(range(100)), [DeadLetter(500, "InputError", "empty")])
             # Staging goes to TEMP tables without the shared write lock; the merge waits for it
@@ -91,7 +80,6 @@ def test_sqlite_writers_stage_while_another_holds_the_write_lock(sqlite_url: str
             assert writer.commit(chunk).status == "merged"
             assert time.perf_counter() - t0 >= 0.25
             assert writer.finish(make_report()) is not None
-        blocker.close()
         assert store.count_results() == 100
 
 

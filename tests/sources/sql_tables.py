@@ -48,6 +48,13 @@ def create_docs(
     insert(engine, rows, table=table)
 
 
+def with_docs(url: str, rows: Sequence[tuple[Any, Any]]) -> str:
+    """``url`` once ``docs`` there holds ``rows``."""
+    with writer(url) as eng:
+        create_docs(eng, rows)
+    return url
+
+
 def insert(engine: sa.Engine, rows: Sequence[tuple[Any, Any]], *, table: str = "docs") -> None:
     if not rows:
         return

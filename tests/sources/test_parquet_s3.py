@@ -43,18 +43,6 @@ class CountingClient:
         return getattr(self._client, name)
 
 
-@pytest.fixture
-def client(s3_endpoint: Any) -> Any:
-    return s3_endpoint.client()
-
-
-@pytest.fixture
-def bucket(client: Any) -> str:
-    name = f"sw-{uuid.uuid4().hex[:12]}"
-    client.create_bucket(Bucket=name)
-    return name
-
-
 @pytest.mark.s3
 @pytest.mark.parametrize("sizing", [{"shards": 1}, {"shards": 4}, {"shards": 50}, {"rows_per_shard": 70}])
 def test_s3_plans_are_disjoint_and_covering(client: Any, bucket: str, sizing: dict[str, int]) -> None:

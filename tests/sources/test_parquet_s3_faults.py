@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import random
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -45,18 +44,6 @@ def proxied_client(proxy: FaultProxy, policy: S3RetryPolicy = FAST) -> Any:
 
 def ranged_gets(proxy: FaultProxy) -> list[Seen]:
     return [s for s in proxy.log if s.method == "GET" and s.range]
-
-
-@pytest.fixture
-def client(s3_endpoint: Any) -> Any:
-    return s3_endpoint.client()
-
-
-@pytest.fixture
-def bucket(client: Any) -> str:
-    name = f"sw-{uuid.uuid4().hex[:12]}"
-    client.create_bucket(Bucket=name)
-    return name
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sql_tables
-from sql_tables import create_docs, writer
+from sql_tables import create_docs, with_docs, writer
 
 from shardwise.errors import ConfigError
 from shardwise.sources import KeyedSource, Source, is_keyed
@@ -26,9 +26,7 @@ any_url = sql_tables.any_url  # the SQLite/PostgreSQL fixture, shared by the SQL
 
 @pytest.fixture
 def docs_url(any_url: str) -> str:
-    with writer(any_url) as eng:
-        create_docs(eng, ROWS)
-    return any_url
+    return with_docs(any_url, ROWS)
 
 
 def test_sql_reads_text_keys_in_key_order_across_chunks(docs_url: str) -> None:

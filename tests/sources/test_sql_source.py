@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import sql_tables
 import sqlalchemy as sa
-from sql_tables import create_docs, read_all, writer
+from sql_tables import create_docs, read_all, with_docs, writer
 
 from shardwise.errors import ConfigError, SourceError, TransientError
 from shardwise.sources.base import Source
@@ -21,9 +21,7 @@ any_url = sql_tables.any_url  # the SQLite/PostgreSQL fixture, shared by the SQL
 
 @pytest.fixture
 def docs_url(any_url: str) -> str:
-    with writer(any_url) as eng:
-        create_docs(eng, ROWS)
-    return any_url
+    return with_docs(any_url, ROWS)
 
 
 def _count_docs(url: str) -> int:

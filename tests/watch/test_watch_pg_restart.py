@@ -10,28 +10,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from pg_cluster import OwnCluster, cluster_tools_missing, own_cluster
+from pg_cluster import OwnCluster
 from watch_helpers import Recorder, insert, make_docs
 
 from shardwise.pipeline import RunSpec
 from shardwise.watch import Backoff, PgNotifyWatcher, install_trigger
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-
-@pytest.fixture
-def cluster() -> Iterator[OwnCluster]:
-    missing = cluster_tools_missing()
-    if missing:
-        from conftest import service_missing
-
-        service_missing(missing)
-    with own_cluster() as made:
-        yield made
 
 
 def _rows_announced(recorder: Recorder) -> int:
@@ -45,7 +33,8 @@ def _wait(probe, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-de
         time.sleep(0.05)
 
 
-def test_inserts_around_a_restart_are_all_announced_and_scored(cluster: OwnCluster, pipeline) -> None:
+def test_inserts_around_a_restart_are_all_announced_and_scored(own_pg_cluster: OwnCluster, pipeline) -> None:
+    cluster = own_pg_cluster
     url = cluster.url
     make_docs(url)
     install_trigger(url, "docs", "id")
