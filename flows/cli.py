@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from flows import cli_commands
+from shardwise.environment import set_defaults
 
 __all__ = ["entry", "main"]
 
@@ -52,7 +53,7 @@ def _exit_now(code: list[int]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return the process exit code (see :mod:`flows.outcome`)."""
     args = _parser().parse_args(argv)
-    _environment_defaults()
+    set_defaults()
     from flows.outcome import code_for, quiet_console, say_error
 
     undo = quiet_console() if getattr(args, "verbose", None) is False else None
@@ -268,16 +269,6 @@ def _progress_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="seconds between progress lines (default: 10)",
     )
-
-
-def _environment_defaults() -> None:
-    # Weights are always local: never let a library reach for a hub.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # A cold ephemeral Prefect server needs longer than the default 20 s to start.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 def _positive(value: str) -> int:

@@ -10,14 +10,10 @@ from __future__ import annotations
 import logging
 import os
 
+from shardwise.environment import set_defaults
+
 # Prefect reads these at import time; set them before anything imports it.
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_UI_ENABLED", "false")
-os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+set_defaults(PREFECT_SERVER_UI_ENABLED="false", PREFECT_LOGGING_TO_API_ENABLED="false")
 
 import socket
 import uuid
