@@ -1,7 +1,7 @@
 """A source restricted to chosen keys: the shards of a redrive of dead letters.
 
 :class:`KeyedSource` wraps a SQL or Parquet source and a list of keys, and
-implements the :class:`~shardwise.sources.base.Source` protocol, so the
+implements the :class:`~shardwise.sources.base.Source` interface, so the
 pipeline plans, scores and merges it like any source. Its shards carry their
 keys in their bounds (``{"keys": [...]}``, JSON-able), so a stored plan says
 exactly which rows each shard reads, and reading a shard is

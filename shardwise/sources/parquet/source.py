@@ -53,7 +53,7 @@ class ParquetSource(Source):
     nothing new has nothing to do.
     """
 
-    # The protocol declares the full Literal; a narrower one would not match its settable attribute.
+    # Source declares the full Literal; a narrower one would not match its settable attribute.
     kind: Literal["sql", "parquet"] = "parquet"
 
     def __init__(

@@ -92,7 +92,7 @@ class SqlSource(Source):
     between threads: reads take their own connection from one engine's pool.
     """
 
-    kind: Literal["sql", "parquet"] = "sql"  # the protocol's type: a narrower one would not match it
+    kind: Literal["sql", "parquet"] = "sql"  # Source's type: a narrower one would not match it
 
     def __init__(
         self,
