@@ -54,8 +54,20 @@ class RunCounts:
     shards_failed: int = 0
 
 
+class _Leased:
+    """A stored run's state: its status, or ``abandoned`` when it says running but its lease expired."""
+
+    __slots__ = ()
+    status: RunStatus
+    lease_expires_at: datetime | None
+
+    def state(self, now: datetime | None = None) -> RunState:
+        """See :func:`~shardwise.results.leases.run_state` and :mod:`.leases`."""
+        return run_state(self.status, self.lease_expires_at, now)
+
+
 @dataclass(frozen=True)
-class RunSummary:
+class RunSummary(_Leased):
     """A stored run: its record, where it stands, and its counts."""
 
     record: RunRecord
@@ -69,13 +81,9 @@ class RunSummary:
     lease_expires_at: datetime | None = None
     """When the lease runs out unless renewed; None for a run recorded before leases existed."""
 
-    def state(self, now: datetime | None = None) -> RunState:
-        """The status, or ``abandoned`` when it says running but the lease expired (see :mod:`.leases`)."""
-        return run_state(self.status, self.lease_expires_at, now)
-
 
 @dataclass(frozen=True, slots=True)
-class RunListing:
+class RunListing(_Leased):
     """One run as ``shardwise runs`` lists it; the counts are summed from its shards when read."""
 
     run_id: str
@@ -94,9 +102,6 @@ class RunListing:
     lease_expires_at: datetime | None = None
     shards_running: int = 0
     """Shards a worker holds a live lease on now."""
-
-    def state(self, now: datetime | None = None) -> RunState:
-        return run_state(self.status, self.lease_expires_at, now)
 
 
 @dataclass(frozen=True, slots=True)
