@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from shardwise.results.codec import decode_json, decode_timestamp, encode_json, timestamp_param
-from shardwise.results.sqlfiles import query
+from shardwise.results.codec import bind_timestamp, decode_json, decode_timestamp, encode_json
+from shardwise.results.sqlfiles import statement
 from shardwise.sources.base import Key
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def _where(run_id: str, shard_id: int) -> dict[str, Any]:
 def chunk_position(conn: sa.Connection, run_id: str, shard_id: int, chunk: int) -> Mapping[str, Any] | None:
     """The stored position of a committed chunk; None when it is not committed."""
     found = conn.execute(
-        query(conn.dialect.name, "chunk_position"), {**_where(run_id, shard_id), "chunk": chunk}
+        statement(conn, "chunk_position"), {**_where(run_id, shard_id), "chunk": chunk}
     ).scalar_one_or_none()
     return None if found is None else dict(decode_json(found))
 
@@ -113,19 +113,19 @@ def insert_mark(conn: sa.Connection, run_id: str, mark: ChunkMark, now: datetime
         "rows_updated": mark.rows_updated,
         "rows_unchanged": mark.rows_unchanged,
         "position": encode_json(mark.position),
-        "committed_at": timestamp_param(conn.dialect.name, now),
+        "committed_at": bind_timestamp(conn, now),
     }
-    conn.execute(query(conn.dialect.name, "chunk_insert"), params)
+    conn.execute(statement(conn, "chunk_insert"), params)
 
 
 def chunk_totals(conn: sa.Connection, run_id: str, shard_id: int) -> ChunkTotals:
-    row = conn.execute(query(conn.dialect.name, "chunks_totals"), _where(run_id, shard_id)).mappings().one()
+    row = conn.execute(statement(conn, "chunks_totals"), _where(run_id, shard_id)).mappings().one()
     return ChunkTotals(**{name: int(value) for name, value in row.items()})
 
 
 def chunk_start(conn: sa.Connection, run_id: str, shard_id: int) -> ChunkStart:
     """Where the next attempt at the shard starts: after its last committed chunk."""
-    last = conn.execute(query(conn.dialect.name, "chunk_last"), _where(run_id, shard_id)).one_or_none()
+    last = conn.execute(statement(conn, "chunk_last"), _where(run_id, shard_id)).one_or_none()
     if last is None:
         return ChunkStart()
     position = decode_json(last.position)
@@ -140,7 +140,7 @@ def chunk_start(conn: sa.Connection, run_id: str, shard_id: int) -> ChunkStart:
 
 
 def chunk_marks(conn: sa.Connection, run_id: str) -> list[ChunkMark]:
-    rows = conn.execute(query(conn.dialect.name, "chunks_select"), {"run_id": run_id}).mappings()
+    rows = conn.execute(statement(conn, "chunks_select"), {"run_id": run_id}).mappings()
     return [
         ChunkMark(
             **{

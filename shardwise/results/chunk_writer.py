@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from shardwise.closing import Closing
 from shardwise.dberrors import mapped_errors
 from shardwise.model import OutputColumn
-from shardwise.results import chunk_marks, ledger_sql
+from shardwise.results import chunk_marks, shard_sql
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals
 from shardwise.results.codec import utc_now
 from shardwise.results.connect import write_transaction
@@ -184,7 +184,7 @@ class ChunkWriter(Closing):
     def _merge(self, staging: Staging, chunk: Chunk) -> ChunkCommit:
         conn, run, now = staging.conn, self.run, utc_now()
         with write_transaction(conn) as tx:
-            if ledger_sql.lock_shard(conn, run.run_id, self.shard_id) == "done":
+            if shard_sql.lock_shard(conn, run.run_id, self.shard_id) == "done":
                 tx.rollback()
                 return ChunkCommit("shard_done")
             stored = chunk_marks.chunk_position(conn, run.run_id, self.shard_id, chunk.number)
@@ -201,7 +201,7 @@ class ChunkWriter(Closing):
                 now,
             )
             counts = merge_rows(conn, self._results, staging.stage, staging.rows, lineage)
-            ledger_sql.merge_dead_letters(
+            shard_sql.merge_dead_letters(
                 conn, run.run_id, self.shard_id, self.attempt, run.results_table, now
             )
             mark = ChunkMark(
@@ -225,7 +225,7 @@ class ChunkWriter(Closing):
         conn = self._connection(action)
         run_id = self.run.run_id
         with mapped_errors(action, self._engine.url), write_transaction(conn) as tx:
-            if ledger_sql.lock_shard(conn, run_id, self.shard_id) == "done":
+            if shard_sql.lock_shard(conn, run_id, self.shard_id) == "done":
                 tx.rollback()
                 return None
             totals = chunk_marks.chunk_totals(conn, run_id, self.shard_id)
@@ -242,5 +242,5 @@ class ChunkWriter(Closing):
                 "updated": totals.rows_updated,
                 "unchanged": totals.rows_unchanged,
             }
-            ledger_sql.mark_shard_done(conn, run_id, self.shard_id, report, merged)
+            shard_sql.mark_shard_done(conn, run_id, self.shard_id, report, merged)
         return totals

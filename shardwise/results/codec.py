@@ -122,6 +122,11 @@ def timestamp_param(dialect: str, value: datetime) -> datetime | str:
     return aware if dialect == "postgresql" else aware.isoformat()
 
 
+def bind_timestamp(conn: sa.Connection, value: datetime) -> datetime | str:
+    """:func:`timestamp_param` for ``conn``'s dialect."""
+    return timestamp_param(conn.dialect.name, value)
+
+
 def decode_timestamp(value: Any) -> datetime | None:
     """A stored timestamp as an aware datetime in UTC, whichever the session's time zone."""
     if value is None:

@@ -14,22 +14,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.results.codec import decode_timestamp, timestamp_param
+from shardwise.results.codec import bind_timestamp, decode_timestamp
 from shardwise.results.leases import expiry, lease_held
 from shardwise.results.outcomes import RunCounts, RunListing
-from shardwise.results.sqlfiles import query
+from shardwise.results.sqlfiles import statement
 
 __all__ = ["live_counts", "recent_runs", "renew_run_lease", "renew_shard_lease", "take_run_lease"]
 
 _LEASE_COLUMNS = {"owner", "lease_expires_at"}
-
-
-def _q(conn: sa.Connection, name: str) -> sa.TextClause:
-    return query(conn.dialect.name, name)
-
-
-def _ts(conn: sa.Connection, value: datetime) -> datetime | str:
-    return timestamp_param(conn.dialect.name, value)
 
 
 def take_run_lease(
@@ -44,13 +36,13 @@ def take_run_lease(
     params = {
         "run_id": run_id,
         "owner": owner,
-        "lease_expires_at": _ts(conn, expiry(lease_s, now)),
-        "now": _ts(conn, now),
+        "lease_expires_at": bind_timestamp(conn, expiry(lease_s, now)),
+        "now": bind_timestamp(conn, now),
         "take_from": take_from,
     }
-    if conn.execute(_q(conn, "run_lease_take"), params).rowcount == 1:
+    if conn.execute(statement(conn, "run_lease_take"), params).rowcount == 1:
         return
-    row = conn.execute(_q(conn, "run_select"), {"run_id": run_id}).mappings().one()
+    row = conn.execute(statement(conn, "run_select"), {"run_id": run_id}).mappings().one()
     raise ConfigError(
         lease_held(
             run_id, row["owner"], decode_timestamp(row["lease_expires_at"]), meanwhile=take_from is not None
@@ -60,8 +52,12 @@ def take_run_lease(
 
 def renew_run_lease(conn: sa.Connection, run_id: str, owner: str, lease_s: float, now: datetime) -> bool:
     """Extend ``owner``'s lease on a running run; False once it is not (taken over, or finished)."""
-    params = {"run_id": run_id, "owner": owner, "lease_expires_at": _ts(conn, expiry(lease_s, now))}
-    return conn.execute(_q(conn, "run_lease_renew"), params).rowcount == 1
+    params = {
+        "run_id": run_id,
+        "owner": owner,
+        "lease_expires_at": bind_timestamp(conn, expiry(lease_s, now)),
+    }
+    return conn.execute(statement(conn, "run_lease_renew"), params).rowcount == 1
 
 
 def renew_shard_lease(
@@ -73,15 +69,15 @@ def renew_shard_lease(
         "shard_id": shard_id,
         "attempt": attempt,
         "owner": owner,
-        "lease_expires_at": _ts(conn, expiry(lease_s, now)),
+        "lease_expires_at": bind_timestamp(conn, expiry(lease_s, now)),
     }
-    return conn.execute(_q(conn, "shard_lease_renew"), params).rowcount == 1
+    return conn.execute(statement(conn, "shard_lease_renew"), params).rowcount == 1
 
 
 def live_counts(conn: sa.Connection, run_id: str, shards_total: int) -> RunCounts:
     """A running run's counts summed from its shards and their committed chunks now (``shardwise_runs``
     has them only once finished)."""
-    row = conn.execute(_q(conn, "run_live_counts"), {"run_id": run_id}).mappings().one()
+    row = conn.execute(statement(conn, "run_live_counts"), {"run_id": run_id}).mappings().one()
     counts = {k: int(v) for k, v in row.items()}
     for name, rows in _pending_chunks(conn, run_id).get(run_id, {}).items():
         counts[name] += rows
@@ -98,7 +94,7 @@ def _pending_chunks(conn: sa.Connection, run_id: str | None) -> dict[str, dict[s
     """
     if not sa.inspect(conn).has_table("shardwise_chunks"):
         return {}
-    found = conn.execute(_q(conn, "chunks_pending"), {"run_id": run_id}).mappings()
+    found = conn.execute(statement(conn, "chunks_pending"), {"run_id": run_id}).mappings()
     return {r["run_id"]: {k: int(r[k]) for k in ("rows_in", "rows_out", "rows_failed")} for r in found}
 
 
@@ -114,12 +110,14 @@ def recent_runs(
     A ledger from before leases lists its runs without owners or leases.
     """
     params: dict[str, Any] = {"limit": limit, "status": status, "results_table": results_table}
-    rows = conn.execute(_q(conn, "runs_recent"), params).mappings().all()
+    rows = conn.execute(statement(conn, "runs_recent"), params).mappings().all()
     pending = _pending_chunks(conn, None) if rows else {}
     leases: dict[str, Any] = {}
     columns = {c["name"] for c in sa.inspect(conn).get_columns("shardwise_runs")}
     if columns >= _LEASE_COLUMNS:
-        found = conn.execute(_q(conn, "runs_recent_leases"), {**params, "now": _ts(conn, now)}).mappings()
+        found = conn.execute(
+            statement(conn, "runs_recent_leases"), {**params, "now": bind_timestamp(conn, now)}
+        ).mappings()
         leases = {r["run_id"]: r for r in found}
     return [_listing(row, leases.get(row["run_id"], {}), pending.get(row["run_id"], {})) for row in rows]
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from shardwise.closing import Closing
 from shardwise.dberrors import mapped_errors, safe_url
 from shardwise.errors import ConfigError
-from shardwise.results import lease_sql, ledger_sql
+from shardwise.results import lease_sql, ledger_sql, shard_sql
 from shardwise.results.codec import utc_now
 from shardwise.results.connect import brief_waits, make_engine, write_transaction
 from shardwise.results.leases import LEASE_S
@@ -139,12 +139,12 @@ class Ledger(Closing):
 
     def done_shards(self, run_id: str) -> set[int]:
         with self.reading(f"list done shards of run {run_id}") as conn:
-            return ledger_sql.done_shards(conn, run_id)
+            return shard_sql.done_shards(conn, run_id)
 
     def shards(self, run_id: str) -> list[StoredShard]:
         """The run's shards as recorded: status, attempts, counts, host, device and worker figures."""
         with self.reading(f"read the shards of run {run_id}") as conn:
-            return ledger_sql.shards(conn, run_id)
+            return shard_sql.shards(conn, run_id)
 
     def record_attempt(
         self,
@@ -162,7 +162,7 @@ class Ledger(Closing):
         """
         with self.writing(f"record an attempt at shard {shard_id}") as conn:
             now = utc_now()
-            return ledger_sql.record_attempt(conn, run_id, shard_id, host, device, now, owner, lease_s)
+            return shard_sql.record_attempt(conn, run_id, shard_id, host, device, now, owner, lease_s)
 
     def renew_run_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
         """Extend ``owner``'s lease on a running run; False once it lost it (taken over, or finished)."""
@@ -207,17 +207,17 @@ class Ledger(Closing):
             brief_waits(conn),
             write_transaction(conn),
         ):
-            return ledger_sql.record_progress(conn, run_id, shard_id, attempt, rows, failed, utc_now())
+            return shard_sql.record_progress(conn, run_id, shard_id, attempt, rows, failed, utc_now())
 
     def shard_progress(self, run_id: str) -> list[ShardProgress]:
         """The run's shards as a progress display reads them: one quick read of ``shardwise_shards``."""
         with self.reading(f"read the progress of run {run_id}") as conn:
-            return ledger_sql.shard_progress(conn, run_id)
+            return shard_sql.shard_progress(conn, run_id)
 
     def mark_shard_failed(self, run_id: str, shard_id: int, error: str) -> bool:
         """Mark a shard failed with its last error; a done shard stays done (then returns False)."""
         with self.writing(f"mark shard {shard_id} failed") as conn:
-            return ledger_sql.mark_shard_failed(conn, run_id, shard_id, error, utc_now())
+            return shard_sql.mark_shard_failed(conn, run_id, shard_id, error, utc_now())
 
     def finish_run(self, run_id: str, status: RunStatus, *, owner: str | None = None) -> RunCounts:
         """Close a run as ``completed`` or ``failed`` and release its lease; counts come from the shards.
@@ -247,4 +247,4 @@ class Ledger(Closing):
 
     def dead_letters(self, run_id: str) -> list[StoredDeadLetter]:
         with self.reading(f"read dead letters of run {run_id}") as conn:
-            return ledger_sql.dead_letters(conn, run_id)
+            return shard_sql.dead_letters(conn, run_id)

@@ -1,53 +1,29 @@
-"""Reads and writes of the fixed-name ledger tables, through the ``.sql`` files.
+"""The ledger's schema and the run-level statements: start, summarise and finish a run; seen objects.
 
-Every function takes a connection inside a transaction the caller opened
-(:func:`shardwise.results.connect.write_transaction` for writes), so several
-steps can share one transaction: a shard's merge, dead letters and done-mark.
+A shard's own statements (its attempts, progress, done-mark and dead
+letters) are in :mod:`shardwise.results.shard_sql`, leases in
+:mod:`shardwise.results.lease_sql`, chunk marks in
+:mod:`shardwise.results.chunk_marks`. Every function takes a connection
+inside a transaction the caller opened
+(:func:`shardwise.results.connect.write_transaction` for writes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 from shardwise.results import lease_sql
-from shardwise.results.codec import decode_json, decode_timestamp, encode_json, timestamp_param
-from shardwise.results.leases import expiry
-from shardwise.results.outcomes import RunCounts, RunSummary, ShardProgress, StoredDeadLetter, StoredShard
-from shardwise.results.records import RunRecord, ShardReport
-from shardwise.results.sqlfiles import load_script, query
+from shardwise.results.codec import bind_timestamp, decode_json, decode_timestamp, encode_json
+from shardwise.results.outcomes import RunCounts, RunSummary
+from shardwise.results.records import RunRecord
+from shardwise.results.sqlfiles import load_script, statement
 from shardwise.sources.base import SourcePlan
 
-__all__ = [
-    "create_ledger",
-    "dead_letters",
-    "done_shards",
-    "finish_run",
-    "lock_shard",
-    "mark_shard_done",
-    "mark_shard_failed",
-    "merge_dead_letters",
-    "record_attempt",
-    "record_objects",
-    "record_progress",
-    "run_summary",
-    "seen_objects",
-    "shard_progress",
-    "shards",
-    "start_run",
-]
-
-
-def _q(conn: sa.Connection, name: str) -> sa.TextClause:
-    return query(conn.dialect.name, name)
-
-
-def _ts(conn: sa.Connection, value: datetime) -> datetime | str:
-    return timestamp_param(conn.dialect.name, value)
+__all__ = ["create_ledger", "finish_run", "record_objects", "run_summary", "seen_objects", "start_run"]
 
 
 _UPGRADES = {
@@ -79,7 +55,7 @@ def create_ledger(conn: sa.Connection) -> None:
         have = {c["name"] for c in inspector.get_columns(table)}
         for column, upgrade in upgrades.items():
             if column not in have:
-                conn.execute(_q(conn, upgrade))
+                conn.execute(statement(conn, upgrade))
 
 
 def start_run(
@@ -99,7 +75,7 @@ def start_run(
     """
     triggered_by = run.started_by.split(":", 1)[1] if run.started_by.startswith("event:") else None
     conn.execute(
-        _q(conn, "run_insert"),
+        statement(conn, "run_insert"),
         {
             "run_id": run.run_id,
             "started_by": run.started_by,
@@ -114,11 +90,11 @@ def start_run(
             "source_snapshot": run.source_snapshot,
             "results_table": run.results_table,
             "plan": plan.to_json(),
-            "started_at": _ts(conn, now),
+            "started_at": bind_timestamp(conn, now),
             "shards_total": len(plan.shards),
         },
     )
-    stored = conn.execute(_q(conn, "run_lock"), {"run_id": run.run_id}).one()
+    stored = conn.execute(statement(conn, "run_lock"), {"run_id": run.run_id}).one()
     if (stored.model_version, stored.results_table) != (run.model_version, run.results_table):
         raise ConfigError(
             f"run {run.run_id!r} was started with model version {stored.model_version[:12]} into "
@@ -127,8 +103,8 @@ def start_run(
         )
     if lease is not None:
         lease_sql.take_run_lease(conn, run.run_id, lease[0], lease[1], now, lease[2])
-    conn.execute(_q(conn, "run_resume"), {"run_id": run.run_id})
-    conn.execute(_q(conn, "shards_reset_failed"), {"run_id": run.run_id})
+    conn.execute(statement(conn, "run_resume"), {"run_id": run.run_id})
+    conn.execute(statement(conn, "shards_reset_failed"), {"run_id": run.run_id})
     kept = SourcePlan.from_json(stored.plan)
     shards = [
         {
@@ -140,12 +116,12 @@ def start_run(
         for s in kept.shards
     ]
     if shards:
-        conn.execute(_q(conn, "shard_insert"), shards)
+        conn.execute(statement(conn, "shard_insert"), shards)
     return kept
 
 
 def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePlan] | None:
-    row = conn.execute(_q(conn, "run_select"), {"run_id": run_id}).mappings().one_or_none()
+    row = conn.execute(statement(conn, "run_select"), {"run_id": run_id}).mappings().one_or_none()
     if row is None:
         return None
     record = RunRecord(
@@ -178,111 +154,14 @@ def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePla
     return summary, SourcePlan.from_json(row["plan"])
 
 
-def done_shards(conn: sa.Connection, run_id: str) -> set[int]:
-    return {int(r[0]) for r in conn.execute(_q(conn, "shards_done"), {"run_id": run_id})}
-
-
-def lock_shard(conn: sa.Connection, run_id: str, shard_id: int) -> str:
-    """Lock the shard's ledger row for this transaction and return its status."""
-    status = conn.execute(
-        _q(conn, "shard_lock"), {"run_id": run_id, "shard_id": shard_id}
-    ).scalar_one_or_none()
-    if status is None:
-        raise ConfigError(
-            f"shard {shard_id} is not in run {run_id!r}'s plan; call start_run(run, plan) before "
-            "writing shards, and use the shard ids of the plan it returns"
-        )
-    return str(status)
-
-
-def merge_dead_letters(
-    conn: sa.Connection, run_id: str, shard_id: int, attempt: int, results_table: str, now: datetime
-) -> None:
-    params = {
-        "run_id": run_id,
-        "shard_id": shard_id,
-        "attempt": attempt,
-        "created_at": _ts(conn, now),
-        "results_table": results_table,
-    }
-    conn.execute(_q(conn, "dead_letters_merge"), params)
-
-
-def mark_shard_done(
-    conn: sa.Connection, run_id: str, shard_id: int, report: ShardReport, merged: Mapping[str, int]
-) -> None:
-    """Record the report on the shard's row and mark it done; ``merged`` holds the merge's split."""
-    engine: Mapping[str, Any] = report.engine
-    conn.execute(
-        _q(conn, "shard_done"),
-        {
-            "run_id": run_id,
-            "shard_id": shard_id,
-            "attempt": report.attempt,
-            "rows_in": report.rows_in,
-            "rows_out": report.rows_out,
-            "rows_failed": report.rows_failed,
-            "rows_inserted": merged["inserted"],
-            "rows_updated": merged["updated"],
-            "rows_unchanged": merged["unchanged"],
-            "started_at": _ts(conn, report.started_at),
-            "finished_at": _ts(conn, report.finished_at),
-            "host": report.host,
-            "device": report.device,
-            "padding_efficiency": engine.get("padding_efficiency"),
-            "tokens_per_s": engine.get("tokens_per_s"),
-            "oom_splits": engine.get("oom_splits"),
-            "engine": encode_json(engine),
-        },
-    )
-
-
-def record_attempt(
-    conn: sa.Connection,
-    run_id: str,
-    shard_id: int,
-    host: str | None,
-    device: str | None,
-    now: datetime,
-    owner: str | None = None,
-    lease_s: float | None = None,
-) -> int | None:
-    """Count an attempt at a shard as it starts; its number, or None when the shard is done.
-
-    With ``owner`` and ``lease_s`` the worker takes the attempt's lease (no lease without them).
-    """
-    params = {"run_id": run_id, "shard_id": shard_id, "started_at": _ts(conn, now), "owner": owner}
-    params["lease_expires_at"] = None if lease_s is None else _ts(conn, expiry(lease_s, now))
-    found = conn.execute(_q(conn, "shard_attempt"), {**params, "host": host, "device": device}).scalar()
-    return None if found is None else int(found)
-
-
-def record_progress(
-    conn: sa.Connection, run_id: str, shard_id: int, attempt: int, rows: int, failed: int, now: datetime
-) -> bool:
-    """Record how far ``attempt`` has got; False when it is no longer current (or the row is busy)."""
-    params = {"run_id": run_id, "shard_id": shard_id, "attempt": attempt, "progress_at": _ts(conn, now)}
-    return conn.execute(_q(conn, "shard_progress"), {**params, "rows": rows, "failed": failed}).rowcount == 1
-
-
-def shard_progress(conn: sa.Connection, run_id: str) -> list[ShardProgress]:
-    rows = conn.execute(_q(conn, "shards_progress"), {"run_id": run_id}).mappings()
-    return [ShardProgress(**r) for r in rows]
-
-
-def mark_shard_failed(conn: sa.Connection, run_id: str, shard_id: int, error: str, now: datetime) -> bool:
-    params = {"run_id": run_id, "shard_id": shard_id, "finished_at": _ts(conn, now)}
-    return conn.execute(_q(conn, "shard_failed"), {**params, "error": error[:10_000]}).rowcount == 1
-
-
 def finish_run(
     conn: sa.Connection, run_id: str, status: str, now: datetime, owner: str | None = None
 ) -> None:
     """Close the run and release its lease; only ``owner``'s, when given (see run_finish.sql)."""
-    params = {"run_id": run_id, "status": status, "finished_at": _ts(conn, now), "owner": owner}
-    if conn.execute(_q(conn, "run_finish"), params).rowcount == 1:
+    params = {"run_id": run_id, "status": status, "finished_at": bind_timestamp(conn, now), "owner": owner}
+    if conn.execute(statement(conn, "run_finish"), params).rowcount == 1:
         return
-    row = conn.execute(_q(conn, "run_select"), {"run_id": run_id}).mappings().one_or_none()
+    row = conn.execute(statement(conn, "run_select"), {"run_id": run_id}).mappings().one_or_none()
     if row is None:
         raise ConfigError(f"run {run_id!r} is not in shardwise_runs; start_run must come before finish_run")
     raise ConfigError(
@@ -292,37 +171,14 @@ def finish_run(
 
 
 def seen_objects(conn: sa.Connection, source_identity: str) -> frozenset[tuple[str, str]]:
-    rows = conn.execute(_q(conn, "objects_seen"), {"source_identity": source_identity})
+    rows = conn.execute(statement(conn, "objects_seen"), {"source_identity": source_identity})
     return frozenset((str(r[0]), str(r[1])) for r in rows)
 
 
 def record_objects(
     conn: sa.Connection, run_id: str, source_identity: str, objects: Iterable[tuple[str, str]], now: datetime
 ) -> None:
-    base = {"source_identity": source_identity, "run_id": run_id, "seen_at": _ts(conn, now)}
+    base = {"source_identity": source_identity, "run_id": run_id, "seen_at": bind_timestamp(conn, now)}
     params = [{**base, "object_key": key, "etag": etag} for key, etag in objects]
     if params:
-        conn.execute(_q(conn, "object_insert"), params)
-
-
-def shards(conn: sa.Connection, run_id: str) -> list[StoredShard]:
-    rows = conn.execute(_q(conn, "shards_select"), {"run_id": run_id}).mappings()
-    return [
-        StoredShard(
-            **{
-                **dict(r),
-                "started_at": decode_timestamp(r["started_at"]),
-                "finished_at": decode_timestamp(r["finished_at"]),
-                "engine": decode_json(r["engine"]) if r["engine"] is not None else {},
-            }
-        )
-        for r in rows
-    ]
-
-
-def dead_letters(conn: sa.Connection, run_id: str) -> list[StoredDeadLetter]:
-    rows = conn.execute(_q(conn, "dead_letters_select"), {"run_id": run_id}).mappings()
-    return [
-        StoredDeadLetter(**{**dict(r), "created_at": decode_timestamp(r["created_at"])})  # type: ignore[arg-type]
-        for r in rows
-    ]
+        conn.execute(statement(conn, "object_insert"), params)

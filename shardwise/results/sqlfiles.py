@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 
-__all__ = ["DIALECT_WORDS", "SQL_DIR", "load_script", "load_sql", "query"]
+__all__ = ["DIALECT_WORDS", "SQL_DIR", "load_script", "load_sql", "query", "statement"]
 
 SQL_DIR = Path(str(files("sql")))
 """The ``sql/`` folder (a package so it ships in wheels): one subfolder per SQLAlchemy dialect name."""
@@ -95,3 +95,8 @@ def load_script(dialect: str, name: str) -> list[str]:
 def query(dialect: str, name: str) -> sa.TextClause:
     """A file as a SQLAlchemy text clause with ``:named`` parameters."""
     return sa.text(load_sql(dialect, name))
+
+
+def statement(conn: sa.Connection, name: str) -> sa.TextClause:
+    """:func:`query` for ``conn``'s dialect."""
+    return query(conn.dialect.name, name)
