@@ -120,16 +120,9 @@ def record_progress(
     conn: sa.Connection, run_id: str, shard_id: int, attempt: int, rows: int, failed: int, now: datetime
 ) -> bool:
     """Record how far ``attempt`` has got; False when it is no longer current (or the row is busy)."""
-    params = {
-        "run_id": run_id,
-        "shard_id": shard_id,
-        "attempt": attempt,
-        "progress_at": bind_timestamp(conn, now),
-    }
-    return (
-        conn.execute(statement(conn, "shard_progress"), {**params, "rows": rows, "failed": failed}).rowcount
-        == 1
-    )
+    params = {"run_id": run_id, "shard_id": shard_id, "attempt": attempt, "rows": rows, "failed": failed}
+    at = bind_timestamp(conn, now)
+    return conn.execute(statement(conn, "shard_progress"), {**params, "progress_at": at}).rowcount == 1
 
 
 def shard_progress(conn: sa.Connection, run_id: str) -> list[ShardProgress]:
