@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from shardwise.results.codec import bind_timestamp, decode_json, decode_timestamp, encode_json
+from shardwise.results.codec import bind_timestamp, decode_json, decode_row, encode_json
 from shardwise.results.sqlfiles import statement
 from shardwise.sources.base import Key
 
@@ -141,16 +141,7 @@ def chunk_start(conn: sa.Connection, run_id: str, shard_id: int) -> ChunkStart:
 
 def chunk_marks(conn: sa.Connection, run_id: str) -> list[ChunkMark]:
     rows = conn.execute(statement(conn, "chunks_select"), {"run_id": run_id}).mappings()
-    return [
-        ChunkMark(
-            **{
-                **dict(r),
-                "position": decode_json(r["position"]),
-                "committed_at": decode_timestamp(r["committed_at"]),
-            }
-        )
-        for r in rows
-    ]
+    return [ChunkMark(**decode_row(r, timestamps=["committed_at"], json_columns=["position"])) for r in rows]
 
 
 def read_marks(ledger: Ledger, run_id: str) -> list[ChunkMark]:

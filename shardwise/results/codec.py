@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from numbers import Integral
 from typing import Any
@@ -27,6 +27,7 @@ __all__ = [
     "as_vector",
     "check_key",
     "decode_json",
+    "decode_row",
     "decode_timestamp",
     "encode_json",
     "key_text",
@@ -144,6 +145,19 @@ def encode_json(value: Mapping[str, Any]) -> str:
 def decode_json(value: Any) -> Any:
     """psycopg returns ``jsonb`` already decoded; SQLite returns the text."""
     return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def decode_row(
+    row: Mapping[Any, Any], *, timestamps: Iterable[str] = (), json_columns: Iterable[str] = ()
+) -> dict[str, Any]:
+    """A stored row as a dict, with its ``timestamps`` decoded (:func:`decode_timestamp`) and its
+    ``json_columns`` decoded (:func:`decode_json`; NULL becomes ``{}``), whichever the dialect returned."""
+    fields = dict(row)
+    for name in timestamps:
+        fields[name] = decode_timestamp(fields[name])
+    for name in json_columns:
+        fields[name] = {} if fields[name] is None else decode_json(fields[name])
+    return fields
 
 
 def check_key(key: Any, key_type: KeyType, table: str) -> int | str:

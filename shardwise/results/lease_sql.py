@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.results.codec import bind_timestamp, decode_timestamp
+from shardwise.results.codec import bind_timestamp, decode_row, decode_timestamp
 from shardwise.results.leases import expiry, lease_held
 from shardwise.results.outcomes import RunCounts, RunListing
 from shardwise.results.sqlfiles import statement
@@ -125,11 +125,9 @@ def recent_runs(
 def _listing(row: Any, lease: Any, pending: dict[str, int]) -> RunListing:
     """One listed run: counts as ints, with its pending chunks' rows; timestamps decoded (SQLite
     returns them as text)."""
-    fields: dict[str, Any] = {k: int(v) if k.startswith(("shards_", "rows_")) else v for k, v in row.items()}
-    for name in ("rows_out", "rows_failed"):
-        fields[name] += pending.get(name, 0)
-    for name in ("started_at", "finished_at"):
-        fields[name] = decode_timestamp(fields[name])
+    fields = decode_row(row, timestamps=["started_at", "finished_at"])
+    for name in [k for k in fields if k.startswith(("shards_", "rows_"))]:
+        fields[name] = int(fields[name]) + pending.get(name, 0)
     return RunListing(
         **fields,
         owner=lease.get("owner"),

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.results.codec import bind_timestamp, decode_json, decode_timestamp, encode_json
+from shardwise.results.codec import bind_timestamp, decode_row, encode_json
 from shardwise.results.leases import expiry
 from shardwise.results.outcomes import ShardProgress, StoredDeadLetter, StoredShard
 from shardwise.results.records import ShardReport
@@ -137,22 +137,10 @@ def mark_shard_failed(conn: sa.Connection, run_id: str, shard_id: int, error: st
 
 def shards(conn: sa.Connection, run_id: str) -> list[StoredShard]:
     rows = conn.execute(statement(conn, "shards_select"), {"run_id": run_id}).mappings()
-    return [
-        StoredShard(
-            **{
-                **dict(r),
-                "started_at": decode_timestamp(r["started_at"]),
-                "finished_at": decode_timestamp(r["finished_at"]),
-                "engine": decode_json(r["engine"]) if r["engine"] is not None else {},
-            }
-        )
-        for r in rows
-    ]
+    decoded = (decode_row(r, timestamps=["started_at", "finished_at"], json_columns=["engine"]) for r in rows)
+    return [StoredShard(**fields) for fields in decoded]
 
 
 def dead_letters(conn: sa.Connection, run_id: str) -> list[StoredDeadLetter]:
     rows = conn.execute(statement(conn, "dead_letters_select"), {"run_id": run_id}).mappings()
-    return [
-        StoredDeadLetter(**{**dict(r), "created_at": decode_timestamp(r["created_at"])})  # type: ignore[arg-type]
-        for r in rows
-    ]
+    return [StoredDeadLetter(**decode_row(r, timestamps=["created_at"])) for r in rows]
