@@ -200,10 +200,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("--install-trigger", action="store_true", help="install the PostgreSQL NOTIFY trigger")
     watch.add_argument(
-        "--interval", type=float, default=30.0, help="seconds between polls or listings (default: 30)"
+        "--interval",
+        dest="interval_s",
+        type=float,
+        default=30.0,
+        help="seconds between polls or listings (default: 30)",
     )
     watch.add_argument(
-        "--debounce", type=float, default=2.0, help="seconds to gather notifications (default: 2)"
+        "--debounce",
+        dest="debounce_s",
+        type=float,
+        default=2.0,
+        help="seconds to gather notifications (default: 2)",
     )
     watch.add_argument("--results", help="results database (Parquet sources: skip objects already scored)")
     watch.set_defaults(handler=cli_commands.watch)

@@ -27,20 +27,10 @@ def score(args: argparse.Namespace) -> int:
 
 
 def watch(args: argparse.Namespace) -> int:
+    from flows.cli_options import watch_spec
     from flows.watch import watch
 
-    watch(
-        args.source,
-        name=args.name,
-        table=args.table,
-        key=args.key,
-        updated_at=args.updated_at,
-        mode=args.mode,
-        interval_s=args.interval,
-        debounce_s=args.debounce,
-        results=args.results,
-        install=args.install_trigger,
-    )
+    watch(watch_spec(args), results=args.results, install=args.install_trigger)
     return 0
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic_core import PydanticUndefined
 
-__all__ = ["FANOUT_OPTIONS", "SOURCE_OPTIONS", "add_param_options", "flag_for", "score_params"]
+__all__ = ["FANOUT_OPTIONS", "SOURCE_OPTIONS", "add_param_options", "flag_for", "score_params", "watch_spec"]
 
 
 SOURCE_OPTIONS = (
@@ -152,6 +152,15 @@ def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
         if isinstance(given.get(name), str):
             given[name] = _by_name(given[name], variable, remote)
     return ScoreParams(**given)
+
+
+def watch_spec(args: argparse.Namespace):  # -> WatchSpec
+    """What ``shardwise watch`` watches, from the options given (each option's dest is the field's name)."""
+    from dataclasses import fields
+
+    from shardwise.watch import WatchSpec
+
+    return WatchSpec(**{f.name: getattr(args, f.name) for f in fields(WatchSpec) if hasattr(args, f.name)})
 
 
 def _by_name(url: str | None, variable: str, remote: bool = False) -> str | None:

@@ -12,10 +12,11 @@ import logging
 import signal
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from shardwise.errors import TransientError
-from shardwise.watch import EVENT, Backoff, install_trigger, open_watcher, source_resource
+from shardwise.watch import EVENT, Backoff, WatchSpec, install_trigger, open_watcher, source_resource
 from tasks.connections import resolve
 
 __all__ = ["announce_objects", "emit", "watch"]
@@ -38,52 +39,34 @@ def announce_objects(name: str, location: str, objects: Sequence[dict[str, Any]]
     return emit(event=EVENT, resource=source_resource(name), payload=payload)
 
 
-def watch(
-    source: str,
-    *,
-    name: str,
-    table: str | None = None,
-    key: str = "id",
-    updated_at: str | None = None,
-    mode: str = "auto",
-    interval_s: float = 30.0,
-    debounce_s: float = 2.0,
-    results: str | None = None,
-    install: bool = False,
-) -> None:
-    """Watch until SIGINT or SIGTERM. The database may be down at start: keep trying until it is up."""
+def watch(spec: WatchSpec, *, results: str | None = None, install: bool = False) -> None:
+    """Watch until SIGINT or SIGTERM. The database may be down at start: keep trying until it is up.
+
+    ``spec.source`` and ``results`` may be connection names (``env:NAME``,
+    ``secret:NAME``); ``results`` lets a Parquet watcher skip the objects
+    already scored, ``install`` installs the PostgreSQL change triggers first.
+    """
     from flows.serving import require_server
 
     require_server()  # events sent without a server would vanish
-    url = resolve(source)
-    if install and table:
-        install_trigger(url, table, key)
-        print(f"installed the change triggers on {table}", flush=True)
+    spec = replace(spec, source=resolve(spec.source))
+    if install and spec.table:
+        install_trigger(spec.source, spec.table, spec.key, schema=spec.schema)
+        print(f"installed the change triggers on {spec.table}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    seen = _ledger_seen(resolve(results), url) if results and not table else None
+    seen = _ledger_seen(resolve(results), spec.source) if results and not spec.table else None
     backoff = Backoff()
     while not stop.is_set():
         try:
-            watcher = open_watcher(
-                url,
-                name=name,
-                emit=emit,
-                table=table,
-                key=key,
-                updated_at=updated_at,
-                mode=mode,  # type: ignore[arg-type]
-                interval_s=interval_s,
-                debounce_s=debounce_s,
-                seen=seen,
-            )
+            watcher = open_watcher(spec, emit, seen=seen)
         except TransientError as exc:
             wait = backoff.next()
             _log.warning("cannot start watching yet (%s); trying again in %.1f s", exc, wait)
             stop.wait(wait)
             continue
-        print(f"watching {name} with {type(watcher).__name__}; Ctrl-C to stop", flush=True)
+        print(f"watching {spec.name} with {type(watcher).__name__}; Ctrl-C to stop", flush=True)
         with watcher:
             watcher.run(stop)
 

@@ -9,17 +9,18 @@ Engine-level and orchestrator-free: each watcher calls an injected
   row count; PostgreSQL or SQLite, no trigger needed.
 * :class:`ObjectWatcher`: lists a Parquet location (local or S3) and
   announces objects whose (key, ETag) was neither scored nor announced.
-* :func:`open_watcher` picks one for a source.
+* :func:`open_watcher` picks one for a :class:`WatchSpec` (what to watch, how often).
 """
 
 from __future__ import annotations
 
 from shardwise.watch.events import EVENT, Announcer, Emitter, check_name, source_resource
-from shardwise.watch.factory import Mode, open_watcher
+from shardwise.watch.factory import open_watcher
 from shardwise.watch.loop import Backoff
 from shardwise.watch.object_watcher import ObjectWatcher, Seen
 from shardwise.watch.pg_notify import CHANNEL, PgNotifyWatcher
 from shardwise.watch.poller import WatermarkPoller
+from shardwise.watch.spec import Mode, WatchSpec
 from shardwise.watch.trigger import install_trigger, trigger_installed, uninstall_trigger
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ObjectWatcher",
     "PgNotifyWatcher",
     "Seen",
+    "WatchSpec",
     "WatermarkPoller",
     "check_name",
     "install_trigger",

@@ -1,6 +1,6 @@
 """Watch a Parquet location (a local folder or glob, or an S3 prefix) for new or replaced objects.
 
-:class:`ObjectWatcher` lists the location every ``interval_s`` with the
+:class:`ObjectWatcher` lists the location every ``spec.interval_s`` with the
 Parquet source's own store (:func:`shardwise.sources.parquet.open_store`), so
 it sees exactly the objects and ETags a plan would. An object is *new* when
 its (object key, ETag) pair is neither in ``seen()`` (the ledger's pairs:
@@ -24,6 +24,7 @@ from shardwise.sources.parquet.objects import ObjectInfo
 from shardwise.sources.parquet.source import open_store
 from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
+from shardwise.watch.spec import WatchSpec
 from shardwise.watch.watcher import Watcher
 
 __all__ = ["ObjectWatcher", "Seen"]
@@ -37,26 +38,23 @@ def _nothing_seen() -> frozenset[tuple[str, str]]:
 
 
 class ObjectWatcher(Watcher):
-    """Announces new Parquet objects under ``location`` as events. Not thread-safe."""
+    """Announces new Parquet objects under ``spec.source`` (a location) as events. Not thread-safe."""
 
     def __init__(
         self,
-        location: str,
-        name: str,
+        spec: WatchSpec,
         emit: Emitter,
         *,
         seen: Seen | None = None,
-        interval_s: float = 30.0,
         max_listed: int = 100,
         s3_client: Any | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        if not interval_s > 0:
-            raise ConfigError(f"interval_s must be a positive number of seconds; got {interval_s!r}")
+        spec.check_location()
         if max_listed < 1:
             raise ConfigError(f"max_listed must be a positive integer; got {max_listed!r}")
-        super().__init__(name, emit, pause_s=interval_s, backoff=backoff)
-        self._store = open_store(location, s3_client)
+        super().__init__(spec.name, emit, pause_s=spec.interval_s, backoff=backoff)
+        self._store = open_store(spec.source, s3_client)
         self._seen = seen or _nothing_seen
         self._max_listed = max_listed
         self._announced: set[tuple[str, str]] = set()

@@ -46,6 +46,7 @@ from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
 from shardwise.watch.marks import CounterTracker, Tracker, WatermarkTracker
 from shardwise.watch.pgwire import driver
+from shardwise.watch.spec import WatchSpec
 from shardwise.watch.state import WatchState
 from shardwise.watch.table import open_table
 from shardwise.watch.trigger import find_trigger
@@ -64,37 +65,33 @@ class PgNotifyWatcher(Watcher):
 
     ``check_s`` is the idle time between mark checks, ``wait_s`` the longest
     :meth:`run` waits for a notification before it looks at ``stop`` again.
-    ``updated_at`` only matters without the trigger: it is then the watermark
+    ``spec.updated_at`` only matters without the trigger: it is then the watermark
     column. Not thread-safe: one thread runs :meth:`run` (or :meth:`poll_once`).
     """
 
     def __init__(
         self,
-        url: str,
-        table: str,
-        key: str,
-        name: str,
+        spec: WatchSpec,
         emit: Emitter,
-        debounce_s: float = 2.0,
         *,
-        schema: str | None = None,
-        updated_at: str | None = None,
         check_s: float = 30.0,
         wait_s: float = 1.0,
         backoff: Backoff | None = None,
     ) -> None:
-        for setting, value in (("debounce_s", debounce_s), ("check_s", check_s), ("wait_s", wait_s)):
+        for setting, value in (("check_s", check_s), ("wait_s", wait_s)):
             if not value >= 0:
                 raise ConfigError(f"{setting} must be a number of seconds >= 0; got {value!r}")
-        super().__init__(name, emit, pause_s=0.0, backoff=backoff)
-        self._table = open_table(url, table, key, updated_at=updated_at, schema=schema)
+        super().__init__(spec.name, emit, pause_s=0.0, backoff=backoff)
+        self._table = open_table(
+            spec.source, spec.sql_table(), spec.key, updated_at=spec.updated_at, schema=spec.schema
+        )
         if not self._table.db.is_postgres:
             self._table.db.dispose()
             raise ConfigError(
                 f"LISTEN/NOTIFY needs PostgreSQL; {self._table.identity} is {self._table.db.dialect}. "
                 "Watch it with a WatermarkPoller instead (mode='poll')"
             )
-        self._debounce_s, self._check_s, self._wait_s = debounce_s, check_s, wait_s
+        self._debounce_s, self._check_s, self._wait_s = spec.debounce_s, check_s, wait_s
         self._progress = WatchState(self._announce.name, self._table.identity, "postgresql")
         self._conn: sa.Connection | None = None
         self._tracker: Tracker = WatermarkTracker(self._table)

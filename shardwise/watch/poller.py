@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from shardwise.errors import ConfigError
 from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
 from shardwise.watch.marks import WatermarkTracker
+from shardwise.watch.spec import WatchSpec
 from shardwise.watch.state import WatchState
 from shardwise.watch.table import open_table
 from shardwise.watch.watcher import Watcher
@@ -30,23 +30,11 @@ __all__ = ["WatermarkPoller"]
 class WatermarkPoller(Watcher):
     """Announces a table's watermark moving as ``shardwise.data.landed`` events. Not thread-safe."""
 
-    def __init__(
-        self,
-        url: str,
-        table: str,
-        key: str,
-        name: str,
-        emit: Emitter,
-        *,
-        updated_at: str | None = None,
-        schema: str | None = None,
-        interval_s: float = 30.0,
-        backoff: Backoff | None = None,
-    ) -> None:
-        if not interval_s > 0:
-            raise ConfigError(f"interval_s must be a positive number of seconds; got {interval_s!r}")
-        super().__init__(name, emit, pause_s=interval_s, backoff=backoff)
-        self._table = open_table(url, table, key, updated_at=updated_at, schema=schema)
+    def __init__(self, spec: WatchSpec, emit: Emitter, *, backoff: Backoff | None = None) -> None:
+        super().__init__(spec.name, emit, pause_s=spec.interval_s, backoff=backoff)
+        self._table = open_table(
+            spec.source, spec.sql_table(), spec.key, updated_at=spec.updated_at, schema=spec.schema
+        )
         db = self._table.db
         self._state = db.engine if db.is_postgres else sa.create_engine(db.url, connect_args={"timeout": 30})
         self._tracker = WatermarkTracker(self._table)

@@ -172,6 +172,37 @@ def test_s3_without_credentials_is_one_line_before_the_run(
     assert _runs(docs) == 0
 
 
+def test_watch_options_become_one_watch_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.watch
+    from shardwise.watch import WatchSpec
+
+    calls: list[tuple[object, ...]] = []
+    monkeypatch.setattr(flows.watch, "watch", lambda spec, **kw: calls.append((spec, kw)))
+    argv = ["watch", "--source", "env:DOCS_DB", "--table", "docs", "--name", "docs", "--key", "doc_id"]
+    argv += ["--updated-at", "changed", "--mode", "poll", "--interval", "5", "--debounce", "0.5"]
+    assert main([*argv, "--results", "env:RESULTS_DB", "--install-trigger"]) == 0
+    spec = WatchSpec(
+        "env:DOCS_DB", "docs", "docs", "doc_id", "changed", mode="poll", interval_s=5, debounce_s=0.5
+    )
+    assert calls == [(spec, {"results": "env:RESULTS_DB", "install": True})]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--name", "Docs!"], "watcher name must be 1-63 characters"),
+        (["--name", "docs", "--interval", "0"], "interval_s must be a positive number of seconds; got 0.0"),
+        (["--name", "docs", "--debounce", "-1"], "debounce_s must be a number of seconds >= 0; got -1.0"),
+    ],
+)
+def test_a_bad_watch_option_is_one_line_exit_2_before_watching(
+    docs: str, extra: list[str], message: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["watch", "--source", docs, "--table", "docs", *extra])
+    err = _one_line(capfd)
+    assert code == 2 and message in err, err
+
+
 def test_an_unreachable_database_exits_3(capfd: pytest.CaptureFixture[str]) -> None:
     url = f"postgresql+psycopg://root@127.0.0.1:{_free_port()}/test"
     code = main(["run", "--source", url, "--table", "docs", "--model", "tiny"])

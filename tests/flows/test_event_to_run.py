@@ -12,7 +12,7 @@ from flow_data import docs_spec, execute, make_docs
 from flows.deployments import load_deployment_configs
 from flows.params import ScoreParams
 from flows.score import score
-from shardwise.watch import PgNotifyWatcher, install_trigger
+from shardwise.watch import PgNotifyWatcher, WatchSpec, install_trigger
 
 pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("prefect_harness")]
 
@@ -51,9 +51,8 @@ def test_inserted_rows_become_one_event_and_an_only_new_run(
     install_trigger(pg_url, "docs", "id")
 
     emitted: list[tuple[str, dict, dict]] = []
-    with PgNotifyWatcher(
-        pg_url, "docs", "id", "docs", lambda **e: emitted.append(tuple(e.values())), debounce_s=0.2
-    ) as watcher:
+    spec = WatchSpec(pg_url, "docs", table="docs", debounce_s=0.2)
+    with PgNotifyWatcher(spec, lambda **e: emitted.append(tuple(e.values()))) as watcher:
         watcher.poll_once(timeout=1.0)  # connect and catch up: nothing changed yet
         emitted.clear()
         execute(pg_url, "insert into docs (id, text) values (1001, 'a new row'), (1002, 'another new row')")

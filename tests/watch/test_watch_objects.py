@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from watch_helpers import Recorder
 
-from shardwise.watch import ObjectWatcher
+from shardwise.watch import ObjectWatcher, WatchSpec
 
 
 def parquet(ids: list[int]) -> bytes:
@@ -31,9 +31,8 @@ def test_s3_objects_are_announced_once_per_etag(s3_endpoint: Any) -> None:
     client.put_object(Bucket=bucket, Key="in/_SUCCESS", Body=b"")  # not Parquet: never announced
     scored: set[tuple[str, str]] = set()
     recorder = Recorder()
-    with ObjectWatcher(
-        f"s3://{bucket}/in/", "landing", recorder, seen=lambda: frozenset(scored), s3_client=client
-    ) as watcher:
+    spec = WatchSpec(f"s3://{bucket}/in/", "landing")
+    with ObjectWatcher(spec, recorder, seen=lambda: frozenset(scored), s3_client=client) as watcher:
         assert watcher.poll_once() == 1
         assert watcher.poll_once() == 0  # same listing: nothing new
         [first] = recorder.take()
@@ -57,7 +56,7 @@ def test_s3_objects_are_announced_once_per_etag(s3_endpoint: Any) -> None:
 
 def test_local_folder_groups_one_listing_into_one_event(tmp_path: Path) -> None:
     recorder = Recorder()
-    with ObjectWatcher(str(tmp_path), "local", recorder, max_listed=2) as watcher:
+    with ObjectWatcher(WatchSpec(str(tmp_path), "local"), recorder, max_listed=2) as watcher:
         assert watcher.poll_once() == 0  # an empty folder is not an error for a watcher
         for i in range(3):
             (tmp_path / f"part-{i}.parquet").write_bytes(parquet([i]))

@@ -16,6 +16,7 @@ from shardwise.watch import (
     EVENT,
     Backoff,
     PgNotifyWatcher,
+    WatchSpec,
     WatermarkPoller,
     install_trigger,
     open_watcher,
@@ -28,9 +29,9 @@ pytestmark = pytest.mark.postgres
 T = TypeVar("T")
 
 
-def watcher(url: str, recorder: Recorder, name: str = "docs", **kwargs: object) -> PgNotifyWatcher:
-    options: dict[str, object] = {"debounce_s": 0.4, "check_s": 60.0, **kwargs}
-    return PgNotifyWatcher(with_password(url), "docs", "id", name, recorder, **options)  # type: ignore[arg-type]
+def watcher(url: str, recorder: Recorder, debounce_s: float = 0.4, **options: object) -> PgNotifyWatcher:
+    spec = WatchSpec(with_password(url), "docs", table="docs", debounce_s=debounce_s)
+    return PgNotifyWatcher(spec, recorder, **{"check_s": 60.0, **options})  # type: ignore[arg-type]
 
 
 def terminate(url: str, pid: int) -> None:
@@ -169,14 +170,14 @@ def test_without_trigger_the_watcher_catches_up_by_watermark(pg_url: str) -> Non
 def test_open_watcher_picks_notify_only_with_the_trigger(pg_url: str) -> None:
     make_docs(pg_url)
     recorder = Recorder()
-    polled = open_watcher(pg_url, table="docs", name="docs", emit=recorder)
+    polled = open_watcher(WatchSpec(pg_url, "docs", table="docs"), recorder)
     polled.close()
     assert isinstance(polled, WatermarkPoller)
     install_trigger(pg_url, "docs", "id")
-    notified = open_watcher(pg_url.replace("+psycopg", ""), table="docs", name="docs", emit=recorder)
+    notified = open_watcher(WatchSpec(pg_url.replace("+psycopg", ""), "docs", table="docs"), recorder)
     notified.close()
     assert isinstance(notified, PgNotifyWatcher)
-    forced = open_watcher(pg_url, table="docs", name="docs", emit=recorder, mode="poll")
+    forced = open_watcher(WatchSpec(pg_url, "docs", table="docs", mode="poll"), recorder)
     forced.close()
     assert isinstance(forced, WatermarkPoller)
 
@@ -190,10 +191,10 @@ def test_identifier_injection_is_refused(pg_url: str, table: str, key: str) -> N
     with pytest.raises(SourceError, match="not in"):
         install_trigger(pg_url, table, key)
     with pytest.raises(SourceError, match="not in"):
-        PgNotifyWatcher(pg_url, table, key, "docs", Recorder())
+        PgNotifyWatcher(WatchSpec(pg_url, "docs", table=table, key=key), Recorder())
     execute(pg_url, "SELECT count(*) FROM docs")  # still there
 
 
 def test_bad_name_is_refused_before_connecting(pg_url: str) -> None:
     with pytest.raises(ConfigError, match="watcher name"):
-        PgNotifyWatcher(pg_url, "docs", "id", "Docs!", Recorder())
+        PgNotifyWatcher(WatchSpec(pg_url, "Docs!", table="docs"), Recorder())

@@ -17,7 +17,7 @@ from pg_cluster import OwnCluster
 from watch_helpers import Recorder, insert, make_docs
 
 from shardwise.pipeline import RunSpec
-from shardwise.watch import Backoff, PgNotifyWatcher, install_trigger
+from shardwise.watch import Backoff, PgNotifyWatcher, WatchSpec, install_trigger
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -41,9 +41,8 @@ def test_inserts_around_a_restart_are_all_announced_and_scored(own_pg_cluster: O
     recorder, stop = Recorder(), threading.Event()
     # A slow first retry, so that rows inserted right after the restart land before it reconnects.
     backoff = Backoff(first_s=8.0, max_s=8.0)
-    watcher = PgNotifyWatcher(
-        url, "docs", "id", "docs", recorder, debounce_s=0.1, check_s=60.0, backoff=backoff
-    )
+    spec = WatchSpec(url, "docs", table="docs", debounce_s=0.1)
+    watcher = PgNotifyWatcher(spec, recorder, check_s=60.0, backoff=backoff)
     runner = threading.Thread(target=watcher.run, args=(stop,))
     runner.start()
     try:

@@ -6,7 +6,7 @@ import pytest
 from watch_helpers import Recorder, assert_no_secret, execute, insert, make_docs, with_password
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.watch import ObjectWatcher, WatermarkPoller, open_watcher
+from shardwise.watch import ObjectWatcher, WatchSpec, WatermarkPoller, open_watcher
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -15,8 +15,9 @@ def any_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url"))
 
 
-def poller(url: str, recorder: Recorder, **kwargs: object) -> WatermarkPoller:
-    return WatermarkPoller(with_password(url), "docs", "id", "docs", recorder, interval_s=0.05, **kwargs)  # type: ignore[arg-type]
+def poller(url: str, recorder: Recorder, updated_at: str | None = None) -> WatermarkPoller:
+    spec = WatchSpec(with_password(url), "docs", table="docs", updated_at=updated_at, interval_s=0.05)
+    return WatermarkPoller(spec, recorder)
 
 
 def test_max_key_watermark(any_url: str) -> None:
@@ -70,25 +71,25 @@ def test_bad_columns_and_names_are_refused(sqlite_url: str) -> None:
     with pytest.raises(ConfigError, match="timestamp, date or integer"):
         poller(sqlite_url, recorder, updated_at="text")
     with pytest.raises(SourceError, match="not in"):
-        WatermarkPoller(sqlite_url, "docs; DROP TABLE docs", "id", "docs", recorder)
+        WatermarkPoller(WatchSpec(sqlite_url, "docs", table="docs; DROP TABLE docs"), recorder)
     with pytest.raises(SourceError, match="not in"):
-        WatermarkPoller(sqlite_url, "docs", "id) OR (1=1", "docs", recorder)
+        WatermarkPoller(WatchSpec(sqlite_url, "docs", table="docs", key="id) OR (1=1"), recorder)
     for bad in ("", "Docs", "-docs", "docs/raw", "a" * 64, "docs\n"):
         with pytest.raises(ConfigError, match="watcher name"):
-            WatermarkPoller(sqlite_url, "docs", "id", bad, recorder)
+            WatermarkPoller(WatchSpec(sqlite_url, bad, table="docs"), recorder)
 
 
 def test_open_watcher_on_sqlite_and_paths(sqlite_url: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     make_docs(sqlite_url)
     recorder = Recorder()
-    watcher = open_watcher(sqlite_url, table="docs", name="docs", emit=recorder)
+    watcher = open_watcher(WatchSpec(sqlite_url, "docs", table="docs"), recorder)
     watcher.close()
     assert isinstance(watcher, WatermarkPoller)
     with pytest.raises(ConfigError, match="PostgreSQL"):
-        open_watcher(sqlite_url, table="docs", name="docs", emit=recorder, mode="notify")
+        open_watcher(WatchSpec(sqlite_url, "docs", table="docs", mode="notify"), recorder)
     with pytest.raises(ConfigError, match="needs the table"):
-        open_watcher(sqlite_url, name="docs", emit=recorder)
-    folder = open_watcher(str(tmp_path), name="files", emit=recorder)
+        open_watcher(WatchSpec(sqlite_url, "docs"), recorder)
+    folder = open_watcher(WatchSpec(str(tmp_path), "files"), recorder)
     assert isinstance(folder, ObjectWatcher)
     with pytest.raises(ConfigError, match="SQL sources only"):
-        open_watcher(str(tmp_path), table="docs", name="files", emit=recorder)
+        open_watcher(WatchSpec(str(tmp_path), "files", table="docs"), recorder)
