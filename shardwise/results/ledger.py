@@ -19,18 +19,10 @@ import sqlalchemy as sa
 from shardwise.closing import Closing
 from shardwise.dberrors import mapped_errors, safe_url
 from shardwise.errors import ConfigError
-from shardwise.results import lease_sql, ledger_sql, shard_sql
+from shardwise.results import lease_sql, ledger_sql, outcomes, shard_sql
 from shardwise.results.codec import utc_now
 from shardwise.results.connect import brief_waits, make_engine, write_transaction
 from shardwise.results.leases import LEASE_S
-from shardwise.results.outcomes import (
-    RunCounts,
-    RunListing,
-    RunSummary,
-    ShardProgress,
-    StoredDeadLetter,
-    StoredShard,
-)
 from shardwise.results.records import RunRecord, RunStatus
 from shardwise.results.sqlfiles import query
 from shardwise.sources.base import SourcePlan
@@ -108,7 +100,7 @@ class Ledger(Closing):
         assert found is not None  # inserted or kept just above
         return found[0].record, plan
 
-    def run_summary(self, run_id: str) -> RunSummary | None:
+    def run_summary(self, run_id: str) -> outcomes.RunSummary | None:
         """The stored run, or None when the ledger (or the run) does not exist."""
         found = self._run(run_id)
         return None if found is None else found[0]
@@ -131,7 +123,7 @@ class Ledger(Closing):
             )
         return found[0].record, found[1]
 
-    def _run(self, run_id: str) -> tuple[RunSummary, SourcePlan] | None:
+    def _run(self, run_id: str) -> tuple[outcomes.RunSummary, SourcePlan] | None:
         with self.reading(f"load run {run_id}") as conn:
             if not sa.inspect(conn).has_table(_RUNS):
                 return None
@@ -141,7 +133,7 @@ class Ledger(Closing):
         with self.reading(f"list done shards of run {run_id}") as conn:
             return shard_sql.done_shards(conn, run_id)
 
-    def shards(self, run_id: str) -> list[StoredShard]:
+    def shards(self, run_id: str) -> list[outcomes.StoredShard]:
         """The run's shards as recorded: status, attempts, counts, host, device and worker figures."""
         with self.reading(f"read the shards of run {run_id}") as conn:
             return shard_sql.shards(conn, run_id)
@@ -184,7 +176,7 @@ class Ledger(Closing):
 
     def recent_runs(
         self, limit: int = 20, *, status: str | None = None, results_table: str | None = None
-    ) -> list[RunListing]:
+    ) -> list[outcomes.RunListing]:
         """The latest runs, newest first, with counts summed from their shards; [] without a ledger."""
         with self.reading("list recent runs") as conn:
             if not sa.inspect(conn).has_table(_RUNS):
@@ -209,7 +201,7 @@ class Ledger(Closing):
         ):
             return shard_sql.record_progress(conn, run_id, shard_id, attempt, rows, failed, utc_now())
 
-    def shard_progress(self, run_id: str) -> list[ShardProgress]:
+    def shard_progress(self, run_id: str) -> list[outcomes.ShardProgress]:
         """The run's shards as a progress display reads them: one quick read of ``shardwise_shards``."""
         with self.reading(f"read the progress of run {run_id}") as conn:
             return shard_sql.shard_progress(conn, run_id)
@@ -219,7 +211,7 @@ class Ledger(Closing):
         with self.writing(f"mark shard {shard_id} failed") as conn:
             return shard_sql.mark_shard_failed(conn, run_id, shard_id, error, utc_now())
 
-    def finish_run(self, run_id: str, status: RunStatus, *, owner: str | None = None) -> RunCounts:
+    def finish_run(self, run_id: str, status: RunStatus, *, owner: str | None = None) -> outcomes.RunCounts:
         """Close a run as ``completed`` or ``failed`` and release its lease; counts come from the shards.
 
         With ``owner``, only while it holds the run: a :class:`ConfigError`
@@ -245,6 +237,6 @@ class Ledger(Closing):
         with self.writing(f"record objects of run {run_id}") as conn:
             ledger_sql.record_objects(conn, run_id, source_identity, objects, utc_now())
 
-    def dead_letters(self, run_id: str) -> list[StoredDeadLetter]:
+    def dead_letters(self, run_id: str) -> list[outcomes.StoredDeadLetter]:
         with self.reading(f"read dead letters of run {run_id}") as conn:
             return shard_sql.dead_letters(conn, run_id)
