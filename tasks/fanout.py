@@ -40,14 +40,8 @@ def run_shards(
     """Score every pending shard on ``fanout``; the outcomes, and the error of each shard that failed."""
     if not planned.todo:
         return [], {}
-    get_run_logger().info(
-        "run %s: %s on the %s runner with %s%s",
-        planned.ref.run_id,
-        plural(len(planned.todo), "shard"),
-        fanout.runner,
-        plural(fanout.workers, "worker"),
-        f", {plural(fanout.threads, 'torch thread')} each" if fanout.threads else "",
-    )
+    todo = plural(len(planned.todo), "shard")
+    get_run_logger().info("run %s: %s %s", planned.ref.run_id, todo, fanout.describe())
     if fanout.runner == "deployment":
         return _child_flows(planned, fanout, advance)
     outcomes: list[ShardOutcome] = []

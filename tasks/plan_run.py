@@ -14,7 +14,6 @@ from prefect import get_run_logger, task
 
 from models import get_spec
 from shardwise.pipeline import PlannedRun, RunSpec, prepare_run
-from shardwise.words import plural
 from tasks.connections import resolve
 from tasks.infer_shard import worker_cache
 from tasks.retry import TRANSIENT_RETRIES
@@ -59,24 +58,8 @@ def plan_run(
         if clean is exc:
             raise
         raise clean from None
-    plan = planned.plan
-    record = planned.record
-    get_run_logger().info(
-        "run %s: %s over %s (%s expected, snapshot %s); %d already done; model %s %s in %s%s",
-        planned.record.run_id,
-        plural(len(plan.shards), "shard"),
-        plan.identity,
-        plural(plan.expected_rows, "row"),
-        plan.snapshot or "none",
-        len(planned.done_before),
-        planned.model.name,
-        planned.model.version[:12],
-        record.precision,
-        ""
-        if record.precision_agreement is None
-        else f" (agreement with fp32 {record.precision_agreement:.5f}, minimum {spec.min_agreement})",
-    )
-    idle_limit = plan.params.get("snapshot_idle_limit_s")
+    get_run_logger().info("run %s: %s", planned.record.run_id, planned.describe())
+    idle_limit = planned.plan.params.get("snapshot_idle_limit_s")
     if idle_limit:
         get_run_logger().warning(
             "the source database ends transactions idle for more than %s s "

@@ -33,6 +33,7 @@ from typing import Any, Literal, get_args
 from shardwise.errors import ConfigError, TransientError
 from shardwise.pipeline import Resolver, RunSpec
 from shardwise.sources import is_sql_url
+from shardwise.words import plural
 
 __all__ = ["RUNNERS", "Fanout", "RunnerName", "cores"]
 
@@ -70,6 +71,11 @@ class Fanout:
     """Whether shard tasks run on CUDA (Ray is then asked for one GPU per task)."""
     in_flight: int | None = None
     """``deployment``: child flow runs started at once (None: every shard; the work pool queues them)."""
+
+    def describe(self) -> str:
+        """For the log: ``on the dask runner with 3 workers, 2 torch threads each``."""
+        threads = f", {plural(self.threads, 'torch thread')} each" if self.threads else ""
+        return f"on the {self.runner} runner with {plural(self.workers, 'worker')}{threads}"
 
     @property
     def remote(self) -> bool:

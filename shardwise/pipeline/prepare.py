@@ -38,6 +38,7 @@ from shardwise.precision import versioned
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord, existing_key_type
 from shardwise.sources import Source, SourcePlan, is_keyed, plan_objects
 from shardwise.sources.base import KeyType
+from shardwise.words import plural
 
 __all__ = ["PlannedRun", "finish_run", "prepare_run", "score_pending"]
 
@@ -65,6 +66,17 @@ class PlannedRun:
     """Renews the run's lease until :func:`finish_run` or :meth:`close`."""
     took_over: Takeover | None = None
     """For a resumed run: whom its lease was taken from, and in which state the run was."""
+
+    def describe(self) -> str:
+        """One line for the log: the shards over the source, rows expected, shards already done, model."""
+        plan, record, least = self.plan, self.record, self.ref.spec.min_agreement
+        found = record.precision_agreement
+        agreement = "" if found is None else f" (agreement with fp32 {found:.5f}, minimum {least})"
+        return (
+            f"{plural(len(plan.shards), 'shard')} over {plan.identity} ({plural(plan.expected_rows, 'row')} "
+            f"expected, snapshot {plan.snapshot or 'none'}); {len(self.done_before)} already done; "
+            f"model {self.model.name} {self.model.version[:12]} in {record.precision}{agreement}"
+        )
 
     def close(self) -> None:
         """Stop renewing the run's lease and release it; release the snapshot and the ledger's connections.

@@ -99,6 +99,8 @@ def test_local_runners_share_the_cores_out() -> None:
     assert (fanout.workers, fanout.threads) == (2, max(1, cores() // 2))
     assert Fanout.of("thread", device="cpu").workers == 1, "one worker per device; a CPU is one"
     assert Fanout.of("dask", workers=3, threads=1, device="cpu").threads == 1
+    assert Fanout("dask", 3, 2).describe() == "on the dask runner with 3 workers, 2 torch threads each"
+    assert Fanout("ray", 1, None).describe() == "on the ray runner with 1 worker"
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 from flow_data import execute, make_docs
@@ -82,6 +83,18 @@ def test_a_resume_keeps_the_runs_precision(sqlite_url: str, pipeline) -> None:
         pipeline.plan(_spec(sqlite_url, precision="fp32", resume="bf16-run"), "x")
     resumed, counts = pipeline.run(_spec(sqlite_url, resume="bf16-run"), "bf16-run")
     assert resumed.record.precision == "bf16" and counts.rows_out == 30
+
+
+def test_the_plan_line_names_shards_rows_model_and_agreement(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 30, bad=False)
+    planned = pipeline.plan(_spec(sqlite_url, precision="bf16"), "described")
+    planned.close()
+    version = planned.model.version[:12]
+    assert re.fullmatch(
+        rf"3 shards over \S+ \(30 rows expected, snapshot none\); 0 already done; model tiny {version} "
+        r"in bf16 \(agreement with fp32 0\.\d{5}, minimum 0\.\d+\)",
+        planned.describe(),
+    ), planned.describe()
 
 
 def test_a_worker_whose_device_cannot_run_the_runs_precision_refuses(sqlite_url: str, pipeline) -> None:
