@@ -17,6 +17,7 @@ from shardwise.model import OutputColumn
 from shardwise.results import (
     Chunk,
     ChunkStart,
+    DbRetry,
     DeadLetter,
     Ledger,
     MergeOutcome,
@@ -35,6 +36,8 @@ OUTPUTS = (
     OutputColumn("label", "text"),
 )
 TABLE = "docs_emb"
+QUICK = DbRetry(tries=4, backoff_s=0.05)
+"""A chunk step retried briefly: what most chunk-writer tests use."""
 
 
 def make_store(
@@ -151,6 +154,15 @@ def whole_chunk(
     last = dead[-1].key if dead else rows[-1].key if rows else None
     position = {"rows": after.rows + len(rows) + len(dead), "key": last}
     return Chunk(after.chunk, rows, dead, sum(r.truncated for r in rows), position)
+
+
+def nth_chunk(number: int, per: int = 10, salt: str = "", dead: int = 0) -> Chunk:
+    """Chunk ``number``: keys ``number*per ..`` scored, then ``dead`` dead letters keyed above 1000."""
+    keys = range(number * per, (number + 1) * per)
+    letters = [DeadLetter(1000 + number * per + i, "InputError", "empty") for i in range(dead)]
+    last = letters[-1].key if letters else keys[-1]
+    position = {"rows": (number + 1) * (per + dead), "key": last}
+    return Chunk(number, make_rows(keys, fp_salt=salt), letters, int(3 in keys), position)
 
 
 def write_shard(

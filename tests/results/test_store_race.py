@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -9,12 +10,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import sqlalchemy as sa
 from results_helpers import (
+    QUICK,
+    impatient_store,
     locked_out,
     make_plan,
     make_report,
     make_rows,
     make_run,
     make_store,
+    nth_chunk,
     started_run,
     whole_chunk,
     write_lock_held,
@@ -22,7 +26,7 @@ from results_helpers import (
 )
 
 from shardwise.errors import TransientError
-from shardwise.results import DbRetry, DeadLetter, MergeOutcome, ResultStore
+from shardwise.results import DbRetry, DeadLetter, MergeOutcome, ResultStore, read_marks
 
 
 def test_two_writers_racing_on_one_shard_commit_once(store: ResultStore) -> None:
@@ -101,3 +105,60 @@ def test_a_connection_dropped_mid_shard_is_transient_and_the_retry_merges_once(p
         assert store.count_results() == 0
         assert write_shard(store, run, 0, make_rows(range(10)), attempt=2)
         assert store.count_results() == 10
+
+
+def test_racing_writers_merge_each_chunk_once(store: ResultStore) -> None:
+    run = make_run()
+    store.ledger.start_run(run, make_plan())
+    barrier = threading.Barrier(2)
+
+    def attempt(n: int) -> list[str]:
+        with store.chunk_writer(run, 0, n, QUICK) as writer:
+            barrier.wait()
+            statuses = [writer.commit(nth_chunk(i, salt=f"w{n}")).status for i in range(5)]
+            return [*statuses, "finished" if writer.finish(make_report(n, 50)) else "skipped"]
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(attempt, [1, 2]))
+    merged = [[o[i] for o in outcomes].count("merged") for i in range(5)]
+    assert merged == [1] * 5
+    assert sorted(o[-1] for o in outcomes) == ["finished", "skipped"]
+    assert store.count_results() == 50
+    marks = read_marks(store.ledger, run.run_id)
+    assert [m.chunk for m in marks] == list(range(5))
+    by_chunk = {m.chunk: m.attempt for m in marks}
+    for row in store.read_results():
+        assert row["input_fingerprint"].endswith(f"w{by_chunk[row['source_key'] // 10]}")
+    (shard, _) = store.ledger.shards(run.run_id)
+    assert (shard.rows_in, shard.rows_inserted) == (50, 50)
+
+
+def test_a_locked_database_costs_a_retry_of_the_chunk_step_not_the_chunk(
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = started_run(sqlite_url)
+    quick = impatient_store(sqlite_url, 50)
+    caplog.set_level(logging.WARNING, logger="shardwise.results.db_retry")
+    retry = DbRetry(tries=8, backoff_s=0.1, max_backoff_s=0.2)
+    with (
+        quick,
+        write_lock_held(sqlite_url, release_after_s=0.4),
+        quick.chunk_writer(run, 0, 1, retry) as writer,
+    ):
+        assert writer.commit(nth_chunk(0)).status == "merged"
+    tries = [r.getMessage() for r in caplog.records]
+    assert tries and "commit chunk 0 of shard 0 failed on try 1 of 8" in tries[0]
+    assert "database is locked" in tries[0] and "on a new connection" in tries[0]
+    with make_store(sqlite_url) as store:
+        assert store.count_results() == 10
+
+
+def test_the_retry_gives_up_after_its_tries_with_a_transient_error(sqlite_url: str) -> None:
+    run = started_run(sqlite_url)
+    retry, gives_up = DbRetry(tries=3, backoff_s=0.01), "failed on all 3 tries, each on a new connection"
+    with (
+        locked_out(sqlite_url, 20) as quick,
+        quick.chunk_writer(run, 0, 1, retry) as writer,
+        pytest.raises(TransientError, match=gives_up),
+    ):
+        writer.commit(nth_chunk(0))
