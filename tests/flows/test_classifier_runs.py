@@ -107,16 +107,28 @@ def _first_run(url: str, classifier_dir: Path, shards: int) -> tuple[list[tuple[
     return rows, common
 
 
+def _stored_types(url: str) -> list[tuple[Any, ...]]:
+    """How the results table stores label, score and probabilities: SQLite's types of the stored values
+    (and the vectors' byte lengths), PostgreSQL's column types."""
+    if url.startswith("sqlite"):
+        return execute(
+            url,
+            f"select typeof(label), typeof(score), typeof(probabilities), length(probabilities), count(*) "
+            f"from {TABLE} group by 1, 2, 3, 4",
+        )
+    return execute(
+        url,
+        "select column_name, data_type, udt_name from information_schema.columns "
+        "where table_name = :t and column_name in ('label', 'score', 'probabilities') order by column_name",
+        {"t": TABLE},
+    )
+
+
 def test_sqlite_classifier_run_has_typed_columns_and_repeats_unchanged(
     sqlite_url: str, classifier_dir: Path
 ) -> None:
     rows, common = _first_run(sqlite_url, classifier_dir, shards=2)
-    types = execute(
-        sqlite_url,
-        f"select typeof(label), typeof(score), typeof(probabilities), length(probabilities), count(*) "
-        f"from {TABLE} group by 1, 2, 3, 4",
-    )
-    assert types == [("text", "real", "blob", 4 * len(LABELS), ROWS)]
+    assert _stored_types(sqlite_url) == [("text", "real", "blob", 4 * len(LABELS), ROWS)]
     _check_labels(sqlite_url, classifier_dir, rows)
     _unchanged_on_repeat(sqlite_url, classifier_dir, ROWS, len(BAD_ROWS), **common)
 
@@ -126,13 +138,7 @@ def test_postgres_classifier_run_has_typed_columns_and_only_new_rescoring(
     pg_url: str, classifier_dir: Path
 ) -> None:
     rows, common = _first_run(pg_url, classifier_dir, shards=3)
-    columns = execute(
-        pg_url,
-        "select column_name, data_type, udt_name from information_schema.columns "
-        "where table_name = :t and column_name in ('label', 'score', 'probabilities') order by column_name",
-        {"t": TABLE},
-    )
-    assert columns == [
+    assert _stored_types(pg_url) == [
         ("label", "text", "text"),
         ("probabilities", "ARRAY", "_float4"),
         ("score", "double precision", "float8"),
