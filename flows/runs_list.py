@@ -51,13 +51,14 @@ def runs_table(runs: Sequence[RunListing], now: datetime) -> str:
 
 
 def _row(run: RunListing, now: datetime) -> tuple[str, ...]:
-    state = run.state(now)
-    shards = f"{run.shards_done}/{run.shards_total}"
-    if run.shards_failed:
-        shards += f" ({run.shards_failed} failed)"
+    state, counts = run.state(now), run.counts
+    shards = f"{counts.shards_done}/{counts.shards_total}"
+    if counts.shards_failed:
+        shards += f" ({counts.shards_failed} failed)"
     if run.shards_running and state == "running":
         shards += f" ({run.shards_running} scoring)"
-    rows = f"{run.rows_out:,}" + (f" (+{plural(run.rows_failed, 'dead letter')})" if run.rows_failed else "")
+    dead = f" (+{plural(counts.rows_failed, 'dead letter')})" if counts.rows_failed else ""
+    rows = f"{counts.rows_out:,}{dead}"
     started = run.started_at.strftime("%Y-%m-%d %H:%M:%S") if run.started_at else "-"
     return (run.run_id, state, started, run.owner or "-", _lease(run, state), shards, rows)
 

@@ -120,16 +120,17 @@ def _unfinished(ledger: Ledger, results_table: str) -> list[str]:
     """Runs into the same results table still marked running: live ones, and abandoned ones to resume."""
     now, found = utc_now(), []
     for run in ledger.recent_runs(10, status="running", results_table=results_table):
+        done = f"{run.counts.shards_done}/{run.counts.shards_total} shards done"
         if run.state(now) == "abandoned":
             found.append(
-                f"run {run.run_id} is abandoned ({run.shards_done}/{run.shards_total} shards done; its "
-                f"lease, held by {run.owner}, expired {when(run.lease_expires_at)}): finish it with "
+                f"run {run.run_id} is abandoned ({done}; its lease, held by {run.owner}, expired "
+                f"{when(run.lease_expires_at)}): finish it with "
                 f"shardwise run ... --resume {run.run_id} rather than scoring its rows again"
             )
         else:
             holder = f"on {run.owner}, lease until {when(run.lease_expires_at)}" if run.owner else "no lease"
             found.append(
-                f"run {run.run_id} is still running ({holder}; {run.shards_done}/{run.shards_total} "
-                "shards done): a new run now would score the same rows again"
+                f"run {run.run_id} is still running ({holder}; {done}): a new run now would score the "
+                "same rows again"
             )
     return found

@@ -126,10 +126,10 @@ def _listing(row: Any, lease: Any, pending: dict[str, int]) -> RunListing:
     """One listed run: counts as ints, with its pending chunks' rows; timestamps decoded (SQLite
     returns them as text)."""
     fields = decode_row(row, timestamps=["started_at", "finished_at"])
-    for name in [k for k in fields if k.startswith(("shards_", "rows_"))]:
-        fields[name] = int(fields[name]) + pending.get(name, 0)
+    counts = {name: int(fields.pop(name)) + pending.get(name, 0) for name in RunCounts.__dataclass_fields__}
     return RunListing(
         **fields,
+        counts=RunCounts(**counts),
         owner=lease.get("owner"),
         lease_expires_at=decode_timestamp(lease.get("lease_expires_at")),
         shards_running=int(lease.get("shards_running") or 0),

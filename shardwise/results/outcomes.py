@@ -93,11 +93,8 @@ class RunListing(_Leased):
     finished_at: datetime | None
     model_name: str
     results_table: str
-    shards_total: int
-    shards_done: int
-    shards_failed: int
-    rows_out: int
-    rows_failed: int
+    counts: RunCounts
+    """Live, as a running :class:`RunSummary`'s: its done shards, plus the committed chunks of the others."""
     owner: str | None = None
     lease_expires_at: datetime | None = None
     shards_running: int = 0

@@ -8,6 +8,8 @@ SELECT r.run_id, r.status, r.started_by, r.started_at, r.finished_at, r.model_na
         WHERE s.run_id = r.run_id AND s.status = 'done') AS shards_done,
        (SELECT COUNT(*) FROM shardwise_shards s
         WHERE s.run_id = r.run_id AND s.status = 'failed') AS shards_failed,
+       (SELECT COALESCE(SUM(s.rows_in), 0) FROM shardwise_shards s
+        WHERE s.run_id = r.run_id AND s.status = 'done') AS rows_in,
        (SELECT COALESCE(SUM(s.rows_out), 0) FROM shardwise_shards s
         WHERE s.run_id = r.run_id AND s.status = 'done') AS rows_out,
        (SELECT COALESCE(SUM(s.rows_failed), 0) FROM shardwise_shards s

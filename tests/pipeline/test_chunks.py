@@ -190,7 +190,7 @@ def test_a_shard_that_crashes_resumes_after_its_last_committed_chunk(shard0: Sha
         (listed,) = [r for r in store.ledger.recent_runs() if r.run_id == run.run_id]
         summary = store.ledger.run_summary(run.run_id)
         assert summary is not None and summary.counts.rows_in == committed, "live counts see committed chunks"
-        assert listed.rows_out + listed.rows_failed == committed, "and so does the runs listing"
+        assert listed.counts.rows_out + listed.counts.rows_failed == committed, "and so does the runs listing"
         outcome, after = shard0.score(store, run)
         assert outcome is not None and outcome.attempt == 2
         total = outcome.rows_in

@@ -90,7 +90,7 @@ def test_a_run_that_stops_renewing_shows_abandoned_and_its_resume_counts_on(
         assert summary is not None and (summary.status, summary.state()) == ("running", "abandoned")
         assert (summary.counts.shards_done, summary.counts.rows_out) == (1, 20), "counts are live"
         (listed,) = ledger.recent_runs()
-        assert (listed.run_id, listed.state(), listed.shards_done) == ("died", "abandoned", 1)
+        assert (listed.run_id, listed.state(), listed.counts.shards_done) == ("died", "abandoned", 1)
 
     resumed_in: list[object] = []
     thread = threading.Thread(  # another thread is another owner: a new process, as far as leases go
