@@ -30,10 +30,10 @@ set_defaults(prefect=False)
 import numpy as np
 import torch
 
-from models import HFEncoderSpec, MiniLMSpec, get_spec
 from shardwise import Engine, EngineConfig, resolve_device
 from shardwise.corpus import harvest_docstrings
 from shardwise.model import Model, ModelInputs
+from shardwise.models import HFEncoderSpec, MiniLMSpec, get_spec
 from shardwise.precision import Precision, agreement, autocast, resolve_precision
 
 KEYS = (

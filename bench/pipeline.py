@@ -46,8 +46,8 @@ import sqlalchemy as sa
 import torch
 
 from bench.engine import load_texts
-from models import get_spec
 from shardwise import Engine, EngineConfig, resolve_device
+from shardwise.models import get_spec
 from shardwise.pipeline import RunSpec, WorkerCache, prepare_run, score_pending
 
 ADMIN_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"

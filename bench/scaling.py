@@ -59,8 +59,8 @@ def scoring_seconds(url: str, run_id: str) -> tuple[float, float]:
 
 
 def one_run(url: str, args: argparse.Namespace, workers: int, table: str) -> dict:
-    from flows.launch import run_and_report
-    from flows.params import ScoreParams
+    from shardwise.flows.launch import run_and_report
+    from shardwise.flows.params import ScoreParams
 
     params = ScoreParams(
         source=url,

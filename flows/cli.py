@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from flows import cli_commands
 from shardwise.environment import set_defaults
+from shardwise.flows import cli_commands
 
 __all__ = ["entry", "main"]
 
@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return the process exit code (see :mod:`flows.outcome`)."""
     args = _parser().parse_args(argv)
     set_defaults()
-    from flows.outcome import code_for, quiet_console, say_error
+    from shardwise.flows.outcome import code_for, quiet_console, say_error
 
     undo = quiet_console() if getattr(args, "verbose", None) is False else None
     try:
@@ -74,7 +74,7 @@ class _Parser(argparse.ArgumentParser):
     """Usage mistakes in one line that names the fix, instead of the whole usage block."""
 
     def error(self, message: str) -> NoReturn:
-        from flows.outcome import BAD_INPUT
+        from shardwise.flows.outcome import BAD_INPUT
 
         self.exit(BAD_INPUT, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
@@ -83,8 +83,8 @@ _EXAMPLE_DB = "sqlite:///shardwise-work/shardwise.db"
 
 
 def _parser() -> argparse.ArgumentParser:
-    from flows.cli_options import FANOUT_OPTIONS, SOURCE_OPTIONS, add_param_options
-    from flows.outcome import EXIT_CODES_HELP
+    from shardwise.flows.cli_options import FANOUT_OPTIONS, SOURCE_OPTIONS, add_param_options
+    from shardwise.flows.outcome import EXIT_CODES_HELP
 
     parser = _Parser(
         prog="shardwise",

@@ -14,8 +14,8 @@ __all__ = ["demo", "deploy", "plan", "runs", "score", "serve", "watch"]
 
 def score(args: argparse.Namespace) -> int:
     """``run`` and ``redrive``: the same flow, told apart by their options; checked before it starts."""
-    from flows.cli_options import score_params
-    from flows.launch import preflight, run_and_report
+    from shardwise.flows.cli_options import score_params
+    from shardwise.flows.launch import preflight, run_and_report
 
     params = score_params(args)
     idle = preflight(params)
@@ -27,30 +27,30 @@ def score(args: argparse.Namespace) -> int:
 
 
 def watch(args: argparse.Namespace) -> int:
-    from flows.cli_options import watch_spec
-    from flows.watch import watch
+    from shardwise.flows.cli_options import watch_spec
+    from shardwise.flows.watch import watch
 
     watch(watch_spec(args), results=args.results, install=args.install_trigger)
     return 0
 
 
 def runs(args: argparse.Namespace) -> int:
-    from flows.runs_list import print_runs
+    from shardwise.flows.runs_list import print_runs
 
     print_runs(args.results, args.limit)
     return 0
 
 
 def plan(args: argparse.Namespace) -> int:
-    from flows.cli_options import score_params
-    from flows.launch import print_plan
+    from shardwise.flows.cli_options import score_params
+    from shardwise.flows.launch import print_plan
 
     print_plan(score_params(args))
     return 0
 
 
 def demo(args: argparse.Namespace) -> int:
-    from flows.demo import run_demo
+    from shardwise.flows.demo import run_demo
 
     model = args.model or _default_model()
     shown = {"progress": args.progress, "every": args.progress_every}
@@ -58,14 +58,14 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from flows.serving import serve_deployments
+    from shardwise.flows.serving import serve_deployments
 
     serve_deployments(args.prefect_yaml)
     return 0
 
 
 def deploy(args: argparse.Namespace) -> int:
-    from flows.serving import deploy_deployments
+    from shardwise.flows.serving import deploy_deployments
 
     return deploy_deployments()
 

@@ -79,7 +79,7 @@ def add_param_options(
     left out are left out of the model's input too, so the model's defaults
     apply, and its validators check every value given.
     """
-    from flows.params import ScoreParams
+    from shardwise.flows.params import ScoreParams
 
     for name in fields:
         info = ScoreParams.model_fields[name]
@@ -117,7 +117,7 @@ def _help(name: str, info: Any) -> str:
 
 def _known_models() -> str:
     """The model names known when the parser is built: the built-ins and the installed plug-ins."""
-    from models import known_models
+    from shardwise.models import known_models
 
     return (
         f" Known names: {', '.join(known_models())}; a plug-in can also be given as package.module:attribute "
@@ -142,7 +142,7 @@ def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
 
     A URL holding a password travels as an ``env:`` name (see :func:`_by_name`).
     """
-    from flows.params import ScoreParams
+    from shardwise.flows.params import ScoreParams
 
     given = {name: getattr(args, name) for name in ScoreParams.model_fields if hasattr(args, name)}
     given.update(extra)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import polars as pl
 
-from flows.launch import run_and_report
-from flows.params import ScoreParams
 from shardwise.corpus import harvest_docstrings
+from shardwise.flows.launch import run_and_report
+from shardwise.flows.params import ScoreParams
 
 __all__ = ["run_demo"]
 

@@ -32,9 +32,15 @@ def load_deployment_configs(path: Path = PREFECT_YAML) -> list[dict[str, Any]]:
 
 
 def load_entrypoint(entrypoint: str) -> Any:
-    """The flow object behind ``path/to/file.py:name`` (a repository-relative file of a package)."""
+    """The flow object behind ``flows/file.py:name``, imported as ``shardwise.flows.file``.
+
+    ``prefect deploy`` takes entrypoints as files relative to the project's
+    root, so ``prefect.yaml`` names ``flows/score.py``; the folder installs as
+    ``shardwise.flows``, and serving imports the flow from there, so a served
+    run and a worker's run execute the same installed module.
+    """
     file_part, _, name = entrypoint.partition(":")
-    module = importlib.import_module(file_part.removesuffix(".py").replace("/", "."))
+    module = importlib.import_module("shardwise." + file_part.removesuffix(".py").replace("/", "."))
     try:
         return getattr(module, name)
     except AttributeError as exc:

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flows.outcome import OK, RUN_FAILED, code_for, say_error
-from flows.params import ScoreParams
-from flows.where_policy import refuse_forbidden_where
 from shardwise.errors import TransientError
+from shardwise.flows.outcome import OK, RUN_FAILED, code_for, say_error
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import check_run
+from shardwise.tasks.connections import resolve
 from shardwise.words import plural
-from tasks.connections import resolve
 
 __all__ = ["Report", "TemporaryApi", "check_api", "preflight", "print_plan", "run_and_report"]
 
@@ -31,7 +31,7 @@ def preflight(params: ScoreParams) -> str | None:
 
     Returns why the run would have nothing to do, when that is known already.
     """
-    from models import get_spec
+    from shardwise.models import get_spec
 
     refuse_forbidden_where(params.where)
     spec, fanout = params.to_spec(), params.fanout()
@@ -49,7 +49,7 @@ def check_api(*, required: bool = False) -> None:
     url = PREFECT_API_URL.value()
     if not url:
         if required:
-            from flows.serving import require_server
+            from shardwise.flows.serving import require_server
 
             require_server()
         return
@@ -86,14 +86,14 @@ def run_and_report(
     starts; planning and the shards find it loaded.
     """
     if params.runner == "thread" and not params.dry_run:
-        from tasks.infer_shard import warm_here
+        from shardwise.tasks.infer_shard import warm_here
 
         warming = threading.Thread(target=warm_here, args=(params.to_spec(),), name="shardwise-warm")
         warming.daemon = True
         warming.start()
     api = TemporaryApi().start()
-    from flows.progress_view import pick_mode, showing
-    from flows.score import score
+    from shardwise.flows.progress_view import pick_mode, showing
+    from shardwise.flows.score import score
 
     with api.serving(), showing(pick_mode(progress), progress_every):
         state = score(params, return_state=True)
@@ -148,9 +148,9 @@ def _counted(summary: dict[str, Any]) -> str:
 def print_plan(params: ScoreParams) -> None:
     """Print the shard count, rows per shard, estimated tokens and what --only-new would skip; then the
     runs into the same results table still marked running: live, or abandoned (to resume instead)."""
-    from models import get_spec
+    from shardwise.models import get_spec
     from shardwise.pipeline import plan_report
-    from tasks.connections import resolve
+    from shardwise.tasks.connections import resolve
 
     report = plan_report(params.to_spec(), get_spec, resolve, params.fanout().workers)
     print(f"source {report['source']} (snapshot {report['snapshot']})")
@@ -240,7 +240,7 @@ def _guarded_server_class() -> Any:
         def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
             process = super()._run_uvicorn_command()
             self.guard = subprocess.Popen(
-                [sys.executable, "-m", "flows.server_guard", str(os.getpid()), str(process.pid)],
+                [sys.executable, "-m", "shardwise.flows.server_guard", str(os.getpid()), str(process.pid)],
                 stdin=subprocess.DEVNULL,
                 cwd=_CHECKOUT,
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect.runtime import deployment, flow_run
 
-from flows.params import ScoreParams
+from shardwise.flows.params import ScoreParams
 
 __all__ = ["started_by"]
 

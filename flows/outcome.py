@@ -84,7 +84,7 @@ def one_line(exc: BaseException | str) -> str:
 
 def _validation_message(error: object) -> str:
     assert isinstance(error, dict)
-    from flows.cli_options import flag_for
+    from shardwise.flows.cli_options import flag_for
 
     loc = [str(p) for p in error.get("loc", ())]
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")

@@ -12,7 +12,7 @@ from shardwise.pipeline.spec import DEFAULT_MODEL
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.sources.sizing import Sizing
-from tasks.runners import Fanout, RunnerName
+from shardwise.tasks.runners import Fanout, RunnerName
 
 __all__ = ["ScoreParams"]
 

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from shardwise.errors import ConfigError
 from shardwise.pipeline import ProgressReading
-from tasks.progress import describe, listening
+from shardwise.tasks.progress import describe, listening
 
 __all__ = ["ProgressMode", "pick_mode", "progress_line", "showing"]
 

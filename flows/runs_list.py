@@ -15,8 +15,8 @@ from datetime import datetime
 from shardwise.results import Ledger, RunListing
 from shardwise.results.codec import utc_now
 from shardwise.results.leases import when
+from shardwise.tasks.connections import resolve
 from shardwise.words import plural
-from tasks.connections import resolve
 
 __all__ = ["print_runs", "runs_table"]
 

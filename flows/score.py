@@ -11,24 +11,24 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
-from flows.origin import started_by
-from flows.params import ScoreParams
-from flows.where_policy import refuse_forbidden_where
+from shardwise.flows.origin import started_by
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import PlannedRun, ShardOutcome, finish_run
 from shardwise.redact import redact_mapping
 from shardwise.stats import EngineStats
+from shardwise.tasks import plan_run
+from shardwise.tasks.artifacts import publish_run, worker_rows
+from shardwise.tasks.connections import resolve
+from shardwise.tasks.dry_run import dry_run
+from shardwise.tasks.events import emit_run_finished
+from shardwise.tasks.fanout import run_shards
+from shardwise.tasks.infer_shard import release_run
+from shardwise.tasks.progress import ProgressPublisher
+from shardwise.tasks.runners import Fanout
+from shardwise.tasks.superseded import crash_superseded_flow_run
 from shardwise.waiting import until_back
 from shardwise.words import plural
-from tasks import plan_run
-from tasks.artifacts import publish_run, worker_rows
-from tasks.connections import resolve
-from tasks.dry_run import dry_run
-from tasks.events import emit_run_finished
-from tasks.fanout import run_shards
-from tasks.infer_shard import release_run
-from tasks.progress import ProgressPublisher
-from tasks.runners import Fanout
-from tasks.superseded import crash_superseded_flow_run
 
 __all__ = ["score"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from prefect import flow
 
 from shardwise.pipeline import RunRef, ShardOutcome
-from tasks.infer_shard import infer_shard
+from shardwise.tasks.infer_shard import infer_shard
 
 __all__ = ["score_shard"]
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flows.deployments import PREFECT_YAML, load_deployment_configs, runner_deployments
 from shardwise.errors import ConfigError
+from shardwise.flows.deployments import PREFECT_YAML, load_deployment_configs, runner_deployments
 
 __all__ = ["deploy_deployments", "require_server", "serve_deployments"]
 

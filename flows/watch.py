@@ -16,8 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 from shardwise.errors import TransientError
+from shardwise.tasks.connections import resolve
 from shardwise.watch import EVENT, Backoff, WatchSpec, install_trigger, open_watcher, source_resource
-from tasks.connections import resolve
 
 __all__ = ["announce_objects", "emit", "watch"]
 
@@ -46,7 +46,7 @@ def watch(spec: WatchSpec, *, results: str | None = None, install: bool = False)
     ``secret:NAME``); ``results`` lets a Parquet watcher skip the objects
     already scored, ``install`` installs the PostgreSQL change triggers first.
     """
-    from flows.serving import require_server
+    from shardwise.flows.serving import require_server
 
     require_server()  # events sent without a server would vanish
     spec = replace(spec, source=resolve(spec.source))

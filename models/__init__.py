@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.hf import HFEncoderSpec
-from models.hf_classifier import HFClassifierSpec
-from models.hf_directory import directory_spec
-from models.minilm import MiniLMSpec
-from models.plugins import (
+from shardwise.errors import UnknownModelError
+from shardwise.model import ModelSpec
+from shardwise.models.hf import HFEncoderSpec
+from shardwise.models.hf_classifier import HFClassifierSpec
+from shardwise.models.hf_directory import directory_spec
+from shardwise.models.minilm import MiniLMSpec
+from shardwise.models.plugins import (
     ENTRY_POINT_GROUP,
     PluginSpec,
     entry_point_names,
@@ -23,9 +25,7 @@ from models.plugins import (
     is_reference,
     reference_spec,
 )
-from models.tiny import TinySpec
-from shardwise.errors import UnknownModelError
-from shardwise.model import ModelSpec
+from shardwise.models.tiny import TinySpec
 
 __all__ = [
     "CATALOGUE",

@@ -18,17 +18,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.hf_files import (
+from shardwise.errors import ConfigError
+from shardwise.hashing import hash_files
+from shardwise.model import ModelInfo, ModelInputs, OutputColumn
+from shardwise.models.hf_files import (
     VERSIONED,
     check_layout,
     max_length_of,
     read_json,
 )
-from models.hf_loaded import HFLoaded
-from models.pooling import Pooling, pool
-from shardwise.errors import ConfigError
-from shardwise.hashing import hash_files
-from shardwise.model import ModelInfo, ModelInputs, OutputColumn
+from shardwise.models.hf_loaded import HFLoaded
+from shardwise.models.pooling import Pooling, pool
 
 __all__ = ["HFEncoder", "HFEncoderSpec"]
 

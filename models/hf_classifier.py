@@ -29,17 +29,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.hf_files import (
+from shardwise.errors import ConfigError
+from shardwise.hashing import hash_files
+from shardwise.model import ModelInfo, ModelInputs
+from shardwise.models.hf_files import (
     VERSIONED,
     check_layout,
     max_length_of,
     read_json,
 )
-from models.hf_heads import DEFAULT_THRESHOLD, Head, is_classifier, read_head
-from models.hf_loaded import HFLoaded
-from shardwise.errors import ConfigError
-from shardwise.hashing import hash_files
-from shardwise.model import ModelInfo, ModelInputs
+from shardwise.models.hf_heads import DEFAULT_THRESHOLD, Head, is_classifier, read_head
+from shardwise.models.hf_loaded import HFLoaded
 
 __all__ = ["HFClassifier", "HFClassifierSpec"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.hf import HFEncoderSpec
-from models.hf_classifier import HFClassifierSpec
-from models.hf_files import read_json
-from models.hf_heads import is_classifier
+from shardwise.models.hf import HFEncoderSpec
+from shardwise.models.hf_classifier import HFClassifierSpec
+from shardwise.models.hf_files import read_json
+from shardwise.models.hf_heads import is_classifier
 
 __all__ = ["directory_spec"]
 

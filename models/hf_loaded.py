@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from models.hf_files import encode, load_tokenizer, pad_id, read_json, uses_segments
 from shardwise.errors import ConfigError
 from shardwise.model import Encoding, ModelInfo, ModelInputs, TextInput
+from shardwise.models.hf_files import encode, load_tokenizer, pad_id, read_json, uses_segments
 
 __all__ = ["HFLoaded", "require_transformers"]
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from models.hf import HFEncoder, HFEncoderSpec
 from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo
+from shardwise.models.hf import HFEncoder, HFEncoderSpec
 
 __all__ = ["MiniLMSpec"]
 

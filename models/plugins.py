@@ -26,9 +26,9 @@ from types import ModuleType
 
 import torch
 
-from models.plugin_checks import brief, check_info, check_loaded, check_stable, spec_problem, what
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.model import Model, ModelInfo, ModelSpec
+from shardwise.models.plugin_checks import brief, check_info, check_loaded, check_stable, spec_problem, what
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.pooling import pool
 from shardwise.hashing import hash_state
 from shardwise.model import Encoding, ModelInfo, ModelInputs, OutputColumn, TextInput
+from shardwise.models.pooling import pool
 
 __all__ = ["TinyModel", "TinySpec"]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tasks.infer_shard import infer_shard
-from tasks.plan_run import plan_run
-from tasks.retry import retry_transient
+from shardwise.tasks.infer_shard import infer_shard
+from shardwise.tasks.plan_run import plan_run
+from shardwise.tasks.retry import retry_transient
 
 __all__ = ["infer_shard", "plan_run", "retry_transient"]

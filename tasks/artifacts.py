@@ -12,8 +12,8 @@ from typing import Any
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from shardwise.pipeline import ShardOutcome
+from shardwise.tasks.markdown import code, text
 from shardwise.words import plural
-from tasks.markdown import code, text
 
 __all__ = ["plan_markdown", "publish_plan", "publish_run", "run_markdown", "worker_rows"]
 

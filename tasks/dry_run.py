@@ -7,10 +7,10 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from models import get_spec
+from shardwise.models import get_spec
 from shardwise.pipeline import RunSpec, plan_report
-from tasks.artifacts import publish_plan
-from tasks.connections import resolve
+from shardwise.tasks.artifacts import publish_plan
+from shardwise.tasks.connections import resolve
 
 __all__ = ["dry_run"]
 

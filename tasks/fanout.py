@@ -24,10 +24,10 @@ from prefect.utilities.annotations import unmapped
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import PlannedRun, RunRef, ShardOutcome
 from shardwise.redact import redact
+from shardwise.tasks.infer_shard import infer_shard
+from shardwise.tasks.runners import Fanout
 from shardwise.waiting import until_back
 from shardwise.words import plural
-from tasks.infer_shard import infer_shard
-from tasks.runners import Fanout
 
 __all__ = ["run_shards", "start_shard_flow"]
 

@@ -13,14 +13,14 @@ import logging
 from prefect import get_run_logger, task
 from prefect.runtime import task_run
 
-from models import get_spec
 from shardwise.errors import ShardwiseError
+from shardwise.models import get_spec
 from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score_ref_shard, warm
 from shardwise.redact import redact
 from shardwise.results import Ledger
-from tasks.connections import resolve
-from tasks.retry import TRANSIENT_RETRIES
-from tasks.sanitize import sanitized
+from shardwise.tasks.connections import resolve
+from shardwise.tasks.retry import TRANSIENT_RETRIES
+from shardwise.tasks.sanitize import sanitized
 
 __all__ = ["WORKER", "infer_shard", "release_run", "score_here", "warm_here", "worker_cache"]
 

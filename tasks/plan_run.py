@@ -12,12 +12,12 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-from models import get_spec
+from shardwise.models import get_spec
 from shardwise.pipeline import PlannedRun, RunSpec, prepare_run
-from tasks.connections import resolve
-from tasks.infer_shard import worker_cache
-from tasks.retry import TRANSIENT_RETRIES
-from tasks.sanitize import sanitized
+from shardwise.tasks.connections import resolve
+from shardwise.tasks.infer_shard import worker_cache
+from shardwise.tasks.retry import TRANSIENT_RETRIES
+from shardwise.tasks.sanitize import sanitized
 
 __all__ = ["plan_run"]
 

@@ -165,7 +165,7 @@ def own_pg_cluster():  # -> Iterator[pg_cluster.OwnCluster]
 @pytest.fixture(scope="session")
 def tiny_model():
     """The tiny encoder on the CPU, loaded once per session."""
-    from models import TinySpec
+    from shardwise.models import TinySpec
 
     return TinySpec().load(torch.device("cpu"))
 
@@ -183,13 +183,13 @@ class LocalPipeline:
     """Plan and score runs in this process, without an orchestrator, with the model catalogue."""
 
     def __init__(self) -> None:
-        from models import get_spec
+        from shardwise.models import get_spec
         from shardwise.pipeline import WorkerCache
 
         self.cache = WorkerCache(get_spec)
 
     def plan(self, spec, run_id: str, **kwargs):  # -> PlannedRun
-        from models import get_spec
+        from shardwise.models import get_spec
         from shardwise.pipeline import prepare_run
 
         model = get_spec(spec.model).describe()

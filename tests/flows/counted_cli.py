@@ -37,4 +37,4 @@ if __name__ == "__main__":
     counts, rows_per_s, *argv = sys.argv[1:]
     _counting(counts, float(rows_per_s))
     sys.argv = ["shardwise", *argv]
-    runpy.run_module("flows.cli", run_name="__main__", alter_sys=True)
+    runpy.run_module("shardwise.flows.cli", run_name="__main__", alter_sys=True)

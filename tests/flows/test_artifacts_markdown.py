@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from tasks.artifacts import plan_markdown, run_markdown
-from tasks.markdown import code, text
+from shardwise.tasks.artifacts import plan_markdown, run_markdown
+from shardwise.tasks.markdown import code, text
 
 SNAPSHOT = "00000003-0000001B-1|pg"  # PostgreSQL snapshot ids may hold a |
 SOURCE = "postgresql://app@db.example:5432/prod#public.docs"

@@ -22,10 +22,10 @@ import torch
 from flow_data import BAD_ROWS, execute, make_docs, texts
 from hf_builders import SIGMOID, reference_logits, tiny_classifier
 
-from flows.params import ScoreParams
-from flows.score import score
-from models import get_spec
 from shardwise import Engine, EngineConfig
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
+from shardwise.models import get_spec
 from shardwise.text import TextPair
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from flow_data import execute, make_docs
 
-from flows.cli import main
+from shardwise.flows.cli import main
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -170,14 +170,16 @@ def test_the_console_script_keeps_exit_codes_through_its_fast_exit(argv: list[st
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardwise.flows.cli", *argv], capture_output=True, text=True
+    )
     assert proc.returncode == code, proc.stderr
 
 
 def _subcommands() -> dict:
     import argparse
 
-    from flows.cli import _parser
+    from shardwise.flows.cli import _parser
 
     parser = _parser()
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -185,8 +187,8 @@ def _subcommands() -> dict:
 
 
 def test_every_flow_parameter_is_an_option_with_help_and_its_default() -> None:
-    from flows.cli_options import flag_for
-    from flows.params import ScoreParams
+    from shardwise.flows.cli_options import flag_for
+    from shardwise.flows.params import ScoreParams
 
     commands = _subcommands()
     flags = {

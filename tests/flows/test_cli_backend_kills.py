@@ -24,7 +24,7 @@ def _run(url: str, results_table: str) -> subprocess.CompletedProcess[str]:
     argv = ["run", "--source", url, "--table", "docs", "--model", "tiny", "--shards", str(SHARDS)]
     argv += ["--precision", "fp32", "--results-table", results_table, "--progress", "none"]
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *argv], capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "shardwise.flows.cli", *argv], capture_output=True, text=True, timeout=900
     )
 
 

@@ -29,7 +29,7 @@ COUNTED = Path(__file__).with_name("counted_cli.py")
 
 
 def _run(counts: Path | None, *argv: str) -> list[str]:
-    head = [str(COUNTED), str(counts), str(ROWS_PER_S)] if counts else ["-m", "flows.cli"]
+    head = [str(COUNTED), str(counts), str(ROWS_PER_S)] if counts else ["-m", "shardwise.flows.cli"]
     # fp32: "auto" times the model on this CPU to choose, and so may choose differently per run.
     model = ("--model", "tiny", "--precision", "fp32", "--threads", "1")
     return [sys.executable, *head, *argv, *model, "--shards", "1"]

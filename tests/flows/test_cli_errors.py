@@ -17,7 +17,7 @@ import pytest
 import torch
 from flow_data import execute, make_docs
 
-from flows.cli import main
+from shardwise.flows.cli import main
 from shardwise.results import Ledger
 
 
@@ -173,11 +173,11 @@ def test_s3_without_credentials_is_one_line_before_the_run(
 
 
 def test_watch_options_become_one_watch_spec(monkeypatch: pytest.MonkeyPatch) -> None:
-    import flows.watch
+    import shardwise.flows.watch
     from shardwise.watch import WatchSpec
 
     calls: list[tuple[object, ...]] = []
-    monkeypatch.setattr(flows.watch, "watch", lambda spec, **kw: calls.append((spec, kw)))
+    monkeypatch.setattr(shardwise.flows.watch, "watch", lambda spec, **kw: calls.append((spec, kw)))
     argv = ["watch", "--source", "env:DOCS_DB", "--table", "docs", "--name", "docs", "--key", "doc_id"]
     argv += ["--updated-at", "changed", "--mode", "poll", "--interval", "5", "--debounce", "0.5"]
     assert main([*argv, "--results", "env:RESULTS_DB", "--install-trigger"]) == 0
@@ -254,7 +254,9 @@ def test_redrive_with_nothing_changed_says_so_and_suggests_force(
 
 def test_the_console_script_keeps_a_bad_input_to_one_line(docs: str) -> None:
     argv = ["run", "--source", docs, "--table", "docs", "--model", "tiny", "--where", "nosuch = 1"]
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardwise.flows.cli", *argv], capture_output=True, text=True
+    )
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert _runs(docs) == 0
@@ -263,7 +265,9 @@ def test_the_console_script_keeps_a_bad_input_to_one_line(docs: str) -> None:
 def test_the_console_script_keeps_a_bad_plugin_to_one_line(docs: str) -> None:
     argv = ["run", "--source", docs, "--table", "docs", "--model", "plugin_faults:timestamped"]
     env = {**os.environ, "PYTHONPATH": str(PLUGINS)}
-    proc = subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardwise.flows.cli", *argv], capture_output=True, text=True, env=env
+    )
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "not a timestamp" in proc.stderr, proc.stderr
     assert _runs(docs) == 0

@@ -19,7 +19,7 @@ ROWS = 60_000
 
 
 def _shardwise(*argv: str) -> list[str]:
-    return [sys.executable, "-m", "flows.cli", *argv, "--model", "tiny", "--shards", "1"]
+    return [sys.executable, "-m", "shardwise.flows.cli", *argv, "--model", "tiny", "--shards", "1"]
 
 
 def _kill_mid_shard(argv: list[str]) -> list[psutil.Process]:

@@ -20,7 +20,7 @@ import time
 import pytest
 from flow_data import execute, make_docs
 
-from flows.cli import main
+from shardwise.flows.cli import main
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ ROWS = 40_000  # 20,000 rows a shard: long enough to be caught mid-shard by a pr
 
 
 def _cli(*argv: str) -> list[str]:
-    return [sys.executable, "-m", "flows.cli", *argv]
+    return [sys.executable, "-m", "shardwise.flows.cli", *argv]
 
 
 def _kill_mid_first_shard(argv: list[str]) -> None:

@@ -15,7 +15,7 @@ import pytest
 from flow_data import execute, make_docs, slow_tiny_shards
 from pg_cluster import OwnCluster
 
-from flows.cli import main
+from shardwise.flows.cli import main
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 

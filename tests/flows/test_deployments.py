@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 from cronsim import CronSim
 
-from flows.deployments import load_deployment_configs, load_entrypoint
-from flows.params import ScoreParams
-from flows.score import score
+from shardwise.flows.deployments import load_deployment_configs, load_entrypoint
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
 
 ALL = {d["name"]: d for d in load_deployment_configs()}
 DEPLOYMENTS = {name: d for name, d in ALL.items() if name != "per-shard"}
@@ -34,7 +34,7 @@ def test_the_three_deployments_exist_and_point_at_the_score_flow() -> None:
 
 
 def test_the_per_shard_deployment_is_the_one_the_deployment_runner_starts() -> None:
-    from flows.score_shard import score_shard
+    from shardwise.flows.score_shard import score_shard
 
     config = ALL["per-shard"]
     assert load_entrypoint(config["entrypoint"]) is score_shard
@@ -138,7 +138,7 @@ def test_no_deployment_holds_a_connection_url() -> None:
 
 
 def test_deployments_build_for_serve() -> None:
-    from flows.deployments import runner_deployments
+    from shardwise.flows.deployments import runner_deployments
 
     built = {d.name: d for d in runner_deployments()}
     assert set(built) == set(ALL)

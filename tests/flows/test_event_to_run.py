@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 import pytest
 from flow_data import docs_spec, execute, make_docs
 
-from flows.deployments import load_deployment_configs
-from flows.params import ScoreParams
-from flows.score import score
+from shardwise.flows.deployments import load_deployment_configs
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
 from shardwise.watch import PgNotifyWatcher, WatchSpec, install_trigger
 
 pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("prefect_harness")]

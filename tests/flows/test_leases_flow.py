@@ -10,10 +10,10 @@ from uuid import UUID
 import pytest
 from flow_data import execute, make_docs
 
-from flows.cli import main
-from flows.params import ScoreParams
-from flows.score import score
 from shardwise.errors import ConfigError
+from shardwise.flows.cli import main
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
 from shardwise.pipeline import RunSpec, finish_run
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from flow_data import BAD_ROWS, make_docs, slow_tiny_shards
 
-from flows.params import ScoreParams
-from flows.score import score
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
 from shardwise.pipeline import ProgressReading
-from tasks.progress import listening
+from shardwise.tasks.progress import listening
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -18,7 +18,7 @@ ROWS = 600
 @pytest.fixture
 def slow_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
     """A shard of the tiny model lasts a few seconds; shards report and the flow reads often."""
-    from tasks import progress
+    from shardwise.tasks import progress
 
     slow_tiny_shards(monkeypatch, 0.04, 0.05)
     monkeypatch.setattr(progress, "POLL_EVERY_S", 0.1)

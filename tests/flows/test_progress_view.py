@@ -6,10 +6,10 @@ import io
 
 import pytest
 
-from flows.progress_view import pick_mode, progress_line, showing
 from shardwise.errors import ConfigError
+from shardwise.flows.progress_view import pick_mode, progress_line, showing
 from shardwise.pipeline import ProgressReading
-from tasks.progress import publish
+from shardwise.tasks.progress import publish
 
 
 class _Terminal(io.StringIO):

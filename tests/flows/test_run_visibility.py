@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 from flow_data import execute, make_docs
 
-from flows.params import ScoreParams
-from flows.score import score
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -36,7 +36,7 @@ def _artifacts(flow_run_id) -> dict[str, object]:
 @pytest.fixture
 def events(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     captured: list[dict] = []
-    module = importlib.import_module("tasks.events")
+    module = importlib.import_module("shardwise.tasks.events")
     monkeypatch.setattr(module, "emit_event", lambda **kw: captured.append(kw))
     return captured
 

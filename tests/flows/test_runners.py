@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from flow_data import checksum, execute, synthetic_docs
 
-from flows.params import ScoreParams
-from flows.score import score
 from shardwise.errors import ConfigError
-from tasks.runners import Fanout, cores
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
+from shardwise.tasks.runners import Fanout, cores
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -157,10 +157,10 @@ def test_the_flow_and_its_tasks_travel_by_value_without_process_state() -> None:
     """Dask and the process pool cloudpickle the flow's tasks: none may capture the worker cache's locks."""
     import cloudpickle
 
-    from flows.score import score
-    from flows.score_shard import score_shard
-    from tasks.infer_shard import infer_shard
-    from tasks.plan_run import plan_run
+    from shardwise.flows.score import score
+    from shardwise.flows.score_shard import score_shard
+    from shardwise.tasks.infer_shard import infer_shard
+    from shardwise.tasks.plan_run import plan_run
 
     for travelling in (score, score_shard, infer_shard, plan_run):
         assert cloudpickle.loads(cloudpickle.dumps(travelling)) is not None

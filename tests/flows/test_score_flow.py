@@ -7,9 +7,9 @@ import importlib
 import pytest
 from flow_data import BAD_ROWS, LINEAGE, execute, make_docs, parquet_bytes, texts
 
-from flows.params import ScoreParams
-from flows.score import score
 from shardwise.errors import TransientError
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

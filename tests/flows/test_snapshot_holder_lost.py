@@ -12,7 +12,7 @@ import time
 import pytest
 from flow_data import execute, make_docs, slow_tiny_shards
 
-from flows.cli import main
+from shardwise.flows.cli import main
 
 pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("prefect_harness")]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from flow_data import make_docs
 
-from flows.cli import main
-from flows.launch import preflight
-from flows.params import ScoreParams
-from flows.score import score
-from flows.where_policy import FORBID_WHERE, refuse_forbidden_where
 from shardwise.errors import ConfigError
+from shardwise.flows.cli import main
+from shardwise.flows.launch import preflight
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
+from shardwise.flows.where_policy import FORBID_WHERE, refuse_forbidden_where
 
 
 @pytest.mark.parametrize("setting", [None, "", "0", "false", "No"])

@@ -17,8 +17,8 @@ import time
 import pytest
 from flow_data import checksum, execute, synthetic_docs
 
-from flows.params import ScoreParams
-from flows.score import score
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness"), pytest.mark.postgres, pytest.mark.slow]
 

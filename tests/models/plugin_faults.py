@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from models.tiny import TinyModel, TinySpec
 from shardwise.model import ModelInfo, OutputColumn
+from shardwise.models.tiny import TinyModel, TinySpec
 
 _TINY = TinySpec(name="faulty", dim=16, layers=1, heads=2)
 _CALLS = itertools.count()

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from models import CATALOGUE, HFEncoderSpec, TinySpec, get_spec
 from shardwise import ConfigError, Engine, UnknownModelError
 from shardwise.corpus import harvest_docstrings
 from shardwise.model import Model
+from shardwise.models import CATALOGUE, HFEncoderSpec, TinySpec, get_spec
 
 CPU = torch.device("cpu")
 

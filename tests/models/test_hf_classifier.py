@@ -19,12 +19,12 @@ import pytest
 import torch
 from hf_builders import IDENTITY, MAX_LENGTH, SIGMOID, minilm_dir, reference_logits, tiny_classifier
 
-from models.hf import HFEncoderSpec
-from models.hf_classifier import HFClassifier, HFClassifierSpec
-from models.hf_directory import directory_spec
 from shardwise import ConfigError, Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
 from shardwise.model import Model
+from shardwise.models.hf import HFEncoderSpec
+from shardwise.models.hf_classifier import HFClassifier, HFClassifierSpec
+from shardwise.models.hf_directory import directory_spec
 from shardwise.precision import agreement
 from shardwise.text import TextPair
 

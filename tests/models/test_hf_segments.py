@@ -10,8 +10,8 @@ import pytest
 import torch
 from hf_builders import TOKENIZER_FILES, minilm_dir
 
-from models import get_spec
 from shardwise import Engine, EngineConfig
+from shardwise.models import get_spec
 from shardwise.text import TextPair
 
 pytest.importorskip("transformers")

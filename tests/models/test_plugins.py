@@ -20,9 +20,9 @@ import pytest
 import torch
 from flow_data import execute, make_docs
 
-from models import CATALOGUE, PluginSpec, TinySpec, get_spec, known_models
 from shardwise import ConfigError, Engine, UnknownModelError
 from shardwise.model import Model, ModelInfo, OutputColumn
+from shardwise.models import CATALOGUE, PluginSpec, TinySpec, get_spec, known_models
 from shardwise.pipeline.worker import WorkerCache
 from shardwise.precision import versioned
 
@@ -397,7 +397,7 @@ def test_built_in_names_win_and_a_broken_plugin_fails_only_when_chosen() -> None
 def test_installed_names_show_in_help_and_in_the_unknown_model_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from flows.cli import main
+    from shardwise.flows.cli import main
 
     with pytest.raises(SystemExit) as done:
         main(["run", "--help"])
@@ -521,7 +521,7 @@ def _cli(source: str, model: str, **env: str) -> subprocess.CompletedProcess[str
     argv = ["run", "--source", source, "--table", "docs", "--model", model, "--device", "cpu"]
     clean = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *argv, "--progress", "none"],
+        [sys.executable, "-m", "shardwise.flows.cli", *argv, "--progress", "none"],
         capture_output=True,
         text=True,
         cwd=CHECKOUT,

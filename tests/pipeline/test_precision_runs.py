@@ -8,9 +8,9 @@ import re
 import pytest
 from flow_data import execute, make_docs
 
-from models import get_spec
 from shardwise import precision as precision_mod
 from shardwise.errors import ConfigError
+from shardwise.models import get_spec
 from shardwise.pipeline import RunSpec
 from shardwise.results import Ledger
 

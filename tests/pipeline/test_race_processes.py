@@ -17,7 +17,7 @@ from shardwise.pipeline import RunRef, RunSpec
 
 
 def _score_at_the_barrier(ref: RunRef, barrier: Any, results: Any) -> None:
-    from models import get_spec
+    from shardwise.models import get_spec
     from shardwise.pipeline import WorkerCache, score_ref_shard
     from shardwise.results import ChunkWriter
 

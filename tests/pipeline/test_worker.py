@@ -11,8 +11,8 @@ import pytest
 import torch
 from flow_data import docs_spec, execute, make_docs, texts
 
-from models import get_spec
 from shardwise.errors import ConfigError
+from shardwise.models import get_spec
 from shardwise.pipeline import RunRef, RunSpec, WorkerCache, score_ref_shard
 from shardwise.results import Ledger
 
