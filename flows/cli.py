@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from shardwise.environment import set_defaults
-from shardwise.flows import cli_commands
+
+# Before anything below imports Prefect, which reads its settings once, when it is imported: the
+# parser's options come from the flow's parameters, whose module imports Prefect's tasks.
+set_defaults()
+
+from shardwise.flows import cli_commands  # noqa: E402
 
 __all__ = ["entry", "main"]
 
@@ -53,7 +58,6 @@ def _exit_now(code: list[int]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return the process exit code (see :mod:`flows.outcome`)."""
     args = _parser().parse_args(argv)
-    set_defaults()
     from shardwise.flows.outcome import code_for, quiet_console, say_error
 
     undo = quiet_console() if getattr(args, "verbose", None) is False else None

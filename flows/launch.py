@@ -11,7 +11,6 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from shardwise.errors import TransientError
@@ -202,7 +201,17 @@ class TemporaryApi:
         try:
             server.start()
             self._url = server.api_url
-        except BaseException as exc:  # reported by serving(), in the caller's thread
+        except Exception as exc:  # reported by serving(), in the caller's thread, as one line and exit 3
+            timeout = os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "?")
+            error = TransientError(
+                f"Prefect's temporary server did not start ({type(exc).__name__}: {exc}); the machine may "
+                f"be too busy to start it within {timeout} s: raise "
+                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or start one (prefect server start) "
+                "and export PREFECT_API_URL"
+            )
+            error.__cause__ = exc
+            self._error = error
+        except BaseException as exc:
             self._error = exc
 
     @contextmanager
@@ -242,12 +251,7 @@ def _guarded_server_class() -> Any:
             self.guard = subprocess.Popen(
                 [sys.executable, "-m", "shardwise.flows.server_guard", str(os.getpid()), str(process.pid)],
                 stdin=subprocess.DEVNULL,
-                cwd=_CHECKOUT,
             )
             return process
 
     return GuardedServer
-
-
-_CHECKOUT = str(Path(__file__).resolve().parent.parent)
-"""Where ``flows`` is importable from, whatever the working directory of the command."""

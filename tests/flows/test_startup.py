@@ -1,0 +1,112 @@
+"""The command line sets Prefect's defaults before Prefect is imported, and a temporary server that does not
+start is one line and exit 3, even on a machine whose every core is busy."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shardwise.environment import LOCAL_PREFECT
+from shardwise.errors import TransientError
+from shardwise.flows.outcome import UNAVAILABLE, code_for
+
+_PREFECT_VARIABLES = ("PREFECT_API_URL", "PREFECT_HOME", *LOCAL_PREFECT)
+
+
+def _clean_env(home: Path) -> dict[str, str]:
+    """This environment without any Prefect setting the CLI sets itself, and a Prefect home of its own."""
+    env = {k: v for k, v in os.environ.items() if k not in _PREFECT_VARIABLES}
+    return {**env, "PREFECT_HOME": str(home)}
+
+
+def test_prefect_settings_are_in_force_after_the_parser_imported_prefect(tmp_path: Path) -> None:
+    probe = (
+        "import sys; import shardwise.flows.cli as cli; cli._parser(); assert 'prefect' in sys.modules; "
+        "from prefect.settings import get_current_settings as s; "
+        "print(s().server.ephemeral.startup_timeout_seconds, s().server.analytics_enabled)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=_clean_env(tmp_path), capture_output=True, text=True, check=True
+    )
+    timeout = LOCAL_PREFECT["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"]
+    assert done.stdout.split() == [timeout, "False"], done.stdout + done.stderr
+
+
+def test_a_temporary_server_that_does_not_start_is_a_service_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from shardwise.flows import launch
+
+    class NeverStarts:
+        def start(self) -> None:
+            raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
+
+    monkeypatch.setattr(launch, "_guarded_server_class", lambda: NeverStarts)
+    with temporary_settings({PREFECT_API_URL: None}):
+        api = launch.TemporaryApi().start()
+        with pytest.raises(TransientError) as caught, api.serving():
+            pass
+    assert code_for(caught.value) == UNAVAILABLE
+    message = str(caught.value)
+    assert "\n" not in message and "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in message, message
+
+
+def _spin(stop_at: float) -> None:
+    while time.monotonic() < stop_at:
+        pass
+
+
+@pytest.fixture
+def every_core_busy() -> Iterator[None]:
+    """One busy-looping process per core, for as long as the test runs (10 minutes at most)."""
+    spinners = [
+        multiprocessing.get_context("spawn").Process(
+            target=_spin, args=(time.monotonic() + 600,), daemon=True
+        )
+        for _ in range(os.cpu_count() or 1)
+    ]
+    for spinner in spinners:
+        spinner.start()
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.join()
+
+
+@pytest.mark.slow
+def test_the_demo_completes_with_every_core_busy(tmp_path: Path, every_core_busy: None) -> None:
+    """A cold Prefect home (the server builds its database first), as on a user's first run."""
+    started = time.monotonic()
+    demo = [
+        "demo",
+        "--rows",
+        "300",
+        "--model",
+        "tiny",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--progress",
+        "none",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "shardwise.flows.cli", *demo],
+        env=_clean_env(tmp_path / "prefect-home"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 0, f"after {took:.0f} s:\n{done.stdout}\n{done.stderr}"
+    assert done.stdout.count(" completed: ") == 2 and "Traceback" not in done.stderr, (
+        done.stdout + done.stderr
+    )
+    print(f"demo with every core busy: {took:.0f} s")
