@@ -1,0 +1,125 @@
+"""The docs site: its generated reference names every option and parameter, and it builds with --strict.
+
+The command-line and parameter pages are written by ``docs/hooks/reference.py``
+from ``shardwise.flows.cli._parser()`` and ``ScoreParams`` when the site builds;
+these tests call the same functions, so a new option or field that the
+reference misses fails here, and so does a broken link, a page missing from
+the nav or a snippet include of a moved file (``mkdocs build --strict``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from shardwise.flows.params import ScoreParams
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+HOOK = CHECKOUT / "docs" / "hooks" / "reference.py"
+
+
+def _docs_extra() -> None:
+    """Skip without the ``docs`` extra on a developer's machine; fail under CI, which installs it."""
+    if importlib.util.find_spec("mkdocs") is None:
+        reason = "mkdocs is not installed; pip install -e '.[docs]'"
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def _hook() -> ModuleType:
+    """The MkDocs hook module, loaded from its file as MkDocs loads it."""
+    spec = importlib.util.spec_from_file_location("shardwise_docs_reference", HOOK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    from shardwise.flows.cli import _parser
+
+    (commands,) = (a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(commands.choices)
+
+
+def _section(reference: str, command: str) -> str:
+    """The part of the CLI reference about one subcommand: from its heading to the next one."""
+    heading = f"## `shardwise {command}`\n"
+    assert heading in reference, f"no section for shardwise {command}"
+    return reference.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def cli_reference() -> str:
+    return str(_hook().cli_reference())
+
+
+@pytest.fixture(scope="module")
+def parameters_reference() -> str:
+    return str(_hook().parameters_reference())
+
+
+def test_the_cli_reference_names_every_option_of_shardwise_run(cli_reference: str) -> None:
+    section = _section(cli_reference, "run")
+    flags = [flag for action in _subcommands()["run"]._actions for flag in action.option_strings]
+    assert "--source" in flags and "--lease-s" in flags and "--runner" in flags, flags
+    missing = [flag for flag in flags if not re.search(rf"`{re.escape(flag)}[ `]", section)]
+    assert not missing, f"shardwise run options missing from the docs' reference: {missing}"
+
+
+@pytest.mark.parametrize("command", sorted(_subcommands()))
+def test_the_cli_reference_names_every_option_of_every_subcommand(cli_reference: str, command: str) -> None:
+    section = _section(cli_reference, command)
+    flags = [flag for action in _subcommands()[command]._actions for flag in action.option_strings]
+    missing = [flag for flag in flags if not re.search(rf"`{re.escape(flag)}[ `]", section)]
+    assert not missing, f"shardwise {command} options missing from the docs' reference: {missing}"
+
+
+def test_the_parameter_reference_names_every_field_with_its_default(parameters_reference: str) -> None:
+    for name, info in ScoreParams.model_fields.items():
+        heading = f"## `{name}`"
+        assert heading in parameters_reference, f"ScoreParams.{name} is missing from the docs' reference"
+        section = parameters_reference.split(heading, 1)[1].split("\n## ", 1)[0]
+        default = "required" if info.is_required() else f"default `{info.default}`"
+        assert default in section, (name, section)
+    assert "option `--lease-s` of `shardwise run`" in parameters_reference
+    assert "## `triggered_by` (internal)" in parameters_reference, "the form's title marks it internal"
+
+
+def test_the_hook_replaces_each_marker_with_its_reference() -> None:
+    hook = _hook()
+    page = "# Flow parameters\n\n<!-- generated: parameters -->\n"
+    rendered = hook.on_page_markdown(page, page=None, config=None, files=None)
+    assert "<!-- generated" not in rendered and "## `lease_s`" in rendered
+    pages = CHECKOUT / "docs" / "reference"
+    assert "<!-- generated: cli -->" in (pages / "cli.md").read_text()
+    assert "<!-- generated: parameters -->" in (pages / "parameters.md").read_text()
+    assert set(hook.MARKERS) == {"<!-- generated: cli -->", "<!-- generated: parameters -->"}
+
+
+@pytest.mark.slow
+def test_the_site_builds_with_strict(tmp_path: Path) -> None:
+    _docs_extra()
+    site = tmp_path / "site"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=CHECKOUT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    cli = (site / "reference" / "cli" / "index.html").read_text()
+    assert "--lease-s" in cli and "shardwise watch" in cli
+    models = (site / "how-to" / "models" / "index.html").read_text()
+    assert "ClsEncoderSpec" in models and "--8&lt;--" not in models, "the plug-in example is included"
