@@ -123,3 +123,24 @@ def test_the_site_builds_with_strict(tmp_path: Path) -> None:
     assert "--lease-s" in cli and "shardwise watch" in cli
     models = (site / "how-to" / "models" / "index.html").read_text()
     assert "ClsEncoderSpec" in models and "--8&lt;--" not in models, "the plug-in example is included"
+
+
+def _test_command(text: str) -> str:
+    (line,) = (line for line in text.splitlines() if line.startswith("python3 -m venv") and "pytest" in line)
+    return line
+
+
+def test_the_readme_test_command_is_what_ci_runs_and_builds_the_docs() -> None:
+    readme = (CHECKOUT / "README.md").read_text()
+    command = _test_command(readme)
+    assert command == _test_command((CHECKOUT / ".ci" / "run").read_text()), "word for word"
+    assert command == _test_command((CHECKOUT / "docs" / "getting-started.md").read_text())
+    assert "docs]'" in command and "mkdocs build --strict" in command, command
+
+
+def test_the_readme_is_a_front_page_whose_links_into_the_docs_resolve() -> None:
+    readme = (CHECKOUT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200, "the README is a front page; the rest belongs in docs/"
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    assert links, "the README links into the docs"
+    assert [link for link in links if not (CHECKOUT / link).is_file()] == []
