@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,23 +21,14 @@ _MAPPED = {
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            str(CHECKOUT),
-            "-w",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    """Built from a copy of the sources: setuptools' build/ folder would keep files deleted since."""
+    out, tree = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("tree")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(CHECKOUT / name, tree / name)
+    for top in ("shardwise", *_MAPPED):
+        shutil.copytree(CHECKOUT / top, tree / top, ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, str(tree), "-w", str(out)], check=True, capture_output=True)
     (built,) = out.glob("shardwise-*.whl")
     return zipfile.ZipFile(built)
 
