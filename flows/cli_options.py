@@ -9,7 +9,6 @@ these options are made from it. A URL that holds a password is swapped for an
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
@@ -148,9 +147,9 @@ def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
     given.update(extra)
     runner = given.get("runner", "thread")
     remote = runner == "deployment" or (given.get("address") is not None and runner in ("dask", "ray"))
-    for name, variable in (("source", "SHARDWISE_CLI_SOURCE_URL"), ("results", "SHARDWISE_CLI_RESULTS_URL")):
+    for name in ("source", "results"):
         if isinstance(given.get(name), str):
-            given[name] = _by_name(given[name], variable, remote)
+            given[name] = _by_name(given[name], name, remote)
     return ScoreParams(**given)
 
 
@@ -163,14 +162,17 @@ def watch_spec(args: argparse.Namespace):  # -> WatchSpec
     return WatchSpec(**{f.name: getattr(args, f.name) for f in fields(WatchSpec) if hasattr(args, f.name)})
 
 
-def _by_name(url: str | None, variable: str, remote: bool = False) -> str | None:
-    """A URL holding a secret travels as ``env:NAME``, so Prefect never stores it in run parameters.
+def _by_name(url: str | None, name: str, remote: bool = False) -> str | None:
+    """A URL holding a secret travels as ``held:NAME``, so Prefect never stores it in run parameters.
 
-    The flow and local workers run on this host and read the variable set
-    here; workers of a cluster elsewhere could not, so then it is refused.
+    The URL stays in this process's memory (:func:`~shardwise.tasks.connections.hold`), never in
+    an environment variable that child processes would inherit; local workers get it inside each
+    shard task's call. Workers of a cluster elsewhere would get it over the network, so then it is
+    refused.
     """
     from shardwise.errors import ConfigError
     from shardwise.redact import has_password, redact_url
+    from shardwise.tasks.connections import hold
 
     if url is None or not has_password(url):  # the URL parser decides, as the engine will read it
         return url
@@ -179,5 +181,4 @@ def _by_name(url: str | None, variable: str, remote: bool = False) -> str | None
             f"{redact_url(url)} holds a password, which must not travel to workers on other hosts; set it on "
             "the workers (and here) as an environment variable, e.g. export DB_URL=..., and pass env:DB_URL"
         )
-    os.environ[variable] = url
-    return f"env:{variable}"
+    return hold(name, url)

@@ -26,6 +26,7 @@ from shardwise.tasks.fanout import run_shards
 from shardwise.tasks.infer_shard import release_run
 from shardwise.tasks.progress import ProgressPublisher
 from shardwise.tasks.runners import Fanout
+from shardwise.tasks.sanitize import sanitized
 from shardwise.tasks.superseded import crash_superseded_flow_run
 from shardwise.waiting import until_back
 from shardwise.words import plural
@@ -40,8 +41,20 @@ def score(params: ScoreParams) -> State:
     The plan, and on PostgreSQL its snapshot, stay in this process; the shards
     go to the workers of ``params.runner``. The run ends Failed, naming its
     failed shards, if any shard still fails after its retries; finished shards
-    stay merged, and ``resume`` finishes the rest.
+    stay merged, and ``resume`` finishes the rest. An error that ends it is
+    redacted first (:func:`~shardwise.tasks.sanitize.sanitized`): Prefect
+    stores its message as the flow run's state.
     """
+    try:
+        return _score(params)
+    except Exception as exc:
+        clean = sanitized(exc)
+        if clean is exc:
+            raise
+        raise clean from None
+
+
+def _score(params: ScoreParams) -> State:
     refuse_forbidden_where(params.where)
     if params.dry_run:
         report = dry_run(params.to_spec(), params.fanout().workers)

@@ -14,17 +14,35 @@ Three layers, each catching what the one before cannot:
    error message, a log line), spelled as given or percent-encoded;
 3. patterns for what has no parser: a ``scheme://user:pass@`` inside a
    longer text seen for the first time, secret query parameters, AWS keys.
+
+A value reached through a reference (``env:NAME``, ``secret:NAME``) is
+remembered whole (:func:`remember_reference`) and shown as ``<env:NAME>``
+wherever it appears: the reference is named, never its value, whatever the
+value is (a URL, a path, or a key someone passed by mistake). Once a process
+holds such a value, every log record it makes is redacted as it is made
+(:func:`redact_log_records`), tracebacks included, so Prefect's log handlers
+never see the value.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-__all__ = ["has_password", "redact", "redact_mapping", "redact_url", "remember", "url_password"]
+__all__ = [
+    "has_password",
+    "redact",
+    "redact_log_records",
+    "redact_mapping",
+    "redact_url",
+    "remember",
+    "remember_reference",
+    "url_password",
+]
 
 _URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][\w+.-]*://[^/\s:@]*):[^@\s/]*@")
 _AWS_ACCESS_KEY = re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b")
@@ -38,7 +56,8 @@ _MASK = "***"
 _SHORTEST_REMEMBERED = 4
 """Shorter passwords are not masked in free text: masking every "ab" would garble messages."""
 
-_known: set[str] = set()
+_known: dict[str, str] = {}
+"""Each secret spelling this process has seen, and what shows in its place."""
 _known_lock = threading.Lock()
 
 
@@ -73,25 +92,83 @@ def has_password(url: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, found by the parser; other text unchanged."""
-    return url if url_password(url) is None else _mask_known(url)
+    """``url`` with its password replaced by ``***``, found by the parser, and any value reached through
+    a reference replaced by the reference's name; other text unchanged."""
+    url_password(url)
+    return _mask_known(url)
 
 
 def remember(password: str | None) -> None:
     """Mask ``password`` from now on wherever :func:`redact` sees it, as given or percent-encoded."""
     if not password or len(password) < _SHORTEST_REMEMBERED:
         return
+    _remember(password, _MASK)
+
+
+def remember_reference(value: str, reference: str) -> None:
+    """Show ``<reference>`` from now on wherever ``value`` (what the reference resolved to) would show.
+
+    Any value counts, however short: a short one is masked where it stands
+    as a word of its own, so other words keep their letters. A password in it,
+    if it is a URL, is remembered too, so the URL's parts stay masked apart.
+    """
+    if not value:
+        return
+    _remember(value, f"<{reference}>")
+    url_password(value)
+    redact_log_records()
+
+
+def _remember(secret: str, mask: str) -> None:
     with _known_lock:
-        _known.update({password, quote(password, safe=""), unquote(password)})
+        for spelling in (secret, quote(secret, safe=""), unquote(secret)):
+            if _known.get(spelling, _MASK) == _MASK:  # a reference's name beats a plain mask
+                _known[spelling] = mask
 
 
 def _mask_known(text: str) -> str:
     with _known_lock:
-        known = sorted(_known, key=len, reverse=True)  # a longer secret before its own parts
-    for secret in known:
-        if secret in text:
-            text = text.replace(secret, _MASK)
+        known = sorted(_known.items(), key=lambda item: len(item[0]), reverse=True)  # longer first
+    for secret, mask in known:
+        if secret not in text:
+            continue
+        if len(secret) >= _SHORTEST_REMEMBERED:
+            text = text.replace(secret, mask)
+        else:
+            text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", mask.replace("\\", "\\\\"), text)
     return text
+
+
+_factory_lock = threading.Lock()
+_redacting = False
+
+
+def redact_log_records() -> None:
+    """From now on, every log record this process makes is redacted when it is made (idempotent).
+
+    Its message is formatted and redacted at once, and so is the traceback of
+    an exception it carries, so no handler (Prefect's API handler included)
+    formats the secret later. Records are made only for enabled levels, so
+    the cost is one redaction per line actually logged.
+    """
+    global _redacting
+    with _factory_lock:
+        if _redacting:
+            return
+        _redacting = True
+        make = logging.getLogRecordFactory()
+
+        def redacted_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = make(*args, **kwargs)
+            try:
+                record.msg, record.args = redact(record.getMessage()), ()
+                if record.exc_info and record.exc_info[1] is not None:
+                    record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+            except Exception:  # a record that cannot be formatted is left for its handler to report
+                pass
+            return record
+
+        logging.setLogRecordFactory(redacted_record)
 
 
 def redact(text: str) -> str:

@@ -24,6 +24,7 @@ from prefect.utilities.annotations import unmapped
 from shardwise.errors import ShardwiseError
 from shardwise.pipeline import PlannedRun, RunRef, ShardOutcome
 from shardwise.redact import redact
+from shardwise.tasks.connections import Held
 from shardwise.tasks.infer_shard import infer_shard
 from shardwise.tasks.runners import Fanout
 from shardwise.waiting import until_back
@@ -47,7 +48,11 @@ def run_shards(
     outcomes: list[ShardOutcome] = []
     failed: dict[int, str] = {}
     with fanout.task_runner() as runner, fanout.task_options():
-        futures = runner.map(infer_shard, {"ref": unmapped(planned.ref), "shard_id": list(planned.todo)})
+        held = Held.of(planned.ref.spec.source, planned.ref.spec.results)
+        futures = runner.map(
+            infer_shard,
+            {"ref": unmapped(planned.ref), "shard_id": list(planned.todo), "held": unmapped(held)},
+        )
         shard_of = dict(zip((f.task_run_id for f in futures), planned.todo, strict=True))
         for future in as_completed(futures):
             result = _result(future)

@@ -1,9 +1,11 @@
 """``infer_shard``: one shard, named by a run reference and a shard id, scored on whichever worker runs it.
 
 Only the :class:`~shardwise.pipeline.RunRef` (plain data, connection *names*)
-and the shard id cross to the worker. The worker resolves the names in its own
-environment and keeps its model and open run in this module's per-process
-cache, so a worker that scores ten shards loads its model once.
+and the shard id cross to the worker, with the URLs the command line held in
+memory for a local run (:class:`~shardwise.tasks.connections.Held`). The
+worker resolves the names in its own environment and keeps its model and open
+run in this module's per-process cache, so a worker that scores ten shards
+loads its model once.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from shardwise.models import get_spec
 from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score_ref_shard, warm
 from shardwise.redact import redact
 from shardwise.results import Ledger
-from shardwise.tasks.connections import resolve
+from shardwise.tasks.connections import Held, resolve
 from shardwise.tasks.retry import TRANSIENT_RETRIES
 from shardwise.tasks.sanitize import sanitized
 
@@ -34,8 +36,10 @@ WORKER = WorkerCache(get_spec)
     retries=3,
     **TRANSIENT_RETRIES,
 )
-def infer_shard(ref: RunRef, shard_id: int) -> ShardOutcome:
+def infer_shard(ref: RunRef, shard_id: int, held: Held | None = None) -> ShardOutcome:
     """Score shard ``shard_id`` unless the ledger says it is done; record a failure before re-raising."""
+    if held is not None:
+        held.install()
     logger = get_run_logger()
     try:
         outcome = score_here(ref, shard_id)

@@ -3,7 +3,7 @@
 Both are plain, frozen data: they pickle, they travel to worker processes and
 other machines, and they never hold a resolved secret. ``source`` and
 ``results`` are *connections*: a URL or path as it is (no password in it), or
-a name (``env:NAME``, ``secret:NAME``) that a :data:`Resolver` turns into one
+a name (``env:NAME``, ``secret:NAME``, ``held:NAME``) that a :data:`Resolver` turns into one
 where the work runs. The engine reads no environment itself: whoever runs it
 (the Prefect tasks, a test, a notebook) passes the resolver.
 """
@@ -26,7 +26,7 @@ __all__ = ["Resolver", "RunRef", "RunSpec", "as_is", "check_connections"]
 Resolver = Callable[[str], str]
 """Turns a connection (a URL, a path, or a name such as ``env:NAME``) into the URL or path it stands for."""
 
-_NAMES = ("env:", "secret:")
+_NAMES = ("env:", "secret:", "held:")
 
 
 def as_is(connection: str) -> str:

@@ -93,7 +93,7 @@ def test_a_password_in_a_cli_url_is_never_stored_shown_or_logged(
             return [run.parameters for run in await client.read_flow_runs()]
 
     stored = repr(asyncio.run(parameters()))
-    assert "env:SHARDWISE_CLI_SOURCE_URL" in stored
+    assert "held:source" in stored
     ledger = repr(execute(pg_url, "select parameters from shardwise_runs"))
     seen = {"prefect": stored, "ledger": ledger, "logs": caplog.text, "terminal": str(capfd.readouterr())}
     for secret in {password, written, password[3:], written[3:]}:  # a tail is what a pattern would miss
