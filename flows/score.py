@@ -11,7 +11,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
-from shardwise.flows.origin import started_by
+from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import PlannedRun, ShardOutcome, finish_run
@@ -55,6 +55,7 @@ def score(params: ScoreParams) -> State:
 
 
 def _score(params: ScoreParams) -> State:
+    check_model_for_origin(params.model)
     refuse_forbidden_where(params.where)
     if params.dry_run:
         report = dry_run(params.to_spec(), params.fanout().workers)

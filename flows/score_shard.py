@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from prefect import flow
 
+from shardwise.flows.origin import check_model_for_origin
 from shardwise.pipeline import RunRef, ShardOutcome
 from shardwise.tasks.infer_shard import infer_shard
 
@@ -21,4 +22,5 @@ __all__ = ["score_shard"]
 @flow(name="score-shard")
 def score_shard(ref: RunRef, shard_id: int) -> ShardOutcome:
     """Score shard ``shard_id`` of the run behind ``ref``; the shard task retries transient errors."""
+    check_model_for_origin(ref.spec.model)
     return infer_shard(ref, shard_id)

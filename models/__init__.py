@@ -4,30 +4,35 @@
 of any local Hugging Face model directory (optionally written ``hf:/path``),
 a plug-in written ``package.module:attribute``, or the name an installed
 package registers in the entry-point group ``shardwise.models`` (see
-:mod:`models.plugins`).
+:mod:`shardwise.models.plugins`). Runs started from a deployment take only
+the names that import no module the worker's operator did not allow
+(:func:`check_deployment_model`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from shardwise.errors import UnknownModelError
+from shardwise.errors import ConfigError, UnknownModelError
 from shardwise.model import ModelSpec
 from shardwise.models.hf import HFEncoderSpec
 from shardwise.models.hf_classifier import HFClassifierSpec
 from shardwise.models.hf_directory import directory_spec
 from shardwise.models.minilm import MiniLMSpec
 from shardwise.models.plugins import (
+    ALLOW_MODULES_SETTING,
     ENTRY_POINT_GROUP,
     PluginSpec,
     entry_point_names,
     entry_point_spec,
     is_reference,
+    module_allowed,
     reference_spec,
 )
 from shardwise.models.tiny import TinySpec
 
 __all__ = [
+    "ALLOW_MODULES_SETTING",
     "CATALOGUE",
     "ENTRY_POINT_GROUP",
     "HFClassifierSpec",
@@ -35,6 +40,7 @@ __all__ = [
     "MiniLMSpec",
     "PluginSpec",
     "TinySpec",
+    "check_deployment_model",
     "get_spec",
     "known_models",
 ]
@@ -71,5 +77,29 @@ def get_spec(name: str) -> ModelSpec:
     raise UnknownModelError(
         f"model {name!r} is not in the catalogue and is not a local directory; known models: "
         f"{', '.join(known_models())}, or the path of a Hugging Face model directory, or a plug-in's "
-        "package.module:attribute (README: Your own model)"
+        "package.module:attribute (docs: how-to/models.md, Your own model)"
     )
+
+
+def check_deployment_model(name: str, allowed_modules: str | None) -> None:
+    """Refuse, for a run started from a deployment, a model that would import a module nobody allowed.
+
+    Anyone who may start a deployment (the UI's form, the API) types the model
+    name, and importing a module runs its code on the worker. Such runs take
+    the built-in names, installed plug-ins' names and model directories (which
+    load weights, never code); a ``package.module:attribute`` only when the
+    worker's operator lists its module in ``allowed_modules`` (the setting
+    :data:`ALLOW_MODULES_SETTING`). Nothing is imported to decide.
+    """
+    if name in CATALOGUE or name in entry_point_names() or not is_reference(name):
+        return
+    if Path(name.removeprefix("hf:")).expanduser().is_dir():
+        return
+    module = name.split(":", 1)[0]
+    if not module_allowed(module, allowed_modules):
+        raise ConfigError(
+            f"model {name!r} names a module to import, and runs started from a deployment (the UI, the API, "
+            "a schedule, an event) take only built-in models, model directories and plug-ins registered "
+            f"under the entry-point group {ENTRY_POINT_GROUP!r}; register it there, or let the worker import "
+            f"it: export {ALLOW_MODULES_SETTING}={module} where the worker runs"
+        )

@@ -54,7 +54,7 @@ def what(value: object, short: bool = False) -> str:
 def spec_problem(value: object) -> str | None:
     """Why ``value`` is not a ModelSpec instance (a class is not one either), or None when it is one."""
     if isinstance(value, type):
-        return "a class; give an instance, or a function that returns one"
+        return "a class; give an instance of it"
     missing = [name for name in ("name", "describe", "load") if not hasattr(value, name)]
     if missing:
         return f"it lacks {', '.join(missing)}"

@@ -1,26 +1,34 @@
-"""Models from outside the catalogue: ``package.module:attribute`` references and installed plug-ins.
+"""Models from outside the catalogue: installed plug-ins and ``package.module:attribute`` references.
 
-A plug-in is a :class:`~shardwise.model.ModelSpec` object, or a function of no
-arguments that returns one. ``--model my_pkg.models:spec`` imports
-``my_pkg.models`` with :func:`importlib.import_module` and takes its ``spec``;
-the module must be importable wherever the model runs (the flow's process and
-every worker), from ``PYTHONPATH`` or an installed package. An installed
-package can also register a name, the entry point's name, in the group
-``shardwise.models``; listing those names never imports them, so a broken
-plug-in only fails when it is chosen.
+A plug-in is a :class:`~shardwise.model.ModelSpec` *object*: something with
+``name``, ``describe()`` and ``load(device)``. It is never called to make
+one: a reference to a function or a class is refused, so ``--model`` can
+never be used to call an arbitrary callable (``sys:exit``, ``os:fork``).
+
+Two ways to name one:
+
+* an installed package registers it under a name in the entry-point group
+  ``shardwise.models``; listing those names never imports them, so a broken
+  plug-in only fails when it is chosen;
+* ``--model my_pkg.models:spec`` imports ``my_pkg.models`` with
+  :func:`importlib.import_module` and takes its ``spec``; the module must be
+  importable wherever the model runs (the flow's process and every worker).
+
+Importing a module runs its code, so a run started from a deployment (the
+UI's form, the API, a schedule, an event) may not name a module the worker's
+operator did not allow: :func:`module_allowed`, with the operator's list from
+:data:`ALLOW_MODULES_SETTING` (read by the flows, not here).
 
 Every plug-in sits behind :class:`PluginSpec`, which checks it before any
-shard runs (see :mod:`models.plugin_checks`): ``describe()`` must give a well
-formed :class:`~shardwise.model.ModelInfo` whose version is the same on two
-calls (of two specs, where a factory makes them), and ``load()`` a model that
-agrees with it.
+shard runs (see :mod:`shardwise.models.plugin_checks`): ``describe()`` must
+give a well formed :class:`~shardwise.model.ModelInfo` whose version is the
+same on two calls, and ``load()`` a model that agrees with it.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 
@@ -31,49 +39,49 @@ from shardwise.model import Model, ModelInfo, ModelSpec
 from shardwise.models.plugin_checks import brief, check_info, check_loaded, check_stable, spec_problem, what
 
 __all__ = [
+    "ALLOW_MODULES_SETTING",
     "ENTRY_POINT_GROUP",
     "PluginSpec",
     "entry_point_names",
     "entry_point_spec",
     "is_reference",
+    "module_allowed",
     "reference_spec",
 ]
 
 ENTRY_POINT_GROUP = "shardwise.models"
+ALLOW_MODULES_SETTING = "SHARDWISE_ALLOW_MODULE_PLUGINS"
+"""The worker's environment setting that lets deployment runs name ``module:attribute`` plug-ins: a comma
+separated list of module names (each allows its submodules too), or ``*`` for any module."""
 _REFERENCE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _SHOWN_NAMES = 8
 
 
 class PluginSpec:
-    """A plug-in's spec behind checks; ``origin`` says where it came from, for messages.
+    """A plug-in's spec behind checks; ``origin`` says where it came from, for messages."""
 
-    ``make`` gives the plug-in's own spec: the same object each time, or a new
-    one from its factory. :meth:`describe` checks two of them against each other.
-    """
-
-    def __init__(self, name: str, origin: str, make: Callable[[], ModelSpec]) -> None:
+    def __init__(self, name: str, origin: str, spec: ModelSpec) -> None:
         self.name = name
         self.origin = origin
-        self._make = make
+        self._spec = spec
 
     def __repr__(self) -> str:
         return f"PluginSpec({self.name!r}, {self.origin!r})"
 
     def make(self) -> ModelSpec:
-        """The plug-in's own spec (a new one each time from a factory)."""
-        return self._make()
+        """The plug-in's own spec object."""
+        return self._spec
 
     def describe(self) -> ModelInfo:
         """The plug-in's checked description; it must be the same twice over."""
-        first, second = self._described(self.make()), self._described(self.make())
+        first, second = self._described(self._spec), self._described(self._spec)
         check_stable(first, second, self._where())
         return first
 
     def load(self, device: torch.device) -> Model:
         """Load the plug-in's model and check it against its own description."""
-        spec = self.make()
-        info = self._described(spec)
-        model = spec.load(device)
+        info = self._described(self._spec)
+        model = self._spec.load(device)
         check_loaded(model, info, self._where())
         return model
 
@@ -131,9 +139,21 @@ def entry_point_spec(name: str) -> PluginSpec | None:
     return _plugin(found_object, shown, origin, expected_name=name)
 
 
+def module_allowed(module_name: str, allowed: str | None) -> bool:
+    """Whether ``allowed`` (the operator's :data:`ALLOW_MODULES_SETTING`) lets runs import ``module_name``."""
+    listed = {part.strip() for part in (allowed or "").split(",") if part.strip()}
+    return "*" in listed or any(module_name == m or module_name.startswith(m + ".") for m in listed)
+
+
 def _plugin(found: object, shown: str, origin: str, expected_name: str | None) -> PluginSpec:
-    make = _maker(found, shown)
-    spec = make()
+    problem = spec_problem(found)
+    if problem is not None:
+        called = " and is never called" if callable(found) else ""
+        raise ConfigError(
+            f"{shown} is {what(found)}, not a ModelSpec ({problem}); a plug-in is an object with name, "
+            f"describe() and load(device){called}: point at one, e.g. spec = MySpec(...)"
+        )
+    spec: ModelSpec = found  # type: ignore[assignment]
     if not isinstance(spec.name, str) or not spec.name.strip():
         raise ConfigError(f"{shown}: the spec's name is {spec.name!r}; give it a non-empty name")
     if expected_name is not None and spec.name != expected_name:
@@ -141,40 +161,7 @@ def _plugin(found: object, shown: str, origin: str, expected_name: str | None) -
             f"{shown} gives a spec named {spec.name!r}; name the entry point {spec.name!r}, or the spec "
             f"{expected_name!r}: the two must agree"
         )
-    return PluginSpec(spec.name, origin, make)
-
-
-def _maker(found: object, shown: str) -> Callable[[], ModelSpec]:
-    """How to get the plug-in's spec again: the object itself, or a call of its factory."""
-    if spec_problem(found) is None:
-        spec: ModelSpec = found  # type: ignore[assignment]
-        return lambda: spec
-    if not callable(found):
-        raise ConfigError(
-            f"{shown} is {what(found)}, not a ModelSpec ({spec_problem(found)}); point it at an object with "
-            "name, describe() and load(device), or at a function of no arguments that returns one"
-        )
-    factory: Callable[[], object] = found
-
-    def make() -> ModelSpec:
-        try:
-            made = factory()
-        except ShardwiseError:
-            raise
-        except Exception as exc:
-            raise ConfigError(
-                f"{shown}: calling it with no arguments raised {brief(exc)}; fix the factory, or point at a "
-                "ModelSpec object"
-            ) from exc
-        problem = spec_problem(made)
-        if problem is not None:
-            raise ConfigError(
-                f"{shown}: the factory returned {what(made)}, not a ModelSpec ({problem}); return an object "
-                "with name, describe() and load(device)"
-            )
-        return made  # type: ignore[return-value]
-
-    return make
+    return PluginSpec(spec.name, origin, spec)
 
 
 def _import(module_name: str, shown: str) -> ModuleType:

@@ -74,31 +74,39 @@ def test_a_spec_object_loads_by_module_and_attribute(module: Callable[..., str])
     assert isinstance(model, Model) and model.version == SMALL.describe().version
 
 
-def test_a_factory_is_called_for_each_spec_and_checked_twice(module: Callable[..., str]) -> None:
+def test_a_function_is_refused_and_never_called(module: Callable[..., str]) -> None:
     calls: list[int] = []
 
     def make() -> TinySpec:
         calls.append(1)
         return SMALL
 
-    spec = get_spec(f"{module(make=make)}:make")
-    assert len(calls) == 1, "looked up once, to learn its name"
-    info = spec.describe()
-    assert len(calls) == 3, "two specs from the factory, described and compared"
-    assert info == SMALL.describe() and spec.load(CPU).version == info.version
+    name = module(make=make)
+    with pytest.raises(ConfigError) as raised:
+        get_spec(f"{name}:make")
+    assert "not a ModelSpec" in str(raised.value) and "is never called" in str(raised.value)
+    assert calls == [], "a plug-in reference never calls what it names"
 
 
-def test_a_class_of_no_arguments_is_a_factory_and_attributes_may_be_dotted(
-    module: Callable[..., str],
-) -> None:
+@pytest.mark.parametrize("reference", ["sys:exit", "os:fork", "code:interact", "os:system", "builtins:exec"])
+def test_a_callable_anywhere_is_refused_without_calling_it(reference: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        get_spec(reference)
+    message = str(raised.value)
+    assert message.startswith(f"model {reference!r} is ") and "is never called" in message, message
+    assert "\n" not in message
+
+
+def test_a_class_is_refused_and_attributes_may_be_dotted(module: Callable[..., str]) -> None:
     holder = types.SimpleNamespace(spec=SMALL)
-    assert get_spec(f"{module(TinySpec=TinySpec)}:TinySpec").name == "tiny"
+    with pytest.raises(ConfigError, match="a class; give an instance of it"):
+        get_spec(f"{module(TinySpec=TinySpec)}:TinySpec")
     assert get_spec(f"{module(holder=holder)}:holder.spec").name == "small"
 
 
 def test_a_plugin_module_is_imported_from_the_path(source_module: Callable[[str], str]) -> None:
     name = source_module(
-        "from models.tiny import TinySpec\nspec = TinySpec(name='on-path', dim=16, heads=2)\n"
+        "from shardwise.models.tiny import TinySpec\nspec = TinySpec(name='on-path', dim=16, heads=2)\n"
     )
     assert get_spec(f"{name}:spec").describe().name == "on-path"
 
@@ -152,35 +160,6 @@ def test_an_object_that_is_not_a_spec_says_what_it_is(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         get_spec(f"{module(spec=value)}:spec")
-
-
-def _raises() -> TinySpec:
-    raise ValueError("ENCODER_DIR is not set\nmore detail")
-
-
-def _gives_a_dict() -> dict[str, str]:
-    return {"name": "x"}
-
-
-def _says_its_own_error() -> TinySpec:
-    raise ConfigError("my plug-in needs its weights: pip install my-weights")
-
-
-def test_a_factory_that_raises_or_returns_something_else_is_named(module: Callable[..., str]) -> None:
-    name = module(raises=_raises, dict=_gives_a_dict, own=_says_its_own_error, needs=lambda path: path)
-    with pytest.raises(ConfigError) as info:
-        get_spec(f"{name}:raises")
-    assert str(info.value) == (
-        f"model '{name}:raises': calling it with no arguments raised ValueError: ENCODER_DIR is not set; "
-        "fix the factory, or point at a ModelSpec object"
-    )
-    with pytest.raises(ConfigError, match=r"the factory returned \{'name': 'x'\} \(type dict\), not a Model"):
-        get_spec(f"{name}:dict")
-    with pytest.raises(ConfigError, match="missing 1 required positional argument: 'path'"):
-        get_spec(f"{name}:needs")
-    with pytest.raises(ConfigError) as own:
-        get_spec(f"{name}:own")
-    assert str(own.value) == "my plug-in needs its weights: pip install my-weights", "its own message, as is"
 
 
 def test_a_reference_does_not_shadow_names_or_directories(tmp_path: Path) -> None:
@@ -267,17 +246,11 @@ def test_a_version_that_changes_between_calls_is_refused(module: Callable[..., s
     assert "content hash of its weights, config and tokenizer" in text and "not a timestamp" in text
 
 
-def test_a_factory_whose_specs_differ_is_refused(module: Callable[..., str]) -> None:
-    seeds = iter(range(100))
-    name = module(make=lambda: replace(SMALL, seed=next(seeds)))
-    with pytest.raises(
-        ConfigError, match=r"describe\(\) gave version '\w{16}\.\.\.', then '\w{16}\.\.\.'; a model version"
-    ):
-        get_spec(f"{name}:make").describe()
+def test_a_description_that_changes_between_calls_is_refused(module: Callable[..., str]) -> None:
     lengths = iter(range(100, 200))
-    other = module(make=lambda: Described(replace(GOOD, max_length=next(lengths))))
-    with pytest.raises(ConfigError, match="describe\\(\\) gave max_length 101, then 102; a description must"):
-        get_spec(f"{other}:make").describe()
+    other = module(spec=Described(lambda: replace(GOOD, max_length=next(lengths))))
+    with pytest.raises(ConfigError, match="describe\\(\\) gave max_length 100, then 101; a description must"):
+        get_spec(f"{other}:spec").describe()
 
 
 # --- what load() gives ----------------------------------------------------------------------------
@@ -349,7 +322,10 @@ def install(root: Path, package: str, entry_points: dict[str, str], modules: dic
         (root / f"{name}.py").write_text(source)
 
 
-MYPLUG = "from models.tiny import TinySpec\n\nspec = TinySpec(name='myplug', dim=16, layers=1, heads=2)\n"
+MYPLUG = (
+    "from shardwise.models.tiny import TinySpec\n\n"
+    "spec = TinySpec(name='myplug', dim=16, layers=1, heads=2)\n"
+)
 
 
 @pytest.fixture
@@ -484,6 +460,7 @@ def encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def example(encoder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("ENCODER_DIR", str(encoder_dir))
+    monkeypatch.delitem(sys.modules, "plugin_example", raising=False)  # its spec reads ENCODER_DIR on import
     monkeypatch.syspath_prepend(str(HERE))
     return encoder_dir
 
