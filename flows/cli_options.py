@@ -120,7 +120,7 @@ def _known_models() -> str:
 
     return (
         f" Known names: {', '.join(known_models())}; a plug-in can also be given as package.module:attribute "
-        "(README: Your own model)."
+        "(docs: how-to/models.md)."
     )
 
 

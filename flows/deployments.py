@@ -27,7 +27,9 @@ def load_deployment_configs(path: Path = PREFECT_YAML) -> list[dict[str, Any]]:
     data = yaml.safe_load(path.read_text()) or {}
     deployments = data.get("deployments")
     if not isinstance(deployments, list):
-        raise ConfigError(f"{path} has no deployments list; see README.md for the expected layout")
+        raise ConfigError(
+            f"{path} has no deployments list; see docs/how-to/deployments.md for the expected layout"
+        )
     return deployments
 
 

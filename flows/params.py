@@ -40,7 +40,7 @@ class ScoreParams(BaseModel):
     where: str | None = Field(
         None,
         description="Optional SQL filter on the source table: one boolean expression over its columns, "
-        "checked by a SQL parser (no subqueries; an allow-list of functions; README: The where filter).",
+        "checked by a SQL parser (no subqueries; an allow-list of functions; docs: how-to/where-filter.md).",
     )
     model: str = Field(
         DEFAULT_MODEL,

@@ -4,7 +4,7 @@ A run's id is the id of the flow run that started it. When that process is
 killed, nothing tells Prefect: the flow run stays Running. Prefect 3.9's own
 answer is a heartbeat (``PREFECT_FLOWS_HEARTBEAT_FREQUENCY``, every 180 s by
 default, from every flow run) and an automation on a long-lived server that
-marks a flow run Crashed when its heartbeats stop (README: "Leases"). The
+marks a flow run Crashed when its heartbeats stop (docs: concepts.md, "Leases"). The
 CLI's temporary server dies with the CLI, so nothing could watch its
 heartbeats; but its database outlives it, and the next CLI run (the resume)
 finds the old flow run there. So whichever server it is, the resume that won

@@ -31,7 +31,7 @@ This bounds what a filter can *say*; it does not replace the database's own
 rights. The filter runs with the source role's rights and resolves functions,
 operators and casts through its ``search_path``, so the source also reads in
 read-only transactions (PostgreSQL) or ``query_only`` connections (SQLite),
-and a deployment should connect with a read-only role (see the README).
+and a deployment should connect with a read-only role (see docs/how-to/where-filter.md).
 """
 
 from __future__ import annotations
