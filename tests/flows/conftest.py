@@ -1,10 +1,11 @@
-"""Prefect's test harness for the flow tests, with result storage isolated per session."""
+"""Prefect's test harness for the flow tests, with result storage isolated per session; a docs table."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from flow_data import make_docs
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +16,15 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     storage = tmp_path_factory.mktemp("prefect-results")
     with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
         yield
+
+
+@pytest.fixture
+def docs(sqlite_url: str) -> str:
+    """A SQLite database with ``docs`` (20 rows and the bad rows) and an empty ledger, so that "no run
+    was recorded" is a count, not a missing table."""
+    from shardwise.results import Ledger
+
+    make_docs(sqlite_url, 20)
+    with Ledger(sqlite_url) as ledger:
+        ledger.ensure()
+    return sqlite_url

@@ -8,44 +8,16 @@ own console log counts as well.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import free_port, ledger_runs, one_line
 from flow_data import execute, make_docs
 
 from shardwise.flows.cli import main
-from shardwise.results import Ledger
-
-
-def _runs(url: str) -> int:
-    return int(execute(url, "select count(*) from shardwise_runs")[0][0])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _one_line(capfd: pytest.CaptureFixture[str]) -> str:
-    captured = capfd.readouterr()
-    err = captured.err.strip()
-    assert "Traceback" not in captured.err + captured.out, captured.err
-    assert len(err.splitlines()) == 1, err
-    return err
-
-
-@pytest.fixture
-def docs(sqlite_url: str) -> str:
-    make_docs(sqlite_url, 20)
-    with Ledger(sqlite_url) as ledger:
-        ledger.ensure()  # so that "no run was recorded" is a count, not a missing table
-    return sqlite_url
-
 
 BAD_INPUTS = [
     (
@@ -76,10 +48,10 @@ def test_bad_input_is_one_line_exit_2_and_no_run(
 ) -> None:
     argv = ["run", "--source", docs, "--table", "docs", "--model", "tiny", *extra]
     code = main(argv)
-    err = _one_line(capfd)
+    err = one_line(capfd)
     assert code == 2, err
     assert err.startswith("shardwise: error: ") and message in err and fix in err, err
-    assert _runs(docs) == 0
+    assert ledger_runs(docs) == 0
 
 
 PLUGINS = Path(__file__).resolve().parent.parent / "models"
@@ -112,10 +84,10 @@ def test_a_bad_plugin_is_one_line_exit_2_and_no_run(
 ) -> None:
     monkeypatch.syspath_prepend(str(PLUGINS))
     code = main(["run", "--source", docs, "--table", "docs", "--model", model])
-    err = _one_line(capfd)
+    err = one_line(capfd)
     assert code == 2, err
     assert err.startswith("shardwise: error: ") and message in err and fix in err, err
-    assert _runs(docs) == 0
+    assert ledger_runs(docs) == 0
 
 
 def test_pairs_for_a_model_without_them_are_refused_before_the_run(
@@ -125,9 +97,9 @@ def test_pairs_for_a_model_without_them_are_refused_before_the_run(
     monkeypatch.syspath_prepend(str(PLUGINS))
     pairs = ["--text-column", "question", "--text-pair-column", "text"]
     code = main(["run", "--source", docs, "--table", "docs", "--model", "plugin_faults:no_pairs", *pairs])
-    err = _one_line(capfd)
+    err = one_line(capfd)
     assert code == 2 and "model 'faulty' does not take text pairs" in err and "drop --text-pair-column" in err
-    assert _runs(docs) == 0
+    assert ledger_runs(docs) == 0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA: --device cuda is valid here")
@@ -135,9 +107,9 @@ def test_cuda_on_a_host_without_it_is_refused_before_the_run(
     docs: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     code = main(["run", "--source", docs, "--table", "docs", "--model", "tiny", "--device", "cuda"])
-    err = _one_line(capfd)
+    err = one_line(capfd)
     assert code == 2 and "device 'cuda' needs CUDA" in err and "use --device cpu" in err
-    assert _runs(docs) == 0
+    assert ledger_runs(docs) == 0
 
 
 @pytest.mark.parametrize("results", [False, True])
@@ -148,9 +120,9 @@ def test_a_missing_parquet_path_is_named_whether_or_not_results_are_given(
     code = main(
         ["run", "--source", str(missing), "--model", "tiny", *(["--results", docs] if results else [])]
     )
-    err = _one_line(capfd)
+    err = one_line(capfd)
     assert code == 2 and f"Parquet location '{missing}' is not a file, folder or glob that exists" in err
-    assert _runs(docs) == 0
+    assert ledger_runs(docs) == 0
 
 
 @pytest.mark.s3
@@ -167,9 +139,9 @@ def test_s3_without_credentials_is_one_line_before_the_run(
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     code = main(["run", "--source", "s3://creds/in/", "--results", docs, "--model", "tiny"])
-    err = _one_line(capfd)
+    err = one_line(capfd)
     assert code == 2 and "Unable to locate credentials" in err and "AWS_ACCESS_KEY_ID" in err, err
-    assert _runs(docs) == 0
+    assert ledger_runs(docs) == 0
 
 
 def test_watch_options_become_one_watch_spec(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,26 +171,26 @@ def test_a_bad_watch_option_is_one_line_exit_2_before_watching(
     docs: str, extra: list[str], message: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     code = main(["watch", "--source", docs, "--table", "docs", *extra])
-    err = _one_line(capfd)
+    err = one_line(capfd)
     assert code == 2 and message in err, err
 
 
 def test_an_unreachable_database_exits_3(capfd: pytest.CaptureFixture[str]) -> None:
-    url = f"postgresql+psycopg://root@127.0.0.1:{_free_port()}/test"
+    url = f"postgresql+psycopg://root@127.0.0.1:{free_port()}/test"
     code = main(["run", "--source", url, "--table", "docs", "--model", "tiny"])
-    err = _one_line(capfd)
+    err = one_line(capfd)
     assert code == 3 and "Connection refused" in err, err
 
 
 def test_an_unreachable_prefect_api_exits_3(docs: str, capfd: pytest.CaptureFixture[str]) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    dead = f"http://127.0.0.1:{_free_port()}/api"
+    dead = f"http://127.0.0.1:{free_port()}/api"
     with temporary_settings({PREFECT_API_URL: dead}):
         code = main(["run", "--source", docs, "--table", "docs", "--model", "tiny"])
-    err = _one_line(capfd)
+    err = one_line(capfd)
     assert code == 3 and f"the Prefect API at {dead} (PREFECT_API_URL) did not answer" in err, err
-    assert "prefect server start" in err and _runs(docs) == 0
+    assert "prefect server start" in err and ledger_runs(docs) == 0
 
 
 @pytest.mark.postgres
@@ -230,7 +202,7 @@ def test_an_error_inside_the_run_is_one_line_and_the_traceback_goes_to_verbose(
     make_docs(pg_url, 20)
     argv = ["run", "--source", pg_url, "--table", "docs", "--model", "tiny", "--where", "1 / (id - 5) > 0"]
     assert main(argv) == 2
-    err = _one_line(capfd)
+    err = one_line(capfd)
     assert err.startswith("shardwise: error: ") and "division by zero" in err, err
 
     assert main([*argv, "--verbose"]) == 2
@@ -249,7 +221,7 @@ def test_redrive_with_nothing_changed_says_so_and_suggests_force(
     assert main(["redrive", *common, "--run", run_id]) == 0
     out = capsys.readouterr().out
     assert f"nothing to redrive: none of the dead-lettered inputs of run {run_id} changed" in out, out
-    assert "add --force" in out and _runs(sqlite_url) == 1
+    assert "add --force" in out and ledger_runs(sqlite_url) == 1
 
 
 def test_the_console_script_keeps_a_bad_input_to_one_line(docs: str) -> None:
@@ -259,7 +231,7 @@ def test_the_console_script_keeps_a_bad_input_to_one_line(docs: str) -> None:
     )
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert _runs(docs) == 0
+    assert ledger_runs(docs) == 0
 
 
 def test_the_console_script_keeps_a_bad_plugin_to_one_line(docs: str) -> None:
@@ -270,4 +242,4 @@ def test_the_console_script_keeps_a_bad_plugin_to_one_line(docs: str) -> None:
     )
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "not a timestamp" in proc.stderr, proc.stderr
-    assert _runs(docs) == 0
+    assert ledger_runs(docs) == 0
