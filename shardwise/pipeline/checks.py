@@ -3,21 +3,27 @@
 A mistake found here costs a second and one line; found inside a run it
 costs a failed run in the ledger, a Failed flow run and a traceback. So the
 checks run in the order a user would fix things (the model, the names, the
-source, where results go, the run ids and whether a resumed run is still
-held by a live process, the device), each cheaply: the source
-runs its filter on no rows and lists at most one object; nothing is planned
-and no ledger row is written.
+source, where results go and whether an existing results table fits, the run
+ids and whether a resumed run is still held by a live process, the device and
+the precision on it), each cheaply: the source runs its filter on no rows, or
+reads its Parquet footers; nothing is planned, no ledger row is written, and
+no database file is created.
 """
 
 from __future__ import annotations
 
+import os
+
 from shardwise.device import resolve_device
+from shardwise.model import ModelInfo
 from shardwise.pipeline.lease import takeover_from
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys
 from shardwise.pipeline.spec import Resolver, RunSpec, check_connections
 from shardwise.pipeline.worker import Catalogue, open_spec_source
-from shardwise.results import Ledger
+from shardwise.precision import resolve_precision
+from shardwise.results import Ledger, ResultStore, existing_key_type
 from shardwise.results.schema import parse_table_name
+from shardwise.sources import Source
 
 __all__ = ["check_run"]
 
@@ -26,17 +32,22 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
     """Raise the :mod:`shardwise.errors` error a run of ``spec`` would meet first, if any.
 
     ``local_workers`` says whether the shards will run on this host, so that
-    this host's devices are the workers' (not so for a remote cluster).
+    this host's devices are the workers' (not so for a remote cluster): then
+    an explicit precision the device cannot run is refused here, fp16 on a
+    CPU included (see :func:`~shardwise.precision.resolve_precision`).
     Returns why the run would have nothing to do, when that is known now: a
     redrive whose dead letters did not change.
     """
-    spec.check_model(catalogue(spec.model).describe())
+    model = catalogue(spec.model).describe()
+    spec.check_model(model)
     parse_table_name(spec.results_table)
     source_url, results_url = resolve(spec.source), resolve(spec.results)
     source, idle = open_spec_source(spec, resolve), None
     try:
         source.check()
         check_connections(spec, source_url, results_url)
+        if _database_exists(results_url):
+            _check_results_table(spec, results_url, model, source)
         if spec.resume is not None or spec.redrive is not None:
             with Ledger(results_url) as ledger:
                 if spec.resume is not None:
@@ -47,8 +58,24 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
     finally:
         source.close()
     if local_workers:
-        resolve_device(spec.device)
+        resolve_precision(spec.precision, resolve_device(spec.device), model.outputs)
     return idle
+
+
+def _database_exists(url: str) -> bool:
+    """False for an SQLite file not made yet (connecting would make it); True for any server database."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return parsed.get_backend_name() != "sqlite" or os.path.exists(parsed.database or "")
+
+
+def _check_results_table(spec: RunSpec, results_url: str, model: ModelInfo, source: Source) -> None:
+    """An existing results table has the layout this run writes: the model's outputs, the source's key type
+    (where the source knows it before planning), the lineage columns and the primary key."""
+    with Ledger(results_url) as ledger:
+        key_type = source.params.get("key_type") or existing_key_type(ledger, spec.results_table) or "text"
+        ResultStore(ledger, spec.results_table, model.outputs, key_type).check_schema()
 
 
 def _check_resume(ledger: Ledger, spec: RunSpec) -> None:

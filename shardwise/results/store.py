@@ -71,6 +71,12 @@ class ResultStore(Closing):
         """Close the ledger's pooled connections. Open writers keep theirs until they exit."""
         self.ledger.close()
 
+    def check_schema(self) -> None:
+        """Refuse an existing results table of another layout, as :meth:`ensure_schema` would; create none."""
+        with self.ledger.reading("inspect the results table") as conn:
+            if sa.inspect(conn).has_table(self.table.name, schema=self.table.schema):
+                check_layout(conn, self.table, self.results_table)
+
     def ensure_schema(self) -> None:
         """Create the ledger and the results table if missing; check an existing results table's layout.
 

@@ -214,6 +214,21 @@ def test_a_broken_file_is_a_source_error(tmp_path: Path) -> None:
         ParquetSource(str(tmp_path)).plan()
 
 
+@pytest.mark.parametrize("glob", [False, True], ids=["folder", "glob"])
+def test_check_reads_every_footer_and_names_a_broken_file_inside_the_location(
+    tmp_path: Path, glob: bool
+) -> None:
+    good = write(tmp_path / "a.parquet", list(range(10)))
+    ParquetSource(str(tmp_path)).check()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "cut.parquet").write_bytes(good.read_bytes()[:-20])  # its footer cut off
+    location = str(tmp_path / "**" / "*.parquet") if glob else str(tmp_path)
+    broken = r"^Parquet object 'sub/cut.parquet' is not a readable Parquet file"
+    with pytest.raises(SourceError, match=broken) as err:
+        ParquetSource(location).check()
+    assert str(tmp_path) not in str(err.value), "the location is the user's to name, as they gave it"
+
+
 def test_bad_locations_and_arguments_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unsupported scheme"):
         ParquetSource("gs://bucket/data/")

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from shardwise.errors import SourceError
 from shardwise.sources.base import KeyType
-from shardwise.sources.parquet.objects import ObjectInfo, ObjectStore
+from shardwise.sources.parquet.objects import ObjectInfo, ObjectStore, relative_key
 from shardwise.sources.parquet.row_groups import RowGroup
 
 __all__ = ["Footer", "key_nulls", "read_footers"]
@@ -56,8 +56,8 @@ def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, inputs: Sequence
             metadata = pq.ParquetFile(handle).metadata
         except pa.ArrowException as exc:
             raise SourceError(
-                f"{obj.key!r} is not a readable Parquet file ({exc}); remove it from the location "
-                "or point the location at the Parquet files only"
+                f"Parquet object {relative_key(store.identity, obj.key)!r} is not a readable Parquet file "
+                f"({exc}); remove it from the location or point the location at the Parquet files only"
             ) from exc
     key_type: KeyType | None = None
     if check:

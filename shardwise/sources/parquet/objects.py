@@ -24,6 +24,7 @@ __all__ = [
     "changed_since_listed",
     "is_parquet_name",
     "listing_digest",
+    "relative_key",
 ]
 
 PARQUET_SUFFIX = ".parquet"
@@ -82,6 +83,20 @@ def is_parquet_name(name: str) -> bool:
     checksums (``.crc``) and metadata files; skipping them by name needs no I/O.
     """
     return name.lower().endswith(PARQUET_SUFFIX)
+
+
+def relative_key(location: str, key: str) -> str:
+    """``key`` as a path inside the dataset at ``location`` (a folder, glob, prefix or object), for messages.
+
+    The location itself is left out: the user gave it, possibly as a name
+    (``env:NAME``) whose value is not to be shown. An object that is the
+    location, or that a glob matched in its last part, is named by its file name.
+    """
+    magic = [location.index(c) for c in "*?[" if c in location]
+    base = (location[: min(magic)] if magic else location).rstrip("/")
+    if key != location and key.startswith(base + "/"):
+        return key[len(base) + 1 :]
+    return key.rsplit("/", 1)[-1]
 
 
 def listing_digest(objects: Iterable[ObjectInfo]) -> str:

@@ -146,8 +146,17 @@ class ParquetSource(Source):
         }
 
     def check(self) -> None:
-        """Fail now if the location does not exist or cannot be listed (credentials, bucket, path)."""
+        """Fail now if the location does not exist or cannot be listed (credentials, bucket, path), or if
+        an object in it is not readable Parquet (random bytes, a truncated file).
+
+        Every footer is read, as planning reads them all (a request or two per
+        object, eight at a time): a broken file is one line before a run starts,
+        instead of a run that fails while planning. The columns are left to
+        planning, which knows which objects an only-new run reads.
+        """
         self._store.probe()
+        objects = self._list().objects
+        read_footers(self._store, objects, self.key, self.inputs, check=[False] * len(objects))
 
     def close(self) -> None:
         """Close the S3 client if this source created it. Nothing else is held between calls."""

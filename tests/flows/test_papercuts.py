@@ -1,0 +1,69 @@
+"""Operator papercuts (issue 20, part 3): each mistake is refused in one line with exit 2 before anything
+runs (no run in the ledger, no flow run), and the command line keeps its exit codes, stops cleanly and says
+one thing once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from cli_helpers import flow_runs, ledger_runs, one_line
+from flow_data import execute, parquet_bytes
+
+from shardwise.flows.cli import main
+
+# 1. Checked in preflight: a results table of another layout, fp16 on a CPU, an unreadable Parquet file.
+
+
+def _refused(argv: list[str], ledger: str, capfd: pytest.CaptureFixture[str]) -> str:
+    """Run ``argv``; it must exit 2 with one line, no run in ``ledger`` and no flow run."""
+    before = flow_runs()
+    code = main(argv)
+    err = one_line(capfd)
+    assert code == 2, err
+    assert err.startswith("shardwise: error: "), err
+    assert ledger_runs(ledger) == 0 and flow_runs() == before
+    return err
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_results_table_of_another_layout_is_refused_before_the_run(
+    docs: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    execute(docs, "create table scores (id integer primary key, note text)")
+    monkeypatch.setenv("SW_PAPERCUT_DOCS", docs)
+    argv = ["run", "--source", "env:SW_PAPERCUT_DOCS", "--table", "docs", "--model", "tiny"]
+    err = _refused([*argv, "--results-table", "scores"], docs, capfd)
+    assert "results table 'scores' already exists with a different layout" in err, err
+    assert "column 'source_key' (int) is missing" in err and "choose another --results-table" in err, err
+    assert docs.removeprefix("sqlite:///") not in err, "the resolved URL is never shown"
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_fp16_on_a_cpu_is_refused_before_the_run(docs: str, capfd: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--source", docs, "--table", "docs", "--model", "tiny", "--device", "cpu"]
+    err = _refused([*argv, "--precision", "fp16"], docs, capfd)
+    assert "precision fp16 is not computed natively on CPUs" in err, err
+    assert "--precision fp32 or bf16" in err and "--device cuda" in err, err
+
+
+def _corrupt(good: bytes) -> dict[str, bytes]:
+    return {"random bytes": os.urandom(4096), "truncated": good[: len(good) * 2 // 3]}
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.parametrize("fault", ["random bytes", "truncated"])
+def test_an_unreadable_parquet_file_is_refused_before_the_run(
+    docs: str, fault: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    good = parquet_bytes(list(range(50)), [f"text {i}" for i in range(50)])
+    (folder / "part-0.parquet").write_bytes(good)
+    (folder / "part.parquet").write_bytes(_corrupt(good)[fault])
+    monkeypatch.setenv("SW_PAPERCUT_PARQUET", str(folder))
+    argv = ["run", "--source", "env:SW_PAPERCUT_PARQUET", "--results", docs, "--model", "tiny"]
+    err = _refused(argv, docs, capfd)
+    assert "Parquet object 'part.parquet' is not a readable Parquet file" in err, err
+    assert "remove it from the location" in err and str(folder) not in err, err
