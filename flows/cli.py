@@ -12,6 +12,7 @@ import atexit
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -56,17 +57,23 @@ def _exit_now(code: list[int]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; return the process exit code (see :mod:`flows.outcome`)."""
+    """Run one subcommand; return the process exit code (see :mod:`flows.outcome`).
+
+    An error is one line and its exit code; ``-v`` prints its traceback first and keeps the code.
+    Only an unexpected error (a bug) escapes, with its traceback, and exits 1.
+    """
     args = _parser().parse_args(argv)
-    from shardwise.flows.outcome import code_for, quiet_console, say_error
+    from shardwise.flows.outcome import RUN_FAILED, code_for, quiet_console, say_error
 
     undo = quiet_console() if getattr(args, "verbose", None) is False else None
     try:
         return int(args.handler(args))
     except Exception as exc:
         code = code_for(exc)
-        if code == 1 or getattr(args, "verbose", False):
-            raise  # a bug, or asked for: the traceback is the message
+        if code == RUN_FAILED:
+            raise  # a bug: the traceback is the message
+        if getattr(args, "verbose", False):
+            traceback.print_exc()  # asked for; the exit code stays the error's
         say_error(exc)
         return code
     finally:

@@ -5,10 +5,12 @@ one thing once."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import flow_runs, ledger_runs, one_line
+from cli_helpers import flow_runs, free_port, ledger_runs, one_line
 from flow_data import execute, parquet_bytes
 
 from shardwise.flows.cli import main
@@ -67,3 +69,37 @@ def test_an_unreadable_parquet_file_is_refused_before_the_run(
     err = _refused(argv, docs, capfd)
     assert "Parquet object 'part.parquet' is not a readable Parquet file" in err, err
     assert "remove it from the location" in err and str(folder) not in err, err
+
+
+# 2. -v changes what is printed, never the exit code.
+
+
+@pytest.mark.parametrize("verbose", [[], ["-v"]], ids=["quiet", "verbose"])
+def test_a_bad_input_exits_2_with_or_without_verbose(
+    docs: str, verbose: list[str], capfd: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "--source", docs, "--table", "docs", "--model", "tiny", "--where", "nosuch = 1", *verbose]
+    assert main(argv) == 2
+    err = capfd.readouterr().err.strip()
+    assert err.splitlines()[-1].startswith("shardwise: error: where filter 'nosuch = 1' does not run"), err
+    assert ("Traceback" in err) == bool(verbose), err
+    assert ledger_runs(docs) == 0
+
+
+@pytest.mark.parametrize("verbose", [[], ["-v"]], ids=["quiet", "verbose"])
+def test_a_service_error_exits_3_with_or_without_verbose(
+    verbose: list[str], capfd: pytest.CaptureFixture[str]
+) -> None:
+    url = f"postgresql+psycopg://root@127.0.0.1:{free_port()}/test"
+    assert main(["run", "--source", url, "--table", "docs", "--model", "tiny", *verbose]) == 3
+    err = capfd.readouterr().err.strip()
+    assert "Connection refused" in err.splitlines()[-1] and ("Traceback" in err) == bool(verbose), err
+
+
+def test_the_console_script_exits_2_on_a_bad_input_with_verbose(docs: str) -> None:
+    argv = ["run", "--source", docs, "--table", "docs", "--model", "tiny", "--where", "nosuch = 1", "-v"]
+    done = subprocess.run(
+        [sys.executable, "-m", "shardwise.flows.cli", *argv], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "Traceback" in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("shardwise: error: where filter"), done.stderr
