@@ -120,11 +120,16 @@ def _parser() -> argparse.ArgumentParser:
             **kwargs,
         )
 
-    def scoring(name: str, summary: str, about: str, example: str, own: tuple[str, ...]) -> None:
+    def scoring(
+        name: str, summary: str, about: str, example: str, own: tuple[str, ...], required: Sequence[str] = ()
+    ) -> None:
         parser = command(name, summary, about, example, parents=[verbose])
         add_param_options(parser, (*SOURCE_OPTIONS, *own))
         add_param_options(_fanout_group(parser), FANOUT_OPTIONS)
         _progress_options(parser)
+        for action in parser._actions:
+            if action.dest in required:  # optional in the flow's parameters, never on this command
+                action.required = True
         parser.set_defaults(handler=cli_commands.score)
 
     scoring(
@@ -147,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
         "all. With nothing changed it says so and exits 0.",
         f"shardwise redrive --source {_EXAMPLE_DB} --table docs --run RUN_ID",
         ("redrive", "force", "lease_s"),
+        required=("redrive",),  # without a run, a redrive would be a run over the whole table
     )
 
     plan = command(

@@ -103,3 +103,15 @@ def test_the_console_script_exits_2_on_a_bad_input_with_verbose(docs: str) -> No
     )
     assert done.returncode == 2 and "Traceback" in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("shardwise: error: where filter"), done.stderr
+
+
+# 3. A redrive names its run.
+
+
+def test_redrive_without_run_is_a_usage_error(docs: str, capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["redrive", "--source", docs, "--table", "docs", "--model", "tiny"])
+    err = one_line(capfd)
+    assert exited.value.code == 2, err
+    assert "the following arguments are required: --run; see shardwise redrive --help" in err, err
+    assert ledger_runs(docs) == 0
