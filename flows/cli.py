@@ -237,7 +237,8 @@ def _parser() -> argparse.ArgumentParser:
         "serve",
         "serve the prefect.yaml deployments from this process (no worker)",
         "Register the deployments of prefect.yaml (nightly, manual, on-new-data) and run their flow runs\n"
-        "in this process until interrupted. Needs a Prefect server (PREFECT_API_URL).",
+        "in this process until stopped; stopping pauses them and their schedules, and serving again\n"
+        "resumes them. Needs a Prefect server (PREFECT_API_URL).",
         "PREFECT_API_URL=http://127.0.0.1:4200/api shardwise serve",
     )
     serve.add_argument(

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 from shardwise.errors import ConfigError
 from shardwise.flows.deployments import PREFECT_YAML, load_deployment_configs, runner_deployments
@@ -26,17 +31,74 @@ def require_server() -> str:
 
 
 def serve_deployments(path: Path | None = None) -> None:
-    """Register every deployment of ``prefect.yaml`` and run their flow runs here until interrupted.
+    """Register every deployment of ``prefect.yaml`` and run their flow runs here until stopped.
 
-    Schedules and event triggers work without a worker. Stopping the process
-    pauses the served schedules (Prefect's behaviour); serve again to resume.
+    Schedules and event triggers work without a worker. However it stops
+    (Ctrl-C, SIGINT or SIGTERM, even before Prefect's runner has started), the
+    served deployments are paused and their schedules made inactive, so that
+    nothing is scheduled for a process that is gone; serve again to resume
+    them. Prefect's runner pauses the deployments only, and only once it runs.
     """
     from prefect import serve
 
     url = require_server()
     deployments = runner_deployments(path or PREFECT_YAML)
     print(f"serving {', '.join(d.name for d in deployments)} on {url}; Ctrl-C to stop", flush=True)
-    serve(*deployments)
+    try:
+        with _sigterm_interrupts():
+            serve(*deployments)
+    except KeyboardInterrupt:
+        pass  # stopped before Prefect's runner took over its signals: stopped all the same
+    finally:
+        paused = _pause([d.full_name for d in deployments])
+        if paused:
+            print(f"paused {', '.join(paused)} and their schedules; serve again to resume them", flush=True)
+
+
+class _Stopped(KeyboardInterrupt):
+    """SIGTERM, before Prefect's runner installs its own handler: stop as Ctrl-C would."""
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM interrupts like Ctrl-C while this block runs, instead of killing the process unpaused.
+
+    Prefect's runner replaces the handler with its own graceful stop once it
+    starts; registering the deployments comes before that.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise _Stopped
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _pause(names: Sequence[str]) -> list[str]:
+    """Pause the deployments ``names`` (``flow/deployment``) that exist, and make their schedules inactive;
+    returns the ones paused."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    paused = []
+    with get_client(sync_client=True) as client:
+        for name in names:
+            try:
+                deployment = client.read_deployment_by_name(name)
+            except ObjectNotFound:
+                continue  # stopped before it was registered
+            client.pause_deployment(deployment.id)
+            for schedule in deployment.schedules or ():
+                if schedule.active:
+                    client.update_deployment_schedule(deployment.id, schedule.id, active=False)
+            paused.append(name)
+    return paused
 
 
 def deploy_deployments() -> int:

@@ -4,9 +4,12 @@ one thing once."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +118,55 @@ def test_redrive_without_run_is_a_usage_error(docs: str, capfd: pytest.CaptureFi
     assert exited.value.code == 2, err
     assert "the following arguments are required: --run; see shardwise redrive --help" in err, err
     assert ledger_runs(docs) == 0
+
+
+# 4. Stopping serve pauses what it served.
+
+
+def _served(names: list[str]) -> dict[str, bool]:
+    """Whether each deployment of ``names`` that exists now is live: not paused, every schedule active."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    async def read() -> dict[str, bool]:
+        found: dict[str, bool] = {}
+        async with get_client() as client:
+            for name in names:
+                try:
+                    deployment = await client.read_deployment_by_name(name)
+                except ObjectNotFound:
+                    continue
+                found[name] = not deployment.paused and all(s.active for s in deployment.schedules)
+        return found
+
+    return asyncio.run(read())
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_stopping_serve_pauses_the_served_deployments_and_their_schedules(stop: signal.Signals) -> None:
+    """Serving again (the second case, after the first paused them) makes them live again."""
+    from prefect.settings import PREFECT_API_URL
+
+    from shardwise.flows.deployments import runner_deployments
+
+    names = [d.full_name for d in runner_deployments()]
+    assert "score/nightly" in names
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    serve = [sys.executable, "-m", "shardwise.flows.cli", "serve"]
+    serving = subprocess.Popen(serve, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while (live := _served(names)) != dict.fromkeys(names, True):
+            if serving.poll() is not None or time.monotonic() > deadline:
+                out = serving.communicate(timeout=30)[0]
+                pytest.fail(f"serve did not make {names} live in 120 s ({live}):\n{out}")
+            time.sleep(0.5)
+        serving.send_signal(stop)
+        out = serving.communicate(timeout=60)[0]
+    finally:
+        serving.kill()
+    assert serving.returncode == 0, out
+    assert _served(names) == dict.fromkeys(names, False), out
+    assert "paused score/nightly" in out and "serve again to resume them" in out, out
