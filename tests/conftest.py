@@ -7,12 +7,19 @@ test instead: CI must exercise PostgreSQL and S3, never skip them.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
+import tempfile
 
 from shardwise.environment import set_defaults
 
-# Prefect reads these at import time; set them before anything imports it.
+# Prefect reads these at import time; set them before anything imports it. The suite's flow runs,
+# temporary servers and settings live in a Prefect home of its own, always a fresh one, never the
+# user's ~/.prefect; subprocesses inherit it through the environment.
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="shardwise-tests-prefect-")
+atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 set_defaults(PREFECT_SERVER_UI_ENABLED="false", PREFECT_LOGGING_TO_API_ENABLED="false")
 
 import socket

@@ -170,3 +170,18 @@ def test_stopping_serve_pauses_the_served_deployments_and_their_schedules(stop: 
     assert serving.returncode == 0, out
     assert _served(names) == dict.fromkeys(names, False), out
     assert "paused score/nightly" in out and "serve again to resume them" in out, out
+
+
+# 5. The tests keep to a Prefect home of their own.
+
+
+def test_the_tests_never_use_the_users_prefect_home() -> None:
+    from prefect.settings import PREFECT_HOME
+
+    users = (Path.home() / ".prefect").resolve()
+    home = Path(os.environ["PREFECT_HOME"]).resolve()
+    assert home != users and users not in home.parents, home
+    assert Path(PREFECT_HOME.value()).resolve() == home
+    probe = "from prefect.settings import PREFECT_HOME; print(PREFECT_HOME.value())"
+    child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert Path(child.stdout.strip()).resolve() == home, "subprocesses inherit the tests' home"
