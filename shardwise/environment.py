@@ -23,9 +23,13 @@ OFFLINE = {
 LOCAL_PREFECT = {
     # A cold temporary Prefect server needs longer than the default 20 s to start.
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    # Prefect's two telemetry switches, as its notice names them: the server's analytics, and the
+    # client's. Without DO_NOT_TRACK, importing Prefect on a terminal with a new Prefect home prints
+    # "Prefect collects anonymous usage data ..." to stderr, whatever the server's setting.
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
 }
-"""A temporary Prefect server that starts on a slow machine and sends no telemetry."""
+"""A temporary Prefect server that starts on a slow machine, and no telemetry from server or client."""
 
 
 def set_defaults(*, prefect: bool = True, **extra: str) -> None:

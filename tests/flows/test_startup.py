@@ -39,6 +39,38 @@ def test_prefect_settings_are_in_force_after_the_parser_imported_prefect(tmp_pat
     assert done.stdout.split() == [timeout, "False"], done.stdout + done.stderr
 
 
+def _on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
+    """What ``argv`` prints with stdout and stderr on a pseudo-terminal, as a user at a terminal sees it."""
+    import pty
+
+    leader, follower = pty.openpty()
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=env) as proc:
+        os.close(follower)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal closed: every writer exited
+                break
+            if not chunk:
+                break
+            out += chunk
+        proc.wait(timeout=120)
+    os.close(leader)
+    return out.decode(errors="replace")
+
+
+def test_a_first_run_on_a_terminal_prints_no_telemetry_notice(tmp_path: Path) -> None:
+    """Prefect prints its telemetry notice when it is imported on a terminal with a new Prefect home,
+    unless DO_NOT_TRACK is set (its analytics setting does not stop it); CI variables would hide it."""
+    from prefect._internal.analytics.ci_detection import CI_ENV_VARS
+
+    env = {k: v for k, v in _clean_env(tmp_path).items() if k not in CI_ENV_VARS}
+    shown = _on_a_terminal([sys.executable, "-m", "shardwise.flows.cli", "runs", "--help"], env)
+    assert "usage: shardwise runs" in shown, shown
+    assert "anonymous usage data" not in shown and "telemetry" not in shown.lower(), shown
+
+
 def test_a_temporary_server_that_does_not_start_is_a_service_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
