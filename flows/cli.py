@@ -96,6 +96,7 @@ _EXAMPLE_DB = "sqlite:///shardwise-work/shardwise.db"
 def _parser() -> argparse.ArgumentParser:
     from shardwise.flows.cli_options import FANOUT_OPTIONS, SOURCE_OPTIONS, add_param_options
     from shardwise.flows.outcome import EXIT_CODES_HELP
+    from shardwise.flows.serving import local_api_url
 
     parser = _Parser(
         prog="shardwise",
@@ -239,7 +240,7 @@ def _parser() -> argparse.ArgumentParser:
         "Register the deployments of prefect.yaml (nightly, manual, on-new-data) and run their flow runs\n"
         "in this process until stopped; stopping pauses them and their schedules, and serving again\n"
         "resumes them. Needs a Prefect server (PREFECT_API_URL).",
-        "PREFECT_API_URL=http://127.0.0.1:4200/api shardwise serve",
+        f"PREFECT_API_URL={local_api_url()} shardwise serve",
     )
     serve.add_argument(
         "--prefect-yaml", type=Path, default=None, help="deployments file (default: the checkout's)"
@@ -250,8 +251,8 @@ def _parser() -> argparse.ArgumentParser:
         "deploy",
         "create the process work pool and deploy prefect.yaml to it",
         "Create the process work pool and deploy every deployment of prefect.yaml to it; a worker\n"
-        "(prefect worker start --pool shardwise) then runs them.",
-        "PREFECT_API_URL=http://127.0.0.1:4200/api shardwise deploy",
+        f"({_worker_command()}) then runs them.",
+        f"PREFECT_API_URL={local_api_url()} shardwise deploy",
     )
     deploy.set_defaults(handler=cli_commands.deploy)
 
@@ -274,6 +275,17 @@ def _parser() -> argparse.ArgumentParser:
     _progress_options(demo)
     demo.set_defaults(handler=cli_commands.demo)
     return parser
+
+
+def _worker_command() -> str:
+    """How to start a worker for prefect.yaml's work pool, as ``deploy`` says it once done."""
+    from shardwise.errors import ConfigError
+    from shardwise.flows.serving import start_worker_command
+
+    try:
+        return start_worker_command()
+    except ConfigError:  # no checkout here: deploy itself will say so
+        return "prefect worker start --pool POOL, the work_pool of prefect.yaml"
 
 
 def _fanout_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:

@@ -15,7 +15,7 @@ import yaml
 
 from shardwise.errors import ConfigError
 
-__all__ = ["PREFECT_YAML", "load_deployment_configs", "load_entrypoint", "runner_deployments"]
+__all__ = ["PREFECT_YAML", "load_deployment_configs", "load_entrypoint", "runner_deployments", "work_pools"]
 
 PREFECT_YAML = Path(__file__).resolve().parents[1] / "prefect.yaml"
 
@@ -31,6 +31,12 @@ def load_deployment_configs(path: Path = PREFECT_YAML) -> list[dict[str, Any]]:
             f"{path} has no deployments list; see docs/how-to/deployments.md for the expected layout"
         )
     return deployments
+
+
+def work_pools(path: Path = PREFECT_YAML) -> list[str]:
+    """The work pools the deployments of ``prefect.yaml`` name, sorted: what ``deploy`` creates and a
+    worker polls."""
+    return sorted({config["work_pool"]["name"] for config in load_deployment_configs(path)})
 
 
 def load_entrypoint(entrypoint: str) -> Any:

@@ -13,9 +13,33 @@ from pathlib import Path
 from types import FrameType
 
 from shardwise.errors import ConfigError
-from shardwise.flows.deployments import PREFECT_YAML, load_deployment_configs, runner_deployments
+from shardwise.flows.deployments import PREFECT_YAML, runner_deployments, work_pools
 
-__all__ = ["deploy_deployments", "require_server", "serve_deployments"]
+__all__ = [
+    "deploy_deployments",
+    "local_api_url",
+    "require_server",
+    "serve_deployments",
+    "start_worker_command",
+]
+
+
+def local_api_url() -> str:
+    """The API address ``prefect server start`` serves on this machine, for messages and help.
+
+    Read from Prefect's own server settings (``127.0.0.1:4200`` unless
+    ``PREFECT_SERVER_API_HOST`` or ``PREFECT_SERVER_API_PORT`` say otherwise),
+    so that what Shardwise tells a user to export is where the server listens.
+    """
+    from prefect.settings import get_current_settings
+
+    api = get_current_settings().server.api
+    return f"http://{api.host}:{api.port}/api"
+
+
+def start_worker_command(path: Path = PREFECT_YAML) -> str:
+    """How to start a worker for the work pools the deployments of ``path`` name."""
+    return " and ".join(f"prefect worker start --pool {pool}" for pool in work_pools(path))
 
 
 def require_server() -> str:
@@ -25,7 +49,7 @@ def require_server() -> str:
     if not url:
         raise ConfigError(
             "serve, deploy and watch need a running Prefect server (an ephemeral one would vanish with "
-            "this process): run `prefect server start`, then export PREFECT_API_URL=http://127.0.0.1:4200/api"
+            f"this process): run `prefect server start`, then export PREFECT_API_URL={local_api_url()}"
         )
     return str(url)
 
@@ -104,10 +128,10 @@ def _pause(names: Sequence[str]) -> list[str]:
 def deploy_deployments() -> int:
     """Create the process work pool if needed, then ``prefect deploy --all`` from the checkout."""
     require_server()
-    pools = {c["work_pool"]["name"] for c in load_deployment_configs()}
+    pools = work_pools()
     prefect = [sys.executable, "-m", "prefect"]
     root = PREFECT_YAML.parent
-    for pool in sorted(pools):
+    for pool in pools:
         listed = subprocess.run(
             [*prefect, "work-pool", "inspect", pool], capture_output=True, text=True, cwd=root
         )
@@ -115,5 +139,5 @@ def deploy_deployments() -> int:
             subprocess.run([*prefect, "work-pool", "create", pool, "--type", "process"], check=True, cwd=root)
     done = subprocess.run([*prefect, "--no-prompt", "deploy", "--all"], cwd=root, env=os.environ.copy())
     if done.returncode == 0:
-        print(f"deployed; start a worker with: prefect worker start --pool {' / '.join(sorted(pools))}")
+        print(f"deployed; start a worker with: {start_worker_command()}")
     return done.returncode

@@ -185,3 +185,43 @@ def test_the_tests_never_use_the_users_prefect_home() -> None:
     probe = "from prefect.settings import PREFECT_HOME; print(PREFECT_HOME.value())"
     child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert Path(child.stdout.strip()).resolve() == home, "subprocesses inherit the tests' home"
+
+
+# 7. One address for the Prefect server, one work pool name: prefect.yaml's.
+
+
+def _help(command: str, capsys: pytest.CaptureFixture[str]) -> str:
+    from shardwise.flows.cli import _parser
+
+    with pytest.raises(SystemExit):
+        _parser().parse_args([command, "--help"])
+    return capsys.readouterr().out
+
+
+def test_deploy_help_names_the_work_pool_of_prefect_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    from shardwise.flows.deployments import load_deployment_configs
+
+    pools = {c["work_pool"]["name"] for c in load_deployment_configs()}
+    text = _help("deploy", capsys)
+    assert pools == {"shardwise-local"}
+    assert "prefect worker start --pool shardwise-local" in text, text
+    assert "--pool shardwise)" not in text and "--pool shardwise " not in text, text
+
+
+def test_help_and_messages_name_one_server_address(capsys: pytest.CaptureFixture[str]) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from shardwise.errors import ConfigError
+    from shardwise.flows.serving import local_api_url, require_server
+
+    url = local_api_url()
+    assert url == "http://127.0.0.1:4200/api", "Prefect's default, unless PREFECT_SERVER_API_* say otherwise"
+    for command in ("serve", "deploy"):
+        assert f"PREFECT_API_URL={url} shardwise {command}" in _help(command, capsys)
+    with temporary_settings({PREFECT_API_URL: None}), pytest.raises(ConfigError) as refused:
+        require_server()
+    assert f"export PREFECT_API_URL={url}" in str(refused.value)
+    root = Path(__file__).parents[2]
+    code = [p for d in ("flows", "tasks", "shardwise", "models") for p in (root / d).rglob("*.py")]
+    hard_coded = [str(p) for p in code if ":4200/" in p.read_text()]
+    assert not hard_coded, f"the address comes from Prefect's settings, not from {hard_coded}"
