@@ -12,7 +12,6 @@ import atexit
 import logging
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -60,10 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return the process exit code (see :mod:`flows.outcome`).
 
     An error is one line and its exit code; ``-v`` prints its traceback first and keeps the code.
-    Only an unexpected error (a bug) escapes, with its traceback, and exits 1.
+    An unexpected error (a bug) prints its traceback and exits 1. Tracebacks are redacted.
     """
     args = _parser().parse_args(argv)
-    from shardwise.flows.outcome import RUN_FAILED, code_for, quiet_console, say_error
+    from shardwise.flows.outcome import RUN_FAILED, code_for, print_traceback, quiet_console, say_error
 
     undo = quiet_console() if getattr(args, "verbose", None) is False else None
     try:
@@ -71,9 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         code = code_for(exc)
         if code == RUN_FAILED:
-            raise  # a bug: the traceback is the message
+            print_traceback(exc)  # a bug: the traceback is the message (redacted, as every line)
+            return code
         if getattr(args, "verbose", False):
-            traceback.print_exc()  # asked for; the exit code stays the error's
+            print_traceback(exc)  # asked for; the exit code stays the error's
         say_error(exc)
         return code
     finally:

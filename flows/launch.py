@@ -7,14 +7,13 @@ import os
 import subprocess
 import sys
 import threading
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import TransientError
-from shardwise.flows.outcome import OK, RUN_FAILED, code_for, say_error
+from shardwise.flows.outcome import OK, RUN_FAILED, code_for, print_traceback, say_error
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import check_run
@@ -99,7 +98,7 @@ def run_and_report(
     summary = state.result(raise_on_failure=False)
     if not isinstance(summary, dict):
         if verbose and isinstance(summary, BaseException):
-            traceback.print_exception(summary, file=sys.stderr)
+            print_traceback(summary)
         say_error(summary if isinstance(summary, BaseException) else str(summary))
         _say_how_to_finish(params, str(state.state_details.flow_run_id or ""))
         return Report(code_for(summary) if isinstance(summary, BaseException) else RUN_FAILED)

@@ -30,6 +30,7 @@ __all__ = [
     "UNAVAILABLE",
     "code_for",
     "one_line",
+    "print_traceback",
     "quiet_console",
     "say_error",
 ]
@@ -96,6 +97,20 @@ def _validation_message(error: object) -> str:
 def say_error(exc: BaseException | str) -> None:
     """Print ``shardwise: error: <one line>`` on stderr."""
     print(f"shardwise: error: {one_line(exc)}", file=sys.stderr)
+
+
+def print_traceback(exc: BaseException) -> None:
+    """Print ``exc``'s traceback on stderr, redacted like every other line (see :mod:`shardwise.redact`).
+
+    Python's own printing of an escaping exception would show a value reached
+    through ``env:NAME`` in its message, so tracebacks are always printed here.
+    """
+    import traceback
+
+    from shardwise.redact import redact
+
+    sys.stderr.write(redact("".join(traceback.format_exception(exc))))
+    sys.stderr.flush()
 
 
 def quiet_console() -> Callable[[], None]:

@@ -45,6 +45,18 @@ def test_a_value_reached_through_env_is_named_never_shown(
     assert CANARY not in shown and "env:AWS_SECRET_ACCESS_KEY_CANARY" in shown, shown
 
 
+def test_the_verbose_traceback_names_the_reference_too(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("VERBOSE_CANARY", f"{CANARY}-verbose")
+    argv = ["run", "--source", "env:VERBOSE_CANARY", "--results", sqlite_url, "--model", "tiny", "-v"]
+    code = main(argv)
+    captured = capfd.readouterr()
+    shown = captured.out + captured.err
+    assert code == 2 and "Traceback" in shown and "<env:VERBOSE_CANARY>" in shown, shown
+    assert CANARY not in shown, shown
+
+
 def test_a_short_value_reached_through_env_is_named_too(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
