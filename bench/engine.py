@@ -35,6 +35,7 @@ from shardwise.corpus import harvest_docstrings
 from shardwise.model import Model, ModelInputs
 from shardwise.models import HFEncoderSpec, MiniLMSpec, get_spec
 from shardwise.precision import Precision, agreement, autocast, resolve_precision
+from shardwise.text_model import TextModel
 
 KEYS = (
     "rows",
@@ -74,13 +75,16 @@ def run_engine(model: Model, texts: list[str], config: EngineConfig) -> tuple[np
     return out, time.perf_counter() - started, run.stats.as_dict()
 
 
-def run_static(model: Model, texts: list[str], precision: Precision) -> tuple[float, float]:
-    """Input order, batches of 32, every batch padded to the model's limit: the naive loop."""
+def run_static(model: TextModel, texts: list[str], precision: Precision) -> tuple[float, float]:
+    """Input order, batches of 32, every batch padded to the model's limit: the naive loop.
+
+    A text model's own prepare gives the token ids; the padding to ``max_length`` is done here.
+    """
     started = time.perf_counter()
     real = padded = 0
     with torch.inference_mode(), autocast(model.device, precision):
         for i in range(0, len(texts), STATIC_BATCH):
-            encoded = model.tokenize(texts[i : i + STATIC_BATCH])
+            encoded = [model.prepare(t) for t in texts[i : i + STATIC_BATCH]]
             ids = torch.full((len(encoded), model.max_length), model.pad_id, dtype=torch.int64)
             mask = torch.zeros_like(ids)
             for row, enc in enumerate(encoded):
@@ -88,7 +92,7 @@ def run_static(model: Model, texts: list[str], precision: Precision) -> tuple[fl
                 mask[row, : len(enc.ids)] = 1
             real += int(mask.sum())
             padded += ids.numel()
-            model.forward(ModelInputs(ids, mask).to(model.device)).cpu()
+            model.run(ModelInputs(ids, mask).to(model.device)).cpu()
     return time.perf_counter() - started, real / padded
 
 
@@ -188,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"{result['st_same_precision_rows_per_s']:.1f} rows/s "
             f"-> speedup {result['speedup_vs_st_same_precision']:.2f}x"
         )
-    if not args.skip_static:
+    if not args.skip_static and isinstance(model, TextModel):
         static_s, static_eff = run_static(model, texts, precision)
         result.update(static_rows_per_s=len(texts) / static_s, speedup_vs_static=static_s / ours_s)
         print(

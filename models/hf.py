@@ -80,9 +80,9 @@ class HFEncoder(HFLoaded):
         self._pooling, self._normalize = _pooling_of(spec.path)
         self._net = AutoModel.from_pretrained(spec.path, local_files_only=True).eval().to(device)
 
-    def forward(self, inputs: ModelInputs) -> torch.Tensor:
-        hidden = self._net(**self.net_inputs(inputs)).last_hidden_state
-        return pool(hidden, inputs.attention_mask, self._pooling, self._normalize)
+    def run(self, batch: ModelInputs) -> torch.Tensor:
+        hidden = self._net(**self.net_inputs(batch)).last_hidden_state
+        return pool(hidden, batch.attention_mask, self._pooling, self._normalize)
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
         return {"embedding": outputs.numpy()}

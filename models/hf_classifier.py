@@ -112,7 +112,7 @@ class HFClassifierSpec:
 
 
 class HFClassifier(HFLoaded):
-    """A loaded sequence-classification model: forward gives logits, :meth:`to_columns` the columns."""
+    """A loaded sequence-classification model: :meth:`run` gives logits, :meth:`to_columns` the columns."""
 
     def __init__(self, spec: HFClassifierSpec, device: torch.device) -> None:
         super().__init__(spec.name, spec.describe(), spec.path, device)
@@ -132,8 +132,8 @@ class HFClassifier(HFLoaded):
             )
         self._net = net.eval().to(device)
 
-    def forward(self, inputs: ModelInputs) -> torch.Tensor:
-        logits: torch.Tensor = self._net(**self.net_inputs(inputs)).logits
+    def run(self, batch: ModelInputs) -> torch.Tensor:
+        logits: torch.Tensor = self._net(**self.net_inputs(batch)).logits
         return logits
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:

@@ -14,7 +14,7 @@ or none (DistilBERT) never gets them.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,13 +106,11 @@ def load_tokenizer(root: Path, max_length: int) -> Any:
     return tokenizer
 
 
-def encode(tokenizer: Any, texts: Sequence[TextInput], segments: bool) -> list[Encoding]:
-    """Encode texts or ``(text, text_pair)`` pairs; pairs carry ``type_ids`` when ``segments`` is true."""
-    inputs = [t if isinstance(t, str) else (t[0], t[1]) for t in texts]
-    return [
-        Encoding(e.ids, bool(e.overflowing), e.type_ids if segments and not isinstance(t, str) else None)
-        for t, e in zip(inputs, tokenizer.encode_batch(inputs), strict=True)
-    ]
+def encode(tokenizer: Any, text: TextInput, segments: bool) -> Encoding:
+    """Encode a text or a ``(text, text_pair)`` pair; a pair has ``type_ids`` when ``segments`` is true."""
+    pair = not isinstance(text, str)
+    e = tokenizer.encode(text[0], text[1]) if pair else tokenizer.encode(text)
+    return Encoding(e.ids, bool(e.overflowing), e.type_ids if segments and pair else None)
 
 
 def pad_id(tokenizer: Any, config: Mapping[str, Any]) -> int:

@@ -1,15 +1,15 @@
 """What a loaded Hugging Face directory model shares, whatever its head: identity, tokenizer, inputs.
 
 :class:`HFLoaded` holds the fields :meth:`describe` gave, the directory's
-tokenizer with its pad id and segment-id rule (:mod:`models.hf_files`), and
-builds a transformers forward pass's keyword arguments. The encoder
+tokenizer with its pad id and segment-id rule (:mod:`models.hf_files`), which
+give it ``prepare`` and ``collate`` (:class:`~shardwise.text_model.TextModel`),
+and builds a transformers forward pass's keyword arguments. The encoder
 (:mod:`models.hf`) and the classifier (:mod:`models.hf_classifier`) add their
 network and their outputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -17,6 +17,7 @@ import torch
 from shardwise.errors import ConfigError
 from shardwise.model import Encoding, ModelInfo, ModelInputs, TextInput
 from shardwise.models.hf_files import encode, load_tokenizer, pad_id, read_json, uses_segments
+from shardwise.text_model import TextModel
 
 __all__ = ["HFLoaded", "require_transformers"]
 
@@ -33,7 +34,7 @@ def require_transformers(name: str) -> None:
         ) from exc
 
 
-class HFLoaded:
+class HFLoaded(TextModel):
     """A directory model's identity and tokenizer, as described by ``info``, on ``device``."""
 
     def __init__(self, name: str, info: ModelInfo, root: Path, device: torch.device) -> None:
@@ -48,8 +49,8 @@ class HFLoaded:
         self._segments = uses_segments(config)
         self.pad_id = pad_id(self._tokenizer, config)
 
-    def tokenize(self, texts: Sequence[TextInput]) -> list[Encoding]:
-        return encode(self._tokenizer, texts, self._segments)
+    def encode(self, text: TextInput) -> Encoding:
+        return encode(self._tokenizer, text, self._segments)
 
     @staticmethod
     def net_inputs(inputs: ModelInputs) -> dict[str, torch.Tensor | None]:

@@ -15,22 +15,14 @@ from dataclasses import fields
 from typing import get_args, get_type_hints
 
 from shardwise.errors import ConfigError
-from shardwise.model import Model, ModelInfo, OutputColumn
+from shardwise.model import ModelInfo, OutputColumn
 
 __all__ = ["brief", "check_info", "check_loaded", "check_stable", "spec_problem", "what"]
 
 _KINDS: tuple[str, ...] = get_args(get_type_hints(OutputColumn)["kind"])
-_MODEL_MEMBERS = (
-    "name",
-    "version",
-    "max_length",
-    "pad_id",
-    "device",
-    "outputs",
-    "tokenize",
-    "forward",
-    "to_columns",
-)
+_MODEL_METHODS = ("prepare", "collate", "run", "to_columns")
+"""The model contract's steps (:class:`~shardwise.model.Model`): what the engine calls, in this order."""
+_MODEL_MEMBERS = ("name", "version", "max_length", "device", "outputs", *_MODEL_METHODS)
 _HASH_HINT = (
     "a model version must be a content hash of its weights, config and tokenizer (shardwise.hashing."
     "hash_files or hash_state make one), the same on every call and every worker: not a timestamp, a "
@@ -136,11 +128,19 @@ def check_stable(first: ModelInfo, second: ModelInfo, where: str) -> None:
 
 
 def check_loaded(model: object, info: ModelInfo, where: str) -> None:
-    """The loaded model is a Model and says what ``describe()`` said of it."""
-    if not isinstance(model, Model):
-        missing = [n for n in _MODEL_MEMBERS if not hasattr(model, n)]
-        lacks = f"it lacks {', '.join(missing)}" if missing else "see shardwise.model.Model"
-        raise ConfigError(f"{where}: load() returned {what(model)}, not a Model ({lacks})")
+    """The loaded model implements the contract (prepare, collate, run, to_columns) and says what
+    ``describe()`` said of it."""
+    missing = [n for n in _MODEL_MEMBERS if not hasattr(model, n)]
+    if missing:
+        raise ConfigError(
+            f"{where}: load() returned {what(model)}, not a Model (it lacks {', '.join(missing)})"
+        )
+    not_methods = [n for n in _MODEL_METHODS if not callable(getattr(model, n))]
+    if not_methods:
+        raise ConfigError(
+            f"{where}: the loaded model has no method {', '.join(not_methods)}; a model implements "
+            "prepare(value), collate(items, multiple), run(batch) and to_columns(outputs)"
+        )
     for name in ("name", "version", "outputs", "max_length"):
         loaded, described = getattr(model, name), getattr(info, name)
         if loaded != described:

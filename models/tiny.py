@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -19,6 +19,7 @@ from torch import nn
 from shardwise.hashing import hash_state
 from shardwise.model import Encoding, ModelInfo, ModelInputs, OutputColumn, TextInput
 from shardwise.models.pooling import pool
+from shardwise.text_model import TextModel
 
 __all__ = ["TinyModel", "TinySpec"]
 
@@ -78,8 +79,12 @@ class _Encoder(nn.Module):
         return hidden
 
 
-class TinyModel:
-    """The loaded tiny encoder: a ``dim``-d, L2-normalised, mean-pooled sentence vector."""
+class TinyModel(TextModel):
+    """The loaded tiny encoder: a ``dim``-d, L2-normalised, mean-pooled sentence vector.
+
+    Its items are :class:`Encoding` s (``prepare`` and ``collate`` come from
+    :class:`TextModel`), its batches :class:`ModelInputs`.
+    """
 
     def __init__(self, spec: TinySpec, device: torch.device) -> None:
         self.name = spec.name
@@ -91,29 +96,25 @@ class TinyModel:
         net, self.version = _build(spec)
         self._net = net.eval().to(device)
 
-    def tokenize(self, texts: Sequence[TextInput]) -> list[Encoding]:
+    def encode(self, text: TextInput) -> Encoding:
         """``[CLS] words [SEP]``, or ``[CLS] text [SEP] pair [SEP]`` cut longest member first."""
         room = self.max_length - 2
-        out = []
-        for text in texts:
-            if isinstance(text, str):
-                ids = self._word_ids(text)
-                out.append(Encoding([_CLS, *ids[:room], _SEP], truncated=len(ids) > room))
-                continue
-            first, second = (self._word_ids(t) for t in text)
-            keep_first, keep_second = _fit_pair(len(first), len(second), room - 1)
-            kept = [_CLS, *first[:keep_first], _SEP, *second[:keep_second], _SEP]
-            out.append(Encoding(kept, truncated=keep_first + keep_second < len(first) + len(second)))
-        return out
+        if isinstance(text, str):
+            ids = self._word_ids(text)
+            return Encoding([_CLS, *ids[:room], _SEP], truncated=len(ids) > room)
+        first, second = (self._word_ids(t) for t in text)
+        keep_first, keep_second = _fit_pair(len(first), len(second), room - 1)
+        kept = [_CLS, *first[:keep_first], _SEP, *second[:keep_second], _SEP]
+        return Encoding(kept, truncated=keep_first + keep_second < len(first) + len(second))
 
     def _word_ids(self, text: str) -> list[int]:
         words = _WORD.findall(text.lower())
         return [_FIRST_WORD_ID + zlib.crc32(w.encode()) % (self._vocab - _FIRST_WORD_ID) for w in words]
 
-    def forward(self, inputs: ModelInputs) -> torch.Tensor:
+    def run(self, batch: ModelInputs) -> torch.Tensor:
         """The tiny encoder has no segment embeddings: a pair is told apart by its ``[SEP]`` only."""
-        mask = inputs.attention_mask
-        return pool(self._net(inputs.input_ids, mask), mask, "mean", normalize=True)
+        mask = batch.attention_mask
+        return pool(self._net(batch.input_ids, mask), mask, "mean", normalize=True)
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
         return {"embedding": outputs.numpy()}

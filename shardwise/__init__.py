@@ -21,7 +21,7 @@ from shardwise.errors import (
     TransientError,
     UnknownModelError,
 )
-from shardwise.model import Encoding, Model, ModelSpec, OutputColumn
+from shardwise.model import DeviceBatch, Encoding, Item, Model, ModelSpec, OutputColumn
 from shardwise.stats import BatchStats, EngineStats
 
 try:
@@ -33,6 +33,7 @@ except PackageNotFoundError:  # a source tree on sys.path, not installed
 __all__ = [
     "BatchStats",
     "ConfigError",
+    "DeviceBatch",
     "DeviceOutOfMemoryError",
     "Encoding",
     "Engine",
@@ -40,6 +41,7 @@ __all__ = [
     "EngineRun",
     "EngineStats",
     "InputError",
+    "Item",
     "Model",
     "ModelSpec",
     "OutputColumn",

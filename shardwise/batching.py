@@ -1,8 +1,10 @@
-"""Order rows by length and cut them into batches that fit a token budget.
+"""Order items by cost and cut them into batches that fit a cost budget.
 
-Sorting a window of rows by token length and cutting batches by padded area
-(rows x longest row) is what keeps padding near zero: neighbours in sorted
-order have nearly the same length, so each batch pads only a little.
+An item's cost is what the model says one row costs (tokens for text,
+pixels for an image). Sorting a window of items by cost and cutting batches
+by padded cost (rows x largest item) is what keeps padding near zero:
+neighbours in sorted order cost nearly the same, so each batch pads only a
+little. The lengths below are costs; for text they are token counts.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import numpy as np
 
 from shardwise.errors import ConfigError
 
-__all__ = ["TokenBudget", "cut_batches", "order_by_length", "padded_length"]
+__all__ = ["CostBudget", "cut_batches", "order_by_cost", "padded_length"]
 
 
-class TokenBudget:
-    """The padded-area limit of a batch, which an out-of-memory split lowers for the rest of a run.
+class CostBudget:
+    """The padded-cost limit (``max_tokens``), lowered by an out-of-memory split for the rest of the run.
 
     Shared between the thread that cuts batches and the thread that runs them.
     """
@@ -40,8 +42,8 @@ class TokenBudget:
             return self._value
 
 
-def order_by_length(lengths: Sequence[int]) -> list[int]:
-    """Positions sorted by length, shortest first; equal lengths keep their input order."""
+def order_by_cost(lengths: Sequence[int]) -> list[int]:
+    """Positions sorted by cost, cheapest first; equal costs keep their input order."""
     return sorted(range(len(lengths)), key=lengths.__getitem__)
 
 
@@ -52,7 +54,7 @@ def padded_length(longest: int, multiple: int) -> int:
 
 def cut_batches(
     sorted_lengths: Sequence[int],
-    budget: TokenBudget,
+    budget: CostBudget,
     max_batch_size: int,
     multiple: int = 1,
     pad_slack: int | None = None,
@@ -78,7 +80,7 @@ def cut_batches(
         at = int(falls[0])
         raise ValueError(
             f"cut_batches needs lengths sorted shortest first, got {sorted_lengths[at]} before "
-            f"{sorted_lengths[at + 1]} at position {at}; sort them with order_by_length"
+            f"{sorted_lengths[at + 1]} at position {at}; sort them with order_by_cost"
         )
     start, planned_for = 0, 0
     stops: Iterator[int] = iter(())

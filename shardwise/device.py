@@ -1,4 +1,4 @@
-"""Pick the device the engine runs on."""
+"""Pick the device the engine runs on, and bring a model's outputs back from it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 
 from shardwise.errors import ConfigError
 
-__all__ = ["resolve_device"]
+__all__ = ["resolve_device", "to_host"]
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -36,3 +36,13 @@ def resolve_device(name: str = "auto") -> torch.device:
             f"device {name!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"
         )
     return device
+
+
+def to_host(outputs: torch.Tensor) -> torch.Tensor:
+    """A model's outputs on the CPU, floats as float32 (whatever precision computed them).
+
+    On CUDA this copy waits for the forward pass to finish: it is the one
+    synchronisation per batch, and what tells the prefetcher that the batch's
+    device memory may be reused.
+    """
+    return (outputs.float() if outputs.is_floating_point() else outputs).cpu()

@@ -1,7 +1,10 @@
-"""The batched inference loop: order by length -> cut by budget -> pad -> prefetch -> forward -> un-permute.
+"""The batched inference loop: prepare -> order by cost -> cut by budget -> collate -> prefetch -> run
+-> un-permute.
 
 Each step is a small function in its own module; this one wires them
-together and puts the outputs back in input order.
+together and puts the outputs back in input order. The model is whatever
+implements :class:`~shardwise.model.Model`: the loop sees items with a cost
+and batches it can move to the device, never tokens.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 import torch
 
-from shardwise.batching import TokenBudget
+from shardwise.batching import CostBudget
 from shardwise.closing import Closing
 from shardwise.config import EngineConfig
 from shardwise.errors import InputError
@@ -33,7 +36,7 @@ class RowResult:
     key: Hashable
     values: Mapping[str, Any] | None
     truncated: bool = False
-    """The text was longer than the model's limit and only its start was scored."""
+    """The input was longer than the model's limit and only part of it was scored (see ``Item.truncated``)."""
     error: InputError | None = None
 
     @property
@@ -49,7 +52,7 @@ class Engine:
         self.config = (config or EngineConfig()).for_device(model.device, model.outputs)
 
     def run(self, rows: Iterable[Row], on_batch: Callable[[BatchStats], None] | None = None) -> EngineRun:
-        """Score ``(key, text)`` rows lazily; iterate the result to drive the loop."""
+        """Score ``(key, value)`` rows lazily (the model prepares each value); iterate to drive the loop."""
         return EngineRun(self, rows, on_batch)
 
 
@@ -79,7 +82,7 @@ class EngineRun(Closing):
         model, cfg = self._engine.model, self._engine.config
         assert cfg.max_tokens and cfg.max_batch_size and cfg.pad_to_multiple  # filled by for_device
         assert cfg.precision != "auto"  # resolved by for_device
-        budget = TokenBudget(cfg.max_tokens)
+        budget = CostBudget(cfg.max_tokens)
         forward = Forward(model, budget, cfg.pad_to_multiple, cfg.precision)
         batches = produce_batches(
             rows,
@@ -89,7 +92,6 @@ class EngineRun(Closing):
             max_batch_size=cfg.max_batch_size,
             pad_to_multiple=cfg.pad_to_multiple,
             pad_slack=cfg.pad_slack,
-            pin_memory=model.device.type == "cuda",
         )
         assembler = _Assembler()
         started = time.perf_counter()
@@ -109,13 +111,13 @@ class EngineRun(Closing):
         assert batch.inputs is not None
         splits_before = forward.oom_splits
         started = time.perf_counter()
-        outputs = forward(batch.inputs)
+        columns = forward(batch.items, batch.inputs)
         computed = time.perf_counter() - started
-        assembler.fill(batch.window, batch.positions, self._engine.model.to_columns(outputs))
+        assembler.fill(batch.window, batch.positions, columns)
         stats = BatchStats(
             rows=len(batch.positions),
-            real_tokens=batch.real_tokens,
-            padded_tokens=batch.padded_tokens,
+            real_tokens=batch.real_cost,
+            padded_tokens=batch.padded_cost,
             wait_s=waited,
             compute_s=computed,
             oom_splits=forward.oom_splits - splits_before,

@@ -1,49 +1,114 @@
 """The contract between the engine and a model from the catalogue (``models/``).
 
-The engine knows nothing about any particular architecture. A catalogue entry
-is a :class:`ModelSpec`; loading it gives a :class:`Model` bound to one device.
-:meth:`ModelSpec.describe` gives its :class:`ModelInfo` without loading the
-weights onto a device, so a CPU-only flow process can plan a GPU run.
+Every model kind (text encoders, classifiers and cross-encoders today;
+generators and image models next) is the same four steps, and the engine
+knows nothing else about it:
+
+* ``prepare(value) -> item``, on the CPU, in the prefetch thread: tokenise a
+  text, render a prompt, decode an image. An item has a **cost** (an int:
+  tokens for text, prompt plus new tokens for generation, pixels for an
+  image) that the engine orders and cuts batches by, and says whether it was
+  **truncated**. A row that cannot be prepared raises
+  :class:`~shardwise.errors.InputError` and becomes a dead letter.
+* ``collate(items, multiple) -> batch``: padding is the model's business
+  (right padding for encoders, left for decoder-only models). A batch is a
+  :class:`DeviceBatch`: the engine pins it and copies it to the device ahead
+  of time.
+* ``run(batch) -> tensor`` on the device, one row per item.
+* ``to_columns(outputs) -> columns``: the outputs, on the CPU, as one numpy
+  array per declared :class:`OutputColumn`.
+
+A catalogue entry is a :class:`ModelSpec`; loading it gives a :class:`Model`
+bound to one device. :meth:`ModelSpec.describe` gives its :class:`ModelInfo`
+without loading the weights onto a device, so a CPU-only flow process can
+plan a GPU run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 import numpy as np
 import torch
 
-__all__ = ["Encoding", "Model", "ModelInfo", "ModelInputs", "ModelSpec", "OutputColumn", "TextInput"]
+__all__ = [
+    "DeviceBatch",
+    "Encoding",
+    "Item",
+    "Model",
+    "ModelInfo",
+    "ModelInputs",
+    "ModelSpec",
+    "OutputColumn",
+    "TextInput",
+]
 
 TextInput = str | tuple[str, str]
-"""One row's input to :meth:`Model.tokenize`: a text, or a ``(text, text_pair)`` pair.
+"""A text model's input once checked: a text, or a ``(text, text_pair)`` pair.
 
 Pairs feed two-text models such as cross-encoders; a run gives either texts
 or pairs, never a mix, and only to a model whose :attr:`ModelInfo.pairs` is true.
 """
 
 
+class Item(Protocol):
+    """One prepared row: what the engine needs of it is its cost and whether it was cut."""
+
+    @property
+    def cost(self) -> int:
+        """What the row costs in the unit the model's batches are budgeted in (tokens, pixels), >= 1."""
+        ...
+
+    @property
+    def truncated(self) -> bool:
+        """The input was cut to the model's limit, so only part of it was scored."""
+        ...
+
+
+class DeviceBatch(Protocol):
+    """A collated batch on the host, as the engine stages it: pinned, then copied to the device."""
+
+    @property
+    def padded_cost(self) -> int:
+        """The cost computed for the batch, padding included (for text: rows x padded width)."""
+        ...
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """Every tensor of the batch, so the engine can keep their memory alive across streams."""
+        ...
+
+    def pin_memory(self) -> Self:
+        """The batch in page-locked host memory (itself when it already is), for an asynchronous copy."""
+        ...
+
+    def to(self, device: torch.device, *, non_blocking: bool = False) -> Self:
+        """The same batch on ``device``."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Encoding:
-    """Token ids of one text, special tokens included, already cut to the model's limit."""
+    """A text model's :class:`Item`: the token ids of one text, special tokens included, already cut."""
 
     ids: list[int]
     truncated: bool
     type_ids: list[int] | None = None
     """Segment ids (BERT's ``token_type_ids``): 0 for the text, 1 for its pair; None when unused."""
 
+    @property
+    def cost(self) -> int:
+        return len(self.ids)
+
 
 @dataclass(frozen=True, slots=True)
 class ModelInputs:
-    """One padded batch, as :meth:`Model.forward` receives it: int64 tensors, rows by width.
+    """A text model's :class:`DeviceBatch`: int64 tensors, rows by width, padded on the right.
 
     ``attention_mask`` is None when no row is padded; ``token_type_ids`` (the
     segment ids of text pairs) is None unless the encodings carried
-    :attr:`Encoding.type_ids`. One object rather than three arguments, so that
-    the engine's copy, split and calibration code, and every model, name the
-    inputs once.
+    :attr:`Encoding.type_ids`.
     """
 
     input_ids: torch.Tensor
@@ -54,12 +119,18 @@ class ModelInputs:
     def rows(self) -> int:
         return int(self.input_ids.shape[0])
 
+    @property
+    def padded_cost(self) -> int:
+        return int(self.input_ids.numel())
+
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """The tensors that are set, input ids first."""
         return tuple(t for t in (self.input_ids, self.attention_mask, self.token_type_ids) if t is not None)
 
+    def pin_memory(self) -> ModelInputs:
+        return self if self.input_ids.is_pinned() else self.map(torch.Tensor.pin_memory)
+
     def to(self, device: torch.device, *, non_blocking: bool = False) -> ModelInputs:
-        """The same batch on ``device``."""
         return self.map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> ModelInputs:
@@ -68,13 +139,6 @@ class ModelInputs:
         return ModelInputs(
             fn(self.input_ids), None if mask is None else fn(mask), None if types is None else fn(types)
         )
-
-    def narrow(self, rows: slice, width: int) -> ModelInputs:
-        """Rows ``rows`` cut to their first ``width`` columns; no mask if nothing is left padded."""
-        part = self.map(lambda t: t[rows, :width])
-        if part.attention_mask is not None and bool(part.attention_mask.all()):
-            return ModelInputs(part.input_ids, None, part.token_type_ids)
-        return part
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,31 +165,42 @@ class ModelInfo:
 
 @runtime_checkable
 class Model(Protocol):
-    """A model loaded onto one device, ready to score batches."""
+    """A model loaded onto one device: prepare rows, collate items, run batches, name the columns."""
 
     name: str
     version: str
     """Content hash of the weights, config and tokenizer: equal across loads of the same files."""
     max_length: int
-    """Longest input in tokens, special tokens included; longer texts are truncated."""
-    pad_id: int
+    """The longest input it takes (tokens for text, special tokens included); longer ones are cut."""
     device: torch.device
     outputs: tuple[OutputColumn, ...]
 
-    def tokenize(self, texts: Sequence[TextInput]) -> list[Encoding]:
-        """Encode texts (or pairs, where the model takes them), truncating each to :attr:`max_length`.
+    def prepare(self, value: object) -> Item:
+        """One row's value (a text, a :class:`~shardwise.text.TextPair`, bytes...) as an item, on the CPU.
 
-        A pair is truncated as a whole, longest member first, and its
-        encodings carry :attr:`Encoding.type_ids` where the model uses them.
+        Raises :class:`~shardwise.errors.InputError`, saying why, for a value
+        it cannot score: that row becomes a dead letter and the run goes on.
         """
         ...
 
-    def forward(self, inputs: ModelInputs) -> torch.Tensor:
-        """Score one padded batch (on :attr:`device`): a float tensor with one row per input row."""
+    def collate(self, items: Sequence[Any], multiple: int = 1) -> DeviceBatch:
+        """One host batch of ``items`` (made by :meth:`prepare`), in their order, padded to the largest only.
+
+        ``multiple`` asks for the padded size to be rounded up to a multiple
+        of it (8 on CUDA, for tensor-core kernels); a model whose items all
+        have one size may ignore it.
+        """
+        ...
+
+    def run(self, batch: Any) -> torch.Tensor:
+        """Score one batch (made by :meth:`collate`, moved to :attr:`device`).
+
+        Gives a tensor on the device with one row per item, in the batch's order.
+        """
         ...
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
-        """Turn a batch of CPU outputs into result columns, one entry per row."""
+        """Turn :meth:`run`'s outputs, on the CPU (floats as float32), into one array per output column."""
         ...
 
 

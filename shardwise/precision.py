@@ -43,9 +43,10 @@ from typing import Literal, get_args
 import numpy as np
 import torch
 
-from shardwise.collate import collate_encodings
-from shardwise.errors import ConfigError
-from shardwise.model import Model, OutputColumn, TextInput
+from shardwise.device import to_host
+from shardwise.errors import ConfigError, InputError
+from shardwise.model import Item, Model, OutputColumn
+from shardwise.text import TextPair
 
 __all__ = [
     "CALIBRATION_TEXTS",
@@ -185,30 +186,43 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
 def agreement(model: Model, precision: Precision, pairs: bool = False) -> float:
     """How closely ``model`` in ``precision`` matches itself in float32 on calibration texts (1.0 = equal).
 
-    With ``pairs`` the texts are scored as pairs of neighbours, as a pair
-    model's rows are. Vector outputs give the minimum cosine over rows; other
-    outputs the share of rows whose values are equal (floats within 1e-2
-    relative). The worst output column counts.
+    The texts go through the model's own ``prepare`` and ``collate``, as a
+    run's rows do; with ``pairs`` they are scored as pairs of neighbours, as a
+    pair model's rows are. Vector outputs give the minimum cosine over rows;
+    other outputs the share of rows whose values are equal (floats within
+    1e-2 relative). The worst output column counts.
     """
     if precision == "fp32":
         return 1.0
-    texts: list[TextInput] = list(CALIBRATION_TEXTS)
-    if pairs:
-        texts = list(zip(CALIBRATION_TEXTS, CALIBRATION_TEXTS[1:] + CALIBRATION_TEXTS[:1], strict=True))
-    encoded = [e for e in model.tokenize(texts) if e.ids]
-    if not encoded:
-        raise ConfigError(f"model {model.name!r} gives no tokens for the calibration texts")
-    inputs = collate_encodings(encoded, model.pad_id).inputs.to(model.device)
+    items = _calibration_items(model, pairs)
+    batch = model.collate(items).to(model.device)
     with torch.inference_mode():
-        full = model.to_columns(model.forward(inputs).float().cpu())
+        full = model.to_columns(to_host(model.run(batch)))
         with autocast(model.device, precision):
-            reduced_out = model.forward(inputs)
-        reduced = model.to_columns(reduced_out.float().cpu())
+            reduced_out = model.run(batch)
+        reduced = model.to_columns(to_host(reduced_out))
     worst = 1.0
     for out in model.outputs:
         a, b = np.asarray(full[out.name]), np.asarray(reduced[out.name])
         worst = min(worst, _agree(a, b, out.kind))
     return worst
+
+
+def _calibration_items(model: Model, pairs: bool) -> list[Item]:
+    """The calibration texts (or pairs) the model can prepare; a ConfigError when it prepares none."""
+    values: list[object] = list(CALIBRATION_TEXTS)
+    if pairs:
+        shifted = CALIBRATION_TEXTS[1:] + CALIBRATION_TEXTS[:1]
+        values = [TextPair(a, b) for a, b in zip(CALIBRATION_TEXTS, shifted, strict=True)]
+    items = []
+    for value in values:
+        try:
+            items.append(model.prepare(value))
+        except InputError:
+            continue
+    if not items:
+        raise ConfigError(f"model {model.name!r} prepares none of the calibration texts")
+    return items
 
 
 def _agree(full: np.ndarray, reduced: np.ndarray, kind: str) -> float:

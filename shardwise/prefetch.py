@@ -1,6 +1,6 @@
 """Keep the next batch ready while the current one computes.
 
-A background thread runs the producer (tokenise, sort, pad) and, on CUDA,
+A background thread runs the producer (prepare, sort, collate) and, on CUDA,
 stages each batch in pinned memory and copies it to the device on a side
 stream. The consumer only waits when the producer has fallen behind, and the
 time it waits is measured, so a starved device shows up in the stats.
@@ -132,12 +132,12 @@ class Prefetcher(Closing):
         return not self._stop.is_set()
 
     def _stage(self, batch: Batch) -> Batch:
-        """On CUDA, start the batch's copy to the device on the side stream."""
+        """On CUDA, pin the batch and start its copy to the device on the side stream."""
         if self._stream is None or batch.inputs is None:
             return batch
-        host = batch.inputs.tensors()
+        host = batch.inputs.pin_memory()  # page-locked, or the copy below would not be asynchronous
         with torch.cuda.stream(self._stream):
-            batch.inputs = batch.inputs.to(self._device, non_blocking=True)
+            batch.inputs = host.to(self._device, non_blocking=True)
             ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
             ready.record(self._stream)
         batch.ready, batch.host = ready, host

@@ -11,21 +11,28 @@ __all__ = ["BatchStats", "EngineStats"]
 
 @dataclass(frozen=True, slots=True)
 class BatchStats:
-    """What one batch cost: tokens with and without padding, and where the time went."""
+    """What one batch cost, with and without padding, and where the time went.
+
+    The costs are in the model's item cost unit, tokens for text (hence the
+    names, which the ledger's ``tokens_per_s`` shares); for an image model,
+    pixels. ``padded_tokens`` is what the model's collate padded the batch to.
+    """
 
     rows: int
     real_tokens: int
+    """The items' own cost: the sum of ``Item.cost``."""
     padded_tokens: int
+    """The collated batch's ``padded_cost``: for text, rows x padded width."""
     wait_s: float
     """Time the consumer waited for this batch to be prepared (input-bound time)."""
     compute_s: float
-    """Forward pass and the copy of outputs back to the host."""
+    """Forward pass, the copy of outputs back to the host and their conversion to columns."""
     oom_splits: int = 0
 
 
 @dataclass(slots=True)
 class EngineStats:
-    """Totals for a run. ``padding_efficiency`` is real tokens over computed (padded) tokens."""
+    """Totals for a run. ``padding_efficiency`` is real cost over computed (padded) cost."""
 
     rows: int = 0
     rows_failed: int = 0

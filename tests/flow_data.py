@@ -127,11 +127,11 @@ def slow_tiny_shards(monkeypatch: Any, forward_s: float, report_every_s: float) 
     from shardwise.models.tiny import TinyModel
     from shardwise.pipeline import shard
 
-    real = TinyModel.forward
+    real = TinyModel.run
 
-    def slow(self, inputs):  # type: ignore[no-untyped-def]
+    def slow(self, batch):  # type: ignore[no-untyped-def]
         time.sleep(forward_s)
-        return real(self, inputs)
+        return real(self, batch)
 
-    monkeypatch.setattr(TinyModel, "forward", slow)
+    monkeypatch.setattr(TinyModel, "run", slow)
     monkeypatch.setattr(shard, "PROGRESS_EVERY_S", report_every_s)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from shardwise.errors import ConfigError, InputError
-from shardwise.model import Model, TextInput
+from shardwise.model import Model
 from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
@@ -26,7 +26,6 @@ from shardwise.results import Ledger
 from shardwise.results.codec import utc_now
 from shardwise.results.leases import when
 from shardwise.sources import Source, SourcePlan
-from shardwise.text import coerce_input
 
 __all__ = ["PlanPreview", "plan_report", "preview_plan"]
 
@@ -47,21 +46,23 @@ class PlanPreview:
 
 
 def preview_plan(source: Source, plan: SourcePlan, model: Model) -> PlanPreview:
-    """Estimate tokens from the first rows of a few evenly spaced shards; nothing is written."""
+    """Estimate tokens (the model's item cost) from the first rows of a few evenly spaced shards.
+
+    Each sampled row goes through the model's ``prepare``, as in a run; rows
+    it refuses are left out. Nothing is written.
+    """
     shards = plan.shards
     step = max(1, len(shards) // _SAMPLE_SHARDS)
-    lengths: list[int] = []
+    costs: list[int] = []
     for shard in shards[::step][:_SAMPLE_SHARDS]:
-        texts: list[TextInput] = []
         with source.open_reader(plan, shard) as reader:
             for row in islice(reader.rows, _SAMPLE_ROWS):
                 try:
-                    texts.append(coerce_input(row.value))
+                    costs.append(model.prepare(row.value).cost)
                 except InputError:
                     continue
-        lengths += [len(e.ids) for e in model.tokenize(texts)]
-    mean = statistics.fmean(lengths) if lengths else 0.0
-    return PlanPreview(plan, mean, len(lengths))
+    mean = statistics.fmean(costs) if costs else 0.0
+    return PlanPreview(plan, mean, len(costs))
 
 
 def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers: int = 1) -> dict[str, Any]:

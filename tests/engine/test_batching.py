@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardwise.batching import TokenBudget, cut_batches, order_by_length, padded_length
+from shardwise.batching import CostBudget, cut_batches, order_by_cost, padded_length
 from shardwise.errors import ConfigError
 
 
 def test_order_by_length_is_stable() -> None:
-    assert order_by_length([3, 1, 3, 2, 1]) == [1, 4, 3, 0, 2]
+    assert order_by_cost([3, 1, 3, 2, 1]) == [1, 4, 3, 0, 2]
 
 
 @pytest.mark.parametrize(("longest", "multiple", "want"), [(5, 1, 5), (5, 8, 8), (8, 8, 8), (9, 8, 16)])
@@ -31,7 +31,7 @@ def test_batches_cover_every_row_once_and_fit_the_budget(
     lengths: list[int], max_tokens: int, max_batch: int, multiple: int
 ) -> None:
     ordered = sorted(lengths)
-    spans = list(cut_batches(ordered, TokenBudget(max_tokens), max_batch, multiple))
+    spans = list(cut_batches(ordered, CostBudget(max_tokens), max_batch, multiple))
     covered = [i for start, stop in spans for i in range(start, stop)]
     assert covered == list(range(len(ordered)))
     for start, stop in spans:
@@ -45,7 +45,7 @@ def test_batches_cover_every_row_once_and_fit_the_budget(
 def test_batches_are_greedy(lengths: list[int], max_tokens: int) -> None:
     """Each batch stops only because the next row would break the budget or the size cap."""
     ordered = sorted(lengths)
-    spans = list(cut_batches(ordered, TokenBudget(max_tokens), 1000))
+    spans = list(cut_batches(ordered, CostBudget(max_tokens), 1000))
     for start, stop in spans[:-1]:
         assert (stop - start + 1) * ordered[stop] > max_tokens
 
@@ -77,7 +77,7 @@ def test_pad_slack_gives_the_cheapest_partition(
     """No partition within the limits costs less in padded area plus ``slack`` per batch."""
     ordered = sorted(lengths)
     widths = [padded_length(n, multiple) for n in ordered]
-    spans = list(cut_batches(ordered, TokenBudget(max_tokens), max_batch, multiple, pad_slack=slack))
+    spans = list(cut_batches(ordered, CostBudget(max_tokens), max_batch, multiple, pad_slack=slack))
     assert _cost(spans, widths, slack) == _least_cost(widths, max_tokens, max_batch, slack)
 
 
@@ -90,19 +90,19 @@ def test_neighbours_are_split_only_where_merging_pads_at_least_the_slack(
     lengths: list[int], slack: int, multiple: int
 ) -> None:
     ordered = sorted(lengths)
-    spans = list(cut_batches(ordered, TokenBudget(10**6), 10**6, multiple, pad_slack=slack))
+    spans = list(cut_batches(ordered, CostBudget(10**6), 10**6, multiple, pad_slack=slack))
     for (start, middle), (_, stop) in itertools.pairwise(spans):
         narrow, wide = (padded_length(ordered[i - 1], multiple) for i in (middle, stop))
         assert (middle - start) * (wide - narrow) >= slack
 
 
 def test_zero_slack_gives_batches_of_equal_width() -> None:
-    spans = list(cut_batches([3, 3, 4, 4, 4, 9], TokenBudget(1000), 100, pad_slack=0))
+    spans = list(cut_batches([3, 3, 4, 4, 4, 9], CostBudget(1000), 100, pad_slack=0))
     assert spans == [(0, 2), (2, 5), (5, 6)]
 
 
 def test_lowered_budget_applies_from_the_next_batch() -> None:
-    budget = TokenBudget(100)
+    budget = CostBudget(100)
     spans = cut_batches([10] * 40, budget, 1000)
     assert next(spans) == (0, 10)
     budget.lower(50)
@@ -110,7 +110,7 @@ def test_lowered_budget_applies_from_the_next_batch() -> None:
 
 
 def test_lowered_budget_re_cuts_the_rows_not_yet_yielded() -> None:
-    budget = TokenBudget(100)
+    budget = CostBudget(100)
     spans = cut_batches([10] * 40, budget, 1000, pad_slack=5)
     assert next(spans) == (0, 10)
     budget.lower(50)
@@ -119,15 +119,15 @@ def test_lowered_budget_re_cuts_the_rows_not_yet_yielded() -> None:
 
 def test_unsorted_lengths_are_refused() -> None:
     with pytest.raises(ValueError, match="sorted shortest first"):
-        next(cut_batches([5, 3], TokenBudget(100), 10, pad_slack=0))
+        next(cut_batches([5, 3], CostBudget(100), 10, pad_slack=0))
 
 
 def test_budget_never_rises_and_never_reaches_zero() -> None:
-    budget = TokenBudget(100)
+    budget = CostBudget(100)
     assert budget.lower(500) == 100
     assert budget.lower(0) == 1
 
 
 def test_budget_rejects_non_positive() -> None:
     with pytest.raises(ConfigError, match="max_tokens must be a positive integer, got 0"):
-        TokenBudget(0)
+        CostBudget(0)

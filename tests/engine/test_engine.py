@@ -74,6 +74,20 @@ def test_bad_rows_become_errors_and_the_rest_is_scored(tiny_model) -> None:
     assert (run.stats.rows, run.stats.rows_failed) == (9, 6)
 
 
+def test_a_text_that_gives_no_tokens_is_a_dead_letter(tiny_model) -> None:
+    from shardwise.model import Encoding
+
+    class Silent(type(tiny_model)):  # type: ignore[misc]
+        def encode(self, text):  # type: ignore[no-untyped-def]
+            return Encoding([], False) if text == "nothing" else super().encode(text)
+
+    model = Silent.__new__(Silent)
+    model.__dict__.update(tiny_model.__dict__)
+    results = list(Engine(model).run([(1, "nothing"), (2, "something")]))
+    assert [r.ok for r in results] == [False, True]
+    assert "text gives no tokens under model 'tiny'" in str(results[0].error)
+
+
 def test_a_window_of_only_bad_rows_still_reports_them(tiny_model) -> None:
     rows = [(1, None), (2, None), (3, "ok"), (4, None)]
     results = list(Engine(tiny_model, EngineConfig(window_rows=2)).run(rows))

@@ -23,12 +23,12 @@ def cuda() -> torch.device:
 
 def test_prefetcher_stages_pinned_batches_on_a_side_stream(cuda: torch.device) -> None:
     window = Window(0, [0, 1], {}, [False, False])
-    ids = torch.arange(8, dtype=torch.int64).reshape(2, 4).pin_memory()
-    with Prefetcher([Batch(window, [0, 1], ModelInputs(ids), 8)], cuda) as pf:
+    ids = torch.arange(8, dtype=torch.int64).reshape(2, 4)
+    with Prefetcher([Batch(window, [0, 1], [], ModelInputs(ids), 8)], cuda) as pf:
         ((batch, _),) = list(pf)
     assert batch.inputs is not None and batch.inputs.input_ids.device.type == "cuda"
     assert batch.ready is not None and batch.ready.query()
-    assert batch.host and batch.host[0].is_pinned()
+    assert batch.host is not None and batch.host.input_ids.is_pinned(), "the prefetcher pins the batch"
     assert torch.equal(batch.inputs.input_ids.cpu(), ids)
 
 
@@ -87,7 +87,7 @@ def test_autocast_adds_no_host_synchronisation(cuda: torch.device, precision: st
             torch.cuda.set_sync_debug_mode("warn")
             try:
                 with autocast(cuda, mode):  # type: ignore[arg-type]
-                    model.forward(ModelInputs(ids, mask))
+                    model.run(ModelInputs(ids, mask))
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         return sum("synchroniz" in str(w.message) for w in caught)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from shardwise import EngineConfig
-from shardwise.batching import TokenBudget, cut_batches, padded_length
+from shardwise.batching import CostBudget, cut_batches, padded_length
 
 # A small input, where lengths are sparse and padding is hardest to avoid, and a large one.
 SIZES = (600, 2000)
@@ -50,7 +50,7 @@ def _defaults(kind: str) -> EngineConfig:
 
 def _cut(lengths: list[int], config: EngineConfig) -> list[tuple[int, int]]:
     assert config.max_tokens and config.max_batch_size and config.pad_to_multiple
-    budget = TokenBudget(config.max_tokens)
+    budget = CostBudget(config.max_tokens)
     return list(cut_batches(lengths, budget, config.max_batch_size, config.pad_to_multiple, config.pad_slack))
 
 

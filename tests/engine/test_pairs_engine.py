@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from engine_fakes import OOMAbove
 
-from shardwise.batching import TokenBudget
+from shardwise.batching import CostBudget
 from shardwise.collate import collate_encodings
 from shardwise.engine import Engine
 from shardwise.forward import Forward
@@ -16,38 +16,37 @@ from shardwise.text import TextPair
 
 def test_segment_ids_are_padded_with_zeros_and_absent_without_pairs() -> None:
     rows = [Encoding([1, 5, 2, 6, 2], False, [0, 0, 0, 1, 1]), Encoding([1, 7, 2], False, None)]
-    types = collate_encodings(rows, pad_id=0).inputs.token_type_ids
+    types = collate_encodings(rows, pad_id=0).token_type_ids
     assert types is not None
     assert types.tolist() == [[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]]
-    assert collate_encodings([Encoding([1, 2], False)], pad_id=0).inputs.token_type_ids is None
+    assert collate_encodings([Encoding([1, 2], False)], pad_id=0).token_type_ids is None
 
 
 def test_an_oom_split_splits_the_segment_ids_with_the_rows(tiny_model) -> None:
     seen: list[tuple[int, ...] | None] = []
 
     class Spy(OOMAbove):
-        def forward(self, inputs):  # type: ignore[no-untyped-def]
-            types = inputs.token_type_ids
+        def run(self, batch):  # type: ignore[no-untyped-def]
+            types = batch.token_type_ids
             seen.append(None if types is None else tuple(types.shape))
-            return super().forward(inputs)
+            return super().run(batch)
 
     rows = [Encoding([1, 3, 2, 4, 2], False, [0, 0, 0, 1, 1])] * 2 + [
         Encoding([1, 3, 2], False, [0, 0, 1])
     ] * 2
-    batch = collate_encodings(rows, pad_id=0)
-    forward = Forward(Spy(tiny_model, limit=12), TokenBudget(4096), pad_to_multiple=1, precision="fp32")
+    forward = Forward(Spy(tiny_model, limit=12), CostBudget(4096), pad_to_multiple=1, precision="fp32")
     with torch.inference_mode():
-        forward(batch.inputs)
+        forward(rows, collate_encodings(rows, pad_id=0))
     assert seen == [(4, 5), (2, 5), (2, 3)], "each half keeps its rows' segment ids, re-padded"
 
 
 def test_the_tiny_model_cuts_the_longer_member_of_a_pair_first(tiny_model) -> None:
     room = tiny_model.max_length - 3  # [CLS] text [SEP] pair [SEP]
     short, long = "a b c", " ".join(["word"] * 500)
-    (cut,) = tiny_model.tokenize([(short, long)])
+    cut = tiny_model.encode((short, long))
     assert len(cut.ids) == tiny_model.max_length and cut.truncated
-    assert cut.ids[:5] == [*tiny_model.tokenize([short])[0].ids[:4], 2], "the short member is kept whole"
-    (both,) = tiny_model.tokenize([(long, long)])
+    assert cut.ids[:5] == [*tiny_model.encode(short).ids[:4], 2], "the short member is kept whole"
+    both = tiny_model.encode((long, long))
     assert len(both.ids) == tiny_model.max_length and room // 2 == both.ids.index(2) - 1
 
 
@@ -56,7 +55,7 @@ def test_pairs_come_back_in_input_order_and_equal_scoring_one_at_a_time(tiny_mod
     results = list(Engine(tiny_model).run([(i, TextPair(q, d)) for i, (q, d) in enumerate(pairs)]))
     assert [r.key for r in results] == list(range(30))
     for result, pair in zip(results, pairs, strict=True):
-        (encoding,) = tiny_model.tokenize([pair])
+        encoding = tiny_model.prepare(TextPair(*pair))
         with torch.inference_mode():
-            alone = tiny_model.forward(ModelInputs(torch.tensor([encoding.ids])))[0].numpy()
+            alone = tiny_model.run(ModelInputs(torch.tensor([encoding.ids])))[0].numpy()
         np.testing.assert_allclose(result.values["embedding"], alone, atol=1e-5)  # type: ignore[index]

@@ -17,7 +17,7 @@ CPU = torch.device("cpu")
 
 def _batch(i: int) -> Batch:
     window = Window(0, [i], {}, [False])
-    return Batch(window, [0], ModelInputs(torch.tensor([[i]])), 1)
+    return Batch(window, [0], [], ModelInputs(torch.tensor([[i]])), 1)
 
 
 def _prefetch_threads() -> list[threading.Thread]:

@@ -20,8 +20,10 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from transformers import AutoModel
 
+from shardwise.collate import collate_encodings
 from shardwise.hashing import hash_files
-from shardwise.model import Encoding, ModelInfo, ModelInputs, OutputColumn, TextInput
+from shardwise.model import Encoding, ModelInfo, ModelInputs, OutputColumn
+from shardwise.text import coerce_text
 
 FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json")
 """The files that decide the output; the version is a hash of their bytes."""
@@ -45,7 +47,7 @@ class ClsEncoderSpec:
 
 
 class ClsEncoder:
-    """The loaded model: tokenize texts, score one padded batch, name the result columns."""
+    """The loaded model: prepare a row, collate a batch, run it, name the result columns."""
 
     def __init__(self, spec: ClsEncoderSpec, device: torch.device) -> None:
         info = spec.describe()
@@ -53,19 +55,29 @@ class ClsEncoder:
         self.max_length, self.device = info.max_length, device
         self.tokenizer = Tokenizer.from_file(str(spec.root / "tokenizer.json"))
         self.tokenizer.enable_truncation(self.max_length)
-        self.tokenizer.no_padding()  # the engine pads each batch to its own longest row
+        self.tokenizer.no_padding()  # collate pads each batch to its own longest row
         self.pad_id = self.tokenizer.token_to_id("[PAD]") or 0
         self.net = AutoModel.from_pretrained(spec.root, local_files_only=True).eval().to(device)
 
-    def tokenize(self, texts: Sequence[TextInput]) -> list[Encoding]:
-        encoded = self.tokenizer.encode_batch(list(texts))
-        return [Encoding(e.ids, truncated=bool(e.overflowing)) for e in encoded]
+    def prepare(self, value: object) -> Encoding:
+        """On the CPU, ahead of the device: one row's text as token ids; its cost is their count.
 
-    def forward(self, inputs: ModelInputs) -> torch.Tensor:
-        hidden = self.net(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask).last_hidden_state
+        coerce_text raises InputError for a null, empty or non-text value: that row becomes a dead letter.
+        """
+        encoded = self.tokenizer.encode(coerce_text(value))
+        return Encoding(encoded.ids, truncated=bool(encoded.overflowing))
+
+    def collate(self, items: Sequence[Encoding], multiple: int = 1) -> ModelInputs:
+        """Pad on the right to the batch's longest row (rounded up to ``multiple``), with a mask."""
+        return collate_encodings(items, self.pad_id, multiple)
+
+    def run(self, batch: ModelInputs) -> torch.Tensor:
+        """On the device: one row per item."""
+        hidden = self.net(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
         return F.normalize(hidden[:, 0], p=2, dim=1)  # the [CLS] token's vector, at unit length
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
+        """On the CPU, in float32: one array per output column."""
         return {"embedding": outputs.numpy()}
 
 

@@ -116,7 +116,7 @@ def test_pairs_match_transformers_with_segment_ids(three_label: Path) -> None:
     model = directory_spec(three_label).load(CPU)
     long_first = ("word " * 200, "short question")
     long_second = ("short question", "word " * 200)
-    encodings = model.tokenize(["a single text", long_first, long_second])
+    encodings = [model.prepare(v) for v in ("a single text", TextPair(*long_first), TextPair(*long_second))]
     assert encodings[0].type_ids is None, "a single text needs no segment ids"
     for encoding in encodings[1:]:
         assert encoding.truncated and len(encoding.ids) == MAX_LENGTH

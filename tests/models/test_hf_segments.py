@@ -43,7 +43,7 @@ def test_an_encoder_without_segment_embeddings_scores_texts_and_pairs(tmp_path: 
 
     root = _distilbert(tmp_path)
     model = get_spec(str(root)).load(torch.device("cpu"))
-    assert all(e.type_ids is None for e in model.tokenize(list(PAIRS))), "DistilBERT has no segments"
+    assert all(model.prepare(TextPair(*p)).type_ids is None for p in PAIRS), "DistilBERT has no segments"
     rows = [(i, TextPair(q, d)) for i, (q, d) in enumerate(PAIRS)] + [(9, "a single text")]
     results = list(Engine(model, EngineConfig(precision="fp32")).run(rows))
     assert all(r.ok for r in results)
@@ -61,6 +61,6 @@ def test_an_encoder_without_segment_embeddings_scores_texts_and_pairs(tmp_path: 
 
 def test_bert_gets_a_pairs_segment_ids_and_no_others() -> None:
     model = get_spec(str(minilm_dir())).load(torch.device("cpu"))
-    (pair,) = model.tokenize([PAIRS[0]])
-    (single,) = model.tokenize([PAIRS[0][0]])
+    pair = model.prepare(TextPair(*PAIRS[0]))
+    single = model.prepare(PAIRS[0][0])
     assert pair.type_ids is not None and set(pair.type_ids) == {0, 1} and single.type_ids is None

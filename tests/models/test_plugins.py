@@ -272,8 +272,16 @@ def _changed(model: Model, **changes: Any) -> Model:
 
 
 LOAD_FAULTS = [
-    (lambda m: object(), "(type object), not a Model (it lacks name, version, max_length, pad_id, device"),
-    (lambda m: types.SimpleNamespace(name="small"), "not a Model (it lacks version, max_length, pad_id"),
+    (
+        lambda m: object(),
+        "(type object), not a Model (it lacks name, version, max_length, device, outputs, "
+        "prepare, collate, run, to_columns)",
+    ),
+    (lambda m: types.SimpleNamespace(name="small"), "not a Model (it lacks version, max_length, device"),
+    (
+        lambda m: _changed(m, run=None),
+        "the loaded model has no method run; a model implements",
+    ),
     (lambda m: _changed(m, version="abc"), "the loaded model's version is 'abc' but describe() gave"),
     (lambda m: _changed(m, outputs=(VECTOR, VECTOR)), "the loaded model's outputs is"),
     (lambda m: _changed(m, max_length=7), "the loaded model's max_length is 7 but describe() gave 128"),

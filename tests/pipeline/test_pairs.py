@@ -62,10 +62,9 @@ def _spec(url: str, **overrides: Any) -> RunSpec:
 
 
 def _pair_embedding(model: Any, query: str, doc: str) -> np.ndarray:
-    (encoding,) = model.tokenize([(query, doc)])
-    ids = torch.tensor([encoding.ids])
+    ids = torch.tensor([model.encode((query, doc)).ids])
     with torch.inference_mode():
-        return model.forward(ModelInputs(ids))[0].numpy()
+        return model.run(ModelInputs(ids))[0].numpy()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
