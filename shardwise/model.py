@@ -28,10 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
+    from typing_extensions import Self
 
 __all__ = [
     "DeviceBatch",
