@@ -118,3 +118,66 @@ def reference_logits(
             )
             out.append(net(**inputs).logits.float().numpy())
     return np.concatenate(out)
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+"""A small chat template in the shape of Zephyr's: role markers, each message closed by the EOS."""
+
+
+def tiny_causal_lm(
+    root: Path, *, chat_template: str | None = None, seed: int = 0, context: int = 256
+) -> Path:
+    """Save a tiny random ``LlamaForCausalLM`` and a byte-level BPE tokenizer trained here to ``root``.
+
+    The tokenizer adds a BOS (``<s>``) to plain text and pads with its EOS
+    (``</s>``), as SmolLM2's does; ``chat_template`` is saved with it when given.
+    Nothing is downloaded: the BPE is trained on this package's docstrings.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from shardwise.corpus import harvest_docstrings
+
+    specials = ["<s>", "</s>", "<|user|>", "<|system|>", "<|assistant|>"]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(harvest_docstrings(200), trainer)
+    bpe.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="</s>", model_max_length=context
+    )
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    config = LlamaConfig(
+        vocab_size=bpe.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(root)
+    tokenizer.save_pretrained(root)
+    return root
+
+
+def set_eos(root: Path, eos: Sequence[int]) -> None:
+    """Make ``eos`` the directory's end-of-sequence ids (generation_config.json), as a model that
+    stops on several tokens does: a test picks tokens a random model actually produces."""
+    path = root / "generation_config.json"
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    path.write_text(json.dumps({**config, "eos_token_id": list(eos)}, indent=2))

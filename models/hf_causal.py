@@ -1,0 +1,263 @@
+"""Any local Hugging Face causal language model directory (``…ForCausalLM``), as a text generator.
+
+Each row's text fills the prompt template (:mod:`shardwise.generation`); with
+the chat template on (``chat``: ``auto`` uses it when the tokenizer has one)
+the prompt is the user's message, after the system text if any, and the
+template's string already holds the special tokens; with it off the system
+text and the prompt are joined by a blank line and tokenised with the
+tokenizer's special tokens (a BOS). The row then costs its prompt tokens plus
+``max_new_tokens``, which is what its KV cache holds at most, so the engine's
+token budget is a KV-cache budget. A prompt that leaves fewer than
+``max_new_tokens`` of the model's context is refused (a dead letter naming
+the sizes) rather than cut: cutting from the left would drop the chat
+header and system text, and from the right the question, so the model would
+silently answer another prompt.
+
+The results are ``generated_text`` (each completion decoded whole, special
+tokens and NUL characters removed), ``finish_reason`` (``stop`` at an
+end-of-sequence token, ``length`` at ``max_new_tokens``), ``prompt_tokens``
+and ``completion_tokens`` (the end-of-sequence token not counted). The
+version hashes the directory's files and the generation settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardwise.errors import ConfigError, InputError
+from shardwise.generation import GenerationSettings, placeholders
+from shardwise.hashing import hash_files
+from shardwise.model import ModelInfo, OutputColumn
+from shardwise.models.hf_decode import decode
+from shardwise.models.hf_files import VERSIONED, check_layout, read_json
+from shardwise.models.hf_loaded import require_transformers
+from shardwise.text import coerce_text
+
+__all__ = ["OUTPUTS", "HFCausalSpec", "HFGenerator", "Prompt", "PromptBatch", "is_causal_lm"]
+
+OUTPUTS = (
+    OutputColumn("generated_text", "text"),
+    OutputColumn("finish_reason", "text"),
+    OutputColumn("prompt_tokens", "int"),
+    OutputColumn("completion_tokens", "int"),
+)
+_TAG = "causal-lm"
+_FILES = (*VERSIONED, "generation_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def is_causal_lm(config: Mapping[str, Any]) -> bool:
+    """Whether ``config.json`` names a ``…ForCausalLM`` architecture."""
+    architectures = config.get("architectures")
+    return isinstance(architectures, list) and any(
+        isinstance(a, str) and a.endswith("ForCausalLM") for a in architectures
+    )
+
+
+def _context_of(root: Path, config: Mapping[str, Any]) -> int:
+    """The model's context in tokens: its position limit, else the tokenizer's ``model_max_length``."""
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        if isinstance(config.get(key), int) and config[key] > 0:
+            return int(config[key])
+    limit = read_json(root / "tokenizer_config.json").get("model_max_length")
+    return int(limit) if isinstance(limit, int) and 0 < limit < 10**7 else 2048
+
+
+def _has_chat_template(root: Path) -> bool:
+    return bool(read_json(root / "tokenizer_config.json").get("chat_template")) or (
+        (root / "chat_template.jinja").is_file()
+    )
+
+
+@dataclass(frozen=True)
+class HFCausalSpec:
+    """A local causal LM directory generating with ``generation``. ``name`` defaults to ``hf:<path>``."""
+
+    path: Path
+    name: str = ""
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path).expanduser().resolve())
+        if not self.name:
+            object.__setattr__(self, "name", f"hf:{self.path}")
+
+    def describe(self) -> ModelInfo:
+        """Read from the directory's JSON files and a hash of its files and the settings; no weights."""
+        return ModelInfo(self.name, self._version(), OUTPUTS, self.context())
+
+    def load(self, device: torch.device) -> HFGenerator:
+        return HFGenerator(self, device)
+
+    def generating(self, settings: GenerationSettings) -> HFCausalSpec:
+        return replace(self, generation=settings)
+
+    def chat(self) -> bool:
+        """Whether prompts go through the tokenizer's chat template; refuses ``on`` without one."""
+        has = _has_chat_template(self.path)
+        if self.generation.chat == "on" and not has:
+            raise ConfigError(
+                f"chat is on, and the tokenizer in {str(self.path)!r} has no chat template; use chat off "
+                "(plain prompts) or auto"
+            )
+        return has and self.generation.chat != "off"
+
+    def context(self) -> int:
+        """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt)."""
+        check_layout(self.path)
+        config = read_json(self.path / "config.json")
+        if not is_causal_lm(config):
+            raise ConfigError(
+                f"model directory {str(self.path)!r}: config.json names architectures "
+                f"{config.get('architectures')!r}, not a ...ForCausalLM; give a causal language model"
+            )
+        context = _context_of(self.path, config)
+        if self.generation.max_new_tokens >= context:
+            raise ConfigError(
+                f"max_new_tokens {self.generation.max_new_tokens} leaves no room for a prompt in the "
+                f"model's context of {context} tokens; give fewer than {context}"
+            )
+        return context
+
+    def _version(self) -> str:
+        files = hash_files(self.path, _FILES)
+        chat = "chat" if self.chat() else "plain"
+        text = f"{_TAG}\0{files}\0{chat}\0{self.generation.token()}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A generator's item: the prompt's token ids, and the seed its row samples with."""
+
+    ids: list[int]
+    max_new_tokens: int
+    seed: int
+    truncated: bool = False
+
+    @property
+    def cost(self) -> int:
+        """What its KV cache holds at most: the prompt and every new token."""
+        return len(self.ids) + self.max_new_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class PromptBatch:
+    """A generator's batch: int64 ids and mask, rows by width, padded on the LEFT; a seed per row."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    seeds: torch.Tensor
+    max_new_tokens: int
+
+    @property
+    def padded_cost(self) -> int:
+        rows, width = self.input_ids.shape
+        return int(rows * (width + self.max_new_tokens))
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.input_ids, self.attention_mask, self.seeds)
+
+    def pin_memory(self) -> PromptBatch:
+        return self if self.input_ids.is_pinned() else self.map(torch.Tensor.pin_memory)
+
+    def to(self, device: torch.device, *, non_blocking: bool = False) -> PromptBatch:
+        return self.map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> PromptBatch:
+        return PromptBatch(fn(self.input_ids), fn(self.attention_mask), fn(self.seeds), self.max_new_tokens)
+
+
+def row_seed(seed: int, ids: Sequence[int]) -> int:
+    """A row's sampling seed: from the run's seed and the prompt's tokens, so equal rows draw alike
+    whatever batch or worker they land in."""
+    digest = hashlib.sha256(f"{seed}\0{','.join(map(str, ids))}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1  # a non-negative int64
+
+
+class HFGenerator:
+    """A loaded causal LM: prompts in, decoded completions out (see the module docstring)."""
+
+    def __init__(self, spec: HFCausalSpec, device: torch.device) -> None:
+        require_transformers(spec.name)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        info = spec.describe()
+        self.name, self.version, self.outputs = spec.name, info.version, info.outputs
+        self.max_length, self.device = info.max_length, device
+        self.settings = spec.generation
+        self._fields = placeholders(self.settings.prompt)
+        self._chat = spec.chat()
+        self._tokenizer: Any = AutoTokenizer.from_pretrained(spec.path, local_files_only=True)
+        net: Any = AutoModelForCausalLM.from_pretrained(spec.path, local_files_only=True)
+        self._net: Any = net.eval().to(device)
+        eos = self._net.generation_config.eos_token_id
+        if eos is None:
+            eos = self._tokenizer.eos_token_id
+        eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        self._eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
+        pad = self._tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else eos_ids[0] if eos_ids else 0)
+
+    def render(self, text: str) -> str:
+        """The prompt for a row's text, as a string (the chat template applied when on)."""
+        body = self.settings.prompt.format_map(dict.fromkeys(self._fields, text))
+        system = self.settings.system
+        if not self._chat:
+            return body if system is None else f"{system}\n\n{body}"
+        messages = [] if system is None else [{"role": "system", "content": system}]
+        messages.append({"role": "user", "content": body})
+        rendered = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return str(rendered)
+
+    def prepare(self, value: object) -> Prompt:
+        """Render and tokenise a row's text; a dead letter when it leaves no room for the new tokens."""
+        ids: list[int] = self._tokenizer(self.render(coerce_text(value)), add_special_tokens=not self._chat)[
+            "input_ids"
+        ]
+        room = self.max_length - self.settings.max_new_tokens
+        if not ids:
+            raise InputError(f"prompt gives no tokens under model {self.name!r}; the text holds nothing")
+        if len(ids) > room:
+            raise InputError(
+                f"prompt has {len(ids)} tokens, and with max_new_tokens {self.settings.max_new_tokens} the "
+                f"model's context of {self.max_length} leaves room for {room}; shorten the text or the "
+                "prompt, or lower max_new_tokens"
+            )
+        return Prompt(ids, self.settings.max_new_tokens, row_seed(self.settings.seed, ids))
+
+    def collate(self, items: Sequence[Prompt], multiple: int = 1) -> PromptBatch:
+        """Pad the prompts on the left to their longest (rounded up to ``multiple``), so all end together."""
+        width = max(len(item.ids) for item in items)
+        width = -(-width // multiple) * multiple
+        ids = torch.full((len(items), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(items), width), dtype=torch.long)
+        for row, item in enumerate(items):
+            if item.ids:
+                ids[row, width - len(item.ids) :] = torch.tensor(item.ids, dtype=torch.long)
+                mask[row, width - len(item.ids) :] = 1
+        seeds = torch.tensor([item.seed for item in items], dtype=torch.long)
+        return PromptBatch(ids, mask, seeds, self.settings.max_new_tokens)
+
+    def run(self, batch: PromptBatch) -> torch.Tensor:
+        return decode(self._net, batch, self.settings, self._eos, self.pad_id)
+
+    def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
+        """Decode each row's completion whole (token by token would split multi-byte characters)."""
+        rows = outputs.tolist()
+        texts = [
+            self._tokenizer.decode(row[3 : 3 + row[1]], skip_special_tokens=True).replace("\x00", "")
+            for row in rows
+        ]
+        return {
+            "generated_text": np.array(texts, dtype=object),
+            "finish_reason": np.array(["stop" if row[2] else "length" for row in rows], dtype=object),
+            "prompt_tokens": np.array([row[0] for row in rows], dtype=np.int64),
+            "completion_tokens": np.array([row[1] for row in rows], dtype=np.int64),
+        }

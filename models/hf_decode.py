@@ -1,0 +1,112 @@
+"""The decoding loop of a causal LM over one left-padded batch, with the KV cache, greedy or sampled.
+
+Every row is decoded at once from its prompt: one forward pass over the
+prompts fills the cache, then one pass per new token. A row stops at its
+first end-of-sequence token (and is fed padding from then on, which its
+attention never mixes into another row); the batch stops when every row has
+stopped or ``max_new_tokens`` are made. The batch is static: a row that stops
+early keeps its slot until the batch ends, and no waiting row takes its place
+(continuous batching is not done yet).
+
+Sampling draws each row from its own :class:`torch.Generator`, seeded per
+row (:attr:`models.hf_causal.Prompt.seed`), one draw per step, so a row's
+text does not depend on which rows share its batch.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from shardwise.generation import GenerationSettings
+
+__all__ = ["decode"]
+
+Picker = Callable[[torch.Tensor], torch.Tensor]
+
+
+def decode(
+    net: Any,
+    batch: Any,
+    settings: GenerationSettings,
+    eos: torch.Tensor,
+    pad_id: int,
+) -> torch.Tensor:
+    """Generate for ``batch`` (a :class:`models.hf_causal.PromptBatch` on the net's device).
+
+    Gives int64 rows ``[prompt tokens, completion tokens, stopped (1) or cut
+    at the length (0), token ids...]``, the ids padded to ``max_new_tokens``;
+    completion tokens count the text's tokens, the end-of-sequence token not included.
+    """
+    ids, mask = batch.input_ids, batch.attention_mask
+    rows, steps = ids.shape[0], settings.max_new_tokens
+    pick = _picker(settings, batch.seeds)
+    # Positions count real tokens only, so a left-padded prompt sees the same
+    # positions as it would alone; padding is masked out whatever it gets.
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = net(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    tokens = ids.new_full((rows, steps), pad_id)
+    length = ids.new_zeros(rows)
+    stopped = torch.zeros(rows, dtype=torch.bool, device=ids.device)
+    for step in range(steps):
+        chosen = pick(out.logits[:, -1, :].float())
+        live = ~stopped
+        tokens[:, step] = torch.where(live, chosen, pad_id)
+        hit = live & torch.isin(chosen, eos)
+        length += (live & ~hit).long()
+        stopped |= hit
+        # The one host synchronisation per step: it ends the batch early once every row has stopped.
+        if step + 1 == steps or bool(stopped.all()):
+            break
+        mask = torch.cat([mask, mask.new_ones(rows, 1)], dim=1)
+        positions = positions[:, -1:] + 1
+        cache = {_cache_argument(net): _cache_of(out)}
+        out = net(
+            input_ids=tokens[:, step : step + 1],
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **cache,
+        )
+    prompt = batch.attention_mask.sum(dim=1)
+    return torch.cat([prompt[:, None], length[:, None], stopped[:, None].long(), tokens], dim=1)
+
+
+def _cache_argument(net: Any) -> str:
+    """The forward pass's KV-cache keyword: ``cache`` since transformers 5.2x, ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(net.forward).parameters else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    """The KV cache a forward pass returned, under either of transformers' names for it."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def _picker(settings: GenerationSettings, seeds: torch.Tensor) -> Picker:
+    """How each step picks a token per row from its logits: argmax, or a seeded draw per row."""
+    if settings.greedy:
+        return lambda logits: logits.argmax(dim=-1)
+    device = seeds.device
+    generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds.tolist()]
+    temperature, top_p = settings.temperature, settings.top_p
+
+    def pick(logits: torch.Tensor) -> torch.Tensor:
+        probs = _nucleus(torch.softmax(logits / temperature, dim=-1), top_p)
+        draws = [torch.multinomial(p, 1, generator=g) for p, g in zip(probs, generators, strict=True)]
+        return torch.cat(draws)
+
+    return pick
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``probs`` with all but the smallest set of most likely tokens reaching ``top_p`` zeroed."""
+    if top_p >= 1.0:
+        return probs
+    ordered, order = probs.sort(dim=-1, descending=True)
+    before = ordered.cumsum(dim=-1) - ordered  # mass of the more likely tokens; the top one always stays
+    ordered = ordered.masked_fill(before >= top_p, 0.0)
+    return torch.zeros_like(probs).scatter(-1, order, ordered)

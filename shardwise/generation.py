@@ -1,0 +1,149 @@
+"""Generation settings: the prompt template, system text and sampling rule of a text generator.
+
+They are part of what a generator *is*: the same weights with another prompt
+or another temperature write other text, so the settings go into the model's
+version (:meth:`GenerationSettings.token`), ``--only-new`` rescores rows when
+they change, and outputs of two prompts never mix under one version.
+
+A run gives them as :class:`~shardwise.pipeline.spec.RunSpec` fields; a model
+spec that generates (a :class:`Generative`) takes them through
+:func:`with_generation`, and any other model refuses them. This module is
+plain data: it imports no model code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import string
+from dataclasses import asdict, dataclass
+from typing import Literal, Protocol, get_args, runtime_checkable
+
+from shardwise.errors import ConfigError
+from shardwise.model import ModelSpec
+
+__all__ = [
+    "DEFAULT_MAX_NEW_TOKENS",
+    "DEFAULT_PROMPT",
+    "ChatMode",
+    "GenerationSettings",
+    "Generative",
+    "placeholders",
+    "with_generation",
+]
+
+ChatMode = Literal["auto", "on", "off"]
+DEFAULT_PROMPT = "{text}"
+DEFAULT_MAX_NEW_TOKENS = 128
+
+
+def placeholders(template: str) -> list[str]:
+    """The column names a prompt template's ``{column}`` placeholders name, in order, each once.
+
+    Only bare names are allowed: a conversion, a format spec, an attribute or
+    an index (``{text!r}``, ``{text:>9}``, ``{text.upper}``) is refused, since
+    a template is typed by a user and must not reach into Python objects.
+    ``{{`` and ``}}`` are literal braces.
+    """
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template)]
+    except ValueError as exc:
+        raise ConfigError(
+            f"prompt {template!r} is not a valid template ({exc}); write {{{{ for a brace"
+        ) from exc
+    names: list[str] = []
+    for name, spec, conv in fields:
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conv:
+            raise ConfigError(
+                f"prompt placeholder {{{name}{'!' + conv if conv else ''}{':' + spec if spec else ''}}} "
+                "is not a bare column name; write {column}, and {{ or }} for a literal brace"
+            )
+        if name not in names:
+            names.append(name)
+    return names
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How a generator turns a row into a prompt and picks tokens.
+
+    ``temperature`` 0 is greedy decoding; above 0 each row samples with its
+    own random generator, seeded from ``seed`` and the row's prompt, so a
+    row's text does not depend on the batch it falls in or the runner.
+    ``top_p`` (nucleus sampling) applies only when sampling.
+    """
+
+    prompt: str = DEFAULT_PROMPT
+    system: str | None = None
+    chat: ChatMode = "auto"
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not placeholders(self.prompt):
+            raise ConfigError(
+                f"prompt {self.prompt!r} names no column; put the text column in it, e.g. "
+                "'Summarise: {text}'"
+            )
+        if self.chat not in get_args(ChatMode):
+            raise ConfigError(f"chat must be one of auto, on, off; got {self.chat!r}")
+        _check_number("max_new_tokens", self.max_new_tokens, 1, None, integer=True)
+        _check_number("temperature", self.temperature, 0.0, None)
+        _check_number("top_p", self.top_p, 0.0, 1.0, open_low=True)
+        _check_number("seed", self.seed, 0, None, integer=True)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def token(self) -> str:
+        """A stable text of every setting, for the model version: equal settings give equal text."""
+        return json.dumps(asdict(self), sort_keys=True, ensure_ascii=True)
+
+
+def _check_number(
+    name: str, value: object, low: float, high: float | None, *, integer: bool = False, open_low: bool = False
+) -> None:
+    """Raise a ConfigError naming the rule unless ``value`` is a number in range (an int if ``integer``)."""
+    kind = int if integer else (int, float)
+    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        assert isinstance(value, int | float)
+        ok = (value > low if open_low else value >= low) and (high is None or value <= high)
+    if not ok:
+        bounds = f"{'above' if open_low else 'at least'} {low:g}" + (
+            "" if high is None else f", at most {high:g}"
+        )
+        raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'} {bounds}; got {value!r}")
+
+
+@runtime_checkable
+class Generative(Protocol):
+    """A model spec that generates text: it takes generation settings and gives a spec that uses them."""
+
+    @property
+    def generation(self) -> GenerationSettings: ...
+
+    def generating(self, settings: GenerationSettings) -> ModelSpec:
+        """The same model, generating with ``settings`` (its version changes with them)."""
+        ...
+
+
+def with_generation(spec: ModelSpec, settings: GenerationSettings | None) -> ModelSpec:
+    """``spec`` generating with ``settings``; refuses settings for a model that does not generate.
+
+    ``None`` means the run gave no generation setting: a generator keeps its own.
+    """
+    if settings is None:
+        return spec
+    if not isinstance(spec, Generative):
+        raise ConfigError(
+            f"model {spec.name!r} does not generate text, so the generation settings (prompt, system, "
+            "chat, max_new_tokens, temperature, top_p, seed) do not apply to it; drop them, or give a "
+            "causal language model directory (config.json architectures ...ForCausalLM)"
+        )
+    return spec.generating(settings)

@@ -1,0 +1,177 @@
+"""Causal LM directories as generators: greedy agreement with ``generate``, stops, versions, sampling.
+
+The model is a tiny random Llama with a BPE tokenizer trained in the test
+(``tests/hf_builders.py``). Its end-of-sequence ids are set to tokens it
+really produces, so rows stop at different steps (one at its first token),
+and batches of very different prompt lengths are left-padded together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hf_builders import CHAT_TEMPLATE, set_eos, tiny_causal_lm
+
+from shardwise import ConfigError, Engine, EngineConfig
+from shardwise.corpus import harvest_docstrings
+from shardwise.errors import InputError
+from shardwise.generation import GenerationSettings, with_generation
+from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
+
+pytest.importorskip("transformers")
+
+CPU = torch.device("cpu")
+NEW = 20
+
+
+def _prompts(n: int = 30) -> list[str]:
+    texts = harvest_docstrings(n)
+    return [text[: 10 + 37 * i % 300] for i, text in enumerate(texts)]
+
+
+def _reference(root: Path, texts: Sequence[str], new: int = NEW) -> list[list[int]]:
+    """Each text's completion ids from an unbatched ``generate(do_sample=False)``, up to its first EOS."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(root, local_files_only=True)
+    net = AutoModelForCausalLM.from_pretrained(root, local_files_only=True).eval()
+    eos = set(net.generation_config.eos_token_id)
+    out = []
+    with torch.inference_mode():
+        for text in texts:
+            inputs = tokenizer(text, return_tensors="pt")
+            prompt = inputs["input_ids"].shape[1]
+            ids = net.generate(**inputs, do_sample=False, max_new_tokens=new)[0, prompt:]
+            completion = ids.tolist()
+            stop = next((i for i, t in enumerate(completion) if t in eos), None)
+            out.append(completion if stop is None else completion[: stop + 1])
+    return out
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny LM, its EOS set to the first token it writes after the first prompt (so that row
+    stops at once) and the EOS it was built with."""
+    root = tiny_causal_lm(tmp_path_factory.mktemp("lm"), chat_template=CHAT_TEMPLATE)
+    set_eos(root, [1])
+    first = _reference(root, _prompts(1))[0][0]
+    set_eos(root, [1, first])
+    return root
+
+
+def _score(spec: HFCausalSpec, texts: Sequence[str], max_tokens: int = 400) -> list[dict[str, Any]]:
+    engine = Engine(spec.load(CPU), EngineConfig(max_tokens=max_tokens, precision="fp32"))
+    results = list(engine.run(enumerate(texts)))
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    return [dict(r.values or {}) for r in results]
+
+
+def test_greedy_batches_equal_unbatched_generate(lm: Path) -> None:
+    texts = _prompts()
+    spec = HFCausalSpec(lm, generation=GenerationSettings(chat="off", max_new_tokens=NEW))
+    got = _score(spec, texts)
+    tokenizer = spec.load(CPU)._tokenizer
+    eos = {1, *_reference(lm, texts[:1])[0][:1]}
+    for row, ids in zip(got, _reference(lm, texts), strict=True):
+        text_ids = [t for t in ids if t not in eos]
+        expected = tokenizer.decode(text_ids, skip_special_tokens=True).replace("\x00", "")  # NUL stripped
+        assert row["generated_text"] == expected
+        assert row["completion_tokens"] == len(text_ids)
+        assert row["finish_reason"] == ("stop" if len(text_ids) < len(ids) else "length")
+        assert row["prompt_tokens"] == len(tokenizer(texts[got.index(row)])["input_ids"])
+    reasons = [row["finish_reason"] for row in got]
+    assert got[0]["generated_text"] == "" and got[0]["finish_reason"] == "stop"
+    assert "length" in reasons and reasons.count("stop") > 1
+
+
+def test_batches_were_mixed_and_left_padded(lm: Path) -> None:
+    model = HFCausalSpec(lm, generation=GenerationSettings(chat="off")).load(CPU)
+    items = [model.prepare(t) for t in ("short", "a much longer text than the other one")]
+    batch = model.collate(items, multiple=8)
+    assert batch.input_ids.shape[1] % 8 == 0
+    assert batch.attention_mask[0, -1] == 1 and batch.attention_mask[0, 0] == 0
+    assert batch.padded_cost == 2 * (batch.input_ids.shape[1] + model.settings.max_new_tokens)
+    assert items[0].cost == len(items[0].ids) + 128
+
+
+def test_chat_template_renders_system_and_user(lm: Path) -> None:
+    settings = GenerationSettings(prompt="Summarise: {text}", system="Be brief.", max_new_tokens=4)
+    model = HFCausalSpec(lm, generation=settings).load(CPU)
+    assert model.render("x") == "<|system|>Be brief.</s><|user|>Summarise: x</s><|assistant|>"
+    plain = HFCausalSpec(lm, generation=GenerationSettings(prompt="Q: {text}", chat="off")).load(CPU)
+    assert plain.render("x") == "Q: x" and plain.prepare("x").ids[0] == 0  # the BOS
+    assert model.prepare("x").ids[0] != 0  # the template holds its own special tokens
+
+
+def test_settings_are_part_of_the_version(lm: Path) -> None:
+    base = GenerationSettings()
+    variants = [
+        base,
+        GenerationSettings(prompt="Say: {text}"),
+        GenerationSettings(system="s"),
+        GenerationSettings(chat="off"),
+        GenerationSettings(max_new_tokens=5),
+        GenerationSettings(temperature=0.7),
+        GenerationSettings(temperature=0.7, top_p=0.9),
+        GenerationSettings(temperature=0.7, seed=3),
+    ]
+    versions = {HFCausalSpec(lm, generation=s).describe().version for s in variants}
+    assert len(versions) == len(variants)
+    assert HFCausalSpec(lm).describe().version == HFCausalSpec(lm, generation=base).describe().version
+    spec = with_generation(HFCausalSpec(lm), GenerationSettings(prompt="Say: {text}"))
+    assert spec.describe().version == HFCausalSpec(lm, generation=variants[1]).describe().version
+
+
+def test_sampling_is_reproducible_whatever_the_batch(lm: Path) -> None:
+    texts = _prompts(12)
+    settings = GenerationSettings(chat="off", max_new_tokens=12, temperature=1.0, top_p=0.9, seed=7)
+    spec = HFCausalSpec(lm, generation=settings)
+    wide, narrow = _score(spec, texts, max_tokens=2000), _score(spec, texts, max_tokens=60)
+    assert [r["generated_text"] for r in wide] == [r["generated_text"] for r in narrow]
+    other = _score(HFCausalSpec(lm, generation=GenerationSettings(**{**vars(settings), "seed": 8})), texts)
+    assert [r["generated_text"] for r in other] != [r["generated_text"] for r in wide]
+
+
+def test_a_prompt_without_room_is_a_dead_letter(lm: Path) -> None:
+    model = HFCausalSpec(lm, generation=GenerationSettings(chat="off", max_new_tokens=250)).load(CPU)
+    with pytest.raises(InputError, match="leaves room for 6"):
+        model.prepare("a text far longer than six tokens, in any tokenizer at all")
+    with pytest.raises(ConfigError, match="no room for a prompt"):
+        HFCausalSpec(lm, generation=GenerationSettings(max_new_tokens=256)).describe()
+
+
+def test_nul_characters_are_stripped(lm: Path) -> None:
+    model = HFCausalSpec(lm, generation=GenerationSettings(chat="off")).load(CPU)
+    nul = model._tokenizer("\x00")["input_ids"][-1]
+    outputs = torch.tensor([[3, 2, 0, nul, nul] + [1] * 126])
+    assert model.to_columns(outputs)["generated_text"][0] == ""
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"prompt": "no column"}, "names no column"),
+        ({"prompt": "{text!r}"}, "not a bare column name"),
+        ({"prompt": "{text.upper}"}, "not a bare column name"),
+        ({"prompt": "{"}, "not a valid template"),
+        ({"chat": "maybe"}, "chat must be one of"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be an integer at least 1"),
+        ({"temperature": -1.0}, "temperature must be a number at least 0"),
+        ({"top_p": 0.0}, "top_p must be a number above 0"),
+        ({"seed": -1}, "seed must be an integer at least 0"),
+    ],
+)
+def test_bad_settings_are_refused(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        GenerationSettings(**settings)
+
+
+def test_chat_on_needs_a_template(tmp_path: Path) -> None:
+    root = tiny_causal_lm(tmp_path)
+    with pytest.raises(ConfigError, match="no chat template"):
+        HFCausalSpec(root, generation=GenerationSettings(chat="on")).describe()
+    assert isinstance(HFCausalSpec(root).load(CPU), HFGenerator)
