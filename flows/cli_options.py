@@ -15,9 +15,19 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic_core import PydanticUndefined
 
-__all__ = ["FANOUT_OPTIONS", "SOURCE_OPTIONS", "add_param_options", "flag_for", "score_params", "watch_spec"]
+__all__ = [
+    "FANOUT_OPTIONS",
+    "GENERATION_OPTIONS",
+    "SOURCE_OPTIONS",
+    "add_param_options",
+    "flag_for",
+    "score_params",
+    "watch_spec",
+]
 
 
+GENERATION_OPTIONS = ("prompt", "system", "chat", "max_new_tokens", "temperature", "top_p", "seed")
+"""The fields that only a generator (a causal language model) takes; part of its model version."""
 SOURCE_OPTIONS = (
     "source",
     "table",
@@ -26,6 +36,7 @@ SOURCE_OPTIONS = (
     "text_pair_column",
     "where",
     "model",
+    *GENERATION_OPTIONS,
     "results",
     "results_table",
     "shards",
@@ -49,6 +60,12 @@ _METAVARS = {
     "text_pair_column": "COLUMN",
     "where": "SQL",
     "model": "NAME|DIR|MODULE:ATTR",
+    "prompt": "TEMPLATE",
+    "system": "TEXT",
+    "max_new_tokens": "N",
+    "temperature": "T",
+    "top_p": "P",
+    "seed": "S",
     "results_table": "TABLE",
     "shards": "N",
     "rows_per_shard": "N",

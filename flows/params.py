@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -44,8 +45,39 @@ class ScoreParams(BaseModel):
     )
     model: str = Field(
         DEFAULT_MODEL,
-        description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier or "
-        "cross-encoder), or a plug-in's package.module:attribute.",
+        description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier, "
+        "cross-encoder or causal language model, which generates text), or a plug-in's "
+        "package.module:attribute.",
+    )
+    prompt: str | None = Field(
+        None,
+        description="Generators only: the prompt template, with the text column as a placeholder, e.g. "
+        "'Summarise: {text}' (default: the text alone, {text}). Part of the model version.",
+    )
+    system: str | None = Field(
+        None, description="Generators only: a system text, before the prompt. Part of the model version."
+    )
+    chat: Literal["auto", "on", "off"] | None = Field(
+        None,
+        description="Generators only: apply the tokenizer's chat template: auto (when it has one; the "
+        "default), on, or off (the plain prompt, with the tokenizer's special tokens).",
+    )
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="Generators only: the most tokens generated per row (default 128)."
+    )
+    temperature: float | None = Field(
+        None,
+        ge=0,
+        description="Generators only: 0 decodes greedily (the default); above 0 samples, seeded per row.",
+    )
+    top_p: float | None = Field(
+        None, gt=0, le=1, description="Generators only: nucleus sampling's probability mass (default 1)."
+    )
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="Generators only: the sampling seed (default 0); each row's draws follow from it and "
+        "the row's prompt, so they do not depend on the batch or the runner.",
     )
     results: str | None = Field(
         None,
@@ -200,6 +232,13 @@ class ScoreParams(BaseModel):
             redrive=self.redrive,
             force=self.force,
             lease_s=self.lease_s,
+            prompt=self.prompt,
+            system=self.system,
+            chat=self.chat,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
         )
 
     def fanout(self) -> Fanout:

@@ -12,6 +12,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
+from shardwise.generation import with_generation
 from shardwise.models import get_spec
 from shardwise.pipeline import PlannedRun, RunSpec, prepare_run
 from shardwise.tasks.connections import resolve
@@ -47,7 +48,7 @@ def plan_run(
             run_id=run_id,
             started_by=started_by,
             parameters=parameters,
-            model=get_spec(spec.model).describe(),
+            model=with_generation(get_spec(spec.model), spec.generation()).describe(),
             cache=worker_cache(),
             resolve=resolve,
             workers=workers,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from shardwise.device import resolve_device
+from shardwise.generation import with_generation
 from shardwise.model import ModelInfo
 from shardwise.pipeline.lease import takeover_from
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys
@@ -38,7 +39,7 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
     Returns why the run would have nothing to do, when that is known now: a
     redrive whose dead letters did not change.
     """
-    model = catalogue(spec.model).describe()
+    model = with_generation(catalogue(spec.model), spec.generation()).describe()
     spec.check_model(model)
     parse_table_name(spec.results_table)
     source_url, results_url = resolve(spec.source), resolve(spec.results)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from shardwise.errors import ConfigError, InputError
+from shardwise.generation import with_generation
 from shardwise.model import Model
 from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
@@ -76,7 +77,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     is the hardware's choice; the run's accuracy guard may still send it back
     to fp32 (and so to the fp32 version's already-scored rows).
     """
-    spec_of = catalogue(spec.model)
+    spec_of = with_generation(catalogue(spec.model), spec.generation())
     model = spec_of.load(torch.device("cpu"))
     info = spec_of.describe()
     precision, _ = hardware_precision(spec, info.outputs)

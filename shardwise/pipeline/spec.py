@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardwise.errors import ConfigError
+from shardwise.generation import ChatMode, GenerationSettings, placeholders
 from shardwise.model import ModelInfo
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precision
@@ -79,8 +80,18 @@ class RunSpec:
     """Seconds the run's and each shard attempt's lease lasts unless renewed (every quarter of it)."""
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`)."""
+    prompt: str | None = None
+    """Generation settings (see :mod:`shardwise.generation`): None leaves the generator's default.
+    Given for a model that does not generate, they are refused."""
+    system: str | None = None
+    chat: ChatMode | None = None
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
 
     def __post_init__(self) -> None:
+        self._check_prompt()
         check_precision(self.precision)
         ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
         if not isinstance(self.min_agreement, (int, float)) or not 0 < self.min_agreement <= 1:
@@ -109,6 +120,34 @@ class RunSpec:
             raise ConfigError(
                 f"lease_s must be seconds from {MIN_LEASE_S:g} to {MAX_LEASE_S:g}; got {self.lease_s!r} "
                 f"(the default is {LEASE_S:g})"
+            )
+
+    def generation(self) -> GenerationSettings | None:
+        """The generation settings the run gives (defaults for those left out), or None if it gives none."""
+        given = {
+            "prompt": self.prompt,
+            "system": self.system,
+            "chat": self.chat,
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "seed": self.seed,
+        }
+        given = {name: value for name, value in given.items() if value is not None}
+        return GenerationSettings(**given) if given else None  # type: ignore[arg-type]
+
+    def _check_prompt(self) -> None:
+        """The prompt names only the text column: each row hands the model one text (other columns are
+        not read yet), and a template naming a column the source lacks is refused before anything runs."""
+        self.generation()  # every setting in range
+        if self.prompt is None:
+            return
+        others = [name for name in placeholders(self.prompt) if name != self.text_column]
+        if others:
+            raise ConfigError(
+                f"prompt {self.prompt!r} names {', '.join(others)}; a prompt can name only the text column "
+                f"{{{self.text_column}}} (--text-column) for now. Write {{{self.text_column}}} where the "
+                "row's text goes, or choose the column with --text-column"
             )
 
     def check_model(self, model: ModelInfo) -> None:

@@ -35,6 +35,7 @@ import torch
 from shardwise.config import EngineConfig
 from shardwise.device_lease import leased_device
 from shardwise.errors import ConfigError
+from shardwise.generation import GenerationSettings, with_generation
 from shardwise.model import Model, ModelInfo, ModelSpec
 from shardwise.pipeline.chunks import ChunkConfig
 from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
@@ -101,36 +102,46 @@ class WorkerCache:
         self._catalogue = catalogue
         self._max_runs = max_runs
         self._lock = threading.Lock()
-        self._models: dict[tuple[str, str], Model] = {}
+        self._models: dict[tuple[str, str, GenerationSettings | None], Model] = {}
         self._agreements: dict[tuple[str, str, str, bool], float] = {}
-        self._infos: dict[str, ModelInfo] = {}
+        self._infos: dict[tuple[str, GenerationSettings | None], ModelInfo] = {}
         self._runs: OrderedDict[tuple[str, RunSpec], _Run] = OrderedDict()
         self.loads = 0
 
-    def model(self, name: str, device: torch.device) -> tuple[Model, float]:
-        """The model on ``device``, and the seconds spent loading it now (0.0 when it was loaded already)."""
-        key = (name, str(device))
-        described = self.info(name)
+    def model(
+        self, name: str, device: torch.device, generation: GenerationSettings | None = None
+    ) -> tuple[Model, float]:
+        """The model on ``device``, and the seconds spent loading it now (0.0 when it was loaded already).
+
+        ``generation`` is the run's generation settings (:meth:`RunSpec.generation`); a generator loads
+        once per settings, and any other model refuses them.
+        """
+        key = (name, str(device), generation)
+        described = self.info(name, generation)
         with self._lock:
             if key in self._models:
                 return self._models[key], 0.0
             started = time.perf_counter()
-            model = self._catalogue(name).load(device)
+            model = self.spec(name, generation).load(device)
             _check_outputs(model, described)
             self._models[key] = model
             self.loads += 1
             return model, time.perf_counter() - started
 
-    def info(self, name: str) -> ModelInfo:
+    def info(self, name: str, generation: GenerationSettings | None = None) -> ModelInfo:
         """The model's description (no weights on a device), read once per process."""
         with self._lock:
-            if name not in self._infos:
-                self._infos[name] = self._catalogue(name).describe()
-            return self._infos[name]
+            if (name, generation) not in self._infos:
+                self._infos[name, generation] = self.spec(name, generation).describe()
+            return self._infos[name, generation]
+
+    def spec(self, name: str, generation: GenerationSettings | None = None) -> ModelSpec:
+        """The catalogue's spec for ``name``, generating with ``generation`` when given."""
+        return with_generation(self._catalogue(name), generation)
 
     def agreement(self, model: Model, precision: Precision, pairs: bool = False) -> float:
         """The guard's agreement of ``model`` in ``precision`` with float32, measured once per process."""
-        key = (model.name, str(model.device), precision, pairs)
+        key = (f"{model.name}@{model.version}", str(model.device), precision, pairs)
         with self._lock:
             if key not in self._agreements:
                 self._agreements[key] = agreement(model, precision, pairs)
@@ -231,7 +242,7 @@ def score_ref_shard(
     if ref.threads is not None and torch.get_num_threads() != ref.threads:
         torch.set_num_threads(ref.threads)  # a share of the host's cores: workers must not oversubscribe
     with leased_device(ref.spec.device) as device:
-        model, load_s = cache.model(ref.spec.model, device)
+        model, load_s = cache.model(ref.spec.model, device, ref.spec.generation())
         run = cache.run(ref, model, resolve)
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             return score_shard(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+import numpy as np
 import psycopg
 import sqlalchemy as sa
 from psycopg import postgres, pq
@@ -92,9 +93,7 @@ class Staging:
                 value = row.values[out.name]
             except KeyError:
                 _mismatch(row, ", ".join(o.name for o in self.outputs))
-            if value is not None:
-                value = as_vector(value, out.name, out.dim) if out.kind == "vector" else value
-            values.append(value)
+            values.append(_column_value(value, out))
         values += [bool(row.truncated), row.input_fingerprint]
         self.rows += 1
         return values
@@ -174,6 +173,19 @@ class Staging:
         if self.dialect == "postgresql":
             with self.conn.begin():
                 self.conn.execute(query(self.dialect, "stage_analyze"))
+
+
+def _column_value(value: Any, out: OutputColumn) -> Any:
+    """A value as the database driver takes it: a vector as float32, a numpy scalar as its Python value.
+
+    sqlite3 stores a ``numpy.int64`` (not an ``int`` subclass) as an 8-byte blob, and psycopg has
+    no dumper for numpy scalars, so ``int``, ``float`` and ``text`` outputs are unwrapped here.
+    """
+    if value is None:
+        return None
+    if out.kind == "vector":
+        return as_vector(value, out.name, out.dim)
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _mismatch(row: ResultRow, expected: str) -> NoReturn:

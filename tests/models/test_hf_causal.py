@@ -8,6 +8,7 @@ and batches of very different prompt lengths are left-padded together.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -175,3 +176,35 @@ def test_chat_on_needs_a_template(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no chat template"):
         HFCausalSpec(root, generation=GenerationSettings(chat="on")).describe()
     assert isinstance(HFCausalSpec(root).load(CPU), HFGenerator)
+
+
+def test_a_causal_directory_loads_as_a_generator(lm: Path) -> None:
+    from shardwise.models import get_spec
+    from shardwise.models.hf_directory import directory_spec
+
+    assert isinstance(directory_spec(lm), HFCausalSpec)
+    assert isinstance(get_spec(str(lm)), HFCausalSpec)
+    assert get_spec(str(lm)).describe().outputs[0].name == "generated_text"
+
+
+def test_generation_settings_are_refused_for_an_encoder() -> None:
+    from shardwise.models import get_spec
+
+    with pytest.raises(ConfigError, match="model 'tiny' does not generate text"):
+        with_generation(get_spec("tiny"), GenerationSettings())
+    assert with_generation(get_spec("tiny"), None) is get_spec("tiny")
+
+
+def test_run_spec_threads_the_settings_and_checks_the_prompt() -> None:
+    from shardwise.pipeline import RunSpec
+
+    base = {"source": "sqlite:///x.db", "results": "sqlite:///x.db", "results_table": "r"}
+    assert RunSpec(**base).generation() is None
+    spec = RunSpec(**base, text_column="body", prompt="Q: {body}", temperature=0.5)
+    assert spec.generation() == GenerationSettings(prompt="Q: {body}", temperature=0.5)
+    with pytest.raises(
+        ConfigError, match=re.escape("names text; a prompt can name only the text column {body}")
+    ):
+        RunSpec(**base, text_column="body", prompt="{text}")
+    with pytest.raises(ConfigError, match="top_p must be"):
+        RunSpec(**base, top_p=2.0)

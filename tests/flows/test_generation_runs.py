@@ -1,0 +1,151 @@
+"""A causal LM directory end to end: ``shardwise run --model DIR --prompt ...`` on SQLite and PostgreSQL.
+
+The model is a tiny random Llama (``tests/hf_builders.py``) named by its
+path. The results table gets text ``generated_text`` and ``finish_reason`` and
+integer token counts, with lineage, equal to the engine's own generation;
+``--only-new`` scores nothing the second time, and a new prompt is a new
+model version, so it rescores every row, its outputs stored under their own
+version beside the first prompt's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from flow_data import BAD_ROWS, LINEAGE, execute, make_docs
+from hf_builders import tiny_causal_lm
+
+from shardwise import Engine, EngineConfig
+from shardwise.flows.cli import main
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
+from shardwise.generation import GenerationSettings
+from shardwise.models.hf_causal import HFCausalSpec
+
+pytestmark = [pytest.mark.usefixtures("prefect_harness")]
+pytest.importorskip("transformers")
+
+ROWS = 24
+TABLE = "generated"
+PROMPT = "Summarise: {text}"
+COLUMNS = "source_key, generated_text, finish_reason, prompt_tokens, completion_tokens"
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_causal_lm(tmp_path_factory.mktemp("lm"), context=4096)
+
+
+def _cli(url: str, lm: Path, *extra: str) -> list[str]:
+    return [
+        "run", "--source", url, "--table", "docs", "--model", str(lm), "--results-table", TABLE,
+        "--max-new-tokens", "6", "--chat", "off", "--precision", "fp32", "--shards", "2", *extra,
+    ]  # fmt: skip
+
+
+def _run(url: str, lm: Path, **params: Any) -> dict[str, Any]:
+    fields = {"max_new_tokens": 6, "chat": "off", "precision": "fp32", "shards": 2, "prompt": PROMPT}
+    state = score(
+        ScoreParams(source=url, table="docs", model=str(lm), results_table=TABLE, **{**fields, **params}),
+        return_state=True,
+    )
+    summary = state.result(raise_on_failure=False)
+    assert state.is_completed(), summary
+    return dict(summary)
+
+
+def _expected(lm: Path, rows: list[tuple[int, Any]], prompt: str) -> dict[int, tuple[Any, ...]]:
+    settings = GenerationSettings(prompt=prompt, chat="off", max_new_tokens=6)
+    model = HFCausalSpec(lm, generation=settings).load(torch.device("cpu"))
+    results = Engine(model, EngineConfig(precision="fp32")).run(rows)
+    names = COLUMNS.split(", ")[1:]
+    return {int(r.key): tuple(r.values[n] for n in names) for r in results if r.values is not None}
+
+
+def _check(url: str, lm: Path, rows: list[tuple[int, Any]]) -> None:
+    """Every good row's four columns equal the engine's own generation; lineage names the model."""
+    stored = execute(url, f"select {COLUMNS} from {TABLE} order by source_key")
+    assert all(isinstance(n, int) for row in stored for n in row[3:])
+    expected = _expected(lm, rows, PROMPT)
+    assert {int(k): tuple(rest) for k, *rest in stored} == expected
+    assert {reason for _, _, reason, _, _ in stored} <= {"stop", "length"}
+    lineage = execute(url, f"select distinct {', '.join(LINEAGE[:2])} from {TABLE}")
+    assert lineage == [(f"hf:{lm.resolve()}", HFCausalSpec(lm, generation=_settings()).describe().version)]
+
+
+def _settings(prompt: str = PROMPT) -> GenerationSettings:
+    return GenerationSettings(prompt=prompt, chat="off", max_new_tokens=6)
+
+
+def _only_new_then_new_prompt(url: str, lm: Path) -> None:
+    """``--only-new`` retries only the dead letters; a new prompt rescores every row under a new version."""
+    again = _run(url, lm, only_new=True)
+    assert (again["rows_in"], again["rows_out"], again["rows_failed"]) == (len(BAD_ROWS), 0, len(BAD_ROWS))
+    other = _run(url, lm, only_new=True, prompt="Title: {text}")
+    assert other["rows_out"] == ROWS
+    versions = execute(url, f"select model_version, count(*) from {TABLE} group by model_version")
+    assert sorted(n for _, n in versions) == [ROWS, ROWS]  # each prompt's outputs under its own version
+    new = HFCausalSpec(lm, generation=_settings("Title: {text}")).describe().version
+    assert new in {v for v, _ in versions}
+
+
+def test_sqlite_cli_run_writes_generated_text_with_lineage(
+    sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = make_docs(sqlite_url, ROWS)
+    code = main(_cli(sqlite_url, lm, "--prompt", PROMPT))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"completed: {ROWS} rows scored" in out and f"{len(BAD_ROWS)} dead letters" in out
+    _check(sqlite_url, lm, rows[:ROWS])
+    _only_new_then_new_prompt(sqlite_url, lm)
+
+
+@pytest.mark.postgres
+def test_postgres_run_writes_text_and_int_columns(pg_url: str, lm: Path) -> None:
+    rows = make_docs(pg_url, ROWS)
+    first = _run(pg_url, lm)
+    assert (first["rows_out"], first["rows_failed"]) == (ROWS, len(BAD_ROWS))
+    types = execute(
+        pg_url,
+        "select column_name, data_type from information_schema.columns where table_name = :t "
+        "and column_name in ('generated_text', 'finish_reason', 'prompt_tokens', 'completion_tokens') "
+        "order by column_name",
+        {"t": TABLE},
+    )
+    assert types == [
+        ("completion_tokens", "bigint"),
+        ("finish_reason", "text"),
+        ("generated_text", "text"),
+        ("prompt_tokens", "bigint"),
+    ]
+    _check(pg_url, lm, rows[:ROWS])
+    _only_new_then_new_prompt(pg_url, lm)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--prompt", "{title}: {text}"], "names title; a prompt can name only the text column {text}"),
+        (["--prompt", "{text!r}"], "not a bare column name"),
+        (["--max-new-tokens", "5000"], "leaves no room for a prompt"),
+    ],
+)
+def test_bad_generation_settings_are_refused_before_anything_runs(
+    sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    make_docs(sqlite_url, 3)
+    code = main(_cli(sqlite_url, lm, *extra))
+    assert code == 2 and message in capsys.readouterr().err
+    assert execute(sqlite_url, "select name from sqlite_master where name = 'shardwise_runs'") == []
+
+
+def test_generation_settings_for_an_encoder_are_refused(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_docs(sqlite_url, 3)
+    code = main(["run", "--source", sqlite_url, "--table", "docs", "--model", "tiny", "--temperature", "0.5"])
+    assert code == 2 and "model 'tiny' does not generate text" in capsys.readouterr().err
