@@ -195,6 +195,8 @@ class HFGenerator:
         self._fields = placeholders(self.settings.prompt)
         self._chat = spec.chat()
         self._tokenizer: Any = AutoTokenizer.from_pretrained(spec.path, local_files_only=True)
+        # prepare() refuses a prompt without room itself; transformers would only warn of its length.
+        self._tokenizer.model_max_length = 10**9
         net: Any = AutoModelForCausalLM.from_pretrained(spec.path, local_files_only=True)
         self._net: Any = net.eval().to(device)
         eos = self._net.generation_config.eos_token_id

@@ -142,8 +142,8 @@ def with_generation(spec: ModelSpec, settings: GenerationSettings | None) -> Mod
         return spec
     if not isinstance(spec, Generative):
         raise ConfigError(
-            f"model {spec.name!r} does not generate text, so the generation settings (prompt, system, "
-            "chat, max_new_tokens, temperature, top_p, seed) do not apply to it; drop them, or give a "
-            "causal language model directory (config.json architectures ...ForCausalLM)"
+            f"model {spec.name!r} takes no generation settings (prompt, system, chat, max_new_tokens, "
+            "temperature, top_p, seed): only a causal language model directory (config.json architectures "
+            "...ForCausalLM) does, and a plug-in generator carries its own; drop them, or give such a model"
         )
     return spec.generating(settings)

@@ -148,4 +148,14 @@ def test_generation_settings_for_an_encoder_are_refused(
 ) -> None:
     make_docs(sqlite_url, 3)
     code = main(["run", "--source", sqlite_url, "--table", "docs", "--model", "tiny", "--temperature", "0.5"])
-    assert code == 2 and "model 'tiny' does not generate text" in capsys.readouterr().err
+    assert code == 2 and "model 'tiny' takes no generation settings" in capsys.readouterr().err
+
+
+def test_plan_counts_prompt_and_new_tokens(
+    sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_docs(sqlite_url, ROWS)
+    args = _cli(sqlite_url, lm, "--prompt", PROMPT)
+    assert main(["plan", *args[1:]]) == 0
+    out = capsys.readouterr().out
+    assert f"2 shards, {ROWS + len(BAD_ROWS)} rows to score" in out and "estimated tokens:" in out

@@ -190,7 +190,7 @@ def test_a_causal_directory_loads_as_a_generator(lm: Path) -> None:
 def test_generation_settings_are_refused_for_an_encoder() -> None:
     from shardwise.models import get_spec
 
-    with pytest.raises(ConfigError, match="model 'tiny' does not generate text"):
+    with pytest.raises(ConfigError, match="model 'tiny' takes no generation settings"):
         with_generation(get_spec("tiny"), GenerationSettings())
     assert with_generation(get_spec("tiny"), None) is get_spec("tiny")
 
