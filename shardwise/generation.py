@@ -101,8 +101,15 @@ class GenerationSettings:
         return self.temperature == 0
 
     def token(self) -> str:
-        """A stable text of every setting, for the model version: equal settings give equal text."""
-        return json.dumps(asdict(self), sort_keys=True, ensure_ascii=True)
+        """A stable text of the settings, for the model version: equal settings give equal text.
+
+        Greedy decoding draws nothing, so its text leaves out ``top_p`` and ``seed``: changing them
+        then changes no output, and must not make ``--only-new`` generate every row again.
+        """
+        fields = asdict(self)
+        if self.greedy:
+            del fields["top_p"], fields["seed"]
+        return json.dumps(fields, sort_keys=True, ensure_ascii=True)
 
 
 def _check_number(

@@ -123,6 +123,10 @@ def test_settings_are_part_of_the_version(lm: Path) -> None:
     versions = {HFCausalSpec(lm, generation=s).describe().version for s in variants}
     assert len(versions) == len(variants)
     assert HFCausalSpec(lm).describe().version == HFCausalSpec(lm, generation=base).describe().version
+    greedy = HFCausalSpec(lm, generation=GenerationSettings(top_p=0.5, seed=9)).describe().version
+    assert (
+        greedy == HFCausalSpec(lm).describe().version
+    )  # greedy draws nothing: top_p and seed change nothing
     spec = with_generation(HFCausalSpec(lm), GenerationSettings(prompt="Say: {text}"))
     assert spec.describe().version == HFCausalSpec(lm, generation=variants[1]).describe().version
 
