@@ -11,9 +11,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from shardwise.errors import ConfigError
 from shardwise.flows.deployments import PREFECT_YAML, runner_deployments, work_pools
+
+if TYPE_CHECKING:
+    from prefect.runner import Runner
 
 __all__ = [
     "deploy_deployments",
@@ -58,50 +62,81 @@ def serve_deployments(path: Path | None = None) -> None:
     """Register every deployment of ``prefect.yaml`` and run their flow runs here until stopped.
 
     Schedules and event triggers work without a worker. However it stops
-    (Ctrl-C, SIGINT or SIGTERM, even before Prefect's runner has started), the
+    (Ctrl-C, SIGINT or SIGTERM, at any moment: while the deployments are
+    being registered, before Prefect's runner has started, or after), the
     served deployments are paused and their schedules made inactive, so that
     nothing is scheduled for a process that is gone; serve again to resume
-    them. Prefect's runner pauses the deployments only, and only once it runs.
+    them. A second Ctrl-C while stopping interrupts at once (still pausing).
+
+    The signal handlers only note the request; the stop itself happens at a
+    safe point (between registrations, or as the runner's own graceful stop),
+    never as an exception raised wherever the main thread happens to be: that
+    could land inside Prefect's event loop start-up and hang the process.
     """
-    from prefect import serve
+    import asyncio
+
+    from prefect.runner import Runner
 
     url = require_server()
     deployments = runner_deployments(path or PREFECT_YAML)
     print(f"serving {', '.join(d.name for d in deployments)} on {url}; Ctrl-C to stop", flush=True)
+    stop = threading.Event()
     try:
-        with _sigterm_interrupts():
-            serve(*deployments)
+        with _signals_request(stop):
+            runner = Runner(pause_on_shutdown=True)
+            for deployment in deployments:
+                if stop.is_set():
+                    break
+                runner.add_deployment(deployment)
+            if not stop.is_set():
+                asyncio.run(_run_until(runner, stop))
     except KeyboardInterrupt:
-        pass  # stopped before Prefect's runner took over its signals: stopped all the same
+        pass  # the second Ctrl-C: stopped all the same
     finally:
         paused = _pause([d.full_name for d in deployments])
         if paused:
             print(f"paused {', '.join(paused)} and their schedules; serve again to resume them", flush=True)
 
 
-class _Stopped(KeyboardInterrupt):
-    """SIGTERM, before Prefect's runner installs its own handler: stop as Ctrl-C would."""
+async def _run_until(runner: Runner, stop: threading.Event) -> None:
+    """Run ``runner`` until it ends or ``stop`` is set, then stop it the way Prefect's own SIGTERM does.
+
+    Prefect's runner installs its own SIGTERM handler once it starts (it
+    stops gracefully); SIGINT, and a SIGTERM that came before, land in
+    ``stop``, which is checked here.
+    """
+    import asyncio
+
+    serving = asyncio.ensure_future(runner.start())
+    while not serving.done():
+        await asyncio.wait({serving}, timeout=0.25)
+        if stop.is_set() and runner.started and not runner.stopping:
+            await runner.astop()
+    await serving
 
 
 @contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM interrupts like Ctrl-C while this block runs, instead of killing the process unpaused.
+def _signals_request(stop: threading.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop`` while this block runs, instead of raising or killing the process.
 
-    Prefect's runner replaces the handler with its own graceful stop once it
-    starts; registering the deployments comes before that.
+    A second SIGINT once ``stop`` is set raises ``KeyboardInterrupt``, for a
+    user who does not want to wait for the graceful stop.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise _Stopped
+    def request(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, request) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _pause(names: Sequence[str]) -> list[str]:
