@@ -26,7 +26,17 @@ __all__ = [
 ]
 
 
-GENERATION_OPTIONS = ("prompt", "system", "chat", "max_new_tokens", "temperature", "top_p", "seed")
+GENERATION_OPTIONS = (
+    "prompt",
+    "system",
+    "chat",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "json_schema",
+    "unconstrained",
+)
 """The fields that only a generator (a causal language model) takes; part of its model version."""
 SOURCE_OPTIONS = (
     "source",
@@ -66,6 +76,7 @@ _METAVARS = {
     "temperature": "T",
     "top_p": "P",
     "seed": "S",
+    "json_schema": "FILE",
     "results_table": "TABLE",
     "shards": "N",
     "rows_per_shard": "N",
@@ -112,6 +123,8 @@ def add_param_options(
             number = int if int in kinds else float if float in kinds else None
             if number is not None:
                 options["type"] = _number(number)
+            elif any(get_origin(k) is dict for k in kinds):
+                options["type"] = _json_file
             options["required"] = info.is_required()
         parser.add_argument(flag_for(name), **options)
 
@@ -151,6 +164,22 @@ def _number(kind: type) -> Any:
 
     parse.__name__ = kind.__name__
     return parse
+
+
+def _json_file(path: str) -> Any:
+    """A JSON object read from the file ``path`` (an option such as ``--json-schema FILE``)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            value = json.load(file)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path!r} ({exc.strerror}); give a JSON file") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{path!r} is not JSON ({exc}); fix the file") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{path!r} holds a JSON {type(value).__name__}; give a JSON object")
+    return value
 
 
 def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams

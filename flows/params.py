@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -78,6 +79,19 @@ class ScoreParams(BaseModel):
         ge=0,
         description="Generators only: the sampling seed (default 0); each row's draws follow from it and "
         "the row's prompt, so they do not depend on the batch or the runner.",
+    )
+    json_schema: dict[str, Any] | None = Field(
+        None,
+        title="json_schema",
+        description="Generators only: a JSON Schema each output must follow. Valid outputs land parsed in "
+        "a 'parsed' column (jsonb in PostgreSQL, JSON text elsewhere); an invalid one is a dead letter "
+        "saying why. Decoding is held to the schema (the structured extra) unless unconstrained. Part of "
+        "the model version. On the command line, a file holding the schema.",
+    )
+    unconstrained: bool = Field(
+        False,
+        description="Generators only, with json_schema: only validate the outputs, without holding "
+        "decoding to the schema (no structured extra needed; invalid outputs become dead letters).",
     )
     results: str | None = Field(
         None,
@@ -239,6 +253,8 @@ class ScoreParams(BaseModel):
             temperature=self.temperature,
             top_p=self.top_p,
             seed=self.seed,
+            json_schema=None if self.json_schema is None else json.dumps(self.json_schema),
+            unconstrained=self.unconstrained,
         )
 
     def fanout(self) -> Fanout:

@@ -16,8 +16,12 @@ silently answer another prompt.
 The results are ``generated_text`` (each completion decoded whole, special
 tokens and NUL characters removed), ``finish_reason`` (``stop`` at an
 end-of-sequence token, ``length`` at ``max_new_tokens``), ``prompt_tokens``
-and ``completion_tokens`` (the end-of-sequence token not counted). The
-version hashes the directory's files and the generation settings.
+and ``completion_tokens`` (the end-of-sequence token not counted). With a
+JSON Schema (``json_schema``) there is also ``parsed``, the completion's JSON
+value; a completion that is not valid JSON under the schema makes its row a
+dead letter (:mod:`shardwise.structured`), and with ``constrained`` decoding
+is held to the schema (:mod:`models.hf_grammar`). The version hashes the
+directory's files and the generation settings.
 """
 
 from __future__ import annotations
@@ -31,16 +35,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardwise.errors import ConfigError, InputError
+from shardwise.errors import ConfigError, InputError, OutputError
 from shardwise.generation import GenerationSettings, placeholders
 from shardwise.hashing import hash_files
-from shardwise.model import ModelInfo, OutputColumn
+from shardwise.model import REJECTED, ModelInfo, OutputColumn
 from shardwise.models.hf_decode import decode
 from shardwise.models.hf_files import VERSIONED, check_layout, read_json
+from shardwise.models.hf_grammar import JsonGuide, require_xgrammar
 from shardwise.models.hf_loaded import require_transformers
+from shardwise.structured import JsonSchema
 from shardwise.text import coerce_text
 
-__all__ = ["OUTPUTS", "HFCausalSpec", "HFGenerator", "Prompt", "PromptBatch", "is_causal_lm"]
+__all__ = ["OUTPUTS", "PARSED", "HFCausalSpec", "HFGenerator", "Prompt", "PromptBatch", "is_causal_lm"]
 
 OUTPUTS = (
     OutputColumn("generated_text", "text"),
@@ -48,6 +54,7 @@ OUTPUTS = (
     OutputColumn("prompt_tokens", "int"),
     OutputColumn("completion_tokens", "int"),
 )
+PARSED = OutputColumn("parsed", "json")
 _TAG = "causal-lm"
 _FILES = (*VERSIONED, "generation_config.json", "chat_template.jinja", "special_tokens_map.json")
 
@@ -90,7 +97,8 @@ class HFCausalSpec:
 
     def describe(self) -> ModelInfo:
         """Read from the directory's JSON files and a hash of its files and the settings; no weights."""
-        return ModelInfo(self.name, self._version(), OUTPUTS, self.context())
+        outputs = OUTPUTS if self.generation.json_schema is None else (*OUTPUTS, PARSED)
+        return ModelInfo(self.name, self._version(), outputs, self.context())
 
     def load(self, device: torch.device) -> HFGenerator:
         return HFGenerator(self, device)
@@ -117,6 +125,8 @@ class HFCausalSpec:
                 f"model directory {str(self.path)!r}: config.json names architectures "
                 f"{config.get('architectures')!r}, not a ...ForCausalLM; give a causal language model"
             )
+        if self.generation.json_schema is not None and self.generation.constrained:
+            require_xgrammar(self.name)
         context = _context_of(self.path, config)
         if self.generation.max_new_tokens >= context:
             raise ConfigError(
@@ -206,6 +216,11 @@ class HFGenerator:
         self._eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
         pad = self._tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else eos_ids[0] if eos_ids else 0)
+        self._schema = self.settings.schema()
+        self._guide = None
+        if self._schema is not None and self.settings.constrained:
+            vocab = int(self._net.get_output_embeddings().weight.shape[0])
+            self._guide = JsonGuide(self.name, self._tokenizer, vocab, eos_ids, self._schema.text)
 
     def render(self, text: str) -> str:
         """The prompt for a row's text, as a string (the chat template applied when on)."""
@@ -248,7 +263,7 @@ class HFGenerator:
         return PromptBatch(ids, mask, seeds, self.settings.max_new_tokens)
 
     def run(self, batch: PromptBatch) -> torch.Tensor:
-        return decode(self._net, batch, self.settings, self._eos, self.pad_id)
+        return decode(self._net, batch, self.settings, self._eos, self.pad_id, self._guide)
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
         """Decode each row's completion whole (token by token would split multi-byte characters)."""
@@ -257,9 +272,27 @@ class HFGenerator:
             self._tokenizer.decode(row[3 : 3 + row[1]], skip_special_tokens=True).replace("\x00", "")
             for row in rows
         ]
-        return {
+        columns = {
             "generated_text": np.array(texts, dtype=object),
             "finish_reason": np.array(["stop" if row[2] else "length" for row in rows], dtype=object),
             "prompt_tokens": np.array([row[0] for row in rows], dtype=np.int64),
             "completion_tokens": np.array([row[1] for row in rows], dtype=np.int64),
         }
+        if self._schema is not None:
+            columns[PARSED.name], columns[REJECTED] = _parse_all(self._schema, texts)
+        return columns
+
+
+def _parse_all(schema: JsonSchema, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Each text's JSON value, and per row None or the :class:`OutputError` that rejects it.
+
+    Object arrays are filled one slot at a time: ``np.array`` of lists would make a 2-D array.
+    """
+    parsed = np.empty(len(texts), dtype=object)
+    rejected = np.empty(len(texts), dtype=object)
+    for row, text in enumerate(texts):
+        try:
+            parsed[row] = schema.parse(text)
+        except OutputError as exc:
+            rejected[row] = exc
+    return parsed, rejected

@@ -8,6 +8,10 @@ stopped or ``max_new_tokens`` are made. The batch is static: a row that stops
 early keeps its slot until the batch ends, and no waiting row takes its place
 (continuous batching is not done yet).
 
+With a guide (:mod:`models.hf_grammar`) each live row's logits are masked
+to what its grammar allows before the pick, and its matcher then accepts the
+token picked: a host round trip per step, which constrained decoding needs.
+
 Sampling draws each row from its own :class:`torch.Generator`, seeded per
 row (:attr:`models.hf_causal.Prompt.seed`), one draw per step, so a row's
 text does not depend on which rows share its batch.
@@ -34,12 +38,14 @@ def decode(
     settings: GenerationSettings,
     eos: torch.Tensor,
     pad_id: int,
+    guide: Any = None,
 ) -> torch.Tensor:
     """Generate for ``batch`` (a :class:`models.hf_causal.PromptBatch` on the net's device).
 
     Gives int64 rows ``[prompt tokens, completion tokens, stopped (1) or cut
     at the length (0), token ids...]``, the ids padded to ``max_new_tokens``;
     completion tokens count the text's tokens, the end-of-sequence token not included.
+    ``guide`` (a :class:`models.hf_grammar.JsonGuide`) constrains the tokens.
     """
     ids, mask = batch.input_ids, batch.attention_mask
     rows, steps = ids.shape[0], settings.max_new_tokens
@@ -51,8 +57,15 @@ def decode(
     tokens = ids.new_full((rows, steps), pad_id)
     length = ids.new_zeros(rows)
     stopped = torch.zeros(rows, dtype=torch.bool, device=ids.device)
+    matchers = None if guide is None else guide.start(rows)
     for step in range(steps):
-        chosen = pick(out.logits[:, -1, :].float())
+        logits = out.logits[:, -1, :].float()
+        if matchers is not None:
+            going = (~stopped).nonzero().flatten().tolist()
+            matchers.restrict(logits, going)
+        chosen = pick(logits)
+        if matchers is not None:
+            matchers.accept(chosen.tolist(), going)
         live = ~stopped
         tokens[:, step] = torch.where(live, chosen, pad_id)
         hit = live & torch.isin(chosen, eos)

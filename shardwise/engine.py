@@ -21,7 +21,7 @@ from shardwise.closing import Closing
 from shardwise.config import EngineConfig
 from shardwise.errors import InputError
 from shardwise.forward import Forward
-from shardwise.model import Model
+from shardwise.model import REJECTED, Model
 from shardwise.prefetch import Prefetcher
 from shardwise.stats import BatchStats, EngineStats
 from shardwise.windows import Batch, Row, Window, produce_batches
@@ -133,21 +133,33 @@ class EngineRun(Closing):
 
 
 class _Assembler:
-    """Collects batch outputs per window and releases whole windows in input order."""
+    """Collects batch outputs per window and releases whole windows in input order.
+
+    A row the model rejected after running it (:data:`~shardwise.model.REJECTED`) comes out with its
+    error and no values, as a row it refused to prepare does.
+    """
 
     def __init__(self) -> None:
         self._windows: dict[int, tuple[Window, list[Mapping[str, Any] | None]]] = {}
         self._filled: dict[int, int] = {}
+        self._rejected: dict[int, dict[int, InputError]] = {}
 
     def open(self, window: Window) -> None:
         if window.index not in self._windows:
             self._windows[window.index] = (window, [None] * len(window.keys))
             self._filled[window.index] = 0
+            self._rejected[window.index] = {}
 
     def fill(self, window: Window, positions: list[int], columns: Mapping[str, Any]) -> None:
         slots = self._windows[window.index][1]
+        rejected = columns.get(REJECTED)
+        values = {name: column for name, column in columns.items() if name != REJECTED}
         for row, position in enumerate(positions):
-            slots[position] = {name: values[row] for name, values in columns.items()}
+            error = None if rejected is None else rejected[row]
+            if error is not None:
+                self._rejected[window.index][position] = error
+            else:
+                slots[position] = {name: column[row] for name, column in values.items()}
         self._filled[window.index] += len(positions)
 
     def pop_complete(self) -> Iterator[RowResult]:
@@ -157,7 +169,8 @@ class _Assembler:
             window, slots = self._windows[index]
             if self._filled[index] < window.valid_rows:
                 return
+            rejected = self._rejected.pop(index)
             del self._windows[index], self._filled[index]
             for position, key in enumerate(window.keys):
-                error = window.errors.get(position)
+                error = window.errors.get(position) or rejected.get(position)
                 yield RowResult(key, slots[position], window.truncated[position], error)

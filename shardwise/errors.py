@@ -6,7 +6,9 @@ The tree decides what happens next, so callers catch by class, never by message:
     ├── ConfigError                a setting or parameter is wrong; fix it and re-run
     │   └── UnknownModelError      a model name not in the catalogue
     ├── InputError                 one input row is unusable (null, empty, not text,
-    │                              undecodable); it goes to the dead-letter table
+    │   │                          undecodable); it goes to the dead-letter table
+    │   └── OutputError            the row ran, and its output broke the run's rule
+    │                              (not JSON, or not the schema): a dead letter too
     ├── SourceError                the source table or dataset is not what was asked
     │                              for (missing table or column, bad identifier)
     └── TransientError             may succeed if tried again: a dropped connection,
@@ -27,6 +29,7 @@ __all__ = [
     "ConfigError",
     "DeviceOutOfMemoryError",
     "InputError",
+    "OutputError",
     "ShardwiseError",
     "SourceError",
     "TransientError",
@@ -51,6 +54,10 @@ class UnknownModelError(ConfigError, KeyError):
 
 class InputError(ShardwiseError, ValueError):
     """One input row cannot be scored. The row is dead-lettered; the run goes on."""
+
+
+class OutputError(InputError):
+    """A row's output broke a rule the run set (``--json-schema``): dead-lettered after running."""
 
 
 class SourceError(ShardwiseError):

@@ -21,6 +21,7 @@ from typing import Literal, Protocol, get_args, runtime_checkable
 
 from shardwise.errors import ConfigError
 from shardwise.model import ModelSpec
+from shardwise.structured import JsonSchema
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
@@ -73,6 +74,13 @@ class GenerationSettings:
     own random generator, seeded from ``seed`` and the row's prompt, so a
     row's text does not depend on the batch it falls in or the runner.
     ``top_p`` (nucleus sampling) applies only when sampling.
+
+    ``json_schema`` (a JSON Schema, as text) makes every completion one JSON
+    value checked against it (:mod:`shardwise.structured`); with
+    ``constrained`` (the default) decoding itself is held to the schema by a
+    grammar (the ``structured`` extra, xgrammar), so a valid model emits no
+    invalid output before ``max_new_tokens``. Without ``constrained`` the
+    output is only validated.
     """
 
     prompt: str = DEFAULT_PROMPT
@@ -82,6 +90,8 @@ class GenerationSettings:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
+    json_schema: str | None = None
+    constrained: bool = True
 
     def __post_init__(self) -> None:
         if not placeholders(self.prompt):
@@ -95,6 +105,15 @@ class GenerationSettings:
         _check_number("temperature", self.temperature, 0.0, None)
         _check_number("top_p", self.top_p, 0.0, 1.0, open_low=True)
         _check_number("seed", self.seed, 0, None, integer=True)
+        if self.json_schema is not None:
+            # Canonical text: the same schema written with other spacing or key order is the same version.
+            object.__setattr__(self, "json_schema", self.schema().text)  # type: ignore[union-attr]
+        if not isinstance(self.constrained, bool):
+            raise ConfigError(f"constrained must be true or false; got {self.constrained!r}")
+
+    def schema(self) -> JsonSchema | None:
+        """The checked JSON Schema outputs must follow, or None."""
+        return None if self.json_schema is None else JsonSchema.from_text(self.json_schema)
 
     @property
     def greedy(self) -> bool:
@@ -104,11 +123,14 @@ class GenerationSettings:
         """A stable text of the settings, for the model version: equal settings give equal text.
 
         Greedy decoding draws nothing, so its text leaves out ``top_p`` and ``seed``: changing them
-        then changes no output, and must not make ``--only-new`` generate every row again.
+        then changes no output, and must not make ``--only-new`` generate every row again. Without a
+        schema, ``constrained`` means nothing and is left out too.
         """
         fields = asdict(self)
         if self.greedy:
             del fields["top_p"], fields["seed"]
+        if self.json_schema is None:
+            del fields["json_schema"], fields["constrained"]
         return json.dumps(fields, sort_keys=True, ensure_ascii=True)
 
 
@@ -150,7 +172,8 @@ def with_generation(spec: ModelSpec, settings: GenerationSettings | None) -> Mod
     if not isinstance(spec, Generative):
         raise ConfigError(
             f"model {spec.name!r} takes no generation settings (prompt, system, chat, max_new_tokens, "
-            "temperature, top_p, seed): only a causal language model directory (config.json architectures "
-            "...ForCausalLM) does, and a plug-in generator carries its own; drop them, or give such a model"
+            "temperature, top_p, seed, json_schema): only a causal language model directory (config.json "
+            "architectures ...ForCausalLM) does, and a plug-in generator carries its own; drop them, or give "
+            "such a model"
         )
     return spec.generating(settings)

@@ -16,7 +16,10 @@ knows nothing else about it:
   of time.
 * ``run(batch) -> tensor`` on the device, one row per item.
 * ``to_columns(outputs) -> columns``: the outputs, on the CPU, as one numpy
-  array per declared :class:`OutputColumn`.
+  array per declared :class:`OutputColumn`. A model that judges its outputs
+  (a generator checking JSON against a schema) may add the array
+  :data:`REJECTED`: per row None, or the :class:`~shardwise.errors.InputError`
+  that makes the row a dead letter though it ran.
 
 A catalogue entry is a :class:`ModelSpec`; loading it gives a :class:`Model`
 bound to one device. :meth:`ModelSpec.describe` gives its :class:`ModelInfo`
@@ -37,6 +40,7 @@ if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
     from typing_extensions import Self
 
 __all__ = [
+    "REJECTED",
     "DeviceBatch",
     "Encoding",
     "Item",
@@ -54,6 +58,11 @@ TextInput = str | tuple[str, str]
 Pairs feed two-text models such as cross-encoders; a run gives either texts
 or pairs, never a mix, and only to a model whose :attr:`ModelInfo.pairs` is true.
 """
+
+
+REJECTED = "!rejected"
+"""The optional entry of :meth:`Model.to_columns` naming rows that ran and failed (see the module
+docstring); not an identifier, so no output column can take the name."""
 
 
 class Item(Protocol):
@@ -146,10 +155,14 @@ class ModelInputs:
 
 @dataclass(frozen=True, slots=True)
 class OutputColumn:
-    """One result column a model produces. ``dim`` is set for vectors only."""
+    """One result column a model produces. ``dim`` is set for vectors only.
+
+    ``json`` values are any JSON value (dicts, lists, strings...): ``jsonb`` in
+    PostgreSQL, JSON text elsewhere.
+    """
 
     name: str
-    kind: Literal["vector", "float", "int", "text"]
+    kind: Literal["vector", "float", "int", "text", "json"]
     dim: int | None = None
 
 
@@ -203,7 +216,11 @@ class Model(Protocol):
         ...
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
-        """Turn :meth:`run`'s outputs, on the CPU (floats as float32), into one array per output column."""
+        """Turn :meth:`run`'s outputs, on the CPU (floats as float32), into one array per output column.
+
+        It may add :data:`REJECTED` (an object array: None, or an
+        :class:`~shardwise.errors.InputError` per row) for rows whose output is unusable.
+        """
         ...
 
 

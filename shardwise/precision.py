@@ -135,8 +135,8 @@ def check_precision(value: object) -> Requested:
 
 
 def has_labels(outputs: Sequence[OutputColumn]) -> bool:
-    """Whether any output is discrete (``text`` or ``int``), so that ``auto`` keeps float32."""
-    return any(out.kind in ("text", "int") for out in outputs)
+    """Whether any output is discrete (``text``, ``int`` or ``json``), so that ``auto`` keeps float32."""
+    return any(out.kind in ("text", "int", "json") for out in outputs)
 
 
 def resolve_precision(

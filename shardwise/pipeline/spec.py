@@ -89,6 +89,10 @@ class RunSpec:
     temperature: float | None = None
     top_p: float | None = None
     seed: int | None = None
+    json_schema: str | None = None
+    """A JSON Schema, as JSON text: generated outputs must be JSON valid under it (else dead letters)."""
+    unconstrained: bool = False
+    """With ``json_schema``: only validate the outputs; decoding is not held to the schema."""
 
     def __post_init__(self) -> None:
         self._check_prompt()
@@ -132,6 +136,8 @@ class RunSpec:
             "temperature": self.temperature,
             "top_p": self.top_p,
             "seed": self.seed,
+            "json_schema": self.json_schema,
+            "constrained": False if self.unconstrained else None,
         }
         given = {name: value for name, value in given.items() if value is not None}
         return GenerationSettings(**given) if given else None  # type: ignore[arg-type]
@@ -140,6 +146,11 @@ class RunSpec:
         """The prompt names only the text column: each row hands the model one text (other columns are
         not read yet), and a template naming a column the source lacks is refused before anything runs."""
         self.generation()  # every setting in range
+        if self.unconstrained and self.json_schema is None:
+            raise ConfigError(
+                "unconstrained applies to decoding held to a JSON Schema, and no json_schema is given; "
+                "give --json-schema FILE, or drop --unconstrained"
+            )
         if self.prompt is None:
             return
         others = [name for name in placeholders(self.prompt) if name != self.text_column]

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
@@ -90,6 +91,7 @@ def _output_type(out: OutputColumn) -> sa.types.TypeEngine[Any]:
         "float": sa.Double(),
         "int": sa.BigInteger(),
         "text": sa.Text(),
+        "json": sa.JSON().with_variant(postgresql.JSONB(), "postgresql"),
     }
     return kinds[out.kind]
 
@@ -151,6 +153,8 @@ def _family(t: sa.types.TypeEngine[Any]) -> str:
         (sa.REAL, "real"),
         (sa.Float, "float"),
         (sa.DateTime, "timestamp"),
+        (postgresql.JSONB, "jsonb"),
+        (sa.JSON, "json"),
         (sa.String, "text"),
     )
     for cls, family in checks:

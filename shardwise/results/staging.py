@@ -29,7 +29,7 @@ from shardwise.sources.base import KeyType
 
 __all__ = ["Staging"]
 
-_PG_TYPES = {"vector": "float4[]", "float": "float8", "int": "int8", "text": "text"}
+_PG_TYPES = {"vector": "float4[]", "float": "float8", "int": "int8", "text": "text", "json": "jsonb"}
 
 
 class _Float4ArrayDumper(Dumper):
