@@ -52,8 +52,9 @@ class ScoreParams(BaseModel):
     )
     prompt: str | None = Field(
         None,
-        description="Generators only: the prompt template, with the text column as a placeholder, e.g. "
-        "'Summarise: {text}' (default: the text alone, {text}). Part of the model version.",
+        description="Generators only: the prompt template, with {column} placeholders naming source "
+        "columns (the text column and any others), e.g. 'Summarise {title}: {text}' (default: the text "
+        "alone, {text}). Part of the model version.",
     )
     system: str | None = Field(
         None, description="Generators only: a system text, before the prompt. Part of the model version."

@@ -44,7 +44,7 @@ from shardwise.models.hf_files import VERSIONED, check_layout, read_json
 from shardwise.models.hf_grammar import JsonGuide, require_xgrammar
 from shardwise.models.hf_loaded import require_transformers
 from shardwise.structured import JsonSchema
-from shardwise.text import coerce_text
+from shardwise.text import Inputs, coerce_text
 
 __all__ = ["OUTPUTS", "PARSED", "HFCausalSpec", "HFGenerator", "Prompt", "PromptBatch", "is_causal_lm"]
 
@@ -222,9 +222,20 @@ class HFGenerator:
             vocab = int(self._net.get_output_embeddings().weight.shape[0])
             self._guide = JsonGuide(self.name, self._tokenizer, vocab, eos_ids, self._schema.text)
 
-    def render(self, text: str) -> str:
-        """The prompt for a row's text, as a string (the chat template applied when on)."""
-        body = self.settings.prompt.format_map(dict.fromkeys(self._fields, text))
+    def fields(self, value: object) -> dict[str, str]:
+        """The prompt's placeholders filled from a row: by column name from :class:`Inputs`, or all with
+        a single text. A null, empty or non-text value is a dead letter naming its column."""
+        if not isinstance(value, Inputs):
+            return dict.fromkeys(self._fields, coerce_text(value))
+        given = value.by_name()
+        missing = [name for name in self._fields if name not in given]
+        if missing:
+            raise InputError(f"the row has no column {', '.join(missing)} for the prompt's placeholders")
+        return {name: coerce_text(given[name], f"column {name!r}") for name in self._fields}
+
+    def render(self, value: object) -> str:
+        """The prompt for a row, as a string (the chat template applied when on)."""
+        body = self.settings.prompt.format_map(self.fields(value))
         system = self.settings.system
         if not self._chat:
             return body if system is None else f"{system}\n\n{body}"
@@ -235,9 +246,7 @@ class HFGenerator:
 
     def prepare(self, value: object) -> Prompt:
         """Render and tokenise a row's text; a dead letter when it leaves no room for the new tokens."""
-        ids: list[int] = self._tokenizer(self.render(coerce_text(value)), add_special_tokens=not self._chat)[
-            "input_ids"
-        ]
+        ids: list[int] = self._tokenizer(self.render(value), add_special_tokens=not self._chat)["input_ids"]
         room = self.max_length - self.settings.max_new_tokens
         if not ids:
             raise InputError(f"prompt gives no tokens under model {self.name!r}; the text holds nothing")

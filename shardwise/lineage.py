@@ -7,7 +7,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from shardwise.text import TextPair
+from shardwise.text import Inputs
 
 __all__ = ["code_version", "value_fingerprint"]
 
@@ -38,16 +38,16 @@ def value_fingerprint(value: object) -> str | None:
     """The input fingerprint of a value as stored, which notices when a row's input changed.
 
     Text has the hex MD5 of its UTF-8 bytes, bytes the MD5 of the bytes, a
-    :class:`~shardwise.text.TextPair` the MD5 of its members' fingerprints
-    concatenated (None when either has none); anything else has None. MD5
+    :class:`~shardwise.text.Inputs` (a text pair, a prompt's columns) the MD5 of
+    its members' fingerprints concatenated (None when any has none); anything else has None. MD5
     because PostgreSQL computes the same in SQL (``md5(text)``), so
     ``--only-new`` compares fingerprints inside the database
     (:mod:`shardwise.sources.sql.fingerprint` is that SQL twin). It identifies
     content; it is not a security measure. This is the one Python home of the rule.
     """
-    if isinstance(value, TextPair):
-        text, pair = value_fingerprint(value.text), value_fingerprint(value.pair)
-        return None if text is None or pair is None else _md5((text + pair).encode())
+    if isinstance(value, Inputs):
+        members = [value_fingerprint(member) for member in value]
+        return None if None in members else _md5("".join(members).encode())  # type: ignore[arg-type]
     if isinstance(value, str):
         try:
             return _md5(value.encode("utf-8"))

@@ -192,7 +192,7 @@ class Model(Protocol):
     outputs: tuple[OutputColumn, ...]
 
     def prepare(self, value: object) -> Item:
-        """One row's value (a text, a :class:`~shardwise.text.TextPair`, bytes...) as an item, on the CPU.
+        """One row's value (a text, a :class:`~shardwise.text.Inputs`, bytes...) as an item, on the CPU.
 
         Raises :class:`~shardwise.errors.InputError`, saying why, for a value
         it cannot score: that row becomes a dead letter and the run goes on.

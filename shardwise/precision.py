@@ -46,7 +46,7 @@ import torch
 from shardwise.device import to_host
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import Item, Model, OutputColumn
-from shardwise.text import TextPair
+from shardwise.text import Inputs
 
 __all__ = [
     "CALIBRATION_TEXTS",
@@ -213,7 +213,7 @@ def _calibration_items(model: Model, pairs: bool) -> list[Item]:
     values: list[object] = list(CALIBRATION_TEXTS)
     if pairs:
         shifted = CALIBRATION_TEXTS[1:] + CALIBRATION_TEXTS[:1]
-        values = [TextPair(a, b) for a, b in zip(CALIBRATION_TEXTS, shifted, strict=True)]
+        values = [Inputs.pair(a, b) for a, b in zip(CALIBRATION_TEXTS, shifted, strict=True)]
     items = []
     for value in values:
         try:

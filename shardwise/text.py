@@ -9,14 +9,13 @@ dead-letter table a second copy of data that may be sensitive.
 from __future__ import annotations
 
 from collections.abc import Sequence, Sized
-from typing import NamedTuple
 
 from shardwise.errors import InputError
 from shardwise.model import TextInput
 
 __all__ = [
     "PREVIEW_CHARS",
-    "TextPair",
+    "Inputs",
     "UndecodableText",
     "coerce_input",
     "coerce_text",
@@ -49,23 +48,41 @@ class UndecodableText(bytes):
         return UndecodableText, (bytes(self), self.key, self.where)
 
 
-class TextPair(NamedTuple):
-    """A row's two inputs as the source read them: the text column's value and the pair column's.
+class Inputs(tuple[object, ...]):
+    """A row's values of several input columns as the source read them, text column first, with names.
 
-    Sources give one when a run names a text pair column (cross-encoders and
-    other two-text models); :func:`coerce_input` checks both members.
+    Sources give one when a run reads more than the text column: a text pair
+    column (cross-encoders and other two-text models, whose pair
+    :func:`coerce_input` checks), or the other columns a generator's prompt
+    names (``{title}``), which fill the prompt by name.
     """
 
-    text: object
-    pair: object
+    names: tuple[str, ...]
+
+    def __new__(cls, names: Sequence[str], values: Sequence[object]) -> Inputs:
+        if len(names) != len(values) or len(values) < 2:
+            raise ValueError(f"Inputs needs 2+ values, one per name; got {names!r} and {len(values)}")
+        self = super().__new__(cls, values)
+        self.names = tuple(names)
+        return self
+
+    @classmethod
+    def pair(cls, text: object, pair: object) -> Inputs:
+        """A text and its pair, as a source reading a text pair column gives them."""
+        return cls(("text", "text pair"), (text, pair))
+
+    def __reduce__(self) -> tuple[type[Inputs], tuple[tuple[str, ...], tuple[object, ...]]]:
+        return Inputs, (self.names, tuple(self))
+
+    def by_name(self) -> dict[str, object]:
+        return dict(zip(self.names, self, strict=True))
 
 
-def row_value(values: Sequence[object]) -> object:
-    """A row's value as a source gives it, from its input columns: the text, or a :class:`TextPair`."""
+def row_value(values: Sequence[object], names: Sequence[str]) -> object:
+    """A row's value as a source gives it, from its input columns ``names``: the text, or :class:`Inputs`."""
     if len(values) == 1:
         return values[0]
-    text, pair = values
-    return TextPair(text, pair)
+    return Inputs(names, values)
 
 
 def coerce_input(value: object) -> TextInput:
@@ -74,8 +91,13 @@ def coerce_input(value: object) -> TextInput:
     A pair with a null, empty or non-text member cannot be scored: its row
     becomes a dead letter whose message says which member is wrong.
     """
-    if isinstance(value, TextPair):
-        return coerce_text(value.text), coerce_text(value.pair, "text pair")
+    if isinstance(value, Inputs):
+        if len(value) != 2:
+            raise InputError(
+                f"a text model takes a text or a text and its pair; the row gives {len(value)} columns "
+                f"({', '.join(value.names)})"
+            )
+        return coerce_text(value[0]), coerce_text(value[1], "text pair")
     return coerce_text(value)
 
 

@@ -34,7 +34,7 @@ class TextModel:
         raise NotImplementedError
 
     def prepare(self, value: object) -> Encoding:
-        """Check a row's value (text, or a :class:`~shardwise.text.TextPair`) and tokenise it.
+        """Check a row's value (text, or a :class:`~shardwise.text.Inputs`) and tokenise it.
 
         A value that is not usable text, or that gives no tokens, raises an
         :class:`InputError` saying why: its row becomes a dead letter.

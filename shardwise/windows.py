@@ -20,7 +20,7 @@ from shardwise.model import DeviceBatch, Item, Model
 __all__ = ["Batch", "Window", "produce_batches"]
 
 Row = tuple[Hashable, Any]
-"""An input row: its key, and the value to score (normally text, or a :class:`~shardwise.text.TextPair`)."""
+"""An input row: its key, and the value to score (normally text, or a :class:`~shardwise.text.Inputs`)."""
 
 
 @dataclass(slots=True)

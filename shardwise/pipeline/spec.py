@@ -142,9 +142,20 @@ class RunSpec:
         given = {name: value for name, value in given.items() if value is not None}
         return GenerationSettings(**given) if given else None  # type: ignore[arg-type]
 
+    def input_columns(self) -> dict[str, str]:
+        """The columns read after the text column, each with its role in messages: the text pair
+        column, or the other columns the prompt's placeholders name (in the template's order).
+
+        A source refuses a column it lacks before anything runs, naming the role.
+        """
+        if self.text_pair_column is not None:
+            return {self.text_pair_column: "text pair"}
+        if self.prompt is None:
+            return {}
+        return {name: "prompt" for name in placeholders(self.prompt) if name != self.text_column}
+
     def _check_prompt(self) -> None:
-        """The prompt names only the text column: each row hands the model one text (other columns are
-        not read yet), and a template naming a column the source lacks is refused before anything runs."""
+        """Generation settings in range; a prompt takes no text pair and names no key column."""
         self.generation()  # every setting in range
         if self.unconstrained and self.json_schema is None:
             raise ConfigError(
@@ -153,12 +164,16 @@ class RunSpec:
             )
         if self.prompt is None:
             return
-        others = [name for name in placeholders(self.prompt) if name != self.text_column]
-        if others:
+        named = placeholders(self.prompt)
+        if self.key in named:
             raise ConfigError(
-                f"prompt {self.prompt!r} names {', '.join(others)}; a prompt can name only the text column "
-                f"{{{self.text_column}}} (--text-column) for now. Write {{{self.text_column}}} where the "
-                "row's text goes, or choose the column with --text-column"
+                f"prompt {self.prompt!r} names the key column {{{self.key}}}; a prompt names the columns "
+                "that hold a row's text and context, and a key is an identifier: drop it from the prompt"
+            )
+        if self.text_pair_column is not None:
+            raise ConfigError(
+                f"prompt and text_pair_column {self.text_pair_column!r} both given; a generator reads the "
+                "columns its prompt names: drop --text-pair-column and write {column} in the prompt"
             )
 
     def check_model(self, model: ModelInfo) -> None:

@@ -60,7 +60,7 @@ def open_spec_source(spec: RunSpec, resolve: Resolver) -> SqlSource | ParquetSou
         table=spec.table,
         key=spec.key,
         text_column=spec.text_column,
-        text_pair_column=spec.text_pair_column,
+        input_columns=spec.input_columns(),
         where=spec.where,
     )
 

@@ -7,6 +7,7 @@ imported from :mod:`shardwise.sources.base`, their one home.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from shardwise.errors import ConfigError
@@ -42,7 +43,7 @@ def open_source(
     table: str | None = None,
     key: str = "id",
     text_column: str = "text",
-    text_pair_column: str | None = None,
+    input_columns: Mapping[str, str] | None = None,
     where: str | None = None,
     **options: Any,
 ) -> SqlSource | ParquetSource:
@@ -52,9 +53,7 @@ def open_source(
             raise ConfigError(
                 f"source {_scheme(location)}://... is a database, so a table is needed; pass --table NAME"
             )
-        return SqlSource(
-            location, table, key, text_column, where, text_pair_column=text_pair_column, **options
-        )
+        return SqlSource(location, table, key, text_column, where, input_columns=input_columns, **options)
     if "://" in location and not location.startswith(("s3://", "file://")):
         raise ConfigError(
             f"source scheme {_scheme(location)!r} is not supported; use postgresql+psycopg://, sqlite:///, "
@@ -65,7 +64,7 @@ def open_source(
             "table and where apply to SQL sources only; a Parquet source is read whole (drop --table/--where)"
         )
     path = location.removeprefix("file://")
-    return ParquetSource(path, key, text_column, text_pair_column=text_pair_column, **options)
+    return ParquetSource(path, key, text_column, input_columns=input_columns, **options)
 
 
 def _scheme(location: str) -> str:

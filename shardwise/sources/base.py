@@ -92,6 +92,14 @@ class SourcePlan:
     def expected_rows(self) -> int:
         return sum(s.expected_rows for s in self.shards)
 
+    def param(self, name: str) -> Any:
+        """A recorded parameter. ``input_columns`` of a plan stored before it existed comes from the
+        ``text_pair_column`` such plans recorded instead, so that runs planned then still resume."""
+        if name == "input_columns" and name not in self.params:
+            pair = self.params.get("text_pair_column")
+            return [] if pair is None else [pair]
+        return self.params.get(name)
+
     def to_json(self) -> str:
         return json.dumps(
             {

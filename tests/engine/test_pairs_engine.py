@@ -11,7 +11,7 @@ from shardwise.collate import collate_encodings
 from shardwise.engine import Engine
 from shardwise.forward import Forward
 from shardwise.model import Encoding, ModelInputs
-from shardwise.text import TextPair
+from shardwise.text import Inputs
 
 
 def test_segment_ids_are_padded_with_zeros_and_absent_without_pairs() -> None:
@@ -52,10 +52,10 @@ def test_the_tiny_model_cuts_the_longer_member_of_a_pair_first(tiny_model) -> No
 
 def test_pairs_come_back_in_input_order_and_equal_scoring_one_at_a_time(tiny_model) -> None:
     pairs = [(f"query {i} " + "x " * (i * 7 % 23), f"document {i} " + "y " * (i * 5 % 31)) for i in range(30)]
-    results = list(Engine(tiny_model).run([(i, TextPair(q, d)) for i, (q, d) in enumerate(pairs)]))
+    results = list(Engine(tiny_model).run([(i, Inputs.pair(q, d)) for i, (q, d) in enumerate(pairs)]))
     assert [r.key for r in results] == list(range(30))
     for result, pair in zip(results, pairs, strict=True):
-        encoding = tiny_model.prepare(TextPair(*pair))
+        encoding = tiny_model.prepare(Inputs.pair(*pair))
         with torch.inference_mode():
             alone = tiny_model.run(ModelInputs(torch.tensor([encoding.ids])))[0].numpy()
         np.testing.assert_allclose(result.values["embedding"], alone, atol=1e-5)  # type: ignore[index]

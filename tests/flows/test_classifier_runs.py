@@ -26,7 +26,7 @@ from shardwise import Engine, EngineConfig
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
 from shardwise.models import get_spec
-from shardwise.text import TextPair
+from shardwise.text import Inputs
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 pytest.importorskip("transformers")
@@ -171,7 +171,7 @@ def _make_pairs(url: str, n: int) -> list[tuple[int, Any]]:
         "insert into pairs (id, query, text) values (:id, :query, :text)",
         [{"id": i, "query": q, "text": t} for i, q, t in rows],
     )
-    return [(i, TextPair(q, t)) for i, q, t in rows if q is not None]
+    return [(i, Inputs.pair(q, t)) for i, q, t in rows if q is not None]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -25,6 +25,7 @@ from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
 from shardwise.generation import GenerationSettings
 from shardwise.models.hf_causal import HFCausalSpec
+from shardwise.text import Inputs
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 pytest.importorskip("transformers")
@@ -130,7 +131,8 @@ def test_postgres_run_writes_text_and_int_columns(pg_url: str, lm: Path) -> None
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--prompt", "{title}: {text}"], "names title; a prompt can name only the text column {text}"),
+        (["--prompt", "{title}: {text}"], "prompt column 'title' not in table 'docs'; columns are: id, text"),
+        (["--prompt", "{id}: {text}"], "names the key column {id}"),
         (["--prompt", "{text!r}"], "not a bare column name"),
         (["--max-new-tokens", "5000"], "leaves no room for a prompt"),
     ],
@@ -255,3 +257,46 @@ def test_unconstrained_without_a_schema_is_refused(
     assert (
         "no json_schema is given; give --json-schema FILE, or drop --unconstrained" in capsys.readouterr().err
     )
+
+
+# Prompts that name more columns than the text.
+
+
+def _titled_docs(url: str, rows: int) -> None:
+    """``docs`` plus a ``title`` column: a title per row, NULL for the last good row."""
+    make_docs(url, rows)
+    execute(url, "alter table docs add column title text")
+    execute(url, "update docs set title = 'Title ' || id where id < :n", {"n": rows - 1})
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_prompt_reads_every_column_it_names(
+    db: str, request: pytest.FixtureRequest, lm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each row's prompt is filled by column name; a NULL title is a dead letter naming the column; a
+    changed title alone makes ``--only-new`` generate that row again (the database computes the
+    fingerprint of every column read, as the pipeline stores it)."""
+    sqlite_url = request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url")
+    _titled_docs(sqlite_url, ROWS)
+    prompt = "Title: {title}\n\n{text}"
+    assert main(_cli(sqlite_url, lm, "--prompt", prompt)) == 0, capsys.readouterr().out
+    stored = dict(execute(sqlite_url, f"select source_key, generated_text from {TABLE}"))
+    assert len(stored) == ROWS - 1
+    (message,) = execute(
+        sqlite_url, "select message from shardwise_errors where source_key = :k", {"k": str(ROWS - 1)}
+    )
+    assert message[0].startswith("column 'title' is null")
+    model = HFCausalSpec(lm, generation=_settings(prompt)).load(torch.device("cpu"))
+    rows = execute(sqlite_url, "select id, text, title from docs where id < :n order by id", {"n": 4})
+    values = [(k, Inputs(("text", "title"), (text, title))) for k, text, title in rows]
+    expected = {
+        r.key: r.values["generated_text"] for r in Engine(model, EngineConfig(precision="fp32")).run(values)
+    }
+    assert {k: stored[k] for k in expected} == expected
+    assert model.render(values[0][1]).startswith("Title: Title 0\n\n")
+
+    execute(sqlite_url, "update docs set title = 'Another title' where id = 3")
+    assert main(_cli(sqlite_url, lm, "--prompt", prompt, "--only-new")) == 0
+    out = capsys.readouterr().out
+    rescored = execute(sqlite_url, f"select count(*) from {TABLE}")
+    assert rescored == [(ROWS - 1,)] and "completed: 1 row scored" in out, out

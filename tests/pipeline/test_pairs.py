@@ -15,7 +15,7 @@ from shardwise.errors import ConfigError, SourceError
 from shardwise.lineage import value_fingerprint
 from shardwise.model import ModelInputs
 from shardwise.pipeline import RunSpec
-from shardwise.text import TextPair
+from shardwise.text import Inputs
 
 QUERIES = ["how do I sort a list", "what is a shard", "retry a failed merge", "pad each batch"]
 DOCS = [
@@ -86,7 +86,7 @@ def test_pairs_are_scored_as_pairs_with_both_texts_in_the_fingerprint(db_url, pi
         query, doc = rows[key]
         vector = np.asarray(blob, dtype=np.float32) if isinstance(blob, list) else np.frombuffer(blob, "<f4")
         np.testing.assert_allclose(vector, _pair_embedding(tiny_model, query, doc), atol=1e-5)
-        assert fingerprint == value_fingerprint(TextPair(query, doc))
+        assert fingerprint == value_fingerprint(Inputs.pair(query, doc))
         assert fingerprint != value_fingerprint(query), "the pair's fingerprint is not the text's alone"
 
     errors = dict(execute(db_url, "select source_key, message from shardwise_errors order by source_key"))
@@ -126,7 +126,7 @@ def test_parquet_pairs(tmp_path: Path, pipeline, tiny_model, sqlite_url: str) ->
         sqlite_url, "select embedding, input_fingerprint from scores where source_key = 5"
     )
     np.testing.assert_allclose(np.frombuffer(blob, "<f4"), _pair_embedding(tiny_model, query, doc), atol=1e-5)
-    assert fingerprint == value_fingerprint(TextPair(query, doc))
+    assert fingerprint == value_fingerprint(Inputs.pair(query, doc))
 
 
 def test_a_wrong_pair_column_is_refused_with_the_columns(sqlite_url: str, pipeline) -> None:

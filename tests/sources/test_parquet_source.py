@@ -313,3 +313,23 @@ def test_string_keys_are_read_as_str(tmp_path: Path) -> None:
         ("b-2", sentence(1)),
         ("a-1", sentence(2)),
     ]
+
+
+def test_more_input_columns_come_as_named_inputs(tmp_path: Path) -> None:
+    """A prompt's other columns are read beside the text: each row's value names them, in order."""
+    from shardwise.lineage import value_fingerprint
+    from shardwise.text import Inputs
+
+    write(tmp_path / "a.parquet", [1, 2], title=pa.array(["One", None]))
+    source = ParquetSource(str(tmp_path), input_columns={"title": "prompt"})
+    plan = source.plan()
+    values = [row.value for shard in plan.shards for row in source.read(plan, shard)]
+    assert [v.by_name() for v in values] == [
+        {"text": sentence(1), "title": "One"},
+        {"text": sentence(2), "title": None},
+    ]
+    assert isinstance(values[0], Inputs) and value_fingerprint(values[1]) is None
+    with pytest.raises(SourceError, match=r"input column 'subtitle' not in .*columns are: id, text, title"):
+        ParquetSource(str(tmp_path), input_columns={"subtitle": "prompt"}).plan()
+    with pytest.raises(ConfigError, match="does not match this source"):
+        list(ParquetSource(str(tmp_path)).read(plan, plan.shards[0]))

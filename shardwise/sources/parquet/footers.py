@@ -73,8 +73,12 @@ def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, inputs: Sequence
 
 
 def _check_columns(obj: ObjectInfo, schema: pa.Schema, key: str, inputs: Sequence[str]) -> None:
-    roles = (("key", "key"), ("text", "text_column"), ("text pair", "text_pair_column"))
-    for (role, argument), name in zip(roles, (key, *inputs), strict=False):
+    roles = (
+        ("key", "key"),
+        ("text", "text_column"),
+        *(("input", "prompt or text_pair_column") for _ in inputs[1:]),
+    )
+    for (role, argument), name in zip(roles, (key, *inputs), strict=True):
         if schema.get_field_index(name) < 0:
             raise SourceError(
                 f"{role} column {name!r} not in Parquet object {obj.key!r}; columns are: "

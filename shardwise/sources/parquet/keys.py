@@ -59,11 +59,11 @@ def _value_set(
 ) -> pa.Array:
     """The keys as an Arrow array of the object's key type (text keys become ints for an integer key)."""
     schema: pa.Schema = parquet.schema_arrow
-    for role, name in zip(("key", "text", "text pair"), columns, strict=False):
+    for role, name in zip(("key", "text", *("input" for _ in columns[2:])), columns, strict=True):
         if schema.get_field_index(name) < 0:
             raise SourceError(
                 f"{role} column {name!r} not in Parquet object {obj.key!r}; columns are: "
-                f"{', '.join(schema.names)}; every object must hold the key and text columns"
+                f"{', '.join(schema.names)}; every object must hold the key and input columns"
             )
     key_type = schema.field(columns[0]).type
     if pa.types.is_dictionary(key_type):

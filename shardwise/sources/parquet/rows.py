@@ -60,8 +60,8 @@ class ShardRows(Iterator[SourceRow]):
     skipped; ``null_keys`` counts them and ``rows`` counts the rows yielded.
     The first ``skip`` rows that have a key are not yielded; ``skipped``
     counts them (row groups passed over whole count no null keys).
-    ``inputs`` names the text column, and the text pair column when there
-    is one (each row's value is then a :class:`~shardwise.text.TextPair`).
+    ``inputs`` names the text column, then any other input columns (each
+    row's value is then a :class:`~shardwise.text.Inputs`).
     Text values pass through untouched (``str``, ``bytes`` for a binary
     column, ``None``), except that one that is not UTF-8 in a text column
     comes as an :class:`~shardwise.text.UndecodableText`: the engine decides

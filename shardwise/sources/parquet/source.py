@@ -17,7 +17,7 @@ once the run has succeeded.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -62,18 +62,21 @@ class ParquetSource(Source):
         key: str = "id",
         text_column: str = "text",
         *,
-        text_pair_column: str | None = None,
+        input_columns: Mapping[str, str] | None = None,
         s3_client: Any | None = None,
     ) -> None:
-        named = (("key", key), ("text_column", text_column), ("text_pair_column", text_pair_column))
+        named = (
+            ("key", key),
+            ("text_column", text_column),
+            *(("input_columns", c) for c in input_columns or {}),
+        )
         for name, value in named:
-            if value is None and name == "text_pair_column":
-                continue
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{name} must name a column of the Parquet files, got {value!r}")
-        self.key, self.text_column, self.text_pair_column = key, text_column, text_pair_column
-        self.inputs = (text_column,) if text_pair_column is None else (text_column, text_pair_column)
-        """The columns a row's value is read from: the text, then its pair when there is one."""
+        self.key, self.text_column = key, text_column
+        self.input_columns = list(input_columns or {})
+        self.inputs = (text_column, *self.input_columns)
+        """The columns a row's value is read from: the text, then the others."""
         self._store = open_store(location, s3_client)
         self.identity = self._store.identity
 
@@ -142,7 +145,7 @@ class ParquetSource(Source):
             "key": self.key,
             "key_type": None,
             "text_column": self.text_column,
-            "text_pair_column": self.text_pair_column,
+            "input_columns": self.input_columns,
         }
 
     def check(self) -> None:
@@ -196,9 +199,9 @@ class ParquetSource(Source):
         }
 
     def _check_plan(self, plan: SourcePlan) -> None:
-        names = ("key", "text_column", "text_pair_column")
-        given: tuple[Any, ...] = (plan.kind, plan.identity, *(plan.params.get(n) for n in names))
-        mine = (self.kind, self.identity, self.key, self.text_column, self.text_pair_column)
+        names = ("key", "text_column", "input_columns")
+        given: tuple[Any, ...] = (plan.kind, plan.identity, *(plan.param(n) for n in names))
+        mine = (self.kind, self.identity, self.key, self.text_column, self.input_columns)
         if given != mine:
             raise ConfigError(
                 f"plan (kind, location, {', '.join(names)}) = {given} does not match this source's {mine}; "

@@ -24,11 +24,12 @@ __all__ = ["input_values", "text_values"]
 
 
 def input_values(batch: pa.RecordBatch, columns: Sequence[str], keys: Sequence[Any], where: str) -> list[Any]:
-    """Each row's value from its input ``columns``: the text, or a text pair (see :func:`text_values`)."""
+    """Each row's value from its input ``columns``: the text, or :class:`~shardwise.text.Inputs`
+    (see :func:`text_values`)."""
     per_column = [text_values(batch.column(name), keys, where) for name in columns]
     if len(per_column) == 1:
         return per_column[0]
-    return [row_value(values) for values in zip(*per_column, strict=True)]
+    return [row_value(values, columns) for values in zip(*per_column, strict=True)]
 
 
 def text_values(column: pa.Array | pa.ChunkedArray, keys: Sequence[Any], where: str) -> list[Any]:

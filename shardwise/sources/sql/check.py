@@ -15,7 +15,7 @@ from shardwise.sources.base import KeyType, NewOnly, Shard, SourcePlan
 
 __all__ = ["check_plan", "new_only_params"]
 
-_CHECKED = ("table", "schema", "key", "text_column", "text_pair_column", "where")
+_CHECKED = ("table", "schema", "key", "text_column", "input_columns", "where")
 
 
 def new_only_params(new_only: NewOnly | None, results_found: bool) -> dict[str, Any] | None:
@@ -48,9 +48,9 @@ def check_plan(
             "read a plan with the source that made it"
         )
     for name in _CHECKED:
-        if plan.params.get(name) != params[name]:
+        if plan.param(name) != params[name]:
             raise ConfigError(
-                f"plan has {name}={plan.params.get(name)!r} but this source has {name}={params[name]!r}; "
+                f"plan has {name}={plan.param(name)!r} but this source has {name}={params[name]!r}; "
                 "build the source with the plan's settings, or plan again"
             )
     if set(shard.bounds) != {"lo", "hi"}:

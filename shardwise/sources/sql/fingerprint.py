@@ -17,9 +17,10 @@ the source read it, so the database must compute that same function:
   so they never have a result to match; PostgreSQL hashes their text form
   only so that ``md5()`` has a valid argument.
 
-A **text pair** (``--text-pair-column``) has the fingerprint of its members'
-fingerprints, concatenated (``md5(md5(text) || md5(pair))``): NULL when
-either member is NULL, as ``||`` gives.
+A row read from **several columns** (a text pair, ``--text-pair-column``, or
+the columns a generator's prompt names) has the fingerprint of its members'
+fingerprints, concatenated (``md5(md5(text) || md5(pair))``): NULL when any
+member is NULL, as ``||`` gives.
 
 On SQLite the fingerprint is a SQL function, :data:`SQLITE_FINGERPRINT`,
 registered on every connection and backed by ``value_fingerprint`` itself, so
@@ -54,11 +55,14 @@ def register_sqlite_fingerprint(engine: sa.Engine) -> None:
 
 
 def fingerprint(columns: Sequence[sa.ColumnElement[Any]], dialect: str) -> sa.ColumnElement[Any]:
-    """The fingerprint of a row's value read from ``columns`` (a text, or a text and its pair)."""
+    """The fingerprint of a row's value read from ``columns`` (a text, or the text and more columns)."""
     if len(columns) == 1:
         return _fingerprint(columns[0], dialect)
-    text, pair = (_fingerprint(c, dialect) for c in columns)
-    return _fingerprint(text.op("||", return_type=sa.Text)(pair), dialect)
+    members = [_fingerprint(c, dialect) for c in columns]
+    joined = members[0]
+    for member in members[1:]:
+        joined = joined.op("||", return_type=sa.Text)(member)
+    return _fingerprint(joined, dialect)
 
 
 def _fingerprint(column: sa.ColumnElement[Any], dialect: str) -> sa.ColumnElement[Any]:

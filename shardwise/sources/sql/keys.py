@@ -48,4 +48,4 @@ def keyed_rows(conn: sa.Connection, sel: Selection, keys: Sequence[Key]) -> Iter
     """
     for chunk in key_chunks(keys):
         for key, *values in conn.execute(keyed_query(sel, chunk)):
-            yield SourceRow(key, row_value(values))
+            yield SourceRow(key, row_value(values, sel.src.input_names))

@@ -10,7 +10,7 @@ the names that do exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
@@ -42,19 +42,24 @@ def _listing(names: Iterable[str]) -> str:
 
 @dataclass(frozen=True)
 class SourceTable:
-    """The reflected source table and the columns a SQL source reads: key, text, and a text pair."""
+    """The reflected source table and the columns a SQL source reads: key, text, and more input columns."""
 
     table: sa.Table
     schema: str
     key: sa.Column[Any]
     text: sa.Column[Any]
     key_kind: KeyType
-    pair: sa.Column[Any] | None = None
+    more: tuple[sa.Column[Any], ...] = ()
+    """Input columns after the text: a text pair, or the other columns a prompt names."""
 
     @property
     def inputs(self) -> tuple[sa.Column[Any], ...]:
-        """The columns a row's value is read from: the text, then its pair when there is one."""
-        return (self.text,) if self.pair is None else (self.text, self.pair)
+        """The columns a row's value is read from: the text, then the others."""
+        return (self.text, *self.more)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.inputs)
 
 
 def _relations(insp: sa.Inspector, schema: str) -> list[str]:
@@ -106,9 +111,13 @@ def reflect_source(
     key: str,
     text_column: str,
     schema: str | None,
-    text_pair_column: str | None = None,
+    input_columns: Mapping[str, str] | None = None,
 ) -> SourceTable:
-    """Check every identifier against the database and return the reflected table."""
+    """Check every identifier against the database and return the reflected table.
+
+    ``input_columns`` maps each input column after the text to its role in messages
+    (``text pair``, ``prompt``).
+    """
     insp = sa.inspect(conn)
     resolved = _resolve_schema(insp, schema)
     relations = _relations(insp, resolved)
@@ -119,8 +128,8 @@ def reflect_source(
     reflected = _reflect(conn, resolved, table)
     key_col = _column(reflected, key, "key")
     text_col = _column(reflected, text_column, "text")
-    pair_col = None if text_pair_column is None else _column(reflected, text_pair_column, "text pair")
-    return SourceTable(reflected, resolved, key_col, text_col, _key_kind(key_col), pair_col)
+    more = tuple(_column(reflected, name, role) for name, role in (input_columns or {}).items())
+    return SourceTable(reflected, resolved, key_col, text_col, _key_kind(key_col), more)
 
 
 def reflect_results(conn: sa.Connection, name: str, default_schema: str) -> sa.Table | None:

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import islice
 from typing import Any, Literal
@@ -103,7 +103,7 @@ class SqlSource(Source):
         where: str | None = None,
         schema: str | None = None,
         *,
-        text_pair_column: str | None = None,
+        input_columns: Mapping[str, str] | None = None,
         on_lost_snapshot: Literal["fresh", "error"] = "fresh",
         fetch_rows: int = 1000,
     ) -> None:
@@ -119,7 +119,7 @@ class SqlSource(Source):
         try:
             self._filter = None if where is None else parse_filter(where, self._db.dialect)
             with self._db.errors(f"checking table {table!r}"), self._db.engine.connect() as conn:
-                self._src = reflect_source(conn, table, key, text_column, schema, text_pair_column)
+                self._src = reflect_source(conn, table, key, text_column, schema, input_columns)
         except BaseException:
             self._db.dispose()
             raise
@@ -138,7 +138,7 @@ class SqlSource(Source):
             "key": src.key.name,
             "key_type": src.key_kind,
             "text_column": src.text.name,
-            "text_pair_column": None if src.pair is None else src.pair.name,
+            "input_columns": [c.name for c in src.more],
             "where": self._where,
         }
 
@@ -290,4 +290,4 @@ class SqlSource(Source):
     def _rows(self, result: sa.CursorResult[Any, Any], doing: str) -> Iterator[SourceRow]:
         with self._db.errors(doing):
             for key, *values in result:
-                yield SourceRow(key, row_value(values))
+                yield SourceRow(key, row_value(values, self._src.input_names))
