@@ -45,8 +45,8 @@ __all__ = ["OUTPUTS", "HFCausalSpec", "HFGenerator", "Prompt", "PromptBatch", "i
 OUTPUTS = (
     OutputColumn("generated_text", "text"),
     OutputColumn("finish_reason", "text"),
-    OutputColumn("prompt_tokens", "int"),
-    OutputColumn("completion_tokens", "int"),
+    OutputColumn("prompt_tokens", "int", count=True),
+    OutputColumn("completion_tokens", "int", count=True),
 )
 _TAG = "causal-lm"
 _FILES = (*VERSIONED, "generation_config.json", "chat_template.jinja", "special_tokens_map.json")

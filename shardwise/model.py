@@ -16,7 +16,8 @@ knows nothing else about it:
   of time.
 * ``run(batch) -> tensor`` on the device, one row per item.
 * ``to_columns(outputs) -> columns``: the outputs, on the CPU, as one numpy
-  array per declared :class:`OutputColumn`.
+  array per declared :class:`OutputColumn`. An int column declared a
+  **count** (tokens generated) is summed by the engine and the run.
 
 A catalogue entry is a :class:`ModelSpec`; loading it gives a :class:`Model`
 bound to one device. :meth:`ModelSpec.describe` gives its :class:`ModelInfo`
@@ -146,11 +147,17 @@ class ModelInputs:
 
 @dataclass(frozen=True, slots=True)
 class OutputColumn:
-    """One result column a model produces. ``dim`` is set for vectors only."""
+    """One result column a model produces. ``dim`` is set for vectors only.
+
+    ``count`` marks an ``int`` column whose sum over rows means something, such
+    as a generator's ``prompt_tokens`` and ``completion_tokens``: runs then
+    report its total and its rate per second (see :mod:`shardwise.counts`).
+    """
 
     name: str
     kind: Literal["vector", "float", "int", "text"]
     dim: int | None = None
+    count: bool = False
 
 
 @dataclass(frozen=True)
