@@ -29,7 +29,16 @@ import numpy as np
 if TYPE_CHECKING:
     from shardwise.model import OutputColumn
 
-__all__ = ["Counts", "added", "count_columns", "counts_of_columns", "counts_of_rows", "said", "said_per_s"]
+__all__ = [
+    "Counts",
+    "added",
+    "count_columns",
+    "counts_of_columns",
+    "counts_of_rows",
+    "in_words",
+    "said",
+    "said_per_s",
+]
 
 Counts = dict[str, int]
 """Totals of count outputs by column name: ``{"completion_tokens": 144, "prompt_tokens": 360}``."""
@@ -65,13 +74,14 @@ def added(*parts: Mapping[str, int] | None) -> Counts:
 
 def said(counts: Mapping[str, int]) -> list[str]:
     """``["144 completion tokens", "360 prompt tokens"]``: each count with its column's name in words."""
-    return [f"{counts[name]:,} {_words(name)}" for name in sorted(counts)]
+    return [f"{counts[name]:,} {in_words(name)}" for name in sorted(counts)]
 
 
 def said_per_s(rates: Mapping[str, float]) -> list[str]:
     """``["30 completion tokens/s", "75 prompt tokens/s"]``."""
-    return [f"{rates[name]:,.0f} {_words(name)}/s" for name in sorted(rates)]
+    return [f"{rates[name]:,.0f} {in_words(name)}/s" for name in sorted(rates)]
 
 
-def _words(name: str) -> str:
+def in_words(name: str) -> str:
+    """A count column's name as words: ``completion tokens``."""
     return name.replace("_", " ")
