@@ -160,14 +160,16 @@ def _generate(url: str, lm: Path, **params: Any) -> tuple[bool, dict[str, Any]]:
     return state.is_completed(), state.result(raise_on_failure=False)
 
 
+@pytest.mark.parametrize("database", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_totals_stay_the_tables_sums_across_a_retried_shard_and_a_resume(
-    sqlite_url: str, lm: Path, monkeypatch: pytest.MonkeyPatch
+    database: str, lm: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """Shard 0 commits chunks of 4 rows and fails once after its first: its retry starts after that chunk.
     Shard 1 fails for good, so the run fails; the resume scores it. Both summaries count the whole run."""
+    url = str(request.getfixturevalue("sqlite_url" if database == "sqlite" else "pg_url"))
     worker = importlib.import_module("shardwise.pipeline.worker")
     chunks = importlib.import_module("shardwise.pipeline.chunks")
-    make_docs(sqlite_url, ROWS)
+    make_docs(url, ROWS)
     monkeypatch.setattr(worker, "ChunkConfig", lambda rows: chunks.ChunkConfig(4))
     real_commit, real_score = chunks._commit, worker.score_shard
     broke: list[int] = []
@@ -186,17 +188,17 @@ def test_totals_stay_the_tables_sums_across_a_retried_shard_and_a_resume(
 
     monkeypatch.setattr(chunks, "_commit", dropped)
     monkeypatch.setattr(worker, "score_shard", shard_1_broken)
-    ok, first = _generate(sqlite_url, lm)
+    ok, first = _generate(url, lm)
     assert not ok and broke == [1] and first["shards_failed"] == 1
-    attempts = execute(sqlite_url, "select attempt from shardwise_chunks where shard_id = 0 order by chunk")
+    attempts = execute(url, "select attempt from shardwise_chunks where shard_id = 0 order by chunk")
     assert attempts[:2] == [(1,), (2,)], "the retry started after the chunk its first attempt committed"
-    ((completion, prompt, rows),) = execute(sqlite_url, TOTALS)
+    ((completion, prompt, rows),) = execute(url, TOTALS)
     assert 0 < rows < ROWS and first["counts"] == {"completion_tokens": completion, "prompt_tokens": prompt}
 
     monkeypatch.setattr(worker, "score_shard", real_score)
-    ok, resumed = _generate(sqlite_url, lm, resume=first["run_id"])
+    ok, resumed = _generate(url, lm, resume=first["run_id"])
     assert ok and resumed["run_id"] == first["run_id"] and resumed["shards_skipped"] == 1
-    ((completion, prompt, rows),) = execute(sqlite_url, TOTALS)
+    ((completion, prompt, rows),) = execute(url, TOTALS)
     assert rows == ROWS and resumed["rows_failed"] == len(BAD_ROWS)
     assert resumed["counts"] == {"completion_tokens": completion, "prompt_tokens": prompt}, "the whole run"
     assert resumed["counts"]["prompt_tokens"] > first["counts"]["prompt_tokens"]
