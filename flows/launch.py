@@ -15,6 +15,7 @@ from typing import Any
 from shardwise.errors import TransientError
 from shardwise.flows.outcome import OK, RUN_FAILED, code_for, print_traceback, say_error
 from shardwise.flows.params import ScoreParams
+from shardwise.flows.totals import whole_run
 from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import check_run
 from shardwise.tasks.connections import resolve
@@ -107,6 +108,8 @@ def run_and_report(
         f"run {summary['run_id']} {'FAILED' if failed else 'completed'}: {_counted(summary)} "
         f"-> table {summary['results_table']}"
     )
+    for line in whole_run(summary):
+        print(line)
     if failed:
         say_error(state.message or "run failed")
         print(f"finish it later with: shardwise run ... --resume {summary['run_id']}", file=sys.stderr)

@@ -13,6 +13,7 @@ from prefect.states import Completed, Failed, State
 
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
+from shardwise.flows.totals import whole_run
 from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import PlannedRun, ShardOutcome, finish_run
 from shardwise.redact import redact_mapping
@@ -98,11 +99,12 @@ def _score(params: ScoreParams) -> State:
         logger.error("run %s failed: %s", run_id, failures)
         return Failed(message=failures, data=summary)
     logger.info(
-        "run %s completed: %s scored, %s, %s",
+        "run %s completed: %s scored, %s, %s%s",
         summary["run_id"],
         plural(summary["rows_out"], "row"),
         plural(summary["rows_failed"], "dead letter"),
         plural(summary["shards"], "shard"),
+        "".join(f"; {line}" for line in whole_run(summary)),
     )
     return Completed(message=f"scored {plural(summary['rows_out'], 'row')}", data=summary)
 

@@ -51,8 +51,8 @@ __all__ = ["OUTPUTS", "PARSED", "HFCausalSpec", "HFGenerator", "Prompt", "Prompt
 OUTPUTS = (
     OutputColumn("generated_text", "text"),
     OutputColumn("finish_reason", "text"),
-    OutputColumn("prompt_tokens", "int"),
-    OutputColumn("completion_tokens", "int"),
+    OutputColumn("prompt_tokens", "int", count=True),
+    OutputColumn("completion_tokens", "int", count=True),
 )
 PARSED = OutputColumn("parsed", "json")
 _TAG = "causal-lm"

@@ -103,6 +103,11 @@ def _check_outputs(outputs: object, where: str) -> None:
                 f"{where}: {out.kind} output {out.name!r} has dim {out.dim!r}; dim is for vectors only: "
                 "leave it None"
             )
+        if out.count is not False and (out.count is not True or out.kind != "int"):
+            raise ConfigError(
+                f"{where}: {out.kind} output {out.name!r} has count {out.count!r}; count=True marks an int "
+                "output whose sum over rows a run reports (tokens generated): leave it False otherwise"
+            )
     from shardwise.results.schema import results_table
 
     try:  # the results table's own rules for column names, so the two cannot drift apart

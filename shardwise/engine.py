@@ -19,6 +19,7 @@ import torch
 from shardwise.batching import CostBudget
 from shardwise.closing import Closing
 from shardwise.config import EngineConfig
+from shardwise.counts import count_columns, counts_of_columns
 from shardwise.errors import InputError
 from shardwise.forward import Forward
 from shardwise.model import REJECTED, Model
@@ -70,6 +71,7 @@ class EngineRun(Closing):
         self.stats = EngineStats()
         self._engine = engine
         self._on_batch = on_batch
+        self._counted = count_columns(engine.model.outputs)
         self._results = self._loop(rows)
 
     def __iter__(self) -> Iterator[RowResult]:
@@ -121,6 +123,7 @@ class EngineRun(Closing):
             wait_s=waited,
             compute_s=computed,
             oom_splits=forward.oom_splits - splits_before,
+            counts=counts_of_columns(columns, self._counted),
         )
         self.stats.add(stats)
         if self._on_batch is not None:

@@ -19,7 +19,8 @@ knows nothing else about it:
   array per declared :class:`OutputColumn`. A model that judges its outputs
   (a generator checking JSON against a schema) may add the array
   :data:`REJECTED`: per row None, or the :class:`~shardwise.errors.InputError`
-  that makes the row a dead letter though it ran.
+  that makes the row a dead letter though it ran. An int column declared a
+  **count** (tokens generated) is summed by the engine and the run.
 
 A catalogue entry is a :class:`ModelSpec`; loading it gives a :class:`Model`
 bound to one device. :meth:`ModelSpec.describe` gives its :class:`ModelInfo`
@@ -159,11 +160,16 @@ class OutputColumn:
 
     ``json`` values are any JSON value (dicts, lists, strings...): ``jsonb`` in
     PostgreSQL, JSON text elsewhere.
+
+    ``count`` marks an ``int`` column whose sum over rows means something, such
+    as a generator's ``prompt_tokens`` and ``completion_tokens``: runs then
+    report its total and its rate per second (see :mod:`shardwise.counts`).
     """
 
     name: str
     kind: Literal["vector", "float", "int", "text", "json"]
     dim: int | None = None
+    count: bool = False
 
 
 @dataclass(frozen=True)

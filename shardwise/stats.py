@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from shardwise.counts import Counts, added
 
 __all__ = ["BatchStats", "EngineStats"]
 
@@ -28,6 +31,8 @@ class BatchStats:
     compute_s: float
     """Forward pass, the copy of outputs back to the host and their conversion to columns."""
     oom_splits: int = 0
+    counts: Mapping[str, int] = field(default_factory=dict)
+    """The batch's count outputs summed over its rows (a generator's tokens; see :mod:`shardwise.counts`)."""
 
 
 @dataclass(slots=True)
@@ -44,6 +49,8 @@ class EngineStats:
     compute_s: float = 0.0
     wall_s: float = 0.0
     oom_splits: int = 0
+    counts: Counts = field(default_factory=dict)
+    """The model's count outputs summed over the rows scored: real outputs, not the cost estimate."""
     first_batch_at: float | None = None
     """Wall-clock time (Unix seconds) the first forward pass started: where a run's start-up ends."""
     last_batch_at: float | None = None
@@ -60,6 +67,8 @@ class EngineStats:
         self.wait_s += batch.wait_s
         self.compute_s += batch.compute_s
         self.oom_splits += batch.oom_splits
+        if batch.counts:
+            self.counts = added(self.counts, batch.counts)  # a new dict: readers in other threads keep theirs
 
     @property
     def padding_efficiency(self) -> float:
@@ -71,8 +80,17 @@ class EngineStats:
 
     @property
     def tokens_per_s(self) -> float:
-        """Real (unpadded) tokens per second of wall time."""
+        """Real (unpadded) cost per second of wall time: the tokens batches are budgeted by.
+
+        For a generator that is prompt plus ``max_new_tokens`` per row, an
+        upper bound; the tokens it generated are in :attr:`counts_per_s`.
+        """
         return self.real_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def counts_per_s(self) -> dict[str, float]:
+        """Each count output per second of wall time (a generator's ``completion_tokens``: tokens/s)."""
+        return {name: n / self.wall_s if self.wall_s > 0 else 0.0 for name, n in self.counts.items()}
 
     def as_dict(self) -> dict[str, Any]:
         """Every total plus the derived rates, ready for JSON, a log line or a table."""
@@ -81,5 +99,6 @@ class EngineStats:
             padding_efficiency=self.padding_efficiency,
             rows_per_s=self.rows_per_s,
             tokens_per_s=self.tokens_per_s,
+            counts_per_s=self.counts_per_s,
         )
         return out

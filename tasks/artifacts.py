@@ -11,6 +11,7 @@ from typing import Any
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from shardwise.counts import in_words
 from shardwise.pipeline import ShardOutcome
 from shardwise.tasks.markdown import code, text
 from shardwise.words import plural
@@ -19,7 +20,8 @@ __all__ = ["plan_markdown", "publish_plan", "publish_run", "run_markdown", "work
 
 
 def shard_rows(outcomes: Sequence[ShardOutcome]) -> list[dict[str, Any]]:
-    """One row per shard that ran in this flow run, for the table artifact."""
+    """One row per shard that ran in this flow run, for the table artifact; a model's count outputs (a
+    generator's ``prompt_tokens`` and ``completion_tokens``) are columns too, summed over the shard."""
     return [
         {
             "shard": o.shard_id,
@@ -37,6 +39,7 @@ def shard_rows(outcomes: Sequence[ShardOutcome]) -> list[dict[str, Any]]:
             "host": o.host,
             "device": o.device,
             "worker": o.worker,
+            **o.counts,
         }
         for o in sorted(outcomes, key=lambda o: o.shard_id)
     ]
@@ -96,6 +99,13 @@ def _lease_rows(summary: Mapping[str, Any]) -> list[str]:
     return rows
 
 
+def _count_rows(summary: Mapping[str, Any]) -> list[str]:
+    """The run's count outputs (a generator's tokens), summed over the whole run: every committed chunk,
+    resumed or not. None for a model that declares no counts (an encoder)."""
+    counts = summary.get("counts") or {}
+    return [f"| {text(in_words(name).capitalize())}, whole run | {counts[name]} |" for name in sorted(counts)]
+
+
 def run_markdown(
     summary: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
@@ -103,6 +113,9 @@ def run_markdown(
     failed: Mapping[int, str],
 ) -> str:
     """A readable report: totals, engine figures, versions, per-shard wall time, and SQL to query it.
+
+    A generator's token totals (its count outputs) come after the dead letters;
+    the ``Tokens/s`` row is the engine's batch cost, an upper bound for a generator.
 
     Every value passes through :mod:`tasks.markdown`, so none can break the tables.
     """
@@ -116,13 +129,15 @@ def run_markdown(
         f"| Rows scored | {summary['rows_out']} ({summary['inserted']} new, {summary['updated']} updated, "
         f"{summary['unchanged']} unchanged) |",
         f"| Dead letters | {summary['rows_failed']} |",
+        *_count_rows(summary),
         f"| Truncated rows | {summary['rows_truncated']} (longer than the model's limit: scored on their "
         "start) |",
         f"| Shards | {summary['shards_done']}/{summary['shards_total']} done, "
         f"{summary['shards_failed']} failed |",
         f"| Padding efficiency | {summary['padding_efficiency']:.3f} |",
         f"| Rows/s | {summary['rows_per_s']:.1f} |",
-        f"| Tokens/s | {summary['tokens_per_s']:.1f} |",
+        f"| Tokens/s | {summary['tokens_per_s']:.1f} (unpadded batch cost; for a generator, prompt plus "
+        "max new tokens per row) |",
         f"| OOM splits | {summary['oom_splits']} |",
         f"| Model | {text(summary['model'])} {code(summary['model_version'][:16])} |",
         f"| Precision | {text(_precision(summary))} |",

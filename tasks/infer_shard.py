@@ -15,6 +15,7 @@ import logging
 from prefect import get_run_logger, task
 from prefect.runtime import task_run
 
+from shardwise.counts import said
 from shardwise.errors import ShardwiseError
 from shardwise.models import get_spec
 from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score_ref_shard, warm
@@ -56,7 +57,7 @@ def infer_shard(ref: RunRef, shard_id: int, held: Held | None = None) -> ShardOu
     else:
         logger.info(
             "shard %d attempt %d done on %s (%s): %d rows in, %d scored, %d dead letters, "
-            "%.3f padding efficiency, %.0f rows/s, model load %.1f s%s%s",
+            "%.3f padding efficiency, %.0f rows/s%s, model load %.1f s%s%s",
             shard_id,
             outcome.attempt,
             outcome.worker,
@@ -66,6 +67,7 @@ def infer_shard(ref: RunRef, shard_id: int, held: Held | None = None) -> ShardOu
             outcome.rows_failed,
             outcome.engine.get("padding_efficiency", 1.0),
             outcome.engine.get("rows_per_s", 0.0),
+            "".join(f", {count}" for count in said(outcome.counts)),
             outcome.model_load_s,
             " (snapshot was gone: read at a fresh one, recorded in lineage)" if outcome.snapshot_lost else "",
             _resumed(outcome),

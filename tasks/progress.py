@@ -5,7 +5,8 @@ Every worker, whatever the runner, writes its shard's progress to the ledger
 process reads the ledger about every second and turns the rows into a
 :class:`~shardwise.pipeline.ProgressReading`. Each reading goes to the
 listeners registered with :func:`listening` (the CLI's terminal view), and
-at most every few seconds, when it changed, to the run's progress artifact.
+at most every few seconds, when it changed, to the run's progress artifact,
+whose description says what the CLI's progress line says (:func:`describe`).
 A last reading, marked ``final``, goes out when the fan-out ends.
 
 Progress is a view: nothing here may fail or hold up a run. Every error is
@@ -26,6 +27,7 @@ from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
+from shardwise.counts import said_per_s
 from shardwise.pipeline import ProgressReading, ShardOutcome, read_progress
 from shardwise.results import Ledger
 from shardwise.words import plural
@@ -83,9 +85,12 @@ def publish(snapshot: ProgressReading) -> None:
 def describe(snapshot: ProgressReading, *, speed: bool = False) -> str:
     """The counts behind the percentage: ``3/10 shards, 12,000/20,000 rows, 4 dead letters``.
 
-    With ``speed``, the rate and the time left (or, in the final snapshot,
+    With ``speed``, the rates and the time left (or, in the final snapshot,
     the time taken) come before the dead letters:
     ``3/10 shards, 12,000/20,000 rows, 850 rows/s, ETA 9 s, 4 dead letters``.
+    A model that declares count outputs has their rates beside rows/s; for a
+    generator, ``1,200 completion tokens/s`` (tokens generated) and ``3,400
+    prompt tokens/s``, counted from the rows' outputs since watching began.
     """
     shards = _of(snapshot.shards_done, snapshot.shards_total, "shard")
     if snapshot.shards_failed:
@@ -93,6 +98,7 @@ def describe(snapshot: ProgressReading, *, speed: bool = False) -> str:
     parts = [shards, _of(snapshot.rows_done, snapshot.rows_total, "row")]
     if speed:
         parts.append(f"{snapshot.rows_per_s:,.0f} rows/s")
+        parts += said_per_s(snapshot.counts_per_s)
         eta = snapshot.eta_s
         if snapshot.final:
             parts.append(f"took {duration(snapshot.elapsed_s)}")
@@ -144,6 +150,7 @@ class ProgressPublisher:
         self._tick_lock = threading.Lock()
         self._started = time.monotonic()
         self._rows_before: int | None = None
+        self._counts_before: dict[str, int] = {}
         self._artifact: UUID | None = None
         self._shown: tuple[float, str] | None = None
         self._shown_at = float("-inf")
@@ -191,19 +198,26 @@ class ProgressPublisher:
                 return
             elapsed = time.monotonic() - self._started
             snapshot = read_progress(
-                self._run_id, shards, elapsed_s=elapsed, rows_before=self._rows_before or 0, final=final
+                self._run_id,
+                shards,
+                elapsed_s=elapsed,
+                rows_before=self._rows_before or 0,
+                final=final,
+                counts_before=self._counts_before,
             )
             if self._rows_before is None:
                 # What the first read finds done (a resumed run's done shards) is not this run's speed.
-                self._rows_before = snapshot.rows_done
-                snapshot = dataclasses.replace(snapshot, rows_before=snapshot.rows_done)
+                self._rows_before, self._counts_before = snapshot.rows_done, dict(snapshot.counts)
+                snapshot = dataclasses.replace(
+                    snapshot, rows_before=snapshot.rows_done, counts_before=self._counts_before
+                )
             self.latest = snapshot
             self._show(snapshot)
         publish(snapshot)
 
     def _show(self, snapshot: ProgressReading) -> None:
         """Update the artifact if its figures changed, at most every few seconds; always at the end."""
-        shown = (round(snapshot.percent, 1), describe(snapshot))
+        shown = (round(snapshot.percent, 1), describe(snapshot, speed=True))
         now = time.monotonic()
         if self._artifact is None or shown == self._shown:
             return

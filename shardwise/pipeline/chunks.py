@@ -21,11 +21,12 @@ forward pass.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shardwise.config import EngineConfig
+from shardwise.counts import added
 from shardwise.engine import RowResult
 from shardwise.errors import ConfigError, TransientError
 from shardwise.lineage import value_fingerprint
@@ -72,11 +73,15 @@ class ChunkConfig:
         return replace(config, window_rows=window)
 
 
-def progress_after(write: Callable[[int, int], object], start: ChunkStart) -> Callable[[int, int], object]:
-    """``write`` for live progress, counting the rows committed before this attempt started too."""
+Progress = Callable[[int, int, Mapping[str, int]], object]
+"""Records an attempt's ``(rows, failed, counts)``: see :mod:`shardwise.pipeline.reporter`."""
 
-    def counted(rows: int, failed: int) -> object:
-        return write(start.rows + rows, start.failed + failed)
+
+def progress_after(write: Progress, start: ChunkStart) -> Progress:
+    """``write`` for live progress, counting what was committed before this attempt started too."""
+
+    def counted(rows: int, failed: int, counts: Mapping[str, int]) -> object:
+        return write(start.rows + rows, start.failed + failed, added(start.counts, counts))
 
     return counted
 

@@ -4,13 +4,19 @@ Works for every runner alike, since every worker writes its progress to the
 ledger (see :mod:`~shardwise.pipeline.reporter`): a done shard counts its
 ``rows_in``, a running one the rows its current attempt has pushed through
 the engine. Shards done before a resume count as done.
+
+The sums of the model's count outputs (a generator's tokens, see
+:mod:`shardwise.counts`) are read the same way: a done shard's totals, a
+running shard's sums so far. They come from the rows' own outputs, so the
+rate of ``completion_tokens`` is the tokens generated per second.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
+from shardwise.counts import added
 from shardwise.results import ShardProgress
 
 __all__ = ["ProgressReading", "read_progress"]
@@ -25,7 +31,9 @@ class ProgressReading:
     for done shards (and a running shard's progress where it passed its
     estimate). ``rows_before`` is what was already done when watching began
     (a resumed run's done shards): it is not this run's speed. ``final`` marks
-    the reading taken once the fan-out ended.
+    the reading taken once the fan-out ended. ``counts`` sums the model's
+    count outputs over the rows done (empty for a model that declares none),
+    and ``counts_before`` is their part in ``rows_before``.
     """
 
     run_id: str
@@ -38,6 +46,8 @@ class ProgressReading:
     elapsed_s: float
     rows_before: int = 0
     final: bool = False
+    counts: Mapping[str, int] = field(default_factory=dict)
+    counts_before: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def percent(self) -> float:
@@ -48,6 +58,14 @@ class ProgressReading:
     def rows_per_s(self) -> float:
         """Rows done per second since watching began."""
         return (self.rows_done - self.rows_before) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def counts_per_s(self) -> dict[str, float]:
+        """Each count output per second since watching began: for a generator, tokens generated/s."""
+        seconds = self.elapsed_s
+        if seconds <= 0:
+            return dict.fromkeys(self.counts, 0.0)
+        return {name: (n - self.counts_before.get(name, 0)) / seconds for name, n in self.counts.items()}
 
     @property
     def eta_s(self) -> float | None:
@@ -66,9 +84,11 @@ def read_progress(
     elapsed_s: float,
     rows_before: int = 0,
     final: bool = False,
+    counts_before: Mapping[str, int] | None = None,
 ) -> ProgressReading:
     """The snapshot of ``run_id`` from its shards' rows (:meth:`Ledger.shard_progress`)."""
     total = done = failed = rows_total = rows_done = dead = 0
+    counted: list[Mapping[str, int]] = []
     for shard in shards:
         total += 1
         if shard.status == "done":
@@ -77,6 +97,7 @@ def read_progress(
             rows_total += rows
             rows_done += rows
             dead += shard.rows_failed or 0
+            counted.append(shard.progress_counts)  # the done-mark's totals
             continue
         if shard.status == "failed":
             failed += 1  # its rows were rolled back: none of them count as done
@@ -86,6 +107,18 @@ def read_progress(
         rows_total += max(shard.expected_rows, rows)
         rows_done += rows
         dead += shard.progress_failed or 0
+        counted.append(shard.progress_counts)
     return ProgressReading(
-        run_id, total, done, failed, rows_total, rows_done, dead, elapsed_s, rows_before, final
+        run_id,
+        total,
+        done,
+        failed,
+        rows_total,
+        rows_done,
+        dead,
+        elapsed_s,
+        rows_before,
+        final,
+        added(*counted),
+        dict(counts_before or {}),
     )

@@ -10,28 +10,31 @@ without waiting for a write in flight.
 Rows are counted as the forward pass finishes them (:class:`BatchStats`),
 not as the engine releases them: it releases whole windows of thousands of
 rows at once. Dead letters never reach a batch, so they come from the
-engine's running totals (:class:`EngineStats`).
+engine's running totals (:class:`EngineStats`), as do the sums of the
+model's count outputs (:mod:`shardwise.counts`), which it adds per batch.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 
+from shardwise.counts import Counts
 from shardwise.stats import BatchStats, EngineStats
 
 __all__ = ["ProgressReporter"]
 
 _log = logging.getLogger(__name__)
 
-Write = Callable[[int, int], object]
-"""Records ``(rows, failed)`` for the attempt, e.g. a bound :meth:`Ledger.record_progress`."""
+Write = Callable[[int, int, Mapping[str, int]], object]
+"""Records ``(rows, failed, counts)`` for the attempt, e.g. a bound :meth:`Ledger.record_progress`."""
 
 
 class ProgressReporter:
-    """Writes an attempt's ``(rows, failed)`` every ``every_s`` seconds while used as a context manager.
+    """Writes an attempt's ``(rows, failed, counts)`` every ``every_s`` seconds while used as a context
+    manager.
 
     Pass :meth:`on_batch` to :meth:`Engine.run` and :meth:`follow` its run's
     stats; ``rows`` then counts scored rows plus dead letters, and ends equal
@@ -44,7 +47,7 @@ class ProgressReporter:
         self._write, self._every_s = write, every_s
         self._scored = 0
         self._stats: EngineStats | None = None
-        self._written = (0, 0)
+        self._written: tuple[int, int, Counts] = (0, 0, {})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
@@ -56,10 +59,13 @@ class ProgressReporter:
         """Read the dead letters so far from the engine run's live ``stats``."""
         self._stats = stats
 
-    def counts(self) -> tuple[int, int]:
-        """``(rows, failed)`` so far: rows through the engine, and how many of them were dead letters."""
-        failed = self._stats.rows_failed if self._stats is not None else 0
-        return self._scored + failed, failed
+    def counts(self) -> tuple[int, int, Counts]:
+        """``(rows, failed, counts)`` so far: rows through the engine, how many of them were dead letters,
+        and the sums of the model's count outputs over the scored ones."""
+        if self._stats is None:
+            return self._scored, 0, {}
+        failed = self._stats.rows_failed
+        return self._scored + failed, failed, dict(self._stats.counts)
 
     def __enter__(self) -> ProgressReporter:
         self._thread.start()

@@ -66,7 +66,9 @@ class ShardOutcome:
 
     ``host``, ``device`` and ``worker`` say where it ran; ``wall_s`` is the
     worker's busy time on it, and ``model_load_s`` the part of that spent
-    loading the model (0 when the worker had it already).
+    loading the model (0 when the worker had it already). ``engine`` holds
+    the engine's figures; its ``counts``, once the shard is merged, are the
+    shard's count outputs over all its chunks, whichever attempt scored them.
     """
 
     shard_id: int
@@ -84,6 +86,11 @@ class ShardOutcome:
     device: str = ""
     worker: str = ""
     model_load_s: float = 0.0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The sums of the model's count outputs (a generator's tokens); empty when it declares none."""
+        return {name: int(n) for name, n in dict(self.engine.get("counts") or {}).items()}
 
     @classmethod
     def from_ledger(cls, stored: StoredShard) -> ShardOutcome:
@@ -210,7 +217,12 @@ def score_shard(
         merged = MergeOutcome(committed=False)
     else:
         counts = totals  # all the shard's chunks, as its done-mark records them
-        figures = {**figures, "chunks": totals.chunks, "rows_truncated": totals.rows_truncated}
+        figures = {
+            **figures,
+            "chunks": totals.chunks,
+            "rows_truncated": totals.rows_truncated,
+            "counts": dict(totals.counts),
+        }
         merged = MergeOutcome(
             True, totals.rows_inserted, totals.rows_updated, totals.rows_unchanged, totals.rows_failed
         )

@@ -6,19 +6,21 @@ dead letters, so the mark exists exactly when the chunk is in the results
 table: a retried or racing writer that finds it merges nothing, and a
 retried or resumed attempt starts after the last mark (:class:`ChunkStart`).
 The shard's done-mark records the sum of its marks (:class:`ChunkTotals`),
-whichever attempts wrote them. The DDL and queries are in ``sql/``
+whichever attempts wrote them, the sums of the model's count outputs
+included (:mod:`shardwise.counts`). The DDL and queries are in ``sql/``
 (``chunks_schema.sql``, ``chunk_*.sql``, ``chunks_*.sql``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from shardwise.counts import Counts, added
 from shardwise.results.codec import bind_timestamp, decode_json, decode_row, encode_json
 from shardwise.results.sqlfiles import statement
 from shardwise.sources.base import Key
@@ -36,6 +38,7 @@ __all__ = [
     "chunk_totals",
     "insert_mark",
     "read_marks",
+    "run_counts",
 ]
 
 
@@ -45,13 +48,15 @@ class ChunkStart:
 
     ``key`` is the key of the last row already committed (None when no row
     is, or the key is not an integer or text); ``failed`` counts the dead
-    letters among those rows, so live progress can start from them.
+    letters among those rows and ``counts`` sums their count outputs, so live
+    progress can start from them.
     """
 
     chunk: int = 0
     rows: int = 0
     key: Key | None = None
     failed: int = 0
+    counts: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,8 @@ class ChunkTotals:
     rows_inserted: int = 0
     rows_updated: int = 0
     rows_unchanged: int = 0
+    counts: Mapping[str, int] = field(default_factory=dict)
+    """The sums of the model's count outputs over the shard's scored rows (empty when it declares none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +92,8 @@ class ChunkMark:
     position: Mapping[str, Any]
     """``{"rows": rows of the shard up to and including this chunk, "key": its last row's key}``."""
     committed_at: datetime | None = None
+    counts: Mapping[str, int] = field(default_factory=dict)
+    """The sums of the model's count outputs over the chunk's scored rows (empty when it declares none)."""
 
 
 def _where(run_id: str, shard_id: int) -> dict[str, Any]:
@@ -114,13 +123,25 @@ def insert_mark(conn: sa.Connection, run_id: str, mark: ChunkMark, now: datetime
         "rows_unchanged": mark.rows_unchanged,
         "position": encode_json(mark.position),
         "committed_at": bind_timestamp(conn, now),
+        "counts": encode_json(mark.counts) if mark.counts else None,
     }
     conn.execute(statement(conn, "chunk_insert"), params)
 
 
 def chunk_totals(conn: sa.Connection, run_id: str, shard_id: int) -> ChunkTotals:
     row = conn.execute(statement(conn, "chunks_totals"), _where(run_id, shard_id)).mappings().one()
-    return ChunkTotals(**{name: int(value) for name, value in row.items()})
+    counts = _summed(conn, _where(run_id, shard_id))
+    return ChunkTotals(**{name: int(value) for name, value in row.items()}, counts=counts)
+
+
+def run_counts(conn: sa.Connection, run_id: str) -> Counts:
+    """The run's count outputs summed over every committed chunk of every shard, by whichever attempt."""
+    return _summed(conn, {"run_id": run_id, "shard_id": None})
+
+
+def _summed(conn: sa.Connection, where: Mapping[str, Any]) -> Counts:
+    # JSON is summed here, not in SQL: the two dialects' JSON functions differ.
+    return added(*(decode_json(c) for c in conn.execute(statement(conn, "chunks_counts"), where).scalars()))
 
 
 def chunk_start(conn: sa.Connection, run_id: str, shard_id: int) -> ChunkStart:
@@ -136,12 +157,14 @@ def chunk_start(conn: sa.Connection, run_id: str, shard_id: int) -> ChunkStart:
         rows=int(position["rows"]),
         key=key if isinstance(key, (int, str)) else None,
         failed=totals.rows_failed,
+        counts=totals.counts,
     )
 
 
 def chunk_marks(conn: sa.Connection, run_id: str) -> list[ChunkMark]:
     rows = conn.execute(statement(conn, "chunks_select"), {"run_id": run_id}).mappings()
-    return [ChunkMark(**decode_row(r, timestamps=["committed_at"], json_columns=["position"])) for r in rows]
+    json_columns = ["position", "counts"]
+    return [ChunkMark(**decode_row(r, timestamps=["committed_at"], json_columns=json_columns)) for r in rows]
 
 
 def read_marks(ledger: Ledger, run_id: str) -> list[ChunkMark]:

@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
+from shardwise.counts import count_columns, counts_of_rows
 from shardwise.dberrors import mapped_errors
 from shardwise.model import OutputColumn
 from shardwise.results import chunk_marks, shard_sql
@@ -139,9 +140,9 @@ class ChunkWriter(Closing):
 
         ``report``'s own row counts are replaced by those sums, so a shard
         resumed after some chunks records all its rows, whichever attempt
-        merged them. Its engine figures are this attempt's, with two of the
-        shard's written over them: ``chunks`` (how many were committed) and
-        ``rows_truncated`` (over all chunks).
+        merged them. Its engine figures are this attempt's, with three of the
+        shard's written over them: ``chunks`` (how many were committed),
+        ``rows_truncated`` and ``counts`` (the count outputs; both over all chunks).
         """
         return self._retried(f"mark shard {self.shard_id} done", lambda: self._finish_once(report))
 
@@ -216,6 +217,7 @@ class ChunkWriter(Closing):
                 rows_updated=counts.updated,
                 rows_unchanged=counts.unchanged,
                 position=chunk.position,
+                counts=counts_of_rows((r.values for r in chunk.rows), count_columns(self._outputs)),
             )
             chunk_marks.insert_mark(conn, run.run_id, mark, now)
         return ChunkCommit("merged", counts)
@@ -235,7 +237,12 @@ class ChunkWriter(Closing):
                 rows_in=totals.rows_in,
                 rows_out=totals.rows_out,
                 rows_failed=totals.rows_failed,
-                engine={**report.engine, "chunks": totals.chunks, "rows_truncated": totals.rows_truncated},
+                engine={
+                    **report.engine,
+                    "chunks": totals.chunks,
+                    "rows_truncated": totals.rows_truncated,
+                    "counts": dict(totals.counts),
+                },
             )
             merged = {
                 "inserted": totals.rows_inserted,

@@ -78,7 +78,7 @@ def live_counts(conn: sa.Connection, run_id: str, shards_total: int) -> RunCount
     """A running run's counts summed from its shards and their committed chunks now (``shardwise_runs``
     has them only once finished)."""
     row = conn.execute(statement(conn, "run_live_counts"), {"run_id": run_id}).mappings().one()
-    counts = {k: int(v) for k, v in row.items()}
+    counts: dict[str, Any] = {k: int(v) for k, v in row.items()}
     for name, rows in _pending_chunks(conn, run_id).get(run_id, {}).items():
         counts[name] += rows
     return RunCounts(shards_total=shards_total, **counts)
@@ -126,7 +126,7 @@ def _listing(row: Any, lease: Any, pending: dict[str, int]) -> RunListing:
     """One listed run: counts as ints, with its pending chunks' rows; timestamps decoded (SQLite
     returns them as text)."""
     fields = decode_row(row, timestamps=["started_at", "finished_at"])
-    counts = {name: int(fields.pop(name)) + pending.get(name, 0) for name in RunCounts.__dataclass_fields__}
+    counts: dict[str, Any] = {n: int(fields.pop(n)) + pending.get(n, 0) for n in RunCounts.counters()}
     return RunListing(
         **fields,
         counts=RunCounts(**counts),

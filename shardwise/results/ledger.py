@@ -11,7 +11,8 @@ ledger, so a shard's rows and its done-mark share one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 import sqlalchemy as sa
@@ -19,7 +20,7 @@ import sqlalchemy as sa
 from shardwise.closing import Closing
 from shardwise.dberrors import mapped_errors, safe_url
 from shardwise.errors import ConfigError
-from shardwise.results import lease_sql, ledger_sql, outcomes, shard_sql
+from shardwise.results import chunk_marks, lease_sql, ledger_sql, outcomes, shard_sql
 from shardwise.results.codec import utc_now
 from shardwise.results.connect import brief_waits, make_engine, write_transaction
 from shardwise.results.leases import LEASE_S
@@ -183,8 +184,17 @@ class Ledger(Closing):
                 return []
             return lease_sql.recent_runs(conn, limit, utc_now(), status, results_table)
 
-    def record_progress(self, run_id: str, shard_id: int, attempt: int, rows: int, failed: int) -> bool:
-        """Record how far a running attempt has got: ``rows`` through the engine, ``failed`` dead letters.
+    def record_progress(
+        self,
+        run_id: str,
+        shard_id: int,
+        attempt: int,
+        rows: int,
+        failed: int,
+        counts: Mapping[str, int] | None = None,
+    ) -> bool:
+        """Record how far a running attempt has got: ``rows`` through the engine, ``failed`` dead letters,
+        and the sums of the model's count outputs so far (``counts``, say tokens generated).
 
         Its own short transaction, which never waits on a busy shard row or
         database: the row locked by a merge (PostgreSQL) comes back False, a
@@ -199,7 +209,7 @@ class Ledger(Closing):
             brief_waits(conn),
             write_transaction(conn),
         ):
-            return shard_sql.record_progress(conn, run_id, shard_id, attempt, rows, failed, utc_now())
+            return shard_sql.record_progress(conn, run_id, shard_id, attempt, rows, failed, utc_now(), counts)
 
     def shard_progress(self, run_id: str) -> list[outcomes.ShardProgress]:
         """The run's shards as a progress display reads them: one quick read of ``shardwise_shards``."""
@@ -212,7 +222,8 @@ class Ledger(Closing):
             return shard_sql.mark_shard_failed(conn, run_id, shard_id, error, utc_now())
 
     def finish_run(self, run_id: str, status: RunStatus, *, owner: str | None = None) -> outcomes.RunCounts:
-        """Close a run as ``completed`` or ``failed`` and release its lease; counts come from the shards.
+        """Close a run as ``completed`` or ``failed`` and release its lease; counts come from the shards,
+        and the sums of the model's count outputs from every chunk the run committed.
 
         With ``owner``, only while it holds the run: a :class:`ConfigError`
         when another process took the run over meanwhile.
@@ -222,8 +233,9 @@ class Ledger(Closing):
         with self.writing(f"finish run {run_id}") as conn:
             ledger_sql.finish_run(conn, run_id, status, utc_now(), owner)
             found = ledger_sql.run_summary(conn, run_id)
+            counts = chunk_marks.run_counts(conn, run_id)
         assert found is not None  # finish_run raised if the run is missing
-        return found[0].counts
+        return dataclasses.replace(found[0].counts, counts=counts)
 
     def seen_objects(self, source_identity: str) -> frozenset[tuple[str, str]]:
         """(object key, ETag) pairs of Parquet objects that completed runs scored from this source."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -34,12 +35,14 @@ _UPGRADES = {
         "lease_expires_at": "runs_add_lease",
     },
     "shardwise_shards": {
+        "progress_counts": "shards_add_progress_counts",
         "progress_rows": "shards_add_progress_rows",
         "progress_failed": "shards_add_progress_failed",
         "progress_at": "shards_add_progress_at",
         "owner": "shards_add_owner",
         "lease_expires_at": "shards_add_lease",
     },
+    "shardwise_chunks": {"counts": "chunks_add_counts"},
 }
 """Columns each ledger table gained after its first release, and the file adding each to an older ledger."""
 
@@ -140,7 +143,8 @@ def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePla
     if row["status"] == "running":  # its stored counters are written only when it finishes
         counts = lease_sql.live_counts(conn, run_id, int(row["shards_total"]))
     else:
-        counts = RunCounts(**{f: int(row[f]) for f in RunCounts.__dataclass_fields__})
+        stored: dict[str, Any] = {f: int(row[f]) for f in RunCounts.counters()}
+        counts = RunCounts(**stored)
     summary = RunSummary(
         record=record,
         status=row["status"],

@@ -52,6 +52,16 @@ class RunCounts:
     shards_total: int = 0
     shards_done: int = 0
     shards_failed: int = 0
+    counts: Mapping[str, int] = field(default_factory=dict)
+    """The model's count outputs (a generator's tokens) summed over the whole run: every chunk
+    committed, by this process or an earlier one it resumed. :meth:`Ledger.finish_run` fills it;
+    empty where the counts were read back from ``shardwise_runs`` or live, and for a model that
+    declares no counts (see :mod:`shardwise.counts`)."""
+
+    @classmethod
+    def counters(cls) -> tuple[str, ...]:
+        """The int fields, as ``shardwise_runs`` and the listing queries name their columns."""
+        return tuple(name for name in cls.__dataclass_fields__ if name != "counts")
 
 
 class _Leased:
@@ -149,7 +159,9 @@ class ShardProgress:
 
     A done shard's counts are in ``rows_in`` and ``rows_failed``; a shard
     still being scored reports ``progress_rows`` and ``progress_failed``
-    (None until its current attempt first reports).
+    (None until its current attempt first reports). ``progress_counts`` holds
+    the count outputs so far: a running attempt's (earlier attempts'
+    committed chunks included), or a done shard's totals.
     """
 
     shard_id: int
@@ -159,3 +171,4 @@ class ShardProgress:
     rows_failed: int | None
     progress_rows: int | None
     progress_failed: int | None
+    progress_counts: Mapping[str, int] = field(default_factory=dict)

@@ -68,7 +68,10 @@ def merge_dead_letters(
 def mark_shard_done(
     conn: sa.Connection, run_id: str, shard_id: int, report: ShardReport, merged: Mapping[str, int]
 ) -> None:
-    """Record the report on the shard's row and mark it done; ``merged`` holds the merge's split."""
+    """Record the report on the shard's row and mark it done; ``merged`` holds the merge's split.
+
+    The engine figures' ``counts`` (the shard's count outputs) become its last progress too.
+    """
     engine: Mapping[str, Any] = report.engine
     conn.execute(
         statement(conn, "shard_done"),
@@ -90,6 +93,7 @@ def mark_shard_done(
             "tokens_per_s": engine.get("tokens_per_s"),
             "oom_splits": engine.get("oom_splits"),
             "engine": encode_json(engine),
+            "progress_counts": encode_json(engine["counts"]) if engine.get("counts") else None,
         },
     )
 
@@ -117,17 +121,25 @@ def record_attempt(
 
 
 def record_progress(
-    conn: sa.Connection, run_id: str, shard_id: int, attempt: int, rows: int, failed: int, now: datetime
+    conn: sa.Connection,
+    run_id: str,
+    shard_id: int,
+    attempt: int,
+    rows: int,
+    failed: int,
+    now: datetime,
+    counts: Mapping[str, int] | None = None,
 ) -> bool:
     """Record how far ``attempt`` has got; False when it is no longer current (or the row is busy)."""
     params = {"run_id": run_id, "shard_id": shard_id, "attempt": attempt, "rows": rows, "failed": failed}
+    params["counts"] = encode_json(counts) if counts else None
     at = bind_timestamp(conn, now)
     return conn.execute(statement(conn, "shard_progress"), {**params, "progress_at": at}).rowcount == 1
 
 
 def shard_progress(conn: sa.Connection, run_id: str) -> list[ShardProgress]:
     rows = conn.execute(statement(conn, "shards_progress"), {"run_id": run_id}).mappings()
-    return [ShardProgress(**r) for r in rows]
+    return [ShardProgress(**decode_row(r, json_columns=["progress_counts"])) for r in rows]
 
 
 def mark_shard_failed(conn: sa.Connection, run_id: str, shard_id: int, error: str, now: datetime) -> bool:

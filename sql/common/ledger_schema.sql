@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS shardwise_shards (
     progress_rows       bigint,
     progress_failed     bigint,
     progress_at         {TIMESTAMP},
+    progress_counts     {JSON},
     owner               text,
     lease_expires_at    {TIMESTAMP},
     PRIMARY KEY (run_id, shard_id)

@@ -10,6 +10,7 @@ SET attempts = attempts + 1,
     device = COALESCE(CAST(:device AS text), device),
     progress_rows = 0,
     progress_failed = 0,
+    progress_counts = NULL,
     progress_at = NULL,
     owner = CAST(:owner AS text),
     lease_expires_at = :lease_expires_at

@@ -8,5 +8,6 @@ SET status = 'done',
     padding_efficiency = :padding_efficiency,
     tokens_per_s = :tokens_per_s,
     oom_splits = CAST(:oom_splits AS integer),
-    engine = :engine
+    engine = :engine,
+    progress_counts = :progress_counts
 WHERE run_id = :run_id AND shard_id = :shard_id

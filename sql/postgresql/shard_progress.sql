@@ -1,9 +1,10 @@
--- How far a running attempt has got: rows through the engine and dead letters so far.
+-- How far a running attempt has got: rows through the engine, dead letters and count outputs so far.
 -- Only the current attempt of a shard not yet done may write. SKIP LOCKED: while a
 -- merge holds the row, this report is skipped instead of waiting for it.
 UPDATE shardwise_shards
 SET progress_rows = :rows,
     progress_failed = :failed,
+    progress_counts = :counts,
     progress_at = :progress_at
 WHERE (run_id, shard_id) IN (
     SELECT run_id, shard_id FROM shardwise_shards

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from engine_fakes import OOMAbove, PixelModel
 
-from shardwise import BatchStats, Engine, EngineConfig, InputError
+from shardwise import BatchStats, Engine, EngineConfig, InputError, OutputColumn
 from shardwise.batching import CostBudget
 from shardwise.forward import Forward
 
@@ -90,3 +90,26 @@ def test_a_row_prepare_refuses_is_a_dead_letter_and_the_rest_is_scored() -> None
 def test_a_cropped_image_is_truncated() -> None:
     (result,) = Engine(PixelModel()).run(_images([20]))
     assert result.truncated and result.values is not None and result.values["side"] == 16
+
+
+class _CountedSides(PixelModel):
+    """The image model with its int output declared a count: the engine sums it, as a generator's tokens."""
+
+    outputs = (OutputColumn("total", "float"), OutputColumn("side", "int", count=True))
+
+
+def test_the_engine_sums_the_outputs_a_model_declares_counts() -> None:
+    good = _images([4] * 24 + [8, 12, 20])
+    rows = [*good, (99, "not an image")]
+    seen: list[BatchStats] = []
+    run = Engine(OOMAbove(_CountedSides(), limit=300), EngineConfig(max_tokens=4096, window_rows=32)).run(
+        rows, on_batch=seen.append
+    )
+    sides = [r.values["side"] for r in run if r.values is not None]
+    assert run.stats.oom_splits > 0, "the counts of split batches add up too"
+    assert run.stats.counts == {"side": sum(sides)} == {"side": 4 * 24 + 8 + 12 + 16}, "cropped to 16"
+    assert sum(b.counts["side"] for b in seen) == run.stats.counts["side"]
+    assert run.stats.as_dict()["counts_per_s"]["side"] > 0
+    plain = Engine(PixelModel()).run(good)
+    list(plain)
+    assert plain.stats.counts == {} and plain.stats.as_dict()["counts_per_s"] == {}, "no count declared"

@@ -124,3 +124,15 @@ def test_the_plan_report_lists_unfinished_runs_in_one_cell() -> None:
     assert [len(_cells(line)) for line in plan[4:]] == [2, 2]
     assert "run a is abandoned (0/2 shards done); run b\\|c is still running" in plan[-1]
     assert plan_markdown({"unfinished_runs": []}).endswith("| unfinished\\_runs | none |")
+
+
+def test_a_generators_report_gives_its_token_totals_over_the_whole_run_and_an_encoders_none() -> None:
+    counts = {"prompt_tokens": 360, "completion_tokens": 144}
+    lines = run_markdown(_summary(counts=counts), [SHARD], [], {}).splitlines()
+    rows = [line for line in lines if "tokens, whole run" in line]
+    assert rows == ["| Completion tokens, whole run | 144 |", "| Prompt tokens, whole run | 360 |"]
+    assert lines.index(rows[0]) == 1 + next(
+        i for i, line in enumerate(lines) if line.startswith("| Dead letters")
+    )
+    for summary in (_summary(), _summary(counts={})):
+        assert "whole run" not in run_markdown(summary, [SHARD], [], {}), "no count outputs: no token rows"

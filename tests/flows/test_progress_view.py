@@ -50,6 +50,17 @@ def test_a_line_says_shards_rows_speed_eta_and_dead_letters() -> None:
     )
 
 
+def test_a_generators_line_says_tokens_per_second_beside_rows_per_second() -> None:
+    counts = {"prompt_tokens": 60_000, "completion_tokens": 24_000}
+    snap = _snap(
+        14.0, 12_000, shards_done=3, rows_before=100, counts=counts, counts_before={"prompt_tokens": 4}
+    )
+    assert progress_line(snap) == (
+        "progress: 3/10 shards, 12,000/20,000 rows, 850 rows/s, 1,714 completion tokens/s, "
+        "4,285 prompt tokens/s, ETA 9 s, 4 dead letters"
+    )
+
+
 def test_lines_come_at_most_every_interval_and_once_more_at_the_end() -> None:
     out = io.StringIO()
     with showing("lines", every_s=1.0, stream=out):

@@ -218,6 +218,11 @@ MALFORMED = [
         "output column name 'run_id' is invalid or taken",
     ),
     (replace(GOOD, outputs=(VECTOR, VECTOR)), "output column name 'embedding' is invalid or taken"),
+    (
+        replace(GOOD, outputs=(OutputColumn("score", "float", count=True),)),
+        "float output 'score' has count True; count=True marks an int output whose sum",
+    ),
+    (replace(GOOD, outputs=(OutputColumn("n", "int", count=1),)), "int output 'n' has count 1"),  # type: ignore[arg-type]
     (replace(GOOD, outputs=(OutputColumn("my col", "int"),)), "output column name 'my col' is invalid"),
     (OSError("weights.bin: permission denied"), "describe() raised OSError: weights.bin: permission denied"),
 ]

@@ -37,8 +37,25 @@ def test_a_snapshot_counts_done_rows_running_progress_and_failed_shards() -> Non
     assert (snap.rows_done, snap.rows_total, snap.dead_letters) == (98 + 40 + 15, 98 + 50 + 100 + 80 + 15, 3)
     assert snap.rows_per_s == pytest.approx(5.5), "rows done before watching began are not this run's speed"
     assert snap.eta_s == pytest.approx((343 - 153) / 5.5)
+    assert snap.counts == {} and snap.counts_per_s == {}, "no shard reported count outputs"
     assert read_progress("r", [], elapsed_s=0.0).percent == 100.0
     assert read_progress("r", shards[3:4], elapsed_s=1.0).eta_s is None, "no speed yet: no estimate"
+
+
+def test_a_snapshot_sums_the_count_outputs_of_done_and_running_shards() -> None:
+    shards = [
+        ShardProgress(0, "done", 10, 10, 0, 10, 0, {"completion_tokens": 60, "prompt_tokens": 200}),
+        ShardProgress(1, "failed", 10, None, None, 4, 0, {"completion_tokens": 24}),  # none of it counts
+        ShardProgress(2, "pending", 10, None, None, 5, 0, {"completion_tokens": 30, "prompt_tokens": 90}),
+        ShardProgress(3, "pending", 10, None, None, None, None),
+    ]
+    snap = read_progress("r", shards, elapsed_s=3.0, counts_before={"completion_tokens": 60})
+    assert snap.counts == {"completion_tokens": 90, "prompt_tokens": 290}
+    assert snap.counts_per_s == pytest.approx({"completion_tokens": 10.0, "prompt_tokens": 290 / 3})
+    assert read_progress("r", shards, elapsed_s=0.0).counts_per_s == {
+        "completion_tokens": 0,
+        "prompt_tokens": 0,
+    }
 
 
 def test_a_running_shard_reports_its_progress_to_the_ledger(
@@ -48,8 +65,9 @@ def test_a_running_shard_reports_its_progress_to_the_ledger(
     reports: list[tuple[int, int, bool]] = []
     real = Ledger.record_progress
 
-    def recorded(self, run_id, shard_id, attempt, rows, failed):  # type: ignore[no-untyped-def]
-        reports.append((rows, failed, real(self, run_id, shard_id, attempt, rows, failed)))
+    def recorded(self, run_id, shard_id, attempt, rows, failed, counts=None):  # type: ignore[no-untyped-def]
+        assert not counts, "the tiny encoder declares no count outputs"
+        reports.append((rows, failed, real(self, run_id, shard_id, attempt, rows, failed, counts)))
         return reports[-1][2]
 
     monkeypatch.setattr(Ledger, "record_progress", recorded)

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from results_helpers import QUICK, make_plan, make_report, make_rows, make_run, nth_chunk, write_shard
+from dataclasses import replace
+
+from results_helpers import (
+    OUTPUTS,
+    QUICK,
+    make_plan,
+    make_report,
+    make_rows,
+    make_run,
+    make_store,
+    nth_chunk,
+    write_shard,
+)
 
 from shardwise.results import ChunkCommit, ChunkStart, ResultStore, RunCounts, read_marks
 
@@ -72,3 +84,29 @@ def test_a_failed_shards_committed_chunks_count_in_the_run(store: ResultStore) -
     write_shard(store, run, 1, make_rows(range(100, 110)))
     # The failed shard's two chunks are in the results table: the run counts them.
     assert store.ledger.finish_run(run.run_id, "failed") == RunCounts(32, 30, 2, 2, 1, 1)
+
+
+def test_chunk_marks_sum_the_count_outputs_so_shard_and_run_totals_survive_retries(db_url: str) -> None:
+    """``label_id`` (7 in every row) declared a count, as a generator's tokens: each chunk mark holds its
+    rows' sum, a later attempt starts from the committed sums, and the done-mark and the run add them up."""
+    counted = tuple(replace(o, count=True) if o.name == "label_id" else o for o in OUTPUTS)
+    with make_store(db_url, outputs=counted) as store:
+        store.ensure_schema()
+        run = make_run()
+        store.ledger.start_run(run, make_plan())
+        with store.chunk_writer(run, 0, 1, QUICK) as writer:
+            writer.commit(nth_chunk(0, dead=1))  # dead letters have no outputs: they count nothing
+        with store.chunk_writer(run, 0, 2, QUICK) as writer:
+            assert writer.start().counts == {"label_id": 70}
+            writer.commit(nth_chunk(1))
+            totals = writer.finish(make_report(attempt=2))
+        assert totals is not None and totals.counts == {"label_id": 140}
+        assert [m.counts for m in read_marks(store.ledger, run.run_id)] == [{"label_id": 70}] * 2
+        (shard, _) = store.ledger.shards(run.run_id)
+        assert shard.engine["counts"] == {"label_id": 140}
+        assert store.ledger.shard_progress(run.run_id)[0].progress_counts == {"label_id": 140}
+        with store.chunk_writer(run, 1, 1, QUICK) as writer:
+            writer.commit(nth_chunk(2))
+        store.ledger.mark_shard_failed(run.run_id, 1, "TransientError: the worker died")
+        counts = store.ledger.finish_run(run.run_id, "failed")
+    assert (counts.rows_out, counts.counts) == (30, {"label_id": 210}), "the failed shard's chunk counts too"

@@ -12,16 +12,22 @@ from shardwise.errors import TransientError
 from shardwise.results import Ledger, ResultStore, ShardProgress
 from shardwise.results.sqlfiles import load_script
 
-PROGRESS_COLUMNS = {"progress_rows", "progress_failed", "progress_at"}
+PROGRESS_COLUMNS = {"progress_rows", "progress_failed", "progress_at", "progress_counts"}
 
 
 def _old_ledger(url: str) -> None:
-    """The ledger as a release before live progress made it: the same DDL without the progress columns."""
+    """The ledger as a release before live progress made it: the same DDL without the progress columns,
+    and chunk marks without the sums of count outputs."""
     engine = sa.create_engine(url)
     with engine.begin() as conn:
         for stmt in load_script(conn.dialect.name, "ledger_schema"):
             conn.exec_driver_sql("\n".join(ln for ln in stmt.splitlines() if "progress_" not in ln))
+        for stmt in load_script(conn.dialect.name, "chunks_schema"):
+            conn.exec_driver_sql(
+                "\n".join(ln for ln in stmt.splitlines() if not ln.strip().startswith("counts"))
+            )
         assert not PROGRESS_COLUMNS & {c["name"] for c in sa.inspect(conn).get_columns("shardwise_shards")}
+        assert "counts" not in {c["name"] for c in sa.inspect(conn).get_columns("shardwise_chunks")}
     engine.dispose()
 
 
@@ -34,11 +40,12 @@ def test_an_old_ledger_gains_the_progress_columns_and_its_runs_report(db_url: st
         ledger.ensure()  # idempotent
         with ledger.reading("inspect") as conn:
             columns = {c["name"] for c in sa.inspect(conn).get_columns("shardwise_shards")}
-        assert columns >= PROGRESS_COLUMNS
+            chunk_columns = {c["name"] for c in sa.inspect(conn).get_columns("shardwise_chunks")}
+        assert columns >= PROGRESS_COLUMNS and "counts" in chunk_columns
         assert ledger.record_attempt(run.run_id, 0) == 1
-        assert ledger.record_progress(run.run_id, 0, 1, rows=7, failed=1)
+        assert ledger.record_progress(run.run_id, 0, 1, rows=7, failed=1, counts={"completion_tokens": 40})
         assert ledger.shard_progress(run.run_id) == [
-            ShardProgress(0, "pending", 10, None, None, 7, 1),
+            ShardProgress(0, "pending", 10, None, None, 7, 1, {"completion_tokens": 40}),
             ShardProgress(1, "pending", 10, None, None, None, None),
         ]
 
@@ -47,9 +54,10 @@ def test_progress_belongs_to_the_current_attempt_of_a_running_shard(store: Resul
     ledger, run = store.ledger, make_run()
     ledger.start_run(run, make_plan(2))
     assert ledger.record_attempt(run.run_id, 0) == 1
-    assert ledger.record_progress(run.run_id, 0, 1, rows=5, failed=0)
+    assert ledger.record_progress(run.run_id, 0, 1, rows=5, failed=0, counts={"prompt_tokens": 9})
     assert ledger.record_attempt(run.run_id, 0) == 2
-    assert ledger.shard_progress(run.run_id)[0].progress_rows == 0, "a new attempt starts from zero"
+    again = ledger.shard_progress(run.run_id)[0]
+    assert (again.progress_rows, again.progress_counts) == (0, {}), "a new attempt starts from zero"
     assert not ledger.record_progress(run.run_id, 0, 1, rows=9, failed=0), "a stale attempt may not write"
     assert ledger.record_progress(run.run_id, 0, 2, rows=3, failed=1)
     assert write_shard(store, run, 0, make_rows(range(10)), attempt=2)
