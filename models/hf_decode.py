@@ -2,11 +2,16 @@
 
 Every row is decoded at once from its prompt: one forward pass over the
 prompts fills the cache, then one pass per new token. A row stops at its
-first end-of-sequence token (and is fed padding from then on, which its
-attention never mixes into another row); the batch stops when every row has
-stopped or ``max_new_tokens`` are made. The batch is static: a row that stops
-early keeps its slot until the batch ends, and no waiting row takes its place
-(continuous batching is not done yet).
+first end-of-sequence token; the batch stops when every row has stopped or
+``max_new_tokens`` are made. Stopped rows **leave the batch**: once a quarter
+of the rows still in it have stopped, they are dropped from the KV cache and
+the inputs (the cache's ``batch_select_indices``), so the passes that follow
+compute only the rows still writing; until then a stopped row is fed
+padding, which its attention never mixes into another row. No waiting row
+takes a freed place: continuous batching (rows joining mid-decode) is not
+done, because a joining row needs its prompt's KV spliced into a left-padded
+cache of another length, and the engine hands the model one budgeted batch
+at a time; sorting by prompt length keeps the padding low instead.
 
 With a guide (:mod:`models.hf_grammar`) each live row's logits are masked
 to what its grammar allows before the pick, and its matcher then accepts the
@@ -29,7 +34,9 @@ from shardwise.generation import GenerationSettings
 
 __all__ = ["decode"]
 
-Picker = Callable[[torch.Tensor], torch.Tensor]
+Picker = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""Picks a token per row from ``(logits, rows)``: the logits of the rows still in the batch, and
+their places in the batch as collated (which keep their own random generators)."""
 
 
 def decode(
@@ -58,34 +65,51 @@ def decode(
     length = ids.new_zeros(rows)
     stopped = torch.zeros(rows, dtype=torch.bool, device=ids.device)
     matchers = None if guide is None else guide.start(rows)
+    active = torch.arange(rows, device=ids.device)  # the batch's rows still decoding, by their place in it
     for step in range(steps):
-        logits = out.logits[:, -1, :].float()
-        if matchers is not None:
-            going = (~stopped).nonzero().flatten().tolist()
-            matchers.restrict(logits, going)
-        chosen = pick(logits)
-        if matchers is not None:
-            matchers.accept(chosen.tolist(), going)
-        live = ~stopped
-        tokens[:, step] = torch.where(live, chosen, pad_id)
+        live = ~stopped[active]
+        chosen = _step(out.logits[:, -1, :].float(), live, active, pick, matchers)
+        tokens[active, step] = torch.where(live, chosen, pad_id)
         hit = live & torch.isin(chosen, eos)
-        length += (live & ~hit).long()
-        stopped |= hit
-        # The one host synchronisation per step: it ends the batch early once every row has stopped.
-        if step + 1 == steps or bool(stopped.all()):
+        length[active] += (live & ~hit).long()
+        stopped[active] = ~live | hit
+        going = live & ~hit
+        # The one host synchronisation per step: it ends the batch once every row has stopped, and
+        # lets stopped rows leave it.
+        left = int(going.sum())
+        if step + 1 == steps or left == 0:
             break
-        mask = torch.cat([mask, mask.new_ones(rows, 1)], dim=1)
+        cache = _cache_of(out)
+        if left <= len(active) * 3 // 4 and hasattr(cache, "batch_select_indices"):
+            keep = going.nonzero().flatten()
+            cache.batch_select_indices(keep)
+            active, mask, positions = active[keep], mask[keep], positions[keep]
+        mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
         positions = positions[:, -1:] + 1
-        cache = {_cache_argument(net): _cache_of(out)}
         out = net(
-            input_ids=tokens[:, step : step + 1],
+            input_ids=tokens[active, step : step + 1],
             attention_mask=mask,
             position_ids=positions,
             use_cache=True,
-            **cache,
+            **{_cache_argument(net): cache},
         )
     prompt = batch.attention_mask.sum(dim=1)
     return torch.cat([prompt[:, None], length[:, None], stopped[:, None].long(), tokens], dim=1)
+
+
+def _step(
+    logits: torch.Tensor, live: torch.Tensor, active: torch.Tensor, pick: Picker, matchers: Any
+) -> torch.Tensor:
+    """The token each row of the decoding batch takes next: picked from its logits, which the rows'
+    grammar matchers (if any) first mask, and which they then accept."""
+    if matchers is None:
+        return pick(logits, active)
+    rows = active.tolist()
+    going = live.nonzero().flatten().tolist()
+    matchers.restrict(logits, going, [rows[i] for i in going])
+    chosen = pick(logits, active)
+    matchers.accept(chosen.tolist(), going, [rows[i] for i in going])
+    return chosen
 
 
 def _cache_argument(net: Any) -> str:
@@ -102,14 +126,15 @@ def _cache_of(out: Any) -> Any:
 def _picker(settings: GenerationSettings, seeds: torch.Tensor) -> Picker:
     """How each step picks a token per row from its logits: argmax, or a seeded draw per row."""
     if settings.greedy:
-        return lambda logits: logits.argmax(dim=-1)
+        return lambda logits, rows: logits.argmax(dim=-1)
     device = seeds.device
     generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds.tolist()]
     temperature, top_p = settings.temperature, settings.top_p
 
-    def pick(logits: torch.Tensor) -> torch.Tensor:
+    def pick(logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         probs = _nucleus(torch.softmax(logits / temperature, dim=-1), top_p)
-        draws = [torch.multinomial(p, 1, generator=g) for p, g in zip(probs, generators, strict=True)]
+        mine = [generators[row] for row in rows.tolist()]
+        draws = [torch.multinomial(p, 1, generator=g) for p, g in zip(probs, mine, strict=True)]
         return torch.cat(draws)
 
     return pick

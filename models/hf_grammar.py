@@ -62,16 +62,20 @@ class RowMatchers:
         self._xgr, self._matchers = xgr, matchers
         self._mask = xgr.allocate_token_bitmask(len(matchers), guide.vocab_size)
 
-    def restrict(self, logits: torch.Tensor, live: Sequence[int]) -> None:
-        """Set to -inf, in place, the logits of tokens the grammar does not allow next, for ``live`` rows."""
+    def restrict(self, logits: torch.Tensor, live: Sequence[int], rows: Sequence[int]) -> None:
+        """Set to -inf, in place, the logits of tokens the grammar does not allow next.
+
+        ``live`` are the logits' rows to restrict, ``rows`` their places in the batch as collated
+        (whose matchers they use): rows that stopped have left the logits.
+        """
         if not live:
             return
-        for row in live:
-            self._matchers[row].fill_next_token_bitmask(self._mask, row)
+        for at, row in zip(live, rows, strict=True):
+            self._matchers[row].fill_next_token_bitmask(self._mask, at)
         mask = self._mask.to(logits.device, non_blocking=True)
         self._xgr.apply_token_bitmask_inplace(logits, mask, vocab_size=logits.shape[-1], indices=list(live))
 
-    def accept(self, tokens: Sequence[int], live: Sequence[int]) -> None:
-        """Advance each ``live`` row's matcher by the token it was given."""
-        for row in live:
-            self._matchers[row].accept_token(int(tokens[row]))
+    def accept(self, tokens: Sequence[int], live: Sequence[int], rows: Sequence[int]) -> None:
+        """Advance the matcher of each of ``rows`` by the token of its logits' row in ``live``."""
+        for at, row in zip(live, rows, strict=True):
+            self._matchers[row].accept_token(int(tokens[at]))

@@ -89,6 +89,33 @@ def test_greedy_batches_equal_unbatched_generate(lm: Path) -> None:
     assert "length" in reasons and reasons.count("stop") > 1
 
 
+def test_stopped_rows_leave_the_batch(lm: Path) -> None:
+    """Once a quarter of the rows have stopped, the passes that follow compute fewer rows; the outputs
+    are those of the greedy agreement test above, which runs the same batches."""
+    spec = HFCausalSpec(lm, generation=GenerationSettings(chat="off", max_new_tokens=NEW))
+    model = spec.load(CPU)
+    widths: list[int] = []
+    hook = model._net.register_forward_pre_hook(
+        lambda _net, _args, kwargs: widths.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        batch = model.collate([model.prepare(t) for t in _prompts()])
+        with torch.inference_mode():
+            outputs = model.to_columns(model.run(batch))
+    finally:
+        hook.remove()
+    stops = sorted(
+        int(n)
+        for n, r in zip(outputs["completion_tokens"], outputs["finish_reason"], strict=True)
+        if r == "stop"
+    )
+    assert widths[0] == widths[1] == 30 and widths[-1] < 30, widths
+    assert (
+        widths == sorted(widths, reverse=True) and len(widths) == NEW
+    )  # the prompts' pass, then one a token
+    assert stops, "some rows stop early"
+
+
 def test_batches_were_mixed_and_left_padded(lm: Path) -> None:
     model = HFCausalSpec(lm, generation=GenerationSettings(chat="off")).load(CPU)
     items = [model.prepare(t) for t in ("short", "a much longer text than the other one")]
