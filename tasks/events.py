@@ -24,6 +24,7 @@ PAYLOAD_KEYS = (
     "shards_total",
     "shards_done",
     "shards_failed",
+    "counts",  # the whole run's count outputs (completion_tokens, prompt_tokens); {} for an encoder
 )
 
 
