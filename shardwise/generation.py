@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import math
 import string
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Literal, Protocol, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from shardwise.errors import ConfigError
 from shardwise.model import ModelSpec
@@ -25,16 +26,20 @@ from shardwise.model import ModelSpec
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
     "DEFAULT_PROMPT",
+    "SETTINGS",
     "ChatMode",
     "GenerationSettings",
     "Generative",
     "placeholders",
+    "settings_given",
     "with_generation",
 ]
 
 ChatMode = Literal["auto", "on", "off"]
 DEFAULT_PROMPT = "{text}"
 DEFAULT_MAX_NEW_TOKENS = 128
+SETTINGS = ("prompt", "system", "chat", "max_new_tokens", "temperature", "top_p", "seed")
+"""The generation settings' names, as run parameters and :class:`GenerationSettings` fields."""
 
 
 def placeholders(template: str) -> list[str]:
@@ -126,6 +131,12 @@ def _check_number(
             "" if high is None else f", at most {high:g}"
         )
         raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'} {bounds}; got {value!r}")
+
+
+def settings_given(parameters: Mapping[str, Any]) -> str:
+    """The generation settings among a run's parameters, as ``prompt='Q: {text}', seed=3`` ('' if none):
+    what a resume of that run must give again, since they are part of its model version."""
+    return ", ".join(f"{name}={parameters[name]!r}" for name in SETTINGS if parameters.get(name) is not None)
 
 
 @runtime_checkable

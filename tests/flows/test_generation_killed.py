@@ -7,10 +7,11 @@ does. The killed command runs under ``counted_cli.py`` (every forward pass's
 row count appended to a file, scoring paced so that progress shows before
 the shard ends) on the test harness's Prefect API; once its progress shows a
 quarter of the rows it is SIGKILLed. The resume and an uninterrupted run go
-through the same command line in this process, counted the same way. The
-resume must generate exactly the rows no chunk had committed, store every row
-and dead letter once, and leave results equal to the uninterrupted run's,
-column for column.
+through the same command line in this process, counted the same way. A
+resume that leaves the sampling settings out is refused, naming the settings
+the run was started with; the resume that gives them must generate exactly
+the rows no chunk had committed, store every row and dead letter once, and
+leave results equal to the uninterrupted run's, column for column.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ CHUNK = 8
 ROWS_PER_S = 16  # 4 s of generating: several progress reports (one a second) before the shard ends
 COUNTED = Path(__file__).with_name("counted_cli.py")
 COLUMNS = "source_key, generated_text, finish_reason, prompt_tokens, completion_tokens, input_fingerprint"
+SAMPLING = ("--temperature", "0.9", "--top-p", "0.95", "--seed", "7")
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +66,10 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return counts
 
 
-def _args(url: str, lm: Path, table: str, *extra: str) -> list[str]:
+def _args(url: str, lm: Path, table: str, *extra: str, sampling: tuple[str, ...] = SAMPLING) -> list[str]:
     return [
         "run", "--source", url, "--table", "docs", "--results-table", table, "--model", str(lm),
-        "--prompt", "Summarise: {text}", "--max-new-tokens", "6",
-        "--temperature", "0.9", "--top-p", "0.95", "--seed", "7",
+        "--prompt", "Summarise: {text}", "--max-new-tokens", "6", *sampling,
         "--precision", "fp32", "--threads", "1", "--shards", "1", *extra,
     ]  # fmt: skip
 
@@ -95,7 +96,12 @@ def _kill_at_a_quarter(counts: Path, args: list[str]) -> int:
 
 @pytest.mark.parametrize("database", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_generation_run_killed_mid_shard_resumes_exactly(
-    database: str, request: pytest.FixtureRequest, lm: Path, tmp_path: Path, counted: list[int]
+    database: str,
+    request: pytest.FixtureRequest,
+    lm: Path,
+    tmp_path: Path,
+    counted: list[int],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = request.getfixturevalue("sqlite_url" if database == "sqlite" else "pg_url")
     make_docs(url, ROWS)
@@ -110,6 +116,13 @@ def test_a_generation_run_killed_mid_shard_resumes_exactly(
     assert committed % CHUNK == 0 and CHUNK <= committed < ROWS, (shown, committed)
     time.sleep(2.5)  # its lease (--lease-s 2) runs out: the run is abandoned, and a resume may take it
 
+    capsys.readouterr()
+    assert main(_args(url, lm, "resumed", "--resume", run_id, sampling=())) == 2  # greedy: another version
+    assert (
+        "Resume with the same model and generation settings (prompt='Summarise: {text}', max_new_tokens=6, "
+        "temperature=0.9, top_p=0.95, seed=7)" in capsys.readouterr().err
+    )
+    assert not counted, "the refused resume generated nothing"
     assert main(_args(url, lm, "resumed", "--resume", run_id, "--progress", "none")) == 0
     regenerated = sum(counted)
     print(
