@@ -100,6 +100,10 @@ class GenerationSettings:
         _check_number("temperature", self.temperature, 0.0, None)
         _check_number("top_p", self.top_p, 0.0, 1.0, open_low=True)
         _check_number("seed", self.seed, 0, None, integer=True)
+        # 1 and 1.0 are one setting, and the version's text must not tell them apart: a notebook's
+        # temperature=1 and the form's or the command line's 1.0 must not make --only-new rescore.
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "top_p", float(self.top_p))
 
     @property
     def greedy(self) -> bool:
