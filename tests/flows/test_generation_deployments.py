@@ -22,11 +22,9 @@ from typing import Any
 
 import jsonschema
 import pytest
-import torch
 from flow_data import BAD_ROWS, execute, make_docs
-from hf_builders import tiny_causal_lm
+from hf_builders import GENERATED, generated, tiny_causal_lm
 
-from shardwise import Engine, EngineConfig
 from shardwise.flows.deployments import load_deployment_configs, runner_deployments
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
@@ -38,7 +36,7 @@ pytest.importorskip("transformers")
 
 ROWS = 12
 SETTINGS = {"prompt": "Summarise: {text}", "max_new_tokens": 6, "temperature": 0.8, "top_p": 0.9, "seed": 5}
-COLUMNS = "source_key, generated_text, finish_reason, prompt_tokens, completion_tokens"
+COLUMNS = ", ".join(("source_key", *GENERATED))
 CONFIGS = {config["name"]: config for config in load_deployment_configs()}
 
 
@@ -58,14 +56,6 @@ def _form(lm: Path, **changes: Any) -> dict[str, Any]:
     generation settings typed in, float32 for a precision that is the same on every CPU."""
     params = copy.deepcopy(CONFIGS["manual"]["parameters"]["params"])
     return {**params, "model": str(lm), "precision": "fp32", **SETTINGS, **changes}
-
-
-def _expected(lm: Path, rows: list[tuple[int, Any]], settings: dict[str, Any]) -> dict[int, tuple[Any, ...]]:
-    """Each good row's generated columns, from the engine itself."""
-    model = HFCausalSpec(lm, generation=GenerationSettings(**settings)).load(torch.device("cpu"))
-    results = Engine(model, EngineConfig(precision="fp32")).run(rows)
-    names = COLUMNS.split(", ")[1:]
-    return {int(r.key): tuple(r.values[n] for n in names) for r in results if r.values is not None}
 
 
 def _stored(url: str, table: str = "shardwise_results") -> dict[int, tuple[Any, ...]]:
@@ -107,7 +97,7 @@ def test_a_run_from_the_manual_form_generates_with_its_settings(
     state = run_flow(score, flow_run=stored, parameters=stored.parameters, return_type="state")
     assert state.is_completed(), state.message  # type: ignore[union-attr]
 
-    assert _stored(sqlite_url) == _expected(lm, rows[:ROWS], SETTINGS)
+    assert _stored(sqlite_url) == generated(lm, rows[:ROWS], **SETTINGS)
     ((started_by, parameters, version),) = execute(
         sqlite_url, "select started_by, parameters, model_version from shardwise_runs"
     )
@@ -179,4 +169,4 @@ def test_an_event_triggered_run_generates_only_the_new_and_changed_rows(
     assert all(after[k] == r for k, r in untouched.items()), "a row that did not change was generated again"
     assert {int(k) for k, r in after.items() if r == summary["run_id"]} == {3, 1001, 1002}
     current = [*[(3, "an edited row") if k == 3 else (k, t) for k, t in rows], *new]
-    assert _stored(pg_url) == _expected(lm, current, SETTINGS)
+    assert _stored(pg_url) == generated(lm, current, **SETTINGS)
