@@ -35,7 +35,7 @@ pytest.importorskip("transformers")
 
 ROWS = 64
 CHUNK = 8
-ROWS_PER_S = 16  # 4 s of generating: several progress reports (one a second) before the shard ends
+ROWS_PER_S = 12  # 5 s of generating: several progress reports (one a second) before the shard ends
 COUNTED = Path(__file__).with_name("counted_cli.py")
 COLUMNS = "source_key, generated_text, finish_reason, prompt_tokens, completion_tokens, input_fingerprint"
 SAMPLING = ("--temperature", "0.9", "--top-p", "0.95", "--seed", "7")
