@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import math
 import string
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Literal, Protocol, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from shardwise.errors import ConfigError
 from shardwise.model import ModelSpec
@@ -26,16 +27,31 @@ from shardwise.structured import JsonSchema
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
     "DEFAULT_PROMPT",
+    "SETTINGS",
     "ChatMode",
     "GenerationSettings",
     "Generative",
     "placeholders",
+    "settings_given",
     "with_generation",
 ]
 
 ChatMode = Literal["auto", "on", "off"]
 DEFAULT_PROMPT = "{text}"
 DEFAULT_MAX_NEW_TOKENS = 128
+SETTINGS = (
+    "prompt",
+    "system",
+    "chat",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "json_schema",
+    "unconstrained",
+)
+"""The generation settings' names as run parameters (``unconstrained`` is :class:`GenerationSettings`'s
+``constrained`` turned off)."""
 
 
 def placeholders(template: str) -> list[str]:
@@ -105,6 +121,10 @@ class GenerationSettings:
         _check_number("temperature", self.temperature, 0.0, None)
         _check_number("top_p", self.top_p, 0.0, 1.0, open_low=True)
         _check_number("seed", self.seed, 0, None, integer=True)
+        # 1 and 1.0 are one setting, and the version's text must not tell them apart: a notebook's
+        # temperature=1 and the form's or the command line's 1.0 must not make --only-new rescore.
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "top_p", float(self.top_p))
         if self.json_schema is not None:
             # Canonical text: the same schema written with other spacing or key order is the same version.
             object.__setattr__(self, "json_schema", self.schema().text)  # type: ignore[union-attr]
@@ -148,6 +168,13 @@ def _check_number(
             "" if high is None else f", at most {high:g}"
         )
         raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'} {bounds}; got {value!r}")
+
+
+def settings_given(parameters: Mapping[str, Any]) -> str:
+    """The generation settings among a run's parameters, as ``prompt='Q: {text}', seed=3`` ('' if none):
+    what a resume of that run must give again, since they are part of its model version."""
+    given = [name for name in SETTINGS if parameters.get(name) not in (None, False)]
+    return ", ".join(f"{name}={parameters[name]!r}" for name in given)
 
 
 @runtime_checkable

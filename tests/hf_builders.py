@@ -1,9 +1,10 @@
-"""Tiny, seeded Hugging Face sequence-classification directories, and a plain ``transformers`` reference.
+"""Tiny, seeded Hugging Face directories (classifiers, causal LMs), and the outputs they must give.
 
-Each directory is a 2-layer, 32-d BERT with random weights from a fixed seed,
-saved with ``save_pretrained`` beside the MiniLM package's tokenizer files:
-a few MB, built in well under a second, nothing downloaded. Shared by
-``tests/models`` and ``tests/flows``.
+A classifier directory is a 2-layer, 32-d BERT with random weights from a
+fixed seed, saved with ``save_pretrained`` beside the MiniLM package's
+tokenizer files; a causal LM is a 2-layer, 32-d Llama with a byte-level BPE
+trained here. A few MB each, built in about a second, nothing downloaded.
+Shared by ``tests/models`` and ``tests/flows``.
 """
 
 from __future__ import annotations
@@ -173,6 +174,22 @@ def tiny_causal_lm(
     model.save_pretrained(root)
     tokenizer.save_pretrained(root)
     return root
+
+
+GENERATED = ("generated_text", "finish_reason", "prompt_tokens", "completion_tokens")
+
+
+def generated(root: Path, rows: Sequence[tuple[Any, Any]], **settings: Any) -> dict[int, tuple[Any, ...]]:
+    """Each good row's :data:`GENERATED` columns, by key, from shardwise's engine on the CPU in float32:
+    what any run with these generation ``settings`` must write, whatever its batches (sampling is seeded
+    per row)."""
+    from shardwise import Engine, EngineConfig
+    from shardwise.generation import GenerationSettings
+    from shardwise.models.hf_causal import HFCausalSpec
+
+    model = HFCausalSpec(root, generation=GenerationSettings(**settings)).load(torch.device("cpu"))
+    results = Engine(model, EngineConfig(precision="fp32")).run(rows)
+    return {int(r.key): tuple(r.values[n] for n in GENERATED) for r in results if r.values is not None}
 
 
 def set_eos(root: Path, eos: Sequence[int]) -> None:

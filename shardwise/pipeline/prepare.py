@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from shardwise.errors import ConfigError, ShardwiseError
+from shardwise.generation import settings_given
 from shardwise.lineage import code_version
 from shardwise.model import ModelInfo
 from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper, takeover_from
@@ -220,9 +221,14 @@ def _resume(
             f"{spec.precision}. Resume with --precision {record.precision} (or auto), or start a new run"
         )
     if record.model_version != versioned(model.version, record.precision):  # type: ignore[arg-type]
+        # A generator's settings are part of its version: a resume must give them again, all of them.
+        settings = settings_given(record.parameters)
+        same = "model"
+        if settings or spec.generation() is not None:
+            same = f"model and generation settings ({settings or 'none'})"
         raise ConfigError(
             f"run {spec.resume!r} was started with model version {record.model_version[:12]}; it cannot "
-            f"resume with {model.name!r} version {model.version[:12]}. Resume with the same model, or "
+            f"resume with {model.name!r} version {model.version[:12]}. Resume with the same {same}, or "
             "start a new run"
         )
     source = open_spec_source(spec, resolve)

@@ -6,6 +6,11 @@ once, so a SIGKILL loses none), then waits so that scoring runs at no more
 than ``ROWS_PER_S`` rows a second (0: no limit). The pace lets a test see a
 shard's progress before it ends; the counts tell it exactly how many rows
 went through the model. The shards run in this process (the thread runner).
+
+``COUNTED_CHUNK_ROWS`` in the environment makes each shard commit every that
+many rows instead of every :data:`~shardwise.pipeline.DEFAULT_CHUNK_ROWS`:
+a run of a few dozen generated rows then commits several chunks, as a big
+run of embeddings does.
 """
 
 from __future__ import annotations
@@ -33,8 +38,17 @@ def _counting(counts: str, rows_per_s: float) -> None:
     EngineRun._score = counted  # type: ignore[method-assign]
 
 
+def _chunking(rows: int) -> None:
+    from shardwise.pipeline import worker
+    from shardwise.pipeline.chunks import ChunkConfig
+
+    worker.ChunkConfig = lambda _rows: ChunkConfig(rows)  # type: ignore[assignment,misc]
+
+
 if __name__ == "__main__":
     counts, rows_per_s, *argv = sys.argv[1:]
     _counting(counts, float(rows_per_s))
+    if os.environ.get("COUNTED_CHUNK_ROWS"):
+        _chunking(int(os.environ["COUNTED_CHUNK_ROWS"]))
     sys.argv = ["shardwise", *argv]
     runpy.run_module("shardwise.flows.cli", run_name="__main__", alter_sys=True)

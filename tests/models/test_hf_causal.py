@@ -158,6 +158,20 @@ def test_settings_are_part_of_the_version(lm: Path) -> None:
     assert spec.describe().version == HFCausalSpec(lm, generation=variants[1]).describe().version
 
 
+def test_an_integer_temperature_or_top_p_is_the_same_setting_as_its_float(lm: Path) -> None:
+    """The engine's API takes ``temperature=1``; the form and the command line give 1.0: one version."""
+    from shardwise.pipeline import RunSpec
+
+    as_int = GenerationSettings(temperature=1, top_p=1)
+    assert as_int.token() == GenerationSettings(temperature=1.0, top_p=1.0).token()
+    spec = RunSpec(source="sqlite:///x.db", results="sqlite:///x.db", results_table="r", temperature=2)
+    versions = {
+        HFCausalSpec(lm, generation=settings).describe().version
+        for settings in (spec.generation(), GenerationSettings(temperature=2.0))
+    }
+    assert len(versions) == 1
+
+
 def test_sampling_is_reproducible_whatever_the_batch(lm: Path) -> None:
     texts = _prompts(12)
     settings = GenerationSettings(chat="off", max_new_tokens=12, temperature=1.0, top_p=0.9, seed=7)
