@@ -33,10 +33,21 @@ from shardwise.lineage import value_fingerprint
 from shardwise.results import Chunk, ChunkStart, ChunkWriter, DbRetry, DeadLetter, ResultRow
 from shardwise.sources.base import Key, SourceRow
 
-__all__ = ["DEFAULT_CHUNK_ROWS", "ChunkConfig", "InputFingerprints", "commit_chunks", "progress_after"]
+__all__ = [
+    "DEFAULT_CHUNK_ROWS",
+    "GENERATION_CHUNK_ROWS",
+    "ChunkConfig",
+    "InputFingerprints",
+    "commit_chunks",
+    "progress_after",
+]
 
 DEFAULT_CHUNK_ROWS = 8192
 """One engine window (``EngineConfig.window_rows``): a minute of MiniLM on two CPU cores, seconds on a GPU."""
+GENERATION_CHUNK_ROWS = 1024
+"""A generator's chunk: generating a row costs a forward pass per new token, a hundred times an
+encoder's row, so 8192 rows would be an hour of work a kill could lose; 1024 rows still leave the
+engine windows of several KV-cache batches to sort by length."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from shardwise.errors import ConfigError
 from shardwise.generation import ChatMode, GenerationSettings, placeholders
 from shardwise.model import ModelInfo
-from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
+from shardwise.pipeline.chunks import ChunkConfig
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precision
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.sources import is_sql_url
@@ -78,8 +78,10 @@ class RunSpec:
     ``resume``: take the run over even while another process holds its lease (see :mod:`.lease`)."""
     lease_s: float = LEASE_S
     """Seconds the run's and each shard attempt's lease lasts unless renewed (every quarter of it)."""
-    chunk_rows: int = DEFAULT_CHUNK_ROWS
-    """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`)."""
+    chunk_rows: int | None = None
+    """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`).
+    None: the model's default, :data:`~shardwise.pipeline.chunks.DEFAULT_CHUNK_ROWS`, or
+    :data:`~shardwise.pipeline.chunks.GENERATION_CHUNK_ROWS` for a generator."""
     prompt: str | None = None
     """Generation settings (see :mod:`shardwise.generation`): None leaves the generator's default.
     Given for a model that does not generate, they are refused."""
@@ -97,7 +99,8 @@ class RunSpec:
     def __post_init__(self) -> None:
         self._check_prompt()
         check_precision(self.precision)
-        ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
+        if self.chunk_rows is not None:
+            ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
         if not isinstance(self.min_agreement, (int, float)) or not 0 < self.min_agreement <= 1:
             raise ConfigError(
                 f"min_agreement must be a number in (0, 1], the minimum cosine to float32; "

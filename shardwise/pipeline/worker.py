@@ -35,9 +35,9 @@ import torch
 from shardwise.config import EngineConfig
 from shardwise.device_lease import leased_device
 from shardwise.errors import ConfigError
-from shardwise.generation import GenerationSettings, with_generation
+from shardwise.generation import GenerationSettings, Generative, with_generation
 from shardwise.model import Model, ModelInfo, ModelSpec
-from shardwise.pipeline.chunks import ChunkConfig
+from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, ChunkConfig
 from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.precision import Precision, agreement, resolve_precision, versioned
@@ -230,6 +230,12 @@ def _check_precision(record: RunRecord, model: Model, spec: RunSpec, cache: Work
         )
 
 
+def _chunk_rows(cache: WorkerCache, spec: RunSpec) -> int:
+    """The model's default chunk: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`)."""
+    generates = isinstance(cache.spec(spec.model, spec.generation()), Generative)
+    return GENERATION_CHUNK_ROWS if generates else DEFAULT_CHUNK_ROWS
+
+
 def score_ref_shard(
     ref: RunRef, shard_id: int, cache: WorkerCache, *, resolve: Resolver = as_is
 ) -> ShardOutcome:
@@ -255,5 +261,5 @@ def score_ref_shard(
                 config=EngineConfig(max_tokens=ref.spec.max_tokens, precision=run.record.precision),  # type: ignore[arg-type]
                 model_load_s=load_s,
                 lease_s=ref.spec.lease_s,
-                chunking=ChunkConfig(ref.spec.chunk_rows),
+                chunking=ChunkConfig(ref.spec.chunk_rows or _chunk_rows(cache, ref.spec)),
             )

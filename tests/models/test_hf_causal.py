@@ -257,3 +257,18 @@ def test_run_spec_threads_the_settings_and_checks_the_prompt() -> None:
         RunSpec(**base, prompt="{text}", text_pair_column="doc")
     with pytest.raises(ConfigError, match="top_p must be"):
         RunSpec(**base, top_p=2.0)
+
+
+def test_a_generator_commits_in_smaller_chunks(lm: Path) -> None:
+    """A generated row costs a pass per new token: its shards commit every 1024 rows, not 8192, unless
+    the run says otherwise (a kill loses at most one chunk)."""
+    from shardwise.models import get_spec
+    from shardwise.pipeline import RunSpec
+    from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS
+    from shardwise.pipeline.worker import WorkerCache, _chunk_rows
+
+    cache = WorkerCache(get_spec)
+    base = {"source": "sqlite:///x.db", "results": "sqlite:///x.db", "results_table": "r"}
+    assert _chunk_rows(cache, RunSpec(**base, model=str(lm))) == GENERATION_CHUNK_ROWS == 1024
+    assert _chunk_rows(cache, RunSpec(**base, model="tiny")) == DEFAULT_CHUNK_ROWS == 8192
+    assert RunSpec(**base, model=str(lm), chunk_rows=64).chunk_rows == 64
