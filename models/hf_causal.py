@@ -18,6 +18,11 @@ tokens and NUL characters removed), ``finish_reason`` (``stop`` at an
 end-of-sequence token, ``length`` at ``max_new_tokens``), ``prompt_tokens``
 and ``completion_tokens`` (the end-of-sequence token not counted). The
 version hashes the directory's files and the generation settings.
+
+:class:`HFGenerator` loads from any
+:class:`~models.hf_causal_source.CausalSource`: this module's directory spec,
+or a GGUF file (:mod:`models.hf_gguf`), which hands transformers other
+``from_pretrained`` arguments and then generates the same way.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from shardwise.errors import ConfigError, InputError
 from shardwise.generation import GenerationSettings, placeholders
 from shardwise.hashing import hash_files
 from shardwise.model import ModelInfo, OutputColumn
+from shardwise.models.hf_causal_source import CausalSource, causal_version, chat_on, check_room
 from shardwise.models.hf_decode import decode
 from shardwise.models.hf_files import VERSIONED, check_layout, read_json
 from shardwise.models.hf_loaded import require_transformers
@@ -100,13 +106,10 @@ class HFCausalSpec:
 
     def chat(self) -> bool:
         """Whether prompts go through the tokenizer's chat template; refuses ``on`` without one."""
-        has = _has_chat_template(self.path)
-        if self.generation.chat == "on" and not has:
-            raise ConfigError(
-                f"chat is on, and the tokenizer in {str(self.path)!r} has no chat template; use chat off "
-                "(plain prompts) or auto"
-            )
-        return has and self.generation.chat != "off"
+        return chat_on(self.generation, _has_chat_template(self.path), str(self.path))
+
+    def pretrained(self) -> tuple[Path, dict[str, Any]]:
+        return self.path, {"local_files_only": True}
 
     def context(self) -> int:
         """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt)."""
@@ -117,19 +120,10 @@ class HFCausalSpec:
                 f"model directory {str(self.path)!r}: config.json names architectures "
                 f"{config.get('architectures')!r}, not a ...ForCausalLM; give a causal language model"
             )
-        context = _context_of(self.path, config)
-        if self.generation.max_new_tokens >= context:
-            raise ConfigError(
-                f"max_new_tokens {self.generation.max_new_tokens} leaves no room for a prompt in the "
-                f"model's context of {context} tokens; give fewer than {context}"
-            )
-        return context
+        return check_room(self.generation, _context_of(self.path, config))
 
     def _version(self) -> str:
-        files = hash_files(self.path, _FILES)
-        chat = "chat" if self.chat() else "plain"
-        text = f"{_TAG}\0{files}\0{chat}\0{self.generation.token()}"
-        return hashlib.sha256(text.encode()).hexdigest()
+        return causal_version(_TAG, hash_files(self.path, _FILES), self.chat(), self.generation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +178,7 @@ def row_seed(seed: int, ids: Sequence[int]) -> int:
 class HFGenerator:
     """A loaded causal LM: prompts in, decoded completions out (see the module docstring)."""
 
-    def __init__(self, spec: HFCausalSpec, device: torch.device) -> None:
+    def __init__(self, spec: CausalSource, device: torch.device) -> None:
         require_transformers(spec.name)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -194,10 +188,11 @@ class HFGenerator:
         self.settings = spec.generation
         self._fields = placeholders(self.settings.prompt)
         self._chat = spec.chat()
-        self._tokenizer: Any = AutoTokenizer.from_pretrained(spec.path, local_files_only=True)
+        folder, pretrained = spec.pretrained()
+        self._tokenizer: Any = AutoTokenizer.from_pretrained(folder, **pretrained)
         # prepare() refuses a prompt without room itself; transformers would only warn of its length.
         self._tokenizer.model_max_length = 10**9
-        net: Any = AutoModelForCausalLM.from_pretrained(spec.path, local_files_only=True)
+        net: Any = AutoModelForCausalLM.from_pretrained(folder, **pretrained)
         self._net: Any = net.eval().to(device)
         eos = self._net.generation_config.eos_token_id
         if eos is None:
