@@ -20,7 +20,7 @@ from hf_builders import CHAT_TEMPLATE, tiny_causal_lm
 
 from shardwise import ConfigError, Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
-from shardwise.generation import GenerationSettings
+from shardwise.generation import ChatMode, GenerationSettings
 from shardwise.models import get_spec
 from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
 from shardwise.models.hf_gguf import GGUFCausalSpec
@@ -51,9 +51,9 @@ def _score(spec: Any, texts: Sequence[str]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("chat", ["off", "on"])
-def test_the_gguf_generates_what_its_directory_generates(lm: Path, gguf_file: Path, chat: str) -> None:
+def test_the_gguf_generates_what_its_directory_generates(lm: Path, gguf_file: Path, chat: ChatMode) -> None:
     texts = [text[: 10 + 41 * i % 250] for i, text in enumerate(harvest_docstrings(16))]
-    settings = GenerationSettings(prompt="Summarise: {text}", chat=chat, max_new_tokens=12)  # type: ignore[arg-type]
+    settings = GenerationSettings(prompt="Summarise: {text}", chat=chat, max_new_tokens=12)
     from_dir = _score(HFCausalSpec(lm, generation=settings), texts)
     from_gguf = _score(GGUFCausalSpec(gguf_file, generation=settings), texts)
     assert from_gguf == from_dir
@@ -106,7 +106,7 @@ def test_chat_auto_on_and_off(lm: Path, gguf_file: Path, tmp_path: Path) -> None
     bare = write_gguf(lm, tmp_path / "bare" / "tiny.gguf")  # no chat template in the file
     assert not GGUFCausalSpec(bare).chat()
     assert GGUFCausalSpec(bare).load(CPU).render("x") == "x"
-    with pytest.raises(ConfigError, match="chat is on, and the tokenizer in .* has no chat template"):
+    with pytest.raises(ConfigError, match=r"chat is on, and the tokenizer in .* has no chat template"):
         GGUFCausalSpec(bare, generation=GenerationSettings(chat="on")).describe()
 
 
@@ -121,7 +121,7 @@ def test_a_missing_package_names_the_extra(
 
 
 def test_unusable_files_are_refused_in_one_line(gguf_file: Path, lm: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="does not exist; give the path of a .gguf file"):
+    with pytest.raises(ConfigError, match=r"does not exist; give the path of a \.gguf file"):
         get_spec(str(tmp_path / "absent.gguf")).describe()
     garbage = tmp_path / "garbage.gguf"
     garbage.write_bytes(b"not a gguf file at all")
@@ -130,7 +130,7 @@ def test_unusable_files_are_refused_in_one_line(gguf_file: Path, lm: Path, tmp_p
     beside = lm / "tiny.gguf"
     shutil.copy(gguf_file, beside)
     try:
-        with pytest.raises(ConfigError, match="sits beside a tokenizer.json"):
+        with pytest.raises(ConfigError, match=r"sits beside a tokenizer\.json"):
             GGUFCausalSpec(beside).describe()
     finally:
         beside.unlink()
