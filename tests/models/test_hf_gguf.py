@@ -26,7 +26,7 @@ from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
 from shardwise.models.hf_gguf import GGUFCausalSpec
 
 pytest.importorskip("transformers")
-pytest.importorskip("gguf")
+gguf = pytest.importorskip("gguf")
 pytest.importorskip("accelerate")
 
 CPU = torch.device("cpu")
@@ -127,6 +127,15 @@ def test_unusable_files_are_refused_in_one_line(gguf_file: Path, lm: Path, tmp_p
     garbage.write_bytes(b"not a gguf file at all")
     with pytest.raises(ConfigError, match="is not a readable GGUF file"):
         GGUFCausalSpec(garbage).describe()
+    encoder = tmp_path / "encoder" / "bert.gguf"
+    encoder.parent.mkdir()
+    writer = gguf.GGUFWriter(str(encoder), "bert")  # a header alone: no tensor is read
+    writer.add_context_length(512)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    with pytest.raises(ConfigError, match="architecture 'bert', not a causal language model"):
+        GGUFCausalSpec(encoder).describe()
     beside = lm / "tiny.gguf"
     shutil.copy(gguf_file, beside)
     try:
