@@ -1,12 +1,12 @@
 """The model catalogue: names users can pass as ``--model``, and how each one loads.
 
 ``tiny`` (built in code, for tests), ``minilm`` (all-MiniLM-L6-v2), the path
-of any local Hugging Face model directory (optionally written ``hf:/path``),
-a plug-in written ``package.module:attribute``, or the name an installed
-package registers in the entry-point group ``shardwise.models`` (see
-:mod:`shardwise.models.plugins`). Runs started from a deployment take only
-the names that import no module the worker's operator did not allow
-(:func:`check_deployment_model`).
+of any local Hugging Face model directory or GGUF causal LM file (``.gguf``),
+either optionally written ``hf:/path``, a plug-in written
+``package.module:attribute``, or the name an installed package registers in
+the entry-point group ``shardwise.models`` (see :mod:`shardwise.models.plugins`).
+Runs started from a deployment take only the names that import no module the
+worker's operator did not allow (:func:`check_deployment_model`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from shardwise.model import ModelSpec
 from shardwise.models.hf import HFEncoderSpec
 from shardwise.models.hf_classifier import HFClassifierSpec
 from shardwise.models.hf_directory import directory_spec
+from shardwise.models.hf_gguf import GGUFCausalSpec, is_gguf_name
 from shardwise.models.minilm import MiniLMSpec
 from shardwise.models.plugins import (
     ALLOW_MODULES_SETTING,
@@ -35,6 +36,7 @@ __all__ = [
     "ALLOW_MODULES_SETTING",
     "CATALOGUE",
     "ENTRY_POINT_GROUP",
+    "GGUFCausalSpec",
     "HFClassifierSpec",
     "HFEncoderSpec",
     "MiniLMSpec",
@@ -55,14 +57,15 @@ def known_models() -> list[str]:
 
 
 def get_spec(name: str) -> ModelSpec:
-    """Look a model up by name, local directory path or ``package.module:attribute``.
+    """Look a model up by name, local directory or ``.gguf`` file path, or ``package.module:attribute``.
 
     In this order: a built-in name, an installed plug-in's name, a directory,
-    a module reference. A built-in name always wins: an installed package that
-    registers ``tiny`` or ``minilm`` is not reachable by that name (reach it
-    by its ``package.module:attribute``). A plug-in is imported here, so a
-    plug-in that cannot be found, imported or used raises a ConfigError now;
-    a broken plug-in never affects the other names.
+    a path ending in ``.gguf`` (whose :meth:`describe` says if the file is
+    missing), a module reference. A built-in name always wins: an installed
+    package that registers ``tiny`` or ``minilm`` is not reachable by that
+    name (reach it by its ``package.module:attribute``). A plug-in is
+    imported here, so a plug-in that cannot be found, imported or used raises
+    a ConfigError now; a broken plug-in never affects the other names.
     """
     if name in CATALOGUE:
         return CATALOGUE[name]
@@ -70,14 +73,16 @@ def get_spec(name: str) -> ModelSpec:
     if plugin is not None:
         return plugin
     path = Path(name.removeprefix("hf:")).expanduser()
+    if is_gguf_name(name) and not path.is_dir():
+        return GGUFCausalSpec(path)
     if name.startswith("hf:") or path.is_dir():
         return directory_spec(path)
     if is_reference(name):
         return reference_spec(name)
     raise UnknownModelError(
         f"model {name!r} is not in the catalogue and is not a local directory; known models: "
-        f"{', '.join(known_models())}, or the path of a Hugging Face model directory, or a plug-in's "
-        "package.module:attribute (docs: how-to/models.md, Your own model)"
+        f"{', '.join(known_models())}, or the path of a Hugging Face model directory or .gguf file, or a "
+        "plug-in's package.module:attribute (docs: how-to/models.md, Your own model)"
     )
 
 
@@ -86,10 +91,10 @@ def check_deployment_model(name: str, allowed_modules: str | None) -> None:
 
     Anyone who may start a deployment (the UI's form, the API) types the model
     name, and importing a module runs its code on the worker. Such runs take
-    the built-in names, installed plug-ins' names and model directories (which
-    load weights, never code); a ``package.module:attribute`` only when the
-    worker's operator lists its module in ``allowed_modules`` (the setting
-    :data:`ALLOW_MODULES_SETTING`). Nothing is imported to decide.
+    the built-in names, installed plug-ins' names, model directories and GGUF
+    files (which load weights, never code); a ``package.module:attribute``
+    only when the worker's operator lists its module in ``allowed_modules``
+    (the setting :data:`ALLOW_MODULES_SETTING`). Nothing is imported to decide.
     """
     if name in CATALOGUE or name in entry_point_names() or not is_reference(name):
         return

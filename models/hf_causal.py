@@ -22,6 +22,11 @@ value; a completion that is not valid JSON under the schema makes its row a
 dead letter (:mod:`shardwise.structured`), and with ``constrained`` decoding
 is held to the schema (:mod:`models.hf_grammar`). The version hashes the
 directory's files and the generation settings.
+
+:class:`HFGenerator` loads from any
+:class:`~models.hf_causal_source.CausalSource`: this module's directory spec,
+or a GGUF file (:mod:`models.hf_gguf`), which hands transformers other
+``from_pretrained`` arguments and then generates the same way.
 """
 
 from __future__ import annotations
@@ -38,23 +43,25 @@ import torch
 from shardwise.errors import ConfigError, InputError, OutputError
 from shardwise.generation import GenerationSettings, placeholders
 from shardwise.hashing import hash_files
-from shardwise.model import REJECTED, ModelInfo, OutputColumn
+from shardwise.model import REJECTED, ModelInfo
+from shardwise.models.hf_causal_source import (
+    OUTPUTS,
+    PARSED,
+    CausalSource,
+    causal_outputs,
+    causal_version,
+    chat_on,
+    check_room,
+)
 from shardwise.models.hf_decode import decode
 from shardwise.models.hf_files import VERSIONED, check_layout, read_json
-from shardwise.models.hf_grammar import JsonGuide, require_xgrammar
+from shardwise.models.hf_grammar import JsonGuide
 from shardwise.models.hf_loaded import require_transformers
 from shardwise.structured import JsonSchema
 from shardwise.text import Inputs, coerce_text
 
 __all__ = ["OUTPUTS", "PARSED", "HFCausalSpec", "HFGenerator", "Prompt", "PromptBatch", "is_causal_lm"]
 
-OUTPUTS = (
-    OutputColumn("generated_text", "text"),
-    OutputColumn("finish_reason", "text"),
-    OutputColumn("prompt_tokens", "int", count=True),
-    OutputColumn("completion_tokens", "int", count=True),
-)
-PARSED = OutputColumn("parsed", "json")
 _TAG = "causal-lm"
 _FILES = (*VERSIONED, "generation_config.json", "chat_template.jinja", "special_tokens_map.json")
 
@@ -97,8 +104,7 @@ class HFCausalSpec:
 
     def describe(self) -> ModelInfo:
         """Read from the directory's JSON files and a hash of its files and the settings; no weights."""
-        outputs = OUTPUTS if self.generation.json_schema is None else (*OUTPUTS, PARSED)
-        return ModelInfo(self.name, self._version(), outputs, self.context())
+        return ModelInfo(self.name, self._version(), causal_outputs(self.generation), self.context())
 
     def load(self, device: torch.device) -> HFGenerator:
         return HFGenerator(self, device)
@@ -108,13 +114,10 @@ class HFCausalSpec:
 
     def chat(self) -> bool:
         """Whether prompts go through the tokenizer's chat template; refuses ``on`` without one."""
-        has = _has_chat_template(self.path)
-        if self.generation.chat == "on" and not has:
-            raise ConfigError(
-                f"chat is on, and the tokenizer in {str(self.path)!r} has no chat template; use chat off "
-                "(plain prompts) or auto"
-            )
-        return has and self.generation.chat != "off"
+        return chat_on(self.generation, _has_chat_template(self.path), str(self.path))
+
+    def pretrained(self) -> tuple[Path, dict[str, Any]]:
+        return self.path, {"local_files_only": True}
 
     def context(self) -> int:
         """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt)."""
@@ -125,21 +128,10 @@ class HFCausalSpec:
                 f"model directory {str(self.path)!r}: config.json names architectures "
                 f"{config.get('architectures')!r}, not a ...ForCausalLM; give a causal language model"
             )
-        if self.generation.json_schema is not None and self.generation.constrained:
-            require_xgrammar(self.name)
-        context = _context_of(self.path, config)
-        if self.generation.max_new_tokens >= context:
-            raise ConfigError(
-                f"max_new_tokens {self.generation.max_new_tokens} leaves no room for a prompt in the "
-                f"model's context of {context} tokens; give fewer than {context}"
-            )
-        return context
+        return check_room(self.name, self.generation, _context_of(self.path, config))
 
     def _version(self) -> str:
-        files = hash_files(self.path, _FILES)
-        chat = "chat" if self.chat() else "plain"
-        text = f"{_TAG}\0{files}\0{chat}\0{self.generation.token()}"
-        return hashlib.sha256(text.encode()).hexdigest()
+        return causal_version(_TAG, hash_files(self.path, _FILES), self.chat(), self.generation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +186,7 @@ def row_seed(seed: int, ids: Sequence[int]) -> int:
 class HFGenerator:
     """A loaded causal LM: prompts in, decoded completions out (see the module docstring)."""
 
-    def __init__(self, spec: HFCausalSpec, device: torch.device) -> None:
+    def __init__(self, spec: CausalSource, device: torch.device) -> None:
         require_transformers(spec.name)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -204,10 +196,11 @@ class HFGenerator:
         self.settings = spec.generation
         self._fields = placeholders(self.settings.prompt)
         self._chat = spec.chat()
-        self._tokenizer: Any = AutoTokenizer.from_pretrained(spec.path, local_files_only=True)
+        folder, pretrained = spec.pretrained()
+        self._tokenizer: Any = AutoTokenizer.from_pretrained(folder, **pretrained)
         # prepare() refuses a prompt without room itself; transformers would only warn of its length.
         self._tokenizer.model_max_length = 10**9
-        net: Any = AutoModelForCausalLM.from_pretrained(spec.path, local_files_only=True)
+        net: Any = AutoModelForCausalLM.from_pretrained(folder, **pretrained)
         self._net: Any = net.eval().to(device)
         eos = self._net.generation_config.eos_token_id
         if eos is None:

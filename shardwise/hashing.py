@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["hash_files", "hash_state"]
+__all__ = ["hash_file", "hash_files", "hash_state"]
 
 _CHUNK = 1 << 20
 
@@ -37,12 +37,32 @@ def hash_files(root: Path, names: Iterable[str]) -> str:
 def _hash_present(root: Path, present: tuple[tuple[str, int, int], ...]) -> str:
     digest = hashlib.sha256()
     for name, _, _ in present:
-        path = root / name
         digest.update(name.encode() + b"\0")
-        with path.open("rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                digest.update(chunk)
+        _feed(digest, root / name)
     return digest.hexdigest()
+
+
+def hash_file(path: Path) -> str:
+    """SHA-256 over one file's bytes, its name left out: a renamed or moved copy keeps its hash.
+
+    Remembered per process, as :func:`hash_files` is, while the file keeps its size and
+    modification time.
+    """
+    stat = path.stat()
+    return _hash_one(path.resolve(), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _hash_one(path: Path, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    _feed(digest, path)
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, path: Path) -> None:
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
 
 
 def hash_state(config: Mapping[str, Any], state: Mapping[str, torch.Tensor]) -> str:

@@ -1,0 +1,84 @@
+"""What a causal LM spec gives :class:`~models.hf_causal.HFGenerator`, and the rules every such spec shares.
+
+A causal LM comes as a Hugging Face directory (:mod:`models.hf_causal`) or a
+GGUF file (:mod:`models.hf_gguf`). Both load through transformers'
+``from_pretrained``, with other arguments, into the one generator; both refuse
+chat ``on`` without a chat template and a ``max_new_tokens`` that leaves no
+room for a prompt in the same words, and make their version the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Protocol
+
+from shardwise.errors import ConfigError
+from shardwise.generation import GenerationSettings
+from shardwise.model import ModelInfo, OutputColumn
+from shardwise.models.hf_grammar import require_xgrammar
+
+__all__ = ["OUTPUTS", "PARSED", "CausalSource", "causal_outputs", "causal_version", "chat_on", "check_room"]
+
+OUTPUTS = (
+    OutputColumn("generated_text", "text"),
+    OutputColumn("finish_reason", "text"),
+    OutputColumn("prompt_tokens", "int", count=True),
+    OutputColumn("completion_tokens", "int", count=True),
+)
+PARSED = OutputColumn("parsed", "json")
+"""With a JSON Schema, the completion's JSON value."""
+
+
+def causal_outputs(settings: GenerationSettings) -> tuple[OutputColumn, ...]:
+    """A generator's result columns: ``parsed`` too when its settings give a JSON Schema."""
+    return OUTPUTS if settings.json_schema is None else (*OUTPUTS, PARSED)
+
+
+def chat_on(settings: GenerationSettings, has_template: bool, where: str) -> bool:
+    """Whether prompts go through the chat template; refuses ``on`` when ``where``'s tokenizer has none."""
+    if settings.chat == "on" and not has_template:
+        raise ConfigError(
+            f"chat is on, and the tokenizer in {where!r} has no chat template; use chat off "
+            "(plain prompts) or auto"
+        )
+    return has_template and settings.chat != "off"
+
+
+def check_room(name: str, settings: GenerationSettings, context: int) -> int:
+    """``context``, once ``max_new_tokens`` is known to leave room in it for a prompt, and the
+    ``structured`` extra to be there when decoding is held to a JSON Schema."""
+    if settings.json_schema is not None and settings.constrained:
+        require_xgrammar(name)
+    if settings.max_new_tokens >= context:
+        raise ConfigError(
+            f"max_new_tokens {settings.max_new_tokens} leaves no room for a prompt in the "
+            f"model's context of {context} tokens; give fewer than {context}"
+        )
+    return context
+
+
+def causal_version(tag: str, files: str, chat: bool, settings: GenerationSettings) -> str:
+    """A generator's version: its kind, its files' hash, whether it chats, and its settings."""
+    text = f"{tag}\0{files}\0{'chat' if chat else 'plain'}\0{settings.token()}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class CausalSource(Protocol):
+    """What :class:`HFGenerator` loads: a causal LM's identity, settings and ``from_pretrained`` arguments."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def generation(self) -> GenerationSettings: ...
+
+    def describe(self) -> ModelInfo: ...
+
+    def chat(self) -> bool:
+        """Whether prompts go through the tokenizer's chat template."""
+        ...
+
+    def pretrained(self) -> tuple[Path, dict[str, Any]]:
+        """The folder and keyword arguments that transformers' ``from_pretrained`` loads both from."""
+        ...

@@ -1,0 +1,157 @@
+"""A GGUF file (llama.cpp's format) holding a causal language model, as a text generator.
+
+``--model /models/smollm2.Q4_1.gguf`` loads through transformers' GGUF support,
+``from_pretrained(folder, gguf_file=name)``, which needs the ``gguf`` and
+``accelerate`` packages (the extra ``shardwise[gguf]``), into the same
+:class:`~models.hf_causal.HFGenerator` as a causal LM directory: the same
+settings, prompts, batching, outputs and rules. transformers de-quantises
+every tensor to float32 as it loads, so a quantised file (Q4_1, Q8_0) runs
+with its float32 model's memory and speed, not llama.cpp's.
+
+:meth:`GGUFCausalSpec.describe` reads the file's metadata only, with the
+``gguf`` package's reader (it maps the file and parses the header; no tensor
+is read or de-quantised): ``general.architecture``,
+``<architecture>.context_length`` (the context, 2048 when absent) and
+``tokenizer.chat_template`` (for ``chat auto``). The version hashes the file's
+bytes (not its name or folder) with the generation settings.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from shardwise.errors import ConfigError
+from shardwise.generation import GenerationSettings
+from shardwise.hashing import hash_file
+from shardwise.model import ModelInfo
+from shardwise.models.hf_causal import HFGenerator
+from shardwise.models.hf_causal_source import causal_outputs, causal_version, chat_on, check_room
+
+__all__ = ["GGUFCausalSpec", "GGUFMetadata", "is_gguf_name", "read_metadata", "require_gguf"]
+
+_TAG = "gguf-causal-lm"
+_DEFAULT_CONTEXT = 2048
+_NOT_CAUSAL = frozenset({"bert", "nomic-bert", "jina-bert-v2", "t5encoder", "clip"})
+"""Architectures llama.cpp writes for encoders and image towers: nothing to generate with."""
+
+
+def is_gguf_name(name: str) -> bool:
+    """Whether ``--model`` names a GGUF file (by its suffix; the file need not exist yet)."""
+    return name.removeprefix("hf:").lower().endswith(".gguf")
+
+
+def require_gguf(name: str) -> None:
+    """Raise a :class:`ConfigError` naming the extra to install when gguf or accelerate is missing."""
+    try:
+        import accelerate  # noqa: F401
+        import gguf  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            f"model {name!r} is a GGUF file, which transformers loads with the gguf and accelerate "
+            f"packages ({exc.name or exc} is missing); install them with: pip install 'shardwise[gguf]'"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class GGUFMetadata:
+    """What Shardwise reads from a GGUF file's header."""
+
+    architecture: str
+    kind: str
+    context: int
+    chat_template: bool
+
+
+def read_metadata(path: Path) -> GGUFMetadata:
+    """The header of the GGUF file at ``path``, read once per process while the file is unchanged."""
+    if not path.is_file():
+        raise ConfigError(f"GGUF file {str(path)!r} does not exist; give the path of a .gguf file")
+    stat = path.stat()
+    return _read(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _read(path: Path, size: int, mtime_ns: int) -> GGUFMetadata:
+    from gguf import GGUFReader
+
+    try:
+        fields = GGUFReader(path, "r").fields
+    except (ValueError, KeyError, IndexError, OSError) as exc:
+        raise ConfigError(
+            f"{str(path)!r} is not a readable GGUF file ({exc}); give a file written by llama.cpp's tools"
+        ) from exc
+
+    def value(key: str) -> Any:
+        found = fields.get(key)
+        return None if found is None else found.contents()
+
+    architecture = str(value("general.architecture") or "")
+    context = value(f"{architecture}.context_length")
+    return GGUFMetadata(
+        architecture,
+        str(value("general.type") or "model"),
+        int(context) if isinstance(context, int) and context > 0 else _DEFAULT_CONTEXT,
+        bool(value("tokenizer.chat_template")),
+    )
+
+
+@dataclass(frozen=True)
+class GGUFCausalSpec:
+    """A local GGUF causal LM generating with ``generation``. ``name`` defaults to ``hf:<path>``."""
+
+    path: Path
+    name: str = ""
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path).expanduser().resolve())
+        if not self.name:
+            object.__setattr__(self, "name", f"hf:{self.path}")
+
+    def describe(self) -> ModelInfo:
+        """Read from the file's header and a hash of its bytes and the settings; no weights are loaded."""
+        context = self.context()  # first: it says what is wrong with the file, before hashing it
+        return ModelInfo(self.name, self._version(), causal_outputs(self.generation), context)
+
+    def load(self, device: torch.device) -> HFGenerator:
+        return HFGenerator(self, device)
+
+    def generating(self, settings: GenerationSettings) -> GGUFCausalSpec:
+        return replace(self, generation=settings)
+
+    def chat(self) -> bool:
+        """Whether prompts go through the file's chat template; refuses ``on`` without one."""
+        return chat_on(self.generation, self.metadata().chat_template, str(self.path))
+
+    def context(self) -> int:
+        """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt)."""
+        return check_room(self.name, self.generation, self.metadata().context)
+
+    def pretrained(self) -> tuple[Path, dict[str, Any]]:
+        return self.path.parent, {"gguf_file": self.path.name, "local_files_only": True}
+
+    def metadata(self) -> GGUFMetadata:
+        """The file's header; refuses a missing extra, a file that is no causal LM, and a file
+        with a ``tokenizer.json`` beside it."""
+        require_gguf(self.name)
+        meta = read_metadata(self.path)
+        if meta.kind != "model" or meta.architecture in _NOT_CAUSAL:
+            raise ConfigError(
+                f"GGUF file {str(self.path)!r} holds a {meta.kind} of architecture {meta.architecture!r}, "
+                "not a causal language model; give a GGUF of a text generator (llama, qwen2, ...)"
+            )
+        if (self.path.parent / "tokenizer.json").is_file():
+            # transformers would load that file's tokenizer, not the GGUF's, and lose its special tokens.
+            raise ConfigError(
+                f"GGUF file {str(self.path)!r} sits beside a tokenizer.json, which transformers would load "
+                "instead of the file's own tokenizer; move the .gguf into a folder of its own"
+            )
+        return meta
+
+    def _version(self) -> str:
+        return causal_version(_TAG, hash_file(self.path), self.chat(), self.generation)
