@@ -184,7 +184,18 @@ def row_seed(seed: int, ids: Sequence[int]) -> int:
 
 
 class HFGenerator:
-    """A loaded causal LM: prompts in, decoded completions out (see the module docstring)."""
+    """A loaded causal LM: prompts in, decoded completions out (see the module docstring).
+
+    Its batches are cut by the KV-cache budget alone: a batch costs a forward pass per new token,
+    so two half batches cost twice the passes of one, far more than the padding a split would save
+    (an encoder's ``pad_slack``: 0.22x plain ``generate`` in ``bench/generate.py`` on a CPU, where
+    one batch ran at 1.05x). The budgets are KV-cache tokens (prompt plus new tokens per row).
+    """
+
+    engine_defaults: Mapping[str, Mapping[str, int]] = {
+        "cpu": {"max_tokens": 16384, "pad_slack": 2**31 - 1},
+        "cuda": {"max_tokens": 65536, "pad_slack": 2**31 - 1},
+    }
 
     def __init__(self, spec: CausalSource, device: torch.device) -> None:
         require_transformers(spec.name)

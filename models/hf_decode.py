@@ -60,7 +60,7 @@ def decode(
     # Positions count real tokens only, so a left-padded prompt sees the same
     # positions as it would alone; padding is masked out whatever it gets.
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = net(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    out = net(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **_last_logits(net))
     tokens = ids.new_full((rows, steps), pad_id)
     length = ids.new_zeros(rows)
     stopped = torch.zeros(rows, dtype=torch.bool, device=ids.device)
@@ -115,6 +115,16 @@ def _step(
 def _cache_argument(net: Any) -> str:
     """The forward pass's KV-cache keyword: ``cache`` since transformers 5.2x, ``past_key_values`` before."""
     return "cache" if "cache" in inspect.signature(net.forward).parameters else "past_key_values"
+
+
+def _last_logits(net: Any) -> dict[str, int]:
+    """Ask the prompts' pass for the last position's logits only, where the model can: the others
+    would be a (rows x prompt x vocabulary) matmul that nothing reads."""
+    parameters = inspect.signature(net.forward).parameters
+    for name in ("logits_to_keep", "num_logits_to_keep"):  # transformers' name since 4.50, and before
+        if name in parameters:
+            return {name: 1}
+    return {}
 
 
 def _cache_of(out: Any) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -66,10 +66,21 @@ class EngineConfig:
             )
         check_precision(self.precision)
 
-    def for_device(self, device: torch.device, outputs: Sequence[OutputColumn] = ()) -> EngineConfig:
+    def for_device(
+        self,
+        device: torch.device,
+        outputs: Sequence[OutputColumn] = (),
+        model_defaults: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> EngineConfig:
         """Fill every unset field with the default for ``device``'s kind; resolve ``auto`` precision
-        for a model with ``outputs`` (label outputs keep float32)."""
-        defaults = _DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
+        for a model with ``outputs`` (label outputs keep float32).
+
+        ``model_defaults`` (a model's ``engine_defaults``, by device kind) replaces these defaults where
+        its batches cost otherwise: a generator's batch costs a forward pass per new token, so
+        splitting one to save padding costs far more than the padding.
+        """
+        kind = "cuda" if device.type == "cuda" else "cpu"
+        defaults = {**_DEFAULTS[kind], **(model_defaults or {}).get(kind, {})}
         return replace(
             self,
             max_tokens=self.max_tokens or defaults["max_tokens"],

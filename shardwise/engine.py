@@ -50,7 +50,8 @@ class Engine:
 
     def __init__(self, model: Model, config: EngineConfig | None = None) -> None:
         self.model = model
-        self.config = (config or EngineConfig()).for_device(model.device, model.outputs)
+        defaults = getattr(model, "engine_defaults", None)  # optional: see Model in shardwise.model
+        self.config = (config or EngineConfig()).for_device(model.device, model.outputs, defaults)
 
     def run(self, rows: Iterable[Row], on_batch: Callable[[BatchStats], None] | None = None) -> EngineRun:
         """Score ``(key, value)`` rows lazily (the model prepares each value); iterate to drive the loop."""

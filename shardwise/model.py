@@ -22,6 +22,12 @@ knows nothing else about it:
   that makes the row a dead letter though it ran. An int column declared a
   **count** (tokens generated) is summed by the engine and the run.
 
+A model may also carry ``engine_defaults``, by device kind (``{"cpu": {...},
+"cuda": {...}}``), replacing the engine's default ``max_tokens``,
+``max_batch_size``, ``pad_to_multiple`` or ``pad_slack`` where its batches cost
+otherwise (a generator's: see :mod:`models.hf_causal`); a run's own settings
+still win.
+
 A catalogue entry is a :class:`ModelSpec`; loading it gives a :class:`Model`
 bound to one device. :meth:`ModelSpec.describe` gives its :class:`ModelInfo`
 without loading the weights onto a device, so a CPU-only flow process can

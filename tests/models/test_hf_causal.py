@@ -272,3 +272,15 @@ def test_a_generator_commits_in_smaller_chunks(lm: Path) -> None:
     assert _chunk_rows(cache, RunSpec(**base, model=str(lm))) == GENERATION_CHUNK_ROWS == 1024
     assert _chunk_rows(cache, RunSpec(**base, model="tiny")) == DEFAULT_CHUNK_ROWS == 8192
     assert RunSpec(**base, model=str(lm), chunk_rows=64).chunk_rows == 64
+
+
+def test_a_generator_batches_by_its_kv_budget_alone(lm: Path) -> None:
+    """Splitting a batch to save padding would double the decode passes: a generator's engine cuts by
+    the KV-cache budget only, unless the run gives its own settings."""
+    model = HFCausalSpec(lm, generation=GenerationSettings(chat="off", max_new_tokens=NEW)).load(CPU)
+    engine = Engine(model)
+    assert (engine.config.max_tokens, engine.config.pad_slack) == (16384, 2**31 - 1)
+    run = engine.run(enumerate(_prompts()))
+    assert all(r.ok for r in run)
+    assert run.stats.batches == 1, "30 prompts of very different lengths fit one KV budget"
+    assert Engine(model, EngineConfig(max_tokens=500, pad_slack=0)).config.max_tokens == 500
