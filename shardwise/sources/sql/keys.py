@@ -46,6 +46,7 @@ def keyed_rows(conn: sa.Connection, sel: Selection, keys: Sequence[Key]) -> Iter
 
     Each chunk is ordered by key in the database's collation; chunks follow the order of ``keys``.
     """
+    names = sel.src.input_names
     for chunk in key_chunks(keys):
         for key, *values in conn.execute(keyed_query(sel, chunk)):
-            yield SourceRow(key, row_value(values, sel.src.input_names))
+            yield SourceRow(key, row_value(values, names))

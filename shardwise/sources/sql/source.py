@@ -288,6 +288,7 @@ class SqlSource(Source):
         return Selection(self._src, self._db.dialect, self._filter, results, new_only.model_version)
 
     def _rows(self, result: sa.CursorResult[Any, Any], doing: str) -> Iterator[SourceRow]:
+        names = self._src.input_names
         with self._db.errors(doing):
             for key, *values in result:
-                yield SourceRow(key, row_value(values, self._src.input_names))
+                yield SourceRow(key, row_value(values, names))
