@@ -186,16 +186,20 @@ def row_seed(seed: int, ids: Sequence[int]) -> int:
 class HFGenerator:
     """A loaded causal LM: prompts in, decoded completions out (see the module docstring).
 
-    Its batches are cut by the KV-cache budget alone: a batch costs a forward pass per new token,
-    so two half batches cost twice the passes of one, far more than the padding a split would save
-    (an encoder's ``pad_slack``: 0.22x plain ``generate`` in ``bench/generate.py`` on a CPU, where
-    one batch ran at 1.05x). The budgets are KV-cache tokens (prompt plus new tokens per row).
+    Batches are continuous: at most :data:`KV_BUDGET` tokens of KV cache (prompt plus
+    ``max_new_tokens`` a row) decode at once, and as rows finish the batch's waiting rows join
+    (:func:`~models.hf_decode.decode`). The engine hands it batches of up to four times that, cut
+    by their cost alone: a split to save padding would cost a forward pass per new token, far more
+    than the padding (an encoder's ``pad_slack`` made ``bench/generate.py`` run at 0.22x plain
+    ``generate`` on a CPU). A run's ``--max-tokens`` bounds the batch, and so the cache too.
     """
 
     engine_defaults: Mapping[str, Mapping[str, int]] = {
-        "cpu": {"max_tokens": 16384, "pad_slack": 2**31 - 1},
-        "cuda": {"max_tokens": 65536, "pad_slack": 2**31 - 1},
+        "cpu": {"max_tokens": 4 * 16384, "pad_slack": 2**31 - 1},
+        "cuda": {"max_tokens": 4 * 65536, "pad_slack": 2**31 - 1},
     }
+    KV_BUDGET: Mapping[str, int] = {"cpu": 16384, "cuda": 65536}
+    """Tokens of KV cache decoding at once, by device kind."""
 
     def __init__(self, spec: CausalSource, device: torch.device) -> None:
         require_transformers(spec.name)
@@ -276,7 +280,8 @@ class HFGenerator:
         return PromptBatch(ids, mask, seeds, self.settings.max_new_tokens)
 
     def run(self, batch: PromptBatch) -> torch.Tensor:
-        return decode(self._net, batch, self.settings, self._eos, self.pad_id, self._guide)
+        budget = self.KV_BUDGET["cuda" if self.device.type == "cuda" else "cpu"]
+        return decode(self._net, batch, self.settings, self._eos, self.pad_id, self._guide, budget)
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:
         """Decode each row's completion whole (token by token would split multi-byte characters)."""

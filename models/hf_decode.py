@@ -1,17 +1,25 @@
-"""The decoding loop of a causal LM over one left-padded batch, with the KV cache, greedy or sampled.
+"""The decoding loop of a causal LM over one batch: continuous batching over the KV cache, greedy or sampled.
 
-Every row is decoded at once from its prompt: one forward pass over the
-prompts fills the cache, then one pass per new token. A row stops at its
-first end-of-sequence token; the batch stops when every row has stopped or
-``max_new_tokens`` are made. Stopped rows **leave the batch**: once a quarter
-of the rows still in it have stopped, they are dropped from the KV cache and
-the inputs (the cache's ``batch_select_indices``), so the passes that follow
-compute only the rows still writing; until then a stopped row is fed
-padding, which its attention never mixes into another row. No waiting row
-takes a freed place: continuous batching (rows joining mid-decode) is not
-done, because a joining row needs its prompt's KV spliced into a left-padded
-cache of another length, and the engine hands the model one budgeted batch
-at a time; sorting by prompt length keeps the padding low instead.
+The batch's rows come sorted by cost (prompt plus ``max_new_tokens``). As
+many as fit a KV-cache budget start together: one forward pass over their
+prompts (left-padded to the longest of them) fills the cache, then one pass
+per new token. A row finishes at its first end-of-sequence token or at
+``max_new_tokens``, and **leaves the batch** at once: it is dropped from the
+cache (``batch_select_indices``), and positions no remaining row attends to
+are cut. The room it frees goes to the **waiting rows**, which **join**
+mid-decode: their prompts are prefilled in a pass of their own and their
+cache is stacked onto the running one, the shorter left-padded
+(:mod:`models.hf_kv`). Positions are passed explicitly and padding is
+masked, so every row computes what it would alone, whatever rows it shares
+passes with: batched greedy output equals unbatched ``generate``.
+
+Why this kind: the cache is transformers' ``DynamicCache`` (contiguous, one
+tensor per layer), not a paged one. Paging needs attention kernels that read
+scattered blocks, which plain transformers models on CPU do not have; a
+contiguous cache costs a copy when rows leave or join, small beside the
+passes over the whole model between them. A model whose cache layers are not
+plain ``DynamicLayer`` s (sliding windows, quantised caches) lets rows leave
+but starts waiting rows only once the batch is empty.
 
 With a guide (:mod:`models.hf_grammar`) each live row's logits are masked
 to what its grammar allows before the pick, and its matcher then accepts the
@@ -26,11 +34,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from shardwise.generation import GenerationSettings
+from shardwise.models.hf_kv import joinable, keep_rows, stack, trim
 
 __all__ = ["decode"]
 
@@ -46,69 +56,146 @@ def decode(
     eos: torch.Tensor,
     pad_id: int,
     guide: Any = None,
+    kv_budget: int | None = None,
 ) -> torch.Tensor:
     """Generate for ``batch`` (a :class:`models.hf_causal.PromptBatch` on the net's device).
 
     Gives int64 rows ``[prompt tokens, completion tokens, stopped (1) or cut
     at the length (0), token ids...]``, the ids padded to ``max_new_tokens``;
     completion tokens count the text's tokens, the end-of-sequence token not included.
-    ``guide`` (a :class:`models.hf_grammar.JsonGuide`) constrains the tokens.
+    ``guide`` (a :class:`models.hf_grammar.JsonGuide`) constrains the tokens. At most
+    ``kv_budget`` tokens of KV cache (prompt plus ``max_new_tokens`` a row) decode at once; the
+    other rows wait and join as rows finish (all at once when None).
     """
-    ids, mask = batch.input_ids, batch.attention_mask
-    rows, steps = ids.shape[0], settings.max_new_tokens
+    rows, steps = batch.input_ids.shape[0], settings.max_new_tokens
     pick = _picker(settings, batch.seeds)
+    matchers = None if guide is None else guide.start(rows)
+    prompt = batch.attention_mask.sum(dim=1)
+    tokens = batch.input_ids.new_full((rows, steps), pad_id)
+    length = batch.input_ids.new_zeros(rows)
+    written = batch.input_ids.new_zeros(rows)
+    stopped = torch.zeros(rows, dtype=torch.bool, device=prompt.device)
+    waiting = _Waiting([n + steps for n in prompt.tolist()], kv_budget)
+    live: _Live | None = None
+    while True:
+        joining = waiting.admit(can_join=live is None or joinable(live.cache))
+        if joining:
+            live = _prefill(net, batch, joining, live)
+        if live is None:
+            break
+        active = live.rows
+        chosen = _step(live.logits, active, pick, matchers)
+        tokens[active, written[active]] = chosen
+        hit = torch.isin(chosen, eos)
+        length[active] += (~hit).long()
+        written[active] += 1
+        stopped[active] |= hit
+        done = hit | (written[active] >= steps)
+        # The one host synchronisation per step: rows that finished leave, and free room for waiting rows.
+        finished = done.nonzero().flatten()
+        if len(finished):
+            waiting.release(active[finished].tolist())
+            live = live.without(finished, len(active))
+        if live is not None:
+            live = live.advance(net, chosen[~done] if len(finished) else chosen)
+    return torch.cat([prompt[:, None], length[:, None], stopped[:, None].long(), tokens], dim=1)
+
+
+class _Waiting:
+    """The rows of a batch not yet decoding, in batch order, admitted while their KV cost fits."""
+
+    def __init__(self, costs: list[int], budget: int | None) -> None:
+        self._costs, self._budget = costs, budget
+        self._next, self._used = 0, 0
+
+    def admit(self, *, can_join: bool) -> list[int]:
+        """The rows to start now: the next ones that fit the budget (at least one when none decodes)."""
+        if not can_join and self._used:
+            return []
+        start = self._next
+        while self._next < len(self._costs):
+            cost = self._costs[self._next]
+            if self._budget is not None and self._used + cost > self._budget and self._used:
+                break
+            self._used += cost
+            self._next += 1
+        return list(range(start, self._next))
+
+    def release(self, rows: list[int]) -> None:
+        self._used -= sum(self._costs[row] for row in rows)
+
+
+@dataclass
+class _Live:
+    """The rows decoding now: their places in the batch, KV cache, mask, positions and next logits."""
+
+    rows: torch.Tensor
+    cache: Any
+    mask: torch.Tensor
+    positions: torch.Tensor
+    logits: torch.Tensor
+
+    def without(self, finished: torch.Tensor, count: int) -> _Live | None:
+        """The same rows less ``finished`` (indices among ``count``); None when none is left."""
+        keep = torch.ones(count, dtype=torch.bool, device=finished.device)
+        keep[finished] = False
+        kept = keep.nonzero().flatten()
+        if not len(kept):
+            return None
+        keep_rows(self.cache, kept)
+        mask = self.mask[kept]
+        if joinable(self.cache):
+            mask = trim(self.cache, mask)
+        return _Live(self.rows[kept], self.cache, mask, self.positions[kept], self.logits[kept])
+
+    def advance(self, net: Any, chosen: torch.Tensor) -> _Live:
+        """One pass over the chosen tokens: the cache grows a position, the next logits come."""
+        mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
+        positions = self.positions[:, -1:] + 1
+        out = net(
+            input_ids=chosen[:, None],
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{_cache_argument(net): self.cache},
+        )
+        return _Live(self.rows, _cache_of(out), mask, positions, out.logits[:, -1, :].float())
+
+
+def _prefill(net: Any, batch: Any, joining: list[int], live: _Live | None) -> _Live:
+    """Run the prompts of ``joining`` (rows of ``batch``) and add them to ``live``'s rows and cache."""
+    picked = torch.tensor(joining, device=batch.input_ids.device)
+    mask = batch.attention_mask[picked]
+    used = mask.any(dim=0).nonzero()
+    start = int(used[0]) if len(used) else 0  # the batch's padding none of these rows needs
+    ids, mask = batch.input_ids[picked, start:], mask[:, start:]
     # Positions count real tokens only, so a left-padded prompt sees the same
     # positions as it would alone; padding is masked out whatever it gets.
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = net(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **_last_logits(net))
-    tokens = ids.new_full((rows, steps), pad_id)
-    length = ids.new_zeros(rows)
-    stopped = torch.zeros(rows, dtype=torch.bool, device=ids.device)
-    matchers = None if guide is None else guide.start(rows)
-    active = torch.arange(rows, device=ids.device)  # the batch's rows still decoding, by their place in it
-    for step in range(steps):
-        live = ~stopped[active]
-        chosen = _step(out.logits[:, -1, :].float(), live, active, pick, matchers)
-        tokens[active, step] = torch.where(live, chosen, pad_id)
-        hit = live & torch.isin(chosen, eos)
-        length[active] += (live & ~hit).long()
-        stopped[active] = ~live | hit
-        going = live & ~hit
-        # The one host synchronisation per step: it ends the batch once every row has stopped, and
-        # lets stopped rows leave it.
-        left = int(going.sum())
-        if step + 1 == steps or left == 0:
-            break
-        cache = _cache_of(out)
-        if left <= len(active) * 3 // 4 and hasattr(cache, "batch_select_indices"):
-            keep = going.nonzero().flatten()
-            cache.batch_select_indices(keep)
-            active, mask, positions = active[keep], mask[keep], positions[keep]
-        mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
-        positions = positions[:, -1:] + 1
-        out = net(
-            input_ids=tokens[active, step : step + 1],
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{_cache_argument(net): cache},
-        )
-    prompt = batch.attention_mask.sum(dim=1)
-    return torch.cat([prompt[:, None], length[:, None], stopped[:, None].long(), tokens], dim=1)
+    joined = _Live(picked, _cache_of(out), mask, positions[:, -1:], out.logits[:, -1, :].float())
+    if live is None:
+        return joined
+    stacked = stack(live.cache, live.mask, joined.cache, joined.mask)
+    return _Live(
+        torch.cat([live.rows, joined.rows]),
+        live.cache,
+        stacked,
+        torch.cat([live.positions[:, -1:], joined.positions]),
+        torch.cat([live.logits, joined.logits]),
+    )
 
 
-def _step(
-    logits: torch.Tensor, live: torch.Tensor, active: torch.Tensor, pick: Picker, matchers: Any
-) -> torch.Tensor:
-    """The token each row of the decoding batch takes next: picked from its logits, which the rows'
-    grammar matchers (if any) first mask, and which they then accept."""
+def _step(logits: torch.Tensor, active: torch.Tensor, pick: Picker, matchers: Any) -> torch.Tensor:
+    """The token each decoding row takes next: picked from its logits, which the rows' grammar
+    matchers (if any) first mask, and which they then accept."""
     if matchers is None:
         return pick(logits, active)
     rows = active.tolist()
-    going = live.nonzero().flatten().tolist()
-    matchers.restrict(logits, going, [rows[i] for i in going])
+    going = list(range(len(rows)))
+    matchers.restrict(logits, going, rows)
     chosen = pick(logits, active)
-    matchers.accept(chosen.tolist(), going, [rows[i] for i in going])
+    matchers.accept(chosen.tolist(), going, rows)
     return chosen
 
 

@@ -89,31 +89,47 @@ def test_greedy_batches_equal_unbatched_generate(lm: Path) -> None:
     assert "length" in reasons and reasons.count("stop") > 1
 
 
-def test_stopped_rows_leave_the_batch(lm: Path) -> None:
-    """Once a quarter of the rows have stopped, the passes that follow compute fewer rows; the outputs
-    are those of the greedy agreement test above, which runs the same batches."""
-    spec = HFCausalSpec(lm, generation=GenerationSettings(chat="off", max_new_tokens=NEW))
-    model = spec.load(CPU)
+def _passes(model: HFGenerator, texts: Sequence[str]) -> tuple[dict[str, Any], list[int]]:
+    """One batch of ``texts`` decoded by ``model``: its columns, and the rows of each forward pass."""
     widths: list[int] = []
     hook = model._net.register_forward_pre_hook(
         lambda _net, _args, kwargs: widths.append(kwargs["input_ids"].shape[0]), with_kwargs=True
     )
     try:
-        batch = model.collate([model.prepare(t) for t in _prompts()])
+        batch = model.collate([model.prepare(t) for t in texts])
         with torch.inference_mode():
             outputs = model.to_columns(model.run(batch))
     finally:
         hook.remove()
-    stops = sorted(
-        int(n)
-        for n, r in zip(outputs["completion_tokens"], outputs["finish_reason"], strict=True)
-        if r == "stop"
-    )
-    assert widths[0] == widths[1] == 30 and widths[-1] < 30, widths
-    assert (
-        widths == sorted(widths, reverse=True) and len(widths) == NEW
-    )  # the prompts' pass, then one a token
-    assert stops, "some rows stop early"
+    return dict(outputs), widths
+
+
+def test_finished_rows_leave_the_batch(lm: Path) -> None:
+    """A row that stops leaves at once: every pass after computes fewer rows (the outputs are the
+    greedy agreement test's, which runs the same batches)."""
+    model = HFCausalSpec(lm, generation=GenerationSettings(chat="off", max_new_tokens=NEW)).load(CPU)
+    outputs, widths = _passes(model, _prompts())
+    assert "stop" in list(outputs["finish_reason"]), "some rows stop early"
+    assert widths[0] == 30 and widths[1] < 30 and widths == sorted(widths, reverse=True), widths
+    assert len(widths) == NEW  # the prompts' pass, then one a token
+
+
+@pytest.mark.parametrize("sampling", [{}, {"temperature": 1.2, "seed": 3}], ids=["greedy", "sampled"])
+def test_waiting_rows_join_as_rows_finish(
+    lm: Path, monkeypatch: pytest.MonkeyPatch, sampling: dict[str, Any]
+) -> None:
+    """With a KV budget for a few rows, the others wait and join mid-decode as rows finish, in their
+    own prefill pass; every row's text is what it is when all rows decode at once."""
+    settings = GenerationSettings(chat="off", max_new_tokens=NEW, **sampling)
+    model = HFCausalSpec(lm, generation=settings).load(CPU)
+    texts = _prompts()
+    together, _ = _passes(model, texts)
+    costs = sorted(len(model.prepare(t).ids) + NEW for t in texts)
+    monkeypatch.setattr(model, "KV_BUDGET", {"cpu": sum(costs[-6:])})  # six of the longest at once
+    joined, widths = _passes(model, texts)
+    for name in together:
+        assert list(joined[name]) == list(together[name]), name
+    assert max(widths) <= 6 + 6 and len(widths) > NEW, widths  # decoding passes and joiners' prefills
 
 
 def test_batches_were_mixed_and_left_padded(lm: Path) -> None:
@@ -274,13 +290,14 @@ def test_a_generator_commits_in_smaller_chunks(lm: Path) -> None:
     assert RunSpec(**base, model=str(lm), chunk_rows=64).chunk_rows == 64
 
 
-def test_a_generator_batches_by_its_kv_budget_alone(lm: Path) -> None:
-    """Splitting a batch to save padding would double the decode passes: a generator's engine cuts by
-    the KV-cache budget only, unless the run gives its own settings."""
+def test_a_generator_batches_by_cost_alone(lm: Path) -> None:
+    """Splitting a batch to save padding would double the decode passes: a generator's engine cuts
+    batches of four KV budgets by cost only (rows beyond one budget wait and join), unless the run
+    gives its own settings."""
     model = HFCausalSpec(lm, generation=GenerationSettings(chat="off", max_new_tokens=NEW)).load(CPU)
     engine = Engine(model)
-    assert (engine.config.max_tokens, engine.config.pad_slack) == (16384, 2**31 - 1)
+    assert (engine.config.max_tokens, engine.config.pad_slack) == (4 * model.KV_BUDGET["cpu"], 2**31 - 1)
     run = engine.run(enumerate(_prompts()))
     assert all(r.ok for r in run)
-    assert run.stats.batches == 1, "30 prompts of very different lengths fit one KV budget"
+    assert run.stats.batches == 1, "30 prompts of very different lengths make one batch"
     assert Engine(model, EngineConfig(max_tokens=500, pad_slack=0)).config.max_tokens == 500
