@@ -31,11 +31,10 @@ or a GGUF file (:mod:`models.hf_gguf`), which hands transformers other
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -57,10 +56,14 @@ from shardwise.models.hf_decode import decode
 from shardwise.models.hf_files import VERSIONED, check_layout, read_json
 from shardwise.models.hf_grammar import JsonGuide
 from shardwise.models.hf_loaded import require_transformers
+from shardwise.models.hf_prompt import Prompt, PromptBatch, row_seed
 from shardwise.structured import JsonSchema
 from shardwise.text import Inputs, coerce_text
 
-__all__ = ["OUTPUTS", "PARSED", "HFCausalSpec", "HFGenerator", "Prompt", "PromptBatch", "is_causal_lm"]
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
+    from typing_extensions import Self
+
+__all__ = ["OUTPUTS", "PARSED", "HFCausalSpec", "HFGenerator", "LocalCausalSpec", "is_causal_lm"]
 
 _TAG = "causal-lm"
 _FILES = (*VERSIONED, "generation_config.json", "chat_template.jinja", "special_tokens_map.json")
@@ -90,8 +93,14 @@ def _has_chat_template(root: Path) -> bool:
 
 
 @dataclass(frozen=True)
-class HFCausalSpec:
-    """A local causal LM directory generating with ``generation``. ``name`` defaults to ``hf:<path>``."""
+class LocalCausalSpec:
+    """A causal LM on local disk generating with ``generation``. ``name`` defaults to ``hf:<path>``.
+
+    What every such spec shares: its fields, its description and how it loads
+    (into :class:`HFGenerator`); a subclass says where the model's files are
+    (:meth:`pretrained`), its chat template (:meth:`chat`), its context
+    (:meth:`context`) and its version (:meth:`_version`).
+    """
 
     path: Path
     name: str = ""
@@ -103,24 +112,43 @@ class HFCausalSpec:
             object.__setattr__(self, "name", f"hf:{self.path}")
 
     def describe(self) -> ModelInfo:
-        """Read from the directory's JSON files and a hash of its files and the settings; no weights."""
-        return ModelInfo(self.name, self._version(), causal_outputs(self.generation), self.context())
+        """Read from the model's files and a hash of them and the settings; no weights are loaded."""
+        context = self.context()  # first: it says what is wrong with the files, before hashing them
+        return ModelInfo(self.name, self._version(), causal_outputs(self.generation), context)
 
     def load(self, device: torch.device) -> HFGenerator:
         return HFGenerator(self, device)
 
-    def generating(self, settings: GenerationSettings) -> HFCausalSpec:
+    def generating(self, settings: GenerationSettings) -> Self:
         return replace(self, generation=settings)
 
     def chat(self) -> bool:
         """Whether prompts go through the tokenizer's chat template; refuses ``on`` without one."""
+        raise NotImplementedError
+
+    def pretrained(self) -> tuple[Path, dict[str, Any]]:
+        """The folder and keyword arguments that transformers' ``from_pretrained`` loads both from."""
+        raise NotImplementedError
+
+    def context(self) -> int:
+        """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt)."""
+        raise NotImplementedError
+
+    def _version(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class HFCausalSpec(LocalCausalSpec):
+    """A local causal LM directory generating with ``generation``. ``name`` defaults to ``hf:<path>``."""
+
+    def chat(self) -> bool:
         return chat_on(self.generation, _has_chat_template(self.path), str(self.path))
 
     def pretrained(self) -> tuple[Path, dict[str, Any]]:
         return self.path, {"local_files_only": True}
 
     def context(self) -> int:
-        """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt)."""
         check_layout(self.path)
         config = read_json(self.path / "config.json")
         if not is_causal_lm(config):
@@ -132,55 +160,6 @@ class HFCausalSpec:
 
     def _version(self) -> str:
         return causal_version(_TAG, hash_files(self.path, _FILES), self.chat(), self.generation)
-
-
-@dataclass(frozen=True, slots=True)
-class Prompt:
-    """A generator's item: the prompt's token ids, and the seed its row samples with."""
-
-    ids: list[int]
-    max_new_tokens: int
-    seed: int
-    truncated: bool = False
-
-    @property
-    def cost(self) -> int:
-        """What its KV cache holds at most: the prompt and every new token."""
-        return len(self.ids) + self.max_new_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class PromptBatch:
-    """A generator's batch: int64 ids and mask, rows by width, padded on the LEFT; a seed per row."""
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    seeds: torch.Tensor
-    max_new_tokens: int
-
-    @property
-    def padded_cost(self) -> int:
-        rows, width = self.input_ids.shape
-        return int(rows * (width + self.max_new_tokens))
-
-    def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.input_ids, self.attention_mask, self.seeds)
-
-    def pin_memory(self) -> PromptBatch:
-        return self if self.input_ids.is_pinned() else self.map(torch.Tensor.pin_memory)
-
-    def to(self, device: torch.device, *, non_blocking: bool = False) -> PromptBatch:
-        return self.map(lambda t: t.to(device, non_blocking=non_blocking))
-
-    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> PromptBatch:
-        return PromptBatch(fn(self.input_ids), fn(self.attention_mask), fn(self.seeds), self.max_new_tokens)
-
-
-def row_seed(seed: int, ids: Sequence[int]) -> int:
-    """A row's sampling seed: from the run's seed and the prompt's tokens, so equal rows draw alike
-    whatever batch or worker they land in."""
-    digest = hashlib.sha256(f"{seed}\0{','.join(map(str, ids))}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1  # a non-negative int64
 
 
 class HFGenerator:

@@ -26,7 +26,7 @@ to what its grammar allows before the pick, and its matcher then accepts the
 token picked: a host round trip per step, which constrained decoding needs.
 
 Sampling draws each row from its own :class:`torch.Generator`, seeded per
-row (:attr:`models.hf_causal.Prompt.seed`), one draw per step, so a row's
+row (:attr:`models.hf_prompt.Prompt.seed`), one draw per step, so a row's
 text does not depend on which rows share its batch.
 """
 
@@ -58,7 +58,7 @@ def decode(
     guide: Any = None,
     kv_budget: int | None = None,
 ) -> torch.Tensor:
-    """Generate for ``batch`` (a :class:`models.hf_causal.PromptBatch` on the net's device).
+    """Generate for ``batch`` (a :class:`models.hf_prompt.PromptBatch` on the net's device).
 
     Gives int64 rows ``[prompt tokens, completion tokens, stopped (1) or cut
     at the length (0), token ids...]``, the ids padded to ``max_new_tokens``;

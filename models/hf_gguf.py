@@ -19,18 +19,14 @@ bytes (not its name or folder) with the generation settings.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from shardwise.errors import ConfigError
-from shardwise.generation import GenerationSettings
 from shardwise.hashing import hash_file
-from shardwise.model import ModelInfo
-from shardwise.models.hf_causal import HFGenerator
-from shardwise.models.hf_causal_source import causal_outputs, causal_version, chat_on, check_room
+from shardwise.models.hf_causal import LocalCausalSpec
+from shardwise.models.hf_causal_source import causal_version, chat_on, check_room
 
 __all__ = [
     "SMOLLM2_INSTALL",
@@ -125,28 +121,8 @@ def _read(path: Path, size: int, mtime_ns: int) -> GGUFMetadata:
 
 
 @dataclass(frozen=True)
-class GGUFCausalSpec:
+class GGUFCausalSpec(LocalCausalSpec):
     """A local GGUF causal LM generating with ``generation``. ``name`` defaults to ``hf:<path>``."""
-
-    path: Path
-    name: str = ""
-    generation: GenerationSettings = field(default_factory=GenerationSettings)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "path", Path(self.path).expanduser().resolve())
-        if not self.name:
-            object.__setattr__(self, "name", f"hf:{self.path}")
-
-    def describe(self) -> ModelInfo:
-        """Read from the file's header and a hash of its bytes and the settings; no weights are loaded."""
-        context = self.context()  # first: it says what is wrong with the file, before hashing it
-        return ModelInfo(self.name, self._version(), causal_outputs(self.generation), context)
-
-    def load(self, device: torch.device) -> HFGenerator:
-        return HFGenerator(self, device)
-
-    def generating(self, settings: GenerationSettings) -> GGUFCausalSpec:
-        return replace(self, generation=settings)
 
     def chat(self) -> bool:
         """Whether prompts go through the file's chat template; refuses ``on`` without one."""
