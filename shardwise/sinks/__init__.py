@@ -1,0 +1,8 @@
+"""Sinks: where a run's results go (a SQL table, pgvector, Delta Lake, Parquet files), each committing
+a chunk exactly once; see :mod:`shardwise.sinks.base` for the seam."""
+
+from __future__ import annotations
+
+from shardwise.sinks.base import Layout, Sink, SinkChunk, SinkCommit, last_per_key
+
+__all__ = ["Layout", "Sink", "SinkChunk", "SinkCommit", "last_per_key"]
