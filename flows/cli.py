@@ -179,9 +179,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     runs.add_argument(
         "--results",
-        required=True,
+        metavar="URL|DIR|s3://...|env:NAME",
+        help="where the runs' results went: their ledger is found as a run finds it (see --ledger)",
+    )
+    runs.add_argument(
+        "--ledger",
         metavar="URL|env:NAME",
-        help="results database URL, or a connection name (env:NAME, secret:NAME)",
+        help="the ledger's database URL or connection name, when runs were given --ledger",
     )
     runs.add_argument(
         "--limit", type=_positive, default=20, metavar="N", help="how many runs to list (default: 20)"

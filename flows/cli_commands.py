@@ -37,7 +37,7 @@ def watch(args: argparse.Namespace) -> int:
 def runs(args: argparse.Namespace) -> int:
     from shardwise.flows.runs_list import print_runs
 
-    print_runs(args.results, args.limit)
+    print_runs(args.results, args.limit, ledger=args.ledger)
     return 0
 
 

@@ -49,6 +49,11 @@ SOURCE_OPTIONS = (
     *GENERATION_OPTIONS,
     "results",
     "results_table",
+    "results_format",
+    "ledger",
+    "embedding_type",
+    "index",
+    "index_metric",
     "shards",
     "rows_per_shard",
     "only_new",
@@ -63,7 +68,8 @@ _FLAGS = {"redrive": "--run"}
 """Fields whose option is not simply ``--field-name``."""
 _METAVARS = {
     "source": "URL|PATH|env:NAME",
-    "results": "URL|env:NAME",
+    "results": "URL|DIR|s3://...|env:NAME",
+    "ledger": "URL|env:NAME",
     "table": "TABLE",
     "key": "COLUMN",
     "text_column": "COLUMN",

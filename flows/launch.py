@@ -126,10 +126,12 @@ def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:
     if not run_id or params.dry_run:
         return
     from shardwise.errors import ShardwiseError
+    from shardwise.pipeline.destination import find_ledger
     from shardwise.results import Ledger
 
     try:
-        with Ledger(resolve(params.results or params.source)) as ledger:
+        found = find_ledger(params.ledger, params.results or params.source, params.source, resolve)
+        with Ledger(found) as ledger:
             if ledger.load_run(run_id) is None:
                 return  # it failed before it was recorded: nothing to finish
         known = ""

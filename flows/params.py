@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shardwise.errors import ConfigError
 from shardwise.pipeline import RunSpec
-from shardwise.pipeline.spec import DEFAULT_MODEL
+from shardwise.pipeline.spec import DEFAULT_MODEL, EmbeddingChoice, IndexChoice, IndexMetric, ResultsFormat
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.sources.sizing import Sizing
@@ -96,10 +96,38 @@ class ScoreParams(BaseModel):
     )
     results: str | None = Field(
         None,
-        description="Results database URL or connection name; defaults to the source database "
-        "(required for a Parquet source).",
+        description="Where results go: a database URL or connection name (a results table; defaults to "
+        "the source database), or a location, a local directory or s3://bucket/prefix, holding a Delta "
+        "table or Parquet files at LOCATION/RESULTS_TABLE (required for a Parquet source).",
     )
-    results_table: str = Field("shardwise_results", description="Results table name.")
+    results_table: str = Field(
+        "shardwise_results", description="Results table name (in a location: the table's folder name)."
+    )
+    results_format: ResultsFormat | None = Field(
+        None,
+        description="For results in a location: delta (the default; one Delta commit per chunk, "
+        "exactly once) or parquet (one file per chunk, visible once listed in the _manifest folder).",
+    )
+    ledger: str | None = Field(
+        None,
+        description="Where the run ledger (runs, shards, dead letters) lives: a database URL or "
+        "connection name. Default: the results database, else the source database, else an SQLite file "
+        "(LOCATION/shardwise_ledger.db beside local results, ~/.shardwise/ledger.db for S3).",
+    )
+    embedding_type: EmbeddingChoice = Field(
+        "auto",
+        description="How PostgreSQL stores vector outputs: vector or halfvec (pgvector; halfvec halves "
+        "the storage), array (real[]), or auto: an existing table's type, else vector where the pgvector "
+        "extension is (or may be created), else real[].",
+    )
+    index: IndexChoice = Field(
+        "none",
+        description="hnsw: build a pgvector HNSW index on each vector output once the run committed "
+        "(if absent; its build time is logged).",
+    )
+    index_metric: IndexMetric = Field(
+        "cosine", description="The HNSW index's distance: cosine, l2 (Euclidean) or ip (inner product)."
+    )
     shards: int | None = Field(None, ge=1, description="Exactly this many shards (else by rows_per_shard).")
     rows_per_shard: int | None = Field(None, ge=1, description="Rows per shard (default 10000).")
     only_new: bool = Field(
@@ -230,6 +258,11 @@ class ScoreParams(BaseModel):
             source=self.source,
             results=self.results or self.source,
             results_table=self.results_table,
+            results_format=self.results_format,
+            ledger=self.ledger,
+            embedding_type=self.embedding_type,
+            index=self.index,
+            index_metric=self.index_metric,
             model=self.model,
             table=self.table,
             key=self.key,

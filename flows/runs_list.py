@@ -1,4 +1,4 @@
-"""``shardwise runs``: the latest runs of a results database, live, finished or abandoned.
+"""``shardwise runs``: the latest runs of a ledger, live, finished or abandoned.
 
 A run's row in ``shardwise_runs`` says ``running`` from its start until its
 process records the end; a process that was killed never does. Its lease
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from shardwise.pipeline.destination import find_ledger
 from shardwise.results import Ledger, RunListing
 from shardwise.results.codec import utc_now
 from shardwise.results.leases import when
@@ -23,11 +24,12 @@ __all__ = ["print_runs", "runs_table"]
 _HEADER = ("RUN ID", "STATUS", "STARTED (UTC)", "OWNER", "LEASE", "SHARDS", "ROWS")
 
 
-def print_runs(results: str, limit: int = 20) -> None:
-    """Print the latest ``limit`` runs of the results database ``results`` (a URL or ``env:NAME``)."""
-    with Ledger(resolve(results)) as ledger:
-        runs = ledger.recent_runs(limit)
-        url = ledger.url
+def print_runs(results: str | None, limit: int = 20, *, ledger: str | None = None) -> None:
+    """Print the latest ``limit`` runs of the ledger ``ledger``, or of the one runs into ``results`` use
+    by default (see :mod:`shardwise.pipeline.destination`); each a URL or ``env:NAME``."""
+    with Ledger(find_ledger(ledger, results, None, resolve)) as found:
+        runs = found.recent_runs(limit)
+        url = found.url
     if not runs:
         print(f"no runs recorded in {url}")
         return

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from shardwise.errors import TransientError
+from shardwise.pipeline.destination import find_ledger
 from shardwise.tasks.connections import resolve
 from shardwise.watch import EVENT, Backoff, WatchSpec, install_trigger, open_watcher, source_resource
 
@@ -56,7 +57,11 @@ def watch(spec: WatchSpec, *, results: str | None = None, install: bool = False)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    seen = _ledger_seen(resolve(results), spec.source) if results and not spec.table else None
+    seen = (
+        _ledger_seen(find_ledger(None, results, None, resolve), spec.source)
+        if results and not spec.table
+        else None
+    )
     backoff = Backoff()
     while not stop.is_set():
         try:
@@ -71,11 +76,11 @@ def watch(spec: WatchSpec, *, results: str | None = None, install: bool = False)
             watcher.run(stop)
 
 
-def _ledger_seen(results_url: str, location: str) -> Any:
+def _ledger_seen(ledger_url: str, location: str) -> Any:
     """The ledger's scored (object key, ETag) pairs for ``location``, read fresh on every listing."""
     from shardwise.results import Ledger
     from shardwise.sources.parquet.source import open_store
 
     identity = open_store(location).identity
-    ledger = Ledger(results_url)
+    ledger = Ledger(ledger_url)
     return lambda: ledger.seen_objects(identity)

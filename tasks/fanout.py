@@ -48,7 +48,8 @@ def run_shards(
     outcomes: list[ShardOutcome] = []
     failed: dict[int, str] = {}
     with fanout.task_runner() as runner, fanout.task_options():
-        held = Held.of(planned.ref.spec.source, planned.ref.spec.results)
+        spec = planned.ref.spec
+        held = Held.of(spec.source, spec.results, *([spec.ledger] if spec.ledger else []))
         futures = runner.map(
             infer_shard,
             {"ref": unmapped(planned.ref), "shard_id": list(planned.todo), "held": unmapped(held)},

@@ -19,6 +19,7 @@ from shardwise.counts import said
 from shardwise.errors import ShardwiseError
 from shardwise.models import get_spec
 from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score_ref_shard, warm
+from shardwise.pipeline.destination import ledger_url
 from shardwise.redact import redact
 from shardwise.results import Ledger
 from shardwise.tasks.connections import Held, resolve
@@ -115,7 +116,7 @@ def release_run(run_id: str) -> None:
 def _mark_failed(ref: RunRef, shard_id: int, message: str) -> None:
     """Record the error on the shard's ledger row; a ledger that cannot be reached is only logged."""
     try:
-        with Ledger(resolve(ref.spec.results)) as ledger:
+        with Ledger(ledger_url(ref.spec, resolve)) as ledger:
             ledger.mark_shard_failed(ref.run_id, shard_id, message)
     except ShardwiseError as exc:
         get_run_logger().warning("could not record the failure of shard %d: %s", shard_id, redact(str(exc)))

@@ -32,6 +32,7 @@ from typing import Any, Literal, get_args
 
 from shardwise.errors import ConfigError, TransientError
 from shardwise.pipeline import Resolver, RunSpec
+from shardwise.pipeline.destination import ledger_url
 from shardwise.sources import is_sql_url
 from shardwise.words import plural
 
@@ -134,8 +135,14 @@ class Fanout:
             )
         if _on_this_host(results):
             raise ConfigError(
-                f"results database {spec.results!r} is an SQLite file on this host, and {where} may run "
-                f"on other hosts, which cannot write it; pass --results postgresql+psycopg://..., or {local}"
+                f"results {spec.results!r} are on this host (an SQLite file or a local directory), and "
+                f"{where} may run on other hosts, which cannot write them; pass --results "
+                f"postgresql+psycopg://... or s3://..., or {local}"
+            )
+        if _on_this_host(ledger_url(spec, resolve)):
+            raise ConfigError(
+                f"the run's ledger is an SQLite file on this host, and {where} may run on other hosts, "
+                f"which cannot reach it; pass --ledger postgresql+psycopg://..., or {local}"
             )
 
     def task_runner(self) -> Any:

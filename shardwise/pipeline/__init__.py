@@ -17,7 +17,7 @@ from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_s
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision, hardware_precision, warm
 from shardwise.pipeline.shard import PROGRESS_EVERY_S, ShardOutcome, WorkerInfo, score_shard, this_worker
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
-from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
+from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker import Catalogue, WorkerCache, open_spec_source, score_ref_shard
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
     "WorkerCache",
     "WorkerInfo",
     "as_is",
-    "check_connections",
     "check_run",
     "choose_precision",
     "finish_run",

@@ -12,19 +12,27 @@ no database file is created.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from shardwise.device import resolve_device
 from shardwise.generation import with_generation
 from shardwise.model import ModelInfo
+from shardwise.pipeline.destination import (
+    check_destination,
+    ledger_url,
+    open_sink,
+    results_target,
+    sink_layout,
+)
 from shardwise.pipeline.lease import takeover_from
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys
-from shardwise.pipeline.spec import Resolver, RunSpec, check_connections
+from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, open_spec_source
 from shardwise.precision import resolve_precision
-from shardwise.results import Ledger, ResultStore, existing_key_type
+from shardwise.results import Ledger
 from shardwise.results.schema import parse_table_name
-from shardwise.sources import Source
+from shardwise.sources import Source, is_sql_url
 
 __all__ = ["check_run"]
 
@@ -46,15 +54,17 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
     source, idle = open_spec_source(spec, resolve), None
     try:
         source.check()
-        check_connections(spec, source_url, results_url)
-        if _database_exists(results_url):
+        check_destination(spec, source_url, results_url)
+        ledger_url(spec, resolve)  # a --ledger that is no database URL is refused here
+        if not is_sql_url(results_url) or _database_exists(results_url):
             _check_results_table(spec, results_url, model, source)
         if spec.resume is not None or spec.redrive is not None:
-            with Ledger(results_url) as ledger:
+            with Ledger(ledger_url(spec, resolve)) as ledger:
                 if spec.resume is not None:
                     _check_resume(ledger, spec)
                 if spec.redrive is not None:
-                    selection = redrive_keys(ledger, spec.results_table, source, spec.redrive, spec.force)
+                    target = results_target(spec, results_url)
+                    selection = redrive_keys(ledger, target, source, spec.redrive, spec.force)
                     idle = None if selection.keys else _nothing_to_redrive(selection)
     finally:
         source.close()
@@ -72,11 +82,16 @@ def _database_exists(url: str) -> bool:
 
 
 def _check_results_table(spec: RunSpec, results_url: str, model: ModelInfo, source: Source) -> None:
-    """An existing results table has the layout this run writes: the model's outputs, the source's key type
+    """Existing results have the layout this run writes: the model's outputs, the source's key type
     (where the source knows it before planning), the lineage columns and the primary key."""
-    with Ledger(results_url) as ledger:
-        key_type = source.params.get("key_type") or existing_key_type(ledger, spec.results_table) or "text"
-        ResultStore(ledger, spec.results_table, model.outputs, key_type).check_schema()
+    layout = sink_layout(spec, results_url, model.outputs, None)
+    if source.params.get("key_type") in ("int", "text"):
+        layout = dataclasses.replace(layout, key_type=source.params["key_type"])
+    sink = open_sink(spec, results_url, layout)
+    try:
+        sink.check()
+    finally:
+        sink.close()
 
 
 def _check_resume(ledger: Ledger, spec: RunSpec) -> None:

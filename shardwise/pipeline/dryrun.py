@@ -18,6 +18,14 @@ import torch
 from shardwise.errors import ConfigError, InputError
 from shardwise.generation import with_generation
 from shardwise.model import Model
+from shardwise.pipeline.destination import (
+    check_destination,
+    in_source_database,
+    ledger_url,
+    open_sink,
+    results_target,
+    sink_layout,
+)
 from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
@@ -82,24 +90,33 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     info = spec_of.describe()
     precision, _ = hardware_precision(spec, info.outputs)
     version = versioned(info.version, precision)
+    results_url = resolve(spec.results)
+    check_destination(spec, resolve(spec.source), results_url)
     source = open_spec_source(spec, resolve)
-    ledger = Ledger(resolve(spec.results))
+    ledger = Ledger(ledger_url(spec, resolve))
+    asks = (
+        None
+        if in_source_database(spec, resolve)
+        else open_sink(spec, results_url, sink_layout(spec, results_url, info.outputs, None))
+    )
     try:
-        plan = plan_source(spec, source, version, ledger, min_shards=SHARDS_PER_WORKER * workers)
+        plan = plan_source(spec, source, version, ledger, sink=asks, min_shards=SHARDS_PER_WORKER * workers)
         preview = preview_plan(source, plan, model)
         try:
-            current = (
-                plan
-                if spec.only_new
-                else plan_source(dataclasses.replace(spec, only_new=True), source, version, ledger)
-            )
-            already = str(int(current.params.get("skipped_rows") or 0))
+            new_only = dataclasses.replace(spec, only_new=True)
+            current = plan if spec.only_new else plan_source(new_only, source, version, ledger, sink=asks)
+            skipped = current.params.get("skipped_rows")
+            if skipped is None and current.params.get("keyed"):  # only-new as a keyed plan: the rest
+                skipped = source.plan(shards=1).expected_rows - current.expected_rows
+            already = str(int(skipped or 0))
         except ConfigError as exc:
             already = f"unknown ({exc})"
-        unfinished = _unfinished(ledger, spec.results_table)
+        unfinished = _unfinished(ledger, results_target(spec, results_url))
     finally:
         source.close()
         ledger.close()
+        if asks is not None:
+            asks.close()
     sizes = [s.expected_rows for s in plan.shards]
     return {
         "source": plan.identity,

@@ -29,16 +29,24 @@ from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.generation import settings_given
 from shardwise.lineage import code_version
 from shardwise.model import ModelInfo
+from shardwise.pipeline.destination import (
+    check_destination,
+    in_source_database,
+    ledger_url,
+    open_sink,
+    results_target,
+    sink_layout,
+)
 from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper, takeover_from
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision
 from shardwise.pipeline.shard import this_worker
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source, redrive_plan_source
-from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is, check_connections
+from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
 from shardwise.precision import versioned
-from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord, existing_key_type
+from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord
+from shardwise.sinks import Sink
 from shardwise.sources import Source, SourcePlan, is_keyed, plan_objects
-from shardwise.sources.base import KeyType
 from shardwise.words import plural
 
 __all__ = ["PlannedRun", "finish_run", "prepare_run", "score_pending"]
@@ -67,6 +75,8 @@ class PlannedRun:
     """Renews the run's lease until :func:`finish_run` or :meth:`close`."""
     took_over: Takeover | None = None
     """For a resumed run: whom its lease was taken from, and in which state the run was."""
+    sink: Sink | None = None
+    """Where the results go; its :meth:`~shardwise.sinks.Sink.finish` runs once the run completed."""
 
     def describe(self) -> str:
         """One line for the log: the shards over the source, rows expected, shards already done, model."""
@@ -102,7 +112,11 @@ class PlannedRun:
         except ShardwiseError as exc:
             _log.warning("run %s: releasing the planning snapshot failed: %s", self.record.run_id, exc)
         finally:
-            self.ledger.close()
+            try:
+                if self.sink is not None:
+                    self.sink.close()
+            finally:
+                self.ledger.close()
 
 
 def prepare_run(
@@ -133,26 +147,30 @@ def prepare_run(
     unless ``spec.force`` (see :func:`~shardwise.pipeline.lease.takeover_from`).
     """
     source_url, results_url = resolve(spec.source), resolve(spec.results)
-    check_connections(spec, source_url, results_url)
+    check_destination(spec, source_url, results_url)
     spec.check_model(model)
-    ledger, owner, took_over = Ledger(results_url), this_worker().worker, None
+    ledger, owner, took_over = Ledger(ledger_url(spec, resolve, create=True)), this_worker().worker, None
+    sink: Sink | None = None
     try:
         if spec.resume:
             record, plan, took_over = _resume(spec, ledger, model, resolve, owner)
             source = None
+            sink = open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, plan))
         else:
             choice = choose_precision(spec, cache)
-            record, plan, source = _plan_new(
+            record, plan, source, sink = _plan_new(
                 spec, ledger, model, choice, resolve, run_id, started_by, parameters, workers, owner
             )
         done = frozenset(ledger.done_shards(record.run_id))
     except BaseException:
+        if sink is not None:
+            sink.close()
         ledger.close()
         raise
     todo = tuple(s.shard_id for s in plan.shards if s.shard_id not in done)
     ref = RunRef(record.run_id, spec, threads)
     keeper = run_lease_keeper(ledger, record.run_id, owner, spec.lease_s).start()
-    return PlannedRun(ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over)
+    return PlannedRun(ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink)
 
 
 def _plan_new(
@@ -166,15 +184,29 @@ def _plan_new(
     parameters: Mapping[str, Any],
     workers: int,
     owner: str,
-) -> tuple[RunRecord, SourcePlan, Source]:
+) -> tuple[RunRecord, SourcePlan, Source, Sink]:
+    results_url = resolve(spec.results)
     source: Source = open_spec_source(spec, resolve)
+    sink: Sink | None = None
     try:
         if spec.redrive is not None:
-            source = redrive_plan_source(spec, source, ledger, run_id)
+            source = redrive_plan_source(spec, source, ledger, run_id, results_target(spec, results_url))
         version = versioned(model.version, choice.precision)
-        plan = plan_source(spec, source, version, ledger, min_shards=SHARDS_PER_WORKER * workers)
-        key_type = _key_type(plan, ledger, spec.results_table)
-        ResultStore(ledger, spec.results_table, model.outputs, key_type).ensure_schema()
+        # Only-new against a sink other than a results table in the SQL source's own database.
+        asker = (
+            None
+            if not spec.only_new or in_source_database(spec, resolve)
+            else open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, None))
+        )
+        try:
+            plan = plan_source(
+                spec, source, version, ledger, sink=asker, min_shards=SHARDS_PER_WORKER * workers
+            )
+        finally:
+            if asker is not None:
+                asker.close()
+        sink = open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, plan))
+        ResultStore(ledger, sink).ensure_schema()
         record = RunRecord(
             run_id=run_id,
             started_by=started_by,
@@ -186,14 +218,16 @@ def _plan_new(
             code_version=code_version(),
             source_identity=source.identity,
             source_snapshot=plan.snapshot,
-            results_table=spec.results_table,
+            results_table=sink.target,
         )
         # A run id already stored (a retried flow run) keeps its stored record and plan.
         record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.lease_s)
     except BaseException:
+        if sink is not None:
+            sink.close()
         source.close()
         raise
-    return record, plan, source
+    return record, plan, source, sink
 
 
 def _resume(
@@ -210,10 +244,11 @@ def _resume(
         )
     took_over = takeover_from(summary, force=spec.force, owner=owner)
     record, plan = ledger.load(spec.resume)
-    if record.results_table != spec.results_table:
+    target = results_target(spec, resolve(spec.results))
+    if record.results_table != target:
         raise ConfigError(
-            f"run {spec.resume!r} wrote to results table {record.results_table!r}, not "
-            f"{spec.results_table!r}; resume it with --results-table {record.results_table}"
+            f"run {spec.resume!r} wrote its results to {record.results_table!r}, not {target!r}; resume it "
+            "with the --results, --results-table and --results-format it was started with"
         )
     if spec.precision not in ("auto", record.precision):
         raise ConfigError(
@@ -261,6 +296,8 @@ def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
     # A keyed (redrive) plan read some rows of its objects, not the objects: they are not "seen".
     if status == "completed" and plan.kind == "parquet" and not is_keyed(plan):
         planned.ledger.record_objects(record.run_id, record.source_identity, plan_objects(plan))
+    if status == "completed" and planned.sink is not None:
+        planned.sink.finish(record.run_id)  # an ANN index, say: after every shard committed
     return counts
 
 
@@ -279,12 +316,3 @@ def score_pending(planned: PlannedRun, cache: WorkerCache, *, resolve: Resolver 
             finish_run(planned, [shard_id])
             raise
     return finish_run(planned, [])
-
-
-def _key_type(plan: SourcePlan, ledger: Ledger, results_table: str) -> KeyType:
-    key_type = plan.params.get("key_type")
-    if key_type in ("int", "text"):
-        return key_type  # type: ignore[no-any-return]
-    # Nothing was planned (an only-new run with nothing new): no key to store, but the
-    # run is still recorded. Match an existing results table so its layout check passes.
-    return existing_key_type(ledger, results_table) or "text"

@@ -2,31 +2,64 @@
 
 Shared by a run's preparation (:mod:`~shardwise.pipeline.prepare`) and by
 ``shardwise plan`` (:mod:`~shardwise.pipeline.dryrun`), so both plan alike.
+
+Only-new works against every sink, three ways:
+
+* a SQL source whose results table is in the same database: the plan and
+  every shard's read anti-join the results table (the cheapest: nothing
+  leaves the database);
+* a Parquet source: objects whose (key, ETag) a completed run of the
+  ledger already scored are skipped;
+* a SQL source with results elsewhere (another database, Delta, Parquet):
+  the source's rows are read once and fingerprinted, the sink gives the
+  (key, input fingerprint) pairs it holds for the model version
+  (:meth:`~shardwise.sinks.Sink.committed_inputs`), and the run becomes a
+  keyed plan of the keys that are new or whose input changed (its stored
+  plan lists them).
 """
 
 from __future__ import annotations
 
+import logging
+
 from shardwise.errors import ConfigError
+from shardwise.lineage import value_fingerprint
 from shardwise.pipeline.redrive import redrive_source
 from shardwise.pipeline.spec import RunSpec
 from shardwise.results import Ledger
+from shardwise.sinks import Sink
 from shardwise.sources import Source, SourcePlan
-from shardwise.sources.base import NewOnly
+from shardwise.sources.base import Key, NewOnly, ReadFrom
+from shardwise.sources.keyed import KeyedSource
+from shardwise.words import plural
 
 __all__ = ["SHARDS_PER_WORKER", "plan_source", "redrive_plan_source"]
+
+_log = logging.getLogger(__name__)
 
 SHARDS_PER_WORKER = 4
 """Default sizing cuts at least this many shards per worker, rows permitting, so work balances."""
 
 
 def plan_source(
-    spec: RunSpec, source: Source, model_version: str, ledger: Ledger, *, min_shards: int = 1
+    spec: RunSpec,
+    source: Source,
+    model_version: str,
+    ledger: Ledger,
+    *,
+    sink: Sink | None = None,
+    min_shards: int = 1,
 ) -> SourcePlan:
     """Plan ``source`` as ``spec`` asks; with only-new, leave out what ``model_version`` already scored.
 
     ``model_version`` is the version that keys results, precision included
-    (:func:`~shardwise.precision.versioned`).
+    (:func:`~shardwise.precision.versioned`). ``sink`` is where results go
+    when they are not a results table in the SQL source's own database
+    (None when they are): only-new then asks it what it holds.
     """
+    if spec.only_new and source.kind == "sql" and sink is not None:
+        keyed = KeyedSource(source, _new_keys(source, sink, model_version), kind_label="only-new")
+        return keyed.plan(shards=spec.shards, rows_per_shard=spec.rows_per_shard, min_shards=min_shards)
     return source.plan(
         shards=spec.shards,
         rows_per_shard=spec.rows_per_shard,
@@ -44,9 +77,24 @@ def _new_only(spec: RunSpec, source: Source, model_version: str, ledger: Ledger)
     return NewOnly(model_version, spec.results_table)
 
 
-def redrive_plan_source(spec: RunSpec, source: Source, ledger: Ledger, run_id: str) -> Source:
-    """``source`` restricted to the dead-lettered keys of run ``spec.redrive`` that are to be scored again."""
+def _new_keys(source: Source, sink: Sink, model_version: str) -> list[Key]:
+    """Keys of ``source`` whose row ``sink`` does not hold for ``model_version`` with this input."""
+    held = dict(sink.committed_inputs(model_version))
+    plan = source.plan(shards=1)
+    keys: list[Key] = []
+    for shard in plan.shards:
+        with source.open_reader(plan, shard, ReadFrom()) as reader:
+            for row in reader.rows:
+                if held.get(str(row.key)) != value_fingerprint(row.value):
+                    keys.append(row.key)
+    _log.info("only-new: %s of %s in %s", plural(len(keys), "row"), plan.expected_rows, sink.target)
+    return keys
+
+
+def redrive_plan_source(spec: RunSpec, source: Source, ledger: Ledger, run_id: str, target: str) -> Source:
+    """``source`` restricted to the dead-lettered keys of run ``spec.redrive`` that are to be scored again;
+    ``target`` is where results go, as the ledger records it (``RunRecord.results_table``)."""
     assert spec.redrive is not None
     if spec.redrive == run_id:
         raise ConfigError(f"a redrive of run {run_id!r} is a new run: give it another run id")
-    return redrive_source(ledger, spec.results_table, source, spec.redrive, force=spec.force)
+    return redrive_source(ledger, target, source, spec.redrive, force=spec.force)

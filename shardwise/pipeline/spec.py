@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from shardwise.errors import ConfigError
 from shardwise.generation import ChatMode, GenerationSettings, placeholders
@@ -19,15 +20,28 @@ from shardwise.model import ModelInfo
 from shardwise.pipeline.chunks import ChunkConfig
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precision
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
-from shardwise.sources import is_sql_url
 from shardwise.sources.sizing import Sizing
 
-__all__ = ["Resolver", "RunRef", "RunSpec", "as_is", "check_connections"]
+__all__ = [
+    "EmbeddingChoice",
+    "IndexChoice",
+    "IndexMetric",
+    "Resolver",
+    "ResultsFormat",
+    "RunRef",
+    "RunSpec",
+    "as_is",
+]
 
 Resolver = Callable[[str], str]
 """Turns a connection (a URL, a path, or a name such as ``env:NAME``) into the URL or path it stands for."""
 
 _NAMES = ("env:", "secret:", "held:")
+
+ResultsFormat = Literal["delta", "parquet"]
+EmbeddingChoice = Literal["auto", "array", "vector", "halfvec"]
+IndexChoice = Literal["none", "hnsw"]
+IndexMetric = Literal["cosine", "l2", "ip"]
 
 
 def as_is(connection: str) -> str:
@@ -52,6 +66,8 @@ class RunSpec:
 
     source: str
     results: str
+    """A database URL, or a location (a local directory, ``s3://bucket/prefix``): see
+    :mod:`shardwise.pipeline.destination`."""
     results_table: str
     model: str = DEFAULT_MODEL
     table: str | None = None
@@ -95,6 +111,17 @@ class RunSpec:
     """A JSON Schema, as JSON text: generated outputs must be JSON valid under it (else dead letters)."""
     unconstrained: bool = False
     """With ``json_schema``: only validate the outputs; decoding is not held to the schema."""
+    ledger: str | None = None
+    """Where the run ledger lives (a database URL or name); None: the default of
+    :mod:`shardwise.pipeline.destination` (the results database, else the source's, else a file)."""
+    results_format: ResultsFormat | None = None
+    """For results in a location: a Delta table (None means delta) or Parquet files."""
+    embedding_type: EmbeddingChoice = "auto"
+    """How PostgreSQL stores vector outputs: pgvector's ``vector``/``halfvec``, or ``real[]`` (``array``);
+    ``auto`` keeps an existing table's type, else ``vector`` where pgvector is, else ``real[]``."""
+    index: IndexChoice = "none"
+    """``hnsw``: an HNSW index on each vector output once the run committed (pgvector)."""
+    index_metric: IndexMetric = "cosine"
 
     def __post_init__(self) -> None:
         self._check_prompt()
@@ -123,10 +150,28 @@ class RunSpec:
                 "force applies to a redrive (score every dead letter) or a resume (take over a run "
                 "another process holds); pass redrive=RUN_ID or resume=RUN_ID, or drop force"
             )
+        self._check_choices()
         if not isinstance(self.lease_s, (int, float)) or not MIN_LEASE_S <= self.lease_s <= MAX_LEASE_S:
             raise ConfigError(
                 f"lease_s must be seconds from {MIN_LEASE_S:g} to {MAX_LEASE_S:g}; got {self.lease_s!r} "
                 f"(the default is {LEASE_S:g})"
+            )
+
+    def _check_choices(self) -> None:
+        choices = {
+            "results_format": (None, *get_args(ResultsFormat)),
+            "embedding_type": get_args(EmbeddingChoice),
+            "index": get_args(IndexChoice),
+            "index_metric": get_args(IndexMetric),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                shown = ", ".join(str(a) for a in allowed if a is not None)
+                raise ConfigError(f"{name} must be one of {shown}; got {getattr(self, name)!r}")
+        if self.index != "none" and self.embedding_type == "array":
+            raise ConfigError(
+                "index hnsw needs pgvector columns, and embedding_type 'array' stores real[]; give "
+                "--embedding-type vector, halfvec or auto, or drop --index"
             )
 
     def generation(self) -> GenerationSettings | None:
@@ -187,29 +232,6 @@ class RunSpec:
                 f"{self.text_pair_column!r} cannot be scored with it; drop --text-pair-column, or choose a "
                 "model that scores pairs (a cross-encoder or sequence-classification directory, tiny)"
             )
-
-
-def check_connections(spec: RunSpec, source_url: str, results_url: str) -> None:
-    """The rules that need the resolved URLs: where results may go for this source."""
-    if not is_sql_url(results_url):
-        raise ConfigError(
-            f"results must go to a database (postgresql+psycopg://... or sqlite:///...); got "
-            f"{spec.results!r}. A Parquet source needs --results; a database source defaults to itself"
-        )
-    if spec.only_new and is_sql_url(source_url) and _db_of(source_url) != _db_of(results_url):
-        raise ConfigError(
-            "only_new on a SQL source anti-joins the results table inside the source database, "
-            "so results must be written to the same database as the source; point --results at "
-            "the source URL"
-        )
-
-
-def _db_of(url: str) -> str:
-    """A URL without its credentials and query, to compare which database two URLs name."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    return f"{parsed.get_backend_name()}://{parsed.host or ''}:{parsed.port or ''}/{parsed.database or ''}"
 
 
 @dataclass(frozen=True)

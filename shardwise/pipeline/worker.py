@@ -6,7 +6,8 @@ in a per-process :class:`WorkerCache`:
 
 * the **model**, loaded once per (name, device) and reused by every later
   shard of any run (the Ray-actor / datatrove-rank pattern);
-* per run, the **source**, the **results store** and the run's **record and
+* per run, the **source**, the **ledger** and the **sink** (together a
+  :class:`~shardwise.results.ResultStore`), and the run's **record and
   plan**, read from the ledger, never planned again, so every worker scores
   exactly the shard boundaries the run stored.
 
@@ -38,10 +39,12 @@ from shardwise.errors import ConfigError
 from shardwise.generation import GenerationSettings, Generative, with_generation
 from shardwise.model import Model, ModelInfo, ModelSpec
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, ChunkConfig
+from shardwise.pipeline.destination import ledger_url, open_sink
 from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.precision import Precision, agreement, resolve_precision, versioned
 from shardwise.results import Ledger, ResultStore, RunRecord
+from shardwise.sinks import Layout
 from shardwise.sources import KeyedSource, ParquetSource, Source, SourcePlan, SqlSource, is_keyed, open_source
 from shardwise.sources.base import KeyType, Shard
 
@@ -179,12 +182,13 @@ class WorkerCache:
 
 
 def _open_run(ref: RunRef, model: Model, resolve: Resolver) -> _Run:
-    ledger = Ledger(resolve(ref.spec.results))
+    ledger = Ledger(ledger_url(ref.spec, resolve))
     try:
         record, plan = ledger.load(ref.run_id)
         _check_version(record, model)
         key_type: KeyType = "int" if plan.params.get("key_type") == "int" else "text"
-        store = ResultStore(ledger, record.results_table, model.outputs, key_type)
+        sink = open_sink(ref.spec, resolve(ref.spec.results), Layout(tuple(model.outputs), key_type))
+        store = ResultStore(ledger, sink)
     except BaseException:
         ledger.close()
         raise

@@ -1,10 +1,10 @@
-"""The results store: the results table, the run ledger, and the exactly-once shard merge.
+"""The run ledger, and the exactly-once commit of a shard's chunks to a sink.
 
-Start at :class:`Ledger` (runs, shards, dead letters, objects) and
-:class:`ResultStore` (a results table, written through a ledger). A shard's
-rows are scored in chunks; each chunk reaches the results table in one transaction that also
-stores its dead letters and its chunk mark (:class:`ChunkWriter`), and the shard is marked done
-after its last chunk.
+Start at :class:`Ledger` (runs, shards, chunk marks, dead letters, objects)
+and :class:`ResultStore` (a ledger with the :class:`~shardwise.sinks.Sink`
+a run writes to). A shard's rows are scored in chunks; each chunk is
+committed to the sink once, then marked in the ledger with its dead letters
+(:class:`ChunkWriter`), and the shard is marked done after its last chunk.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from shardwise.results.outcomes import (
 )
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.results.schema import parse_table_name
-from shardwise.results.store import ResultStore, existing_key_type
+from shardwise.results.store import ResultStore
 
 __all__ = [
     "Chunk",
@@ -49,7 +49,6 @@ __all__ = [
     "ShardReport",
     "StoredDeadLetter",
     "StoredShard",
-    "existing_key_type",
     "parse_table_name",
     "read_marks",
 ]

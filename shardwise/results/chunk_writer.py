@@ -1,23 +1,34 @@
-"""One shard attempt's chunk writer: each chunk merged exactly once, then the shard marked done.
+"""One shard attempt's chunk writer: each chunk committed to the sink exactly once, then marked in the
+ledger; the shard marked done after its last chunk.
 
 ::
 
-    with store.chunk_writer(run, shard_id=3, attempt=1) as writer:
+    with ChunkWriter(ledger, sink, run, shard_id=3, attempt=1) as writer:
         start = writer.start()                  # after the chunks already committed
         for chunk in chunks_from(start):        # the rows of each chunk, held in memory
-            writer.commit(chunk)                # stage, merge, mark: one retried step
+            writer.commit(chunk)                # sink commit, then ledger mark
         totals = writer.finish(report)          # None: the shard was already done
 
-:meth:`ChunkWriter.commit` stages the chunk in connection-private TEMP tables
-(binary ``COPY`` on PostgreSQL), then, in one transaction, locks the shard's
-ledger row, returns if the shard is done or the chunk's mark exists, merges
-the rows (see :mod:`shardwise.results.merge`), stores the dead letters and
-inserts the chunk's mark (:mod:`shardwise.results.chunk_marks`). The chunk
-is in memory, so when any of that fails with a
-:class:`~shardwise.errors.TransientError` the whole step runs again on a new
-connection (:mod:`shardwise.results.db_retry`); nothing is scored again.
+:meth:`ChunkWriter.commit` takes three steps, each retried on its own when
+it fails with a :class:`~shardwise.errors.TransientError`
+(:mod:`shardwise.results.db_retry`); the chunk is in memory, so nothing is
+scored again:
+
+1. a read of the ledger: a shard already done, or a chunk already marked,
+   is not written again;
+2. the sink's commit (:class:`~shardwise.sinks.Sink`): the rows and the
+   sink's record of the chunk, atomically and once (a chunk whose record
+   exists is not written again, and its stored position and counts come back);
+3. one ledger transaction that locks the shard's row and inserts the chunk's
+   dead letters and mark (:mod:`shardwise.results.chunk_marks`), with the
+   counts the sink recorded.
+
+The sink's commit is the commit point. A kill between steps 2 and 3 leaves
+a chunk the sink holds and the ledger does not mark: the next attempt
+starts at that chunk, scores it again, finds its sink commit in step 2 and
+writes nothing there, then marks it with this scoring's dead letters.
 :meth:`ChunkWriter.finish` marks the shard done with the sum of all its
-chunk marks, in the same way.
+chunk marks.
 """
 
 from __future__ import annotations
@@ -26,24 +37,22 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
 from shardwise.counts import count_columns, counts_of_rows
-from shardwise.dberrors import mapped_errors
-from shardwise.model import OutputColumn
 from shardwise.results import chunk_marks, shard_sql
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals
-from shardwise.results.codec import utc_now
-from shardwise.results.connect import write_transaction
+from shardwise.results.codec import check_key, utc_now
 from shardwise.results.db_retry import DbRetry, retry_step
-from shardwise.results.merge import Lineage, MergeCounts, merge_rows
+from shardwise.results.merge import Lineage, MergeCounts
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
-from shardwise.results.schema import stage_table
-from shardwise.results.staging import Staging
-from shardwise.sources.base import KeyType
+from shardwise.sinks.base import Sink, SinkChunk, SinkCommit
+
+if TYPE_CHECKING:
+    from shardwise.results.ledger import Ledger
 
 __all__ = ["Chunk", "ChunkCommit", "ChunkWriter"]
 
@@ -76,10 +85,11 @@ class Chunk:
 class ChunkCommit:
     """What committing a chunk did.
 
-    ``merged``: this writer merged it. ``already``: its mark existed (an
-    earlier try whose commit answer was lost, or another writer), and
-    ``stored_position`` is the position recorded then. ``shard_done``: the
-    shard is done; nothing more of it may be written.
+    ``merged``: this writer marked it (its sink commit by this writer, or,
+    after a kill, by an earlier attempt at the same position). ``already``:
+    another writer committed it at ``stored_position`` (the position
+    recorded then). ``shard_done``: the shard is done; nothing more of it may
+    be written.
     """
 
     status: Literal["merged", "already", "shard_done"]
@@ -88,52 +98,53 @@ class ChunkCommit:
 
 
 class ChunkWriter(Closing):
-    """Commits one shard attempt's chunks, each exactly once, and marks the shard done after the last.
-
-    The writer keeps one connection between chunks and drops it after any
-    failure; its staging tables live and die with it. Not for sharing
-    between threads.
-    """
+    """Commits one shard attempt's chunks to ``sink``, each exactly once, marks them in ``ledger``, and
+    marks the shard done after the last. Not for sharing between threads."""
 
     def __init__(
         self,
-        engine: sa.Engine,
-        results: sa.Table,
-        outputs: tuple[OutputColumn, ...],
-        key_type: KeyType,
+        ledger: Ledger,
+        sink: Sink,
         run: RunRecord,
         shard_id: int,
         attempt: int,
         retry: DbRetry | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._engine, self._results, self._outputs, self._key_type = engine, results, outputs, key_type
+        self._ledger, self._sink = ledger, sink
         self.run, self.shard_id, self.attempt = run, shard_id, attempt
         self._retry = retry or DbRetry()
         self._sleep = sleep
-        self._conn: sa.Connection | None = None
 
     def close(self) -> None:
-        """Drop the staging tables and return the connection; a broken one is discarded instead."""
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        try:
-            Staging(conn, stage_table(self._results), self._outputs, self._key_type, "").drop()
-        except Exception:
-            conn.invalidate()  # unusable (dropped, aborted); its TEMP tables go with it
-        finally:
-            conn.close()
+        """Nothing held between steps: each takes a pooled connection of its own."""
 
     def start(self) -> ChunkStart:
-        """Where this attempt starts: after the shard's last committed chunk (retried like a commit)."""
+        """Where this attempt starts: after the shard's last chunk the ledger marks."""
         return self._retried(f"read the chunks of shard {self.shard_id}", self._read_start)
 
     def commit(self, chunk: Chunk) -> ChunkCommit:
-        """Stage and merge ``chunk`` and write its mark, once; see the module docstring."""
-        return self._retried(
-            f"commit chunk {chunk.number} of shard {self.shard_id}", lambda: self._commit_once(chunk)
+        """Commit ``chunk`` to the sink and mark it in the ledger, once; see the module docstring."""
+        what = f"chunk {chunk.number} of shard {self.shard_id}"
+        seen = self._retried(f"check {what}", lambda: self._seen(chunk.number))
+        if seen is not None:
+            return seen
+        lineage = Lineage(
+            self.run.model_name,
+            self.run.model_version,
+            self.run.code_version,
+            chunk.input_snapshot or self.run.source_snapshot,
+            self.run.run_id,
+            self.shard_id,
+            utc_now(),
         )
+        piece = SinkChunk(self.run.run_id, self.shard_id, chunk.number, chunk.rows, lineage, chunk.position)
+        landed = self._retried(f"commit {what} to {self._sink.target}", lambda: self._sink.commit(piece))
+        if dict(landed.position) != dict(chunk.position):
+            # Another attempt, reading another snapshot, committed it first: the caller starts again
+            # after it (its dead letters were that attempt's; it marks the chunk, or a retry does).
+            return ChunkCommit("already", stored_position=landed.position)
+        return self._retried(f"mark {what}", lambda: self._mark(chunk, landed))
 
     def finish(self, report: ShardReport) -> ChunkTotals | None:
         """Mark the shard done with the sum of its chunk marks; None when it was done already.
@@ -147,63 +158,38 @@ class ChunkWriter(Closing):
         return self._retried(f"mark shard {self.shard_id} done", lambda: self._finish_once(report))
 
     def _retried(self, what: str, step: Callable[[], T]) -> T:
-        return retry_step(step, what=what, policy=self._retry, reset=self._discard, sleep=self._sleep)
-
-    def _discard(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.invalidate()
-            conn.close()
-
-    def _connection(self, action: str) -> sa.Connection:
-        if self._conn is None:
-            with mapped_errors(action, self._engine.url):
-                self._conn = self._engine.connect()
-        return self._conn
+        return retry_step(step, what=what, policy=self._retry, reset=_nothing, sleep=self._sleep)
 
     def _read_start(self) -> ChunkStart:
-        action = f"read the chunks of shard {self.shard_id}"
-        conn = self._connection(action)
-        with mapped_errors(action, self._engine.url), conn.begin():
+        with self._ledger.reading(f"read the chunks of shard {self.shard_id}") as conn:
             return chunk_marks.chunk_start(conn, self.run.run_id, self.shard_id)
 
-    def _commit_once(self, chunk: Chunk) -> ChunkCommit:
-        what = f"chunk {chunk.number} of shard {self.shard_id}"
-        conn = self._connection(f"open staging for {what}")
-        staging = Staging(
-            conn, stage_table(self._results), self._outputs, self._key_type, self.run.results_table
-        )
-        with mapped_errors(f"stage {what}", self._engine.url):
-            staging.create()  # drops what an earlier chunk staged on this connection
-            staging.add_rows(chunk.rows)
-            staging.add_dead_letters(chunk.dead)
-            staging.drop_duplicates()
-            staging.analyze()
-        with mapped_errors(f"merge {what}", self._engine.url):
-            return self._merge(staging, chunk)
+    def _seen(self, number: int) -> ChunkCommit | None:
+        with self._ledger.reading(f"check chunk {number} of shard {self.shard_id}") as conn:
+            return self._marked(conn, shard_sql.shard_status(conn, self.run.run_id, self.shard_id), number)
 
-    def _merge(self, staging: Staging, chunk: Chunk) -> ChunkCommit:
-        conn, run, now = staging.conn, self.run, utc_now()
-        with write_transaction(conn) as tx:
-            if shard_sql.lock_shard(conn, run.run_id, self.shard_id) == "done":
-                tx.rollback()
-                return ChunkCommit("shard_done")
-            stored = chunk_marks.chunk_position(conn, run.run_id, self.shard_id, chunk.number)
-            if stored is not None:
-                tx.rollback()
-                return ChunkCommit("already", stored_position=stored)
-            lineage = Lineage(
-                run.model_name,
-                run.model_version,
-                run.code_version,
-                chunk.input_snapshot or run.source_snapshot,
-                run.run_id,
-                self.shard_id,
-                now,
-            )
-            counts = merge_rows(conn, self._results, staging.stage, staging.rows, lineage)
-            shard_sql.merge_dead_letters(
-                conn, run.run_id, self.shard_id, self.attempt, run.results_table, now
+    def _marked(self, conn: sa.Connection, status: str, number: int) -> ChunkCommit | None:
+        if status == "done":
+            return ChunkCommit("shard_done")
+        stored = chunk_marks.chunk_position(conn, self.run.run_id, self.shard_id, number)
+        return None if stored is None else ChunkCommit("already", stored_position=stored)
+
+    def _mark(self, chunk: Chunk, landed: SinkCommit) -> ChunkCommit:
+        run, now = self.run, utc_now()
+        with self._ledger.writing(f"mark chunk {chunk.number} of shard {self.shard_id}") as conn:
+            status = shard_sql.lock_shard(conn, run.run_id, self.shard_id)
+            seen = self._marked(conn, status, chunk.number)
+            if seen is not None:
+                return seen
+            layout = self._sink.layout
+            letters = [
+                dataclasses.replace(
+                    dl, key=None if dl.key is None else check_key(dl.key, layout.key_type, run.results_table)
+                )
+                for dl in chunk.dead
+            ]
+            shard_sql.insert_dead_letters(
+                conn, run.run_id, self.shard_id, self.attempt, run.results_table, now, letters
             )
             mark = ChunkMark(
                 self.shard_id,
@@ -213,22 +199,20 @@ class ChunkWriter(Closing):
                 rows_out=len(chunk.rows),
                 rows_failed=len(chunk.dead),
                 rows_truncated=chunk.rows_truncated,
-                rows_inserted=counts.inserted,
-                rows_updated=counts.updated,
-                rows_unchanged=counts.unchanged,
+                rows_inserted=landed.inserted,
+                rows_updated=landed.updated,
+                rows_unchanged=landed.unchanged,
                 position=chunk.position,
-                counts=counts_of_rows((r.values for r in chunk.rows), count_columns(self._outputs)),
+                counts=counts_of_rows((r.values for r in chunk.rows), count_columns(layout.outputs)),
             )
             chunk_marks.insert_mark(conn, run.run_id, mark, now)
+        counts = MergeCounts(landed.inserted, landed.updated, landed.unchanged)
         return ChunkCommit("merged", counts)
 
     def _finish_once(self, report: ShardReport) -> ChunkTotals | None:
-        action = f"mark shard {self.shard_id} done"
-        conn = self._connection(action)
         run_id = self.run.run_id
-        with mapped_errors(action, self._engine.url), write_transaction(conn) as tx:
+        with self._ledger.writing(f"mark shard {self.shard_id} done") as conn:
             if shard_sql.lock_shard(conn, run_id, self.shard_id) == "done":
-                tx.rollback()
                 return None
             totals = chunk_marks.chunk_totals(conn, run_id, self.shard_id)
             report = dataclasses.replace(
@@ -251,3 +235,7 @@ class ChunkWriter(Closing):
             }
             shard_sql.mark_shard_done(conn, run_id, self.shard_id, report, merged)
         return totals
+
+
+def _nothing() -> None:
+    """Each step opens its own connection: nothing to reset between tries."""

@@ -21,6 +21,7 @@ from shardwise.sources.base import KeyType
 __all__ = [
     "LEDGER_TABLES",
     "LINEAGE_COLUMNS",
+    "SINK_TABLES",
     "STAGE_TABLE",
     "check_layout",
     "expected_layout",
@@ -38,7 +39,9 @@ LEDGER_TABLES = (
     "shardwise_objects",
 )
 STAGE_TABLE = "shardwise_stage"
-_RESERVED = {*LEDGER_TABLES, STAGE_TABLE, "shardwise_dead_stage"}
+SINK_TABLES = ("shardwise_commits",)
+"""The SQL sink's own table, in the results database (see ``sql/common/sink_commits_schema.sql``)."""
+_RESERVED = {*LEDGER_TABLES, *SINK_TABLES, STAGE_TABLE, "shardwise_watch_state"}
 LINEAGE_COLUMNS = (
     "truncated",
     "model_name",

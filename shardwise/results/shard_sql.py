@@ -8,29 +8,30 @@ dead letters and the shard's done-mark can share one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.results.codec import bind_timestamp, decode_row, encode_json
+from shardwise.results.codec import bind_timestamp, decode_row, encode_json, key_text
 from shardwise.results.leases import expiry
 from shardwise.results.outcomes import ShardProgress, StoredDeadLetter, StoredShard
-from shardwise.results.records import ShardReport
+from shardwise.results.records import DeadLetter, ShardReport
 from shardwise.results.sqlfiles import statement
 
 __all__ = [
     "dead_letters",
     "done_shards",
+    "insert_dead_letters",
     "lock_shard",
     "mark_shard_done",
     "mark_shard_failed",
-    "merge_dead_letters",
     "record_attempt",
     "record_progress",
     "shard_progress",
+    "shard_status",
     "shards",
 ]
 
@@ -39,10 +40,19 @@ def done_shards(conn: sa.Connection, run_id: str) -> set[int]:
     return {int(r[0]) for r in conn.execute(statement(conn, "shards_done"), {"run_id": run_id})}
 
 
+def shard_status(conn: sa.Connection, run_id: str, shard_id: int) -> str:
+    """The shard's status, unlocked; a :class:`ConfigError` when the plan has no such shard."""
+    return _status(conn, "shard_status", run_id, shard_id)
+
+
 def lock_shard(conn: sa.Connection, run_id: str, shard_id: int) -> str:
     """Lock the shard's ledger row for this transaction and return its status."""
+    return _status(conn, "shard_lock", run_id, shard_id)
+
+
+def _status(conn: sa.Connection, name: str, run_id: str, shard_id: int) -> str:
     status = conn.execute(
-        statement(conn, "shard_lock"), {"run_id": run_id, "shard_id": shard_id}
+        statement(conn, name), {"run_id": run_id, "shard_id": shard_id}
     ).scalar_one_or_none()
     if status is None:
         raise ConfigError(
@@ -52,17 +62,36 @@ def lock_shard(conn: sa.Connection, run_id: str, shard_id: int) -> str:
     return str(status)
 
 
-def merge_dead_letters(
-    conn: sa.Connection, run_id: str, shard_id: int, attempt: int, results_table: str, now: datetime
+def insert_dead_letters(
+    conn: sa.Connection,
+    run_id: str,
+    shard_id: int,
+    attempt: int,
+    results_table: str,
+    now: datetime,
+    letters: Sequence[DeadLetter],
 ) -> None:
-    params = {
+    """Store a chunk's dead letters (keys stored as text); call it in the ledger transaction that marks
+    the chunk."""
+    base = {
         "run_id": run_id,
         "shard_id": shard_id,
         "attempt": attempt,
         "created_at": bind_timestamp(conn, now),
         "results_table": results_table,
     }
-    conn.execute(statement(conn, "dead_letters_merge"), params)
+    params = [
+        {
+            **base,
+            "source_key": key_text(dl.key),  # type: ignore[arg-type]
+            "error_class": dl.error_class,
+            "message": dl.message,
+            "input_fingerprint": dl.input_fingerprint,
+        }
+        for dl in letters
+    ]
+    if params:
+        conn.execute(statement(conn, "dead_letters_insert"), params)
 
 
 def mark_shard_done(

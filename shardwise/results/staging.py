@@ -1,4 +1,4 @@
-"""A shard's staging area: rows and dead letters wait in connection-private TEMP tables until the merge.
+"""A chunk's staging area: its rows wait in a connection-private TEMP table until the SQL sink merges them.
 
 Streaming into the database as rows arrive keeps the writer's memory flat in
 the shard's size. PostgreSQL loads rows with binary ``COPY`` (psycopg 3);
@@ -22,8 +22,8 @@ from psycopg.adapt import Dumper
 
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
-from shardwise.results.codec import as_vector, check_key, key_text, pg_binary_float4_array
-from shardwise.results.records import DeadLetter, ResultRow
+from shardwise.results.codec import as_vector, check_key, pg_binary_float4_array
+from shardwise.results.records import ResultRow
 from shardwise.results.sqlfiles import load_sql, query
 from shardwise.sources.base import KeyType
 
@@ -47,7 +47,7 @@ class _Float4ArrayDumper(Dumper):
 
 
 class Staging:
-    """The two TEMP tables of one writer's connection, and how rows get into them."""
+    """The TEMP table of one writer's connection, and how rows get into it."""
 
     def __init__(
         self,
@@ -64,14 +64,12 @@ class Staging:
         self.table_name = table_name
         self.dialect = conn.dialect.name
         self.rows = 0
-        self.dead = 0
 
     def create(self) -> None:
-        """Create both tables, dropping leftovers a broken writer may have left on a pooled connection."""
+        """Create the table, dropping leftovers a broken writer may have left on a pooled connection."""
         with self.conn.begin():
             self._drop_tables()
             self.conn.execute(sa.schema.CreateTable(self.stage))
-            self.conn.execute(query(self.dialect, "dead_stage_create"))
 
     def drop(self) -> None:
         with self.conn.begin():
@@ -79,7 +77,6 @@ class Staging:
 
     def _drop_tables(self) -> None:
         self.conn.execute(sa.schema.DropTable(self.stage, if_exists=True))
-        self.conn.execute(query(self.dialect, "dead_stage_drop"))
 
     def _row(self, row: ResultRow) -> list[Any]:
         """One staged row in column order: seq, key, outputs, truncated, input_fingerprint."""
@@ -126,26 +123,6 @@ class Staging:
                 copy.set_types(kinds)
                 for row in rows:
                     copy.write_row(self._row(row))
-
-    def add_dead_letters(self, rows: Sequence[DeadLetter]) -> None:
-        """Stage dead letters in one transaction; they reach ``shardwise_errors`` only with the merge."""
-        if not rows:
-            return
-        params = []
-        for dl in rows:
-            key = None if dl.key is None else check_key(dl.key, self.key_type, self.table_name)
-            params.append(
-                {
-                    "seq": self.dead,
-                    "source_key": key_text(key),
-                    "error_class": dl.error_class,
-                    "message": dl.message,
-                    "input_fingerprint": dl.input_fingerprint,
-                }
-            )
-            self.dead += 1
-        with self.conn.begin():
-            self.conn.execute(query(self.dialect, "dead_stage_insert"), params)
 
     def drop_duplicates(self) -> int:
         """Keep only the last staged row of each key; returns how many earlier copies went.

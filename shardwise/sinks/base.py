@@ -92,6 +92,9 @@ class Sink(Protocol):
     def ensure(self) -> None:
         """Create the target if missing, check an existing one; idempotent, safe from several processes."""
 
+    def stored_key_type(self) -> KeyType | None:
+        """The key type of the rows already stored; None when the target does not exist yet."""
+
     def commit(self, chunk: SinkChunk) -> SinkCommit:
         """Write the chunk's rows and its commit record atomically, once (see the module docstring).
 

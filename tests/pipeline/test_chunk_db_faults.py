@@ -22,7 +22,7 @@ from pg_faults import BackendKiller
 from shardwise.errors import TransientError
 from shardwise.model import Model
 from shardwise.pipeline import ChunkConfig, score_shard
-from shardwise.results import DbRetry, Ledger, ResultStore, RunCounts, RunRecord, read_marks
+from shardwise.results import DbRetry, ResultStore, RunCounts, RunRecord, read_marks
 from shardwise.sources import SqlSource
 from shardwise.sources.base import SourcePlan
 from shardwise.stats import BatchStats
@@ -37,7 +37,7 @@ def _run(
     url: str, source: SqlSource, plan: SourcePlan, model: Model, table: str, retry: DbRetry
 ) -> tuple[ResultStore, RunRecord, int]:
     """Score every shard, each under a task's retry loop; returns the rows forward passes took."""
-    store = ResultStore(Ledger(url), table, model.outputs, "int")
+    store = ResultStore.sql(url, table, model.outputs, "int")
     store.ensure_schema()
     run = RunRecord(
         table, "test", {}, model.name, model.version, "code-1", plan.identity, plan.snapshot, table

@@ -24,7 +24,7 @@ from shardwise.config import EngineConfig
 from shardwise.errors import ConfigError
 from shardwise.model import Model
 from shardwise.pipeline import ChunkConfig, ShardOutcome, score_shard
-from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord, read_marks
+from shardwise.results import ResultStore, RunCounts, RunRecord, read_marks
 from shardwise.sources import ParquetSource, SqlSource
 from shardwise.sources.base import Source, SourcePlan
 from shardwise.stats import BatchStats
@@ -50,7 +50,7 @@ class Shard0:
 
     def store(self, table: str) -> ResultStore:
         key_type = "int" if self.plan.params.get("key_type") == "int" else "text"
-        store = ResultStore(Ledger(self.url), table, self.model.outputs, key_type)
+        store = ResultStore.sql(self.url, table, self.model.outputs, key_type)
         store.ensure_schema()
         return store
 

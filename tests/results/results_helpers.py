@@ -19,7 +19,6 @@ from shardwise.results import (
     ChunkStart,
     DbRetry,
     DeadLetter,
-    Ledger,
     MergeOutcome,
     ResultRow,
     ResultStore,
@@ -46,7 +45,7 @@ def make_store(
     key_type: Literal["int", "text"] = "int",
     outputs: tuple[OutputColumn, ...] = OUTPUTS,
 ) -> ResultStore:
-    return ResultStore(Ledger(url), table, outputs, key_type)
+    return ResultStore.sql(url, table, outputs, key_type)
 
 
 def started_run(url: str) -> RunRecord:
@@ -65,7 +64,8 @@ def impatient_store(sqlite_url: str, busy_ms: int) -> ResultStore:
     """
     store = make_store(sqlite_url)
     pragma = f"PRAGMA busy_timeout = {int(busy_ms)}"
-    sa.event.listen(store.ledger.engine, "connect", lambda dbapi, _rec: dbapi.execute(pragma))
+    for engine in (store.ledger.engine, store.sink.engine):  # type: ignore[attr-defined]
+        sa.event.listen(engine, "connect", lambda dbapi, _rec: dbapi.execute(pragma))
     return store
 
 

@@ -11,7 +11,7 @@ import pytest
 from results_helpers import make_report, make_run, whole_chunk
 
 from shardwise.model import OutputColumn
-from shardwise.results import ChunkStart, Ledger, ResultRow, ResultStore
+from shardwise.results import ChunkStart, ResultRow, ResultStore
 from shardwise.sources.base import Shard, SourcePlan
 
 ROWS, DIM, CHUNK = 50_000, 384, 1_000
@@ -27,7 +27,7 @@ def _chunks() -> Iterator[list[ResultRow]]:
 @pytest.mark.postgres
 def test_fifty_thousand_384d_rows_merge_in_flat_memory(pg_url: str) -> None:
     outputs = (OutputColumn("embedding", "vector", DIM),)
-    with ResultStore(Ledger(pg_url), "big", outputs, "int") as store:
+    with ResultStore.sql(pg_url, "big", outputs, "int") as store:
         store.ensure_schema()
         run = make_run(table="big")
         store.ledger.start_run(

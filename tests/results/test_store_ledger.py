@@ -54,7 +54,7 @@ def test_a_run_cannot_resume_with_another_model(store: ResultStore) -> None:
 
 
 def test_a_run_for_another_table_is_refused(store: ResultStore) -> None:
-    with pytest.raises(ConfigError, match="open a ResultStore"):
+    with pytest.raises(ConfigError, match="open the sink of the run"):
         store.chunk_writer(make_run(table="other"), 0, 1)
 
 

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -88,21 +89,28 @@ def test_sqlite_writers_stage_while_another_holds_the_write_lock(sqlite_url: str
 
 
 @pytest.mark.postgres
-def test_a_connection_dropped_mid_shard_is_transient_and_the_retry_merges_once(pg_url: str) -> None:
+def test_a_connection_dropped_mid_merge_is_transient_and_the_retry_merges_once(pg_url: str) -> None:
     with make_store(pg_url) as store:
         store.ensure_schema()
         run = make_run()
         store.ledger.start_run(run, make_plan())
         admin = sa.create_engine(pg_url)
+        sink_engine = store.sink.engine  # type: ignore[attr-defined]
+
+        def drop_own_backend(conn: sa.Connection, _cursor: Any, statement: str, *_: Any) -> None:
+            if statement.lstrip().startswith("INSERT INTO docs_emb"):  # the merge itself
+                pid = conn.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
+                with admin.begin() as other:
+                    other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+        sa.event.listen(sink_engine, "before_cursor_execute", drop_own_backend)
         with pytest.raises(TransientError), store.chunk_writer(run, 0, 1, DbRetry(tries=1)) as writer:
             writer.start()
-            assert writer._conn is not None
-            pid = writer._conn.connection.driver_connection.info.backend_pid  # type: ignore[union-attr]
-            with admin.begin() as conn:
-                conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
             writer.commit(whole_chunk(make_rows(range(10))))
+        sa.event.remove(sink_engine, "before_cursor_execute", drop_own_backend)
         admin.dispose()
         assert store.count_results() == 0
+        assert store.sink.committed(run.run_id, 0, 0) is None  # the claim rolled back with the merge
         assert write_shard(store, run, 0, make_rows(range(10)), attempt=2)
         assert store.count_results() == 10
 
@@ -147,7 +155,7 @@ def test_a_locked_database_costs_a_retry_of_the_chunk_step_not_the_chunk(
     ):
         assert writer.commit(nth_chunk(0)).status == "merged"
     tries = [r.getMessage() for r in caplog.records]
-    assert tries and "commit chunk 0 of shard 0 failed on try 1 of 8" in tries[0]
+    assert tries and "commit chunk 0 of shard 0 to docs_emb failed on try 1 of 8" in tries[0]
     assert "database is locked" in tries[0] and "on a new connection" in tries[0]
     with make_store(sqlite_url) as store:
         assert store.count_results() == 10

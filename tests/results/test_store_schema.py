@@ -10,7 +10,7 @@ from results_helpers import OUTPUTS, TABLE, make_plan, make_rows, make_run, make
 
 from shardwise.errors import ConfigError, TransientError
 from shardwise.model import OutputColumn
-from shardwise.results import Ledger, ResultStore, parse_table_name
+from shardwise.results import ResultStore, parse_table_name
 
 LEDGER = {"shardwise_runs", "shardwise_shards", "shardwise_errors", "shardwise_objects"}
 
@@ -59,7 +59,7 @@ def test_ensure_schema_from_many_threads_at_once(db_url: str) -> None:
 )
 def test_a_bad_results_table_name_is_a_config_error(sqlite_url: str, name: str) -> None:
     with pytest.raises(ConfigError, match="results table name"):
-        ResultStore(Ledger(sqlite_url), name, OUTPUTS, "int")
+        ResultStore.sql(sqlite_url, name, OUTPUTS, "int")
 
 
 def test_table_names_may_carry_a_schema() -> None:
@@ -80,7 +80,7 @@ def test_bad_output_columns_are_config_errors(
     sqlite_url: str, outputs: tuple[OutputColumn, ...], match: str
 ) -> None:
     with pytest.raises(ConfigError, match=match):
-        ResultStore(Ledger(sqlite_url), TABLE, outputs, "int")
+        ResultStore.sql(sqlite_url, TABLE, outputs, "int")
 
 
 def test_an_existing_table_without_a_vector_column_is_refused(db_url: str) -> None:
@@ -142,12 +142,12 @@ def test_unsupported_urls_are_config_errors() -> None:
         ("not a url", "not a URL"),
     ]:
         with pytest.raises(ConfigError, match=match):
-            ResultStore(Ledger(url), TABLE, OUTPUTS, "int")
+            ResultStore.sql(url, TABLE, OUTPUTS, "int")
 
 
 def test_an_unreachable_database_is_transient_and_hides_the_password() -> None:
     url = "postgresql+psycopg://root:sekret-pw@127.0.0.1:1/nowhere?connect_timeout=2"
-    with ResultStore(Ledger(url), TABLE, OUTPUTS, "int") as store, pytest.raises(TransientError) as info:
+    with ResultStore.sql(url, TABLE, OUTPUTS, "int") as store, pytest.raises(TransientError) as info:
         store.ensure_schema()
     assert "sekret-pw" not in str(info.value)
     assert "127.0.0.1:1" in str(info.value)
@@ -157,7 +157,7 @@ def test_an_unreachable_database_is_transient_and_hides_the_password() -> None:
 def test_a_missing_database_is_a_config_error(pg_url: str) -> None:
     url = pg_url.rsplit("/", 1)[0] + "/no_such_database_here"
     with (
-        ResultStore(Ledger(url), TABLE, OUTPUTS, "int") as store,
+        ResultStore.sql(url, TABLE, OUTPUTS, "int") as store,
         pytest.raises(ConfigError, match="does not exist"),
     ):
         store.ensure_schema()

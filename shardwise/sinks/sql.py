@@ -1,0 +1,162 @@
+"""The SQL sink: a results table in PostgreSQL or SQLite, merged chunk by chunk, exactly once.
+
+A chunk's rows are staged in a connection-private TEMP table (binary ``COPY``
+on PostgreSQL, :mod:`shardwise.results.staging`), then one transaction
+claims the chunk's commit record in ``shardwise_commits`` (an ``INSERT ... ON
+CONFLICT DO NOTHING``: no row back means it landed before, or a racing writer
+holds it and this one waits for its commit), merges the rows by the rule of
+:mod:`shardwise.results.merge` and records the merge's split. The record and
+the rows commit together, so the record exists exactly when the rows do,
+whichever database holds the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+
+from shardwise.closing import Closing
+from shardwise.dberrors import mapped_errors, safe_url
+from shardwise.results.codec import bind_timestamp, decode_json, encode_json, utc_now
+from shardwise.results.connect import make_engine, write_transaction
+from shardwise.results.merge import merge_rows
+from shardwise.results.schema import check_layout, parse_table_name, results_table, stage_table
+from shardwise.results.sqlfiles import load_script, query, statement
+from shardwise.results.staging import Staging
+from shardwise.sinks.base import Layout, SinkChunk, SinkCommit
+from shardwise.sources.base import KeyType
+
+__all__ = ["SqlSink", "existing_key_type"]
+
+
+def existing_key_type(engine: sa.Engine, name: str) -> KeyType | None:
+    """The key type of results table ``name`` as it exists in ``engine``'s database; None if it does not."""
+    schema, table = parse_table_name(name)
+    with mapped_errors("inspect the results table", engine.url), engine.connect() as conn:
+        insp = sa.inspect(conn)
+        if not insp.has_table(table, schema=schema):
+            return None
+        columns = {c["name"]: c["type"] for c in insp.get_columns(table, schema=schema)}
+    key = columns.get("source_key")
+    return "int" if isinstance(key, sa.Integer) else "text" if key is not None else None
+
+
+class SqlSink(Closing):
+    """Results table ``name`` in the database at ``url``, for rows of ``layout``."""
+
+    def __init__(self, url: str, name: str, layout: Layout) -> None:
+        self.layout = layout
+        self.target = name
+        self.table = results_table(name, layout.outputs, layout.key_type)
+        self.engine = make_engine(url)
+        self.url = safe_url(url)
+
+    def __repr__(self) -> str:
+        return f"SqlSink({self.url!r}, {self.target!r})"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def check(self) -> None:
+        with mapped_errors("inspect the results table", self.engine.url), self.engine.connect() as conn:
+            if sa.inspect(conn).has_table(self.table.name, schema=self.table.schema):
+                check_layout(conn, self.table, self.target)
+
+    def ensure(self) -> None:
+        """Create the results table and ``shardwise_commits`` if missing (an advisory lock on PostgreSQL
+        serialises racing creators, the write lock on SQLite); check an existing table's layout."""
+        action = "create the results table"
+        with mapped_errors(action, self.engine.url), self.engine.connect() as conn, write_transaction(conn):
+            if conn.dialect.name == "postgresql":
+                conn.execute(query("postgresql", "schema_lock"))
+            for stmt in load_script(conn.dialect.name, "sink_commits_schema"):
+                conn.exec_driver_sql(stmt)
+            if sa.inspect(conn).has_table(self.table.name, schema=self.table.schema):
+                check_layout(conn, self.table, self.target)
+            else:
+                conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))
+
+    def stored_key_type(self) -> KeyType | None:
+        return existing_key_type(self.engine, self.target)
+
+    def commit(self, chunk: SinkChunk) -> SinkCommit:
+        what = f"chunk {chunk.number} of shard {chunk.shard_id}"
+        with (
+            mapped_errors(f"merge {what} into {self.target}", self.engine.url),
+            self.engine.connect() as conn,
+        ):
+            with conn.begin():
+                found = self._stored(conn, chunk.run_id, chunk.shard_id, chunk.number)
+            if found is not None:
+                return found
+            staging = Staging(
+                conn, stage_table(self.table), self.layout.outputs, self.layout.key_type, self.target
+            )
+            try:
+                staging.create()
+                staging.add_rows(chunk.rows)
+                staging.drop_duplicates()
+                staging.analyze()
+                return self._merge(conn, staging, chunk)
+            except BaseException:
+                conn.invalidate()  # its TEMP table goes with it
+                raise
+            finally:
+                if not conn.invalidated:
+                    staging.drop()
+
+    def _merge(self, conn: sa.Connection, staging: Staging, chunk: SinkChunk) -> SinkCommit:
+        where = {"run_id": chunk.run_id, "shard_id": chunk.shard_id, "chunk": chunk.number}
+        with write_transaction(conn) as tx:
+            claim = {
+                **where,
+                "results_table": self.target,
+                "position": encode_json(dict(chunk.position)),
+                "committed_at": bind_timestamp(conn, utc_now()),
+            }
+            if conn.execute(statement(conn, "sink_commit_claim"), claim).first() is None:
+                found = self._stored(conn, chunk.run_id, chunk.shard_id, chunk.number)
+                tx.rollback()
+                assert found is not None  # the conflicting row is committed: the claim waited for it
+                return found
+            counts = merge_rows(conn, self.table, staging.stage, staging.rows, chunk.lineage)
+            split = {"rows_inserted": counts.inserted, "rows_updated": counts.updated}
+            split["rows_unchanged"] = counts.unchanged
+            conn.execute(statement(conn, "sink_commit_counts"), {**where, **split})
+        return SinkCommit("written", chunk.position, counts.inserted, counts.updated, counts.unchanged)
+
+    def _stored(self, conn: sa.Connection, run_id: str, shard_id: int, number: int) -> SinkCommit | None:
+        if not sa.inspect(conn).has_table("shardwise_commits"):
+            return None
+        where = {"run_id": run_id, "shard_id": shard_id, "chunk": number}
+        row = conn.execute(statement(conn, "sink_commit_select"), where).one_or_none()
+        if row is None:
+            return None
+        position = decode_json(row.position)
+        return SinkCommit("already", position, row.rows_inserted, row.rows_updated, row.rows_unchanged)
+
+    def committed(self, run_id: str, shard_id: int, number: int) -> SinkCommit | None:
+        action = f"read the commit of chunk {number} of shard {shard_id}"
+        with mapped_errors(action, self.engine.url), self.engine.connect() as conn, conn.begin():
+            return self._stored(conn, run_id, shard_id, number)
+
+    def committed_inputs(self, model_version: str) -> Iterator[tuple[str, str]]:
+        t = self.table
+        stmt = sa.select(t.c.source_key, t.c.input_fingerprint).where(t.c.model_version == model_version)
+        with mapped_errors(f"read the keys of {self.target}", self.engine.url), self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table(t.name, schema=t.schema):
+                return
+            for key, fingerprint in conn.execution_options(yield_per=10_000).execute(stmt):
+                yield str(key), fingerprint
+
+    def finish(self, run_id: str) -> None:
+        """Nothing to do after a run for a plain results table."""
+
+    def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
+        stmt = sa.select(self.table).order_by(self.table.c.source_key, self.table.c.model_version)
+        if model_version is not None:
+            stmt = stmt.where(self.table.c.model_version == model_version)
+        with mapped_errors(f"read {self.target}", self.engine.url), self.engine.connect() as conn:
+            return [dict(row) for row in conn.execute(stmt).mappings()]

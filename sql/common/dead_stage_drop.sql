@@ -1,1 +1,0 @@
-DROP TABLE IF EXISTS shardwise_dead_stage
