@@ -150,7 +150,7 @@ def test_resume_checks_what_it_is_asked_against_the_stored_run(sqlite_url: str, 
     pipeline.plan(spec, "first").close()
     with pytest.raises(ConfigError, match="run 'nope' is not in the ledger"):
         pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "nope"}), "r")
-    with pytest.raises(ConfigError, match="wrote its results to .scores., not .other."):
+    with pytest.raises(ConfigError, match=r"wrote its results to 'scores', not 'other'"):
         pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "first", "results_table": "other"}), "r")
     execute(sqlite_url, "create table docs2 (id integer primary key, text text)")
     with pytest.raises(ConfigError, match="resume it with the source it read"):
