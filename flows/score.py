@@ -15,7 +15,7 @@ from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.totals import whole_run
 from shardwise.flows.where_policy import refuse_forbidden_where
-from shardwise.pipeline import PlannedRun, ShardOutcome, finish_run
+from shardwise.pipeline import PlannedRun, ShardOutcome, finish_results, finish_run
 from shardwise.redact import redact_mapping
 from shardwise.stats import EngineStats
 from shardwise.tasks import plan_run
@@ -77,6 +77,8 @@ def _score(params: ScoreParams) -> State:
         counts = until_back(
             lambda: finish_run(planned, sorted(failed)), what=f"finishing run {run_id}", log=logger.warning
         )
+        if not failed:
+            finish_results(planned)  # an ANN index: its build time is logged
     finally:
         planned.close()
         release_run(planned.ref.run_id)

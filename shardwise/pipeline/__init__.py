@@ -11,7 +11,7 @@ from shardwise.pipeline.checks import check_run
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
 from shardwise.pipeline.dryrun import PlanPreview, plan_report, preview_plan
 from shardwise.pipeline.lease import LEASE_S, LeaseKeeper, Takeover, takeover_from
-from shardwise.pipeline.prepare import PlannedRun, finish_run, prepare_run, score_pending
+from shardwise.pipeline.prepare import PlannedRun, finish_results, finish_run, prepare_run, score_pending
 from shardwise.pipeline.progress import ProgressReading, read_progress
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision, hardware_precision, warm
@@ -43,6 +43,7 @@ __all__ = [
     "as_is",
     "check_run",
     "choose_precision",
+    "finish_results",
     "finish_run",
     "hardware_precision",
     "open_spec_source",

@@ -49,7 +49,7 @@ from shardwise.sinks import Sink
 from shardwise.sources import Source, SourcePlan, is_keyed, plan_objects
 from shardwise.words import plural
 
-__all__ = ["PlannedRun", "finish_run", "prepare_run", "score_pending"]
+__all__ = ["PlannedRun", "finish_results", "finish_run", "prepare_run", "score_pending"]
 
 _log = logging.getLogger(__name__)
 
@@ -296,9 +296,14 @@ def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
     # A keyed (redrive) plan read some rows of its objects, not the objects: they are not "seen".
     if status == "completed" and plan.kind == "parquet" and not is_keyed(plan):
         planned.ledger.record_objects(record.run_id, record.source_identity, plan_objects(plan))
-    if status == "completed" and planned.sink is not None:
-        planned.sink.finish(record.run_id)  # an ANN index, say: after every shard committed
     return counts
+
+
+def finish_results(planned: PlannedRun) -> None:
+    """The sink's work after a completed run (an ANN index, logged with its build time); idempotent,
+    so it is safe to call again after a failure. Call it after :func:`finish_run`."""
+    if planned.sink is not None:
+        planned.sink.finish(planned.record.run_id)
 
 
 def score_pending(planned: PlannedRun, cache: WorkerCache, *, resolve: Resolver = as_is) -> RunCounts:
@@ -315,4 +320,6 @@ def score_pending(planned: PlannedRun, cache: WorkerCache, *, resolve: Resolver 
             planned.ledger.mark_shard_failed(planned.record.run_id, shard_id, str(exc))
             finish_run(planned, [shard_id])
             raise
-    return finish_run(planned, [])
+    counts = finish_run(planned, [])
+    finish_results(planned)
+    return counts

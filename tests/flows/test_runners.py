@@ -125,7 +125,13 @@ def test_runner_settings_that_cannot_work_are_refused(kwargs: dict, match: str) 
         (
             "s3://bucket/docs/",
             "sqlite:///results.db",
-            r"results database 'sqlite:///results.db' is an SQLite",
+            r"results 'sqlite:///results.db' are on this host \(an SQLite file",
+        ),
+        ("s3://bucket/docs/", "/data/lake", r"results '/data/lake' are on this host \(an SQLite file or a local"),
+        (
+            "s3://bucket/docs/",
+            "s3://bucket/lake",
+            r"the run's ledger is an SQLite file on this host.*--ledger",
         ),
     ],
 )
@@ -147,7 +153,7 @@ def test_a_flow_run_with_a_remote_runner_refuses_sqlite_results_before_planning(
 ) -> None:
     params = _params(docs, "deployment", results=sqlite_url)
     state = score(params, return_state=True)
-    assert state.is_failed() and "is an SQLite file on this host" in (state.message or "")
+    assert state.is_failed() and "are on this host (an SQLite file" in (state.message or "")
     if execute(docs, "select to_regclass('shardwise_runs') is not null")[0][0]:
         recorded = "select count(*) from shardwise_runs where parameters->>'runner' = 'deployment'"
         assert execute(docs, recorded) == [(0,)], "refused before anything was recorded"
