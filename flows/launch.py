@@ -106,15 +106,20 @@ def run_and_report(
     failed = not state.is_completed()
     print(
         f"run {summary['run_id']} {'FAILED' if failed else 'completed'}: {_counted(summary)} "
-        f"-> table {summary['results_table']}"
+        f"-> {_where_to(summary['results_table'])}"
     )
-    for line in whole_run(summary):
+    for line in [*whole_run(summary), *summary.get("finished", [])]:
         print(line)
     if failed:
         say_error(state.message or "run failed")
         print(f"finish it later with: shardwise run ... --resume {summary['run_id']}", file=sys.stderr)
         return Report(RUN_FAILED, summary)
     return Report(OK, summary)
+
+
+def _where_to(target: str) -> str:
+    """``table NAME`` for a results table, the location itself (``delta:s3://...``) for a lake sink."""
+    return target if ":" in target else f"table {target}"
 
 
 def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:

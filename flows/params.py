@@ -10,9 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shardwise.errors import ConfigError
 from shardwise.pipeline import RunSpec
-from shardwise.pipeline.spec import DEFAULT_MODEL, EmbeddingChoice, IndexChoice, IndexMetric, ResultsFormat
+from shardwise.pipeline.spec import DEFAULT_MODEL, IndexChoice, ResultsFormat
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
+from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
 from shardwise.sources.sizing import Sizing
 from shardwise.tasks.runners import Fanout, RunnerName
 
@@ -114,7 +115,7 @@ class ScoreParams(BaseModel):
         "connection name. Default: the results database, else the source database, else an SQLite file "
         "(LOCATION/shardwise_ledger.db beside local results, ~/.shardwise/ledger.db for S3).",
     )
-    embedding_type: EmbeddingChoice = Field(
+    embedding_type: EmbeddingType = Field(
         "auto",
         description="How PostgreSQL stores vector outputs: vector or halfvec (pgvector; halfvec halves "
         "the storage), array (real[]), or auto: an existing table's type, else vector where the pgvector "

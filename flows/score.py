@@ -77,12 +77,14 @@ def _score(params: ScoreParams) -> State:
         counts = until_back(
             lambda: finish_run(planned, sorted(failed)), what=f"finishing run {run_id}", log=logger.warning
         )
-        if not failed:
-            finish_results(planned)  # an ANN index: its build time is logged
+        finished = [] if failed else finish_results(planned)  # an ANN index, with its build time
+        for line in finished:
+            logger.info("run %s: %s", run_id, line)
     finally:
         planned.close()
         release_run(planned.ref.run_id)
     summary = _summary(planned, fanout, outcomes, dataclasses.asdict(counts), time.perf_counter() - started)
+    summary["finished"] = finished
     publish_run(summary, outcomes, failed)
     emit_run_finished(summary, params.event_name())
     for worker in worker_rows(outcomes):

@@ -130,7 +130,14 @@ def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
     if is_sql_url(results_url):
         from shardwise.sinks.sql import SqlSink
 
-        return SqlSink(results_url, spec.results_table, layout)
+        return SqlSink(
+            results_url,
+            spec.results_table,
+            layout,
+            embedding=spec.embedding_type,
+            index=spec.index,
+            metric=spec.index_metric,
+        )
     location = _location(results_url)
     if (spec.results_format or "delta") == "delta":
         try:

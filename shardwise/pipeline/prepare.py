@@ -299,11 +299,10 @@ def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
     return counts
 
 
-def finish_results(planned: PlannedRun) -> None:
-    """The sink's work after a completed run (an ANN index, logged with its build time); idempotent,
-    so it is safe to call again after a failure. Call it after :func:`finish_run`."""
-    if planned.sink is not None:
-        planned.sink.finish(planned.record.run_id)
+def finish_results(planned: PlannedRun) -> list[str]:
+    """The sink's work after a completed run (an ANN index, with its build time): what it did, a line
+    each. Idempotent, so it is safe to call again after a failure. Call it after :func:`finish_run`."""
+    return [] if planned.sink is None else planned.sink.finish(planned.record.run_id)
 
 
 def score_pending(planned: PlannedRun, cache: WorkerCache, *, resolve: Resolver = as_is) -> RunCounts:

@@ -20,12 +20,11 @@ from shardwise.model import ModelInfo
 from shardwise.pipeline.chunks import ChunkConfig
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precision
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
+from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
 from shardwise.sources.sizing import Sizing
 
 __all__ = [
-    "EmbeddingChoice",
     "IndexChoice",
-    "IndexMetric",
     "Resolver",
     "ResultsFormat",
     "RunRef",
@@ -39,9 +38,7 @@ Resolver = Callable[[str], str]
 _NAMES = ("env:", "secret:", "held:")
 
 ResultsFormat = Literal["delta", "parquet"]
-EmbeddingChoice = Literal["auto", "array", "vector", "halfvec"]
 IndexChoice = Literal["none", "hnsw"]
-IndexMetric = Literal["cosine", "l2", "ip"]
 
 
 def as_is(connection: str) -> str:
@@ -116,7 +113,7 @@ class RunSpec:
     :mod:`shardwise.pipeline.destination` (the results database, else the source's, else a file)."""
     results_format: ResultsFormat | None = None
     """For results in a location: a Delta table (None means delta) or Parquet files."""
-    embedding_type: EmbeddingChoice = "auto"
+    embedding_type: EmbeddingType = "auto"
     """How PostgreSQL stores vector outputs: pgvector's ``vector``/``halfvec``, or ``real[]`` (``array``);
     ``auto`` keeps an existing table's type, else ``vector`` where pgvector is, else ``real[]``."""
     index: IndexChoice = "none"
@@ -160,7 +157,7 @@ class RunSpec:
     def _check_choices(self) -> None:
         choices = {
             "results_format": (None, *get_args(ResultsFormat)),
-            "embedding_type": get_args(EmbeddingChoice),
+            "embedding_type": get_args(EmbeddingType),
             "index": get_args(IndexChoice),
             "index_metric": get_args(IndexMetric),
         }

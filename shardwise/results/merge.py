@@ -14,7 +14,6 @@ ledger row, and marks the shard done in the same transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,21 +21,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from shardwise.results.codec import UtcTimestamp
 from shardwise.results.schema import LINEAGE_COLUMNS
+from shardwise.sinks.base import Lineage
 
 __all__ = ["Lineage", "MergeCounts", "merge_rows", "merge_statement"]
-
-
-@dataclass(frozen=True, slots=True)
-class Lineage:
-    """The columns every row of one shard commit shares."""
-
-    model_name: str
-    model_version: str
-    code_version: str
-    input_snapshot: str | None
-    run_id: str
-    shard_id: int
-    scored_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ fixed-name ledger tables are created from ``sql/common/ledger_schema.sql``.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
@@ -23,6 +23,7 @@ __all__ = [
     "LINEAGE_COLUMNS",
     "SINK_TABLES",
     "STAGE_TABLE",
+    "VectorStorage",
     "check_layout",
     "expected_layout",
     "parse_table_name",
@@ -30,6 +31,7 @@ __all__ = [
     "stage_table",
 ]
 
+VectorStorage = Literal["array", "vector", "halfvec"]
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 LEDGER_TABLES = (
     "shardwise_runs",
@@ -88,7 +90,11 @@ def _check_outputs(outputs: tuple[OutputColumn, ...]) -> None:
         seen.add(out.name.lower())
 
 
-def _output_type(out: OutputColumn) -> sa.types.TypeEngine[Any]:
+def _output_type(out: OutputColumn, vectors: VectorStorage) -> sa.types.TypeEngine[Any]:
+    if out.kind == "vector" and vectors != "array":
+        from shardwise.sinks.pgvector import HalfVec, Vector
+
+        return Vector(out.dim) if vectors == "vector" else HalfVec(out.dim)
     kinds: dict[str, sa.types.TypeEngine[Any]] = {
         "vector": Float32Vector(),
         "float": sa.Double(),
@@ -103,15 +109,21 @@ def _key_type(key_type: KeyType) -> sa.types.TypeEngine[Any]:
     return sa.BigInteger() if key_type == "int" else sa.Text()
 
 
-def results_table(name: str, outputs: tuple[OutputColumn, ...], key_type: KeyType) -> sa.Table:
-    """The results table: key, one column per output, lineage; primary key (source_key, model_version)."""
+def results_table(
+    name: str, outputs: tuple[OutputColumn, ...], key_type: KeyType, vectors: VectorStorage = "array"
+) -> sa.Table:
+    """The results table: key, one column per output, lineage; primary key (source_key, model_version).
+
+    ``vectors`` is how vector outputs are stored: ``real[]`` (``array``; a BLOB on SQLite), or
+    pgvector's ``vector(dim)``/``halfvec(dim)`` (see :mod:`shardwise.sinks.pgvector`).
+    """
     schema, table = parse_table_name(name)
     _check_outputs(outputs)
     return sa.Table(
         table,
         sa.MetaData(),
         sa.Column("source_key", _key_type(key_type), nullable=False),
-        *(sa.Column(out.name, _output_type(out), nullable=True) for out in outputs),
+        *(sa.Column(out.name, _output_type(out, vectors), nullable=True) for out in outputs),
         sa.Column("truncated", sa.Boolean(), nullable=False),
         sa.Column("model_name", sa.Text(), nullable=False),
         sa.Column("model_version", sa.Text(), nullable=False),
@@ -167,9 +179,12 @@ def _family(t: sa.types.TypeEngine[Any]) -> str:
 
 
 def expected_layout(table: sa.Table, dialect: sa.Dialect) -> dict[str, str]:
-    """Column name → storage family the dialect actually creates for ``table``."""
+    """Column name → storage family the dialect actually creates for ``table`` (pgvector's with dims)."""
     layout = {}
     for col in table.columns:
+        if getattr(col.type, "type_name", None) in ("vector", "halfvec"):
+            layout[col.name] = col.type.compile(dialect=dialect)
+            continue
         impl = col.type.dialect_impl(dialect)
         if isinstance(impl, sa.types.TypeDecorator):
             impl = impl.load_dialect_impl(dialect)
@@ -179,13 +194,18 @@ def expected_layout(table: sa.Table, dialect: sa.Dialect) -> dict[str, str]:
 
 def check_layout(conn: sa.Connection, table: sa.Table, shown_name: str) -> None:
     """Raise ConfigError listing every difference between the existing table and ``table``."""
+    from shardwise.sinks.pgvector import recognise_vector_types, reflected_vector_family
+
+    recognise_vector_types(conn.dialect)
     insp = sa.inspect(conn)
     found = {c["name"]: c for c in insp.get_columns(table.name, schema=table.schema)}
+    exact = reflected_vector_family(conn, table.name, table.schema)  # vector(384): dims compared too
     problems = []
     for name, family in expected_layout(table, conn.dialect).items():
-        if name not in found:
+        got = exact.get(name) or (_family(found[name]["type"]) if name in found else None)
+        if got is None:
             problems.append(f"column {name!r} ({family}) is missing")
-        elif (got := _family(found[name]["type"])) != family:
+        elif got != family:
             problems.append(f"column {name!r} is {got}, expected {family}")
     for name, col in found.items():
         if name not in table.columns and not col.get("nullable", True) and col.get("default") is None:

@@ -24,7 +24,9 @@ from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.results.codec import as_vector, check_key, pg_binary_float4_array
 from shardwise.results.records import ResultRow
+from shardwise.results.schema import VectorStorage
 from shardwise.results.sqlfiles import load_sql, query
+from shardwise.sinks.pgvector import copy_type_name, register_vector_dumpers
 from shardwise.sources.base import KeyType
 
 __all__ = ["Staging"]
@@ -56,8 +58,10 @@ class Staging:
         outputs: tuple[OutputColumn, ...],
         key_type: KeyType,
         table_name: str,
+        vectors: VectorStorage = "array",
     ) -> None:
         self.conn = conn
+        self.vectors = vectors
         self.stage = stage
         self.outputs = outputs
         self.key_type = key_type
@@ -95,6 +99,9 @@ class Staging:
         self.rows += 1
         return values
 
+    def _copy_type(self, kind: str) -> str:
+        return copy_type_name(self.vectors) if kind == "vector" else _PG_TYPES[kind]
+
     def add_rows(self, rows: Sequence[ResultRow]) -> None:
         """Stage one batch of rows in one transaction."""
         if not rows:
@@ -110,7 +117,7 @@ class Staging:
     def _copy_rows(self, rows: Sequence[ResultRow]) -> None:
         names = [c.name for c in self.stage.columns]
         kinds = ["int8", "int8" if self.key_type == "int" else "text"]
-        kinds += [_PG_TYPES[o.kind] for o in self.outputs] + ["bool", "text"]
+        kinds += [self._copy_type(o.kind) for o in self.outputs] + ["bool", "text"]
         stmt = psql.SQL(load_sql("postgresql", "stage_copy")).format(
             table=psql.Identifier(self.stage.name),
             columns=psql.SQL(", ").join(psql.Identifier(n) for n in names),
@@ -119,6 +126,8 @@ class Staging:
         with raw.cursor() as cursor:
             # Registered for this cursor only, by oid: COPY's set_types then dumps real[] with it.
             cursor.adapters.register_dumper(None, _Float4ArrayDumper)
+            if self.vectors != "array":  # pgvector's types, binary, by their oids in this database
+                register_vector_dumpers(cursor.adapters, raw)
             with cursor.copy(stmt) as copy:
                 copy.set_types(kinds)
                 for row in rows:

@@ -3,6 +3,6 @@ a chunk exactly once; see :mod:`shardwise.sinks.base` for the seam."""
 
 from __future__ import annotations
 
-from shardwise.sinks.base import Layout, Sink, SinkChunk, SinkCommit, last_per_key
+from shardwise.sinks.base import Layout, Lineage, Sink, SinkChunk, SinkCommit, last_per_key
 
-__all__ = ["Layout", "Sink", "SinkChunk", "SinkCommit", "last_per_key"]
+__all__ = ["Layout", "Lineage", "Sink", "SinkChunk", "SinkCommit", "last_per_key"]

@@ -31,14 +31,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from shardwise.model import OutputColumn
-from shardwise.results.merge import Lineage
-from shardwise.results.records import ResultRow
 from shardwise.sources.base import KeyType
 
-__all__ = ["Layout", "Sink", "SinkChunk", "SinkCommit", "last_per_key"]
+if TYPE_CHECKING:
+    from shardwise.results.records import ResultRow
+
+__all__ = ["Layout", "Lineage", "Sink", "SinkChunk", "SinkCommit", "last_per_key"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """The lineage columns every row of one chunk commit shares (see :mod:`shardwise.results.merge`)."""
+
+    model_name: str
+    model_version: str
+    code_version: str
+    input_snapshot: str | None
+    run_id: str
+    shard_id: int
+    scored_at: datetime
 
 
 @dataclass(frozen=True)
@@ -108,8 +123,9 @@ class Sink(Protocol):
         """``(source key as text, input fingerprint)`` of every row stored for ``model_version``: what
         ``--only-new`` leaves out."""
 
-    def finish(self, run_id: str) -> None:
-        """Work after a run committed every shard (an ANN index); idempotent; may take long."""
+    def finish(self, run_id: str) -> list[str]:
+        """Work after a run committed every shard (an ANN index); idempotent; may take long. Returns
+        what it did, a line each, for the run's log and summary (``[]`` for nothing)."""
 
     def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
         """Rows ordered by key (vectors as float32 arrays): for tests and summaries, not bulk export."""

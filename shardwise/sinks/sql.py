@@ -13,19 +13,28 @@ whichever database holds the ledger.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
 from shardwise.dberrors import mapped_errors, safe_url
-from shardwise.results.codec import bind_timestamp, decode_json, encode_json, utc_now
+from shardwise.errors import ConfigError
+from shardwise.results.codec import Float32Vector, bind_timestamp, decode_json, encode_json, utc_now
 from shardwise.results.connect import make_engine, write_transaction
 from shardwise.results.merge import merge_rows
-from shardwise.results.schema import check_layout, parse_table_name, results_table, stage_table
+from shardwise.results.schema import VectorStorage, check_layout, parse_table_name, results_table, stage_table
 from shardwise.results.sqlfiles import load_script, query, statement
 from shardwise.results.staging import Staging
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit
+from shardwise.sinks.pgvector import (
+    EmbeddingType,
+    IndexMetric,
+    create_ann_index,
+    recognise_vector_types,
+    reflected_vector_family,
+    resolve_embedding_type,
+)
 from shardwise.sources.base import KeyType
 
 __all__ = ["SqlSink", "existing_key_type"]
@@ -44,14 +53,36 @@ def existing_key_type(engine: sa.Engine, name: str) -> KeyType | None:
 
 
 class SqlSink(Closing):
-    """Results table ``name`` in the database at ``url``, for rows of ``layout``."""
+    """Results table ``name`` in the database at ``url``, for rows of ``layout``.
 
-    def __init__(self, url: str, name: str, layout: Layout) -> None:
+    Vector outputs are stored as ``embedding`` says (``--embedding-type``):
+    ``auto`` keeps the type of an existing table, else takes pgvector's
+    ``vector`` where the extension is installed or may be created, else
+    ``real[]``; ``vector``/``halfvec`` where pgvector is missing are refused
+    (see :func:`~shardwise.sinks.pgvector.resolve_embedding_type`). With
+    ``index="hnsw"``, :meth:`finish` builds an HNSW index on each vector
+    output with ``metric``, if it is absent (``CREATE INDEX CONCURRENTLY``:
+    writers are not blocked), and logs its build time.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        layout: Layout,
+        *,
+        embedding: EmbeddingType = "auto",
+        index: Literal["none", "hnsw"] = "none",
+        metric: IndexMetric = "cosine",
+    ) -> None:
+        parse_table_name(name)
         self.layout = layout
         self.target = name
-        self.table = results_table(name, layout.outputs, layout.key_type)
+        self.embedding, self.index, self.metric = embedding, index, metric
         self.engine = make_engine(url)
+        recognise_vector_types(self.engine.dialect)
         self.url = safe_url(url)
+        self._table: sa.Table | None = None
 
     def __repr__(self) -> str:
         return f"SqlSink({self.url!r}, {self.target!r})"
@@ -59,24 +90,76 @@ class SqlSink(Closing):
     def close(self) -> None:
         self.engine.dispose()
 
+    @property
+    def table(self) -> sa.Table:
+        """The results table as this sink writes it, its vector type resolved (see the class docstring)."""
+        if self._table is None:
+            action = "inspect the results table"
+            with mapped_errors(action, self.engine.url), self.engine.connect() as conn, conn.begin():
+                return self._resolve(conn, create=False)
+        return self._table
+
+    def _resolve(self, conn: sa.Connection, *, create: bool) -> sa.Table:
+        if self._table is None:
+            self._table = results_table(
+                self.target, self.layout.outputs, self.layout.key_type, self._vectors(conn, create)
+            )
+        return self._table
+
+    def _vectors(self, conn: sa.Connection, create: bool) -> VectorStorage:
+        dims = [out.dim or 0 for out in self.layout.outputs if out.kind == "vector"]
+        if not dims:
+            return "array"
+        schema, name = parse_table_name(self.target)
+        if self.embedding == "auto" and sa.inspect(conn).has_table(name, schema=schema):
+            stored = {
+                family.split("(", 1)[0] for family in reflected_vector_family(conn, name, schema).values()
+            }
+            return "halfvec" if stored == {"halfvec"} else "vector" if stored == {"vector"} else "array"
+        return resolve_embedding_type(conn, self.embedding, max(dims), create=create)
+
     def check(self) -> None:
-        with mapped_errors("inspect the results table", self.engine.url), self.engine.connect() as conn:
-            if sa.inspect(conn).has_table(self.table.name, schema=self.table.schema):
-                check_layout(conn, self.table, self.target)
+        action = "inspect the results table"
+        with mapped_errors(action, self.engine.url), self.engine.connect() as conn, conn.begin():
+            table = self._resolve(conn, create=False)
+            if sa.inspect(conn).has_table(table.name, schema=table.schema):
+                check_layout(conn, table, self.target)
+            elif (
+                conn.dialect.name == "postgresql"
+                and conn.execute(statement(conn, "vector_available")).scalar()
+            ):
+                return  # auto may still create the extension, and then the index has vector columns
+        self._check_index()
 
     def ensure(self) -> None:
         """Create the results table and ``shardwise_commits`` if missing (an advisory lock on PostgreSQL
-        serialises racing creators, the write lock on SQLite); check an existing table's layout."""
+        serialises racing creators, the write lock on SQLite); check an existing table's layout.
+
+        With ``embedding="auto"`` the pgvector extension is created here when it is available and the
+        role may; an HNSW index asked for on ``real[]`` columns is refused here, before any scoring.
+        """
         action = "create the results table"
         with mapped_errors(action, self.engine.url), self.engine.connect() as conn, write_transaction(conn):
             if conn.dialect.name == "postgresql":
                 conn.execute(query("postgresql", "schema_lock"))
             for stmt in load_script(conn.dialect.name, "sink_commits_schema"):
                 conn.exec_driver_sql(stmt)
-            if sa.inspect(conn).has_table(self.table.name, schema=self.table.schema):
-                check_layout(conn, self.table, self.target)
+            table = self._resolve(conn, create=True)
+            if sa.inspect(conn).has_table(table.name, schema=table.schema):
+                check_layout(conn, table, self.target)
             else:
-                conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))
+                conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+        self._check_index()
+
+    def _check_index(self) -> None:
+        """Refuse ``index="hnsw"`` over ``real[]`` columns: there is nothing to build it on."""
+        vectors = [c.name for c in self.table.columns if isinstance(c.type, Float32Vector)]
+        if self.index == "hnsw" and vectors:
+            raise ConfigError(
+                f"index hnsw needs pgvector columns, and {self.target}.{vectors[0]} is real[] at {self.url} "
+                "(pgvector is not installed there, or the table was made with real[]); install pgvector "
+                "(CREATE EXTENSION vector) and give --embedding-type vector, or drop --index"
+            )
 
     def stored_key_type(self) -> KeyType | None:
         return existing_key_type(self.engine, self.target)
@@ -91,8 +174,12 @@ class SqlSink(Closing):
                 found = self._stored(conn, chunk.run_id, chunk.shard_id, chunk.number)
             if found is not None:
                 return found
+            table = self.table
+            vectors: VectorStorage = next(
+                (c.type.type_name for c in table.columns if hasattr(c.type, "type_name")), "array"
+            )
             staging = Staging(
-                conn, stage_table(self.table), self.layout.outputs, self.layout.key_type, self.target
+                conn, stage_table(table), self.layout.outputs, self.layout.key_type, self.target, vectors
             )
             try:
                 staging.create()
@@ -151,8 +238,23 @@ class SqlSink(Closing):
             for key, fingerprint in conn.execution_options(yield_per=10_000).execute(stmt):
                 yield str(key), fingerprint
 
-    def finish(self, run_id: str) -> None:
-        """Nothing to do after a run for a plain results table."""
+    def finish(self, run_id: str) -> list[str]:
+        """With ``index="hnsw"``, build each vector output's HNSW index if it is absent; says what it
+        built and in how long, or that it was there."""
+        if self.index != "hnsw":
+            return []
+        table, done = self.table, []
+        for out in self.layout.outputs:
+            if out.kind == "vector":
+                kind: VectorStorage = getattr(table.c[out.name].type, "type_name", "array")
+                built = create_ann_index(self.engine, table, out.name, kind, self.metric)
+                where = f"{self.target}({out.name})"
+                done.append(
+                    f"built HNSW index {built.name} on {where} in {built.seconds:.2f} s"
+                    if built.created
+                    else f"HNSW index {built.name} on {where} exists already"
+                )
+        return done
 
     def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
         stmt = sa.select(self.table).order_by(self.table.c.source_key, self.table.c.model_version)

@@ -127,7 +127,11 @@ def test_runner_settings_that_cannot_work_are_refused(kwargs: dict, match: str) 
             "sqlite:///results.db",
             r"results 'sqlite:///results.db' are on this host \(an SQLite file",
         ),
-        ("s3://bucket/docs/", "/data/lake", r"results '/data/lake' are on this host \(an SQLite file or a local"),
+        (
+            "s3://bucket/docs/",
+            "/data/lake",
+            r"results '/data/lake' are on this host \(an SQLite file or a local",
+        ),
         (
             "s3://bucket/docs/",
             "s3://bucket/lake",
