@@ -1,0 +1,150 @@
+"""``shardwise run`` killed with SIGKILL mid-shard, for every sink: ``--resume`` is exact (one row per valid
+source row, the embeddings of an uninterrupted run into SQL), and ``--only-new`` then scores nothing."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flow_data import execute, make_docs
+
+from shardwise.models import get_spec
+from shardwise.pipeline import RunSpec
+from shardwise.pipeline.destination import open_sink
+from shardwise.sinks import Layout
+
+pytestmark = pytest.mark.slow
+
+ROWS = 20_000
+
+
+def _argv(source: str, *extra: str) -> list[str]:
+    model = ["--model", "tiny", "--precision", "fp32", "--threads", "1", "--shards", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "shardwise.flows.cli",
+        "run",
+        "--source",
+        source,
+        "--table",
+        "docs",
+        *model,
+        *extra,
+    ]
+
+
+def _kill_mid_shard(argv: list[str], env: dict[str, str]) -> None:
+    """Start the command and SIGKILL it once its progress shows rows scored, before the shard is done."""
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None
+    killed = False
+    for line in proc.stderr:
+        done = re.search(r"progress: 0/1 shard, ([\d,]+)/", line)
+        if done and int(done.group(1).replace(",", "")) > 0:
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = True
+            break
+    proc.wait()
+    assert killed, "the run ended before it could be killed mid-shard"
+
+
+def _run(argv: list[str], env: dict[str, str]) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def _stored(results: str, table: str, fmt: str | None, env: dict[str, str]) -> dict[int, np.ndarray]:
+    """The sink's rows, read through the sink itself: key → embedding."""
+    spec = RunSpec(source=results, results=results, results_table=table, results_format=fmt)  # type: ignore[arg-type]
+    saved = {k: os.environ.get(k) for k in env if k.startswith("AWS_")}
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    try:
+        sink = open_sink(spec, results, Layout(get_spec("tiny").describe().outputs, "int"))
+        try:
+            rows = sink.read()
+        finally:
+            sink.close()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    keys = [int(r["source_key"]) for r in rows]
+    assert len(keys) == len(set(keys)), "a key was stored twice"
+    return {int(r["source_key"]): np.asarray(r["embedding"], dtype=np.float32) for r in rows}
+
+
+Where = Callable[[Path], tuple[list[str], str, str | None, dict[str, str]]]
+"""A sink's options for a test folder: (run options, results, results format, extra environment)."""
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[int, np.ndarray]]]:
+    """The source table, and an uninterrupted run of it into a SQL results table."""
+    folder = tmp_path_factory.mktemp("killed-source")
+    source = f"sqlite:///{folder / 'source.db'}"
+    make_docs(source, ROWS)  # and three bad rows
+    _run(_argv(source, "--results-table", "clean"), dict(os.environ))
+    rows = execute(source, "select source_key, embedding from clean")
+    yield source, {int(k): np.frombuffer(v, dtype=np.float32) for k, v in rows}
+
+
+def _apart(tmp: Path) -> tuple[list[str], str, str | None, dict[str, str]]:
+    results = f"sqlite:///{tmp / 'results.db'}"
+    return ["--results", results, "--ledger", f"sqlite:///{tmp / 'ledger.db'}"], results, None, {}
+
+
+def _check_killed_then_resumed(
+    reference: tuple[str, dict[int, np.ndarray]],
+    tmp: Path,
+    where: tuple[list[str], str, str | None, dict[str, str]],
+) -> None:
+    source, clean = reference
+    options, results, fmt, extra = where
+    env = {**os.environ, **extra}
+    argv = _argv(source, *options, "--results-table", "killed")
+    _kill_mid_shard([*argv, "--lease-s", "2", "--progress", "lines", "--progress-every", "0.2"], env)
+    ledger = (
+        options[options.index("--ledger") : options.index("--ledger") + 2] if "--ledger" in options else []
+    )
+    runs = subprocess.run(
+        [sys.executable, "-m", "shardwise.flows.cli", "runs", "--results", results, *ledger],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert runs.returncode == 0, runs.stderr
+    run_id = re.search(r"^(\S+)\s+(running|abandoned)", runs.stdout, re.MULTILINE)
+    assert run_id, runs.stdout
+    time.sleep(2)  # its lease (--lease-s 2) runs out: the run is abandoned, and a resume may take it
+    _run([*argv, "--resume", run_id.group(1), "--progress", "none"], env)
+
+    stored = _stored(results, "killed", fmt, env)
+    assert stored.keys() == clean.keys() and len(stored) == ROWS
+    assert all(np.array_equal(stored[k], clean[k]) for k in clean)
+
+    again = _run([*argv, "--only-new", "--progress", "none"], env)
+    assert "0 rows scored" in again, again
+
+
+def test_sql_results_with_the_ledger_apart(reference: Any, tmp_path: Path) -> None:
+    _check_killed_then_resumed(reference, tmp_path, _apart(tmp_path))
+
+
+@pytest.mark.postgres
+def test_pgvector_with_an_hnsw_index(reference: Any, tmp_path: Path, pgvector_db_url: str) -> None:
+    where = (["--results", pgvector_db_url, "--index", "hnsw"], pgvector_db_url, None, {})
+    _check_killed_then_resumed(reference, tmp_path, where)
+    (indexes,) = execute(pgvector_db_url, "select count(*) from pg_indexes where tablename = 'killed' "
+                         "and indexdef like '%hnsw%'")  # fmt: skip
+    assert indexes == (1,)
