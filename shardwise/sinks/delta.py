@@ -222,7 +222,9 @@ class DeltaSink:
                 "It was made for another model or source; choose another --results-table"
             )
 
-    def _write(self, table: DeltaTable, data: pa.Table, chunk: SinkChunk, app: str, version: int) -> SinkCommit:
+    def _write(
+        self, table: DeltaTable, data: pa.Table, chunk: SinkChunk, app: str, version: int
+    ) -> SinkCommit:
         existing = self._existing(table, data, chunk.lineage.model_version)
         inserted = updated = 0
         keys, prints = data.column("source_key").to_pylist(), data.column("input_fingerprint").to_pylist()
@@ -282,5 +284,7 @@ class DeltaSink:
             if meta and meta.get("app_id") == app and meta.get("version") == version:
                 inserted, updated, unchanged = meta["counts"]
                 return SinkCommit("already", meta["position"], inserted, updated, unchanged)
-        _log.warning("%s: commit info of %s version %d is gone from the log history", self.target, app, version)
+        _log.warning(
+            "%s: commit info of %s version %d is gone from the log history", self.target, app, version
+        )
         return SinkCommit("already", dict(fallback))

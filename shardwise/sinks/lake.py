@@ -163,7 +163,9 @@ def _check_outputs(outputs: tuple[OutputColumn, ...]) -> None:
         seen.add(out.name.lower())
 
 
-def schema_differences(found: Sequence[tuple[str, str, bool]], wanted: Sequence[tuple[str, str, bool]]) -> list[str]:
+def schema_differences(
+    found: Sequence[tuple[str, str, bool]], wanted: Sequence[tuple[str, str, bool]]
+) -> list[str]:
     """Each difference between two column lists of ``(name, type, nullable)``, in words."""
     have = {name: (kind, nullable) for name, kind, nullable in found}
     problems = []
@@ -220,7 +222,7 @@ def arrow_rows(table: pa.Table, layout: Layout) -> list[dict[str, Any]]:
     """Rows as dicts: vectors as float32 arrays, json decoded, ``scored_at`` an aware UTC datetime."""
     vectors = [out.name for out in layout.outputs if out.kind == "vector"]
     texts = [out.name for out in layout.outputs if out.kind == "json"]
-    rows = table.to_pylist()
+    rows: list[dict[str, Any]] = table.to_pylist()
     for row in rows:
         for name in vectors:
             if row.get(name) is not None:
