@@ -1,0 +1,305 @@
+"""Results as Parquet files with a manifest, in a local directory or on S3.
+
+Under ``<location>/<table>/``:
+
+- ``_shardwise_schema.json``: the table's columns, created once, exclusively, by :meth:`ParquetSink.ensure`;
+- ``data/<run_id>-s<shard>-c<chunk>.parquet``: one file per chunk, written
+  under ``_tmp/<uuid>.parquet`` first and made visible by a rename (local
+  ``os.replace``) or an S3 copy (then the temporary object is deleted);
+- ``_manifest/<run_id>/s<shard>-c<chunk>.json``: the chunk's commit (file
+  name, position, counts, rows, ``committed_at``), created *exclusively*:
+  locally a fully written temporary file hard-linked to its name
+  (``os.link`` fails if the name exists), on S3 ``PutObject`` with
+  ``If-None-Match: *`` (S3 answers 412 when the key exists; moto 5.2.5 does).
+
+The manifest entry is the commit: it exists exactly when the chunk landed,
+and readers (:meth:`~ParquetSink.read`, :meth:`~ParquetSink.committed_inputs`)
+read only the files the manifest lists. After a run completes, the data
+files equal the manifest's. A crash between the rename and the manifest
+entry leaves a data file no entry lists; the resumed attempt rewrites the
+same name and then commits it. Racing writers of one chunk write equivalent
+files under one name and exactly one creates the entry.
+
+Parquet is append-only: every committed row counts as inserted. A key
+scored again in a later run (its input changed, or a run without
+``--only-new``) appears again; readers that want one row per key take the
+latest ``scored_at``, as :meth:`~ParquetSink.committed_inputs` does.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from botocore.exceptions import ClientError
+
+from shardwise.errors import ConfigError, TransientError
+from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
+from shardwise.sinks.lake import (
+    LakeLocation,
+    S3Settings,
+    arrow_rows,
+    arrow_schema,
+    rows_table,
+    s3_client,
+    schema_differences,
+)
+from shardwise.sources.parquet.s3_errors import s3_boundary
+
+__all__ = ["ParquetSink"]
+
+_SCHEMA_FILE = "_shardwise_schema.json"
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_EXISTS_CODES = frozenset({"PreconditionFailed", "412"})
+
+
+class _Files(Protocol):
+    """The four file operations the sink needs, on a local directory or an S3 prefix."""
+
+    def publish(self, name: str, body: bytes) -> None: ...
+    def create(self, name: str, body: bytes) -> bool: ...
+    def get(self, name: str) -> bytes | None: ...
+    def names(self, folder: str) -> list[str]: ...
+
+
+class _LocalFiles:
+    def __init__(self, root: str) -> None:
+        self._root = Path(root)
+
+    def _temp(self, body: bytes, suffix: str) -> Path:
+        temp = self._root / "_tmp" / f"{uuid.uuid4().hex}{suffix}"
+        temp.parent.mkdir(parents=True, exist_ok=True)
+        with open(temp, "wb") as handle:
+            handle.write(body)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return temp
+
+    def publish(self, name: str, body: bytes) -> None:
+        target = self._root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self._temp(body, Path(name).suffix), target)
+
+    def create(self, name: str, body: bytes) -> bool:
+        target = self._root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = self._temp(body, ".json")
+        try:
+            os.link(temp, target)  # atomic and exclusive: the name appears whole or not at all
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            temp.unlink()
+
+    def get(self, name: str) -> bytes | None:
+        try:
+            return (self._root / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def names(self, folder: str) -> list[str]:
+        base = self._root / folder
+        found = [p for p in base.rglob("*") if p.is_file()] if base.is_dir() else []
+        return sorted(str(p.relative_to(self._root)).replace(os.sep, "/") for p in found)
+
+
+class _S3Files:
+    def __init__(self, client: Any, bucket: str, prefix: str) -> None:
+        self._client, self._bucket, self._prefix = client, bucket, prefix
+
+    def _key(self, name: str) -> str:
+        return f"{self._prefix}/{name}"
+
+    def publish(self, name: str, body: bytes) -> None:
+        temp = self._key(f"_tmp/{uuid.uuid4().hex}{Path(name).suffix}")
+        with s3_boundary(f"writing s3://{self._bucket}/{self._key(name)}"):
+            self._client.put_object(Bucket=self._bucket, Key=temp, Body=body)
+            source = {"Bucket": self._bucket, "Key": temp}
+            self._client.copy_object(Bucket=self._bucket, Key=self._key(name), CopySource=source)
+            self._client.delete_object(Bucket=self._bucket, Key=temp)
+
+    def create(self, name: str, body: bytes) -> bool:
+        with s3_boundary(f"creating s3://{self._bucket}/{self._key(name)}"):
+            try:
+                self._client.put_object(Bucket=self._bucket, Key=self._key(name), Body=body, IfNoneMatch="*")
+            except ClientError as exc:
+                if str(exc.response.get("Error", {}).get("Code", "")) in _EXISTS_CODES:
+                    return False  # created before: S3 refused to replace it
+                raise
+        return True
+
+    def get(self, name: str) -> bytes | None:
+        with s3_boundary(f"reading s3://{self._bucket}/{self._key(name)}"):
+            try:
+                response = self._client.get_object(Bucket=self._bucket, Key=self._key(name))
+            except ClientError as exc:
+                if str(exc.response.get("Error", {}).get("Code", "")) in {"NoSuchKey", "404"}:
+                    return None
+                raise
+            return bytes(response["Body"].read())
+
+    def names(self, folder: str) -> list[str]:
+        prefix = self._key(folder) + "/"
+        found: list[str] = []
+        with s3_boundary(f"listing s3://{self._bucket}/{prefix}"):
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self._bucket, Prefix=prefix
+            ):
+                found.extend(item["Key"][len(self._prefix) + 1 :] for item in page.get("Contents", ()))
+        return sorted(found)
+
+
+def _columns(schema: pa.Schema) -> list[tuple[str, str, bool]]:
+    return [(f.name, str(f.type), bool(f.nullable)) for f in schema]
+
+
+class ParquetSink:
+    """Parquet files and a manifest at ``<location>/<table>``; thread-safe (one S3 client, shared)."""
+
+    def __init__(self, location: str, table: str, layout: Layout, *, s3: S3Settings | None = None) -> None:
+        self._where = LakeLocation(location, table)
+        self.layout = layout
+        self.target = f"parquet:{location.rstrip('/')}/{table}"
+        self._schema = arrow_schema(layout)
+        self._s3 = s3
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._files: _Files | None = None
+        self._closed = False
+
+    def check(self) -> None:
+        stored = self._store().get(_SCHEMA_FILE)
+        if stored is not None:
+            self._check_schema(stored)
+
+    def ensure(self) -> None:
+        body = json.dumps({"columns": _columns(self._schema)}, indent=1).encode()
+        if not self._store().create(_SCHEMA_FILE, body):
+            self.check()
+
+    def commit(self, chunk: SinkChunk) -> SinkCommit:
+        _check_run_id(chunk.run_id)
+        found = self.committed(chunk.run_id, chunk.shard_id, chunk.number)
+        if found is not None:
+            return found
+        rows = rows_table(last_per_key(chunk.rows), chunk.lineage, self.layout, self._schema)
+        stem = f"s{chunk.shard_id:05d}-c{chunk.number:05d}"
+        name = f"data/{chunk.run_id}-{stem}.parquet"
+        self._store().publish(name, _parquet_bytes(rows))
+        entry = {
+            "file": name,
+            "position": dict(chunk.position),
+            "counts": [rows.num_rows, 0, 0],
+            "rows": rows.num_rows,
+            "committed_at": datetime.now(timezone.utc).isoformat(),
+        }
+        if self._store().create(
+            f"_manifest/{chunk.run_id}/{stem}.json", json.dumps(entry, default=str).encode()
+        ):
+            return SinkCommit("written", entry["position"], rows.num_rows)
+        stored = self.committed(chunk.run_id, chunk.shard_id, chunk.number)
+        if stored is None:
+            raise TransientError(
+                f"manifest entry {stem} of run {chunk.run_id} exists but cannot be read; retry"
+            )
+        return stored
+
+    def committed(self, run_id: str, shard_id: int, number: int) -> SinkCommit | None:
+        _check_run_id(run_id)
+        raw = self._store().get(f"_manifest/{run_id}/s{shard_id:05d}-c{number:05d}.json")
+        if raw is None:
+            return None
+        entry = json.loads(raw)
+        inserted, updated, unchanged = entry["counts"]
+        return SinkCommit("already", entry["position"], inserted, updated, unchanged)
+
+    def committed_inputs(self, model_version: str) -> Iterator[tuple[str, str]]:
+        found = self._committed_table(["source_key", "input_fingerprint", "model_version", "scored_at"])
+        found = found.filter(pc.equal(found.column("model_version"), model_version))
+        found = found.sort_by([("scored_at", "ascending")])
+        latest = dict(zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True))
+        for key, fingerprint in latest.items():
+            yield str(key), fingerprint
+
+    def finish(self, run_id: str) -> None:
+        """Nothing to do: every chunk's file is complete when its manifest entry is made."""
+
+    def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
+        found = self._committed_table(None)
+        if model_version is not None:
+            found = found.filter(pc.equal(found.column("model_version"), model_version))
+        order = [("source_key", "ascending"), ("model_version", "ascending"), ("scored_at", "ascending")]
+        return arrow_rows(found.sort_by(order), self.layout)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def manifest_files(self) -> list[str]:
+        """The data files the manifest lists (names under the table), in manifest order."""
+        store = self._store()
+        files = []
+        for name in store.names("_manifest"):
+            raw = store.get(name)
+            if raw is not None and name.endswith(".json"):
+                files.append(str(json.loads(raw)["file"]))
+        return files
+
+    def _committed_table(self, columns: list[str] | None) -> pa.Table:
+        store, tables = self._store(), []
+        for name in self.manifest_files():
+            raw = store.get(name)
+            if raw is None:
+                raise ConfigError(f"{self.target}: the manifest lists {name}, which is missing; restore it")
+            tables.append(pq.read_table(io.BytesIO(raw), columns=columns, schema=self._schema))
+        empty = self._schema.empty_table()
+        return pa.concat_tables(tables) if tables else (empty.select(columns) if columns else empty)
+
+    def _store(self) -> _Files:
+        with self._lock:
+            if self._closed:
+                raise ConfigError(f"sink {self.target} is closed; make a new one")
+            if self._files is None:
+                if self._where.bucket is None:
+                    self._files = _LocalFiles(self._where.uri)
+                else:
+                    self._client = s3_client(self._s3)
+                    self._files = _S3Files(self._client, self._where.bucket, self._where.prefix)
+            return self._files
+
+    def _check_schema(self, stored: bytes) -> None:
+        found = [tuple(c) for c in json.loads(stored)["columns"]]
+        problems = schema_differences(found, _columns(self._schema))  # type: ignore[arg-type]
+        if problems:
+            raise ConfigError(
+                f"Parquet table {self.target} already exists with a different layout: {'; '.join(problems)}. "
+                "It was made for another model or source; choose another --results-table"
+            )
+
+
+def _check_run_id(run_id: str) -> None:
+    if not _RUN_ID.match(run_id):
+        raise ConfigError(
+            f"run id {run_id!r} cannot name a file; use letters, digits, '.', '_' and '-' (a uuid does)"
+        )
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return bytes(sink.getvalue().to_pybytes())

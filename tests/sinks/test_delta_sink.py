@@ -1,0 +1,123 @@
+"""DeltaSink on a local directory and on S3 (moto in its own process): each chunk once, the merge rule."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
+from lake_contract import (
+    check_commit_once,
+    check_committed_inputs,
+    check_killed_writer,
+    check_layout_refused,
+    check_racing_same_chunk,
+    check_shards_concurrently,
+)
+from lake_rows import LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
+
+from shardwise.errors import ConfigError, TransientError
+from shardwise.sinks.base import SinkChunk
+from shardwise.sinks.delta import DeltaSink, _boundary
+
+
+def test_an_existing_table_of_another_layout_is_refused(location: str) -> None:
+    check_layout_refused(DeltaSink, location)
+
+
+def test_a_chunk_commits_once_and_answers_already_with_its_stored_record(location: str) -> None:
+    sink = check_commit_once(DeltaSink, location)
+    assert sink.target == f"delta:{location}/res"
+    assert "testing" not in sink.target
+
+
+def test_racing_writers_of_one_chunk_land_it_once(location: str) -> None:
+    check_racing_same_chunk(DeltaSink, location)
+
+
+def test_shards_committing_concurrently_all_land(location: str) -> None:
+    check_shards_concurrently(DeltaSink, location)
+
+
+def test_committed_inputs_name_each_stored_key_of_a_version(location: str) -> None:
+    check_committed_inputs(DeltaSink, location)
+
+
+@pytest.mark.slow
+def test_a_writer_killed_mid_run_leaves_each_chunk_once_after_recommitting(location: str) -> None:
+    check_killed_writer(DeltaSink, "delta", location)
+
+
+def test_the_merge_rule_keeps_same_inputs_replaces_changed_ones_and_adds_versions(location: str) -> None:
+    sink = DeltaSink(location, "res", LAYOUT)
+    sink.ensure()
+    sink.commit(chunk(0))
+    same = sink.commit(chunk(0, run_id="run-b", salt="b"))
+    assert (same.status, same.inserted, same.updated, same.unchanged) == ("written", 0, 0, ROWS_PER_CHUNK)
+    changed = sink.commit(chunk(0, run_id="run-c", keys=range(25, 75), fingerprint="fp2", salt="c"))
+    assert (changed.inserted, changed.updated, changed.unchanged) == (25, 25, 0)
+    beside = sink.commit(chunk(0, run_id="run-d", model_version="v2"))
+    assert (beside.inserted, beside.updated, beside.unchanged) == (ROWS_PER_CHUNK, 0, 0)
+    assert sink.commit(chunk(0, run_id="run-b", salt="b")).status == "already"
+    v1 = sink.read("v1")
+    assert [r["source_key"] for r in v1] == list(range(75))
+    assert {r["run_id"] for r in v1 if r["source_key"] < 25} == {"run-a"}
+    assert {(r["run_id"], r["input_fingerprint"]) for r in v1 if r["source_key"] >= 25} == {("run-c", "fp2")}
+    assert np.array_equal(v1[30]["embedding"], row(30, salt="c").values["embedding"])
+    assert len(sink.read()) == 75 + ROWS_PER_CHUNK
+
+
+def test_keys_repeated_in_a_chunk_keep_the_last_row(tmp_path) -> None:
+    sink = DeltaSink(str(tmp_path), "res", LAYOUT)
+    sink.ensure()
+    rows = [row(1, "old"), row(2), row(1, "new")]
+    done = sink.commit(SinkChunk("run-a", 0, 0, rows, lineage(), {"rows": 3, "key": 1}))
+    assert done.inserted == 2
+    assert [(r["source_key"], r["input_fingerprint"]) for r in sink.read()] == [(1, "new"), (2, "fp")]
+
+
+def test_committing_before_ensure_says_what_to_do(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="call ensure"):
+        DeltaSink(str(tmp_path), "res", LAYOUT).commit(chunk(0))
+
+
+def test_a_lost_commit_race_is_a_transient_error() -> None:
+    with pytest.raises(TransientError, match="concurrent writers"), _boundary("committing"):
+        raise CommitFailedError("Failed to commit transaction: 15")
+
+
+def test_bad_table_names_and_locations_are_refused(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="plain identifier"):
+        DeltaSink(str(tmp_path), "bad/name", LAYOUT)
+    with pytest.raises(ConfigError, match="unsupported scheme"):
+        DeltaSink("gs://bucket/x", "res", LAYOUT)
+
+
+@pytest.mark.slow
+def test_the_log_is_checkpointed_as_chunks_commit(tmp_path) -> None:
+    sink = DeltaSink(str(tmp_path), "res", LAYOUT)
+    sink.ensure()
+    for number in range(100):
+        sink.commit(chunk(number, keys=range(number, number + 1)))
+    assert (tmp_path / "res" / "_delta_log" / "_last_checkpoint").exists()
+    assert DeltaTable(str(tmp_path / "res")).version() == 100  # opens from the checkpoint
+
+
+def test_a_chunk_of_8192_wide_vectors_converts_fast() -> None:
+    from lake_rows import lineage as make_lineage
+
+    from shardwise.model import OutputColumn
+    from shardwise.results.records import ResultRow
+    from shardwise.sinks.base import Layout
+    from shardwise.sinks.lake import arrow_schema, rows_table
+
+    layout = Layout((OutputColumn("embedding", "vector", dim=384),), "int")
+    vectors = np.random.default_rng(0).standard_normal((8192, 384)).astype(np.float32)
+    rows = [ResultRow(i, {"embedding": vectors[i]}, "fp") for i in range(8192)]
+    started = time.perf_counter()
+    table = rows_table(rows, make_lineage(), layout, arrow_schema(layout))
+    assert time.perf_counter() - started < 1.0
+    flat = table.column("embedding").combine_chunks().flatten().to_numpy()
+    assert np.array_equal(flat.reshape(8192, 384), vectors)

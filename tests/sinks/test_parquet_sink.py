@@ -1,0 +1,82 @@
+"""ParquetSink on a local directory and on S3 (moto): a manifest entry created exclusively commits a chunk."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from lake_contract import (
+    check_commit_once,
+    check_committed_inputs,
+    check_killed_writer,
+    check_layout_refused,
+    check_racing_same_chunk,
+    check_shards_concurrently,
+)
+from lake_rows import LAYOUT, ROWS_PER_CHUNK, chunk
+
+from shardwise.errors import ConfigError
+from shardwise.sinks.lake import arrow_schema, rows_table
+from shardwise.sinks.parquet_files import ParquetSink
+
+
+def test_an_existing_table_of_another_layout_is_refused(location: str) -> None:
+    check_layout_refused(ParquetSink, location)
+
+
+def test_a_chunk_commits_once_and_answers_already_with_its_stored_record(location: str) -> None:
+    sink = check_commit_once(ParquetSink, location)
+    assert sink.target == f"parquet:{location}/res"
+    assert sink.manifest_files() == ["data/run-a-s00000-c00000.parquet"]
+
+
+def test_racing_writers_of_one_chunk_land_it_once(location: str) -> None:
+    check_racing_same_chunk(ParquetSink, location)
+
+
+def test_shards_committing_concurrently_all_land(location: str) -> None:
+    check_shards_concurrently(ParquetSink, location)
+
+
+def test_committed_inputs_take_the_latest_scoring_of_each_key(location: str) -> None:
+    sink = check_committed_inputs(ParquetSink, location)
+    rescored = sink.commit(chunk(0, run_id="run-b", keys=range(25, 75), fingerprint="fp2"))
+    assert (rescored.inserted, rescored.updated, rescored.unchanged) == (50, 0, 0)
+    inputs = dict(sink.committed_inputs("v1"))
+    assert len(inputs) == 75
+    assert {inputs[str(k)] for k in range(25)} == {"fp"}
+    assert {inputs[str(k)] for k in range(25, 75)} == {"fp2"}
+    assert len(sink.read("v1")) == 100  # append-only: the old rows stay
+
+
+@pytest.mark.slow
+def test_a_writer_killed_mid_run_leaves_each_chunk_once_after_recommitting(location: str) -> None:
+    sink = check_killed_writer(ParquetSink, "parquet", location)
+    assert sink.manifest_files() == [f"data/run-a-s00000-c{n:05d}.parquet" for n in range(12)]
+
+
+def test_a_data_file_without_its_manifest_entry_is_not_read_until_committed(tmp_path) -> None:
+    sink = ParquetSink(str(tmp_path), "res", LAYOUT)
+    sink.ensure()
+    sink.commit(chunk(0))
+    crashed = chunk(1)  # as if killed between the rename and the manifest entry
+    table = rows_table(crashed.rows, crashed.lineage, LAYOUT, arrow_schema(LAYOUT))
+    pq.write_table(table, tmp_path / "res" / "data" / "run-a-s00000-c00001.parquet")
+    assert len(sink.read()) == ROWS_PER_CHUNK
+    assert len(list(sink.committed_inputs("v1"))) == ROWS_PER_CHUNK
+    assert sink.committed("run-a", 0, 1) is None
+    assert sink.commit(chunk(1)).status == "written"
+    assert [r["source_key"] for r in sink.read()] == list(range(2 * ROWS_PER_CHUNK))
+
+
+def test_run_ids_that_cannot_name_a_file_are_refused(tmp_path) -> None:
+    sink = ParquetSink(str(tmp_path), "res", LAYOUT)
+    sink.ensure()
+    with pytest.raises(ConfigError, match="cannot name a file"):
+        sink.commit(chunk(0, run_id="../escape"))
+
+
+def test_a_closed_sink_says_so(tmp_path) -> None:
+    sink = ParquetSink(str(tmp_path), "res", LAYOUT)
+    sink.close()
+    with pytest.raises(ConfigError, match="closed"):
+        sink.ensure()
