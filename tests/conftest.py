@@ -22,7 +22,12 @@ os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="shardwise-tests-prefect-")
 atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 set_defaults(PREFECT_SERVER_UI_ENABLED="false", PREFECT_LOGGING_TO_API_ENABLED="false")
 
+import importlib.util
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -318,3 +323,28 @@ def pgvector_db_url(pgvector_url: str) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    """The URL of moto's S3 server, started in its own process for the session and killed after."""
+    if importlib.util.find_spec("moto.server") is None or importlib.util.find_spec("flask") is None:
+        service_missing("moto[server] is not installed; pip install -e '.[dev]'")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "moto.server", "-p", str(port), "-H", "127.0.0.1"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + "/moto-api/", timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    service_missing(f"moto's S3 server did not start on {url} (exit code {server.poll()})")
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.kill()
+        server.wait()

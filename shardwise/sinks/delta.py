@@ -67,6 +67,7 @@ from shardwise.sinks.lake import (
     s3_storage_options,
     schema_differences,
 )
+from shardwise.sources.base import KeyType
 
 __all__ = ["DeltaSink", "app_id"]
 
@@ -176,9 +177,18 @@ class DeltaSink:
         for key, fingerprint in zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True):
             yield str(key), fingerprint
 
-    def finish(self, run_id: str) -> None:
+    def stored_key_type(self) -> KeyType | None:
+        with _boundary(f"opening {self.target}"):
+            found = self._open()
+        if found is None:
+            return None
+        types = {name: kind for name, kind, _ in _columns(found.schema())}
+        return "int" if types.get("source_key") in ("long", "integer") else "text"
+
+    def finish(self, run_id: str) -> list[str]:
         """Nothing to do: delta-rs checkpoints as it commits (see the module docstring)."""
         self._table()
+        return []
 
     def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
         filters = None if model_version is None else [("model_version", "=", model_version)]

@@ -55,6 +55,7 @@ from shardwise.sinks.lake import (
     s3_client,
     schema_differences,
 )
+from shardwise.sources.base import KeyType
 from shardwise.sources.parquet.s3_errors import s3_boundary
 
 __all__ = ["ParquetSink"]
@@ -233,8 +234,16 @@ class ParquetSink:
         for key, fingerprint in latest.items():
             yield str(key), fingerprint
 
-    def finish(self, run_id: str) -> None:
+    def stored_key_type(self) -> KeyType | None:
+        stored = self._store().get(_SCHEMA_FILE)
+        if stored is None:
+            return None
+        types = {name: kind for name, kind, *_ in json.loads(stored)["columns"]}
+        return "int" if types.get("source_key") == "int64" else "text"
+
+    def finish(self, run_id: str) -> list[str]:
         """Nothing to do: every chunk's file is complete when its manifest entry is made."""
+        return []
 
     def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
         found = self._committed_table(None)

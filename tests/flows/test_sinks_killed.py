@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -116,9 +117,12 @@ def _check_killed_then_resumed(
     env = {**os.environ, **extra}
     argv = _argv(source, *options, "--results-table", "killed")
     _kill_mid_shard([*argv, "--lease-s", "2", "--progress", "lines", "--progress-every", "0.2"], env)
-    ledger = (
-        options[options.index("--ledger") : options.index("--ledger") + 2] if "--ledger" in options else []
-    )
+    # The ledger: as given, else the results database, else the source database (a SQL source here).
+    found = options[options.index("--ledger") + 1] if "--ledger" in options else None
+    ledger = [
+        "--ledger",
+        found or (results if "://" in results and not results.startswith("s3:") else source),
+    ]
     runs = subprocess.run(
         [sys.executable, "-m", "shardwise.flows.cli", "runs", "--results", results, *ledger],
         capture_output=True, text=True, env=env,
@@ -148,3 +152,27 @@ def test_pgvector_with_an_hnsw_index(reference: Any, tmp_path: Path, pgvector_db
     (indexes,) = execute(pgvector_db_url, "select count(*) from pg_indexes where tablename = 'killed' "
                          "and indexdef like '%hnsw%'")  # fmt: skip
     assert indexes == (1,)
+
+
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_a_local_lake_folder(reference: Any, tmp_path: Path, fmt: str) -> None:
+    lake = str(tmp_path / "lake")
+    _check_killed_then_resumed(
+        reference, tmp_path, (["--results", lake, "--results-format", fmt], lake, fmt, {})
+    )
+    assert not (tmp_path / "lake" / "shardwise_ledger.db").exists()  # the source database holds the ledger
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_a_lake_on_s3(reference: Any, tmp_path: Path, moto_url: str, fmt: str) -> None:
+    import boto3
+
+    bucket = f"sw-{uuid.uuid4().hex[:12]}"
+    env = {"AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    env["AWS_DEFAULT_REGION"] = "us-east-1"
+    boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket=bucket)  # fmt: skip
+    lake, ledger = f"s3://{bucket}/lake", f"sqlite:///{tmp_path / 'ledger.db'}"
+    options = ["--results", lake, "--results-format", fmt, "--ledger", ledger]
+    _check_killed_then_resumed(reference, tmp_path, (options, lake, fmt, env))
