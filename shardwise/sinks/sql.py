@@ -75,7 +75,7 @@ class SqlSink(Closing):
         index: Literal["none", "hnsw"] = "none",
         metric: IndexMetric = "cosine",
     ) -> None:
-        parse_table_name(name)
+        results_table(name, layout.outputs, layout.key_type)  # a bad name or output is refused here
         self.layout = layout
         self.target = name
         self.embedding, self.index, self.metric = embedding, index, metric
