@@ -307,6 +307,7 @@ def finish_results(planned: PlannedRun) -> list[str]:
 
 def score_pending(planned: PlannedRun, cache: WorkerCache, *, resolve: Resolver = as_is) -> RunCounts:
     """Score every pending shard in this thread, then finish the run: the path without an orchestrator.
+    Then call :func:`finish_results` for the sink's work after the run (an ANN index), as the flow does.
 
     A shard that raises is marked failed, the run is finished as failed, and
     the error propagates; the finished shards stay merged, so a later run with
@@ -319,6 +320,4 @@ def score_pending(planned: PlannedRun, cache: WorkerCache, *, resolve: Resolver 
             planned.ledger.mark_shard_failed(planned.record.run_id, shard_id, str(exc))
             finish_run(planned, [shard_id])
             raise
-    counts = finish_run(planned, [])
-    finish_results(planned)
-    return counts
+    return finish_run(planned, [])
