@@ -25,6 +25,7 @@ __all__ = [
     "STAGE_TABLE",
     "VectorStorage",
     "check_layout",
+    "check_outputs",
     "expected_layout",
     "parse_table_name",
     "results_table",
@@ -75,9 +76,10 @@ def parse_table_name(name: str) -> tuple[str | None, str]:
     return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
 
 
-def _check_outputs(outputs: tuple[OutputColumn, ...]) -> None:
+def check_outputs(outputs: tuple[OutputColumn, ...]) -> None:
+    """The model's outputs can be columns beside the key and lineage, in every sink."""
     if not outputs:
-        raise ConfigError("a results table needs at least one model output column; the model declares none")
+        raise ConfigError("results need at least one model output column; the model declares none")
     seen: set[str] = set()
     for out in outputs:
         if not _IDENT.match(out.name) or out.name.lower() in _FIXED or out.name.lower() in seen:
@@ -118,7 +120,7 @@ def results_table(
     pgvector's ``vector(dim)``/``halfvec(dim)`` (see :mod:`shardwise.sinks.pgvector`).
     """
     schema, table = parse_table_name(name)
-    _check_outputs(outputs)
+    check_outputs(outputs)
     return sa.Table(
         table,
         sa.MetaData(),

@@ -34,9 +34,9 @@ import pyarrow as pa
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.results.codec import as_vector, check_key
-from shardwise.results.merge import Lineage
 from shardwise.results.records import ResultRow
-from shardwise.sinks.base import Layout
+from shardwise.results.schema import check_outputs
+from shardwise.sinks.base import Layout, Lineage
 
 __all__ = [
     "LakeLocation",
@@ -50,8 +50,6 @@ __all__ = [
 ]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_FIXED = ("source_key", "truncated", "model_name", "model_version", "input_fingerprint")
-_LINEAGE_REST = ("code_version", "input_snapshot", "run_id", "shard_id", "scored_at")
 _KINDS: dict[str, pa.DataType] = {
     "vector": pa.list_(pa.float32()),
     "float": pa.float64(),
@@ -128,7 +126,7 @@ class LakeLocation:
 
 def arrow_schema(layout: Layout) -> pa.Schema:
     """The table's schema: key, outputs in declared order, then lineage; nullable only where SQL's is."""
-    _check_outputs(layout.outputs)
+    check_outputs(layout.outputs)
     key = pa.int64() if layout.key_type == "int" else pa.string()
     return pa.schema(
         [
@@ -145,22 +143,6 @@ def arrow_schema(layout: Layout) -> pa.Schema:
             pa.field("scored_at", pa.timestamp("us", tz="UTC"), nullable=False),
         ]
     )
-
-
-def _check_outputs(outputs: tuple[OutputColumn, ...]) -> None:
-    if not outputs:
-        raise ConfigError("a lake table needs at least one model output column; the model declares none")
-    taken = {*_FIXED, *_LINEAGE_REST}
-    seen: set[str] = set()
-    for out in outputs:
-        if not _IDENT.match(out.name) or out.name.lower() in taken or out.name.lower() in seen:
-            raise ConfigError(
-                f"output column name {out.name!r} is invalid or taken; output names must be unique "
-                f"identifiers and not one of: {', '.join(sorted(taken))}"
-            )
-        if out.kind == "vector" and (out.dim is None or out.dim < 1):
-            raise ConfigError(f"vector output {out.name!r} needs a positive dim; got {out.dim!r}")
-        seen.add(out.name.lower())
 
 
 def schema_differences(
