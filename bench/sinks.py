@@ -40,23 +40,11 @@ import numpy as np
 import sqlalchemy as sa
 
 from bench.engine import load_texts
+from bench.pipeline import load_table
 from shardwise.models import get_spec
 from shardwise.pipeline import RunSpec, WorkerCache, finish_results, prepare_run, score_pending
 from shardwise.pipeline.destination import open_sink
 from shardwise.sinks import Layout
-
-
-def _source(folder: Path, texts: list[str]) -> str:
-    url = f"sqlite:///{folder / 'source.db'}"
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("create table docs (id integer primary key, text text)"))
-        conn.execute(
-            sa.text("insert into docs values (:id, :text)"),
-            [{"id": i, "text": t} for i, t in enumerate(texts)],
-        )
-    engine.dispose()
-    return url
 
 
 def _run(spec: RunSpec, cache: WorkerCache) -> tuple[float, int, list[str]]:
@@ -155,7 +143,8 @@ def main() -> None:
 
     texts = load_texts(args.corpus, args.column, args.limit)
     folder = Path(tempfile.mkdtemp(prefix="sw-sinks-"))
-    source = _source(folder, texts)
+    source = f"sqlite:///{folder / 'source.db'}"
+    load_table(source, texts)
     cache = WorkerCache(get_spec)
     common = {
         "source": source,
