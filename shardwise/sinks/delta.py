@@ -63,6 +63,7 @@ from shardwise.sinks.lake import (
     S3Settings,
     arrow_rows,
     arrow_schema,
+    refuse_other_format,
     rows_table,
     s3_storage_options,
     schema_differences,
@@ -122,11 +123,14 @@ class DeltaSink:
             found = self._open()
         if found is not None:
             self._check_schema(found)
+        else:
+            refuse_other_format(self._where, "delta", self.target, self._s3)
 
     def ensure(self) -> None:
         with _boundary(f"opening {self.target}"):
             found = self._open()
             if found is None:
+                refuse_other_format(self._where, "delta", self.target, self._s3)
                 try:
                     DeltaTable.create(
                         self._where.uri,

@@ -39,10 +39,12 @@ from shardwise.results.schema import check_outputs
 from shardwise.sinks.base import Layout, Lineage
 
 __all__ = [
+    "FORMAT_MARKERS",
     "LakeLocation",
     "S3Settings",
     "arrow_rows",
     "arrow_schema",
+    "refuse_other_format",
     "rows_table",
     "s3_client",
     "s3_storage_options",
@@ -122,6 +124,29 @@ class LakeLocation:
         import os
 
         return os.path.join(os.path.abspath(self.location), self.table)
+
+
+FORMAT_MARKERS = {"delta": "_delta_log/", "parquet": "_shardwise_schema.json"}
+"""What each lake format leaves at its table's root: one folder holds one format."""
+
+
+def refuse_other_format(where: LakeLocation, fmt: str, target: str, s3: S3Settings | None) -> None:
+    """A ConfigError when the table's folder already holds the other format's table."""
+    for other, marker in FORMAT_MARKERS.items():
+        if other != fmt and _exists(where, marker, s3):
+            raise ConfigError(
+                f"{target}: the folder already holds a {other} table ({marker} is there); a folder holds one "
+                f"format: give another --results-table, or --results-format {other}"
+            )
+
+
+def _exists(where: LakeLocation, name: str, s3: S3Settings | None) -> bool:
+    if where.bucket is None:
+        import os
+
+        return os.path.exists(os.path.join(where.uri, name))
+    found = s3_client(s3).list_objects_v2(Bucket=where.bucket, Prefix=f"{where.prefix}/{name}", MaxKeys=1)
+    return bool(found.get("KeyCount"))
 
 
 def arrow_schema(layout: Layout) -> pa.Schema:

@@ -47,10 +47,12 @@ from botocore.exceptions import ClientError
 from shardwise.errors import ConfigError, TransientError
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
 from shardwise.sinks.lake import (
+    FORMAT_MARKERS,
     LakeLocation,
     S3Settings,
     arrow_rows,
     arrow_schema,
+    refuse_other_format,
     rows_table,
     s3_client,
     schema_differences,
@@ -60,7 +62,7 @@ from shardwise.sources.parquet.s3_errors import s3_boundary
 
 __all__ = ["ParquetSink"]
 
-_SCHEMA_FILE = "_shardwise_schema.json"
+_SCHEMA_FILE = FORMAT_MARKERS["parquet"]
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _EXISTS_CODES = frozenset({"PreconditionFailed", "412"})
 
@@ -184,8 +186,11 @@ class ParquetSink:
         stored = self._store().get(_SCHEMA_FILE)
         if stored is not None:
             self._check_schema(stored)
+        else:
+            refuse_other_format(self._where, "parquet", self.target, self._s3)
 
     def ensure(self) -> None:
+        refuse_other_format(self._where, "parquet", self.target, self._s3)
         body = json.dumps({"columns": _columns(self._schema)}, indent=1).encode()
         if not self._store().create(_SCHEMA_FILE, body):
             self.check()

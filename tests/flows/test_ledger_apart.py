@@ -71,3 +71,28 @@ def test_a_ledger_that_is_not_a_database_is_refused_before_anything_runs(
     assert main([*argv, "--ledger", str(tmp_path / "ledger")]) == 2
     assert "is not a database URL" in one_line(capsys)
     assert "shardwise_runs" not in _tables(sqlite_url)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_parquet_source_into_a_local_lake_keeps_its_ledger_beside_the_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import polars as pl
+
+    landing, lake = tmp_path / "landing", tmp_path / "lake"
+    landing.mkdir()
+    pl.DataFrame({"id": range(40), "text": [f"paragraph number {i}" for i in range(40)]}).write_parquet(
+        landing / "part-0.parquet"
+    )
+    run = ["run", "--source", str(landing), "--model", "tiny", "--results", str(lake), "--results-table", "emb"]
+    assert main([*run, "--results-format", "parquet"]) == 0, capsys.readouterr().err
+    assert "40 rows scored (40 new" in capsys.readouterr().out
+    ledger = f"sqlite:///{lake / 'shardwise_ledger.db'}"
+    assert execute(ledger, "select count(*) from shardwise_runs") == [(1,)]
+    assert main(["runs", "--results", str(lake)]) == 0
+    assert "completed" in capsys.readouterr().out
+    assert main([*run, "--results-format", "parquet", "--only-new"]) == 0
+    assert "0 rows scored" in capsys.readouterr().out
+    # One folder holds one format: Delta into the Parquet table's folder is refused before it runs.
+    assert main(run) == 2
+    assert "already holds a parquet table" in one_line(capsys)
