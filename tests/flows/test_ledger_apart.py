@@ -84,7 +84,17 @@ def test_a_parquet_source_into_a_local_lake_keeps_its_ledger_beside_the_results(
     pl.DataFrame({"id": range(40), "text": [f"paragraph number {i}" for i in range(40)]}).write_parquet(
         landing / "part-0.parquet"
     )
-    run = ["run", "--source", str(landing), "--model", "tiny", "--results", str(lake), "--results-table", "emb"]
+    run = [
+        "run",
+        "--source",
+        str(landing),
+        "--model",
+        "tiny",
+        "--results",
+        str(lake),
+        "--results-table",
+        "emb",
+    ]
     assert main([*run, "--results-format", "parquet"]) == 0, capsys.readouterr().err
     assert "40 rows scored (40 new" in capsys.readouterr().out
     ledger = f"sqlite:///{lake / 'shardwise_ledger.db'}"

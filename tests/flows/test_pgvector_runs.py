@@ -133,3 +133,19 @@ def test_pgvector_options_where_pgvector_is_not_are_one_line_before_anything_run
     no_ledger = "select count(*) from information_schema.tables where table_name = 'shardwise_runs'"
     assert execute(pg_url, no_ledger) == [(0,)]
     assert "shardwise_runs" not in {r[0] for r in execute(sqlite_url, "select name from sqlite_master")}
+
+
+@pytest.mark.filterwarnings("error::sqlalchemy.exc.SAWarning")
+def test_only_new_in_the_source_database_anti_joins_a_pgvector_table(
+    pgvector_db_url: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    make_docs(pgvector_db_url, 40, bad=False)
+    argv = _run(pgvector_db_url, "--results-table", "docs_vec")  # results and ledger in the source database
+    assert main(argv) == 0
+    execute(pgvector_db_url, "update docs set text = 'changed' where id = 3")
+    capfd.readouterr()
+    assert main([*argv, "--only-new"]) == 0
+    captured = capfd.readouterr()
+    assert "1 row scored (0 new, 1 updated" in captured.out
+    assert "Warning" not in captured.err
+    assert _column_type(pgvector_db_url, "docs_vec", "embedding").startswith("vector(")

@@ -82,6 +82,9 @@ def _resolve_schema(insp: sa.Inspector, schema: str | None) -> str:
 
 
 def _reflect(conn: sa.Connection, schema: str, table: str) -> sa.Table:
+    from shardwise.sinks.pgvector import recognise_vector_types
+
+    recognise_vector_types(conn.dialect)  # a source or results table may hold pgvector columns
     return sa.Table(table, sa.MetaData(), schema=schema, autoload_with=conn)
 
 
