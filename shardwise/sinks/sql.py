@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from shardwise.closing import Closing
 from shardwise.dberrors import mapped_errors, safe_url
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.results.codec import Float32Vector, bind_timestamp, decode_json, encode_json, utc_now
 from shardwise.results.connect import make_engine, write_transaction
 from shardwise.results.merge import merge_rows
@@ -167,7 +167,8 @@ class SqlSink(Closing):
     def commit(self, chunk: SinkChunk) -> SinkCommit:
         what = f"chunk {chunk.number} of shard {chunk.shard_id}"
         with (
-            mapped_errors(f"merge {what} into {self.target}", self.engine.url),
+            # Unclassified database errors are the sink's, not the source's whose read is open around it.
+            mapped_errors(f"merge {what} into {self.target}", self.engine.url, otherwise=ShardwiseError),
             self.engine.connect() as conn,
         ):
             with conn.begin():
