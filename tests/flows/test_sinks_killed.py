@@ -26,6 +26,8 @@ from shardwise.sinks import Layout
 pytestmark = pytest.mark.slow
 
 ROWS = 20_000
+ROWS_PER_S = 8000  # the killed run is paced (counted_cli.py), so a busy machine still shows progress first
+COUNTED = Path(__file__).with_name("counted_cli.py")
 
 
 def _argv(source: str, *extra: str) -> list[str]:
@@ -116,7 +118,8 @@ def _check_killed_then_resumed(
     options, results, fmt, extra = where
     env = {**os.environ, **extra}
     argv = _argv(source, *options, "--results-table", "killed")
-    _kill_mid_shard([*argv, "--lease-s", "2", "--progress", "lines", "--progress-every", "0.2"], env)
+    paced = [sys.executable, str(COUNTED), str(tmp / "counts"), str(ROWS_PER_S), *argv[3:]]
+    _kill_mid_shard([*paced, "--lease-s", "2", "--progress", "lines", "--progress-every", "0.2"], env)
     # The ledger: as given, else the results database, else the source database (a SQL source here).
     found = options[options.index("--ledger") + 1] if "--ledger" in options else None
     ledger = [
