@@ -85,7 +85,8 @@ def _new_keys(source: Source, sink: Sink, model_version: str) -> list[Key]:
     for shard in plan.shards:
         with source.open_reader(plan, shard, ReadFrom()) as reader:
             for row in reader.rows:
-                if held.get(str(row.key)) != value_fingerprint(row.value):
+                stored = held.get(str(row.key))  # None: no result (a NULL input never has one)
+                if stored is None or stored != value_fingerprint(row.value):
                     keys.append(row.key)
     _log.info("only-new: %s of %s in %s", plural(len(keys), "row"), plan.expected_rows, sink.target)
     return keys
