@@ -34,6 +34,7 @@ chunk marks.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["Chunk", "ChunkCommit", "ChunkWriter"]
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -141,9 +143,10 @@ class ChunkWriter(Closing):
         piece = SinkChunk(self.run.run_id, self.shard_id, chunk.number, chunk.rows, lineage, chunk.position)
         landed = self._retried(f"commit {what} to {self._sink.target}", lambda: self._sink.commit(piece))
         if dict(landed.position) != dict(chunk.position):
-            # Another attempt, reading another snapshot, committed it first: the caller starts again
-            # after it (its dead letters were that attempt's; it marks the chunk, or a retry does).
-            return ChunkCommit("already", stored_position=landed.position)
+            # Another attempt, reading another snapshot, committed it first. Its rows stand: the
+            # chunk is marked as the sink recorded it, and the caller starts again after it.
+            other = self._retried(f"mark {what}", lambda: self._mark_theirs(chunk.number, landed))
+            return ChunkCommit("already", stored_position=other)
         return self._retried(f"mark {what}", lambda: self._mark(chunk, landed))
 
     def finish(self, report: ShardReport) -> ChunkTotals | None:
@@ -208,6 +211,39 @@ class ChunkWriter(Closing):
             chunk_marks.insert_mark(conn, run.run_id, mark, now)
         counts = MergeCounts(landed.inserted, landed.updated, landed.unchanged)
         return ChunkCommit("merged", counts)
+
+    def _mark_theirs(self, number: int, landed: SinkCommit) -> Mapping[str, Any]:
+        """Mark a chunk another attempt committed at another position, from the sink's record, unless it
+        is marked already; the stored position either way. That attempt's dead letters are not known
+        here (it stopped before marking): the mark counts none, and a warning says so."""
+        run_id, now = self.run.run_id, utc_now()
+        with self._ledger.writing(f"mark chunk {number} of shard {self.shard_id}") as conn:
+            status = shard_sql.lock_shard(conn, run_id, self.shard_id)
+            seen = self._marked(conn, status, number)
+            if seen is not None:
+                return seen.stored_position or landed.position
+            before = chunk_marks.chunk_start(conn, run_id, self.shard_id).rows
+            rows_out = landed.inserted + landed.updated + landed.unchanged
+            mark = ChunkMark(
+                self.shard_id,
+                number,
+                self.attempt,
+                rows_in=int(landed.position["rows"]) - before,
+                rows_out=rows_out,
+                rows_failed=0,
+                rows_truncated=0,
+                rows_inserted=landed.inserted,
+                rows_updated=landed.updated,
+                rows_unchanged=landed.unchanged,
+                position=landed.position,
+            )
+            chunk_marks.insert_mark(conn, run_id, mark, now)
+        _log.warning(
+            "chunk %d of shard %d was committed by an attempt that read another snapshot and stopped "
+            "before marking it; marked from the sink's record, without that attempt's dead letters",
+            number, self.shard_id,
+        )  # fmt: skip
+        return landed.position
 
     def _finish_once(self, report: ShardReport) -> ChunkTotals | None:
         run_id = self.run.run_id

@@ -59,14 +59,17 @@ def test_a_chunk_the_sink_holds_but_the_ledger_lost_is_marked_not_written_again(
     assert [d.source_key for d in apart.ledger.dead_letters(run.run_id)] == ["1000"]
 
 
-def test_a_chunk_committed_at_another_position_is_reported_not_marked(apart: ResultStore) -> None:
+def test_a_chunk_committed_at_another_position_is_marked_from_the_sinks_record(apart: ResultStore) -> None:
     run = make_run()
     apart.ledger.start_run(run, make_plan())
     apart.sink.commit(_as_sink_chunk(run.run_id, 0))  # ten rows, then an attempt reading more rows
     with apart.chunk_writer(run, 0, 2, QUICK) as writer:
         other = writer.commit(nth_chunk(0, dead=2))
-    assert other.status == "already" and dict(other.stored_position or {}) == {"rows": 10, "key": 9}
-    assert read_marks(apart.ledger, run.run_id) == []
+        assert other.status == "already" and dict(other.stored_position or {}) == {"rows": 10, "key": 9}
+        assert writer.start().chunk == 1  # the retry starts after it, instead of meeting it again
+    (mark,) = read_marks(apart.ledger, run.run_id)
+    assert (mark.chunk, mark.rows_in, mark.rows_out, mark.rows_failed) == (0, 10, 10, 0)
+    assert apart.ledger.dead_letters(run.run_id) == []
 
 
 def test_racing_writers_commit_and_mark_each_chunk_once(apart: ResultStore) -> None:
