@@ -1,8 +1,8 @@
-"""Tiny, seeded image model directories (a ViT classifier, a ViT encoder, a CLIP), and pictures made in code.
+"""Tiny, seeded image model directories (ViT, ConvNeXt, CLIP, SigLIP), and pictures made in code.
 
-Each directory is a 2-layer, 32-d model with random weights from a fixed seed,
+Each directory is a model of two small layers or stages with random weights from a fixed seed,
 saved with ``save_pretrained`` with its image processor (Pillow backend) and,
-for CLIP, a byte-level BPE tokenizer trained here on this package's
+for CLIP and SigLIP, a byte-level BPE tokenizer trained here on this package's
 docstrings. Nothing is downloaded. :func:`reference_picture` opens bytes as a
 plain Pillow user would, with the decoding rules ``shardwise.images``
 documents (EXIF orientation, transparency on white), for the agreement tests.
@@ -69,10 +69,11 @@ def tiny_vit_encoder(root: Path, seed: int = 0) -> Path:
     return root
 
 
-def tiny_clip(root: Path, seed: int = 0) -> Path:
-    """Save a tiny random ``CLIPModel``, a CLIP image processor and a BPE tokenizer to ``root``."""
+def _bpe_tokenizer(context: int) -> tuple[Any, int]:
+    """A byte-level BPE trained on this package's docstrings, CLIP's way (start and end of text around
+    each text, padded with the end token), and its vocabulary size."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     from shardwise.corpus import harvest_docstrings
 
@@ -85,20 +86,29 @@ def tiny_clip(root: Path, seed: int = 0) -> Path:
     )
     bpe.train_from_iterator(harvest_docstrings(200), trainer)
     bpe.post_processor = processors.TemplateProcessing(
-        single="<|startoftext|> $A <|endoftext|>",
-        special_tokens=[("<|startoftext|>", 0), ("<|endoftext|>", 1)],
+        single="<|startoftext|> $A <|endoftext|>", special_tokens=[(s, i) for i, s in enumerate(specials)]
     )
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         bos_token="<|startoftext|>",
         eos_token="<|endoftext|>",
         pad_token="<|endoftext|>",
-        model_max_length=77,
+        model_max_length=context,
     )
-    tower = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
-    text = {**tower, "vocab_size": bpe.get_vocab_size(), "max_position_embeddings": 77}
+    return tokenizer, bpe.get_vocab_size()
+
+
+_TOWER = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+
+
+def tiny_clip(root: Path, seed: int = 0) -> Path:
+    """Save a tiny random ``CLIPModel``, a CLIP image processor and a BPE tokenizer to ``root``."""
+    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel
+
+    tokenizer, vocab = _bpe_tokenizer(77)
+    text = {**_TOWER, "vocab_size": vocab, "max_position_embeddings": 77}
     text |= {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 1}
-    vision = {**tower, "image_size": SIDE, "patch_size": 8}
+    vision = {**_TOWER, "image_size": SIDE, "patch_size": 8}
     config = CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -108,6 +118,46 @@ def tiny_clip(root: Path, seed: int = 0) -> Path:
     )
     processor.save_pretrained(root)
     tokenizer.save_pretrained(root)
+    return root
+
+
+SIGLIP_TEXT = 16
+"""The tiny SigLIP's text length: every text is padded to it, as SigLIP's are."""
+
+
+def tiny_siglip(root: Path, seed: int = 0) -> Path:
+    """Save a tiny random ``SiglipModel``, its image processor and a BPE tokenizer to ``root``."""
+    from transformers import SiglipConfig, SiglipImageProcessorPil, SiglipModel
+
+    tokenizer, vocab = _bpe_tokenizer(SIGLIP_TEXT)
+    text = {**_TOWER, "vocab_size": vocab, "max_position_embeddings": SIGLIP_TEXT}
+    text |= {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 1}
+    vision = {**_TOWER, "image_size": SIDE, "patch_size": 8}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        SiglipModel(SiglipConfig(text_config=text, vision_config=vision)).eval().save_pretrained(root)
+    SiglipImageProcessorPil(size={"height": SIDE, "width": SIDE}).save_pretrained(root)
+    tokenizer.save_pretrained(root)
+    return root
+
+
+def tiny_convnext_classifier(root: Path, labels: Sequence[str] = LABELS, seed: int = 0) -> Path:
+    """Save a tiny random ``ConvNextForImageClassification`` and its processor to ``root``."""
+    from transformers import ConvNextConfig, ConvNextForImageClassification, ConvNextImageProcessorPil
+
+    config = ConvNextConfig(
+        hidden_sizes=[8, 16],
+        depths=[1, 1],
+        num_stages=2,
+        id2label=dict(enumerate(labels)),
+        label2id={n: i for i, n in enumerate(labels)},
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = ConvNextForImageClassification(config).eval()
+        torch.nn.init.normal_(model.classifier.weight)
+    model.save_pretrained(root)
+    ConvNextImageProcessorPil(size={"shortest_edge": SIDE}).save_pretrained(root)
     return root
 
 

@@ -24,12 +24,15 @@ pytest.importorskip("transformers")
 from image_builders import (
     LABELS,
     SIDE,
+    SIGLIP_TEXT,
     encoded,
     exif_rotated_jpeg,
     picture,
     reference_picture,
     sample_photos,
     tiny_clip,
+    tiny_convnext_classifier,
+    tiny_siglip,
     tiny_vit_classifier,
     tiny_vit_encoder,
     varied_pictures,
@@ -54,6 +57,8 @@ def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "vit": tiny_vit_classifier(root / "vit"),
         "encoder": tiny_vit_encoder(root / "encoder"),
         "clip": tiny_clip(root / "clip"),
+        "siglip": tiny_siglip(root / "siglip"),
+        "convnext": tiny_convnext_classifier(root / "convnext"),
     }
 
 
@@ -113,16 +118,17 @@ def test_bad_images_are_dead_letters_with_reasons_and_the_rest_is_scored(dirs: d
         assert any(phrase in reason for reason in reasons), (name, phrase, reasons)
 
 
-def test_classifier_agrees_with_transformers_in_input_order(dirs: dict[str, Path]) -> None:
+@pytest.mark.parametrize("key", ["vit", "convnext"])
+def test_classifier_agrees_with_transformers_in_input_order(dirs: dict[str, Path], key: str) -> None:
     from transformers import AutoModelForImageClassification
 
     pictures = varied_pictures()
-    model = get_spec(str(dirs["vit"])).load(CPU)
+    model = get_spec(str(dirs[key])).load(CPU)
     results = _score(model, pictures)
     assert all(r.ok for r in results)
-    net = AutoModelForImageClassification.from_pretrained(dirs["vit"], local_files_only=True).eval()
+    net = AutoModelForImageClassification.from_pretrained(dirs[key], local_files_only=True).eval()
     with torch.inference_mode():
-        probs = net(pixel_values=_pixels(dirs["vit"], pictures)).logits.softmax(-1).numpy()
+        probs = net(pixel_values=_pixels(dirs[key], pictures)).logits.softmax(-1).numpy()
     got = np.stack([r.values["probabilities"] for r in results])
     np.testing.assert_allclose(got, probs, atol=ATOL)
     assert [r.values["label"] for r in results] == [LABELS[i] for i in probs.argmax(1)]
@@ -157,21 +163,25 @@ def _features(out: Any) -> torch.Tensor:
     return torch.nn.functional.normalize(tensor, dim=-1)
 
 
-def test_clip_embeds_texts_and_pictures_into_one_space(dirs: dict[str, Path]) -> None:
+@pytest.mark.parametrize(("key", "dim"), [("clip", 16), ("siglip", 32)])
+def test_clip_embeds_texts_and_pictures_into_one_space(dirs: dict[str, Path], key: str, dim: int) -> None:
     from transformers import AutoModel, AutoTokenizer
 
-    root = dirs["clip"]
+    root = dirs[key]
     pictures = varied_pictures()
     texts = ["a photo of a cat", "shards and windows", "a much longer caption " * 3, "dog"]
     values: list[object] = [v for pair in zip(pictures, texts, strict=False) for v in pair] + pictures[4:]
     results = _score(get_spec(str(root)).load(CPU), values)
     assert all(r.ok for r in results)
     vectors = [r.values["embedding"] for r in results]
-    assert {v.shape for v in vectors} == {(16,)}
+    assert {v.shape for v in vectors} == {(dim,)}
     net = AutoModel.from_pretrained(root, local_files_only=True).eval()
-    tokens = AutoTokenizer.from_pretrained(root, local_files_only=True)(
-        texts, padding=True, return_tensors="pt"
-    )
+    tokenizer = AutoTokenizer.from_pretrained(root, local_files_only=True)
+    if key == "siglip":  # padded to its full length, no attention mask: as SigLIP's processor gives them
+        padded = tokenizer(texts, padding="max_length", max_length=SIGLIP_TEXT, truncation=True)
+        tokens = {"input_ids": torch.tensor(padded["input_ids"])}
+    else:
+        tokens = tokenizer(texts, padding=True, return_tensors="pt")
     with torch.inference_mode():
         text = _features(net.get_text_features(**tokens)).numpy()
         image = _features(net.get_image_features(pixel_values=_pixels(root, pictures))).numpy()
@@ -189,6 +199,8 @@ def test_clip_embeds_texts_and_pictures_into_one_space(dirs: dict[str, Path]) ->
     ("key", "kind", "outputs"),
     [
         ("vit", HFImageClassifierSpec, ("label", "score", "probabilities")),
+        ("convnext", HFImageClassifierSpec, ("label", "score", "probabilities")),
+        ("siglip", HFClipSpec, ("embedding",)),
         ("encoder", HFImageEncoderSpec, ("embedding",)),
         ("clip", HFClipSpec, ("embedding",)),
     ],
