@@ -7,8 +7,9 @@ re-encoded at several sizes) with the same small random ViT classifier at
 224x224, built here, in float32, in the same process after a warm-up. The
 plain loop is what a user writes: Pillow opens each file, the processor
 prepares 32 pictures, the model runs them, one step after the other. The
-engine decodes and processes a window's pictures on its decoding pool while
-the model runs, and batches by a pixel budget. This prints figures; it is not
+engine decodes and processes each window of 128 pictures on its decoding pool,
+on its prefetch thread (so it overlaps the forward passes of the batches
+already queued), and batches by a pixel budget. This prints figures; it is not
 a timed test.
 """
 

@@ -66,6 +66,17 @@ class _ImageSpec:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError(f"max_pixels must be a positive whole number; got {limit!r}")
 
+    def _require_packages(self) -> None:
+        """Raise a ConfigError naming the extra to install when Pillow or transformers is missing."""
+        try:
+            import PIL  # noqa: F401
+            import transformers  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(
+                f"model {self.name!r} is an image model and needs Pillow and transformers; install them "
+                "with: pip install 'shardwise[images]'"
+            ) from exc
+
     def _version(self, tag: str) -> str:
         files = hash_files(self.path, IMAGE_VERSIONED)
         version = hashlib.sha256(f"{tag}\0{files}".encode()).hexdigest()
@@ -94,6 +105,7 @@ class HFImageClassifierSpec(_ImageSpec):
         return read_head(config, {}, str(self.path), DEFAULT_THRESHOLD)
 
     def load(self, device: torch.device) -> Model:
+        self._require_packages()
         from shardwise.models.hf_image_loaded import HFImageClassifier
 
         return HFImageClassifier(self, device)
@@ -110,6 +122,7 @@ class HFImageEncoderSpec(_ImageSpec):
         return ModelInfo(self.name, self._version("image-encoder"), outputs, processed_pixels(self.path))
 
     def load(self, device: torch.device) -> Model:
+        self._require_packages()
         from shardwise.models.hf_image_loaded import HFImageEncoder
 
         return HFImageEncoder(self, device)
@@ -135,6 +148,7 @@ class HFClipSpec(_ImageSpec):
         return max_length_of(self.path, text if isinstance(text, dict) else {})
 
     def load(self, device: torch.device) -> Model:
+        self._require_packages()
         from shardwise.models.hf_clip import HFClip
 
         return HFClip(self, device)
