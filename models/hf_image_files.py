@@ -57,8 +57,15 @@ def is_dual_encoder(config: Mapping[str, Any]) -> bool:
 
 def is_vision_encoder(root: Path, config: Mapping[str, Any]) -> bool:
     """Whether the directory holds an image model without a text tokenizer: an image encoder (ViT, DINOv2,
-    ConvNeXt, a CLIP vision tower) to be read as an embedding."""
-    return (root / PROCESSOR).is_file() and not (root / "tokenizer.json").is_file() and bool(config)
+    ConvNeXt, a CLIP vision tower) to be read as an embedding.
+
+    Its ``preprocessor_config.json`` must be an image processor's (it names one, or gives ``image_mean``):
+    an audio model saves its feature extractor under the same name.
+    """
+    if not config or (root / "tokenizer.json").is_file():
+        return False
+    processor = read_json(root / PROCESSOR)
+    return "image_processor_type" in processor or "image_mean" in processor
 
 
 def check_image_layout(root: Path, *, text: bool) -> None:

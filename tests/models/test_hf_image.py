@@ -243,3 +243,15 @@ def test_prepare_many_decodes_in_threads_and_keeps_order(
     for got, want in zip(outcomes, alone, strict=False):
         assert torch.equal(got.pixel_values, want)
     assert any(name.startswith("shardwise-decode") for name in seen)
+
+
+def test_an_audio_feature_extractor_is_not_taken_for_an_image_processor(tmp_path: Path) -> None:
+    import json
+
+    from shardwise.models import HFEncoderSpec
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "wav2vec2", "architectures": ["X"]}))
+    (tmp_path / "preprocessor_config.json").write_text(
+        json.dumps({"feature_extractor_type": "Wav2Vec2FeatureExtractor", "sampling_rate": 16000})
+    )
+    assert isinstance(get_spec(str(tmp_path)), HFEncoderSpec)
