@@ -19,6 +19,7 @@ from shardwise.models.hf import HFEncoderSpec
 from shardwise.models.hf_classifier import HFClassifierSpec
 from shardwise.models.hf_directory import directory_spec
 from shardwise.models.hf_gguf import GGUFCausalSpec, is_gguf_name
+from shardwise.models.hf_image import HFClipSpec, HFImageClassifierSpec, HFImageEncoderSpec
 from shardwise.models.minilm import MiniLMSpec
 from shardwise.models.plugins import (
     ALLOW_MODULES_SETTING,
@@ -38,7 +39,10 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "GGUFCausalSpec",
     "HFClassifierSpec",
+    "HFClipSpec",
     "HFEncoderSpec",
+    "HFImageClassifierSpec",
+    "HFImageEncoderSpec",
     "MiniLMSpec",
     "PluginSpec",
     "TinySpec",

@@ -28,6 +28,12 @@ A model may also carry ``engine_defaults``, by device kind (``{"cpu": {...},
 otherwise (a generator's: see :mod:`models.hf_causal`); a run's own settings
 still win.
 
+A model may also have ``prepare_many(values) -> list[Item | InputError]``: it
+prepares a whole window's values at once (one item, or the InputError that
+makes the row a dead letter, per value, in input order). Image models use it
+to decode in a pool of threads; without it the engine calls ``prepare`` row by
+row.
+
 A catalogue entry is a :class:`ModelSpec`; loading it gives a :class:`Model`
 bound to one device. :meth:`ModelSpec.describe` gives its :class:`ModelInfo`
 without loading the weights onto a device, so a CPU-only flow process can

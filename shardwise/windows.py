@@ -14,7 +14,7 @@ from itertools import islice
 from typing import Any
 
 from shardwise.batching import CostBudget, cut_batches, order_by_cost
-from shardwise.errors import InputError
+from shardwise.errors import InputError, ShardwiseError
 from shardwise.model import DeviceBatch, Item, Model
 
 __all__ = ["Batch", "Window", "produce_batches"]
@@ -93,17 +93,39 @@ def produce_batches(
 
 
 def _prepare_window(index: int, chunk: list[Row], model: Model) -> tuple[Window, dict[int, Item]]:
-    """Prepare every row of a window; a row the model cannot prepare becomes an error, not an exception."""
+    """Prepare every row of a window; a row the model cannot prepare becomes an error, not an exception.
+
+    A model with the optional ``prepare_many(values) -> list[Item | InputError]``
+    (image models: it decodes in a pool of threads) prepares the whole window in
+    one call; any other is asked row by row.
+    """
     errors: dict[int, InputError] = {}
     prepared: dict[int, Item] = {}
     truncated = [False] * len(chunk)
-    for position, (_, value) in enumerate(chunk):
-        try:
-            item = model.prepare(value)
-        except InputError as exc:
-            errors[position] = exc
+    for position, outcome in enumerate(_outcomes(chunk, model)):
+        if isinstance(outcome, InputError):
+            errors[position] = outcome
             continue
-        prepared[position] = item
-        truncated[position] = item.truncated
+        prepared[position] = outcome
+        truncated[position] = outcome.truncated
     window = Window(index, [key for key, _ in chunk], errors, truncated)
     return window, prepared
+
+
+def _outcomes(chunk: list[Row], model: Model) -> Iterator[Item | InputError]:
+    """Each row's item or the InputError that kept it from one, in input order."""
+    many = getattr(model, "prepare_many", None)  # optional: see Model in shardwise.model
+    if many is None:
+        for _, value in chunk:
+            try:
+                yield model.prepare(value)
+            except InputError as exc:
+                yield exc
+        return
+    outcomes = list(many([value for _, value in chunk]))
+    if len(outcomes) != len(chunk):
+        raise ShardwiseError(
+            f"model {model.name!r}: prepare_many gave {len(outcomes)} outcomes for {len(chunk)} rows; "
+            "it must give one item or InputError per value, in input order"
+        )
+    yield from outcomes
