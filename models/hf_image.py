@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -65,6 +65,9 @@ class _ImageSpec:
         limit = self.max_pixels
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError(f"max_pixels must be a positive whole number; got {limit!r}")
+
+    images: ClassVar[bool] = True
+    """Its rows are pictures: the pipeline commits them in smaller chunks (``IMAGE_CHUNK_ROWS``)."""
 
     def _require_packages(self) -> None:
         """Raise a ConfigError naming the extra to install when Pillow or transformers is missing."""

@@ -36,6 +36,7 @@ from shardwise.sources.base import Key, SourceRow
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
     "GENERATION_CHUNK_ROWS",
+    "IMAGE_CHUNK_ROWS",
     "ChunkConfig",
     "InputFingerprints",
     "commit_chunks",
@@ -44,6 +45,9 @@ __all__ = [
 
 DEFAULT_CHUNK_ROWS = 8192
 """One engine window (``EngineConfig.window_rows``): a minute of MiniLM on two CPU cores, seconds on a GPU."""
+IMAGE_CHUNK_ROWS = 1024
+"""An image model's chunk, and so its engine window: a processed 224-pixel picture is about 600 KB of
+float32 held until its batch runs, so a window of 8192 would hold 5 GB; 1024 hold about 600 MB."""
 GENERATION_CHUNK_ROWS = 1024
 """A generator's chunk: generating a row costs a forward pass per new token, a hundred times an
 encoder's row, so 8192 rows would be an hour of work a kill could lose; 1024 rows still leave the

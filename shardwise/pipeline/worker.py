@@ -38,7 +38,7 @@ from shardwise.device_lease import leased_device
 from shardwise.errors import ConfigError
 from shardwise.generation import GenerationSettings, Generative, with_generation
 from shardwise.model import Model, ModelInfo, ModelSpec
-from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, ChunkConfig
+from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, IMAGE_CHUNK_ROWS, ChunkConfig
 from shardwise.pipeline.destination import ledger_url, open_sink
 from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
@@ -235,9 +235,12 @@ def _check_precision(record: RunRecord, model: Model, spec: RunSpec, cache: Work
 
 
 def _chunk_rows(cache: WorkerCache, spec: RunSpec) -> int:
-    """The model's default chunk: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`)."""
-    generates = isinstance(cache.spec(spec.model, spec.generation()), Generative)
-    return GENERATION_CHUNK_ROWS if generates else DEFAULT_CHUNK_ROWS
+    """The model's default chunk: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`), and an
+    image model holds fewer rows at once (:data:`IMAGE_CHUNK_ROWS`, a spec's ``images = True``)."""
+    found = cache.spec(spec.model, spec.generation())
+    if isinstance(found, Generative):
+        return GENERATION_CHUNK_ROWS
+    return IMAGE_CHUNK_ROWS if getattr(found, "images", False) else DEFAULT_CHUNK_ROWS
 
 
 def score_ref_shard(
