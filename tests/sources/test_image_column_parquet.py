@@ -105,3 +105,15 @@ def test_s3_references_on_s3(client: Any, bucket: str) -> None:
     assert rows[1][1].origin == refs[1]
     assert rows[1][1].error.startswith(f"no such object {refs[1]}")
     assert value_fingerprint(rows[2][1]) == hashlib.md5(PICTURES[2]).hexdigest()  # type: ignore[arg-type]
+
+
+@pytest.mark.s3
+def test_s3_references_through_the_standard_aws_settings(s3_env: Any, client: Any, bucket: str) -> None:
+    """No client passed: the source's own S3 client (AWS_ENDPOINT_URL ...) reads the data and its images."""
+    client.put_object(Bucket=bucket, Key="img/a.png", Body=PICTURES[0])
+    refs = [f"s3://{bucket}/img/a.png", f"s3://{bucket}/img/gone.png"]
+    client.put_object(Bucket=bucket, Key="data/a.parquet", Body=_write(_table(refs, pa.string())))
+    with ParquetSource(f"s3://{bucket}/data", image_column="img") as source:
+        rows = _rows(source)
+    assert [(k, v.data) for k, v in rows] == [(1, PICTURES[0]), (2, None)]
+    assert rows[1][1].error.startswith(f"no such object {refs[1]}")

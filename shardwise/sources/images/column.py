@@ -35,8 +35,9 @@ class ImageColumn:
     """Turns a source's raw column values into ``ImageValue`` s, fetching references; thread-safe.
 
     S3 references go through one :class:`~shardwise.sources.parquet.s3_objects.S3Store`
-    client, made on first use (``s3_client`` if given, else boto3's standard
-    settings), with the store's :class:`S3RetryPolicy`.
+    client, with the store's :class:`S3RetryPolicy`: the Parquet source's own
+    store when it reads S3 (:meth:`share_store`), else one made on first use
+    (``s3_client`` if given, else boto3's standard settings).
     """
 
     def __init__(
@@ -47,7 +48,13 @@ class ImageColumn:
         self.name, self._threads = name, threads
         self._s3_client = s3_client
         self._store: Any | None = None  # an S3Store, imported only when an s3:// reference is read
+        self._owns_store = True
         self._lock = threading.Lock()
+
+    def share_store(self, store: Any) -> None:
+        """Fetch ``s3://`` references through ``store`` (an ``S3Store`` its source owns and closes)."""
+        with self._lock:
+            self._store, self._owns_store = store, False
 
     def value(self, raw: object) -> ImageValue:
         """One row's ``ImageValue``: inline bytes as they are, a reference fetched now."""
@@ -87,7 +94,7 @@ class ImageColumn:
         """Close the S3 client this column created, if any."""
         with self._lock:
             store, self._store = self._store, None
-        if store is not None:
+        if store is not None and self._owns_store:
             store.close()
 
     def _submit(self, pool: ThreadPoolExecutor, raw: object) -> Future[ImageValue]:

@@ -90,6 +90,8 @@ class ParquetSource(Source):
         """The columns a row's value is read from: the text (or the image column), then the others."""
         self._store = open_store(location, s3_client)
         self.identity = self._store.identity
+        if self._images is not None and self.identity.startswith("s3://"):
+            self._images.share_store(self._store)  # one client for the dataset and the images it names
 
     def plan_sized(self, sizing: Sizing, new_only: NewOnly | None) -> SourcePlan:
         """Cut into ``shards`` shards (fewer if there are fewer row groups), or runs of ``rows_per_shard``.
