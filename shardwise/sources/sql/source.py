@@ -65,7 +65,6 @@ What a run sees, and its limits:
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -86,14 +85,12 @@ from shardwise.sources.sql.keys import begin_keyed_read, keyed_rows
 from shardwise.sources.sql.plan import plan_shards
 from shardwise.sources.sql.query import Selection, filter_probe, read_query
 from shardwise.sources.sql.schema import reflect_results, reflect_source
-from shardwise.sources.sql.snapshot import export_snapshot, idle_limit_s, import_snapshot, read_only
+from shardwise.sources.sql.snapshot import begin_planned_read, export_snapshot, idle_limit_s, read_only
 from shardwise.sources.sql.unique import check_unique_key
 from shardwise.sources.sql.where import parse_filter
 from shardwise.text import row_value
 
 __all__ = ["SqlSource"]
-
-_log = logging.getLogger(__name__)
 
 
 class SqlSource(Source):
@@ -298,21 +295,7 @@ class SqlSource(Source):
     def _begin_read(self, conn: sa.Connection, plan: SourcePlan, shard: Shard) -> tuple[str | None, bool]:
         if not self._db.is_postgres:
             return None, False  # one statement reads the shard: consistent on its own
-        if plan.snapshot is None:
-            read_only(conn).begin()
-            return None, False
-        snapshot, lost = import_snapshot(conn, plan.snapshot)
-        if lost and self._on_lost == "error":
-            raise SourceError(
-                f"the plan's snapshot {plan.snapshot!r} is gone (its planning transaction ended), so shard "
-                f"{shard.shard_id} cannot be read as planned; plan again, or allow on_lost_snapshot='fresh'"
-            )
-        if lost:
-            _log.warning(
-                "snapshot %s is gone; shard %d of %s is read at a fresh snapshot %s",
-                plan.snapshot, shard.shard_id, self.identity, snapshot,
-            )  # fmt: skip
-        return snapshot, lost
+        return begin_planned_read(conn, plan.snapshot, self._on_lost, shard.shard_id, self.identity)
 
     def _selection(self, conn: sa.Connection, new_only: NewOnly | None) -> Selection:
         if new_only is None:
