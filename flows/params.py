@@ -40,6 +40,13 @@ class ScoreParams(BaseModel):
         description="Optional second text column: each row is scored as the pair (text, pair), "
         "for cross-encoders and other two-text models. A null or empty pair is a dead letter.",
     )
+    image_column: str | None = Field(
+        None,
+        description="Optional column of images, scored instead of the text column: image bytes (bytea, "
+        "BLOB, Parquet binary) or a reference to fetch (a local path, file:// or s3:// URI). A NULL or a "
+        "missing file or object is a dead letter. Takes no text_column, text_pair_column or prompt "
+        "(docs: how-to/images-sources.md).",
+    )
     where: str | None = Field(
         None,
         description="Optional SQL filter on the source table: one boolean expression over its columns, "
@@ -269,6 +276,7 @@ class ScoreParams(BaseModel):
             key=self.key,
             text_column=self.text_column,
             text_pair_column=self.text_pair_column,
+            image_column=self.image_column,
             where=self.where,
             shards=self.shards,
             rows_per_shard=self.rows_per_shard,

@@ -96,7 +96,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     ledger = Ledger(ledger_url(spec, resolve))
     asks = (
         None
-        if in_source_database(spec, resolve)
+        if in_source_database(spec, resolve) and source.fingerprints_in_database
         else open_sink(spec, results_url, sink_layout(spec, results_url, info.outputs, None))
     )
     try:

@@ -195,7 +195,7 @@ def _plan_new(
         # Only-new against a sink other than a results table in the SQL source's own database.
         asker = (
             None
-            if not spec.only_new or in_source_database(spec, resolve)
+            if not spec.only_new or (in_source_database(spec, resolve) and source.fingerprints_in_database)
             else open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, None))
         )
         try:

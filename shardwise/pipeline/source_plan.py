@@ -10,12 +10,15 @@ Only-new works against every sink, three ways:
   leaves the database);
 * a Parquet source: objects whose (key, ETag) a completed run of the
   ledger already scored are skipped;
-* a SQL source with results elsewhere (another database, Delta, Parquet):
-  the source's rows are read once and fingerprinted, the sink gives the
+* a SQL source with results elsewhere (another database, Delta, Parquet),
+  or one reading an image column of references, whose fingerprint is the
+  MD5 of the fetched bytes (``Source.fingerprints_in_database`` is False):
+  the source's rows are read once (images fetched) and fingerprinted, the sink gives the
   (key, input fingerprint) pairs it holds for the model version
   (:meth:`~shardwise.sinks.Sink.committed_inputs`), and the run becomes a
   keyed plan of the keys that are new or whose input changed (its stored
-  plan lists them).
+  plan lists them). A row without a fingerprint (NULL, a missing image) is
+  always new, as in the anti-join.
 """
 
 from __future__ import annotations
@@ -85,8 +88,9 @@ def _new_keys(source: Source, sink: Sink, model_version: str) -> list[Key]:
     for shard in plan.shards:
         with source.open_reader(plan, shard, ReadFrom()) as reader:
             for row in reader.rows:
-                stored = held.get(str(row.key))  # None: no result (a NULL input never has one)
-                if stored is None or stored != value_fingerprint(row.value):
+                # New: no result yet, or no fingerprint (a NULL, a missing image), or another input.
+                stored, fingerprint = held.get(str(row.key)), value_fingerprint(row.value)
+                if stored is None or fingerprint is None or stored != fingerprint:
                     keys.append(row.key)
     _log.info("only-new: %s of %s in %s", plural(len(keys), "row"), plan.expected_rows, sink.target)
     return keys

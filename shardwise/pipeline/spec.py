@@ -72,6 +72,10 @@ class RunSpec:
     text_column: str = "text"
     text_pair_column: str | None = None
     """A second text column: each row is scored as the pair (text, text pair), for cross-encoders."""
+    image_column: str | None = None
+    """A column of images, read instead of the text column: bytes (``bytea``, BLOB, Parquet binary) or a
+    reference (a path, ``file://`` or ``s3://`` URI) the source fetches; each row's value is an
+    :class:`~shardwise.image_value.ImageValue` (see :mod:`shardwise.sources.images`)."""
     where: str | None = None
     shards: int | None = None
     rows_per_shard: int | None = None
@@ -122,6 +126,7 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         self._check_prompt()
+        self._check_image()
         check_precision(self.precision)
         if self.chunk_rows is not None:
             ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
@@ -219,6 +224,31 @@ class RunSpec:
             raise ConfigError(
                 f"prompt and text_pair_column {self.text_pair_column!r} both given; a generator reads the "
                 "columns its prompt names: drop --text-pair-column and write {column} in the prompt"
+            )
+
+    def _check_image(self) -> None:
+        """An image column names a column other than the key, and replaces the text inputs."""
+        if self.image_column is None:
+            return
+        if not isinstance(self.image_column, str) or not self.image_column or self.image_column == self.key:
+            raise ConfigError(
+                f"image_column must name the column holding each row's image, not the key {self.key!r}; "
+                f"got {self.image_column!r}"
+            )
+        given = [
+            f"{flag} {value!r}"
+            for flag, value, unset in (
+                ("--text-column", self.text_column, "text"),
+                ("--text-pair-column", self.text_pair_column, None),
+                ("--prompt", self.prompt, None),
+            )
+            if value != unset
+        ]
+        if given:
+            raise ConfigError(
+                f"--image-column {self.image_column!r} replaces the text column, so it takes no "
+                f"{', '.join(given)}; drop {' and '.join(g.split()[0] for g in given)}, "
+                "or drop --image-column"
             )
 
     def check_model(self, model: ModelInfo) -> None:

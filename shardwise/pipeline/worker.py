@@ -65,6 +65,7 @@ def open_spec_source(spec: RunSpec, resolve: Resolver) -> SqlSource | ParquetSou
         text_column=spec.text_column,
         input_columns=spec.input_columns(),
         where=spec.where,
+        image_column=spec.image_column,
     )
 
 

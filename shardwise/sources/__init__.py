@@ -45,15 +45,23 @@ def open_source(
     text_column: str = "text",
     input_columns: Mapping[str, str] | None = None,
     where: str | None = None,
+    image_column: str | None = None,
     **options: Any,
 ) -> SqlSource | ParquetSource:
-    """A SQL source for a database URL (``table`` required), else a Parquet source for a path or ``s3://``."""
+    """A SQL source for a database URL (``table`` required), else a Parquet source for a path or ``s3://``.
+
+    ``image_column`` reads that column as images instead of the text column (see
+    :mod:`shardwise.sources.images`).
+    """
     if is_sql_url(location):
         if not table:
             raise ConfigError(
                 f"source {_scheme(location)}://... is a database, so a table is needed; pass --table NAME"
             )
-        return SqlSource(location, table, key, text_column, where, input_columns=input_columns, **options)
+        return SqlSource(
+            location, table, key, text_column, where,
+            input_columns=input_columns, image_column=image_column, **options,
+        )  # fmt: skip
     if "://" in location and not location.startswith(("s3://", "file://")):
         raise ConfigError(
             f"source scheme {_scheme(location)!r} is not supported; use postgresql+psycopg://, sqlite:///, "
@@ -64,7 +72,9 @@ def open_source(
             "table and where apply to SQL sources only; a Parquet source is read whole (drop --table/--where)"
         )
     path = location.removeprefix("file://")
-    return ParquetSource(path, key, text_column, input_columns=input_columns, **options)
+    return ParquetSource(
+        path, key, text_column, input_columns=input_columns, image_column=image_column, **options
+    )
 
 
 def _scheme(location: str) -> str:

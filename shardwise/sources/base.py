@@ -155,6 +155,12 @@ class Source(Closing):
 
     kind: Literal["sql", "parquet"]
     identity: str
+    fingerprints_in_database: bool = True
+    """Whether a SQL source's only-new can compare input fingerprints in its database (an anti-join).
+
+    False for an image column of references: their fingerprint is the MD5 of
+    the fetched bytes, so the pipeline compares in Python instead.
+    """
 
     @property
     @abstractmethod

@@ -40,17 +40,27 @@ class Footer:
 
 
 def read_footers(
-    store: ObjectStore, objects: Sequence[ObjectInfo], key: str, inputs: Sequence[str], check: Sequence[bool]
+    store: ObjectStore,
+    objects: Sequence[ObjectInfo],
+    key: str,
+    inputs: Sequence[str],
+    check: Sequence[bool],
+    image: bool = False,
 ) -> list[Footer]:
-    """The footers of ``objects``, in order; those with ``check`` set must have the key and ``inputs``."""
+    """The footers of ``objects``, in order; those with ``check`` set must have the key and ``inputs``.
+
+    ``image``: the first input is an image column, and a message missing it says so.
+    """
     if not objects:
         return []
     jobs = list(zip(objects, check, strict=True))
     with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, len(jobs))) as pool:
-        return list(pool.map(lambda job: _read_footer(store, job[0], key, inputs, job[1]), jobs))
+        return list(pool.map(lambda job: _read_footer(store, job[0], key, inputs, job[1], image), jobs))
 
 
-def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, inputs: Sequence[str], check: bool) -> Footer:
+def _read_footer(
+    store: ObjectStore, obj: ObjectInfo, key: str, inputs: Sequence[str], check: bool, image: bool
+) -> Footer:
     with store.open(obj) as handle:
         try:
             metadata = pq.ParquetFile(handle).metadata
@@ -62,7 +72,7 @@ def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, inputs: Sequence
     key_type: KeyType | None = None
     if check:
         schema = metadata.schema.to_arrow_schema()
-        _check_columns(obj, schema, key, inputs)
+        _check_columns(obj, schema, key, inputs, image)
         key_type = "int" if pa.types.is_integer(schema.field(key).type) else "text"
     column = _leaf_index(metadata, key)
     groups = tuple(
@@ -72,10 +82,10 @@ def _read_footer(store: ObjectStore, obj: ObjectInfo, key: str, inputs: Sequence
     return Footer(obj, groups, key_type)
 
 
-def _check_columns(obj: ObjectInfo, schema: pa.Schema, key: str, inputs: Sequence[str]) -> None:
+def _check_columns(obj: ObjectInfo, schema: pa.Schema, key: str, inputs: Sequence[str], image: bool) -> None:
     roles = (
         ("key", "key"),
-        ("text", "text_column"),
+        ("image", "image_column") if image else ("text", "text_column"),
         *(("input", "prompt or text_pair_column") for _ in inputs[1:]),
     )
     for (role, argument), name in zip(roles, (key, *inputs), strict=True):

@@ -22,10 +22,10 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any, cast
+from typing import IO, Any, TypeVar, cast
 
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -35,7 +35,9 @@ from shardwise.sources.parquet.objects import Listing, ObjectInfo, changed_since
 from shardwise.sources.parquet.s3_errors import s3_boundary
 from shardwise.words import plural
 
-__all__ = ["S3RangeFile", "S3RetryPolicy", "S3Store", "parse_s3_url"]
+__all__ = ["S3RangeFile", "S3RetryPolicy", "S3Store", "parse_s3_url", "retried"]
+
+T = TypeVar("T")
 
 _CHANGED_CODES = frozenset({"PreconditionFailed", "412", "NoSuchKey"})
 _log = logging.getLogger(__name__)
@@ -92,6 +94,32 @@ class S3RetryPolicy:
         )
 
 
+def retried(call: Callable[[], T], retry: S3RetryPolicy, what: str) -> T:
+    """``call()``, called again after a :class:`TransientError`, up to ``retry.tries`` times in all.
+
+    Each failed try is logged with its number and the wait that follows; the
+    last one's error is raised, saying how many tries ``what`` (``at this
+    range``, ``for this object``) had.
+    """
+    attempt = 1
+    while True:
+        try:
+            return call()
+        except TransientError as exc:
+            if attempt >= retry.tries:
+                raise TransientError(f"{exc} ({plural(attempt, 'attempt')} {what} failed)") from exc
+            delay = retry.delay(attempt)
+            _log.warning(
+                "S3 read failed on attempt %d of %d, trying again in %.2f s: %s",
+                attempt,
+                retry.tries,
+                delay,
+                exc,
+            )
+            time.sleep(delay)
+            attempt += 1
+
+
 def parse_s3_url(url: str) -> tuple[str, str]:
     """Split ``s3://bucket/key-or-prefix`` into (bucket, key-or-prefix)."""
     bucket, _, key = url.removeprefix("s3://").partition("/")
@@ -118,6 +146,11 @@ class S3Store:
         self._client = client
         self._owns_client = client is None
         self._lock = threading.Lock()
+
+    @property
+    def retry(self) -> S3RetryPolicy:
+        """How patiently this store's reads, and whole-object reads through its client, are retried."""
+        return self._retry
 
     def client(self) -> Any:
         """The shared boto3 S3 client, created on first use with the policy's retries and timeouts.
@@ -237,25 +270,7 @@ class S3RangeFile(io.RawIOBase):
     def _get(self, first: int, last: int) -> bytes:
         """Bytes ``first..last``, the same range asked again after a transient failure."""
         what = f"reading {self._obj.key} bytes {first}-{last}"
-        attempt = 1
-        while True:
-            try:
-                return self._get_once(first, last, what)
-            except TransientError as exc:
-                if attempt >= self._retry.tries:
-                    raise TransientError(
-                        f"{exc} ({plural(attempt, 'attempt')} at this range failed)"
-                    ) from exc
-                delay = self._retry.delay(attempt)
-                _log.warning(
-                    "S3 read failed on attempt %d of %d, trying again in %.2f s: %s",
-                    attempt,
-                    self._retry.tries,
-                    delay,
-                    exc,
-                )
-                time.sleep(delay)
-                attempt += 1
+        return retried(lambda: self._get_once(first, last, what), self._retry, "at this range")
 
     def _get_once(self, first: int, last: int, what: str) -> bytes:
         with s3_boundary(what):

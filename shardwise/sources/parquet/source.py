@@ -10,9 +10,15 @@ A keyed read (:meth:`ParquetSource.read_keys`, for a redrive of dead
 letters) scans the key column of the current listing: see
 :mod:`shardwise.sources.parquet.keys`.
 
+An image column (``image_column``) gives each row an
+:class:`~shardwise.image_value.ImageValue`: a binary column's bytes, or the
+file or S3 object a string column's reference names, fetched as the shard is
+read (see :mod:`shardwise.sources.images`).
+
 Only-new runs skip objects whose (object key, ETag) the ledger has already
-seen; :func:`plan_objects` gives the pairs a plan reads, to record as seen
-once the run has succeeded.
+seen (an image behind a reference is not looked at: an unchanged Parquet
+object whose referenced image changed is still skipped); :func:`plan_objects`
+gives the pairs a plan reads, to record as seen once the run has succeeded.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any, Literal
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
+from shardwise.sources.images import image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
 from shardwise.sources.parquet.keys import keyed_rows
 from shardwise.sources.parquet.local_objects import LocalStore
@@ -63,8 +70,11 @@ class ParquetSource(Source):
         text_column: str = "text",
         *,
         input_columns: Mapping[str, str] | None = None,
+        image_column: str | None = None,
         s3_client: Any | None = None,
     ) -> None:
+        self._images = image_column_of(image_column, text_column, input_columns, s3_client)
+        text_column = text_column if image_column is None else image_column
         named = (
             ("key", key),
             ("text_column", text_column),
@@ -75,10 +85,13 @@ class ParquetSource(Source):
                 raise ConfigError(f"{name} must name a column of the Parquet files, got {value!r}")
         self.key, self.text_column = key, text_column
         self.input_columns = list(input_columns or {})
+        self.image_column = image_column
         self.inputs = (text_column, *self.input_columns)
-        """The columns a row's value is read from: the text, then the others."""
+        """The columns a row's value is read from: the text (or the image column), then the others."""
         self._store = open_store(location, s3_client)
         self.identity = self._store.identity
+        if self._images is not None and self.identity.startswith("s3://"):
+            self._images.share_store(self._store)  # one client for the dataset and the images it names
 
     def plan_sized(self, sizing: Sizing, new_only: NewOnly | None) -> SourcePlan:
         """Cut into ``shards`` shards (fewer if there are fewer row groups), or runs of ``rows_per_shard``.
@@ -93,7 +106,9 @@ class ParquetSource(Source):
         listing = self._list()
         seen = new_only.seen_objects if new_only is not None else frozenset()
         fresh = [(o.key, o.etag) not in seen for o in listing.objects]
-        footers = read_footers(self._store, listing.objects, self.key, self.inputs, check=fresh)
+        footers = read_footers(
+            self._store, listing.objects, self.key, self.inputs, fresh, self._images is not None
+        )
         planned = [f for f, new in zip(footers, fresh, strict=True) if new]
         skipped = [f for f, new in zip(footers, fresh, strict=True) if not new]
         groups = [g for f in planned for g in f.row_groups]
@@ -109,11 +124,15 @@ class ParquetSource(Source):
         """Read ``shard`` from ``start.rows`` rows in; the rows come from the plan's listing (its snapshot).
 
         The order is fixed by the plan, so the same rows are skipped every time.
+        An image column's references are fetched as the rows are read (see
+        :mod:`shardwise.sources.images`).
         """
         rows = self.read(plan, shard, skip=start.rows)
+        values = self._values(rows)
         try:
-            yield ShardReader(shard, plan.snapshot, False, rows)
+            yield ShardReader(shard, plan.snapshot, False, values)
         finally:
+            values.close()
             rows.close()
 
     def read(self, plan: SourcePlan, shard: Shard, *, skip: int = 0) -> ShardRows:
@@ -135,7 +154,7 @@ class ParquetSource(Source):
         """
         if keys:
             columns = (self.key, *self.inputs)
-            yield from keyed_rows(self._store, self._list().objects, columns, keys, _BATCH_ROWS)
+            yield from self._values(keyed_rows(self._store, self._list().objects, columns, keys, _BATCH_ROWS))
 
     @property
     def params(self) -> dict[str, Any]:
@@ -145,6 +164,7 @@ class ParquetSource(Source):
             "key": self.key,
             "key_type": None,
             "text_column": self.text_column,
+            "image_column": self.image_column,
             "input_columns": self.input_columns,
         }
 
@@ -162,8 +182,17 @@ class ParquetSource(Source):
         read_footers(self._store, objects, self.key, self.inputs, check=[False] * len(objects))
 
     def close(self) -> None:
-        """Close the S3 client if this source created it. Nothing else is held between calls."""
+        """Close the S3 clients this source created. Nothing else is held between calls."""
         self._store.close()
+        if self._images is not None:
+            self._images.close()
+
+    def _values(self, rows: Iterator[SourceRow]) -> Generator[SourceRow, None, None]:
+        """``rows`` as they are, or with ``ImageValue`` values when this source reads an image column."""
+        if self._images is None:
+            yield from rows
+        else:
+            yield from self._images.rows(rows)
 
     def _list(self) -> Listing:
         listing = self._store.listing()
@@ -199,9 +228,9 @@ class ParquetSource(Source):
         }
 
     def _check_plan(self, plan: SourcePlan) -> None:
-        names = ("key", "text_column", "input_columns")
+        names = ("key", "text_column", "image_column", "input_columns")
         given: tuple[Any, ...] = (plan.kind, plan.identity, *(plan.param(n) for n in names))
-        mine = (self.kind, self.identity, self.key, self.text_column, self.input_columns)
+        mine = (self.kind, self.identity, self.key, self.text_column, self.image_column, self.input_columns)
         if given != mine:
             raise ConfigError(
                 f"plan (kind, location, {', '.join(names)}) = {given} does not match this source's {mine}; "

@@ -15,7 +15,7 @@ from shardwise.sources.base import KeyType, NewOnly, Shard, SourcePlan
 
 __all__ = ["check_plan", "new_only_params"]
 
-_CHECKED = ("table", "schema", "key", "text_column", "input_columns", "where")
+_CHECKED = ("table", "schema", "key", "text_column", "image_column", "input_columns", "where")
 
 
 def new_only_params(new_only: NewOnly | None, results_found: bool) -> dict[str, Any] | None:

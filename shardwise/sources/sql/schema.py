@@ -115,11 +115,12 @@ def reflect_source(
     text_column: str,
     schema: str | None,
     input_columns: Mapping[str, str] | None = None,
+    text_role: str = "text",
 ) -> SourceTable:
     """Check every identifier against the database and return the reflected table.
 
     ``input_columns`` maps each input column after the text to its role in messages
-    (``text pair``, ``prompt``).
+    (``text pair``, ``prompt``); ``text_role`` names the value column's (``image`` for an image column).
     """
     insp = sa.inspect(conn)
     resolved = _resolve_schema(insp, schema)
@@ -130,7 +131,7 @@ def reflect_source(
         )
     reflected = _reflect(conn, resolved, table)
     key_col = _column(reflected, key, "key")
-    text_col = _column(reflected, text_column, "text")
+    text_col = _column(reflected, text_column, text_role)
     more = tuple(_column(reflected, name, role) for name, role in (input_columns or {}).items())
     return SourceTable(reflected, resolved, key_col, text_col, _key_kind(key_col), more)
 

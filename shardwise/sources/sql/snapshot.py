@@ -15,13 +15,24 @@ A stored snapshot is ``<exported id>|<pg_current_snapshot()>``, e.g.
 
 from __future__ import annotations
 
+import logging
 import re
 
 import sqlalchemy as sa
 
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, SourceError
 
-__all__ = ["SNAPSHOT_ID", "export_snapshot", "idle_limit_s", "import_snapshot", "read_only", "snapshot_id"]
+__all__ = [
+    "SNAPSHOT_ID",
+    "begin_planned_read",
+    "export_snapshot",
+    "idle_limit_s",
+    "import_snapshot",
+    "read_only",
+    "snapshot_id",
+]
+
+_log = logging.getLogger(__name__)
 
 SNAPSHOT_ID = re.compile(r"^[0-9A-F]+-[0-9A-F]+-[0-9]+$")
 """The shape of a ``pg_export_snapshot()`` id; anything else is refused before it reaches SQL."""
@@ -91,3 +102,30 @@ def import_snapshot(conn: sa.Connection, snapshot: str) -> tuple[str, bool]:
         read_only(conn).begin()
         return _current(conn), True
     return snapshot, False
+
+
+def begin_planned_read(
+    conn: sa.Connection, snapshot: str | None, on_lost: str, shard_id: int, identity: str
+) -> tuple[str | None, bool]:
+    """Begin a shard's read on PostgreSQL at the plan's ``snapshot``: (snapshot read, lost?).
+
+    A lost snapshot reads at a fresh one, logged, or with ``on_lost="error"`` is a :class:`SourceError`.
+    """
+    if snapshot is None:
+        read_only(conn).begin()
+        return None, False
+    read, lost = import_snapshot(conn, snapshot)
+    if lost and on_lost == "error":
+        raise SourceError(
+            f"the plan's snapshot {snapshot!r} is gone (its planning transaction ended), so shard "
+            f"{shard_id} cannot be read as planned; plan again, or allow on_lost_snapshot='fresh'"
+        )
+    if lost:
+        _log.warning(
+            "snapshot %s is gone; shard %d of %s is read at a fresh snapshot %s",
+            snapshot,
+            shard_id,
+            identity,
+            read,
+        )
+    return read, lost

@@ -37,6 +37,16 @@ What a run sees, and its limits:
   BLOB) text column is scored as the UTF-8 text it holds and fingerprinted
   over its bytes on both sides, so unchanged rows are skipped too (see
   :mod:`shardwise.sources.sql.fingerprint`).
+* **An image column** (``image_column``): every row's value is an
+  :class:`~shardwise.image_value.ImageValue`, its bytes stored inline or
+  fetched through the reference the column holds (see
+  :mod:`shardwise.sources.images`). Only-new anti-joins a binary image column
+  in SQL as above (``md5(bytea)`` is the MD5 of the image). A reference's
+  fingerprint is the MD5 of the *fetched* bytes, which SQL cannot see, so
+  for an image column that is not binary-typed
+  (:attr:`SqlSource.fingerprints_in_database` is False) this source refuses
+  ``new_only``: the pipeline compares in Python instead, reading every
+  row's image (:mod:`shardwise.pipeline.source_plan`).
 * **The key must be unique** among the filtered rows: planning, and
   :meth:`SqlSource.check`, refuse a table whose key repeats, naming up to five
   repeated keys (see :mod:`shardwise.sources.sql.unique`); a declared primary
@@ -55,7 +65,6 @@ What a run sees, and its limits:
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -66,6 +75,7 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
+from shardwise.sources.images import image_column_of
 from shardwise.sources.keys import parse_keys
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.check import check_plan, new_only_params
@@ -75,14 +85,12 @@ from shardwise.sources.sql.keys import begin_keyed_read, keyed_rows
 from shardwise.sources.sql.plan import plan_shards
 from shardwise.sources.sql.query import Selection, filter_probe, read_query
 from shardwise.sources.sql.schema import reflect_results, reflect_source
-from shardwise.sources.sql.snapshot import export_snapshot, idle_limit_s, import_snapshot, read_only
+from shardwise.sources.sql.snapshot import begin_planned_read, export_snapshot, idle_limit_s, read_only
 from shardwise.sources.sql.unique import check_unique_key
 from shardwise.sources.sql.where import parse_filter
 from shardwise.text import row_value
 
 __all__ = ["SqlSource"]
-
-_log = logging.getLogger(__name__)
 
 
 class SqlSource(Source):
@@ -99,11 +107,13 @@ class SqlSource(Source):
         url: str,
         table: str,
         key: str,
-        text_column: str,
+        text_column: str = "text",
         where: str | None = None,
         schema: str | None = None,
         *,
         input_columns: Mapping[str, str] | None = None,
+        image_column: str | None = None,
+        s3_client: Any | None = None,
         on_lost_snapshot: Literal["fresh", "error"] = "fresh",
         fetch_rows: int = 1000,
     ) -> None:
@@ -113,19 +123,26 @@ class SqlSource(Source):
             raise ConfigError(f"on_lost_snapshot must be 'fresh' or 'error'; got {on_lost_snapshot!r}")
         if fetch_rows < 1:
             raise ConfigError(f"fetch_rows must be a positive integer; got {fetch_rows!r}")
+        self._images = image_column_of(image_column, text_column, input_columns, s3_client)
         self._db = Database(url)
         if self._db.dialect == "sqlite":
             register_sqlite_fingerprint(self._db.engine)
         try:
             self._filter = None if where is None else parse_filter(where, self._db.dialect)
             with self._db.errors(f"checking table {table!r}"), self._db.engine.connect() as conn:
-                self._src = reflect_source(conn, table, key, text_column, schema, input_columns)
+                value_column, role = (
+                    (text_column, "text") if image_column is None else (image_column, "image")
+                )
+                self._src = reflect_source(conn, table, key, value_column, schema, input_columns, role)
         except BaseException:
             self._db.dispose()
             raise
         self.identity = self._db.identity(self._src.schema, table)
         self._where, self._on_lost, self._fetch_rows = where, on_lost_snapshot, fetch_rows
         self._held: dict[str, sa.Connection] = {}
+        self.fingerprints_in_database = image_column is None or isinstance(
+            self._src.text.type, sa.LargeBinary
+        )
         self._lock = threading.Lock()
 
     @property
@@ -138,6 +155,7 @@ class SqlSource(Source):
             "key": src.key.name,
             "key_type": src.key_kind,
             "text_column": src.text.name,
+            "image_column": None if self._images is None else src.text.name,
             "input_columns": [c.name for c in src.more],
             "where": self._where,
         }
@@ -148,6 +166,12 @@ class SqlSource(Source):
         On PostgreSQL the planning transaction stays open, holding the snapshot
         the reads import, until :meth:`close`.
         """
+        if new_only is not None and not self.fingerprints_in_database:
+            raise ConfigError(
+                f"image column {self._src.text.name!r} holds references, whose fingerprint is the MD5 of "
+                "the fetched bytes, which SQL cannot compute; plan only-new through the pipeline "
+                "(shardwise.pipeline.source_plan), which compares in Python, or plan without new_only"
+            )
         conn, held = self._db.engine.connect(), False
         try:
             with self._db.errors(f"planning {self.identity}"):
@@ -228,7 +252,11 @@ class SqlSource(Source):
                 rows = self._rows(result, doing)
                 if start.rows and after is None:
                     rows = islice(rows, start.rows, None)
-                yield ShardReader(shard, snapshot, lost, rows)
+                values = self._values(rows)
+                try:
+                    yield ShardReader(shard, snapshot, lost, values)
+                finally:
+                    values.close()
             finally:
                 result.close()
 
@@ -242,7 +270,7 @@ class SqlSource(Source):
         doing = f"reading {len(wanted)} keys of {self.identity}"
         with self._db.errors(doing), self._db.engine.connect() as conn:
             begin_keyed_read(conn)
-            yield from keyed_rows(conn, self._selection(conn, None), wanted)
+            yield from self._values(keyed_rows(conn, self._selection(conn, None), wanted))
 
     def close(self) -> None:
         """End the planning transactions (releasing their snapshots) and close pooled connections."""
@@ -252,6 +280,8 @@ class SqlSource(Source):
             for conn in held:
                 conn.close()
             self._db.dispose()
+        if self._images is not None:
+            self._images.close()
 
     def _begin_plan(self, conn: sa.Connection) -> str | None:
         if self._db.is_postgres:
@@ -265,27 +295,20 @@ class SqlSource(Source):
     def _begin_read(self, conn: sa.Connection, plan: SourcePlan, shard: Shard) -> tuple[str | None, bool]:
         if not self._db.is_postgres:
             return None, False  # one statement reads the shard: consistent on its own
-        if plan.snapshot is None:
-            read_only(conn).begin()
-            return None, False
-        snapshot, lost = import_snapshot(conn, plan.snapshot)
-        if lost and self._on_lost == "error":
-            raise SourceError(
-                f"the plan's snapshot {plan.snapshot!r} is gone (its planning transaction ended), so shard "
-                f"{shard.shard_id} cannot be read as planned; plan again, or allow on_lost_snapshot='fresh'"
-            )
-        if lost:
-            _log.warning(
-                "snapshot %s is gone; shard %d of %s is read at a fresh snapshot %s",
-                plan.snapshot, shard.shard_id, self.identity, snapshot,
-            )  # fmt: skip
-        return snapshot, lost
+        return begin_planned_read(conn, plan.snapshot, self._on_lost, shard.shard_id, self.identity)
 
     def _selection(self, conn: sa.Connection, new_only: NewOnly | None) -> Selection:
         if new_only is None:
             return Selection(self._src, self._db.dialect, self._filter)
         results = reflect_results(conn, new_only.results_table, self._src.schema)
         return Selection(self._src, self._db.dialect, self._filter, results, new_only.model_version)
+
+    def _values(self, rows: Iterator[SourceRow]) -> Generator[SourceRow, None, None]:
+        """``rows`` as they are, or with ``ImageValue`` values when this source reads an image column."""
+        if self._images is None:
+            yield from rows
+        else:
+            yield from self._images.rows(rows)
 
     def _rows(self, result: sa.CursorResult[Any, Any], doing: str) -> Iterator[SourceRow]:
         names = self._src.input_names

@@ -1,0 +1,66 @@
+"""What an image column's value is: inline bytes, a reference to fetch, or a row that cannot be an image.
+
+A value is read as the column holds it: bytes (PostgreSQL ``bytea``, SQLite
+``BLOB``, Parquet binary) are the image; a string is a *reference*: a local
+path (absolute, or relative to the worker's working directory), a
+``file://`` URI, or an ``s3://bucket/key`` URI. Everything else, NULL
+included, becomes an :class:`~shardwise.image_value.ImageValue` with an
+``error``, which the model dead-letters: one bad row never fails a shard.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote, urlsplit
+
+from shardwise.image_value import ImageValue
+
+__all__ = ["inline_value", "is_reference", "local_path", "read_local"]
+
+_SCHEMES = ("s3://", "file://")
+
+
+def is_reference(raw: object) -> bool:
+    """Whether ``raw`` names an image to fetch (any non-empty string) rather than holding one."""
+    return isinstance(raw, str) and bool(raw)
+
+
+def inline_value(raw: object) -> ImageValue:
+    """The :class:`ImageValue` of a value that is not a reference: its bytes, or why it is no image."""
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return ImageValue(bytes(raw))
+    if raw is None:
+        return ImageValue(None, error="NULL image")
+    if isinstance(raw, str):
+        return ImageValue(None, error="empty image reference; give bytes, a path, file:// or s3:// URI")
+    return ImageValue(
+        None,
+        error=f"image value of type {type(raw).__name__} is neither bytes nor a reference (a path, "
+        "file:// or s3:// URI); store the image's bytes or where it is",
+    )
+
+
+def local_path(ref: str) -> str | None:
+    """The file a local reference names (a path, or a ``file://`` URI); None for another scheme."""
+    if ref.startswith("file://"):
+        parts = urlsplit(ref)
+        return unquote(parts.path) if parts.netloc in ("", "localhost") else None
+    return None if "://" in ref else ref
+
+
+def read_local(ref: str) -> ImageValue:
+    """The bytes of the local file ``ref`` names; a missing or unreadable file is an ``error``."""
+    path = local_path(ref)
+    if path is None:
+        scheme = ref.split("://", 1)[0]
+        return ImageValue(
+            None,
+            origin=ref,
+            error=f"image reference scheme {scheme!r} is not supported; use a local path, file:// or s3://",
+        )
+    try:
+        with open(path, "rb") as file:
+            return ImageValue(file.read(), origin=ref)
+    except FileNotFoundError:
+        return ImageValue(None, origin=ref, error=f"no such file {path}")
+    except OSError as exc:
+        return ImageValue(None, origin=ref, error=f"cannot read file {path}: {exc.strerror}")
