@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO
 
@@ -35,8 +35,9 @@ class LocalStore:
     A single file named explicitly is read whatever its suffix.
     """
 
-    def __init__(self, location: str) -> None:
+    def __init__(self, location: str, names: Callable[[str], bool] = is_parquet_name) -> None:
         self.identity = os.path.abspath(location)
+        self._names = names  # which listed names are read: Parquet, or an image folder's images
         self._is_glob = any(c in location for c in _GLOB_MAGIC)
 
     def listing(self) -> Listing:
@@ -49,7 +50,7 @@ class LocalStore:
             paths, explicit = [self.identity], True
         else:
             raise self._missing()
-        keep = sorted(p for p in paths if explicit or is_parquet_name(p))
+        keep = sorted(p for p in paths if explicit or self._names(p))
         return Listing(tuple(_describe(p) for p in keep), ignored=len(paths) - len(keep))
 
     def probe(self) -> None:

@@ -22,12 +22,14 @@ __all__ = [
     "ObjectInfo",
     "ObjectStore",
     "changed_since_listed",
+    "is_image_name",
     "is_parquet_name",
     "listing_digest",
     "relative_key",
 ]
 
 PARQUET_SUFFIX = ".parquet"
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,11 @@ def is_parquet_name(name: str) -> bool:
     checksums (``.crc``) and metadata files; skipping them by name needs no I/O.
     """
     return name.lower().endswith(PARQUET_SUFFIX)
+
+
+def is_image_name(name: str) -> bool:
+    """Whether a listed name is an image of an image folder: by its extension (any case), no I/O."""
+    return name.lower().endswith(IMAGE_SUFFIXES)
 
 
 def relative_key(location: str, key: str) -> str:

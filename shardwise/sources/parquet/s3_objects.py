@@ -138,8 +138,15 @@ class S3Store:
     ``retry`` sets how patiently reads and the store's own client retry.
     """
 
-    def __init__(self, location: str, client: Any | None = None, retry: S3RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        location: str,
+        client: Any | None = None,
+        retry: S3RetryPolicy | None = None,
+        names: Callable[[str], bool] = is_parquet_name,
+    ) -> None:
         self._bucket, self._prefix = parse_s3_url(location)
+        self._names = names  # which listed names are read: Parquet, or an image folder's images
         self._retry = retry or S3RetryPolicy()
         folder = self._prefix.rstrip("/")
         self.identity = f"s3://{self._bucket}/{folder}" if folder else f"s3://{self._bucket}"
@@ -174,7 +181,7 @@ class S3Store:
             return Listing((exact[0],), ignored=0)
         folder = f"s3://{self._bucket}/{self._prefix.rstrip('/')}/" if self._prefix else ""
         inside = [o for o in entries if o.key.startswith(folder)]
-        keep = tuple(o for o in inside if is_parquet_name(o.key))
+        keep = tuple(o for o in inside if self._names(o.key))
         return Listing(keep, ignored=len(inside) - len(keep))
 
     def probe(self) -> None:

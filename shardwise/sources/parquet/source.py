@@ -23,7 +23,7 @@ gives the pairs a plan reads, to record as seen once the run has succeeded.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -33,7 +33,7 @@ from shardwise.sources.images import image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
 from shardwise.sources.parquet.keys import keyed_rows
 from shardwise.sources.parquet.local_objects import LocalStore
-from shardwise.sources.parquet.objects import Listing, ObjectStore, listing_digest
+from shardwise.sources.parquet.objects import Listing, ObjectStore, is_parquet_name, listing_digest
 from shardwise.sources.parquet.row_groups import RowGroup, cut, to_shard
 from shardwise.sources.parquet.rows import ShardRows, shard_spans
 from shardwise.sources.sizing import Sizing
@@ -259,20 +259,25 @@ def plan_objects(plan: SourcePlan) -> list[tuple[str, str]]:
     return sorted({(obj.key, obj.etag) for shard in plan.shards for obj, _, _ in shard_spans(shard)})
 
 
-def open_store(location: str, s3_client: Any | None = None) -> ObjectStore:
-    """The object store for ``location``: S3 for ``s3://`` URLs, the local disk for paths. Does no I/O."""
+def open_store(
+    location: str, s3_client: Any | None = None, names: Callable[[str], bool] = is_parquet_name
+) -> ObjectStore:
+    """The object store for ``location``: S3 for ``s3://`` URLs, the local disk for paths. Does no I/O.
+
+    ``names`` says which listed names it reads (Parquet files; an image folder passes its own).
+    """
     if not isinstance(location, str) or not location:
         raise ConfigError(f"a Parquet location must be a path, glob or s3:// URL, got {location!r}")
     if location.startswith("s3://"):
         from shardwise.sources.parquet.s3_objects import S3Store  # imports botocore: only when S3 is used
 
-        return S3Store(location, s3_client)
+        return S3Store(location, s3_client, names=names)
     if "://" in location:
         raise ConfigError(
             f"Parquet location {location!r} uses an unsupported scheme; "
             "use s3://bucket/prefix or a local path (folder, file or glob)"
         )
-    return LocalStore(location)
+    return LocalStore(location, names)
 
 
 def _new_only_params(new_only: NewOnly | None) -> dict[str, Any] | None:
