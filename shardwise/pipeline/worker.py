@@ -45,7 +45,16 @@ from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.precision import Precision, agreement, resolve_precision, versioned
 from shardwise.results import Ledger, ResultStore, RunRecord
 from shardwise.sinks import Layout
-from shardwise.sources import KeyedSource, ParquetSource, Source, SourcePlan, SqlSource, is_keyed, open_source
+from shardwise.sources import (
+    ImageFolderSource,
+    KeyedSource,
+    ParquetSource,
+    Source,
+    SourcePlan,
+    SqlSource,
+    is_keyed,
+    open_source,
+)
 from shardwise.sources.base import KeyType, Shard
 
 __all__ = ["Catalogue", "WorkerCache", "open_spec_source", "score_ref_shard"]
@@ -56,7 +65,7 @@ Catalogue = Callable[[str], ModelSpec]
 _MAX_RUNS = 4
 
 
-def open_spec_source(spec: RunSpec, resolve: Resolver) -> SqlSource | ParquetSource:
+def open_spec_source(spec: RunSpec, resolve: Resolver) -> SqlSource | ParquetSource | ImageFolderSource:
     """The spec's source adapter (a SQL table, or a Parquet dataset), its connection resolved here."""
     return open_source(
         resolve(spec.source),

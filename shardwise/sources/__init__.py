@@ -12,11 +12,13 @@ from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Source, SourcePlan
+from shardwise.sources.images.folder import ImageFolderSource
 from shardwise.sources.keyed import KeyedSource, is_keyed
 from shardwise.sources.parquet.source import ParquetSource, plan_objects
 from shardwise.sources.sql.source import SqlSource
 
 __all__ = [
+    "ImageFolderSource",
     "KeyedSource",
     "ParquetSource",
     "Source",
@@ -47,11 +49,16 @@ def open_source(
     where: str | None = None,
     image_column: str | None = None,
     **options: Any,
-) -> SqlSource | ParquetSource:
-    """A SQL source for a database URL (``table`` required), else a Parquet source for a path or ``s3://``.
+) -> SqlSource | ParquetSource | ImageFolderSource:
+    """A SQL source for a database URL (``table`` required), else a Parquet source or an image folder
+    for a path or ``s3://``.
 
     ``image_column`` reads that column as images instead of the text column (see
-    :mod:`shardwise.sources.images`).
+    :mod:`shardwise.sources.images`). Without it, a location whose listing holds
+    image files and no Parquet files is an image folder
+    (:class:`~shardwise.sources.images.folder.ImageFolderSource`: one row per
+    image, keyed by its relative path); one holding both is refused. Deciding
+    this lists the location once.
     """
     if is_sql_url(location):
         if not table:
@@ -72,9 +79,42 @@ def open_source(
             "table and where apply to SQL sources only; a Parquet source is read whole (drop --table/--where)"
         )
     path = location.removeprefix("file://")
+    if image_column is None and _is_image_folder(path, options.get("s3_client")):
+        if key != "id" or text_column != "text" or input_columns:
+            raise ConfigError(
+                f"{path!r} is a folder of images: each row is one image keyed by its path in the folder, "
+                "so it takes no --key, --text-column or input columns; drop them"
+            )
+        return ImageFolderSource(path, s3_client=options.get("s3_client"))
     return ParquetSource(
         path, key, text_column, input_columns=input_columns, image_column=image_column, **options
     )
+
+
+def _is_image_folder(path: str, s3_client: Any | None) -> bool:
+    """Whether ``path`` lists image objects and no Parquet ones; both is an ambiguous :class:`ConfigError`.
+
+    A location that cannot be listed is left to the Parquet source, whose check says why.
+    """
+    from shardwise.errors import SourceError
+    from shardwise.sources.parquet.objects import is_image_name, is_parquet_name
+    from shardwise.sources.parquet.source import open_store
+
+    store = open_store(path, s3_client, names=lambda n: is_image_name(n) or is_parquet_name(n))
+    try:
+        names = [o.key for o in store.listing().objects]
+    except SourceError:
+        return False
+    finally:
+        store.close()  # closes only a client the store made itself
+    images = sum(is_image_name(n) for n in names)
+    if images and images < len(names):
+        raise ConfigError(
+            f"source {store.identity!r} holds both Parquet files ({len(names) - images}) and image files "
+            f"({images}); to score the Parquet files' image column pass --image-column NAME, to score "
+            "the image files give a folder or prefix that holds only them"
+        )
+    return images > 0
 
 
 def _scheme(location: str) -> str:

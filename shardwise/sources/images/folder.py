@@ -1,0 +1,164 @@
+"""A folder of images as a source: each image file (or S3 object) under a location is one row.
+
+``location`` is a local folder (walked recursively), a local glob or file, or
+``s3://bucket/prefix``. Its image objects, chosen by extension (``.jpg
+.jpeg .png .webp .gif .bmp .tif .tiff``, any case), are the rows: the key is
+the object's key relative to the location (text, ``cats/1.jpg``), the value an
+:class:`~shardwise.image_value.ImageValue` of its bytes, fetched as the shard
+is read. Other names are ignored and counted in the plan's ``ignored_objects``.
+
+**When a location is an image folder** (:func:`shardwise.sources.open_source`):
+a non-SQL location given *without* an image column whose listing holds image
+objects and no Parquet objects. With ``--image-column`` it is a Parquet
+dataset whose column holds the images; a listing holding both Parquet and
+image objects without ``--image-column`` is refused as ambiguous.
+
+The plan is a Parquet-kind plan (``SourcePlan.kind == "parquet"``, with
+``params["images"] = True``) whose shards use the Parquet span bounds, one
+span per object (``row_groups`` ``[0, 1]``): sorted objects cut into runs, the
+snapshot the listing's digest. So only-new (the ledger's seen (key, ETag)
+pairs) and :func:`~shardwise.sources.plan_objects` work as for Parquet, with
+no new plan kind for the rest of the engine to switch on. A resumed shard
+skips its first ``ReadFrom.rows`` objects. An object deleted or replaced after
+planning (its ETag changed) is that row's error, a dead letter; see
+:mod:`~shardwise.sources.images.folder_fetch`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from itertools import pairwise
+from typing import Any, Literal
+
+from shardwise.errors import ConfigError, SourceError
+from shardwise.image_value import ImageValue
+from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
+from shardwise.sources.images.column import DEFAULT_FETCH_THREADS
+from shardwise.sources.images.folder_fetch import fetch_local, fetch_s3
+from shardwise.sources.parquet.objects import (
+    Listing,
+    ObjectInfo,
+    is_image_name,
+    listing_digest,
+    relative_key,
+)
+from shardwise.sources.parquet.rows import shard_spans
+from shardwise.sources.parquet.source import open_store
+from shardwise.sources.sizing import Sizing
+
+__all__ = ["ImageFolderSource"]
+
+_AHEAD = DEFAULT_FETCH_THREADS * 4
+
+
+class ImageFolderSource(Source):
+    """Plans and reads the image objects under a folder or S3 prefix; safe to share between threads."""
+
+    kind: Literal["sql", "parquet"] = "parquet"  # Parquet span plans: see the module docstring
+
+    def __init__(self, location: str, *, s3_client: Any | None = None) -> None:
+        self._store = open_store(location, s3_client, names=is_image_name)
+        self.identity = self._store.identity
+        self._fetch: Callable[[ObjectInfo], ImageValue] = (
+            (lambda obj: fetch_s3(self._store, obj)) if self.identity.startswith("s3://") else fetch_local
+        )
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What this source reads: image objects, keyed by their text key relative to the location."""
+        return {"location": self.identity, "images": True, "key_type": "text", "input_columns": []}
+
+    def plan_sized(self, sizing: Sizing, new_only: NewOnly | None) -> SourcePlan:
+        """Sorted image objects, those seen already left out with ``new_only``, cut into runs."""
+        listing = self._list()
+        seen = new_only.seen_objects if new_only is not None else frozenset()
+        planned = [o for o in listing.objects if (o.key, o.etag) not in seen]
+        runs = _cut(planned, sizing.shards, sizing.rows_per_shard_for(len(planned)))
+        shards = tuple(Shard(i, len(run), {"spans": [_span(o) for o in run]}) for i, run in enumerate(runs))
+        params = {
+            **self.params,
+            **sizing.params(len(planned)),
+            "objects": len(planned),
+            "rows": len(planned),
+            "ignored_objects": listing.ignored,
+            "skipped_objects": len(listing.objects) - len(planned),
+            "new_only": None if new_only is None else {"model_version": new_only.model_version},
+        }
+        return SourcePlan("parquet", self.identity, listing_digest(listing.objects), shards, params)
+
+    @contextmanager
+    def open_reader(
+        self, plan: SourcePlan, shard: Shard, start: ReadFrom = ReadFrom()
+    ) -> Iterator[ShardReader]:
+        """The shard's objects in key order from ``start.rows`` on, fetched a few ahead in a thread pool."""
+        if plan.kind != self.kind or plan.identity != self.identity or not plan.param("images"):
+            raise ConfigError(
+                f"plan is a {plan.kind} plan of {plan.identity!r} (images: {bool(plan.param('images'))}); "
+                f"this image folder source reads {self.identity!r}: read a plan with the source that made it"
+            )
+        objects = [obj for obj, _, _ in shard_spans(shard)][start.rows :]
+        rows = self._rows(objects)
+        try:
+            yield ShardReader(shard, plan.snapshot, False, rows)
+        finally:
+            rows.close()
+
+    def read_keys(self, keys: Sequence[Key]) -> Generator[SourceRow, None, None]:
+        """The current objects whose relative key is in ``keys``, in key order; absent keys yield nothing."""
+        wanted = {str(k) for k in keys}
+        if wanted:
+            yield from self._rows([o for o in self._list().objects if self._key(o) in wanted])
+
+    def check(self) -> None:
+        """Fail now if the location cannot be listed or holds no image objects."""
+        self._store.probe()
+        self._list()
+
+    def close(self) -> None:
+        """Close the S3 client this source created, if any."""
+        self._store.close()
+
+    def _key(self, obj: ObjectInfo) -> str:
+        return relative_key(self.identity, obj.key)
+
+    def _rows(self, objects: Sequence[ObjectInfo]) -> Generator[SourceRow, None, None]:
+        """One row per object, in order; closing the generator cancels the fetches not yet started."""
+        pool = ThreadPoolExecutor(DEFAULT_FETCH_THREADS, thread_name_prefix="shardwise-image-folder")
+        pending: deque[tuple[str, Future[ImageValue]]] = deque()
+        try:
+            for obj in objects:
+                pending.append((self._key(obj), pool.submit(self._fetch, obj)))
+                if len(pending) >= _AHEAD:
+                    key, value = pending.popleft()
+                    yield SourceRow(key, value.result())
+            while pending:
+                key, value = pending.popleft()
+                yield SourceRow(key, value.result())
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _list(self) -> Listing:
+        listing = self._store.listing()
+        if not listing.objects:
+            raise SourceError(
+                f"no image objects at {self.identity!r} ({listing.ignored} other objects ignored: only "
+                "names ending in .jpg .jpeg .png .webp .gif .bmp .tif .tiff are read); check the location"
+            )
+        return listing
+
+
+def _span(obj: ObjectInfo) -> dict[str, Any]:
+    return {"path": obj.key, "etag": obj.etag, "size": obj.size, "row_groups": [0, 1]}
+
+
+def _cut(objects: list[ObjectInfo], shards: int | None, per_shard: int | None) -> list[list[ObjectInfo]]:
+    """Consecutive non-empty runs: ``shards`` of them (or fewer objects), or ``per_shard`` long."""
+    if shards is None:
+        step = per_shard or 1
+        return [objects[lo : lo + step] for lo in range(0, len(objects), step)]
+    count = min(shards, len(objects))
+    edges = [i * len(objects) // count for i in range(count + 1)] if count else []
+    return [objects[lo:hi] for lo, hi in pairwise(edges)]
