@@ -191,3 +191,27 @@ def test_an_image_run_killed_mid_shard_resumes_exactly(tmp_path: Path) -> None:
     query = "select source_key, label, probabilities from {} order by source_key"
     got, want = (execute(source, query.format(t)) for t in ("killed", "clean"))
     assert len(got) == rows and got == want
+
+
+def test_a_folder_of_pictures_is_a_source_and_only_new_scores_the_new_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tiny_vit_classifier(tmp_path / "vit")
+    folder = tmp_path / "uploads"
+    folder.mkdir()
+    pictures = varied_pictures()
+    for i, data in enumerate(pictures):
+        (folder / f"{i:03d}.png").write_bytes(data)
+    (folder / "broken.jpg").write_bytes(b"not a picture")
+    results = f"sqlite:///{tmp_path / 'results.db'}"
+    argv = ["run", "--source", str(folder), "--model", str(model), "--precision", "fp32"]
+    argv += ["--results", results, "--results-table", "labels"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert f"{len(pictures)} rows scored ({len(pictures)} new" in capsys.readouterr().out
+    keys = [r[0] for r in execute(results, "select source_key from labels order by source_key")]
+    assert keys == [f"{i:03d}.png" for i in range(len(pictures))]
+    assert execute(results, "select source_key from shardwise_errors") == [("broken.jpg",)]
+
+    (folder / "new.png").write_bytes(pictures[0])
+    assert main([*argv, "--only-new"]) == 0
+    assert "1 row scored (1 new" in capsys.readouterr().out
