@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.sources.parquet.objects import ObjectInfo
+from shardwise.sources.parquet.objects import ObjectInfo, is_image_name, is_parquet_name
 from shardwise.sources.parquet.source import open_store
 from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
@@ -33,12 +33,17 @@ Seen = Callable[[], frozenset[tuple[str, str]]]
 """Returns the (object key, ETag) pairs the ledger has already scored."""
 
 
+def _landed_name(name: str) -> bool:
+    """The objects a watcher announces: Parquet files and image files."""
+    return is_parquet_name(name) or is_image_name(name)
+
+
 def _nothing_seen() -> frozenset[tuple[str, str]]:
     return frozenset()
 
 
 class ObjectWatcher(Watcher):
-    """Announces new Parquet objects under ``spec.source`` (a location) as events. Not thread-safe."""
+    """Announces new Parquet or image objects under ``spec.source`` as events. Not thread-safe."""
 
     def __init__(
         self,
@@ -54,7 +59,9 @@ class ObjectWatcher(Watcher):
         if max_listed < 1:
             raise ConfigError(f"max_listed must be a positive integer; got {max_listed!r}")
         super().__init__(spec.name, emit, pause_s=spec.interval_s, backoff=backoff)
-        self._store = open_store(spec.source, s3_client)
+        # Parquet files, or pictures: an image folder is a source too (shardwise.sources.images.folder),
+        # and the run an event starts refuses a folder that holds both.
+        self._store = open_store(spec.source, s3_client, names=_landed_name)
         self._seen = seen or _nothing_seen
         self._max_listed = max_listed
         self._announced: set[tuple[str, str]] = set()

@@ -65,3 +65,18 @@ def test_local_folder_groups_one_listing_into_one_event(tmp_path: Path) -> None:
         assert payload["count"] == 3 and len(payload["objects"]) == 2
         assert payload["bytes"] == sum(os.path.getsize(tmp_path / f"part-{i}.parquet") for i in range(3))
         assert watcher.poll_once() == 0
+
+
+def test_pictures_landing_in_an_image_folder_are_announced(tmp_path: Path) -> None:
+    recorder = Recorder()
+    with ObjectWatcher(WatchSpec(str(tmp_path), "uploads"), recorder) as watcher:
+        (tmp_path / "a.png").write_bytes(b"\x89PNG picture a")
+        (tmp_path / "b.JPG").write_bytes(b"\xff\xd8 picture b")
+        (tmp_path / "notes.txt").write_bytes(b"not announced")
+        assert watcher.poll_once() == 1
+        [payload] = recorder.take()
+        assert payload["count"] == 2 and sorted(Path(o["key"]).name for o in payload["objects"]) == [
+            "a.png",
+            "b.JPG",
+        ]
+        assert watcher.poll_once() == 0
