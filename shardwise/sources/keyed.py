@@ -25,13 +25,15 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from itertools import islice, pairwise
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
 from shardwise.sources.sizing import Sizing
 
-__all__ = ["KeyedSource", "is_keyed"]
+__all__ = ["KeyedSource", "cut_runs", "is_keyed"]
+
+T = TypeVar("T")
 
 
 def is_keyed(plan: SourcePlan) -> bool:
@@ -49,14 +51,16 @@ def _sorted_keys(keys: Sequence[Key]) -> list[Key]:
     return sorted(set(keys))  # one type, checked above
 
 
-def _cut(keys: list[Key], shards: int | None, rows_per_shard: int | None) -> list[list[Key]]:
-    """Consecutive non-empty runs of keys: ``shards`` of them (or fewer keys), or ``rows_per_shard`` long."""
+def cut_runs(items: list[T], shards: int | None, per_shard: int | None) -> list[list[T]]:
+    """Consecutive non-empty runs of ``items``: ``shards`` of them (or fewer items), or ``per_shard`` long.
+
+    How a plan of listed things (keys, image objects) is cut into shards."""
     if shards is None:
-        step = rows_per_shard or 1
-        return [keys[lo : lo + step] for lo in range(0, len(keys), step)]
-    count = min(shards, len(keys))
-    edges = [i * len(keys) // count for i in range(count + 1)] if count else []
-    return [keys[lo:hi] for lo, hi in pairwise(edges)]
+        step = per_shard or 1
+        return [items[lo : lo + step] for lo in range(0, len(items), step)]
+    count = min(shards, len(items))
+    edges = [i * len(items) // count for i in range(count + 1)] if count else []
+    return [items[lo:hi] for lo, hi in pairwise(edges)]
 
 
 class KeyedSource(Source):
@@ -96,7 +100,7 @@ class KeyedSource(Source):
             raise ConfigError(
                 f"a keyed ({self._label}) plan reads the keys it was given; new_only does not apply: drop it"
             )
-        runs = _cut(self._keys, sizing.shards, sizing.rows_per_shard_for(len(self._keys)))
+        runs = cut_runs(self._keys, sizing.shards, sizing.rows_per_shard_for(len(self._keys)))
         cut = tuple(Shard(i, len(run), {"keys": list(run)}) for i, run in enumerate(runs))
         params = {
             **self.params,

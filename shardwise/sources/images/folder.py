@@ -30,7 +30,6 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from itertools import pairwise
 from typing import Any, Literal
 
 from shardwise.errors import ConfigError, SourceError
@@ -38,6 +37,7 @@ from shardwise.image_value import ImageValue
 from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
 from shardwise.sources.images.column import DEFAULT_FETCH_THREADS
 from shardwise.sources.images.folder_fetch import fetch_local, fetch_s3
+from shardwise.sources.keyed import cut_runs
 from shardwise.sources.parquet.objects import (
     Listing,
     ObjectInfo,
@@ -76,7 +76,7 @@ class ImageFolderSource(Source):
         listing = self._list()
         seen = new_only.seen_objects if new_only is not None else frozenset()
         planned = [o for o in listing.objects if (o.key, o.etag) not in seen]
-        runs = _cut(planned, sizing.shards, sizing.rows_per_shard_for(len(planned)))
+        runs = cut_runs(planned, sizing.shards, sizing.rows_per_shard_for(len(planned)))
         shards = tuple(Shard(i, len(run), {"spans": [_span(o) for o in run]}) for i, run in enumerate(runs))
         params = {
             **self.params,
@@ -152,13 +152,3 @@ class ImageFolderSource(Source):
 
 def _span(obj: ObjectInfo) -> dict[str, Any]:
     return {"path": obj.key, "etag": obj.etag, "size": obj.size, "row_groups": [0, 1]}
-
-
-def _cut(objects: list[ObjectInfo], shards: int | None, per_shard: int | None) -> list[list[ObjectInfo]]:
-    """Consecutive non-empty runs: ``shards`` of them (or fewer objects), or ``per_shard`` long."""
-    if shards is None:
-        step = per_shard or 1
-        return [objects[lo : lo + step] for lo in range(0, len(objects), step)]
-    count = min(shards, len(objects))
-    edges = [i * len(objects) // count for i in range(count + 1)] if count else []
-    return [objects[lo:hi] for lo, hi in pairwise(edges)]
