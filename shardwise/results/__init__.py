@@ -13,7 +13,6 @@ from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals, re
 from shardwise.results.chunk_writer import Chunk, ChunkCommit, ChunkWriter
 from shardwise.results.db_retry import DbRetry
 from shardwise.results.ledger import Ledger
-from shardwise.results.merge import Lineage
 from shardwise.results.outcomes import (
     MergeOutcome,
     RunCounts,
@@ -26,6 +25,7 @@ from shardwise.results.outcomes import (
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.results.schema import parse_table_name
 from shardwise.results.store import ResultStore
+from shardwise.sinks.base import Lineage
 
 __all__ = [
     "Chunk",

@@ -48,9 +48,9 @@ from shardwise.results import chunk_marks, shard_sql
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals
 from shardwise.results.codec import check_key, utc_now
 from shardwise.results.db_retry import DbRetry, retry_step
-from shardwise.results.merge import Lineage, MergeCounts
+from shardwise.results.merge import MergeCounts
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
-from shardwise.sinks.base import Sink, SinkChunk, SinkCommit
+from shardwise.sinks.base import Lineage, Sink, SinkChunk, SinkCommit
 
 if TYPE_CHECKING:
     from shardwise.results.ledger import Ledger

@@ -23,7 +23,7 @@ from shardwise.results.codec import UtcTimestamp
 from shardwise.results.schema import LINEAGE_COLUMNS
 from shardwise.sinks.base import Lineage
 
-__all__ = ["Lineage", "MergeCounts", "merge_rows", "merge_statement"]
+__all__ = ["MergeCounts", "merge_rows", "merge_statement"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 import numpy as np
 
 from shardwise.model import OutputColumn
-from shardwise.results.merge import Lineage
 from shardwise.results.records import ResultRow
+from shardwise.sinks import Lineage
 from shardwise.sinks.base import Layout, SinkChunk
 
 DIM = 8
