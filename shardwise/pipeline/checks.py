@@ -50,11 +50,11 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
     model = with_generation(catalogue(spec.model), spec.generation()).describe()
     spec.check_model(model)
     parse_table_name(spec.results_table)
-    source_url, results_url = resolve(spec.source), resolve(spec.results)
+    results_url = resolve(spec.results)
     source, idle = open_spec_source(spec, resolve), None
     try:
         source.check()
-        check_destination(spec, source_url, results_url)
+        check_destination(spec, results_url)
         ledger_url(spec, resolve)  # a --ledger that is no database URL is refused here
         if not is_sql_url(results_url) or _database_exists(results_url):
             _check_results_table(spec, results_url, model, source)

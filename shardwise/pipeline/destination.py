@@ -62,9 +62,8 @@ def results_target(spec: RunSpec, results_url: str) -> str:
     return f"{spec.results_format or 'delta'}:{_location(results_url)}/{spec.results_table}"
 
 
-def check_destination(spec: RunSpec, source_url: str, results_url: str) -> None:
-    """The rules that need the resolved URLs: what ``--results`` may be, and which options fit it."""
-    del source_url  # only-new works against every sink (see shardwise.pipeline.source_plan)
+def check_destination(spec: RunSpec, results_url: str) -> None:
+    """The rules that need the resolved URL: what ``--results`` may be, and which options fit it."""
     if not (is_sql_url(results_url) or is_location(results_url)):
         raise ConfigError(
             f"results {spec.results!r} is neither a database URL (postgresql+psycopg://..., sqlite:///...) "

@@ -91,7 +91,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     precision, _ = hardware_precision(spec, info.outputs)
     version = versioned(info.version, precision)
     results_url = resolve(spec.results)
-    check_destination(spec, resolve(spec.source), results_url)
+    check_destination(spec, results_url)
     source = open_spec_source(spec, resolve)
     ledger = Ledger(ledger_url(spec, resolve))
     asks = (

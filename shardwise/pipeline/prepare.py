@@ -146,8 +146,8 @@ def prepare_run(
     run whose lease another process holds raises a :class:`ConfigError`
     unless ``spec.force`` (see :func:`~shardwise.pipeline.lease.takeover_from`).
     """
-    source_url, results_url = resolve(spec.source), resolve(spec.results)
-    check_destination(spec, source_url, results_url)
+    results_url = resolve(spec.results)
+    check_destination(spec, results_url)
     spec.check_model(model)
     ledger, owner, took_over = Ledger(ledger_url(spec, resolve, create=True)), this_worker().worker, None
     sink: Sink | None = None
