@@ -266,7 +266,7 @@ def _resume(
             f"resume with {model.name!r} version {model.version[:12]}. Resume with the same {same}, or "
             "start a new run"
         )
-    source = open_spec_source(spec, resolve)
+    source = open_spec_source(spec, resolve, plan)
     try:
         identity = source.identity
     finally:

@@ -65,8 +65,12 @@ Catalogue = Callable[[str], ModelSpec]
 _MAX_RUNS = 4
 
 
-def open_spec_source(spec: RunSpec, resolve: Resolver) -> SqlSource | ParquetSource | ImageFolderSource:
-    """The spec's source adapter (a SQL table, or a Parquet dataset), its connection resolved here."""
+def open_spec_source(
+    spec: RunSpec, resolve: Resolver, plan: SourcePlan | None = None
+) -> SqlSource | ParquetSource | ImageFolderSource:
+    """The spec's source adapter (a SQL table, a Parquet dataset or an image folder), its connection
+    resolved here. With the run's stored ``plan``, a location's kind comes from it instead of a listing."""
+    folder = None if plan is None or plan.kind != "parquet" else bool(plan.param("images"))
     return open_source(
         resolve(spec.source),
         table=spec.table,
@@ -75,6 +79,7 @@ def open_spec_source(spec: RunSpec, resolve: Resolver) -> SqlSource | ParquetSou
         input_columns=spec.input_columns(),
         where=spec.where,
         image_column=spec.image_column,
+        image_folder=folder,
     )
 
 
@@ -203,7 +208,7 @@ def _open_run(ref: RunRef, model: Model, resolve: Resolver) -> _Run:
         ledger.close()
         raise
     try:
-        table = open_spec_source(ref.spec, resolve)
+        table = open_spec_source(ref.spec, resolve, plan)
         # A redrive's stored shards name their keys: read them by key.
         source: Source = KeyedSource(table, []) if is_keyed(plan) else table
     except BaseException:

@@ -48,6 +48,7 @@ def open_source(
     input_columns: Mapping[str, str] | None = None,
     where: str | None = None,
     image_column: str | None = None,
+    image_folder: bool | None = None,
     **options: Any,
 ) -> SqlSource | ParquetSource | ImageFolderSource:
     """A SQL source for a database URL (``table`` required), else a Parquet source or an image folder
@@ -58,7 +59,8 @@ def open_source(
     image files and no Parquet files is an image folder
     (:class:`~shardwise.sources.images.folder.ImageFolderSource`: one row per
     image, keyed by its relative path); one holding both is refused. Deciding
-    this lists the location once.
+    this lists the location once, unless ``image_folder`` says what it is (a worker knows it from the
+    run's stored plan).
     """
     if is_sql_url(location):
         if not table:
@@ -79,7 +81,9 @@ def open_source(
             "table and where apply to SQL sources only; a Parquet source is read whole (drop --table/--where)"
         )
     path = location.removeprefix("file://")
-    if image_column is None and _is_image_folder(path, options.get("s3_client")):
+    if image_folder is None:
+        image_folder = image_column is None and _is_image_folder(path, options.get("s3_client"))
+    if image_folder:
         if key != "id" or text_column != "text" or input_columns:
             raise ConfigError(
                 f"{path!r} is a folder of images: each row is one image keyed by its path in the folder, "
