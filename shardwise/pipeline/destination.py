@@ -23,7 +23,7 @@ from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.sinks.base import Layout, Sink
-from shardwise.sources import SourcePlan, is_sql_url
+from shardwise.sources import Source, SourcePlan, is_sql_url
 
 __all__ = [
     "LEDGER_FILE",
@@ -32,6 +32,7 @@ __all__ = [
     "in_source_database",
     "is_location",
     "ledger_url",
+    "only_new_sink",
     "open_sink",
     "results_target",
     "sink_layout",
@@ -182,3 +183,14 @@ def _db_of(url: str) -> str:
 
     parsed = make_url(url)
     return f"{parsed.get_backend_name()}://{parsed.host or ''}:{parsed.port or ''}/{parsed.database or ''}"
+
+
+def only_new_sink(
+    spec: RunSpec, resolve: Resolver, source: Source, outputs: tuple[OutputColumn, ...]
+) -> Sink | None:
+    """The sink only-new asks what it holds (see :mod:`shardwise.pipeline.source_plan`); None when the
+    results table is in the SQL source's own database, which anti-joins it in SQL. The caller closes it."""
+    if in_source_database(spec, resolve) and source.fingerprints_in_database:
+        return None
+    results_url = resolve(spec.results)
+    return open_sink(spec, results_url, sink_layout(spec, results_url, outputs, None))

@@ -20,11 +20,9 @@ from shardwise.generation import with_generation
 from shardwise.model import Model
 from shardwise.pipeline.destination import (
     check_destination,
-    in_source_database,
     ledger_url,
-    open_sink,
+    only_new_sink,
     results_target,
-    sink_layout,
 )
 from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
@@ -94,11 +92,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     check_destination(spec, results_url)
     source = open_spec_source(spec, resolve)
     ledger = Ledger(ledger_url(spec, resolve))
-    asks = (
-        None
-        if in_source_database(spec, resolve) and source.fingerprints_in_database
-        else open_sink(spec, results_url, sink_layout(spec, results_url, info.outputs, None))
-    )
+    asks = only_new_sink(spec, resolve, source, info.outputs)
     try:
         plan = plan_source(spec, source, version, ledger, sink=asks, min_shards=SHARDS_PER_WORKER * workers)
         preview = preview_plan(source, plan, model)

@@ -31,8 +31,8 @@ from shardwise.lineage import code_version
 from shardwise.model import ModelInfo
 from shardwise.pipeline.destination import (
     check_destination,
-    in_source_database,
     ledger_url,
+    only_new_sink,
     open_sink,
     results_target,
     sink_layout,
@@ -192,12 +192,7 @@ def _plan_new(
         if spec.redrive is not None:
             source = redrive_plan_source(spec, source, ledger, run_id, results_target(spec, results_url))
         version = versioned(model.version, choice.precision)
-        # Only-new against a sink other than a results table in the SQL source's own database.
-        asker = (
-            None
-            if not spec.only_new or (in_source_database(spec, resolve) and source.fingerprints_in_database)
-            else open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, None))
-        )
+        asker = only_new_sink(spec, resolve, source, model.outputs) if spec.only_new else None
         try:
             plan = plan_source(
                 spec, source, version, ledger, sink=asker, min_shards=SHARDS_PER_WORKER * workers
