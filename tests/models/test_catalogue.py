@@ -23,7 +23,7 @@ def test_unknown_model_lists_known_names() -> None:
         get_spec("bert-giant")
     message = str(info.value)
     assert "'bert-giant'" in message
-    assert "minilm, tiny" in message and "Hugging Face model directory" in message
+    assert "minilm, mobilenet-v2, tiny" in message and "Hugging Face model directory" in message
 
 
 def test_tiny_is_deterministic_across_loads(tiny_model: Model) -> None:

@@ -361,7 +361,7 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 @pytest.mark.usefixtures("installed")
 def test_an_installed_plugin_is_listed_and_loads_by_its_name() -> None:
-    assert known_models() == ["broken", "minilm", "misnamed", "myplug", "tiny"]
+    assert known_models() == ["broken", "minilm", "misnamed", "mobilenet-v2", "myplug", "tiny"]
     spec = get_spec("myplug")
     assert (
         isinstance(spec, PluginSpec)
@@ -392,11 +392,10 @@ def test_installed_names_show_in_help_and_in_the_unknown_model_error(
         main(["run", "--help"])
     assert done.value.code == 0
     shown = " ".join(capsys.readouterr().out.split())
-    assert "Known names: broken, minilm, misnamed, myplug, tiny; a plug-in can also be given as" in shown, (
-        shown
-    )
+    names = "broken, minilm, misnamed, mobilenet-v2, myplug, tiny"
+    assert f"Known names: {names}; a plug-in can also be given as" in shown, shown
     assert "package.module:attribute" in shown
-    with pytest.raises(UnknownModelError, match="known models: broken, minilm, misnamed, myplug, tiny, or"):
+    with pytest.raises(UnknownModelError, match=f"known models: {names}, or"):
         get_spec("gpt-9")
 
 
