@@ -39,7 +39,13 @@ from shardwise.sources.images import image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
 from shardwise.sources.parquet.keys import keyed_rows
 from shardwise.sources.parquet.local_objects import LocalStore
-from shardwise.sources.parquet.objects import Listing, ObjectStore, is_parquet_name, listing_digest
+from shardwise.sources.parquet.objects import (
+    Listing,
+    ObjectStore,
+    is_parquet_name,
+    listing_digest,
+    relative_key,
+)
 from shardwise.sources.parquet.row_groups import RowGroup, cut, to_shard
 from shardwise.sources.parquet.rows import ShardRows, shard_spans
 from shardwise.sources.parquet.unique import check_unique_keys
@@ -241,6 +247,9 @@ class ParquetSource(Source):
             "rows": sum(g.rows for g in groups),
             "null_keys": sum(g.null_keys or 0 for g in groups),
             "null_keys_known": all(g.null_keys is not None for g in groups),
+            "null_key_objects": sorted(
+                {relative_key(self.identity, g.obj.key) for g in groups if g.null_keys}
+            )[:5],
             "new_only": _new_only_params(new_only),
             "skipped_objects": len(skipped),
             "skipped_rows": sum(f.rows for f in skipped),
