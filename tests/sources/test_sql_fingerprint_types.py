@@ -191,3 +191,20 @@ def test_only_new_twice_on_parquet_reads_nothing_the_second_time(
     _, second = pipeline.run(spec, "second")
     assert (first.rows_in, first.rows_out, first.rows_failed) == (4, 2, 2)
     assert (second.rows_in, second.rows_out) == (0, 0)
+
+
+PG_KEYS = ["bigint", "smallint", "text", "varchar(10)", "char(6)", "citext"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("key_type", PG_KEYS)
+def test_only_new_twice_scores_nothing_the_second_time_whatever_the_key_type(
+    pg_url: str, key_type: str, pipeline: Any
+) -> None:
+    """The anti-join matches the key as stored: a char(n) key is read, and stored, padded."""
+    with writer(pg_url) as eng, eng.begin() as conn:
+        conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS citext"))
+        conn.execute(sa.text(f"CREATE TABLE docs (id {key_type} PRIMARY KEY, body text)"))
+        conn.execute(sa.text("INSERT INTO docs VALUES ('1', 'a first paragraph'), ('22', 'and a second')"))
+    first, second = _twice(pg_url, pipeline)
+    assert (first.rows_out, second.rows_in) == (2, 0)

@@ -15,7 +15,9 @@ is per column type, by what a read returns:
   text form, ``md5(CAST(c AS text))``.
 * **char(n)** (``bpchar``): read padded with spaces to ``n``, but
   PostgreSQL's cast to ``text`` strips the padding, so the padded text form
-  is hashed (``format('%s', c)``, NULL kept NULL).
+  is hashed (``format('%s', c)``, NULL kept NULL). A ``char(n)`` *key* is
+  stored padded too, so the anti-join compares its padded form
+  (:func:`stored_key`).
 * **json, jsonb**: psycopg decodes them, so a JSON string ``"héllo"`` is read
   as the Python text ``héllo``, not the JSON text ``"héllo"``. Its
   fingerprint is the MD5 of the string's value (``c #>> '{}'``); any other
@@ -60,7 +62,13 @@ from sqlalchemy.dialects import postgresql as pg
 
 from shardwise.lineage import value_fingerprint
 
-__all__ = ["SQLITE_FINGERPRINT", "SQLITE_JSON_FINGERPRINT", "fingerprint", "register_sqlite_fingerprint"]
+__all__ = [
+    "SQLITE_FINGERPRINT",
+    "SQLITE_JSON_FINGERPRINT",
+    "fingerprint",
+    "register_sqlite_fingerprint",
+    "stored_key",
+]
 
 SQLITE_FINGERPRINT = "shardwise_fingerprint"
 """The SQL function registered on SQLite connections: ``value_fingerprint`` of its argument."""
@@ -151,8 +159,24 @@ def _fingerprint(column: sa.ColumnElement[Any], dialect: str) -> sa.ColumnElemen
         value = column.op("#>>", return_type=sa.Text)(sa.literal_column("'{}'", pg.ARRAY(sa.Text)))
         return sa.case((typeof(column) == "string", sa.func.md5(value, type_=sa.Text)))
     if kind == "padded":
-        padded = sa.func.format("%s", column, type_=sa.Text)  # a cast to text would strip the padding
-        return sa.case((column.is_not(None), sa.func.md5(padded, type_=sa.Text)))
+        return sa.case((column.is_not(None), sa.func.md5(_padded(column), type_=sa.Text)))
     if kind == "other":
         return sa.cast(sa.null(), sa.Text)  # compared with =, so it matches nothing, as NULL should
     return sa.func.md5(sa.cast(column, sa.Text), type_=sa.Text)
+
+
+def _padded(column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """A ``char(n)`` value's text as read, padded (a cast to text would strip the padding); '' for NULL."""
+    return sa.func.format("%s", column, type_=sa.Text)
+
+
+def stored_key(key: sa.ColumnElement[Any], dialect: str) -> sa.ColumnElement[Any]:
+    """The key as the results store it, to compare with their ``source_key``: the value as read.
+
+    The same as the column but for a PostgreSQL ``char(n)`` key, read (and
+    stored) padded, which ``=`` against ``text`` would compare stripped, so
+    that no row would ever match its result.
+    """
+    if dialect == "sqlite" or read_as(key.type) != "padded":
+        return key
+    return _padded(key)
