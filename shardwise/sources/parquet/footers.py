@@ -34,7 +34,7 @@ class Footer:
     key_type: KeyType | None = None
     """How results store the key: set when the columns were checked."""
     key_present: bool = True
-    """Whether the object has the key column (only objects planning reads must have it)."""
+    """Whether the object has a key column of a key type (only objects planning reads must have one)."""
     metadata: Any = field(default=None, repr=False, compare=False)
     """pyarrow's ``FileMetaData``: the check that keys are unique reads row groups with it, not the
     footer again."""
@@ -75,8 +75,8 @@ def _read_footer(
                 f"({exc}); remove it from the location or point the location at the Parquet files only"
             ) from exc
     key_type: KeyType | None = None
+    schema = metadata.schema.to_arrow_schema()
     if check:
-        schema = metadata.schema.to_arrow_schema()
         _check_columns(obj, schema, key, inputs, image)
         key_type = "int" if pa.types.is_integer(schema.field(key).type) else "text"
     column = _leaf_index(metadata, key)
@@ -84,7 +84,8 @@ def _read_footer(
         RowGroup(obj, i, rg.num_rows, _null_count(rg, column), _key_range(rg, column))
         for i, rg in ((i, metadata.row_group(i)) for i in range(metadata.num_row_groups))
     )
-    return Footer(obj, groups, key_type, key_present=column is not None, metadata=metadata)
+    usable = schema.get_field_index(key) >= 0 and _is_key_type(schema.field(key).type)
+    return Footer(obj, groups, key_type, key_present=usable, metadata=metadata)
 
 
 def _check_columns(obj: ObjectInfo, schema: pa.Schema, key: str, inputs: Sequence[str], image: bool) -> None:
