@@ -18,6 +18,7 @@ from shardwise.flows.params import ScoreParams
 from shardwise.flows.totals import whole_run
 from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import check_run
+from shardwise.pipeline.skipped import Skipped
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
@@ -149,6 +150,7 @@ def _counted(summary: dict[str, Any]) -> str:
     return (
         f"{plural(summary['rows_out'], 'row')} scored ({summary['inserted']:,} new, {summary['updated']:,} "
         f"updated, {summary['unchanged']:,} unchanged), {plural(summary['rows_failed'], 'dead letter')}, "
+        f"{Skipped.from_dict(summary.get('skipped')).describe()}, "
         f"{summary['shards_done']}/{plural(summary['shards_total'], 'shard')} done"
     )
 
@@ -174,6 +176,9 @@ def print_plan(params: ScoreParams) -> None:
     counted = plural(int(skipped), "row") if skipped.isdigit() else f"{skipped} rows"
     have = "has" if skipped == "1" else "have"
     print(f"--only-new {verb} {counted} that already {have} a current result")
+    nulls = int(report.get("rows_null_key") or 0)
+    if nulls:
+        print(f"{plural(nulls, 'row')} with a NULL key {'is' if nulls == 1 else 'are'} skipped: not scored")
     for line in report.get("unfinished_runs", []):
         print(line)
 

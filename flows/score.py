@@ -16,6 +16,7 @@ from shardwise.flows.params import ScoreParams
 from shardwise.flows.totals import whole_run
 from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import PlannedRun, ShardOutcome, finish_results, finish_run
+from shardwise.pipeline.skipped import Skipped
 from shardwise.redact import redact_mapping
 from shardwise.stats import EngineStats
 from shardwise.tasks import plan_run
@@ -103,10 +104,11 @@ def _score(params: ScoreParams) -> State:
         logger.error("run %s failed: %s", run_id, failures)
         return Failed(message=failures, data=summary)
     logger.info(
-        "run %s completed: %s scored, %s, %s%s",
+        "run %s completed: %s scored, %s, %s, %s%s",
         summary["run_id"],
         plural(summary["rows_out"], "row"),
         plural(summary["rows_failed"], "dead letter"),
+        Skipped.from_dict(summary["skipped"]).describe(),
         plural(summary["shards"], "shard"),
         "".join(f"; {line}" for line in whole_run(summary)),
     )
@@ -127,7 +129,7 @@ def _listed(failed: dict[int, str]) -> str:
 def _summary(
     planned: PlannedRun, fanout: Fanout, outcomes: list[ShardOutcome], counts: dict[str, Any], wall_s: float
 ) -> dict[str, Any]:
-    record = planned.record
+    record, skipped = planned.record, Skipped.of(planned.plan)
     total = EngineStats(  # the run's totals over its shards; the rates are EngineStats' own
         rows=sum(o.rows_in for o in outcomes),
         real_tokens=sum(int(o.engine.get("real_tokens", 0)) for o in outcomes),
@@ -155,6 +157,8 @@ def _summary(
         "shards": len(planned.plan.shards),
         "shards_skipped": len(planned.done_before) + sum(o.skipped for o in outcomes),
         **counts,
+        "rows_skipped": skipped.total,
+        "skipped": skipped.as_dict(),
         "inserted": sum(o.merge.inserted for o in outcomes if o.merge),
         "updated": sum(o.merge.updated for o in outcomes if o.merge),
         "unchanged": sum(o.merge.unchanged for o in outcomes if o.merge),

@@ -13,6 +13,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from shardwise.counts import in_words
 from shardwise.pipeline import ShardOutcome
+from shardwise.pipeline.skipped import Skipped
 from shardwise.tasks.markdown import code, text
 from shardwise.words import plural
 
@@ -106,6 +107,12 @@ def _count_rows(summary: Mapping[str, Any]) -> list[str]:
     return [f"| {text(in_words(name).capitalize())}, whole run | {counts[name]} |" for name in sorted(counts)]
 
 
+def _skipped_row(skipped: Skipped) -> str:
+    """Rows neither scored nor dead-lettered, by reason (see :mod:`shardwise.pipeline.skipped`)."""
+    reasons = skipped.reasons()
+    return f"| Skipped | {skipped.total}{f' ({text(reasons)})' if reasons else ''} |"
+
+
 def run_markdown(
     summary: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
@@ -130,6 +137,7 @@ def run_markdown(
         f"{summary['unchanged']} unchanged) |",
         f"| Dead letters | {summary['rows_failed']} |",
         *_count_rows(summary),
+        _skipped_row(Skipped.from_dict(summary.get("skipped"))),
         f"| Truncated rows | {summary['rows_truncated']} (longer than the model's limit: scored on their "
         "start) |",
         f"| Shards | {summary['shards_done']}/{summary['shards_total']} done, "

@@ -18,6 +18,7 @@ PAYLOAD_KEYS = (
     "rows_in",
     "rows_out",
     "rows_failed",
+    "rows_skipped",  # neither scored nor dead-lettered: a NULL key, or already scored (pipeline/skipped.py)
     "inserted",
     "updated",
     "unchanged",

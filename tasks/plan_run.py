@@ -60,6 +60,8 @@ def plan_run(
             raise
         raise clean from None
     get_run_logger().info("run %s: %s", planned.record.run_id, planned.describe())
+    for warning in planned.warnings():
+        get_run_logger().warning("run %s: %s", planned.record.run_id, warning)
     idle_limit = planned.plan.params.get("snapshot_idle_limit_s")
     if idle_limit:
         get_run_logger().warning(

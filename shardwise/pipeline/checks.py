@@ -5,9 +5,10 @@ costs a failed run in the ledger, a Failed flow run and a traceback. So the
 checks run in the order a user would fix things (the model, the names, the
 source, where results go and whether an existing results table fits, the run
 ids and whether a resumed run is still held by a live process, the device and
-the precision on it), each cheaply: the source runs its filter on no rows, or
-reads its Parquet footers; nothing is planned, no ledger row is written, and
-no database file is created.
+the precision on it), each as cheaply as it can be: the source runs its filter
+on no rows, or reads its Parquet footers, and checks that its key is unique
+(free for a declared SQL key, else a read of the key column); nothing is
+planned, no ledger row is written, and no database file is created.
 """
 
 from __future__ import annotations

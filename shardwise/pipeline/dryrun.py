@@ -99,10 +99,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
         try:
             new_only = dataclasses.replace(spec, only_new=True)
             current = plan if spec.only_new else plan_source(new_only, source, version, ledger, sink=asks)
-            skipped = current.params.get("skipped_rows")
-            if skipped is None and current.params.get("keyed"):  # only-new as a keyed plan: the rest
-                skipped = source.plan(shards=1).expected_rows - current.expected_rows
-            already = str(int(skipped or 0))
+            already = str(int(current.params.get("skipped_rows") or 0))
         except ConfigError as exc:
             already = f"unknown ({exc})"
         unfinished = _unfinished(ledger, results_target(spec, results_url))
@@ -125,6 +122,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
         "precision": precision,
         "only_new": spec.only_new,
         "rows_already_scored": already,
+        "rows_null_key": int(plan.params.get("null_keys") or 0),
         "unfinished_runs": unfinished,
     }
 

@@ -40,6 +40,7 @@ from shardwise.pipeline.destination import (
 from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper, takeover_from
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision
 from shardwise.pipeline.shard import this_worker
+from shardwise.pipeline.skipped import null_key_warning
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source, redrive_plan_source
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
@@ -88,6 +89,11 @@ class PlannedRun:
             f"expected, snapshot {plan.snapshot or 'none'}); {len(self.done_before)} already done; "
             f"model {self.model.name} {self.model.version[:12]} in {record.precision}{agreement}"
         )
+
+    def warnings(self) -> list[str]:
+        """What to warn of before the shards run: rows the plan skips for a NULL key (see
+        :mod:`shardwise.pipeline.skipped`), which the run's summary counts too."""
+        return [w for w in (null_key_warning(self.plan),) if w is not None]
 
     def close(self) -> None:
         """Stop renewing the run's lease and release it; release the snapshot and the ledger's connections.

@@ -61,7 +61,8 @@ def plan_source(
     (None when they are): only-new then asks it what it holds.
     """
     if spec.only_new and source.kind == "sql" and sink is not None:
-        keyed = KeyedSource(source, _new_keys(source, sink, model_version), kind_label="only-new")
+        keys, skipped = _new_keys(source, sink, model_version)
+        keyed = KeyedSource(source, keys, kind_label="only-new", extra_params=skipped)
         return keyed.plan(shards=spec.shards, rows_per_shard=spec.rows_per_shard, min_shards=min_shards)
     return source.plan(
         shards=spec.shards,
@@ -80,20 +81,23 @@ def _new_only(spec: RunSpec, source: Source, model_version: str, ledger: Ledger)
     return NewOnly(model_version, spec.results_table)
 
 
-def _new_keys(source: Source, sink: Sink, model_version: str) -> list[Key]:
-    """Keys of ``source`` whose row ``sink`` does not hold for ``model_version`` with this input."""
+def _new_keys(source: Source, sink: Sink, model_version: str) -> tuple[list[Key], dict[str, int]]:
+    """Keys of ``source`` whose row ``sink`` does not hold for ``model_version`` with this input, and
+    what the keyed plan skips (``null_keys``, and ``skipped_rows`` already scored) for the run's summary."""
     held = dict(sink.committed_inputs(model_version))
     plan = source.plan(shards=1)
     keys: list[Key] = []
+    read = 0
     for shard in plan.shards:
         with source.open_reader(plan, shard, ReadFrom()) as reader:
             for row in reader.rows:
+                read += 1
                 # New: no result yet, or no fingerprint (a NULL, a missing image), or another input.
                 stored, fingerprint = held.get(str(row.key)), value_fingerprint(row.value)
                 if stored is None or fingerprint is None or stored != fingerprint:
                     keys.append(row.key)
-    _log.info("only-new: %s of %s in %s", plural(len(keys), "row"), plan.expected_rows, sink.target)
-    return keys
+    _log.info("only-new: %s of %s in %s", plural(len(keys), "row"), read, sink.target)
+    return keys, {"null_keys": int(plan.params.get("null_keys") or 0), "skipped_rows": read - len(keys)}
 
 
 def redrive_plan_source(spec: RunSpec, source: Source, ledger: Ledger, run_id: str, target: str) -> Source:

@@ -136,3 +136,10 @@ def test_a_generators_report_gives_its_token_totals_over_the_whole_run_and_an_en
     )
     for summary in (_summary(), _summary(counts={})):
         assert "whole run" not in run_markdown(summary, [SHARD], [], {}), "no count outputs: no token rows"
+
+
+def test_the_report_says_how_many_rows_were_skipped_and_why() -> None:
+    skipped = {"null_key": 2, "already_scored": 5}
+    lines = run_markdown(_summary(rows_skipped=7, skipped=skipped), [SHARD], [], {}).splitlines()
+    assert "| Skipped | 7 (2 with a NULL key, 5 already scored) |" in lines
+    assert "| Skipped | 0 |" in run_markdown(_summary(), [SHARD], [], {}).splitlines()

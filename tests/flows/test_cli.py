@@ -28,6 +28,24 @@ def test_run_then_plan_reports_what_only_new_would_skip(
     assert "--only-new would skip 120 rows" in out
 
 
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_run_counts_rows_with_a_null_key_as_skipped(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    execute(sqlite_url, "create table docs (id bigint, text text)")
+    rows = [{"k": k, "t": f"paragraph {k} about shards"} for k in range(6)] + [{"k": None, "t": "no key"}]
+    execute(sqlite_url, "insert into docs values (:k, :t)", rows)
+    code = main(["run", "--source", sqlite_url, "--table", "docs", "--model", "tiny"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert (
+        "6 rows scored (6 new, 0 updated, 0 unchanged), 0 dead letters, 1 skipped (1 with a NULL key), "
+        in out
+    )
+    assert main(["plan", "--source", sqlite_url, "--table", "docs", "--model", "tiny"]) == 0
+    assert "1 row with a NULL key is skipped: not scored" in capsys.readouterr().out
+
+
 def test_unknown_table_is_a_clear_error_before_anything_runs(
     sqlite_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

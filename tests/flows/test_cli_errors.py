@@ -125,6 +125,22 @@ def test_a_missing_parquet_path_is_named_whether_or_not_results_are_given(
     assert ledger_runs(docs) == 0
 
 
+def test_a_key_in_two_parquet_files_is_one_line_exit_2_and_no_run(
+    docs: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for name, keys in (("a.parquet", [1, 2, 3]), ("b.parquet", [3, 4])):
+        pq.write_table(pa.table({"id": keys, "text": [f"row {k}" for k in keys]}), tmp_path / name)
+    code = main(["run", "--source", str(tmp_path), "--results", docs, "--model", "tiny"])
+    err = one_line(capfd)
+    assert code == 2, err
+    assert "key column 'id' of the Parquet dataset is not unique: key 3 appears on more than one row" in err
+    assert "in a.parquet, b.parquet;" in err and "rewrite the files so that each key appears once" in err
+    assert ledger_runs(docs) == 0
+
+
 @pytest.mark.s3
 def test_s3_without_credentials_is_one_line_before_the_run(
     docs: str, s3_endpoint, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]

@@ -70,6 +70,7 @@ def test_artifacts_hold_the_run_figures_and_events_carry_counts(sqlite_url: str,
     assert event["resource"]["prefect.resource.id"] == f"shardwise.run.{summary['run_id']}"
     assert event["related"][0]["prefect.resource.id"] == "shardwise.source.docs"
     assert (event["payload"]["rows_out"], event["payload"]["rows_failed"]) == (240, 3)
+    assert event["payload"]["rows_skipped"] == 0
     assert event["payload"]["counts"] == {}, "an encoder counts no tokens"
 
 

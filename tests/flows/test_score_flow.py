@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 
 import pytest
 from flow_data import BAD_ROWS, LINEAGE, execute, make_docs, parquet_bytes, texts
@@ -39,6 +40,42 @@ def test_sqlite_end_to_end_with_dead_letters_and_lineage(sqlite_url: str) -> Non
     run = execute(sqlite_url, "select status, started_by, code_version, model_version from shardwise_runs")
     assert run == [("completed", "cli", run[0][2], summary["model_version"])]
     assert run[0][2].startswith("shardwise ")
+
+
+class _Warnings(logging.Handler):
+    """The warnings Prefect's loggers emit meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(record.getMessage())
+
+
+def test_the_summary_states_results_dead_letters_and_skipped_rows_adding_up(sqlite_url: str) -> None:
+    """Rows with a NULL key cannot be dead letters (no key to redrive by): counted as skipped, and said."""
+    make_docs(sqlite_url, 40, table="keyed")
+    execute(sqlite_url, "create table docs (id bigint, text text)")
+    execute(sqlite_url, "insert into docs select id, text from keyed")
+    execute(sqlite_url, "insert into docs values (null, 'no key'), (null, null)")
+    warnings = _Warnings()
+    logging.getLogger("prefect").addHandler(warnings)
+    try:
+        ok, summary = _run(source=sqlite_url, table="docs", shards=2)
+    finally:
+        logging.getLogger("prefect").removeHandler(warnings)
+    assert ok, summary
+    assert any("2 rows have NULL in key column 'id', so they are skipped" in w for w in warnings.seen), (
+        warnings
+    )
+    assert (summary["rows_out"], summary["rows_failed"], summary["rows_skipped"]) == (40, len(BAD_ROWS), 2)
+    assert summary["skipped"] == {"null_key": 2, "already_scored": 0}
+    inputs = execute(sqlite_url, "select count(*) from docs")[0][0]
+    assert summary["rows_out"] + summary["rows_failed"] + summary["rows_skipped"] == inputs
+    ok, again = _run(source=sqlite_url, table="docs", shards=2, only_new=True)
+    assert ok and again["skipped"] == {"null_key": 2, "already_scored": 40}
+    assert again["rows_out"] + again["rows_failed"] + again["rows_skipped"] == inputs
 
 
 def test_repeating_a_run_adds_and_changes_nothing(sqlite_url: str) -> None:

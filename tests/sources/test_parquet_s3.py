@@ -1,7 +1,9 @@
-"""ParquetSource on S3 against moto's S3 HTTP server on loopback: listing, footer-only plans, ETag checks."""
+"""ParquetSource on S3 against moto's S3 HTTP server on loopback: listing, plans from footers and key
+columns, ETag checks."""
 
 from __future__ import annotations
 
+import io
 import socket
 import threading
 import uuid
@@ -10,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
+import pyarrow.parquet as pq
 import pytest
 from botocore.config import Config
 from flow_data import put_parquet
@@ -62,8 +65,21 @@ def test_s3_plans_are_disjoint_and_covering(client: Any, bucket: str, sizing: di
     assert all(s["path"].startswith(f"s3://{bucket}/data/") for sh in plan.shards for s in sh.bounds["spans"])
 
 
+def _key_chunks(client: Any, bucket: str, name: str) -> set[tuple[str, int, int]]:
+    """(object, first byte, last byte) of each row group's key column chunk."""
+    body = client.get_object(Bucket=bucket, Key=name)["Body"].read()
+    metadata = pq.ParquetFile(io.BytesIO(body)).metadata
+    chunks = set()
+    for index in range(metadata.num_row_groups):
+        column = metadata.row_group(index).column(0)
+        first = column.dictionary_page_offset or column.data_page_offset
+        chunks.add((name, first, first + column.total_compressed_size - 1))
+    return chunks
+
+
 @pytest.mark.s3
-def test_planning_reads_only_footers_with_ranged_gets(client: Any, bucket: str) -> None:
+def test_planning_reads_footers_and_key_columns_only_with_ranged_gets(client: Any, bucket: str) -> None:
+    """Footers to plan; the key column, never the text, to check that keys are unique (unique.py)."""
     for f in range(4):
         put_parquet(
             client,
@@ -73,13 +89,20 @@ def test_planning_reads_only_footers_with_ranged_gets(client: Any, bucket: str) 
             row_group_size=2000,
         )
     sizes = {o["Key"]: o["Size"] for o in client.list_objects_v2(Bucket=bucket, Prefix="big/")["Contents"]}
+    key_chunks = set().union(*(_key_chunks(client, bucket, name) for name in sizes))
     counting = CountingClient(client)
     plan = ParquetSource(f"s3://{bucket}/big/", s3_client=counting).plan(shards=8)
     assert plan.expected_rows == 80_000 and len(plan.shards) == 8
     assert all("Range" in kwargs and kwargs["IfMatch"].strip('"') for kwargs, _ in counting.gets)
-    assert len(counting.gets) <= 2 * len(sizes)  # the tail (64 KiB), and the rest of a larger footer
+    read = Counter()
+    for kwargs, _ in counting.gets:
+        first, last = (int(b) for b in kwargs["Range"].removeprefix("bytes=").split("-"))
+        chunk = (kwargs["Key"], first, last)
+        read["footer" if last == sizes[kwargs["Key"]] - 1 else "key" if chunk in key_chunks else "other"] += 1
+    # The tail (64 KiB, a larger footer: the rest too), each key column chunk once, and nothing else.
+    assert read == {"footer": len(sizes), "key": len(key_chunks)}, read
     fetched = sum(n for _, n in counting.gets)
-    assert fetched < 0.06 * sum(sizes.values()), (fetched, sizes)
+    assert fetched <= len(sizes) * 65536 + sum(last - first + 1 for _, first, last in key_chunks)
 
     # Half of part-0's row groups: the reader fetches their two column chunks, not the object.
     counting.gets.clear()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -33,6 +33,11 @@ class Footer:
     row_groups: tuple[RowGroup, ...]
     key_type: KeyType | None = None
     """How results store the key: set when the columns were checked."""
+    key_present: bool = True
+    """Whether the object has a key column of a key type (only objects planning reads must have one)."""
+    metadata: Any = field(default=None, repr=False, compare=False)
+    """pyarrow's ``FileMetaData``: the check that keys are unique reads row groups with it, not the
+    footer again."""
 
     @property
     def rows(self) -> int:
@@ -70,16 +75,17 @@ def _read_footer(
                 f"({exc}); remove it from the location or point the location at the Parquet files only"
             ) from exc
     key_type: KeyType | None = None
+    schema = metadata.schema.to_arrow_schema()
     if check:
-        schema = metadata.schema.to_arrow_schema()
         _check_columns(obj, schema, key, inputs, image)
         key_type = "int" if pa.types.is_integer(schema.field(key).type) else "text"
     column = _leaf_index(metadata, key)
     groups = tuple(
-        RowGroup(obj, i, metadata.row_group(i).num_rows, _null_count(metadata.row_group(i), column))
-        for i in range(metadata.num_row_groups)
+        RowGroup(obj, i, rg.num_rows, _null_count(rg, column), _key_range(rg, column))
+        for i, rg in ((i, metadata.row_group(i)) for i in range(metadata.num_row_groups))
     )
-    return Footer(obj, groups, key_type)
+    usable = schema.get_field_index(key) >= 0 and _is_key_type(schema.field(key).type)
+    return Footer(obj, groups, key_type, key_present=usable, metadata=metadata)
 
 
 def _check_columns(obj: ObjectInfo, schema: pa.Schema, key: str, inputs: Sequence[str], image: bool) -> None:
@@ -120,6 +126,20 @@ def _null_count(row_group: Any, column: int | None) -> int | None:
         return None
     stats = row_group.column(column).statistics
     return stats.null_count if stats is not None and stats.has_null_count else None
+
+
+def _key_range(row_group: Any, column: int | None) -> tuple[Any, Any] | None:
+    """(min, max) of the key from the statistics, when both are there and both ints or both texts."""
+    if column is None:
+        return None
+    stats = row_group.column(column).statistics
+    if stats is None or not stats.has_min_max:
+        return None
+    low, high = stats.min, stats.max
+    for kind in (int, str):
+        if isinstance(low, kind) and isinstance(high, kind) and not isinstance(low, bool):
+            return low, high
+    return None  # bytes (a text key's statistics that are not UTF-8), floats: read the keys instead
 
 
 def key_nulls(metadata: Any, index: int, key: str) -> int | None:

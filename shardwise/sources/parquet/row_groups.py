@@ -28,6 +28,10 @@ class RowGroup:
     index: int
     rows: int
     null_keys: int | None
+    key_range: tuple[Any, Any] | None = None
+    """The smallest and largest key, from the footer's statistics (ints or texts); None without them.
+
+    Only the check that keys are unique reads it (:mod:`shardwise.sources.parquet.unique`)."""
 
     @property
     def readable_rows(self) -> int:

@@ -1,10 +1,16 @@
 """A Parquet dataset as a source: a local folder, glob or file, or an S3 prefix or object.
 
-Planning lists the objects and reads only their footers: shards are
-contiguous row-group spans balanced by the footers' row counts, so planning
-costs a request or two per object and no data is read. Reading streams a
-shard's spans, key and text columns only, checking that every object is still
-the one that was planned (its ETag, or a local file's size and mtime).
+Planning lists the objects and reads their footers: shards are contiguous
+row-group spans balanced by the footers' row counts. It also reads the key
+column of every object (never the text), because Parquet cannot declare a
+key unique: a key on two rows, in one file or two, is refused, naming the
+key and its files, since one row's result would silently replace the
+other's (see :mod:`shardwise.sources.parquet.unique`); that read counts the
+NULL keys exactly, too. Rows with a NULL key cannot be addressed: they are
+not read, and the plan counts them in ``params["null_keys"]``. Reading
+streams a shard's spans, key and text columns only, checking that every
+object is still the one that was planned (its ETag, or a local file's size
+and mtime).
 
 A keyed read (:meth:`ParquetSource.read_keys`, for a redrive of dead
 letters) scans the key column of the current listing: see
@@ -33,9 +39,16 @@ from shardwise.sources.images import image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
 from shardwise.sources.parquet.keys import keyed_rows
 from shardwise.sources.parquet.local_objects import LocalStore
-from shardwise.sources.parquet.objects import Listing, ObjectStore, is_parquet_name, listing_digest
+from shardwise.sources.parquet.objects import (
+    Listing,
+    ObjectStore,
+    is_parquet_name,
+    listing_digest,
+    relative_key,
+)
 from shardwise.sources.parquet.row_groups import RowGroup, cut, to_shard
 from shardwise.sources.parquet.rows import ShardRows, shard_spans
+from shardwise.sources.parquet.unique import check_unique_keys
 from shardwise.sources.sizing import Sizing
 
 __all__ = ["ParquetSource", "plan_objects"]
@@ -98,10 +111,16 @@ class ParquetSource(Source):
 
         With neither, :class:`~shardwise.sources.sizing.Sizing` decides. A shard's
         ``expected_rows`` is the rows it will yield: its row groups' rows less
-        the null keys the footers count (rows with a null key are skipped).
-        With ``new_only``, objects whose (key, ETag) was seen are skipped, but
-        their footers are still read, so that ``skipped_rows`` is exact (the
-        CLI's dry run reports it); only planned objects must hold both columns.
+        their NULL keys (rows with a NULL key are skipped, and counted in
+        ``null_keys``). With ``new_only``, objects whose (key, ETag) was seen
+        are skipped, but their footers are still read, so that
+        ``skipped_rows`` is exact (the CLI's dry run reports it); only planned
+        objects must hold both columns.
+
+        A key that appears on more than one row of the listed objects (seen
+        ones too) is a :class:`ConfigError` naming it and its objects: the
+        key column of every object is read to check, which also counts the
+        NULL keys exactly (see :mod:`shardwise.sources.parquet.unique`).
         """
         listing = self._list()
         seen = new_only.seen_objects if new_only is not None else frozenset()
@@ -111,7 +130,9 @@ class ParquetSource(Source):
         )
         planned = [f for f, new in zip(footers, fresh, strict=True) if new]
         skipped = [f for f, new in zip(footers, fresh, strict=True) if not new]
-        groups = [g for f in planned for g in f.row_groups]
+        _key_type(planned)  # one key type, before the keys are compared
+        scan = check_unique_keys(self._store, footers, self.key)
+        groups = [scan.exact(g) for f in planned for g in f.row_groups]
         runs = cut(groups, sizing)
         params = self._params(listing, planned, skipped, groups, sizing, new_only)
         planned_shards = tuple(to_shard(i, run) for i, run in enumerate(runs))
@@ -169,17 +190,21 @@ class ParquetSource(Source):
         }
 
     def check(self) -> None:
-        """Fail now if the location does not exist or cannot be listed (credentials, bucket, path), or if
-        an object in it is not readable Parquet (random bytes, a truncated file).
+        """Fail now if the location does not exist or cannot be listed (credentials, bucket, path), if
+        an object in it is not readable Parquet (random bytes, a truncated file), or if a key repeats.
 
         Every footer is read, as planning reads them all (a request or two per
         object, eight at a time): a broken file is one line before a run starts,
-        instead of a run that fails while planning. The columns are left to
-        planning, which knows which objects an only-new run reads.
+        instead of a run that fails while planning. The key column of every
+        object is read, as planning reads it, so that a repeated key is one
+        line naming it and its files (:mod:`shardwise.sources.parquet.unique`).
+        The other columns are left to planning, which knows which objects an
+        only-new run reads.
         """
         self._store.probe()
         objects = self._list().objects
-        read_footers(self._store, objects, self.key, self.inputs, check=[False] * len(objects))
+        footers = read_footers(self._store, objects, self.key, self.inputs, check=[False] * len(objects))
+        check_unique_keys(self._store, footers, self.key)
 
     def close(self) -> None:
         """Close the S3 clients this source created. Nothing else is held between calls."""
@@ -222,6 +247,9 @@ class ParquetSource(Source):
             "rows": sum(g.rows for g in groups),
             "null_keys": sum(g.null_keys or 0 for g in groups),
             "null_keys_known": all(g.null_keys is not None for g in groups),
+            "null_key_objects": sorted(
+                {relative_key(self.identity, g.obj.key) for g in groups if g.null_keys}
+            )[:5],
             "new_only": _new_only_params(new_only),
             "skipped_objects": len(skipped),
             "skipped_rows": sum(f.rows for f in skipped),

@@ -21,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
-from shardwise.sources.sql.fingerprint import fingerprint
+from shardwise.sources.sql.fingerprint import fingerprint, stored_key
 from shardwise.sources.sql.schema import SourceTable
 from shardwise.sources.sql.where import SqlFilter
 
@@ -74,7 +74,7 @@ class Selection:
             return sa.true()
         r = self.results
         return ~sa.exists().where(
-            r.c.source_key == self.src.key,
+            r.c.source_key == stored_key(self.src.key, self.dialect),
             r.c.model_version == sa.bindparam("model_version", self.model_version, type_=sa.Text),
             r.c.input_fingerprint == self.fingerprint(),
         )

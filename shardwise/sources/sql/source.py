@@ -23,9 +23,12 @@ What a run sees, and its limits:
   that holds it once a writer commits, so each shard is read by one statement
   at its own point in time, and the plan's ``snapshot`` is None.
 * **Rows with a NULL key are not planned or read** (``key IS NOT NULL``): they
-  cannot be addressed. The plan counts them in ``params["null_keys"]`` so the
-  caller can report them. NULL or non-text *values* are read as they are: the
-  engine dead-letters them.
+  cannot be addressed, so they cannot be dead letters either (a redrive reads
+  by key). The plan counts them in ``params["null_keys"]``, and a run warns
+  of them and counts them as skipped in its summary, as for a Parquet source
+  (see :mod:`shardwise.pipeline.skipped`); ``--where "key IS NOT NULL"``
+  leaves them out on purpose. NULL or non-text *values* are read as they
+  are: the engine dead-letters them.
 * **Only new rows** (:class:`~shardwise.sources.base.NewOnly`): a ``NOT
   EXISTS`` anti-join on the results table, in the database, both when planning
   and when reading. A row is new when it has no result for the model version
