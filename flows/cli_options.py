@@ -21,6 +21,7 @@ __all__ = [
     "SOURCE_OPTIONS",
     "add_param_options",
     "flag_for",
+    "refuse_unencoded_urls",
     "score_params",
     "watch_spec",
 ]
@@ -197,6 +198,7 @@ def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
     """
     from shardwise.flows.params import ScoreParams
 
+    refuse_unencoded_urls(args)
     given = {name: getattr(args, name) for name in ScoreParams.model_fields if hasattr(args, name)}
     given.update(extra)
     runner = given.get("runner", "thread")
@@ -205,6 +207,18 @@ def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
         if isinstance(given.get(name), str):
             given[name] = _by_name(given[name], name, remote)
     return ScoreParams(**given)
+
+
+def refuse_unencoded_urls(args: argparse.Namespace) -> None:
+    """Refuse a ``--source``, ``--results`` or ``--ledger`` URL whose password is not percent-encoded,
+    naming the option and showing nothing of the URL (see :mod:`shardwise.url_syntax`), before any
+    other code reads it. A name such as ``env:DB_URL`` is checked when it is resolved."""
+    from shardwise.url_syntax import refuse_unencoded
+
+    for name in ("source", "results", "ledger"):
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            refuse_unencoded(value, flag_for(name))
 
 
 def watch_spec(args: argparse.Namespace):  # -> WatchSpec

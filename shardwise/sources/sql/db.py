@@ -3,7 +3,8 @@
 Every SQLAlchemy or driver error a SQL source or a watcher meets passes
 through :meth:`Database.errors`, which maps it onto :mod:`shardwise.errors`
 with ``raise ... from exc`` by the table in :mod:`shardwise.dberrors`, the
-one the results store uses too. What that table does not classify (a broken
+one the results store uses too. A URL whose password is not percent-encoded is
+refused before it is parsed (:mod:`shardwise.url_syntax`). What that table does not classify (a broken
 filter, a write refused by a read-only transaction) is a
 :class:`SourceError`. The password in the URL is removed from every message
 and from the identity.
@@ -23,6 +24,7 @@ from sqlalchemy.engine import URL, make_url
 
 from shardwise.dberrors import mapped_errors, without_secrets
 from shardwise.errors import ConfigError, SourceError
+from shardwise.url_syntax import refuse_unencoded
 
 __all__ = ["Database"]
 
@@ -32,9 +34,10 @@ def _on_sqlite_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
 
 
 def _parse_url(url: str) -> URL:
+    refuse_unencoded(url, "the source database URL")
     try:
         parsed = make_url(url)
-    except sa.exc.ArgumentError as exc:
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
         raise ConfigError(
             "the source URL must be a SQLAlchemy URL such as postgresql+psycopg://user@host/db or "
             "sqlite:///path/to.db; could not parse the one given (not echoed: it may hold a password)"
