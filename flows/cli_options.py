@@ -203,7 +203,7 @@ def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
     given.update(extra)
     runner = given.get("runner", "thread")
     remote = runner == "deployment" or (given.get("address") is not None and runner in ("dask", "ray"))
-    for name in ("source", "results"):
+    for name in ("source", "results", "ledger"):
         if isinstance(given.get(name), str):
             given[name] = _by_name(given[name], name, remote)
     return ScoreParams(**given)

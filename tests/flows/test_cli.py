@@ -103,6 +103,32 @@ def test_a_password_in_a_cli_url_is_never_stored_shown_or_logged(
         assert not leaked, f"{secret!r} found in {leaked}"
 
 
+@pytest.mark.postgres
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_password_in_a_cli_ledger_url_is_held_not_stored_in_prefect(
+    sqlite_url: str, pg_url: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """--ledger travels as held:ledger like --source and --results; it was stored in the flow run's
+    parameters, password and all. Trust auth takes any password, so the ledger is really used."""
+    import asyncio
+
+    from prefect import get_client
+
+    make_docs(sqlite_url, 10)
+    ledger = pg_url.replace("root@", "root:LedgerCanary42@")
+    argv = ["run", "--source", sqlite_url, "--table", "docs", "--model", "tiny", "--ledger", ledger]
+    assert main(argv) == 0, capfd.readouterr().err
+
+    async def parameters() -> str:
+        async with get_client() as client:
+            return repr([run.parameters for run in await client.read_flow_runs()])
+
+    stored = asyncio.run(parameters())
+    assert "held:ledger" in stored and "LedgerCanary42" not in stored, stored
+    assert "LedgerCanary42" not in str(capfd.readouterr())
+    assert len(execute(pg_url, "select run_id from shardwise_runs")) == 1  # the run went to that ledger
+
+
 @pytest.mark.usefixtures("prefect_harness")
 def test_redrive_scores_only_fixed_dead_letters(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     make_docs(sqlite_url, 40)  # with three bad rows
