@@ -15,6 +15,7 @@ from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
 from shardwise.sources.sizing import Sizing
+from shardwise.sources.sql.names import split_table_name
 from shardwise.tasks.runners import Fanout, RunnerName
 
 __all__ = ["ScoreParams"]
@@ -32,7 +33,12 @@ class ScoreParams(BaseModel):
         "Parquet folder, glob or s3://bucket/prefix, or a connection name: env:NAME (an environment "
         "variable holding the URL) or secret:NAME (a Prefect Secret block)."
     )
-    table: str | None = Field(None, description="Source table, for a database source ([schema.]name).")
+    table: str | None = Field(
+        None,
+        description="Source table, for a database source: name, or schema.name on PostgreSQL (a part "
+        'holding a dot or a quote is double-quoted, as in SQL: app."my.docs"; names match exactly, '
+        "unfolded). A SQLite source takes the name alone.",
+    )
     key: str = Field("id", description="Key column: integer or text, unique per row.")
     text_column: str = Field("text", description="Column holding the text to score.")
     text_pair_column: str | None = Field(
@@ -256,7 +262,10 @@ class ScoreParams(BaseModel):
         if self.source_name:
             return self.source_name
         if self.table:
-            return self.table.rsplit(".", 1)[-1].lower()
+            try:
+                return split_table_name(self.table)[1].lower()  # app."Docs" is docs
+            except ConfigError:  # refused where the source opens; a name is still owed here
+                return self.table.lower()
         tail = self.source.rstrip("/").rsplit("/", 1)[-1]
         return tail.split(":", 1)[-1].lower() or "source"
 

@@ -111,3 +111,14 @@ def test_watch_refuses_an_unencoded_password_unshown(capfd: pytest.CaptureFixtur
     password = UNENCODED["slash and space"]
     argv = ["watch", "--source", _url(password), "--table", "docs", "--name", "docs", "--mode", "poll"]
     _refused_without_the_password(argv, "--source", password, capfd)
+
+
+def test_a_schema_on_a_sqlite_source_is_refused_naming_the_table_alone(
+    docs: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["run", "--source", docs, "--table", "main.docs", "--model", "tiny"])
+    err = one_line(capfd)
+    assert code == 2, err
+    assert "table 'main.docs' names a schema ('main')" in err and "SQLite" in err, err
+    assert err.endswith("give the table alone: --table docs"), err
+    assert ledger_runs(docs) == 0

@@ -31,7 +31,8 @@ What a run sees, and its limits:
   and when reading. A row is new when it has no result for the model version
   with the fingerprint of its current text. A NULL text has no fingerprint, so
   it is always new: it is dead-lettered again on every only-new run. The
-  results table is ``results_table`` in the source's schema (or
+  results table is ``results_table`` in the database's default schema, where
+  the results store creates it, whichever schema the source table is in (or
   ``schema.table``); while it does not exist every row is new.
   ``params["skipped_rows"]`` counts the rows skipped. A binary (``bytea``,
   BLOB) text column is scored as the UTF-8 text it holds and fingerprinted
@@ -47,6 +48,10 @@ What a run sees, and its limits:
   (:attr:`SqlSource.fingerprints_in_database` is False) this source refuses
   ``new_only``: the pipeline compares in Python instead, reading every
   row's image (:mod:`shardwise.pipeline.source_plan`).
+* **A schema-qualified table** (``table="app.docs"``, or ``schema="app"``):
+  PostgreSQL only; the name is split by its grammar, not at any dot
+  (``app."my.docs"``), and both parts are checked against the reflected
+  schema (see :mod:`shardwise.sources.sql.names`). A SQLite source refuses one.
 * **The key must be unique** among the filtered rows: planning, and
   :meth:`SqlSource.check`, refuse a table whose key repeats, naming up to five
   repeated keys (see :mod:`shardwise.sources.sql.unique`); a declared primary
@@ -137,7 +142,7 @@ class SqlSource(Source):
         except BaseException:
             self._db.dispose()
             raise
-        self.identity = self._db.identity(self._src.schema, table)
+        self.identity = self._db.identity(self._src.schema, self._src.table.name)
         self._where, self._on_lost, self._fetch_rows = where, on_lost_snapshot, fetch_rows
         self._held: dict[str, sa.Connection] = {}
         self.fingerprints_in_database = image_column is None or isinstance(
@@ -300,7 +305,7 @@ class SqlSource(Source):
     def _selection(self, conn: sa.Connection, new_only: NewOnly | None) -> Selection:
         if new_only is None:
             return Selection(self._src, self._db.dialect, self._filter)
-        results = reflect_results(conn, new_only.results_table, self._src.schema)
+        results = reflect_results(conn, new_only.results_table)
         return Selection(self._src, self._db.dialect, self._filter, results, new_only.model_version)
 
     def _values(self, rows: Iterator[SourceRow]) -> Generator[SourceRow, None, None]:
