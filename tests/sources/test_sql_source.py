@@ -101,7 +101,7 @@ def test_a_schema_qualified_table_is_refused_on_sqlite(sqlite_url: str) -> None:
     with writer(sqlite_url) as eng:
         create_docs(eng, ROWS)
     with pytest.raises(
-        ConfigError, match=r"a SQLite source .* has no schemas; give the table alone: --table docs"
+        SourceError, match=r"a SQLite source .* has no schemas; give the table alone: --table docs"
     ):
         SqlSource(sqlite_url, "main.docs", "id", "text")
 

@@ -17,13 +17,13 @@ A schema belongs to PostgreSQL: a SQLite database file has one namespace
 
 from __future__ import annotations
 
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, SourceError
 
 __all__ = ["split_table_name", "table_reference"]
 
 
 def split_table_name(text: str) -> tuple[str | None, str]:
-    """``text`` as (schema or None, table); a :class:`ConfigError` when it is neither form."""
+    """``text`` as (schema or None, table); a :class:`SourceError` (a bad identifier) when it is neither."""
     parts = _parts(text)
     if len(parts) > 2:
         raise _refused(
@@ -43,7 +43,7 @@ def table_reference(text: str, schema: str | None, dialect: str) -> tuple[str | 
     if named is None:
         return schema, table
     if dialect == "sqlite":
-        raise ConfigError(
+        raise SourceError(
             f"table {text!r} names a schema ({named!r}), and a SQLite source reads the one database file "
             f"its URL names, which has no schemas; give the table alone: --table {_shown(table)}"
         )
@@ -96,5 +96,5 @@ def _shown(name: str) -> str:
     return f'"{name.replace(chr(34), chr(34) * 2)}"' if "." in name or '"' in name else name
 
 
-def _refused(text: str, why: str, fix: str) -> ConfigError:
-    return ConfigError(f"table {text!r} is not NAME or SCHEMA.NAME: it {why}; {fix}")
+def _refused(text: str, why: str, fix: str) -> SourceError:
+    return SourceError(f"table {text!r} is not NAME or SCHEMA.NAME: it {why}; {fix}")
