@@ -47,6 +47,7 @@ SOURCE_OPTIONS = (
     "text_pair_column",
     "image_column",
     "where",
+    "query_timeout_s",
     "model",
     *GENERATION_OPTIONS,
     "results",
@@ -66,7 +67,7 @@ SOURCE_OPTIONS = (
 """The :class:`ScoreParams` fields that ``run``, ``redrive`` and ``plan`` all take, in ``--help`` order."""
 FANOUT_OPTIONS = ("runner", "workers", "address", "threads", "deployment")
 """The fields that choose what runs the shards; their own ``--help`` group."""
-_FLAGS = {"redrive": "--run"}
+_FLAGS = {"redrive": "--run", "query_timeout_s": "--query-timeout"}
 """Fields whose option is not simply ``--field-name``."""
 _METAVARS = {
     "source": "URL|PATH|env:NAME",
@@ -97,6 +98,7 @@ _METAVARS = {
     "resume": "RUN_ID",
     "redrive": "RUN_ID",
     "lease_s": "SECONDS",
+    "query_timeout_s": "SECONDS",
 }
 
 

@@ -16,6 +16,7 @@ from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.names import split_table_name
+from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 from shardwise.tasks.runners import Fanout, RunnerName
 
 __all__ = ["ScoreParams"]
@@ -57,6 +58,14 @@ class ScoreParams(BaseModel):
         None,
         description="Optional SQL filter on the source table: one boolean expression over its columns, "
         "checked by a SQL parser (no subqueries; an allow-list of functions; docs: how-to/where-filter.md).",
+    )
+    query_timeout_s: float = Field(
+        DEFAULT_QUERY_TIMEOUT_S,
+        ge=0,
+        description="Seconds one query of a SQL source may run while planning, checking or reading a shard "
+        "(PostgreSQL's statement_timeout, an interrupt on SQLite); a query that runs longer fails the "
+        "planning or the shard, naming the limit, without retries. 0: no limit. A resume may raise it "
+        "(docs: how-to/where-filter.md).",
     )
     model: str = Field(
         DEFAULT_MODEL,
@@ -287,6 +296,7 @@ class ScoreParams(BaseModel):
             text_pair_column=self.text_pair_column,
             image_column=self.image_column,
             where=self.where,
+            query_timeout_s=self.query_timeout_s,
             shards=self.shards,
             rows_per_shard=self.rows_per_shard,
             only_new=self.only_new,
