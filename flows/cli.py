@@ -50,7 +50,13 @@ def entry() -> None:
 
 
 def _exit_now(code: list[int]) -> None:
-    sys.stdout.flush()
+    from shardwise.flows.outcome import BROKEN_PIPE, silence_stdout
+
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went while the last lines waited in the buffer (see main)
+        silence_stdout()
+        code[0] = BROKEN_PIPE
     sys.stderr.flush()
     os._exit(code[0])
 
@@ -60,14 +66,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     An error is one line and its exit code; ``-v`` prints its traceback first and keeps the code.
     An unexpected error (a bug) prints its traceback and exits 1. Tracebacks are redacted.
+    Stdout closed by its reader (``shardwise runs | head -1``) stops the command quietly with
+    :data:`~flows.outcome.BROKEN_PIPE` (141), not as a service failure.
     """
     args = _parser().parse_args(argv)
-    from shardwise.flows.outcome import RUN_FAILED, code_for, print_traceback, quiet_console, say_error
+    from shardwise.flows.outcome import (
+        BROKEN_PIPE,
+        RUN_FAILED,
+        code_for,
+        print_traceback,
+        quiet_console,
+        say_error,
+        stdout_closed,
+    )
 
     undo = quiet_console() if getattr(args, "verbose", None) is False else None
     try:
         return int(args.handler(args))
     except Exception as exc:
+        if stdout_closed(exc):
+            return BROKEN_PIPE  # the reader had enough: nothing to report, on either stream
         code = code_for(exc)
         if code == RUN_FAILED:
             print_traceback(exc)  # a bug: the traceback is the message (redacted, as every line)

@@ -27,16 +27,19 @@ def score(args: argparse.Namespace) -> int:
 
 
 def watch(args: argparse.Namespace) -> int:
-    from shardwise.flows.cli_options import watch_spec
+    from shardwise.flows.cli_options import refuse_unencoded_urls, watch_spec
     from shardwise.flows.watch import watch
 
+    refuse_unencoded_urls(args)
     watch(watch_spec(args), results=args.results, install=args.install_trigger)
     return 0
 
 
 def runs(args: argparse.Namespace) -> int:
+    from shardwise.flows.cli_options import refuse_unencoded_urls
     from shardwise.flows.runs_list import print_runs
 
+    refuse_unencoded_urls(args)
     print_runs(args.results, args.limit, ledger=args.ledger)
     return 0
 

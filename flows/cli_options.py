@@ -21,6 +21,7 @@ __all__ = [
     "SOURCE_OPTIONS",
     "add_param_options",
     "flag_for",
+    "refuse_unencoded_urls",
     "score_params",
     "watch_spec",
 ]
@@ -46,6 +47,7 @@ SOURCE_OPTIONS = (
     "text_pair_column",
     "image_column",
     "where",
+    "query_timeout_s",
     "model",
     *GENERATION_OPTIONS,
     "results",
@@ -65,7 +67,7 @@ SOURCE_OPTIONS = (
 """The :class:`ScoreParams` fields that ``run``, ``redrive`` and ``plan`` all take, in ``--help`` order."""
 FANOUT_OPTIONS = ("runner", "workers", "address", "threads", "deployment")
 """The fields that choose what runs the shards; their own ``--help`` group."""
-_FLAGS = {"redrive": "--run"}
+_FLAGS = {"redrive": "--run", "query_timeout_s": "--query-timeout"}
 """Fields whose option is not simply ``--field-name``."""
 _METAVARS = {
     "source": "URL|PATH|env:NAME",
@@ -96,6 +98,7 @@ _METAVARS = {
     "resume": "RUN_ID",
     "redrive": "RUN_ID",
     "lease_s": "SECONDS",
+    "query_timeout_s": "SECONDS",
 }
 
 
@@ -197,14 +200,27 @@ def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
     """
     from shardwise.flows.params import ScoreParams
 
+    refuse_unencoded_urls(args)
     given = {name: getattr(args, name) for name in ScoreParams.model_fields if hasattr(args, name)}
     given.update(extra)
     runner = given.get("runner", "thread")
     remote = runner == "deployment" or (given.get("address") is not None and runner in ("dask", "ray"))
-    for name in ("source", "results"):
+    for name in ("source", "results", "ledger"):
         if isinstance(given.get(name), str):
             given[name] = _by_name(given[name], name, remote)
     return ScoreParams(**given)
+
+
+def refuse_unencoded_urls(args: argparse.Namespace) -> None:
+    """Refuse a ``--source``, ``--results`` or ``--ledger`` URL whose password is not percent-encoded,
+    naming the option and showing nothing of the URL (see :mod:`shardwise.url_syntax`), before any
+    other code reads it. A name such as ``env:DB_URL`` is checked when it is resolved."""
+    from shardwise.url_syntax import refuse_unencoded
+
+    for name in ("source", "results", "ledger"):
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            refuse_unencoded(value, flag_for(name))
 
 
 def watch_spec(args: argparse.Namespace):  # -> WatchSpec

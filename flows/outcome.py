@@ -12,7 +12,20 @@ code  meaning
 2     bad input: nothing ran; the message names the value and the fix
 3     a service could not be reached (database, S3, Prefect API): nothing
       was lost, and the same command may succeed later
+141   stdout was closed before the command had printed everything (a reader
+      such as ``head`` stopped reading); nothing more is printed, on either
+      stream
 ====  ======================================================================
+
+A closed stdout (``shardwise runs | head -1``) is the reader's choice, not a
+service failure, so it is not exit 3 (a :class:`BrokenPipeError` is a
+:class:`ConnectionError`). The command stops quietly, the way a program
+killed by ``SIGPIPE`` does, and exits 141 (128 + ``SIGPIPE``, what a shell
+reports for such a program, e.g. ``yes | head -1``): under ``set -o pipefail``
+the pipeline then behaves as it does with any Unix tool, and a script can
+tell a cut-off listing from a complete one. This follows Python's own
+recipe (see the ``signal`` module's note on ``SIGPIPE``): point stdout at
+``/dev/null`` so that the final flush cannot fail again, then exit.
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from collections.abc import Callable
 
 __all__ = [
     "BAD_INPUT",
+    "BROKEN_PIPE",
     "EXIT_CODES_HELP",
     "OK",
     "RUN_FAILED",
@@ -33,14 +47,57 @@ __all__ = [
     "print_traceback",
     "quiet_console",
     "say_error",
+    "silence_stdout",
+    "stdout_closed",
 ]
 
 OK, RUN_FAILED, BAD_INPUT, UNAVAILABLE = 0, 1, 2, 3
+BROKEN_PIPE = 128 + 13
+"""128 + SIGPIPE: stdout's reader went away (see the module's docstring)."""
 
 EXIT_CODES_HELP = (
     "exit codes: 0 done; 1 the run failed (some shards failed after retries: --resume finishes it); "
-    "2 bad input (nothing ran); 3 a service could not be reached (database, S3, Prefect API): try again later"
+    "2 bad input (nothing ran); 3 a service could not be reached (database, S3, Prefect API): try again "
+    "later; 141 stdout was closed early (e.g. by head): the rest is not printed"
 )
+
+
+def stdout_closed(exc: BaseException) -> bool:
+    """Whether ``exc`` is stdout's reader going away; if so, stdout is silenced (:func:`silence_stdout`).
+
+    A broken pipe to anything else (a socket, a child process) is not: then
+    False, and it is reported as the error it is. Linux tells them apart
+    by the pipe itself: ``poll`` reports ``POLLERR`` on a pipe whose readers
+    are all gone. Where ``poll`` is missing, a broken pipe is taken as stdout's.
+    """
+    import select
+
+    if not isinstance(exc, BrokenPipeError):
+        return False
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(_stdout_fd(), select.POLLOUT)
+        if not any(events & select.POLLERR for _, events in poller.poll(0)):
+            return False
+    silence_stdout()
+    return True
+
+
+def silence_stdout() -> None:
+    """Point stdout's file descriptor at ``/dev/null``: what is still buffered, and any later write,
+    then goes nowhere instead of failing again (Python's recipe for ``SIGPIPE``)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, _stdout_fd())
+    os.close(devnull)
+
+
+def _stdout_fd() -> int:
+    try:
+        return sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
+    except (OSError, ValueError):  # replaced by a stream without a descriptor
+        return 1
 
 
 def code_for(exc: BaseException) -> int:

@@ -15,6 +15,8 @@ from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
 from shardwise.sources.sizing import Sizing
+from shardwise.sources.sql.names import split_table_name
+from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 from shardwise.tasks.runners import Fanout, RunnerName
 
 __all__ = ["ScoreParams"]
@@ -32,7 +34,12 @@ class ScoreParams(BaseModel):
         "Parquet folder, glob or s3://bucket/prefix, or a connection name: env:NAME (an environment "
         "variable holding the URL) or secret:NAME (a Prefect Secret block)."
     )
-    table: str | None = Field(None, description="Source table, for a database source ([schema.]name).")
+    table: str | None = Field(
+        None,
+        description="Source table, for a database source: name, or schema.name on PostgreSQL (a part "
+        'holding a dot or a quote is double-quoted, as in SQL: app."my.docs"; names match exactly, '
+        "unfolded). A SQLite source takes the name alone.",
+    )
     key: str = Field("id", description="Key column: integer or text, unique per row.")
     text_column: str = Field("text", description="Column holding the text to score.")
     text_pair_column: str | None = Field(
@@ -51,6 +58,14 @@ class ScoreParams(BaseModel):
         None,
         description="Optional SQL filter on the source table: one boolean expression over its columns, "
         "checked by a SQL parser (no subqueries; an allow-list of functions; docs: how-to/where-filter.md).",
+    )
+    query_timeout_s: float = Field(
+        DEFAULT_QUERY_TIMEOUT_S,
+        ge=0,
+        description="Seconds one query of a SQL source may run while planning, checking or reading a shard "
+        "(PostgreSQL's statement_timeout, an interrupt on SQLite); a query that runs longer fails the "
+        "planning or the shard, naming the limit, without retries. 0: no limit. A resume may raise it "
+        "(docs: how-to/where-filter.md).",
     )
     model: str = Field(
         DEFAULT_MODEL,
@@ -256,7 +271,10 @@ class ScoreParams(BaseModel):
         if self.source_name:
             return self.source_name
         if self.table:
-            return self.table.rsplit(".", 1)[-1].lower()
+            try:
+                return split_table_name(self.table)[1].lower()  # app."Docs" is docs
+            except ConfigError:  # refused where the source opens; a name is still owed here
+                return self.table.lower()
         tail = self.source.rstrip("/").rsplit("/", 1)[-1]
         return tail.split(":", 1)[-1].lower() or "source"
 
@@ -278,6 +296,7 @@ class ScoreParams(BaseModel):
             text_pair_column=self.text_pair_column,
             image_column=self.image_column,
             where=self.where,
+            query_timeout_s=self.query_timeout_s,
             shards=self.shards,
             rows_per_shard=self.rows_per_shard,
             only_new=self.only_new,

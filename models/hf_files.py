@@ -28,6 +28,7 @@ __all__ = [
     "encode",
     "load_tokenizer",
     "max_length_of",
+    "missing_files",
     "pad_id",
     "read_json",
     "uses_segments",
@@ -46,21 +47,35 @@ VERSIONED = (
 """The files whose bytes make a model's version (missing ones are skipped)."""
 
 
+def missing_files(root: Path, needed: tuple[str, ...]) -> list[str]:
+    """Which of ``needed`` (and of the weights files, one of which is enough) ``root`` lacks.
+
+    Each name is looked up on its own; the directory is never listed, so a
+    message built from this names only files a model directory should hold,
+    never what else a mistyped path (``--model /etc``) happens to contain.
+    """
+    missing = [name for name in needed if not (root / name).is_file()]
+    if not any((root / w).is_file() for w in WEIGHTS):
+        missing.append(" or ".join(WEIGHTS))
+    return missing
+
+
 def check_layout(root: Path) -> None:
-    """Raise a :class:`ConfigError` naming what is missing unless ``root`` has config, weights, tokenizer."""
+    """Raise a :class:`ConfigError` naming what is missing unless ``root`` has config, weights, tokenizer.
+
+    The message names the missing files and the fix, never the directory's other contents
+    (see :func:`missing_files`).
+    """
     if not root.is_dir():
         raise ConfigError(
             f"model path {str(root)!r} is not a directory; give a local Hugging Face model directory"
         )
-    present = sorted(p.name for p in root.iterdir())
-    needed = ["config.json", "tokenizer.json"]
-    missing = [n for n in needed if n not in present]
-    if not any(w in present for w in WEIGHTS):
-        missing.append(" or ".join(WEIGHTS))
+    missing = missing_files(root, ("config.json", "tokenizer.json"))
     if missing:
         raise ConfigError(
-            f"model directory {str(root)!r} lacks {', '.join(missing)}; it holds: "
-            f"{', '.join(present) or 'nothing'}. Save the model with save_pretrained() and a fast tokenizer"
+            f"model directory {str(root)!r} is not a Hugging Face model directory: it lacks "
+            f"{', '.join(missing)}; give a directory saved with save_pretrained() and a fast tokenizer, "
+            "a GGUF file, or a catalogue name"
         )
 
 

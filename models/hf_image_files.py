@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.models.hf_files import WEIGHTS, read_json
+from shardwise.models.hf_files import WEIGHTS, missing_files, read_json
 
 __all__ = [
     "DUAL_ENCODERS",
@@ -75,16 +75,11 @@ def check_image_layout(root: Path, *, text: bool) -> None:
         raise ConfigError(
             f"model path {str(root)!r} is not a directory; give a local Hugging Face model directory"
         )
-    present = sorted(p.name for p in root.iterdir())
-    missing = [
-        n for n in ("config.json", PROCESSOR, *(("tokenizer.json",) if text else ())) if n not in present
-    ]
-    if not any(w in present for w in WEIGHTS):
-        missing.append(" or ".join(WEIGHTS))
+    missing = missing_files(root, ("config.json", PROCESSOR, *(("tokenizer.json",) if text else ())))
     if missing:
         raise ConfigError(
-            f"image model directory {str(root)!r} lacks {', '.join(missing)}; it holds: "
-            f"{', '.join(present) or 'nothing'}. Save the model and its processor with save_pretrained()"
+            f"image model directory {str(root)!r} lacks {', '.join(missing)}; save the model and its "
+            "processor with save_pretrained() and give that directory"
         )
 
 

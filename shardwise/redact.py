@@ -1,9 +1,10 @@
 """Keep secrets out of logs, artifacts, the ledger, Prefect's parameters and error messages.
 
 A URL is read with a URL parser, never a pattern: a password may hold ``/``,
-a space, ``@``, ``:``, ``%`` or any other character, and SQLAlchemy's parser
-(which the databases are reached through) reads such URLs fine, so a pattern
+a space, ``@``, ``:``, ``%`` or any other character once decoded, so a pattern
 that stops at ``/`` or a space would let the rest of the password through.
+(A URL whose password is not percent-encoded is refused before anything
+reads it, see :mod:`shardwise.url_syntax`; masking still assumes nothing.)
 Three layers, each catching what the one before cannot:
 
 1. :func:`url_password` and :func:`redact_url` parse one URL: the CLI asks

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from shardwise.errors import ConfigError
 from shardwise.redact import remember_reference, url_password
+from shardwise.url_syntax import refuse_unencoded
 
 __all__ = ["Held", "hold", "resolve"]
 
@@ -44,11 +45,14 @@ def resolve(value: str) -> str:
     masked in every message and log line of this process, however it is
     spelled. A value reached through a name is remembered whole: from then on
     every message and log line of this process shows the name (``<env:NAME>``)
-    where the value would be, whatever it is.
+    where the value would be, whatever it is. A URL reached through a name whose
+    password is not percent-encoded is refused naming the reference
+    (:mod:`shardwise.url_syntax`).
     """
     found = _lookup(value)
     if value.startswith(_NAMES):
         remember_reference(found, value)
+        refuse_unencoded(found, value)  # named by its reference; a plain URL is checked where it is read
     url_password(found)
     return found
 

@@ -22,6 +22,7 @@ from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precisio
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
 from shardwise.sources.sizing import Sizing
+from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S, check_query_timeout
 
 __all__ = [
     "IndexChoice",
@@ -77,6 +78,9 @@ class RunSpec:
     reference (a path, ``file://`` or ``s3://`` URI) the source fetches; each row's value is an
     :class:`~shardwise.image_value.ImageValue` (see :mod:`shardwise.sources.images`)."""
     where: str | None = None
+    query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S
+    """Seconds one query of a SQL source may run (0: no limit); see :mod:`shardwise.sources.sql.timeout`.
+    An execution limit, not part of the plan's cut: workers read with the value of the run they serve."""
     shards: int | None = None
     rows_per_shard: int | None = None
     only_new: bool = False
@@ -128,6 +132,7 @@ class RunSpec:
         self._check_prompt()
         self._check_image()
         check_precision(self.precision)
+        check_query_timeout(self.query_timeout_s)
         if self.chunk_rows is not None:
             ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
         if not isinstance(self.min_agreement, (int, float)) or not 0 < self.min_agreement <= 1:

@@ -80,6 +80,7 @@ def open_spec_source(
         where=spec.where,
         image_column=spec.image_column,
         image_folder=folder,
+        query_timeout_s=spec.query_timeout_s,  # the run's own: a resume may raise it
     )
 
 

@@ -22,6 +22,7 @@ from shardwise.dberrors import safe_url
 from shardwise.errors import ConfigError
 from shardwise.redact import redact, remember
 from shardwise.results.sqlfiles import load_script, load_sql
+from shardwise.url_syntax import refuse_unencoded
 
 __all__ = ["brief_waits", "make_engine", "write_transaction"]
 
@@ -31,10 +32,14 @@ _SQLITE = ("sqlite", "sqlite+pysqlite")
 
 
 def make_engine(url: str) -> sa.Engine:
-    """An engine for ``url``; plain ``postgresql://`` URLs are pointed at psycopg 3."""
+    """An engine for ``url``; plain ``postgresql://`` URLs are pointed at psycopg 3.
+
+    A URL whose password is not percent-encoded is refused unread (:mod:`shardwise.url_syntax`).
+    """
+    refuse_unencoded(url, "the results or ledger database URL")
     try:
         parsed = sa.make_url(url)
-    except sa.exc.ArgumentError as exc:
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
         raise ConfigError(
             f"results database URL {redact(url)!r} is not a URL; use postgresql+psycopg://user@host/db "
             "or sqlite:///path/to/file.db"

@@ -49,6 +49,7 @@ def open_source(
     where: str | None = None,
     image_column: str | None = None,
     image_folder: bool | None = None,
+    query_timeout_s: float | None = None,
     **options: Any,
 ) -> SqlSource | ParquetSource | ImageFolderSource:
     """A SQL source for a database URL (``table`` required), else a Parquet source or an image folder
@@ -60,13 +61,16 @@ def open_source(
     (:class:`~shardwise.sources.images.folder.ImageFolderSource`: one row per
     image, keyed by its relative path); one holding both is refused. Deciding
     this lists the location once, unless ``image_folder`` says what it is (a worker knows it from the
-    run's stored plan).
+    run's stored plan). ``query_timeout_s`` limits each query of a SQL source (None: its default, see
+    :mod:`shardwise.sources.sql.timeout`); a Parquet source runs no queries, so it ignores it.
     """
     if is_sql_url(location):
         if not table:
             raise ConfigError(
                 f"source {_scheme(location)}://... is a database, so a table is needed; pass --table NAME"
             )
+        if query_timeout_s is not None:
+            options["query_timeout_s"] = query_timeout_s
         return SqlSource(
             location, table, key, text_column, where,
             input_columns=input_columns, image_column=image_column, **options,

@@ -47,10 +47,35 @@ def test_catalogue_names() -> None:
     assert get_spec("tiny") is CATALOGUE["tiny"]
 
 
-def test_directory_without_weights_says_what_it_holds(tmp_path: Path) -> None:
+def test_directory_without_weights_says_what_it_lacks(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ConfigError, match=r"lacks tokenizer\.json, model\.safetensors or pytorch_model\.bin"):
         get_spec(str(tmp_path)).load(CPU)
+
+
+def test_a_directory_that_is_no_model_is_not_listed_in_the_error(tmp_path: Path) -> None:
+    """``--model /etc``: the error names what a model directory needs, never what this one holds."""
+    for name in ("id_rsa.backup", "payroll-2024.csv", "shadow"):
+        (tmp_path / name).write_text("private")
+    (tmp_path / "secret-project").mkdir()
+    with pytest.raises(ConfigError) as info:
+        get_spec(str(tmp_path)).load(CPU)
+    message = str(info.value)
+    assert "lacks config.json, tokenizer.json, model.safetensors or pytorch_model.bin" in message
+    assert "save_pretrained()" in message
+    for name in ("id_rsa", "payroll", "shadow", "secret-project"):
+        assert name not in message, message
+
+
+def test_an_image_directory_that_is_no_model_is_not_listed_either(tmp_path: Path) -> None:
+    from shardwise.models.hf_image_files import check_image_layout
+
+    (tmp_path / "payroll-2024.csv").write_text("private")
+    with pytest.raises(ConfigError) as info:
+        check_image_layout(tmp_path, text=True)
+    message = str(info.value)
+    assert "lacks config.json, preprocessor_config.json, tokenizer.json" in message, message
+    assert "payroll" not in message and "save_pretrained()" in message
 
 
 def test_missing_directory_is_a_config_error(tmp_path: Path) -> None:

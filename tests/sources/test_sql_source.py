@@ -77,6 +77,35 @@ def test_text_key_and_named_schema(any_url: str) -> None:
         assert read_all(src, plan) == [("a", "1"), ("b", "2"), ("c", "3")]
 
 
+@pytest.mark.postgres
+def test_a_schema_qualified_table_reads_that_schema(pg_url: str) -> None:
+    """``table="app.docs"`` reads app.docs, not the default schema's docs; the plan records both parts."""
+    with writer(pg_url) as eng, eng.begin() as conn:
+        conn.execute(sa.text('CREATE SCHEMA app; CREATE SCHEMA "we.ird"'))
+        conn.execute(sa.text("CREATE TABLE public.docs (id int PRIMARY KEY, text text)"))
+        conn.execute(sa.text("INSERT INTO public.docs VALUES (1, 'the decoy')"))
+        for table in ("app.docs", '"we.ird"."Do cs"'):
+            conn.execute(sa.text(f"CREATE TABLE {table} (id int PRIMARY KEY, text text)"))
+            conn.execute(sa.text(f"INSERT INTO {table} VALUES (1, 'one'), (2, 'two')"))
+    for given, schema, table in (("app.docs", "app", "docs"), ('"we.ird"."Do cs"', "we.ird", "Do cs")):
+        with SqlSource(pg_url, given, "id", "text") as src:
+            plan = src.plan(shards=2)
+            assert src.identity.endswith(f"#{schema}.{table}")
+            assert (plan.param("schema"), plan.param("table")) == (schema, table)
+            assert read_all(src, plan) == [(1, "one"), (2, "two")]
+    with pytest.raises(ConfigError, match=r"names schema 'app' and schema='public' is given too"):
+        SqlSource(pg_url, "app.docs", "id", "text", schema="public")
+
+
+def test_a_schema_qualified_table_is_refused_on_sqlite(sqlite_url: str) -> None:
+    with writer(sqlite_url) as eng:
+        create_docs(eng, ROWS)
+    with pytest.raises(
+        SourceError, match=r"a SQLite source .* has no schemas; give the table alone: --table docs"
+    ):
+        SqlSource(sqlite_url, "main.docs", "id", "text")
+
+
 def test_where_filter_selects_rows(docs_url: str) -> None:
     where = "id % 2 = 0 AND text LIKE 'row %' AND text <> 'a:b'"  # a %, and a colon that is not a parameter
     with SqlSource(docs_url, "docs", "id", "text", where=where) as src:

@@ -3,7 +3,8 @@
 Every SQLAlchemy or driver error a SQL source or a watcher meets passes
 through :meth:`Database.errors`, which maps it onto :mod:`shardwise.errors`
 with ``raise ... from exc`` by the table in :mod:`shardwise.dberrors`, the
-one the results store uses too. What that table does not classify (a broken
+one the results store uses too. A URL whose password is not percent-encoded is
+refused before it is parsed (:mod:`shardwise.url_syntax`). What that table does not classify (a broken
 filter, a write refused by a read-only transaction) is a
 :class:`SourceError`. The password in the URL is removed from every message
 and from the identity.
@@ -16,13 +17,17 @@ function is registered by :mod:`shardwise.sources.sql.fingerprint`.)
 from __future__ import annotations
 
 import sqlite3
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
 from shardwise.dberrors import mapped_errors, without_secrets
 from shardwise.errors import ConfigError, SourceError
+from shardwise.sources.sql.timeout import QueryLimit
+from shardwise.url_syntax import refuse_unencoded
 
 __all__ = ["Database"]
 
@@ -32,9 +37,10 @@ def _on_sqlite_connect(dbapi_conn: sqlite3.Connection, _record: object) -> None:
 
 
 def _parse_url(url: str) -> URL:
+    refuse_unencoded(url, "the source database URL")
     try:
         parsed = make_url(url)
-    except sa.exc.ArgumentError as exc:
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
         raise ConfigError(
             "the source URL must be a SQLAlchemy URL such as postgresql+psycopg://user@host/db or "
             "sqlite:///path/to.db; could not parse the one given (not echoed: it may hold a password)"
@@ -53,7 +59,9 @@ def _identity_url(url: URL) -> str:
 class Database:
     """One SQLAlchemy engine shared by every read of a source; connections come from its pool."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, query_timeout_s: float = 0) -> None:
+        self.limit = QueryLimit(query_timeout_s)
+        """How long one query may run (:mod:`shardwise.sources.sql.timeout`); 0: no limit."""
         self.url = _parse_url(url)
         self._password = self.url.password
         try:
@@ -66,6 +74,7 @@ class Database:
         self.dialect = self.engine.dialect.name
         if self.dialect == "sqlite":
             sa.event.listen(self.engine, "connect", _on_sqlite_connect)
+        self.limit.install(self.engine)
 
     @property
     def is_postgres(self) -> bool:
@@ -81,13 +90,22 @@ class Database:
             message = message.replace(str(self._password), "***")
         return message
 
-    def errors(self, doing: str) -> AbstractContextManager[None]:
+    @contextmanager
+    def errors(self, doing: str) -> Iterator[None]:
         """Map driver and SQLAlchemy errors raised inside the block onto the Shardwise tree.
 
         A source's SQL carries an operator's table, columns and filter, so an
         error :mod:`shardwise.dberrors` does not classify is a :class:`SourceError`.
+        A query the query timeout stopped is a :class:`SourceError` naming the limit
+        (:meth:`~shardwise.sources.sql.timeout.QueryLimit.error`), never a transient one.
         """
-        return mapped_errors(doing, self.url, otherwise=SourceError)
+        with mapped_errors(doing, self.url, otherwise=SourceError):
+            try:
+                yield
+            except (sa.exc.SQLAlchemyError, psycopg.Error, sqlite3.Error) as exc:
+                if self.limit.stopped(exc):
+                    raise self.limit.error(doing) from exc
+                raise
 
     def dispose(self) -> None:
         """Close the pooled connections. The engine stays usable; it reconnects on demand."""

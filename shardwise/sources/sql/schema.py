@@ -1,6 +1,7 @@
 """Identifiers checked against the reflected schema, never formatted into SQL.
 
-A SQL source names a schema, a table and columns. Each name must be one the
+A SQL source names a schema, a table (``name`` or ``schema.name``, see
+:mod:`shardwise.sources.sql.names`) and columns. Each name must be one the
 database reports through SQLAlchemy's inspector; the reflected
 :class:`sqlalchemy.Table` then quotes it wherever it appears in a query. A name
 that is not there (a typo, or an injection attempt such as
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.base import KeyType
+from shardwise.sources.sql.names import table_reference
 
 __all__ = [
     "RESULT_COLUMNS",
@@ -119,9 +121,11 @@ def reflect_source(
 ) -> SourceTable:
     """Check every identifier against the database and return the reflected table.
 
+    ``table`` is ``name`` or ``schema.name`` (:mod:`shardwise.sources.sql.names`; PostgreSQL only).
     ``input_columns`` maps each input column after the text to its role in messages
     (``text pair``, ``prompt``); ``text_role`` names the value column's (``image`` for an image column).
     """
+    schema, table = table_reference(table, schema, conn.dialect.name)
     insp = sa.inspect(conn)
     resolved = _resolve_schema(insp, schema)
     relations = _relations(insp, resolved)
@@ -136,18 +140,23 @@ def reflect_source(
     return SourceTable(reflected, resolved, key_col, text_col, _key_kind(key_col), more)
 
 
-def reflect_results(conn: sa.Connection, name: str, default_schema: str) -> sa.Table | None:
+def reflect_results(conn: sa.Connection, name: str) -> sa.Table | None:
     """The results table if it exists (None: nothing was scored yet, so every row is new).
 
-    ``name`` is ``table``, in the source's schema, or ``schema.table``, read
-    by the results store's own parser (imported here: the results package
-    imports this one's base module, so a module-level import would be circular).
+    ``name`` is ``table`` or ``schema.table``, read by the results store's own
+    parser (imported here: the results package imports this one's base module,
+    so a module-level import would be circular). An unqualified ``table`` is
+    looked for where the store creates it: the connection's default schema
+    (the first of PostgreSQL's ``search_path``), whichever schema the source
+    table is in.
     """
     from shardwise.results.schema import parse_table_name
 
     named_schema, table = parse_table_name(name)
-    schema = named_schema or default_schema
     insp = sa.inspect(conn)
+    schema = named_schema or insp.default_schema_name
+    if schema is None:
+        raise SourceError("the database reports no default schema; name one: --results-table schema.table")
     if schema not in insp.get_schema_names() or table not in _relations(insp, schema):
         return None
     reflected = _reflect(conn, schema, table)

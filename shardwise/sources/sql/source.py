@@ -34,7 +34,8 @@ What a run sees, and its limits:
   and when reading. A row is new when it has no result for the model version
   with the fingerprint of its current text. A NULL text has no fingerprint, so
   it is always new: it is dead-lettered again on every only-new run. The
-  results table is ``results_table`` in the source's schema (or
+  results table is ``results_table`` in the database's default schema, where
+  the results store creates it, whichever schema the source table is in (or
   ``schema.table``); while it does not exist every row is new.
   ``params["skipped_rows"]`` counts the rows skipped. A binary (``bytea``,
   BLOB) text column is scored as the UTF-8 text it holds and fingerprinted
@@ -50,6 +51,10 @@ What a run sees, and its limits:
   (:attr:`SqlSource.fingerprints_in_database` is False) this source refuses
   ``new_only``: the pipeline compares in Python instead, reading every
   row's image (:mod:`shardwise.pipeline.source_plan`).
+* **A schema-qualified table** (``table="app.docs"``, or ``schema="app"``):
+  PostgreSQL only; the name is split by its grammar, not at any dot
+  (``app."my.docs"``), and both parts are checked against the reflected
+  schema (see :mod:`shardwise.sources.sql.names`). A SQLite source refuses one.
 * **The key must be unique** among the filtered rows: planning, and
   :meth:`SqlSource.check`, refuse a table whose key repeats, naming up to five
   repeated keys (see :mod:`shardwise.sources.sql.unique`); a declared primary
@@ -64,12 +69,17 @@ What a run sees, and its limits:
   :mod:`shardwise.sources.sql.where`). It still runs with the source role's
   rights, so on PostgreSQL every query runs in a read-only transaction and
   SQLite connections are ``query_only``: a filter cannot write.
+* **No query runs longer than ``query_timeout_s``** (default 300 s; 0: no
+  limit): PostgreSQL's ``statement_timeout`` per transaction, an interrupt on
+  SQLite; a query it stops fails the planning or the shard with a
+  :class:`~shardwise.errors.SourceError` naming the limit (see
+  :mod:`shardwise.sources.sql.timeout`). The plan records it.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import islice
 from typing import Any, Literal
@@ -89,6 +99,7 @@ from shardwise.sources.sql.plan import plan_shards
 from shardwise.sources.sql.query import Selection, filter_probe, read_query
 from shardwise.sources.sql.schema import reflect_results, reflect_source
 from shardwise.sources.sql.snapshot import begin_planned_read, export_snapshot, idle_limit_s, read_only
+from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 from shardwise.sources.sql.unique import check_unique_key
 from shardwise.sources.sql.where import parse_filter
 from shardwise.text import row_value
@@ -119,6 +130,7 @@ class SqlSource(Source):
         s3_client: Any | None = None,
         on_lost_snapshot: Literal["fresh", "error"] = "fresh",
         fetch_rows: int = 1000,
+        query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S,
     ) -> None:
         if where is not None and not where.strip():
             raise ConfigError("where must be a SQL boolean expression or None; got an empty string")
@@ -127,7 +139,7 @@ class SqlSource(Source):
         if fetch_rows < 1:
             raise ConfigError(f"fetch_rows must be a positive integer; got {fetch_rows!r}")
         self._images = image_column_of(image_column, text_column, input_columns, s3_client)
-        self._db = Database(url)
+        self._db = Database(url, query_timeout_s)
         if self._db.dialect == "sqlite":
             register_sqlite_fingerprint(self._db.engine)
         try:
@@ -140,7 +152,7 @@ class SqlSource(Source):
         except BaseException:
             self._db.dispose()
             raise
-        self.identity = self._db.identity(self._src.schema, table)
+        self.identity = self._db.identity(self._src.schema, self._src.table.name)
         self._where, self._on_lost, self._fetch_rows = where, on_lost_snapshot, fetch_rows
         self._held: dict[str, sa.Connection] = {}
         self.fingerprints_in_database = image_column is None or isinstance(
@@ -161,6 +173,7 @@ class SqlSource(Source):
             "image_column": None if self._images is None else src.text.name,
             "input_columns": [c.name for c in src.more],
             "where": self._where,
+            "query_timeout_s": self._db.limit.seconds,
         }
 
     def plan_sized(self, sizing: Sizing, new_only: NewOnly | None) -> SourcePlan:
@@ -215,6 +228,7 @@ class SqlSource(Source):
         """
         with self._db.errors(f"checking {self.identity}"), self._db.engine.connect() as conn:
             begin_keyed_read(conn)
+            self._db.limit.begin(conn)
             sel = Selection(self._src, self._db.dialect, self._filter)
             if self._filter is not None:
                 self._probe_filter(conn, sel)
@@ -252,7 +266,7 @@ class SqlSource(Source):
             streamed = conn.execution_options(stream_results=True, yield_per=self._fetch_rows)
             result = streamed.execute(query)
             try:
-                rows = self._rows(result, doing)
+                rows = self._rows(self._db.limit.rows(conn, result), doing)
                 if start.rows and after is None:
                     rows = islice(rows, start.rows, None)
                 values = self._values(rows)
@@ -273,7 +287,9 @@ class SqlSource(Source):
         doing = f"reading {len(wanted)} keys of {self.identity}"
         with self._db.errors(doing), self._db.engine.connect() as conn:
             begin_keyed_read(conn)
-            yield from self._values(keyed_rows(conn, self._selection(conn, None), wanted))
+            self._db.limit.begin(conn)
+            rows = keyed_rows(conn, self._selection(conn, None), wanted)
+            yield from self._values(self._db.limit.rows(conn, rows))
 
     def close(self) -> None:
         """End the planning transactions (releasing their snapshots) and close pooled connections."""
@@ -289,7 +305,9 @@ class SqlSource(Source):
     def _begin_plan(self, conn: sa.Connection) -> str | None:
         if self._db.is_postgres:
             read_only(conn).begin()
-            return export_snapshot(conn)
+            snapshot = export_snapshot(conn)
+            self._db.limit.begin(conn)
+            return snapshot
         if self._db.dialect == "sqlite":
             # pysqlite opens no transaction for SELECTs; BEGIN keeps both planning queries in one read.
             conn.exec_driver_sql("BEGIN")
@@ -298,12 +316,14 @@ class SqlSource(Source):
     def _begin_read(self, conn: sa.Connection, plan: SourcePlan, shard: Shard) -> tuple[str | None, bool]:
         if not self._db.is_postgres:
             return None, False  # one statement reads the shard: consistent on its own
-        return begin_planned_read(conn, plan.snapshot, self._on_lost, shard.shard_id, self.identity)
+        begun = begin_planned_read(conn, plan.snapshot, self._on_lost, shard.shard_id, self.identity)
+        self._db.limit.begin(conn)  # after SET TRANSACTION SNAPSHOT, which must come first
+        return begun
 
     def _selection(self, conn: sa.Connection, new_only: NewOnly | None) -> Selection:
         if new_only is None:
             return Selection(self._src, self._db.dialect, self._filter)
-        results = reflect_results(conn, new_only.results_table, self._src.schema)
+        results = reflect_results(conn, new_only.results_table)
         return Selection(self._src, self._db.dialect, self._filter, results, new_only.model_version)
 
     def _values(self, rows: Iterator[SourceRow]) -> Generator[SourceRow, None, None]:
@@ -313,7 +333,7 @@ class SqlSource(Source):
         else:
             yield from self._images.rows(rows)
 
-    def _rows(self, result: sa.CursorResult[Any, Any], doing: str) -> Iterator[SourceRow]:
+    def _rows(self, result: Iterable[Any], doing: str) -> Iterator[SourceRow]:
         names = self._src.input_names
         with self._db.errors(doing):
             for key, *values in result:
