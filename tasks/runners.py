@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from shardwise.errors import ConfigError, TransientError
+from shardwise.lifeline import die_with_parent
 from shardwise.pipeline import Resolver, RunSpec
 from shardwise.pipeline.destination import ledger_url
 from shardwise.sources import is_sql_url
@@ -154,7 +155,10 @@ class Fanout:
         if self.runner == "process":
             from prefect.task_runners import ProcessPoolTaskRunner
 
-            return ProcessPoolTaskRunner(max_workers=self.workers)
+            # Its workers die with this process: a killed run leaves none behind (see shardwise.lifeline).
+            return ProcessPoolTaskRunner(
+                max_workers=self.workers, initializer=die_with_parent, initargs=(os.getpid(),)
+            )
         if self.runner == "dask":
             return _dask_runner(self.address, self.workers)
         if self.runner == "ray":
