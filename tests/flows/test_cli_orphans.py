@@ -1,8 +1,9 @@
 """``shardwise run`` SIGKILLed while its local workers score: none of the processes it started outlives it.
 
 The process pool's workers die with the command (``shardwise.lifeline``), a
-local Dask cluster's workers by Dask's own watch on their nanny, and the
-temporary Prefect server by its guard.
+local Dask cluster's workers by Dask's own watch on their nanny, a local
+Ray's by Ray's fate sharing and the reaper (``shardwise.reaper``) for the
+node's agents, and the temporary Prefect server by its guard.
 """
 
 from __future__ import annotations
@@ -34,3 +35,6 @@ def test_a_killed_process_runner_run_leaves_no_worker(sqlite_url: str) -> None:
 def test_a_killed_dask_runner_run_leaves_no_worker(sqlite_url: str, dask_extra: None) -> None:
     assert _killed(sqlite_url, "dask", workers="multiprocessing.spawn") == []
 
+
+def test_a_killed_ray_runner_run_leaves_no_ray_process(sqlite_url: str, ray_extra: None) -> None:
+    assert _killed(sqlite_url, "ray", workers="ray::") == []
