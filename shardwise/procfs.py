@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["descendants", "pid_namespace", "started"]
+__all__ = ["descendants", "is_running", "pid_namespace", "started"]
 
 _PROC = Path("/proc")
 
@@ -40,6 +40,28 @@ def started(pid: int) -> str | None:
         return None
     try:
         return repr(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def is_running(pid: int, start: str) -> bool | None:
+    """Whether the process that had start token ``start`` still runs as ``pid``; None when this host
+    cannot tell (no ``/proc`` and no psutil). A zombie, which has ended but not been waited for,
+    does not run."""
+    fields = _stat(pid)
+    if fields is not None:
+        return fields[19] == start and fields[0] not in ("Z", "X")
+    if _PROC.is_dir():
+        return False  # Linux, and no such process
+    try:
+        import psutil
+    except ImportError:
+        return None
+    try:
+        process = psutil.Process(pid)
+        return repr(process.create_time()) == start and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
     except psutil.Error:
         return None
 

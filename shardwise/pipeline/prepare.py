@@ -144,7 +144,8 @@ def prepare_run(
     This process takes the run's lease, and renews it from a background
     thread until :func:`finish_run` or :meth:`PlannedRun.close`. Resuming a
     run whose lease another process holds raises a :class:`ConfigError`
-    unless ``spec.force`` (see :func:`~shardwise.pipeline.lease.takeover_from`).
+    unless ``spec.force``, or unless that process ran on this host and is
+    gone (see :func:`~shardwise.pipeline.lease.takeover_from`).
     """
     results_url = resolve(spec.results)
     check_destination(spec, results_url)
@@ -272,7 +273,8 @@ def _resume(
             "resume it with the source it read"
         )
     ledger.ensure()  # a ledger from an older release gains the columns its workers now write
-    take_from = took_over.owner if spec.force else None
+    # Forced, or from a gone process of this host: only from the owner seen (see takeover_from).
+    take_from = took_over.owner if spec.force or took_over.gone else None
     record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.lease_s, take_from=take_from)
     return record, plan, took_over
 

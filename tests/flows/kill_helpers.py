@@ -20,8 +20,8 @@ def cli(*argv: str) -> list[str]:
     return [sys.executable, "-m", "shardwise.flows.cli", *argv]
 
 
-def kill_once_scoring(argv: list[str], *, workers: str = "") -> dict[psutil.Process, str]:
-    """Start the command (with ``--progress lines``), SIGKILL it once its progress shows rows scored.
+def kill_once_scoring(argv: list[str], *, workers: str = "", rows: int = 1) -> dict[psutil.Process, str]:
+    """Start the command (with ``--progress lines``), SIGKILL it once its progress shows ``rows`` scored.
 
     Returns every descendant it had then, with its command line; among them at
     least one whose command line contains ``workers`` (a worker process).
@@ -35,7 +35,7 @@ def kill_once_scoring(argv: list[str], *, workers: str = "") -> dict[psutil.Proc
     for line in proc.stderr:
         lines.append(line)
         done = re.search(r"progress: 0/\d+ shards?, ([\d,]+)/", line)
-        if done and int(done.group(1).replace(",", "")) > 0:
+        if done and int(done.group(1).replace(",", "")) >= rows:
             found = _descendants(proc.pid)
             os.kill(proc.pid, signal.SIGKILL)
             break
