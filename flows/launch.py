@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import TransientError
-from shardwise.flows.outcome import OK, RUN_FAILED, code_for, print_traceback, say_error
+from shardwise.flows.outcome import OK, RUN_FAILED, TAKEN_OVER, code_for, print_traceback, say_error
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.totals import whole_run
 from shardwise.flows.where_policy import refuse_forbidden_where
@@ -101,8 +101,10 @@ def run_and_report(
         if verbose and isinstance(summary, BaseException):
             print_traceback(summary)
         say_error(summary if isinstance(summary, BaseException) else str(summary))
-        _say_how_to_finish(params, str(state.state_details.flow_run_id or ""))
-        return Report(code_for(summary) if isinstance(summary, BaseException) else RUN_FAILED)
+        code = code_for(summary) if isinstance(summary, BaseException) else RUN_FAILED
+        if code != TAKEN_OVER:  # the process that took it over finishes it: nothing to resume
+            _say_how_to_finish(params, str(state.state_details.flow_run_id or ""))
+        return Report(code)
     failed = not state.is_completed()
     print(
         f"run {summary['run_id']} {'FAILED' if failed else 'completed'}: {_counted(summary)} "

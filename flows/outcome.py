@@ -12,7 +12,14 @@ code  meaning
 2     bad input: nothing ran; the message names the value and the fix
 3     a service could not be reached (database, S3, Prefect API): nothing
       was lost, and the same command may succeed later
+4     taken over: while this command ran the run, another process took it
+      over (``--resume RUN_ID --force``) and finishes it; what this one
+      merged stays merged. Nothing to retry, and nothing to resume
 ====  ======================================================================
+
+Code 4 is its own because neither neighbour fits the process that lost its
+run: its input was fine (not 2), and running the same command again (as a
+scheduler does on 3) would only start a third contender for the run.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ __all__ = [
     "EXIT_CODES_HELP",
     "OK",
     "RUN_FAILED",
+    "TAKEN_OVER",
     "UNAVAILABLE",
     "code_for",
     "one_line",
@@ -35,11 +43,12 @@ __all__ = [
     "say_error",
 ]
 
-OK, RUN_FAILED, BAD_INPUT, UNAVAILABLE = 0, 1, 2, 3
+OK, RUN_FAILED, BAD_INPUT, UNAVAILABLE, TAKEN_OVER = 0, 1, 2, 3, 4
 
 EXIT_CODES_HELP = (
     "exit codes: 0 done; 1 the run failed (some shards failed after retries: --resume finishes it); "
-    "2 bad input (nothing ran); 3 a service could not be reached (database, S3, Prefect API): try again later"
+    "2 bad input (nothing ran); 3 a service could not be reached (database, S3, Prefect API): try again "
+    "later; 4 the run was taken over by another process (resume --force), which finishes it"
 )
 
 
@@ -47,16 +56,19 @@ def code_for(exc: BaseException) -> int:
     """The exit code for an error that stopped a command.
 
     Shardwise's own errors say what they are (:mod:`shardwise.errors`): a
-    transient one means a service was unreachable or busy, any other one a
-    mistake in the input. A connection error that reached here unmapped came
-    from talking to Prefect's API. Anything else is a failed run.
+    transient one means a service was unreachable or busy, a lost run's lease
+    that another process took it over, any other one a mistake in the input.
+    A connection error that reached here unmapped came from talking to
+    Prefect's API. Anything else is a failed run.
     """
     from pydantic import ValidationError
 
-    from shardwise.errors import ShardwiseError, TransientError
+    from shardwise.errors import RunTakenOverError, ShardwiseError, TransientError
 
     if isinstance(exc, TransientError | ConnectionError) or _is_http_transport_error(exc):
         return UNAVAILABLE
+    if isinstance(exc, RunTakenOverError):
+        return TAKEN_OVER
     if isinstance(exc, ShardwiseError | ValidationError):
         return BAD_INPUT
     return RUN_FAILED

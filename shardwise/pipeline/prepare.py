@@ -283,7 +283,7 @@ def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
     """Close the run in the ledger and release its lease; on success, remember the Parquet objects scored.
 
     A run another process took over meanwhile (a forced resume) is that
-    process's to finish: a :class:`ConfigError` says so.
+    process's to finish: a :class:`~shardwise.errors.RunTakenOverError` says so.
     """
     status: Literal["completed", "failed"] = "failed" if failed_shards else "completed"
     record, plan = planned.record, planned.plan

@@ -10,7 +10,7 @@ from uuid import UUID
 import pytest
 from flow_data import execute, make_docs
 
-from shardwise.errors import ConfigError
+from shardwise.errors import RunTakenOverError
 from shardwise.flows.cli import main
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
@@ -74,7 +74,7 @@ def test_a_live_run_is_refused_until_forced_and_its_old_flow_run_ends_crashed(
     while not holder.keeper.lost and time.monotonic() < deadline:
         time.sleep(0.1)
     assert holder.keeper.lost, "the first process learns at its next renewal that it lost the run"
-    with pytest.raises(ConfigError, match="was taken over by"):
+    with pytest.raises(RunTakenOverError, match="was taken over by"):
         finish_run(holder, [])
     holder.close()
     assert execute(sqlite_url, "select status from shardwise_runs") == [("completed",)]
