@@ -77,6 +77,10 @@ class PlannedRun:
     """For a resumed run: whom its lease was taken from, and in which state the run was."""
     sink: Sink | None = None
     """Where the results go; its :meth:`~shardwise.sinks.Sink.finish` runs once the run completed."""
+    before: RunCounts | None = None
+    """The run's counts when this process took it: what earlier invocations committed (a resumed run's
+    done shards and committed chunks), zeros for a new run. The run's counts at its finish less these
+    are what this invocation did."""
 
     def describe(self) -> str:
         """One line for the log: the shards over the source, rows expected, shards already done, model."""
@@ -163,6 +167,7 @@ def prepare_run(
                 spec, ledger, model, choice, resolve, run_id, started_by, parameters, workers, owner
             )
         done = frozenset(ledger.done_shards(record.run_id))
+        before = _counts_now(ledger, record.run_id)
     except BaseException:
         if sink is not None:
             sink.close()
@@ -171,7 +176,16 @@ def prepare_run(
     todo = tuple(s.shard_id for s in plan.shards if s.shard_id not in done)
     ref = RunRef(record.run_id, spec, threads)
     keeper = run_lease_keeper(ledger, record.run_id, owner, spec.lease_s).start()
-    return PlannedRun(ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink)
+    return PlannedRun(
+        ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink, before
+    )
+
+
+def _counts_now(ledger: Ledger, run_id: str) -> RunCounts:
+    """The run's counts as the ledger sums them now (live: it is running, this process holds it)."""
+    summary = ledger.run_summary(run_id)
+    assert summary is not None  # recorded just before
+    return summary.counts
 
 
 def _plan_new(

@@ -136,3 +136,19 @@ def test_a_generators_report_gives_its_token_totals_over_the_whole_run_and_an_en
     )
     for summary in (_summary(), _summary(counts={})):
         assert "whole run" not in run_markdown(summary, [SHARD], [], {}), "no count outputs: no token rows"
+
+
+def test_a_resumed_runs_report_labels_the_whole_run_and_this_invocation() -> None:
+    now = {"rows_in": 4, "rows_out": 4, "rows_failed": 0, "shards_done": 1}
+    summary = _summary(resumed=True, this_invocation=now, counts={"completion_tokens": 30})
+    rows = [line for line in run_markdown(summary, [SHARD], [], {}).splitlines() if "whole run" in line or
+            "invocation" in line]  # fmt: skip
+    assert rows == [
+        "| Rows scored, whole run | 10 |",
+        "| Dead letters, whole run | 1 |",
+        "| Completion tokens, whole run | 30 |",
+        "| Rows scored by this invocation (resumed) | 4 |",
+        "| Dead letters of this invocation | 0 |",
+        "| Shards finished by this invocation | 1 |",
+    ]
+    assert "new," not in run_markdown(summary, [SHARD], [], {}), "the merge split fits neither scope"

@@ -66,7 +66,8 @@ def test_a_live_run_is_refused_until_forced_and_its_old_flow_run_ends_crashed(
     assert state.is_failed() and "still running on" in str(state.result(raise_on_failure=False))
 
     assert main(["run", *common, "--force"]) == 0, capsys.readouterr().err
-    assert f"run {old} completed: {ROWS} rows scored" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"run {old} completed (resumed)" in out and f"this invocation: {ROWS} rows scored" in out
     kind, message = _flow_run_state(old)
     assert kind == "CRASHED" and "superseded" in message and f"taken over from {holder.owner}" in message
 
