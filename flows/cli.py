@@ -158,8 +158,8 @@ def _parser() -> argparse.ArgumentParser:
         "results table exactly once, with lineage; bad rows go to shardwise_errors. A live progress bar\n"
         "shows on a terminal. If shards still fail after their retries, the run ends failed (exit 1)\n"
         "and --resume RUN_ID finishes it with the same plan, as it finishes a run whose process died\n"
-        "(abandoned in shardwise runs). Resuming a run that a live process still holds is refused\n"
-        "(exit 2) unless --force takes it over.",
+        "(abandoned in shardwise runs; at once when it ran on this host). Resuming a run that a live\n"
+        "process still holds is refused (exit 2) unless --force takes it over.",
         f"shardwise run --source {_EXAMPLE_DB} --table docs --model minilm --only-new",
         ("max_tokens", "resume", "force", "lease_s"),
     )

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import TransientError
-from shardwise.flows.outcome import OK, RUN_FAILED, code_for, print_traceback, say_error
+from shardwise.flows.outcome import OK, RUN_FAILED, TAKEN_OVER, code_for, print_traceback, say_error
 from shardwise.flows.params import ScoreParams
-from shardwise.flows.totals import whole_run
+from shardwise.flows.totals import closing_lines
 from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import check_run
-from shardwise.pipeline.skipped import Skipped
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
@@ -102,25 +101,18 @@ def run_and_report(
         if verbose and isinstance(summary, BaseException):
             print_traceback(summary)
         say_error(summary if isinstance(summary, BaseException) else str(summary))
-        _say_how_to_finish(params, str(state.state_details.flow_run_id or ""))
-        return Report(code_for(summary) if isinstance(summary, BaseException) else RUN_FAILED)
+        code = code_for(summary) if isinstance(summary, BaseException) else RUN_FAILED
+        if code != TAKEN_OVER:  # the process that took it over finishes it: nothing to resume
+            _say_how_to_finish(params, str(state.state_details.flow_run_id or ""))
+        return Report(code)
     failed = not state.is_completed()
-    print(
-        f"run {summary['run_id']} {'FAILED' if failed else 'completed'}: {_counted(summary)} "
-        f"-> {_where_to(summary['results_table'])}"
-    )
-    for line in [*whole_run(summary), *summary.get("finished", [])]:
+    for line in [*closing_lines(summary, failed=failed), *summary.get("finished", [])]:
         print(line)
     if failed:
         say_error(state.message or "run failed")
         print(f"finish it later with: shardwise run ... --resume {summary['run_id']}", file=sys.stderr)
         return Report(RUN_FAILED, summary)
     return Report(OK, summary)
-
-
-def _where_to(target: str) -> str:
-    """``table NAME`` for a results table, the location itself (``delta:s3://...``) for a lake sink."""
-    return target if ":" in target else f"table {target}"
 
 
 def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:
@@ -144,15 +136,6 @@ def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:
     except ShardwiseError:
         known = " (the ledger could not be read to check that it was recorded)"
     print(f"run {run_id}{known}: finish it with: shardwise run ... --resume {run_id}", file=sys.stderr)
-
-
-def _counted(summary: dict[str, Any]) -> str:
-    return (
-        f"{plural(summary['rows_out'], 'row')} scored ({summary['inserted']:,} new, {summary['updated']:,} "
-        f"updated, {summary['unchanged']:,} unchanged), {plural(summary['rows_failed'], 'dead letter')}, "
-        f"{Skipped.from_dict(summary.get('skipped')).describe()}, "
-        f"{summary['shards_done']}/{plural(summary['shards_total'], 'shard')} done"
-    )
 
 
 def print_plan(params: ScoreParams) -> None:

@@ -12,10 +12,17 @@ code  meaning
 2     bad input: nothing ran; the message names the value and the fix
 3     a service could not be reached (database, S3, Prefect API): nothing
       was lost, and the same command may succeed later
+4     taken over: while this command ran the run, another process took it
+      over (``--resume RUN_ID --force``) and finishes it; what this one
+      merged stays merged. Nothing to retry, and nothing to resume
 141   stdout was closed before the command had printed everything (a reader
       such as ``head`` stopped reading); nothing more is printed, on either
       stream
 ====  ======================================================================
+
+Code 4 is its own because neither neighbour fits the process that lost its
+run: its input was fine (not 2), and running the same command again (as a
+scheduler does on 3) would only start a third contender for the run.
 
 A closed stdout (``shardwise runs | head -1``) is the reader's choice, not a
 service failure, so it is not exit 3 (a :class:`BrokenPipeError` is a
@@ -41,6 +48,7 @@ __all__ = [
     "EXIT_CODES_HELP",
     "OK",
     "RUN_FAILED",
+    "TAKEN_OVER",
     "UNAVAILABLE",
     "code_for",
     "one_line",
@@ -51,14 +59,15 @@ __all__ = [
     "stdout_closed",
 ]
 
-OK, RUN_FAILED, BAD_INPUT, UNAVAILABLE = 0, 1, 2, 3
+OK, RUN_FAILED, BAD_INPUT, UNAVAILABLE, TAKEN_OVER = 0, 1, 2, 3, 4
 BROKEN_PIPE = 128 + 13
 """128 + SIGPIPE: stdout's reader went away (see the module's docstring)."""
 
 EXIT_CODES_HELP = (
     "exit codes: 0 done; 1 the run failed (some shards failed after retries: --resume finishes it); "
     "2 bad input (nothing ran); 3 a service could not be reached (database, S3, Prefect API): try again "
-    "later; 141 stdout was closed early (e.g. by head): the rest is not printed"
+    "later; 4 the run was taken over by another process (resume --force), which finishes it; "
+    "141 stdout was closed early (e.g. by head): the rest is not printed"
 )
 
 
@@ -104,16 +113,19 @@ def code_for(exc: BaseException) -> int:
     """The exit code for an error that stopped a command.
 
     Shardwise's own errors say what they are (:mod:`shardwise.errors`): a
-    transient one means a service was unreachable or busy, any other one a
-    mistake in the input. A connection error that reached here unmapped came
-    from talking to Prefect's API. Anything else is a failed run.
+    transient one means a service was unreachable or busy, a lost run's lease
+    that another process took it over, any other one a mistake in the input.
+    A connection error that reached here unmapped came from talking to
+    Prefect's API. Anything else is a failed run.
     """
     from pydantic import ValidationError
 
-    from shardwise.errors import ShardwiseError, TransientError
+    from shardwise.errors import RunTakenOverError, ShardwiseError, TransientError
 
     if isinstance(exc, TransientError | ConnectionError) or _is_http_transport_error(exc):
         return UNAVAILABLE
+    if isinstance(exc, RunTakenOverError):
+        return TAKEN_OVER
     if isinstance(exc, ShardwiseError | ValidationError):
         return BAD_INPUT
     return RUN_FAILED

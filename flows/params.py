@@ -206,7 +206,8 @@ class ScoreParams(BaseModel):
     resume: str | None = Field(
         None,
         description="Run id of a failed or abandoned run to finish (uses its stored plan). Refused while "
-        "another process still holds the run's lease, unless force.",
+        "another live process holds the run's lease, unless force; a process of this host that is gone "
+        "(killed) holds nothing.",
     )
     redrive: str | None = Field(
         None,
@@ -224,8 +225,8 @@ class ScoreParams(BaseModel):
         ge=MIN_LEASE_S,
         le=MAX_LEASE_S,
         description="Seconds the run's lease (held by the flow's process) and each shard's (held by its "
-        "worker) last unless renewed; they are renewed every quarter of it. A run whose lease expired "
-        "shows as abandoned and may be resumed.",
+        "worker) last unless renewed; they are renewed every quarter of it. A run whose lease expired, "
+        "or whose process on this host is gone, shows as abandoned and may be resumed.",
     )
     dry_run: bool = Field(
         False, description="Only plan: report shards, rows, estimated tokens and what only-new skips."

@@ -3,8 +3,8 @@
 A run's row in ``shardwise_runs`` says ``running`` from its start until its
 process records the end; a process that was killed never does. Its lease
 tells the two apart (:mod:`shardwise.results.leases`): a run still running
-whose lease expired is listed as ``abandoned``, with the command that
-finishes it. Counts are summed from the run's shards as they are now.
+whose lease expired, or whose process on this host is gone, is listed as
+``abandoned``, with the command that finishes it. Counts are summed from the run's shards as they are now.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from datetime import datetime
 from shardwise.pipeline.destination import find_ledger
 from shardwise.results import Ledger, RunListing
 from shardwise.results.codec import utc_now
-from shardwise.results.leases import when
+from shardwise.results.leases import abandoned_why, lease_live
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
@@ -38,8 +38,8 @@ def print_runs(results: str | None, limit: int = 20, *, ledger: str | None = Non
     for run in runs:
         if run.state(now) == "abandoned":
             print(
-                f"run {run.run_id} is abandoned: {run.owner} stopped renewing its lease, which expired "
-                f"{when(run.lease_expires_at)}; finish it with: shardwise run ... --resume {run.run_id}"
+                f"run {run.run_id} is abandoned: {abandoned_why(run.owner, run.lease_expires_at, now)}; "
+                f"finish it with: shardwise run ... --resume {run.run_id}"
             )
 
 
@@ -62,12 +62,15 @@ def _row(run: RunListing, now: datetime) -> tuple[str, ...]:
     dead = f" (+{plural(counts.rows_failed, 'dead letter')})" if counts.rows_failed else ""
     rows = f"{counts.rows_out:,}{dead}"
     started = run.started_at.strftime("%Y-%m-%d %H:%M:%S") if run.started_at else "-"
-    return (run.run_id, state, started, run.owner or "-", _lease(run, state), shards, rows)
+    return (run.run_id, state, started, run.owner or "-", _lease(run, state, now), shards, rows)
 
 
-def _lease(run: RunListing, state: str) -> str:
-    """``until 12:00:03`` for a live run, ``expired 12:00:03`` for an abandoned one, else ``-``."""
+def _lease(run: RunListing, state: str, now: datetime) -> str:
+    """``until 12:00:03`` for a live run, ``expired 12:00:03`` for an abandoned one (``owner gone`` when
+    its lease has yet to run out but its process, on this host, is gone), else ``-``."""
     if run.lease_expires_at is None or state not in ("running", "abandoned"):
         return "-"
+    if state == "abandoned" and lease_live(run.lease_expires_at, now):
+        return "owner gone"
     verb = "until" if state == "running" else "expired"
     return f"{verb} {run.lease_expires_at.strftime('%H:%M:%S')}"

@@ -13,11 +13,12 @@ from prefect.states import Completed, Failed, State
 
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
-from shardwise.flows.totals import whole_run
+from shardwise.flows.totals import closing_lines, this_invocation
 from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import PlannedRun, ShardOutcome, finish_results, finish_run
 from shardwise.pipeline.skipped import Skipped
 from shardwise.redact import redact_mapping
+from shardwise.results import RunCounts
 from shardwise.stats import EngineStats
 from shardwise.tasks import plan_run
 from shardwise.tasks.artifacts import publish_run, worker_rows
@@ -103,15 +104,7 @@ def _score(params: ScoreParams) -> State:
         failures = f"{plural(len(failed), 'shard')} failed after retries: {listed}"
         logger.error("run %s failed: %s", run_id, failures)
         return Failed(message=failures, data=summary)
-    logger.info(
-        "run %s completed: %s scored, %s, %s, %s%s",
-        summary["run_id"],
-        plural(summary["rows_out"], "row"),
-        plural(summary["rows_failed"], "dead letter"),
-        Skipped.from_dict(summary["skipped"]).describe(),
-        plural(summary["shards"], "shard"),
-        "".join(f"; {line}" for line in whole_run(summary)),
-    )
+    logger.info("%s", "; ".join(closing_lines(summary, failed=False)))
     return Completed(message=f"scored {plural(summary['rows_out'], 'row')}", data=summary)
 
 
@@ -130,8 +123,8 @@ def _summary(
     planned: PlannedRun, fanout: Fanout, outcomes: list[ShardOutcome], counts: dict[str, Any], wall_s: float
 ) -> dict[str, Any]:
     record, skipped = planned.record, Skipped.of(planned.plan)
-    total = EngineStats(  # the run's totals over its shards; the rates are EngineStats' own
-        rows=sum(o.rows_in for o in outcomes),
+    total = EngineStats(  # this invocation's rows and tokens over its attempts; rates are EngineStats' own
+        rows=sum(int(o.engine.get("rows", 0)) for o in outcomes),  # not rows_in: earlier chunks count there
         real_tokens=sum(int(o.engine.get("real_tokens", 0)) for o in outcomes),
         padded_tokens=sum(int(o.engine.get("padded_tokens", 0)) for o in outcomes),
         oom_splits=sum(int(o.engine.get("oom_splits", 0)) for o in outcomes),
@@ -143,6 +136,8 @@ def _summary(
         "started_by": record.started_by,
         "owner": planned.owner,
         "took_over": planned.took_over.describe() if planned.took_over else None,
+        "resumed": planned.took_over is not None,
+        "this_invocation": this_invocation(dataclasses.asdict(planned.before or RunCounts()), counts),
         "results_table": record.results_table,
         "source": record.source_identity,
         "snapshot": record.source_snapshot,

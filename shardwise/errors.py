@@ -11,6 +11,8 @@ The tree decides what happens next, so callers catch by class, never by message:
     │                              (not JSON, or not the schema): a dead letter too
     ├── SourceError                the source table or dataset is not what was asked
     │                              for (missing table or column, bad identifier)
+    ├── RunTakenOverError          another process took the run over (a forced resume)
+    │                              while this one ran it; that process finishes it
     └── TransientError             may succeed if tried again: a dropped connection,
         │                          throttling, a serialisation failure
         └── DeviceOutOfMemoryError the device ran out of memory even for one row
@@ -30,6 +32,7 @@ __all__ = [
     "DeviceOutOfMemoryError",
     "InputError",
     "OutputError",
+    "RunTakenOverError",
     "ShardwiseError",
     "SourceError",
     "TransientError",
@@ -62,6 +65,15 @@ class OutputError(InputError):
 
 class SourceError(ShardwiseError):
     """The source does not hold what was asked for. Permanent."""
+
+
+class RunTakenOverError(ShardwiseError):
+    """This process lost its run's lease to a forced resume (``--resume RUN_ID --force``) while it ran.
+
+    Nothing is wrong with the input, and nothing needs retrying: the process
+    that took the run over finishes it, and what this one merged stays merged.
+    The command line exits with its own code for it (see ``flows/outcome.py``).
+    """
 
 
 class TransientError(ShardwiseError):

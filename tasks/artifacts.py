@@ -100,6 +100,30 @@ def _lease_rows(summary: Mapping[str, Any]) -> list[str]:
     return rows
 
 
+def _scored_rows(summary: Mapping[str, Any]) -> list[str]:
+    """Rows scored, dead letters and token totals (whole run): of the run, and for a resumed run, labelled,
+    of the whole run and of this invocation (see ``flows/totals.py``: the new/updated/unchanged split
+    fits neither)."""
+    if not summary.get("resumed"):
+        return [
+            f"| Rows scored | {summary['rows_out']} ({summary['inserted']} new, {summary['updated']} "
+            f"updated, {summary['unchanged']} unchanged) |",
+            f"| Dead letters | {summary['rows_failed']} |",
+            *_count_rows(summary),
+            _skipped_row(Skipped.from_dict(summary.get("skipped"))),
+        ]
+    now = summary["this_invocation"]
+    return [
+        f"| Rows scored, whole run | {summary['rows_out']} |",
+        f"| Dead letters, whole run | {summary['rows_failed']} |",
+        *_count_rows(summary),
+        _skipped_row(Skipped.from_dict(summary.get("skipped")), ", whole run"),
+        f"| Rows scored by this invocation (resumed) | {now['rows_out']} |",
+        f"| Dead letters of this invocation | {now['rows_failed']} |",
+        f"| Shards finished by this invocation | {now['shards_done']} |",
+    ]
+
+
 def _count_rows(summary: Mapping[str, Any]) -> list[str]:
     """The run's count outputs (a generator's tokens), summed over the whole run: every committed chunk,
     resumed or not. None for a model that declares no counts (an encoder)."""
@@ -107,10 +131,11 @@ def _count_rows(summary: Mapping[str, Any]) -> list[str]:
     return [f"| {text(in_words(name).capitalize())}, whole run | {counts[name]} |" for name in sorted(counts)]
 
 
-def _skipped_row(skipped: Skipped) -> str:
-    """Rows neither scored nor dead-lettered, by reason (see :mod:`shardwise.pipeline.skipped`)."""
+def _skipped_row(skipped: Skipped, scope: str = "") -> str:
+    """Rows neither scored nor dead-lettered, by reason (see :mod:`shardwise.pipeline.skipped`); counted
+    when the run is planned, so the whole run's."""
     reasons = skipped.reasons()
-    return f"| Skipped | {skipped.total}{f' ({text(reasons)})' if reasons else ''} |"
+    return f"| Skipped{scope} | {skipped.total}{f' ({text(reasons)})' if reasons else ''} |"
 
 
 def run_markdown(
@@ -133,11 +158,7 @@ def run_markdown(
         "| | |",
         "|---|---|",
         f"| Status | **{text(summary['status'])}** |",
-        f"| Rows scored | {summary['rows_out']} ({summary['inserted']} new, {summary['updated']} updated, "
-        f"{summary['unchanged']} unchanged) |",
-        f"| Dead letters | {summary['rows_failed']} |",
-        *_count_rows(summary),
-        _skipped_row(Skipped.from_dict(summary.get("skipped"))),
+        *_scored_rows(summary),
         f"| Truncated rows | {summary['rows_truncated']} (longer than the model's limit: scored on their "
         "start) |",
         f"| Shards | {summary['shards_done']}/{summary['shards_total']} done, "

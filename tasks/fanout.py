@@ -47,7 +47,7 @@ def run_shards(
         return _child_flows(planned, fanout, advance)
     outcomes: list[ShardOutcome] = []
     failed: dict[int, str] = {}
-    with fanout.task_runner() as runner, fanout.task_options():
+    with fanout.guarding(), fanout.task_runner() as runner, fanout.task_options():
         spec = planned.ref.spec
         held = Held.of(spec.source, spec.results, *([spec.ledger] if spec.ledger else []))
         futures = runner.map(

@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from shardwise.errors import ConfigError, TransientError
+from shardwise.lifeline import die_with_parent
 from shardwise.pipeline import Resolver, RunSpec
 from shardwise.pipeline.destination import ledger_url
+from shardwise.reaper import reaping
 from shardwise.sources import is_sql_url
 from shardwise.words import plural
 
@@ -154,12 +156,28 @@ class Fanout:
         if self.runner == "process":
             from prefect.task_runners import ProcessPoolTaskRunner
 
-            return ProcessPoolTaskRunner(max_workers=self.workers)
+            # Its workers die with this process: a killed run leaves none behind (see shardwise.lifeline).
+            return ProcessPoolTaskRunner(
+                max_workers=self.workers, initializer=die_with_parent, initargs=(os.getpid(),)
+            )
         if self.runner == "dask":
             return _dask_runner(self.address, self.workers)
         if self.runner == "ray":
             return _ray_runner(self.address, self.workers)
         raise ConfigError(f"runner {self.runner!r} starts flow runs, not tasks; it has no task runner")
+
+    def guarding(self) -> AbstractContextManager[object]:
+        """Around :meth:`task_runner`: what ends the local processes a killed run would leave running.
+
+        A local Ray node's agents outlive the raylet by a minute, so a local
+        Ray runs under a reaper (:mod:`shardwise.reaper`). The process pool's
+        workers die with this process by themselves (:mod:`shardwise.lifeline`),
+        a local Dask cluster's by Dask's own watch; a cluster at ``address``
+        is not this run's to end.
+        """
+        if self.runner == "ray" and self.address is None:
+            return reaping()
+        return nullcontext()
 
     def task_options(self) -> AbstractContextManager[object]:
         """What each shard task asks its engine for: on Ray, one GPU on CUDA, else its threads' CPUs."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import traceback
 
-from shardwise.errors import ShardwiseError, TransientError
+from shardwise.errors import RunTakenOverError, ShardwiseError, TransientError
 from shardwise.redact import redact
 
 __all__ = ["sanitized"]
@@ -15,10 +15,14 @@ def sanitized(exc: BaseException) -> BaseException:
 
     The copy is raised ``from None``: a chained cause would print the secret
     again. Whether it is retried stays the same, because a transient error
-    stays a :class:`TransientError`.
+    stays a :class:`TransientError`; a lost run stays a
+    :class:`RunTakenOverError`, so the command line's exit code stays its own.
     """
     text = "".join(traceback.format_exception(exc))
     if redact(text) == text:
         return exc
     message = redact(f"{type(exc).__name__}: {exc}")
-    return TransientError(message) if isinstance(exc, TransientError) else ShardwiseError(message)
+    for kept in (TransientError, RunTakenOverError):
+        if isinstance(exc, kept):
+            return kept(message)
+    return ShardwiseError(message)

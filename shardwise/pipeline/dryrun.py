@@ -31,7 +31,7 @@ from shardwise.pipeline.worker import Catalogue, open_spec_source
 from shardwise.precision import versioned
 from shardwise.results import Ledger
 from shardwise.results.codec import utc_now
-from shardwise.results.leases import when
+from shardwise.results.leases import abandoned_why, when
 from shardwise.sources import Source, SourcePlan
 
 __all__ = ["PlanPreview", "plan_report", "preview_plan"]
@@ -133,10 +133,10 @@ def _unfinished(ledger: Ledger, results_table: str) -> list[str]:
     for run in ledger.recent_runs(10, status="running", results_table=results_table):
         done = f"{run.counts.shards_done}/{run.counts.shards_total} shards done"
         if run.state(now) == "abandoned":
+            why = abandoned_why(run.owner, run.lease_expires_at, now)
             found.append(
-                f"run {run.run_id} is abandoned ({done}; its lease, held by {run.owner}, expired "
-                f"{when(run.lease_expires_at)}): finish it with "
-                f"shardwise run ... --resume {run.run_id} rather than scoring its rows again"
+                f"run {run.run_id} is abandoned ({done}; {why}): "
+                f"finish it with shardwise run ... --resume {run.run_id} rather than scoring its rows again"
             )
         else:
             holder = f"on {run.owner}, lease until {when(run.lease_expires_at)}" if run.owner else "no lease"

@@ -11,8 +11,16 @@ process that dies stops renewing, and a minute later its run shows as
 :func:`takeover_from` is the rule a resume follows, checked early by
 :func:`~shardwise.pipeline.check_run` and enforced atomically by the ledger
 (:meth:`~shardwise.results.Ledger.start_run`): a live lease refuses the
-resume unless it is forced, and a forced resume takes the run only from the
-owner it saw.
+resume unless it is forced, or unless its owner is a process of this host
+that is gone (:func:`~shardwise.results.owners.owner_gone`: a run killed
+here resumes at once, without ``--force``); a forced resume, or one from a
+gone owner, takes the run only from the owner it saw.
+
+Workers do not check the leases of shard attempts: a resumed run's worker
+takes a new attempt at every shard not done whoever held the last one, and
+the chunk writer commits each chunk once whichever attempt gets there first
+(see :mod:`~shardwise.results.chunk_writer`). Their leases only tell
+``shardwise runs`` how many shards are being scored.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from types import TracebackType
 from shardwise.errors import ConfigError
 from shardwise.results import Ledger, RunSummary
 from shardwise.results.leases import LEASE_S, RunState, lease_held, lease_live, when
+from shardwise.results.owners import owner_gone
 
 __all__ = [
     "LEASE_S",
@@ -56,6 +65,8 @@ class Takeover:
     state: RunState
     forced: bool = False
     """Whether its lease was live, held by another process, and taken by force."""
+    gone: bool = False
+    """Whether its lease was live but held by a process of this host that is gone, so taken without force."""
 
     def describe(self) -> str:
         """``abandoned by host:12/0 (lease expired 2024-05-01 12:00:03 UTC)`` and the like."""
@@ -63,6 +74,9 @@ class Takeover:
             return f"{self.state}, without a lease (recorded before leases)"
         if self.forced:
             return f"taken over from {self.owner} by force (its lease ran until {when(self.expires_at)})"
+        if self.gone:
+            until = when(self.expires_at)
+            return f"abandoned by {self.owner}, a process of this host now gone (its lease ran until {until})"
         if self.state == "running":
             return f"running, held by this process ({self.owner})"
         if self.state == "abandoned":
@@ -75,16 +89,20 @@ def takeover_from(
 ) -> Takeover:
     """What resuming the run of ``summary`` takes over; a :class:`ConfigError` when its lease is live.
 
-    A live lease refuses the resume unless ``force``, or unless ``owner``
-    (the resuming process, when known) holds it already. Forced, it is taken
-    from the owner seen here, and only from that one: the ledger's
-    conditional update refuses if another resumer took it meanwhile.
+    A live lease refuses the resume unless ``force``, unless ``owner`` (the
+    resuming process, when known) holds it already, or unless its holder is
+    a process of this host that is gone (pid and start time checked, see
+    :mod:`~shardwise.results.owners`). Taken by force or from a gone holder,
+    it is taken from the owner seen here, and only from that one: the
+    ledger's conditional update refuses if another resumer took it meanwhile.
     """
     live = summary.status == "running" and lease_live(summary.lease_expires_at, now)
     held_elsewhere = live and (owner is None or summary.owner != owner)
-    if held_elsewhere and not force:
+    gone = held_elsewhere and owner_gone(summary.owner)
+    if held_elsewhere and not gone and not force:
         raise ConfigError(lease_held(summary.record.run_id, summary.owner, summary.lease_expires_at))
-    return Takeover(summary.owner, summary.lease_expires_at, summary.state(now), held_elsewhere)
+    forced = held_elsewhere and not gone
+    return Takeover(summary.owner, summary.lease_expires_at, summary.state(now), forced, gone)
 
 
 class LeaseKeeper:

@@ -78,6 +78,10 @@ class PlannedRun:
     """For a resumed run: whom its lease was taken from, and in which state the run was."""
     sink: Sink | None = None
     """Where the results go; its :meth:`~shardwise.sinks.Sink.finish` runs once the run completed."""
+    before: RunCounts | None = None
+    """The run's counts when this process took it: what earlier invocations committed (a resumed run's
+    done shards and committed chunks), zeros for a new run. The run's counts at its finish less these
+    are what this invocation did."""
 
     def describe(self) -> str:
         """One line for the log: the shards over the source, rows expected, shards already done, model."""
@@ -150,7 +154,8 @@ def prepare_run(
     This process takes the run's lease, and renews it from a background
     thread until :func:`finish_run` or :meth:`PlannedRun.close`. Resuming a
     run whose lease another process holds raises a :class:`ConfigError`
-    unless ``spec.force`` (see :func:`~shardwise.pipeline.lease.takeover_from`).
+    unless ``spec.force``, or unless that process ran on this host and is
+    gone (see :func:`~shardwise.pipeline.lease.takeover_from`).
     """
     results_url = resolve(spec.results)
     check_destination(spec, results_url)
@@ -168,6 +173,7 @@ def prepare_run(
                 spec, ledger, model, choice, resolve, run_id, started_by, parameters, workers, owner
             )
         done = frozenset(ledger.done_shards(record.run_id))
+        before = _counts_now(ledger, record.run_id)
     except BaseException:
         if sink is not None:
             sink.close()
@@ -176,7 +182,16 @@ def prepare_run(
     todo = tuple(s.shard_id for s in plan.shards if s.shard_id not in done)
     ref = RunRef(record.run_id, spec, threads)
     keeper = run_lease_keeper(ledger, record.run_id, owner, spec.lease_s).start()
-    return PlannedRun(ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink)
+    return PlannedRun(
+        ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink, before
+    )
+
+
+def _counts_now(ledger: Ledger, run_id: str) -> RunCounts:
+    """The run's counts as the ledger sums them now (live: it is running, this process holds it)."""
+    summary = ledger.run_summary(run_id)
+    assert summary is not None  # recorded just before
+    return summary.counts
 
 
 def _plan_new(
@@ -278,7 +293,8 @@ def _resume(
             "resume it with the source it read"
         )
     ledger.ensure()  # a ledger from an older release gains the columns its workers now write
-    take_from = took_over.owner if spec.force else None
+    # Forced, or from a gone process of this host: only from the owner seen (see takeover_from).
+    take_from = took_over.owner if spec.force or took_over.gone else None
     record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.lease_s, take_from=take_from)
     return record, plan, took_over
 
@@ -287,7 +303,7 @@ def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
     """Close the run in the ledger and release its lease; on success, remember the Parquet objects scored.
 
     A run another process took over meanwhile (a forced resume) is that
-    process's to finish: a :class:`ConfigError` says so.
+    process's to finish: a :class:`~shardwise.errors.RunTakenOverError` says so.
     """
     status: Literal["completed", "failed"] = "failed" if failed_shards else "completed"
     record, plan = planned.record, planned.plan

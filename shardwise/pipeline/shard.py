@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import socket
 import threading
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from shardwise.results import (
     StoredShard,
 )
 from shardwise.results.codec import utc_now
+from shardwise.results.owners import owner_of
 from shardwise.sources.base import ReadFrom, Shard, Source, SourcePlan
 from shardwise.stats import BatchStats
 
@@ -45,7 +45,8 @@ _threads_lock = threading.Lock()
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """Who scores a shard: the host, and the worker on it (``host:pid/thread``)."""
+    """Who scores a shard: the host, and the worker on it (``host:pid/thread@pidns:start``, see
+    :mod:`~shardwise.results.owners`), which is also the owner of the leases it takes."""
 
     host: str
     worker: str
@@ -57,7 +58,7 @@ def this_worker() -> WorkerInfo:
     with _threads_lock:
         number = _threads.setdefault(ident, len(_threads))
     host = socket.gethostname()
-    return WorkerInfo(host, f"{host}:{os.getpid()}/{number}")
+    return WorkerInfo(host, owner_of(host, number))
 
 
 @dataclass(frozen=True)

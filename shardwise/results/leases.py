@@ -1,13 +1,17 @@
 """Leases: how the ledger tells a live run (or shard attempt) from one whose process died.
 
 A process that runs a run (the flow's process) or scores a shard (a worker)
-writes its ``owner`` (``host:pid/thread``) and a lease expiry into the
-ledger row, and renews the expiry while it works (see
-:mod:`shardwise.pipeline.lease`). Nothing else tells a killed process from
-a slow one: a killed run stays ``running`` in ``shardwise_runs``, so a run
-still ``running`` whose lease expired is shown as ``abandoned``, a state
-derived here and never stored. A run recorded before leases existed has no
-lease: it shows as ``running``, and nothing refuses to resume it.
+writes its ``owner`` (``host:pid/thread@pidns:start``, see
+:mod:`~shardwise.results.owners`) and a lease expiry into the ledger row,
+and renews the expiry while it works (see :mod:`shardwise.pipeline.lease`).
+A killed run stays ``running`` in ``shardwise_runs``, so a run still
+``running`` is shown as ``abandoned``, a state derived here and never
+stored, once its lease expired, or at once when its owner is a process of
+this host that is gone (:func:`~shardwise.results.owners.owner_gone`):
+waiting out its lease would only delay the resume. Of an owner on another
+host only the expiry tells a killed process from a slow one. A run recorded
+before leases existed has no lease: it shows as ``running``, and nothing
+refuses to resume it.
 
 Expiry is compared with this host's clock, the clock of the process that
 wrote it: hosts sharing a ledger must agree on the time to within a few
@@ -20,12 +24,14 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from shardwise.results.codec import utc_now
+from shardwise.results.owners import owner_gone
 
 __all__ = [
     "LEASE_S",
     "MAX_LEASE_S",
     "MIN_LEASE_S",
     "RunState",
+    "abandoned_why",
     "expiry",
     "lease_held",
     "lease_live",
@@ -57,11 +63,24 @@ def lease_live(expires_at: datetime | None, now: datetime | None = None) -> bool
     return expires_at is not None and expires_at > (now or utc_now())
 
 
-def run_state(status: str, expires_at: datetime | None, now: datetime | None = None) -> RunState:
-    """``abandoned`` for a ``running`` run whose lease expired; else the stored status."""
-    if status == "running" and expires_at is not None and not lease_live(expires_at, now):
+def run_state(
+    status: str, expires_at: datetime | None, now: datetime | None = None, owner: str | None = None
+) -> RunState:
+    """``abandoned`` for a ``running`` run whose lease expired, or whose ``owner`` is a process of this host
+    that is gone; else the stored status."""
+    if status != "running" or expires_at is None:
+        return status  # type: ignore[return-value]
+    if not lease_live(expires_at, now) or owner_gone(owner):
         return "abandoned"
-    return status  # type: ignore[return-value]
+    return "running"
+
+
+def abandoned_why(owner: str | None, expires_at: datetime | None, now: datetime | None = None) -> str:
+    """Why a run is abandoned, for a message: ``OWNER stopped renewing its lease, which expired ...``,
+    or ``its process OWNER is gone (...)`` while its lease has yet to run out."""
+    if lease_live(expires_at, now):
+        return f"its process {owner} is gone (its lease would have run until {when(expires_at)})"
+    return f"{owner} stopped renewing its lease, which expired {when(expires_at)}"
 
 
 def when(moment: datetime | None) -> str:

@@ -225,8 +225,9 @@ class Ledger(Closing):
         """Close a run as ``completed`` or ``failed`` and release its lease; counts come from the shards,
         and the sums of the model's count outputs from every chunk the run committed.
 
-        With ``owner``, only while it holds the run: a :class:`ConfigError`
-        when another process took the run over meanwhile.
+        With ``owner``, only while it holds the run: a
+        :class:`~shardwise.errors.RunTakenOverError` when another process
+        took the run over meanwhile (a forced resume).
         """
         if status not in ("completed", "failed"):
             raise ConfigError(f"a run finishes as 'completed' or 'failed'; got {status!r}")

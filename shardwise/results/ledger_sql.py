@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, RunTakenOverError
 from shardwise.results import lease_sql
 from shardwise.results.codec import bind_timestamp, decode_json, decode_timestamp, encode_json
 from shardwise.results.outcomes import RunCounts, RunSummary
@@ -161,14 +161,15 @@ def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePla
 def finish_run(
     conn: sa.Connection, run_id: str, status: str, now: datetime, owner: str | None = None
 ) -> None:
-    """Close the run and release its lease; only ``owner``'s, when given (see run_finish.sql)."""
+    """Close the run and release its lease; only ``owner``'s, when given (see run_finish.sql): a
+    :class:`RunTakenOverError` when another owner took it over meanwhile."""
     params = {"run_id": run_id, "status": status, "finished_at": bind_timestamp(conn, now), "owner": owner}
     if conn.execute(statement(conn, "run_finish"), params).rowcount == 1:
         return
     row = conn.execute(statement(conn, "run_select"), {"run_id": run_id}).mappings().one_or_none()
     if row is None:
         raise ConfigError(f"run {run_id!r} is not in shardwise_runs; start_run must come before finish_run")
-    raise ConfigError(
+    raise RunTakenOverError(
         f"run {run_id!r} was taken over by {row['owner']} (resume --force) while {owner} ran it, so "
         "that process finishes it; the shards this one merged stay merged"
     )

@@ -65,15 +65,17 @@ class RunCounts:
 
 
 class _Leased:
-    """A stored run's state: its status, or ``abandoned`` when it says running but its lease expired."""
+    """A stored run's state: its status, or ``abandoned`` when it says running but its lease expired or
+    its owner, on this host, is gone."""
 
     __slots__ = ()
     status: RunStatus
     lease_expires_at: datetime | None
+    owner: str | None
 
     def state(self, now: datetime | None = None) -> RunState:
         """See :func:`~shardwise.results.leases.run_state` and :mod:`.leases`."""
-        return run_state(self.status, self.lease_expires_at, now)
+        return run_state(self.status, self.lease_expires_at, now, self.owner)
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ class RunSummary(_Leased):
     finished_at: datetime | None
     counts: RunCounts
     owner: str | None = None
-    """Who holds (or last held) the run's lease: the flow process's ``host:pid/thread``."""
+    """Who holds (or last held) the run's lease: the flow process's ``host:pid/thread@pidns:start``."""
     lease_expires_at: datetime | None = None
     """When the lease runs out unless renewed; None for a run recorded before leases existed."""
 

@@ -143,3 +143,20 @@ def test_the_report_says_how_many_rows_were_skipped_and_why() -> None:
     lines = run_markdown(_summary(rows_skipped=7, skipped=skipped), [SHARD], [], {}).splitlines()
     assert "| Skipped | 7 (2 with a NULL key, 5 already scored) |" in lines
     assert "| Skipped | 0 |" in run_markdown(_summary(), [SHARD], [], {}).splitlines()
+
+
+def test_a_resumed_runs_report_labels_the_whole_run_and_this_invocation() -> None:
+    now = {"rows_in": 4, "rows_out": 4, "rows_failed": 0, "shards_done": 1}
+    summary = _summary(resumed=True, this_invocation=now, counts={"completion_tokens": 30})
+    rows = [line for line in run_markdown(summary, [SHARD], [], {}).splitlines() if "whole run" in line or
+            "invocation" in line]  # fmt: skip
+    assert rows == [
+        "| Rows scored, whole run | 10 |",
+        "| Dead letters, whole run | 1 |",
+        "| Completion tokens, whole run | 30 |",
+        "| Skipped, whole run | 0 |",
+        "| Rows scored by this invocation (resumed) | 4 |",
+        "| Dead letters of this invocation | 0 |",
+        "| Shards finished by this invocation | 1 |",
+    ]
+    assert "new," not in run_markdown(summary, [SHARD], [], {}), "the merge split fits neither scope"

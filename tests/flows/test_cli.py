@@ -259,6 +259,7 @@ def test_each_subcommand_help_teaches(name: str) -> None:
     text = parser.format_help()
     assert "example:\n  shardwise " in text or "example:\n  PREFECT_API_URL" in text, text
     assert "exit codes: 0 done; 1 the run failed" in text and "3 a service could not be reached" in text
+    assert "4 the run was taken over by another process" in text
     undocumented = [a.dest for a in parser._actions if not a.help]
     assert not undocumented, undocumented
     if name in ("run", "redrive", "plan", "watch"):

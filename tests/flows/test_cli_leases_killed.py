@@ -1,5 +1,9 @@
-"""``shardwise run`` SIGKILLed mid-shard: refused while its lease lives, then abandoned, then resumed.
+"""``shardwise run`` SIGKILLed mid-shard on another host: refused while its lease lives, then abandoned, then
+resumed.
 
+The run is killed here, and its owner then rewritten to another host's: of a
+process on another host only its lease's expiry tells that it died (a run
+killed on this host is resumed at once, see ``test_cli_resume_at_once.py``).
 The killed run's lease is short (``--lease-s 6``) so that it expires within
 the test. While it is live, a resume is refused before anything runs; once
 it expired, ``shardwise runs`` and ``shardwise plan`` show the run as
@@ -67,8 +71,10 @@ def test_a_killed_run_is_held_until_its_lease_expires_then_shows_abandoned_and_r
     _kill_mid_first_shard(
         _cli("run", *source, "--lease-s", "6", "--progress", "lines", "--progress-every", "0.2")
     )
-    ((run_id, status),) = execute(sqlite_url, "select run_id, status from shardwise_runs")
+    ((run_id, status, owner),) = execute(sqlite_url, "select run_id, status, owner from shardwise_runs")
     assert status == "running", "nobody could record the end"
+    elsewhere = "another-host:" + owner.split(":", 1)[1]
+    execute(sqlite_url, "update shardwise_runs set owner = :owner", {"owner": elsewhere})
     shards = "select shard_id, status, attempts from shardwise_shards order by shard_id"
     assert execute(sqlite_url, shards) == [(0, "pending", 1), (1, "pending", 0)]
     scored = execute(sqlite_url, "select count(*) from shardwise_results")

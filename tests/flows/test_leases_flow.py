@@ -10,7 +10,7 @@ from uuid import UUID
 import pytest
 from flow_data import execute, make_docs
 
-from shardwise.errors import ConfigError
+from shardwise.errors import RunTakenOverError
 from shardwise.flows.cli import main
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
@@ -66,7 +66,8 @@ def test_a_live_run_is_refused_until_forced_and_its_old_flow_run_ends_crashed(
     assert state.is_failed() and "still running on" in str(state.result(raise_on_failure=False))
 
     assert main(["run", *common, "--force"]) == 0, capsys.readouterr().err
-    assert f"run {old} completed: {ROWS} rows scored" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"run {old} completed (resumed)" in out and f"this invocation: {ROWS} rows scored" in out
     kind, message = _flow_run_state(old)
     assert kind == "CRASHED" and "superseded" in message and f"taken over from {holder.owner}" in message
 
@@ -74,7 +75,7 @@ def test_a_live_run_is_refused_until_forced_and_its_old_flow_run_ends_crashed(
     while not holder.keeper.lost and time.monotonic() < deadline:
         time.sleep(0.1)
     assert holder.keeper.lost, "the first process learns at its next renewal that it lost the run"
-    with pytest.raises(ConfigError, match="was taken over by"):
+    with pytest.raises(RunTakenOverError, match="was taken over by"):
         finish_run(holder, [])
     holder.close()
     assert execute(sqlite_url, "select status from shardwise_runs") == [("completed",)]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,9 +13,12 @@ import pytest
 import sqlalchemy as sa
 from flow_data import execute, make_docs, slow_tiny_shards
 
+from shardwise import procfs
+from shardwise.errors import ConfigError
 from shardwise.pipeline import RunSpec, this_worker
 from shardwise.results import Ledger
-from shardwise.results.codec import decode_timestamp
+from shardwise.results.codec import decode_timestamp, utc_now
+from shardwise.results.owners import Owner
 
 ROWS = 300
 
@@ -116,3 +122,41 @@ def test_closing_an_unfinished_run_releases_its_lease_at_once(sqlite_url: str, p
         expiry = conn.execute(sa.text("select lease_expires_at from shardwise_runs")).scalar()
     engine.dispose()
     assert decode_timestamp(expiry) is not None
+
+
+def _ended_process_owner() -> str:
+    """The owner string of a process of this host that has ended, as that process wrote it."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    start = procfs.started(child.pid)
+    child.kill()
+    child.wait()
+    return str(Owner(socket.gethostname(), child.pid, 0, start, procfs.pid_namespace()))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_live_lease_whose_process_here_is_gone_is_resumed_at_once_and_one_elsewhere_waits(
+    sqlite_url: str, pipeline
+) -> None:
+    """A killed run's lease (60 s) has long to run: on this host its process is seen gone, elsewhere not."""
+    make_docs(sqlite_url, 40, bad=False)
+    planned = pipeline.plan(_spec(sqlite_url), "killed")
+    assert planned.keeper is not None
+    planned.keeper.stop()  # the process dies: renewals stop, and nobody releases the lease
+    planned.ledger.close()
+    owner = "update shardwise_runs set owner = :owner"
+    for elsewhere in ("elsewhere:4242/0@4026531836:98765", f"{this_worker().host}:4242/0"):
+        execute(sqlite_url, owner, {"owner": elsewhere})  # another host's; or written before starts were
+        with pytest.raises(ConfigError, match=f"still running on {elsewhere}"):
+            pipeline.run(_spec(sqlite_url, resume="killed"), "unused")
+    gone = _ended_process_owner()
+    execute(sqlite_url, owner, {"owner": gone})
+    with Ledger(sqlite_url) as ledger:
+        (listed,) = ledger.recent_runs()
+    assert listed.state() == "abandoned" and listed.lease_expires_at is not None
+    assert listed.lease_expires_at > utc_now(), "its lease has yet to run out"
+
+    resumed, counts = pipeline.run(_spec(sqlite_url, resume="killed"), "unused")
+    assert resumed.took_over is not None and resumed.took_over.owner == gone
+    assert resumed.took_over.gone and not resumed.took_over.forced, "taken without --force"
+    assert "a process of this host now gone" in resumed.took_over.describe()
+    assert counts.rows_out == 40

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from results_helpers import make_plan, make_rows, make_run, write_shard
 
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, RunTakenOverError
 from shardwise.results import Ledger, ResultStore
 from shardwise.results.codec import decode_timestamp, utc_now
 from shardwise.results.sqlfiles import load_script
@@ -59,7 +59,7 @@ def test_a_live_lease_refuses_a_resume_and_force_takes_it_only_from_the_owner_se
     summary = ledger.run_summary(run.run_id)
     assert summary is not None and summary.owner == "host-b:2/0"
     assert not ledger.renew_run_lease(run.run_id, "host-a:1/0", 60), "the old owner lost it"
-    with pytest.raises(ConfigError, match="was taken over by host-b:2/0"):
+    with pytest.raises(RunTakenOverError, match="was taken over by host-b:2/0"):
         ledger.finish_run(run.run_id, "completed", owner="host-a:1/0")
     ledger.finish_run(run.run_id, "completed", owner="host-b:2/0")
 

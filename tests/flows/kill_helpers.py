@@ -1,0 +1,77 @@
+"""SIGKILL a ``shardwise run`` subprocess once its workers score rows, and check what it left running."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+__all__ = ["cli", "kill_once_scoring", "survivors"]
+
+
+def cli(*argv: str) -> list[str]:
+    """The ``shardwise`` command line, as a subprocess runs it."""
+    return [sys.executable, "-m", "shardwise.flows.cli", *argv]
+
+
+def kill_once_scoring(argv: list[str], *, workers: str = "", rows: int = 1) -> dict[psutil.Process, str]:
+    """Start the command (with ``--progress lines``), SIGKILL it once its progress shows ``rows`` scored.
+
+    Returns every descendant it had then, with its command line; among them at
+    least one whose command line contains ``workers`` (a worker process).
+    """
+    proc = subprocess.Popen(
+        [*argv, "--progress", "lines", "--progress-every", "0.2"], stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    found: dict[psutil.Process, str] = {}
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        done = re.search(r"progress: 0/\d+ shards?, ([\d,]+)/", line)
+        if done and int(done.group(1).replace(",", "")) >= rows:
+            found = _descendants(proc.pid)
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed:\n" + "".join(lines[-20:])
+    assert any(workers in name for name in found.values()), sorted(found.values())
+    return found
+
+
+def survivors(processes: dict[psutil.Process, str], within_s: float) -> list[str]:
+    """The command lines of ``processes`` still running after ``within_s`` seconds (zombies are dead);
+    those are then killed, so that a failed test leaves nothing behind either."""
+    deadline = time.monotonic() + within_s
+    while True:
+        alive = [p for p in processes if _running(p)]
+        if not alive or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    return [processes[p] for p in alive]
+
+
+def _descendants(pid: int) -> dict[psutil.Process, str]:
+    found = {}
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            found[child] = " ".join(child.cmdline())[:120]
+        except psutil.Error:  # ended meanwhile
+            continue
+    return found
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
