@@ -59,7 +59,7 @@ def test_unknown_table_is_a_clear_error_before_anything_runs(
 def test_unknown_model_lists_the_catalogue(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     make_docs(sqlite_url, 5)
     code = main(["run", "--source", sqlite_url, "--table", "docs", "--model", "gpt-9"])
-    assert code == 2 and "known models: minilm, tiny" in capsys.readouterr().err
+    assert code == 2 and "known models: minilm, mobilenet-v2, tiny" in capsys.readouterr().err
 
 
 def test_password_never_reaches_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
