@@ -30,7 +30,7 @@ BAD_INPUTS = [
     (["--model", ""], "--model '': is empty", "leave the option out"),
     (["--model", "  "], "--model '  ': is empty", "leave the option out"),
     (["--text-column", " "], "--text-column ' ': is empty", "give a value"),
-    (["--model", "gpt-9"], "model 'gpt-9' is not in the catalogue", "known models: minilm, mobilenet-v2, tiny"),
+    (["--model", "gpt-9"], "model 'gpt-9' is not in the catalogue", "models: minilm, mobilenet-v2, tiny"),
     (["--shards", "0"], "--shards 0: Input should be greater than or equal to 1", ""),
     (["--shards", "2", "--rows-per-shard", "5"], "give shards (2) or rows_per_shard (5), not both", ""),
     (["--key", "nokey"], "key column 'nokey' not in table 'docs'", "columns are: id, text"),

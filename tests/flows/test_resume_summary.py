@@ -54,7 +54,8 @@ def test_a_resumed_runs_summary_labels_this_invocation_and_the_whole_run(
     assert lines == [
         f"run {run_id} completed (resumed) -> table shardwise_results",
         f"this invocation: {now} rows scored, 0 dead letters, 1 shard finished",
-        f"whole run, resumes included: {ROWS} rows scored, {len(BAD_ROWS)} dead letters, 3/3 shards done",
+        f"whole run, resumes included: {ROWS} rows scored, {len(BAD_ROWS)} dead letters, 0 skipped, "
+        "3/3 shards done",
     ]
 
 
@@ -64,7 +65,8 @@ def test_a_fresh_runs_summary_is_one_line_and_a_resumed_generators_states_its_to
         "shards_total": 2, "inserted": 9, "updated": 1, "unchanged": 0, "counts": {},
     }  # fmt: skip
     assert closing_lines(summary, failed=False) == [
-        "run r completed: 10 rows scored (9 new, 1 updated, 0 unchanged), 1 dead letter, 2/2 shards done "
+        "run r completed: 10 rows scored (9 new, 1 updated, 0 unchanged), 1 dead letter, 0 skipped, "
+        "2/2 shards done "
         "-> table t"
     ]
     resumed = {
@@ -76,6 +78,7 @@ def test_a_fresh_runs_summary_is_one_line_and_a_resumed_generators_states_its_to
     assert closing_lines(resumed, failed=True) == [
         "run r FAILED (resumed) -> table t",
         "this invocation: 4 rows scored, 0 dead letters, 1 shard finished",
-        "whole run, resumes included: 10 rows scored, 1 dead letter, 2/2 shards done, 30 completion tokens, "
+        "whole run, resumes included: 10 rows scored, 1 dead letter, 0 skipped, 2/2 shards done, "
+        "30 completion tokens, "
         "70 prompt tokens",
     ]
