@@ -16,12 +16,14 @@ from shardwise.errors import (
     ConfigError,
     DeviceOutOfMemoryError,
     InputError,
+    RetryDeadlineError,
     ShardwiseError,
     SourceError,
     TransientError,
     UnknownModelError,
 )
 from shardwise.model import DeviceBatch, Encoding, Item, Model, ModelSpec, OutputColumn
+from shardwise.retry_policy import RetryPolicy
 from shardwise.stats import BatchStats, EngineStats
 
 try:
@@ -45,6 +47,8 @@ __all__ = [
     "Model",
     "ModelSpec",
     "OutputColumn",
+    "RetryDeadlineError",
+    "RetryPolicy",
     "RowResult",
     "ShardwiseError",
     "SourceError",

@@ -11,6 +11,9 @@ The tree decides what happens next, so callers catch by class, never by message:
     │                              (not JSON, or not the schema): a dead letter too
     ├── SourceError                the source table or dataset is not what was asked
     │                              for (missing table or column, bad identifier)
+    ├── RetryDeadlineError         transient failures outlasted the run's retry deadline
+    │                              (shardwise.retry_policy); final for this attempt chain:
+    │                              nothing retries it, --resume does once the outage ends
     └── TransientError             may succeed if tried again: a dropped connection,
         │                          throttling, a serialisation failure
         └── DeviceOutOfMemoryError the device ran out of memory even for one row
@@ -18,6 +21,9 @@ The tree decides what happens next, so callers catch by class, never by message:
 Third-party errors (psycopg, botocore, torch) are mapped onto this tree at the
 boundary where they occur, with ``raise ... from exc`` so the cause is kept.
 Retry policies retry :class:`TransientError` only; everything else fails fast.
+:class:`RetryDeadlineError` is deliberately not transient: it is what a layer
+raises once it has retried a transient error up to the shard's deadline, so
+that no layer above retries it again and multiplies the deadline.
 
 Messages follow one rule: say the rule, the value that broke it, and the fix or
 the valid options.
@@ -30,6 +36,7 @@ __all__ = [
     "DeviceOutOfMemoryError",
     "InputError",
     "OutputError",
+    "RetryDeadlineError",
     "ShardwiseError",
     "SourceError",
     "TransientError",
@@ -62,6 +69,10 @@ class OutputError(InputError):
 
 class SourceError(ShardwiseError):
     """The source does not hold what was asked for. Permanent."""
+
+
+class RetryDeadlineError(ShardwiseError):
+    """Transient failures went on past the shard's retry deadline; the shard fails with this reason."""
 
 
 class TransientError(ShardwiseError):
