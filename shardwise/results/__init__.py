@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals, read_marks
 from shardwise.results.chunk_writer import Chunk, ChunkCommit, ChunkWriter
-from shardwise.results.db_retry import DbRetry
 from shardwise.results.ledger import Ledger
 from shardwise.results.outcomes import (
     MergeOutcome,
@@ -34,7 +33,6 @@ __all__ = [
     "ChunkStart",
     "ChunkTotals",
     "ChunkWriter",
-    "DbRetry",
     "DeadLetter",
     "Ledger",
     "Lineage",

@@ -17,7 +17,6 @@ from shardwise.model import OutputColumn
 from shardwise.results import (
     Chunk,
     ChunkStart,
-    DbRetry,
     DeadLetter,
     MergeOutcome,
     ResultRow,
@@ -25,6 +24,7 @@ from shardwise.results import (
     RunRecord,
     ShardReport,
 )
+from shardwise.retry_policy import Outage, RetryPolicy
 from shardwise.sources.base import Key, Shard, SourcePlan
 
 DIM = 8
@@ -35,8 +35,12 @@ OUTPUTS = (
     OutputColumn("label", "text"),
 )
 TABLE = "docs_emb"
-QUICK = DbRetry(tries=4, backoff_s=0.05)
-"""A chunk step retried briefly: what most chunk-writer tests use."""
+
+
+def brief(deadline_s: float = 5.0) -> Outage:
+    """A fresh shard clock whose chunk steps retry every 0.05 to 0.2 s, for ``deadline_s``: what most
+    chunk-writer tests use."""
+    return Outage(RetryPolicy(deadline_s=deadline_s, backoff_s=0.05, backoff_cap_s=0.2))
 
 
 def make_store(
