@@ -81,6 +81,7 @@ def open_spec_source(
         where=spec.where,
         image_column=spec.image_column,
         image_folder=folder,
+        retry=spec.retry,
     )
 
 
