@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 from shardwise.errors import ConfigError, RetryDeadlineError, TransientError
 
-__all__ = ["DEFAULT_RETRY_DEADLINE_S", "Outage", "RetryPolicy", "retry_step"]
+__all__ = ["DEFAULT_RETRY_DEADLINE_S", "MAX_ATTEMPTS", "Outage", "RetryPolicy", "retry_step"]
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -52,6 +52,9 @@ DEFAULT_RETRY_DEADLINE_S = 120.0
 """How long an outage a shard survives by default: a PostgreSQL restart or a managed database's
 failover (typically under a minute or two), an S3 brownout. Longer fails the shard; ``--resume``
 finishes it."""
+
+MAX_ATTEMPTS = 50
+"""The most attempts a shard may be given: more would only hide a failure that is not passing."""
 
 
 @dataclass(frozen=True)
@@ -75,13 +78,10 @@ class RetryPolicy:
                 raise ConfigError(
                     f"retry {name} must be a number of seconds >= 0; got {getattr(self, name)!r}"
                 )
-        if (
-            not isinstance(self.attempts, int)
-            or not _number(self.attempts, float("inf"))
-            or self.attempts < 1
-        ):
+        if type(self.attempts) is not int or not 1 <= self.attempts <= MAX_ATTEMPTS:
             raise ConfigError(
-                f"retry attempts must be a positive integer (1: no second attempt); got {self.attempts!r}"
+                f"retry attempts must be a whole number from 1 (no second attempt) to {MAX_ATTEMPTS}; "
+                f"got {self.attempts!r}"
             )
         if not _number(self.jitter, 1):
             raise ConfigError(f"retry jitter must be a fraction in [0, 1); got {self.jitter!r}")
@@ -154,8 +154,8 @@ class Outage:
         return RetryDeadlineError(
             f"{what} kept failing for {self.elapsed():.1f} s, past the retry deadline of "
             f"{self.policy.deadline_s:g} s, so the shard gave up; the last error: {exc}. Once the database "
-            "or store is back, --resume RUN_ID finishes the run; to ride out longer outages, raise "
-            "--retry-deadline"
+            "or store is back, --resume RUN_ID finishes the run; for new runs to ride out longer outages, "
+            "raise --retry-deadline"
         )
 
 

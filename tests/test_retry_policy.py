@@ -133,7 +133,14 @@ def test_each_retry_is_logged_with_its_try_number(caplog: pytest.LogCaptureFixtu
 
 
 def test_the_policy_checks_itself_and_travels_as_plain_data() -> None:
-    for bad in ({"deadline_s": -1}, {"attempts": 0}, {"jitter": 1}, {"backoff_s": "1"}, {"attempts": True}):
+    for bad in (
+        {"deadline_s": -1},
+        {"attempts": 0},
+        {"attempts": 51},
+        {"jitter": 1},
+        {"backoff_s": "1"},
+        {"attempts": True},
+    ):
         with pytest.raises(ConfigError, match="retry"):
             RetryPolicy(**bad)  # type: ignore[arg-type]
     policy = RetryPolicy(deadline_s=30, attempts=2)

@@ -36,7 +36,7 @@ class ImageColumn:
     """Turns a source's raw column values into ``ImageValue`` s, fetching references; thread-safe.
 
     S3 references go through one :class:`~shardwise.sources.parquet.s3_objects.S3Store`
-    client, with the store's :class:`S3RetryPolicy`: the Parquet source's own
+    client, with the run's :class:`~shardwise.retry_policy.RetryPolicy`: the Parquet source's own
     store when it reads S3 (:meth:`share_store`), else one made on first use
     (``s3_client`` if given, else boto3's standard settings).
     """
