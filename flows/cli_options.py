@@ -65,7 +65,7 @@ SOURCE_OPTIONS = (
 """The :class:`ScoreParams` fields that ``run``, ``redrive`` and ``plan`` all take, in ``--help`` order."""
 FANOUT_OPTIONS = ("runner", "workers", "address", "threads", "deployment")
 """The fields that choose what runs the shards; their own ``--help`` group."""
-_FLAGS = {"redrive": "--run"}
+_FLAGS = {"redrive": "--run", "retry_deadline_s": "--retry-deadline"}
 """Fields whose option is not simply ``--field-name``."""
 _METAVARS = {
     "source": "URL|PATH|env:NAME",
@@ -96,6 +96,8 @@ _METAVARS = {
     "resume": "RUN_ID",
     "redrive": "RUN_ID",
     "lease_s": "SECONDS",
+    "retry_deadline_s": "SECONDS",
+    "retry_attempts": "N",
 }
 
 
