@@ -14,6 +14,8 @@ The tree decides what happens next, so callers catch by class, never by message:
     ├── RetryDeadlineError         transient failures outlasted the run's retry deadline
     │                              (shardwise.retry_policy); final for this attempt chain:
     │                              nothing retries it, --resume does once the outage ends
+    ├── ShardStateError            a shard was asked to move where its state machine
+    │                              forbids (shardwise.results.shard_states)
     └── TransientError             may succeed if tried again: a dropped connection,
         │                          throttling, a serialisation failure
         └── DeviceOutOfMemoryError the device ran out of memory even for one row
@@ -37,6 +39,7 @@ __all__ = [
     "InputError",
     "OutputError",
     "RetryDeadlineError",
+    "ShardStateError",
     "ShardwiseError",
     "SourceError",
     "TransientError",
@@ -73,6 +76,10 @@ class SourceError(ShardwiseError):
 
 class RetryDeadlineError(ShardwiseError):
     """Transient failures went on past the shard's retry deadline; the shard fails with this reason."""
+
+
+class ShardStateError(ShardwiseError):
+    """A shard's status may not change that way (scoring a failed shard without a resume, say)."""
 
 
 class TransientError(ShardwiseError):

@@ -23,10 +23,12 @@ from shardwise.results.outcomes import (
 )
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.results.schema import parse_table_name
+from shardwise.results.shard_states import SHARD_STATUSES, ShardStatus, ShardTransition
 from shardwise.results.store import ResultStore
 from shardwise.sinks.base import Lineage
 
 __all__ = [
+    "SHARD_STATUSES",
     "Chunk",
     "ChunkCommit",
     "ChunkMark",
@@ -45,6 +47,8 @@ __all__ = [
     "RunSummary",
     "ShardProgress",
     "ShardReport",
+    "ShardStatus",
+    "ShardTransition",
     "StoredDeadLetter",
     "StoredShard",
     "parse_table_name",

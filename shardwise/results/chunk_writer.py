@@ -45,7 +45,7 @@ import sqlalchemy as sa
 
 from shardwise.closing import Closing
 from shardwise.counts import count_columns, counts_of_rows
-from shardwise.results import chunk_marks, shard_sql
+from shardwise.results import chunk_marks, shard_sql, shard_states
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals
 from shardwise.results.codec import check_key, utc_now
 from shardwise.results.merge import MergeCounts
@@ -271,5 +271,5 @@ class ChunkWriter(Closing):
                 "updated": totals.rows_updated,
                 "unchanged": totals.rows_unchanged,
             }
-            shard_sql.mark_shard_done(conn, run_id, self.shard_id, report, merged)
+            shard_states.mark_done(conn, run_id, self.shard_id, report, merged)
         return totals

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from results_helpers import (
+    attempt_writer,
     brief,
     impatient_store,
     locked_out,
@@ -36,7 +37,7 @@ def test_two_writers_racing_on_one_shard_commit_once(store: ResultStore) -> None
     barrier = threading.Barrier(2)
 
     def attempt(n: int) -> bool:
-        with store.chunk_writer(run, 0, n) as writer:
+        with attempt_writer(store, run, 0, n) as writer:
             rows = make_rows(range(10), fp_salt=f"writer{n}")
             chunk = whole_chunk(rows, [DeadLetter(100, "InputError", f"from writer {n}")])
             barrier.wait()
@@ -80,7 +81,7 @@ def test_an_sqlite_lock_held_past_the_busy_timeout_is_transient(sqlite_url: str)
 def test_sqlite_writers_stage_while_another_holds_the_write_lock(sqlite_url: str) -> None:
     run = started_run(sqlite_url)
     with make_store(sqlite_url) as store:
-        with store.chunk_writer(run, 0, 1, brief(0)) as writer, write_lock_held(sqlite_url, 0.3):
+        with attempt_writer(store, run, 0, 1, brief(0)) as writer, write_lock_held(sqlite_url, 0.3):
             t0 = time.perf_counter()
             chunk = whole_chunk(make_rows(range(100)), [DeadLetter(500, "InputError", "empty")])
             # Staging goes to TEMP tables without the shared write lock; the merge waits for it
@@ -110,7 +111,7 @@ def test_a_connection_dropped_mid_merge_is_transient_and_the_retry_merges_once(p
         # No retry (a deadline of 0): the dropped connection ends the attempt, and nothing is merged.
         with (
             pytest.raises(RetryDeadlineError, match="terminat"),
-            store.chunk_writer(run, 0, 1, brief(0)) as writer,
+            attempt_writer(store, run, 0, 1, brief(0)) as writer,
         ):
             writer.start()
             writer.commit(whole_chunk(make_rows(range(10))))
@@ -128,7 +129,7 @@ def test_racing_writers_merge_each_chunk_once(store: ResultStore) -> None:
     barrier = threading.Barrier(2)
 
     def attempt(n: int) -> list[str]:
-        with store.chunk_writer(run, 0, n, brief()) as writer:
+        with attempt_writer(store, run, 0, n, brief()) as writer:
             barrier.wait()
             statuses = [writer.commit(nth_chunk(i, salt=f"w{n}")).status for i in range(5)]
             return [*statuses, "finished" if writer.finish(make_report(n, 50)) else "skipped"]
@@ -152,7 +153,7 @@ def test_racing_writers_merge_each_chunk_once(store: ResultStore) -> None:
 def test_a_locked_database_costs_a_retry_of_the_chunk_step_not_the_chunk(
     sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run = started_run(sqlite_url)
+    run = started_run(sqlite_url, running=(0,))
     quick = impatient_store(sqlite_url, 50)
     caplog.set_level(logging.WARNING, logger="shardwise.retry_policy")
     with (
@@ -169,7 +170,7 @@ def test_a_locked_database_costs_a_retry_of_the_chunk_step_not_the_chunk(
 
 
 def test_the_retry_gives_up_at_the_deadline_naming_it(sqlite_url: str) -> None:
-    run = started_run(sqlite_url)
+    run = started_run(sqlite_url, running=(0,))
     gives_up = "commit chunk 0 of shard 0 to docs_emb kept failing for .* the retry deadline of 0.5 s"
     with (
         locked_out(sqlite_url, 20) as quick,
