@@ -82,6 +82,7 @@ def _score(params: ScoreParams) -> State:
             log=logger.warning,
             wait_s=record_wait_s(planned.ref.spec.retry),
         )
+        states = planned.ledger.shard_tally(planned.ref.run_id)  # the database is back: finish_run wrote
         finished = [] if failed else finish_results(planned)  # an ANN index, with its build time
         for line in finished:
             logger.info("run %s: %s", run_id, line)
@@ -90,6 +91,7 @@ def _score(params: ScoreParams) -> State:
         release_run(planned.ref.run_id)
     summary = _summary(planned, fanout, outcomes, dataclasses.asdict(counts), time.perf_counter() - started)
     summary["finished"] = finished
+    summary["shard_states"] = states
     publish_run(summary, outcomes, failed)
     emit_run_finished(summary, params.event_name())
     for worker in worker_rows(outcomes):

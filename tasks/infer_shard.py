@@ -31,6 +31,7 @@ from shardwise.errors import ShardwiseError, TransientError
 from shardwise.models import get_spec
 from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score_ref_shard, warm
 from shardwise.pipeline.destination import ledger_url
+from shardwise.pipeline.shard import this_worker
 from shardwise.redact import redact
 from shardwise.results import Ledger
 from shardwise.retry_policy import Outage
@@ -49,7 +50,8 @@ _OUTAGES_LOCK = threading.Lock()
 
 @task(name="infer-shard", task_run_name="shard-{shard_id}", **TRANSIENT_RETRIES)
 def infer_shard(ref: RunRef, shard_id: int, held: Held | None = None) -> ShardOutcome:
-    """Score shard ``shard_id`` unless the ledger says it is done; record a failure before re-raising."""
+    """Score shard ``shard_id`` unless the ledger says it is done; record a failure before re-raising:
+    ``retrying`` when the task will try again, else ``failed`` (see :mod:`shardwise.results.shard_states`)."""
     if held is not None:
         held.install()
     logger = get_run_logger()
@@ -58,8 +60,12 @@ def infer_shard(ref: RunRef, shard_id: int, held: Held | None = None) -> ShardOu
             outcome = score_here(ref, shard_id, outage)
     except Exception as exc:
         message = redact(f"{type(exc).__name__}: {exc}")
-        _mark_failed(ref, shard_id, message)
-        logger.warning("shard %d try %d failed: %s", shard_id, int(task_run.run_count or 1), message)
+        again = _tries_again(exc)
+        _record_failure(ref, shard_id, message, again)
+        logger.warning(
+            "shard %d try %d failed%s: %s",
+            shard_id, int(task_run.run_count or 1), "; it is tried again" if again else "", message,
+        )  # fmt: skip
         clean = sanitized(exc)
         if clean is exc:
             raise
@@ -115,15 +121,20 @@ def _shard_clock(ref: RunRef) -> Iterator[Outage]:
         outage = _OUTAGES.setdefault(key, Outage(ref.spec.retry))
     try:
         yield outage
-    except TransientError:
-        if int(task_run.run_count or 1) <= context.task.retries:
-            raise  # another try comes, on this clock
-        _forget(key)
-        raise
-    except BaseException:
-        _forget(key)
-        raise
+    except BaseException as exc:
+        if not _tries_again(exc):
+            _forget(key)
+        raise  # when tried again, on this clock
     _forget(key)
+
+
+def _tries_again(exc: BaseException) -> bool:
+    """Whether this task run will try again after ``exc``: a transient error, with tries left (the
+    rule :func:`~shardwise.tasks.retry.retry_transient` gives Prefect)."""
+    context = TaskRunContext.get()
+    if context is None or not isinstance(exc, TransientError):
+        return False
+    return int(task_run.run_count or 1) <= context.task.retries
 
 
 def _forget(key: str) -> None:
@@ -152,10 +163,16 @@ def release_run(run_id: str) -> None:
     WORKER.release(run_id)
 
 
-def _mark_failed(ref: RunRef, shard_id: int, message: str) -> None:
-    """Record the error on the shard's ledger row; a ledger that cannot be reached is only logged."""
+def _record_failure(ref: RunRef, shard_id: int, message: str, again: bool) -> None:
+    """Record the try's error on the shard's ledger row, ``retrying`` when another try comes, else
+    ``failed``; a ledger that cannot be reached is only logged (the flow records a final failure
+    once it is back)."""
+    worker = this_worker().worker
     try:
         with Ledger(ledger_url(ref.spec, resolve)) as ledger:
-            ledger.mark_shard_failed(ref.run_id, shard_id, message)
+            if again:
+                ledger.mark_shard_retrying(ref.run_id, shard_id, message, worker)
+            else:
+                ledger.mark_shard_failed(ref.run_id, shard_id, message, worker)
     except ShardwiseError as exc:
         get_run_logger().warning("could not record the failure of shard %d: %s", shard_id, redact(str(exc)))
