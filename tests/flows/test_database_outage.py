@@ -74,6 +74,8 @@ def test_an_outage_shorter_than_the_deadline_is_ridden_out_exactly(
     assert seen == ["stopped", "started"]
     ((status, failed, done),) = execute(url, "select status, shards_failed, shards_done from shardwise_runs")
     assert (code, status, failed, done) == (0, "completed", 0, 6)
+    moves = execute(url, "select to_status, count(*) from shardwise_shard_transitions group by to_status")
+    assert "failed" not in dict(moves), moves  # a try that was tried again never marked its shard failed
     retried = [line for line in log.splitlines() if " failed on try " in line]
     assert retried and all("given up 20 s in" in line for line in retried), log  # the outage was met
     assert main(["run", *_common(url, 20), "--results-table", "clean"]) == 0
@@ -102,6 +104,12 @@ def test_an_outage_longer_than_the_deadline_fails_the_shard_at_the_deadline_nami
         took = float(re.search(r"kept failing for ([\d.]+) s", error)[1])  # type: ignore[index]
         assert deadline_s <= took < deadline_s + 2, error
     assert f"--resume {run_id}" in captured.err, captured.err
+    finals = execute(
+        url,
+        "select shard_id, count(*) from shardwise_shard_transitions where to_status = 'failed' "
+        "group by shard_id",
+    )
+    assert len(finals) == failed and all(n == 1 for _, n in finals), finals  # failed once: at the end
 
     assert main(["run", *_common(url, deadline_s), "--resume", run_id]) == 0
     assert main(["run", *_common(url, deadline_s), "--results-table", "clean"]) == 0
