@@ -32,7 +32,9 @@ The legal moves are :data:`TRANSITIONS`:
 ``done`` is final: a failure reported for a done shard (a late report, a
 racing worker) changes nothing and answers False, and an attempt asked for
 a done shard answers None, as the callers expect. A second failure report
-for a failed shard changes nothing either. Every other move raises
+for a failed shard changes nothing either, and nor does a failure reported
+by a worker for a running shard whose current attempt is another worker's
+(its own attempt was taken over: the report is stale). Every other move raises
 :class:`~shardwise.errors.ShardStateError`: scoring a failed shard without a
 resume, a done-mark for a shard no attempt is running, a shard going back
 to pending but by a resume.
@@ -141,7 +143,7 @@ def start_attempt(
 
     With ``owner`` and ``lease_s`` the worker takes the attempt's lease (no lease without them).
     """
-    current, _ = _lock(conn, run_id, shard_id)
+    current, _, _ = _lock(conn, run_id, shard_id)
     if current == "done":
         return None
     check_transition(run_id, shard_id, current, "running")
@@ -159,9 +161,10 @@ def start_attempt(
 def mark_retrying(
     conn: sa.Connection, run_id: str, shard_id: int, error: str, now: datetime, worker: str | None = None
 ) -> bool:
-    """A try failed and another is coming (→ ``retrying``); False when the shard is done."""
-    current, attempts = _lock(conn, run_id, shard_id)
-    if current == "done":
+    """A try failed and another is coming (→ ``retrying``); False when the shard is done, or when
+    ``worker`` reports for a running shard whose current attempt is another worker's."""
+    current, attempts, owner = _lock(conn, run_id, shard_id)
+    if current == "done" or _stale(current, owner, worker):
         return False
     check_transition(run_id, shard_id, current, "retrying")
     params = {"run_id": run_id, "shard_id": shard_id, "error": error[:_ERROR_CHARS]}
@@ -173,9 +176,10 @@ def mark_retrying(
 def mark_failed(
     conn: sa.Connection, run_id: str, shard_id: int, error: str, now: datetime, worker: str | None = None
 ) -> bool:
-    """No try is coming (→ ``failed``), with the last error; False when the shard was done or failed."""
-    current, attempts = _lock(conn, run_id, shard_id)
-    if current in ("done", "failed"):
+    """No try is coming (→ ``failed``), with the last error; False when the shard was done or failed,
+    or when ``worker`` reports for a running shard whose current attempt is another worker's."""
+    current, attempts, owner = _lock(conn, run_id, shard_id)
+    if current in ("done", "failed") or _stale(current, owner, worker):
         return False
     check_transition(run_id, shard_id, current, "failed")
     params = {"run_id": run_id, "shard_id": shard_id, "finished_at": bind_timestamp(conn, now)}
@@ -189,7 +193,7 @@ def mark_done(
 ) -> None:
     """Record the report on the shard's row and mark it done (→ ``done``); ``merged`` holds the merge's
     split. The engine figures' ``counts`` (the shard's count outputs) become its last progress too."""
-    current, _ = _lock(conn, run_id, shard_id)
+    current, _, _ = _lock(conn, run_id, shard_id)
     check_transition(run_id, shard_id, current, "done")
     engine: Mapping[str, Any] = report.engine
     conn.execute(
@@ -251,15 +255,21 @@ def status_counts(conn: sa.Connection, run_ids: Iterable[str]) -> dict[str, dict
     return counts
 
 
-def _lock(conn: sa.Connection, run_id: str, shard_id: int) -> tuple[str, int]:
-    """The shard's row locked for the transaction: its status and attempts so far."""
+def _stale(current: str, owner: str | None, worker: str | None) -> bool:
+    """Whether ``worker``'s failure report is about an attempt no longer current: the shard runs
+    another worker's attempt. The flow's own reports name no worker and are never stale."""
+    return current == "running" and None not in (owner, worker) and owner != worker
+
+
+def _lock(conn: sa.Connection, run_id: str, shard_id: int) -> tuple[str, int, str | None]:
+    """The shard's row locked for the transaction: its status, attempts so far and current owner."""
     row = conn.execute(statement(conn, "shard_state_lock"), {"run_id": run_id, "shard_id": shard_id}).first()
     if row is None:
         raise ConfigError(
             f"shard {shard_id} is not in run {run_id!r}'s plan; call start_run(run, plan) before "
             "writing shards, and use the shard ids of the plan it returns"
         )
-    return str(row[0]), int(row[1])
+    return str(row[0]), int(row[1]), row[2]
 
 
 def _record(

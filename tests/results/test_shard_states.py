@@ -99,6 +99,20 @@ def test_a_shard_fails_from_any_unfinished_status_and_once(store: ResultStore, p
     assert sum(move[1] == "failed" for move in _moves(ledger, run.run_id, 0)) == 1
 
 
+def test_a_failure_reported_by_a_worker_whose_attempt_was_taken_over_changes_nothing(
+    store: ResultStore,
+) -> None:
+    ledger, run = store.ledger, make_run()
+    ledger.start_run(run, make_plan(1))
+    ledger.record_attempt(run.run_id, 0, owner="a:1/0")
+    ledger.record_attempt(run.run_id, 0, owner="b:2/0")  # b took the shard over; a is a zombie
+    assert not ledger.mark_shard_retrying(run.run_id, 0, "a's connection dropped", "a:1/0")
+    assert not ledger.mark_shard_failed(run.run_id, 0, "a gave up", "a:1/0")
+    assert _status(ledger, run.run_id, 0) == ("running", 2, None)
+    assert ledger.mark_shard_retrying(run.run_id, 0, "b's connection dropped", "b:2/0")
+    assert _moves(ledger, run.run_id, 0)[-1] == ("running", "retrying", 2)
+
+
 def test_a_try_that_failed_before_its_attempt_was_counted_is_retrying_from_pending(
     store: ResultStore,
 ) -> None:
