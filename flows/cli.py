@@ -161,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
         "(abandoned in shardwise runs; at once when it ran on this host). Resuming a run that a live\n"
         "process still holds is refused (exit 2) unless --force takes it over.",
         f"shardwise run --source {_EXAMPLE_DB} --table docs --model minilm --only-new",
-        ("max_tokens", "resume", "force", "lease_s"),
+        ("max_tokens", "resume", "force", "lease_s", "retry_deadline_s", "retry_attempts"),
     )
     scoring(
         "redrive",
@@ -170,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
         "rows whose input changed since they failed are taken: someone fixed them. --force takes them\n"
         "all. With nothing changed it says so and exits 0.",
         f"shardwise redrive --source {_EXAMPLE_DB} --table docs --run RUN_ID",
-        ("redrive", "force", "lease_s"),
+        ("redrive", "force", "lease_s", "retry_deadline_s", "retry_attempts"),
         required=("redrive",),  # without a run, a redrive would be a run over the whole table
     )
 

@@ -67,7 +67,7 @@ SOURCE_OPTIONS = (
 """The :class:`ScoreParams` fields that ``run``, ``redrive`` and ``plan`` all take, in ``--help`` order."""
 FANOUT_OPTIONS = ("runner", "workers", "address", "threads", "deployment")
 """The fields that choose what runs the shards; their own ``--help`` group."""
-_FLAGS = {"redrive": "--run", "query_timeout_s": "--query-timeout"}
+_FLAGS = {"redrive": "--run", "query_timeout_s": "--query-timeout", "retry_deadline_s": "--retry-deadline"}
 """Fields whose option is not simply ``--field-name``."""
 _METAVARS = {
     "source": "URL|PATH|env:NAME",
@@ -99,6 +99,8 @@ _METAVARS = {
     "redrive": "RUN_ID",
     "lease_s": "SECONDS",
     "query_timeout_s": "SECONDS",
+    "retry_deadline_s": "SECONDS",
+    "retry_attempts": "N",
 }
 
 

@@ -13,6 +13,7 @@ from shardwise.pipeline import RunSpec
 from shardwise.pipeline.spec import DEFAULT_MODEL, IndexChoice, ResultsFormat
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
+from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.names import split_table_name
@@ -228,6 +229,23 @@ class ScoreParams(BaseModel):
         "worker) last unless renewed; they are renewed every quarter of it. A run whose lease expired, "
         "or whose process on this host is gone, shows as abandoned and may be resumed.",
     )
+    retry_deadline_s: float = Field(
+        DEFAULT_RETRY_DEADLINE_S,
+        ge=0,
+        le=24 * 3600,
+        description="How long an outage (the database or S3 down, throttling, a lost connection) each "
+        "shard rides out: every layer retries a failed step, backing off from 0.5 s to 8 s, until it "
+        "has failed for this many seconds, then the shard fails naming the deadline (0: no retries). "
+        "Recorded with the run: a resume keeps it (docs: concepts.md#retries).",
+    )
+    retry_attempts: int = Field(
+        4,
+        ge=1,
+        le=MAX_ATTEMPTS,
+        description="A shard's attempts in all, for failures no step can retry (a source stream cut "
+        "mid-read, a device out of memory on one row); each attempt resumes after the committed "
+        "chunks, and all of them share the one retry deadline.",
+    )
     dry_run: bool = Field(
         False, description="Only plan: report shards, rows, estimated tokens and what only-new skips."
     )
@@ -309,6 +327,7 @@ class ScoreParams(BaseModel):
             redrive=self.redrive,
             force=self.force,
             lease_s=self.lease_s,
+            retry=RetryPolicy(deadline_s=self.retry_deadline_s, attempts=self.retry_attempts),
             prompt=self.prompt,
             system=self.system,
             chat=self.chat,

@@ -4,7 +4,11 @@ A run's row in ``shardwise_runs`` says ``running`` from its start until its
 process records the end; a process that was killed never does. Its lease
 tells the two apart (:mod:`shardwise.results.leases`): a run still running
 whose lease expired, or whose process on this host is gone, is listed as
-``abandoned``, with the command that finishes it. Counts are summed from the run's shards as they are now.
+``abandoned``, with the command that finishes it. Counts are summed from the
+run's shards as they are now, and the SHARDS column says how many are done of
+the total and, of the others, how many are failed, retrying (a try failed and
+another is coming) or being scored by a worker holding a live lease (see
+:mod:`shardwise.results.shard_states`).
 """
 
 from __future__ import annotations
@@ -54,11 +58,12 @@ def runs_table(runs: Sequence[RunListing], now: datetime) -> str:
 
 def _row(run: RunListing, now: datetime) -> tuple[str, ...]:
     state, counts = run.state(now), run.counts
-    shards = f"{counts.shards_done}/{counts.shards_total}"
-    if counts.shards_failed:
-        shards += f" ({counts.shards_failed} failed)"
+    notes = [f"{counts.shards_failed} failed"] if counts.shards_failed else []
+    if run.shard_states.get("retrying"):
+        notes.append(f"{run.shard_states['retrying']} retrying")
     if run.shards_running and state == "running":
-        shards += f" ({run.shards_running} scoring)"
+        notes.append(f"{run.shards_running} scoring")
+    shards = f"{counts.shards_done}/{counts.shards_total}" + (f" ({', '.join(notes)})" if notes else "")
     dead = f" (+{plural(counts.rows_failed, 'dead letter')})" if counts.rows_failed else ""
     rows = f"{counts.rows_out:,}{dead}"
     started = run.started_at.strftime("%Y-%m-%d %H:%M:%S") if run.started_at else "-"

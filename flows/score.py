@@ -28,10 +28,11 @@ from shardwise.tasks.events import emit_run_finished
 from shardwise.tasks.fanout import run_shards
 from shardwise.tasks.infer_shard import release_run
 from shardwise.tasks.progress import ProgressPublisher
+from shardwise.tasks.retry import task_retries
 from shardwise.tasks.runners import Fanout
 from shardwise.tasks.sanitize import sanitized
 from shardwise.tasks.superseded import crash_superseded_flow_run
-from shardwise.waiting import until_back
+from shardwise.waiting import record_wait_s, until_back
 from shardwise.words import plural
 
 __all__ = ["score"]
@@ -69,7 +70,8 @@ def _score(params: ScoreParams) -> State:
     fanout.check_reachable(spec, resolve)
     run_id = str(flow_run.id or uuid.uuid4())
     parameters = redact_mapping(params.model_dump())
-    planned = plan_run(spec, run_id, started_by(params), parameters, fanout.workers, fanout.threads)
+    planning = plan_run.with_options(**task_retries(spec.retry))
+    planned = planning(spec, run_id, started_by(params), parameters, fanout.workers, fanout.threads)
     try:
         if planned.took_over is not None:  # a resume: the run's lease is ours now
             logger.info("run %s resumed; it was %s", planned.ref.run_id, planned.took_over.describe())
@@ -77,8 +79,12 @@ def _score(params: ScoreParams) -> State:
         with ProgressPublisher(planned.ledger, planned.ref.run_id) as progress:
             outcomes, failed = run_shards(planned, fanout, progress.advance)
         counts = until_back(
-            lambda: finish_run(planned, sorted(failed)), what=f"finishing run {run_id}", log=logger.warning
+            lambda: finish_run(planned, sorted(failed)),
+            what=f"finishing run {run_id}",
+            log=logger.warning,
+            wait_s=record_wait_s(planned.ref.spec.retry),
         )
+        states = planned.ledger.shard_tally(planned.ref.run_id)  # the database is back: finish_run wrote
         finished = [] if failed else finish_results(planned)  # an ANN index, with its build time
         for line in finished:
             logger.info("run %s: %s", run_id, line)
@@ -87,6 +93,7 @@ def _score(params: ScoreParams) -> State:
         release_run(planned.ref.run_id)
     summary = _summary(planned, fanout, outcomes, dataclasses.asdict(counts), time.perf_counter() - started)
     summary["finished"] = finished
+    summary["shard_states"] = states
     publish_run(summary, outcomes, failed)
     emit_run_finished(summary, params.event_name())
     for worker in worker_rows(outcomes):

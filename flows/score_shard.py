@@ -15,6 +15,7 @@ from prefect import flow
 from shardwise.flows.origin import check_model_for_origin
 from shardwise.pipeline import RunRef, ShardOutcome
 from shardwise.tasks.infer_shard import infer_shard
+from shardwise.tasks.retry import task_retries
 
 __all__ = ["score_shard"]
 
@@ -23,4 +24,4 @@ __all__ = ["score_shard"]
 def score_shard(ref: RunRef, shard_id: int) -> ShardOutcome:
     """Score shard ``shard_id`` of the run behind ``ref``; the shard task retries transient errors."""
     check_model_for_origin(ref.spec.model)
-    return infer_shard(ref, shard_id)
+    return infer_shard.with_options(**task_retries(ref.spec.retry))(ref, shard_id)

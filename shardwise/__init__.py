@@ -16,6 +16,7 @@ from shardwise.errors import (
     ConfigError,
     DeviceOutOfMemoryError,
     InputError,
+    RetryDeadlineError,
     RunTakenOverError,
     ShardwiseError,
     SourceError,
@@ -23,6 +24,7 @@ from shardwise.errors import (
     UnknownModelError,
 )
 from shardwise.model import DeviceBatch, Encoding, Item, Model, ModelSpec, OutputColumn
+from shardwise.retry_policy import RetryPolicy
 from shardwise.stats import BatchStats, EngineStats
 
 try:
@@ -46,6 +48,8 @@ __all__ = [
     "Model",
     "ModelSpec",
     "OutputColumn",
+    "RetryDeadlineError",
+    "RetryPolicy",
     "RowResult",
     "RunTakenOverError",
     "ShardwiseError",

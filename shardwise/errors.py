@@ -11,6 +11,11 @@ The tree decides what happens next, so callers catch by class, never by message:
     │                              (not JSON, or not the schema): a dead letter too
     ├── SourceError                the source table or dataset is not what was asked
     │                              for (missing table or column, bad identifier)
+    ├── RetryDeadlineError         transient failures outlasted the run's retry deadline
+    │                              (shardwise.retry_policy); final for this attempt chain:
+    │                              nothing retries it, --resume does once the outage ends
+    ├── ShardStateError            a shard was asked to move where its state machine
+    │                              forbids (shardwise.results.shard_states)
     ├── RunTakenOverError          another process took the run over (a forced resume)
     │                              while this one ran it; that process finishes it
     └── TransientError             may succeed if tried again: a dropped connection,
@@ -20,6 +25,9 @@ The tree decides what happens next, so callers catch by class, never by message:
 Third-party errors (psycopg, botocore, torch) are mapped onto this tree at the
 boundary where they occur, with ``raise ... from exc`` so the cause is kept.
 Retry policies retry :class:`TransientError` only; everything else fails fast.
+:class:`RetryDeadlineError` is deliberately not transient: it is what a layer
+raises once it has retried a transient error up to the shard's deadline, so
+that no layer above retries it again and multiplies the deadline.
 
 Messages follow one rule: say the rule, the value that broke it, and the fix or
 the valid options.
@@ -32,7 +40,9 @@ __all__ = [
     "DeviceOutOfMemoryError",
     "InputError",
     "OutputError",
+    "RetryDeadlineError",
     "RunTakenOverError",
+    "ShardStateError",
     "ShardwiseError",
     "SourceError",
     "TransientError",
@@ -74,6 +84,14 @@ class RunTakenOverError(ShardwiseError):
     that took the run over finishes it, and what this one merged stays merged.
     The command line exits with its own code for it (see ``flows/outcome.py``).
     """
+
+
+class RetryDeadlineError(ShardwiseError):
+    """Transient failures went on past the shard's retry deadline; the shard fails with this reason."""
+
+
+class ShardStateError(ShardwiseError):
+    """A shard's status may not change that way (scoring a failed shard without a resume, say)."""
 
 
 class TransientError(ShardwiseError):

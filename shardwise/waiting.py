@@ -14,13 +14,20 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from shardwise.errors import TransientError
+from shardwise.retry_policy import RetryPolicy
 
-__all__ = ["RECORD_WAIT_S", "until_back"]
+__all__ = ["RECORD_WAIT_S", "record_wait_s", "until_back"]
 
 T = TypeVar("T")
 
 RECORD_WAIT_S = 120.0
-"""How long a write that records an outcome waits for its database to come back."""
+"""How long a write that records an outcome waits for its database to come back, at least."""
+
+
+def record_wait_s(policy: RetryPolicy) -> float:
+    """How long a run records an outcome for: :data:`RECORD_WAIT_S`, or the run's retry deadline if longer
+    (a shard that gave up at its deadline met an outage that long, which may not be over)."""
+    return max(RECORD_WAIT_S, policy.deadline_s)
 
 
 def until_back(

@@ -79,6 +79,12 @@ def publish_run(
     )
 
 
+def _retried(summary: dict[str, Any]) -> str:
+    """``; 3 failed tries were tried again`` (from the shard transitions), or nothing."""
+    retried = int(summary.get("shard_states", {}).get("retried", 0))
+    return f"; {retried} failed {'try was' if retried == 1 else 'tries were'} tried again" if retried else ""
+
+
 def _precision(summary: Mapping[str, Any]) -> str:
     """The run's precision, and what the accuracy guard measured."""
     found = summary.get("precision_agreement")
@@ -162,7 +168,7 @@ def run_markdown(
         f"| Truncated rows | {summary['rows_truncated']} (longer than the model's limit: scored on their "
         "start) |",
         f"| Shards | {summary['shards_done']}/{summary['shards_total']} done, "
-        f"{summary['shards_failed']} failed |",
+        f"{summary['shards_failed']} failed{_retried(summary)} |",
         f"| Padding efficiency | {summary['padding_efficiency']:.3f} |",
         f"| Rows/s | {summary['rows_per_s']:.1f} |",
         f"| Tokens/s | {summary['tokens_per_s']:.1f} (unpadded batch cost; for a generator, prompt plus "

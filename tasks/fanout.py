@@ -26,8 +26,9 @@ from shardwise.pipeline import PlannedRun, RunRef, ShardOutcome
 from shardwise.redact import redact
 from shardwise.tasks.connections import Held
 from shardwise.tasks.infer_shard import infer_shard
+from shardwise.tasks.retry import task_retries
 from shardwise.tasks.runners import Fanout
-from shardwise.waiting import until_back
+from shardwise.waiting import record_wait_s, until_back
 from shardwise.words import plural
 
 __all__ = ["run_shards", "start_shard_flow"]
@@ -51,7 +52,7 @@ def run_shards(
         spec = planned.ref.spec
         held = Held.of(spec.source, spec.results, *([spec.ledger] if spec.ledger else []))
         futures = runner.map(
-            infer_shard,
+            infer_shard.with_options(**task_retries(spec.retry)),  # the run's attempts and backoff
             {"ref": unmapped(planned.ref), "shard_id": list(planned.todo), "held": unmapped(held)},
         )
         shard_of = dict(zip((f.task_run_id for f in futures), planned.todo, strict=True))
@@ -83,8 +84,9 @@ def _record_failures(planned: PlannedRun, failed: dict[int, str]) -> None:
     """Mark failed shards in the ledger: a worker that died could not; a done shard stays done.
 
     A database that is down (the likely reason the shards failed) is waited
-    for (:func:`~shardwise.waiting.until_back`), so the ledger ends up naming
-    each failed shard and its error instead of leaving it pending.
+    for (:func:`~shardwise.waiting.until_back`, at least as long as the run's
+    retry deadline), so the ledger ends up naming each failed shard and its
+    error instead of leaving it pending.
     """
     logger = get_run_logger()
     for shard_id, message in failed.items():
@@ -92,6 +94,7 @@ def _record_failures(planned: PlannedRun, failed: dict[int, str]) -> None:
             functools.partial(planned.ledger.mark_shard_failed, planned.ref.run_id, shard_id, message),
             what=f"recording the failure of shard {shard_id}",
             log=logger.warning,
+            wait_s=record_wait_s(planned.ref.spec.retry),
         )
 
 

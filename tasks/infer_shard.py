@@ -6,22 +6,35 @@ memory for a local run (:class:`~shardwise.tasks.connections.Held`). The
 worker resolves the names in its own environment and keeps its model and open
 run in this module's per-process cache, so a worker that scores ten shards
 loads its model once.
+
+The task's tries are the run's :class:`~shardwise.retry_policy.RetryPolicy`
+attempts (the flow applies them with :func:`~shardwise.tasks.retry.task_retries`),
+and every try of one task run shares one
+:class:`~shardwise.retry_policy.Outage`: Prefect retries a task in the
+process that ran it, so the clock lives here, keyed by the task run, and the
+tries never get more than the one deadline between them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+from collections.abc import Iterator
 
 from prefect import get_run_logger, task
+from prefect.context import TaskRunContext
 from prefect.runtime import task_run
 
 from shardwise.counts import said
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, TransientError
 from shardwise.models import get_spec
 from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score_ref_shard, warm
 from shardwise.pipeline.destination import ledger_url
+from shardwise.pipeline.shard import this_worker
 from shardwise.redact import redact
 from shardwise.results import Ledger
+from shardwise.retry_policy import Outage
 from shardwise.tasks.connections import Held, resolve
 from shardwise.tasks.retry import TRANSIENT_RETRIES
 from shardwise.tasks.sanitize import sanitized
@@ -30,25 +43,29 @@ __all__ = ["WORKER", "infer_shard", "release_run", "score_here", "warm_here", "w
 
 WORKER = WorkerCache(get_spec)
 """This process's models and open runs, shared by every shard task it runs."""
+_OUTAGES: dict[str, Outage] = {}
+"""The retry clock of each task run with a try still to come, by task run id."""
+_OUTAGES_LOCK = threading.Lock()
 
 
-@task(
-    name="infer-shard",
-    task_run_name="shard-{shard_id}",
-    retries=3,
-    **TRANSIENT_RETRIES,
-)
+@task(name="infer-shard", task_run_name="shard-{shard_id}", **TRANSIENT_RETRIES)
 def infer_shard(ref: RunRef, shard_id: int, held: Held | None = None) -> ShardOutcome:
-    """Score shard ``shard_id`` unless the ledger says it is done; record a failure before re-raising."""
+    """Score shard ``shard_id`` unless the ledger says it is done; record a failure before re-raising:
+    ``retrying`` when the task will try again, else ``failed`` (see :mod:`shardwise.results.shard_states`)."""
     if held is not None:
         held.install()
     logger = get_run_logger()
     try:
-        outcome = score_here(ref, shard_id)
+        with _shard_clock(ref) as outage:
+            outcome = score_here(ref, shard_id, outage)
     except Exception as exc:
         message = redact(f"{type(exc).__name__}: {exc}")
-        _mark_failed(ref, shard_id, message)
-        logger.warning("shard %d try %d failed: %s", shard_id, int(task_run.run_count or 1), message)
+        again = _tries_again(exc)
+        _record_failure(ref, shard_id, message, again)
+        logger.warning(
+            "shard %d try %d failed%s: %s",
+            shard_id, int(task_run.run_count or 1), "; it is tried again" if again else "", message,
+        )  # fmt: skip
         clean = sanitized(exc)
         if clean is exc:
             raise
@@ -82,14 +99,47 @@ def _resumed(outcome: ShardOutcome) -> str:
     return f"; resumed after {resumed} rows that earlier attempts committed" if resumed else ""
 
 
-def score_here(ref: RunRef, shard_id: int) -> ShardOutcome:
-    """Score with this process's cache.
+def score_here(ref: RunRef, shard_id: int, outage: Outage | None = None) -> ShardOutcome:
+    """Score with this process's cache, on the shard's retry clock ``outage`` (None: a fresh one).
 
     Task and flow functions travel to workers by value (cloudpickle), so they
     must not name the cache itself, which holds locks and connections; this
     module-level function travels by reference and finds the worker's own.
     """
-    return score_ref_shard(ref, shard_id, WORKER, resolve=resolve)
+    return score_ref_shard(ref, shard_id, WORKER, resolve=resolve, outage=outage)
+
+
+@contextlib.contextmanager
+def _shard_clock(ref: RunRef) -> Iterator[Outage]:
+    """This task run's retry clock: kept for its next try after a transient failure, else dropped."""
+    context = TaskRunContext.get()
+    if context is None:  # called as a plain function: one try
+        yield Outage(ref.spec.retry)
+        return
+    key = str(context.task_run.id)
+    with _OUTAGES_LOCK:
+        outage = _OUTAGES.setdefault(key, Outage(ref.spec.retry))
+    try:
+        yield outage
+    except BaseException as exc:
+        if not _tries_again(exc):
+            _forget(key)
+        raise  # when tried again, on this clock
+    _forget(key)
+
+
+def _tries_again(exc: BaseException) -> bool:
+    """Whether this task run will try again after ``exc``: a transient error, with tries left (the
+    rule :func:`~shardwise.tasks.retry.retry_transient` gives Prefect)."""
+    context = TaskRunContext.get()
+    if context is None or not isinstance(exc, TransientError):
+        return False
+    return int(task_run.run_count or 1) <= context.task.retries
+
+
+def _forget(key: str) -> None:
+    with _OUTAGES_LOCK:
+        _OUTAGES.pop(key, None)
 
 
 def worker_cache() -> WorkerCache:
@@ -113,10 +163,16 @@ def release_run(run_id: str) -> None:
     WORKER.release(run_id)
 
 
-def _mark_failed(ref: RunRef, shard_id: int, message: str) -> None:
-    """Record the error on the shard's ledger row; a ledger that cannot be reached is only logged."""
+def _record_failure(ref: RunRef, shard_id: int, message: str, again: bool) -> None:
+    """Record the try's error on the shard's ledger row, ``retrying`` when another try comes, else
+    ``failed``; a ledger that cannot be reached is only logged (the flow records a final failure
+    once it is back)."""
+    worker = this_worker().worker
     try:
         with Ledger(ledger_url(ref.spec, resolve)) as ledger:
-            ledger.mark_shard_failed(ref.run_id, shard_id, message)
+            if again:
+                ledger.mark_shard_retrying(ref.run_id, shard_id, message, worker)
+            else:
+                ledger.mark_shard_failed(ref.run_id, shard_id, message, worker)
     except ShardwiseError as exc:
         get_run_logger().warning("could not record the failure of shard %d: %s", shard_id, redact(str(exc)))

@@ -23,11 +23,7 @@ from shardwise.tasks.sanitize import sanitized
 __all__ = ["plan_run"]
 
 
-@task(
-    name="plan-run",
-    retries=2,
-    **TRANSIENT_RETRIES,
-)
+@task(name="plan-run", **TRANSIENT_RETRIES)
 def plan_run(
     spec: RunSpec,
     run_id: str,

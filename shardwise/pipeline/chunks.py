@@ -3,9 +3,10 @@
 Why chunks: a shard merged once, at its end, loses all its scoring to one
 dropped connection or one killed worker. Cut into chunks, a shard commits as
 it goes. A failed database step is retried on a new connection with the
-chunk still in memory (:mod:`shardwise.results.db_retry`), and a retried or
-resumed attempt starts after the last committed chunk, so at most one chunk
-of scoring is ever done twice.
+chunk still in memory, until the shard's retry deadline
+(:mod:`shardwise.retry_policy`), and a retried or resumed attempt starts
+after the last committed chunk, so at most one chunk of scoring is ever done
+twice.
 
 Why rows, not time: a chunk ends after a fixed number of rows, so its
 boundaries are the same in every attempt (under the run's snapshot), and a
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from shardwise.config import EngineConfig
@@ -30,7 +31,7 @@ from shardwise.counts import added
 from shardwise.engine import RowResult
 from shardwise.errors import ConfigError, TransientError
 from shardwise.lineage import value_fingerprint
-from shardwise.results import Chunk, ChunkStart, ChunkWriter, DbRetry, DeadLetter, ResultRow
+from shardwise.results import Chunk, ChunkStart, ChunkWriter, DeadLetter, ResultRow
 from shardwise.sources.base import Key, SourceRow
 
 __all__ = [
@@ -56,7 +57,7 @@ engine windows of several KV-cache batches to sort by length."""
 
 @dataclass(frozen=True)
 class ChunkConfig:
-    """How a shard commits: every ``rows`` rows in input order; ``retry`` retries each chunk's database step.
+    """How a shard commits: every ``rows`` rows in input order.
 
     Smaller chunks lose less to a crash and hold less in memory (a chunk's
     outputs wait in memory until merged: 8192 rows of 384 floats are 12 MiB);
@@ -66,7 +67,6 @@ class ChunkConfig:
     """
 
     rows: int = DEFAULT_CHUNK_ROWS
-    retry: DbRetry = field(default_factory=DbRetry)
 
     def __post_init__(self) -> None:
         if not isinstance(self.rows, int) or isinstance(self.rows, bool) or self.rows < 1:

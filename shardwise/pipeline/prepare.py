@@ -16,10 +16,17 @@ from the ledger before anything else and never plans again: its lineage
 keeps the stored plan's snapshot (a Parquet listing's digest, or the
 PostgreSQL snapshot, which by then is gone, so its shards read at a fresh
 one and record that one per row).
+
+The run's :class:`~shardwise.retry_policy.RetryPolicy` is recorded in its
+plan (``params["retry"]``), and the :class:`RunRef` every worker gets
+carries the recorded one: all workers of a run, and every resume of it,
+retry alike. A resume that asks for another policy keeps the recorded one
+and logs so; a run recorded before policies takes the resume's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +53,7 @@ from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
 from shardwise.precision import versioned
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord
+from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks import Sink
 from shardwise.sources import Source, SourcePlan, is_keyed, plan_objects
 from shardwise.words import plural
@@ -180,7 +188,7 @@ def prepare_run(
         ledger.close()
         raise
     todo = tuple(s.shard_id for s in plan.shards if s.shard_id not in done)
-    ref = RunRef(record.run_id, spec, threads)
+    ref = RunRef(record.run_id, _recorded_retry(spec, plan, record.run_id), threads)
     keeper = run_lease_keeper(ledger, record.run_id, owner, spec.lease_s).start()
     return PlannedRun(
         ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink, before
@@ -221,6 +229,7 @@ def _plan_new(
         finally:
             if asker is not None:
                 asker.close()
+        plan = dataclasses.replace(plan, params={**plan.params, "retry": spec.retry.to_params()})
         sink = open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, plan))
         ResultStore(ledger, sink).ensure_schema()
         record = RunRecord(
@@ -297,6 +306,18 @@ def _resume(
     take_from = took_over.owner if spec.force or took_over.gone else None
     record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.lease_s, take_from=take_from)
     return record, plan, took_over
+
+
+def _recorded_retry(spec: RunSpec, plan: SourcePlan, run_id: str) -> RunSpec:
+    """``spec`` with the retry policy ``plan`` recorded (``spec``'s own for a plan recorded before)."""
+    recorded = RetryPolicy.from_params(plan.param("retry"), spec.retry)
+    if recorded != spec.retry:
+        _log.warning(
+            "run %s keeps the retry policy it was planned with (deadline %g s, %d attempts), not this "
+            "resume's (deadline %g s, %d attempts); start a new run to change it",
+            run_id, recorded.deadline_s, recorded.attempts, spec.retry.deadline_s, spec.retry.attempts,
+        )  # fmt: skip
+    return dataclasses.replace(spec, retry=recorded)
 
 
 def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:

@@ -6,11 +6,12 @@ Prefect task in ``tasks/`` adds retries, logging and artifacts around it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,8 @@ from shardwise.results import (
 )
 from shardwise.results.codec import utc_now
 from shardwise.results.owners import owner_of
-from shardwise.sources.base import ReadFrom, Shard, Source, SourcePlan
+from shardwise.retry_policy import Outage, RetryPolicy, retry_step
+from shardwise.sources.base import ReadFrom, Shard, ShardReader, Source, SourcePlan
 from shardwise.stats import BatchStats
 
 _log = logging.getLogger(__name__)
@@ -142,6 +144,7 @@ def score_shard(
     progress_every_s: float | None = None,
     lease_s: float = LEASE_S,
     chunking: ChunkConfig | None = None,
+    outage: Outage | None = None,
 ) -> ShardOutcome:
     """Count an attempt unless the shard is done, then score and commit its rows chunk by chunk.
 
@@ -160,10 +163,21 @@ def score_shard(
     :mod:`~shardwise.pipeline.reporter`). The worker holds the attempt's
     lease of ``lease_s`` seconds, renewed from another thread until the
     shard is merged (see :mod:`~shardwise.pipeline.lease`).
+
+    Every database step (counting the attempt, opening the source, each
+    chunk's steps, the done-mark) is retried on ``outage``, the shard's clock
+    (a fresh one with the default :class:`~shardwise.retry_policy.RetryPolicy`
+    when None), until its deadline; then
+    :class:`~shardwise.errors.RetryDeadlineError` ends the attempt.
     """
     me, device = this_worker(), str(model.device)
-    attempt = store.ledger.record_attempt(
-        run.run_id, shard.shard_id, host=me.host, device=device, owner=me.worker, lease_s=lease_s
+    outage = outage or Outage(RetryPolicy())
+    attempt = retry_step(
+        lambda: store.ledger.record_attempt(
+            run.run_id, shard.shard_id, host=me.host, device=device, owner=me.worker, lease_s=lease_s
+        ),
+        what=f"record an attempt at shard {shard.shard_id}",
+        outage=outage,
     )
     if attempt is None:
         return ShardOutcome(shard.shard_id, skipped=True, host=me.host, device=device, worker=me.worker)
@@ -172,7 +186,7 @@ def score_shard(
     engine_config = chunking.engine_config(config)
     with (
         shard_lease_keeper(store.ledger, run.run_id, shard.shard_id, attempt, me.worker, lease_s),
-        store.chunk_writer(run, shard.shard_id, attempt, chunking.retry) as writer,
+        store.chunk_writer(run, shard.shard_id, attempt, outage) as writer,
     ):
         start = writer.start()
         if start.rows:
@@ -181,7 +195,7 @@ def score_shard(
                 shard.shard_id, start.chunk, start.rows, start.key,
             )  # fmt: skip
         # A retried or resumed attempt reads only what its shard has not committed.
-        with source.open_reader(plan, shard, ReadFrom(start.rows, start.key)) as reader:
+        with _reader(source, plan, shard, ReadFrom(start.rows, start.key), outage) as reader:
             rows, snapshot, lost = reader.rows, reader.snapshot, reader.snapshot_lost
             write = functools.partial(store.ledger.record_progress, run.run_id, shard.shard_id, attempt)
             every_s = progress_every_s or PROGRESS_EVERY_S
@@ -244,6 +258,24 @@ def score_shard(
         worker=me.worker,
         model_load_s=model_load_s,
     )
+
+
+@contextlib.contextmanager
+def _reader(
+    source: Source, plan: SourcePlan, shard: Shard, start: ReadFrom, outage: Outage
+) -> Iterator[ShardReader]:
+    """The shard's reader, its opening (a connection, the snapshot) retried on the shard's clock.
+
+    Only the opening: rows already streamed cannot be asked for again, so a
+    stream cut mid-read ends the attempt, and the next one reads on after
+    the committed chunks.
+    """
+    with contextlib.ExitStack() as stack:
+        yield retry_step(
+            lambda: stack.enter_context(source.open_reader(plan, shard, start)),
+            what=f"open the source of shard {shard.shard_id}",
+            outage=outage,
+        )
 
 
 def _chained(

@@ -11,7 +11,7 @@ where the work runs. The engine reads no environment itself: whoever runs it
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from shardwise.errors import ConfigError
@@ -20,6 +20,7 @@ from shardwise.model import ModelInfo
 from shardwise.pipeline.chunks import ChunkConfig
 from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precision
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
+from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S, check_query_timeout
@@ -99,6 +100,10 @@ class RunSpec:
     ``resume``: take the run over even while another process holds its lease (see :mod:`.lease`)."""
     lease_s: float = LEASE_S
     """Seconds the run's and each shard attempt's lease lasts unless renewed (every quarter of it)."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """How every layer retries a transient failure, and the deadline a shard's retries share (see
+    :mod:`shardwise.retry_policy`). Recorded in the run's plan: a resumed run keeps the one it was
+    planned with."""
     chunk_rows: int | None = None
     """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`).
     None: the model's default, :data:`~shardwise.pipeline.chunks.DEFAULT_CHUNK_ROWS`, or
@@ -158,6 +163,8 @@ class RunSpec:
                 "another process holds); pass redrive=RUN_ID or resume=RUN_ID, or drop force"
             )
         self._check_choices()
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigError(f"retry must be a RetryPolicy; got {self.retry!r}")
         if not isinstance(self.lease_s, (int, float)) or not MIN_LEASE_S <= self.lease_s <= MAX_LEASE_S:
             raise ConfigError(
                 f"lease_s must be seconds from {MIN_LEASE_S:g} to {MAX_LEASE_S:g}; got {self.lease_s!r} "

@@ -35,7 +35,7 @@ import torch
 
 from shardwise.config import EngineConfig
 from shardwise.device_lease import leased_device
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, TransientError
 from shardwise.generation import GenerationSettings, Generative, with_generation
 from shardwise.model import Model, ModelInfo, ModelSpec
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, IMAGE_CHUNK_ROWS, ChunkConfig
@@ -44,6 +44,7 @@ from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.precision import Precision, agreement, resolve_precision, versioned
 from shardwise.results import Ledger, ResultStore, RunRecord
+from shardwise.retry_policy import Outage, retry_step
 from shardwise.sinks import Layout
 from shardwise.sources import (
     ImageFolderSource,
@@ -81,6 +82,7 @@ def open_spec_source(
         image_column=spec.image_column,
         image_folder=folder,
         query_timeout_s=spec.query_timeout_s,  # the run's own: a resume may raise it
+        retry=spec.retry,
     )
 
 
@@ -260,19 +262,40 @@ def _chunk_rows(cache: WorkerCache, spec: RunSpec) -> int:
 
 
 def score_ref_shard(
-    ref: RunRef, shard_id: int, cache: WorkerCache, *, resolve: Resolver = as_is
+    ref: RunRef, shard_id: int, cache: WorkerCache, *, resolve: Resolver = as_is, outage: Outage | None = None
 ) -> ShardOutcome:
     """Score shard ``shard_id`` of the run behind ``ref`` on this worker, exactly once.
 
     The device comes from a host-wide lease (one worker per GPU, see
     :mod:`shardwise.device_lease`); the model and the run come from
     ``cache``. A shard the ledger says is done is skipped.
+
+    ``outage`` is the shard's retry clock on the run's policy
+    (``ref.spec.retry``); a caller that tries the shard again passes the same
+    one to each attempt, so that they share one deadline (None: a fresh one).
+    A transient error that no step retried is counted on it and raised for
+    the caller's next attempt, or, once the deadline has passed, turned into
+    the :class:`~shardwise.errors.RetryDeadlineError` that ends the shard.
     """
+    outage = outage or Outage(ref.spec.retry)
+    try:
+        return _score_ref_shard(ref, shard_id, cache, resolve, outage)
+    except TransientError as exc:
+        outage.failed()
+        if outage.past_deadline():
+            raise outage.give_up(f"shard {shard_id}", exc) from exc
+        raise
+
+
+def _score_ref_shard(
+    ref: RunRef, shard_id: int, cache: WorkerCache, resolve: Resolver, outage: Outage
+) -> ShardOutcome:
     if ref.threads is not None and torch.get_num_threads() != ref.threads:
         torch.set_num_threads(ref.threads)  # a share of the host's cores: workers must not oversubscribe
     with leased_device(ref.spec.device) as device:
         model, load_s = cache.model(ref.spec.model, device, ref.spec.generation())
-        run = cache.run(ref, model, resolve)
+        # The first attempt of a process reads the run's record and plan from the ledger.
+        run = retry_step(lambda: cache.run(ref, model, resolve), what=f"open run {ref.run_id}", outage=outage)
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             return score_shard(
                 source=run.source,
@@ -285,4 +308,5 @@ def score_ref_shard(
                 model_load_s=load_s,
                 lease_s=ref.spec.lease_s,
                 chunking=ChunkConfig(ref.spec.chunk_rows or _chunk_rows(cache, ref.spec)),
+                outage=outage,
             )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals, read_marks
 from shardwise.results.chunk_writer import Chunk, ChunkCommit, ChunkWriter
-from shardwise.results.db_retry import DbRetry
 from shardwise.results.ledger import Ledger
 from shardwise.results.outcomes import (
     MergeOutcome,
@@ -24,17 +23,18 @@ from shardwise.results.outcomes import (
 )
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.results.schema import parse_table_name
+from shardwise.results.shard_states import SHARD_STATUSES, ShardStatus, ShardTransition
 from shardwise.results.store import ResultStore
 from shardwise.sinks.base import Lineage
 
 __all__ = [
+    "SHARD_STATUSES",
     "Chunk",
     "ChunkCommit",
     "ChunkMark",
     "ChunkStart",
     "ChunkTotals",
     "ChunkWriter",
-    "DbRetry",
     "DeadLetter",
     "Ledger",
     "Lineage",
@@ -47,6 +47,8 @@ __all__ = [
     "RunSummary",
     "ShardProgress",
     "ShardReport",
+    "ShardStatus",
+    "ShardTransition",
     "StoredDeadLetter",
     "StoredShard",
     "parse_table_name",

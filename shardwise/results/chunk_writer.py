@@ -10,9 +10,10 @@ ledger; the shard marked done after its last chunk.
         totals = writer.finish(report)          # None: the shard was already done
 
 :meth:`ChunkWriter.commit` takes three steps, each retried on its own when
-it fails with a :class:`~shardwise.errors.TransientError`
-(:mod:`shardwise.results.db_retry`); the chunk is in memory, so nothing is
-scored again:
+it fails with a :class:`~shardwise.errors.TransientError`, until the shard's
+retry deadline (:func:`shardwise.retry_policy.retry_step`, on the shard's
+:class:`~shardwise.retry_policy.Outage`); the chunk is in memory, so nothing
+is scored again:
 
 1. a read of the ledger: a shard already done, or a chunk already marked,
    is not written again;
@@ -44,12 +45,12 @@ import sqlalchemy as sa
 
 from shardwise.closing import Closing
 from shardwise.counts import count_columns, counts_of_rows
-from shardwise.results import chunk_marks, shard_sql
+from shardwise.results import chunk_marks, shard_sql, shard_states
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals
 from shardwise.results.codec import check_key, utc_now
-from shardwise.results.db_retry import DbRetry, retry_step
 from shardwise.results.merge import MergeCounts
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
+from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sinks.base import Lineage, Sink, SinkChunk, SinkCommit
 
 if TYPE_CHECKING:
@@ -110,12 +111,12 @@ class ChunkWriter(Closing):
         run: RunRecord,
         shard_id: int,
         attempt: int,
-        retry: DbRetry | None = None,
+        outage: Outage | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._ledger, self._sink = ledger, sink
         self.run, self.shard_id, self.attempt = run, shard_id, attempt
-        self._retry = retry or DbRetry()
+        self._outage = outage or Outage(RetryPolicy())
         self._sleep = sleep
 
     def close(self) -> None:
@@ -161,7 +162,8 @@ class ChunkWriter(Closing):
         return self._retried(f"mark shard {self.shard_id} done", lambda: self._finish_once(report))
 
     def _retried(self, what: str, step: Callable[[], T]) -> T:
-        return retry_step(step, what=what, policy=self._retry, reset=_nothing, sleep=self._sleep)
+        # Each step takes a pooled connection of its own: nothing to reset between tries.
+        return retry_step(step, what=what, outage=self._outage, sleep=self._sleep)
 
     def _read_start(self) -> ChunkStart:
         with self._ledger.reading(f"read the chunks of shard {self.shard_id}") as conn:
@@ -269,9 +271,5 @@ class ChunkWriter(Closing):
                 "updated": totals.rows_updated,
                 "unchanged": totals.rows_unchanged,
             }
-            shard_sql.mark_shard_done(conn, run_id, self.shard_id, report, merged)
+            shard_states.mark_done(conn, run_id, self.shard_id, report, merged)
         return totals
-
-
-def _nothing() -> None:
-    """Each step opens its own connection: nothing to reset between tries."""

@@ -24,7 +24,10 @@ from shardwise.redact import redact, remember
 from shardwise.results.sqlfiles import load_script, load_sql
 from shardwise.url_syntax import refuse_unencoded
 
-__all__ = ["brief_waits", "make_engine", "write_transaction"]
+__all__ = ["CONNECT_TIMEOUT_S", "brief_waits", "make_engine", "write_transaction"]
+
+CONNECT_TIMEOUT_S = 10
+"""Seconds a new PostgreSQL connection may take to open (libpq's ``connect_timeout``)."""
 
 _IMMEDIATE = "shardwise_immediate"
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgresql+psycopg": "postgresql+psycopg"}
@@ -46,11 +49,15 @@ def make_engine(url: str) -> sa.Engine:
         ) from exc
     remember(parsed.password)  # masked in every later message, however the driver spells it
     if parsed.drivername in _DRIVERS:
+        # A try at a host that does not answer is cut short, so a shard's retries check their
+        # deadline (shardwise.retry_policy) at least this often; a URL's own connect_timeout wins.
+        waits = {} if "connect_timeout" in parsed.query else {"connect_timeout": CONNECT_TIMEOUT_S}
         return sa.create_engine(
             parsed.set(drivername=_DRIVERS[parsed.drivername]),
             pool_pre_ping=True,
             pool_size=8,
             max_overflow=24,
+            connect_args=waits,
         )
     if parsed.drivername in _SQLITE:
         if parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed.query):

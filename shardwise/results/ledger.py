@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from shardwise.closing import Closing
 from shardwise.dberrors import mapped_errors, safe_url
 from shardwise.errors import ConfigError
-from shardwise.results import chunk_marks, lease_sql, ledger_sql, outcomes, shard_sql
+from shardwise.results import chunk_marks, lease_sql, ledger_sql, outcomes, shard_sql, shard_states
 from shardwise.results.codec import utc_now
 from shardwise.results.connect import brief_waits, make_engine, write_transaction
 from shardwise.results.leases import LEASE_S
@@ -149,13 +149,16 @@ class Ledger(Closing):
         owner: str | None = None,
         lease_s: float | None = None,
     ) -> int | None:
-        """Count an attempt as it starts and return its number; None when the shard is already done.
+        """Count an attempt as it starts (the shard is ``running``) and return its number; None when
+        the shard is already done. A failed shard raises :class:`~shardwise.errors.ShardStateError`
+        until a resume returns it to pending (see :mod:`~shardwise.results.shard_states`).
 
         With ``owner`` (the worker) and ``lease_s``, the attempt's lease is taken.
         """
         with self.writing(f"record an attempt at shard {shard_id}") as conn:
-            now = utc_now()
-            return shard_sql.record_attempt(conn, run_id, shard_id, host, device, now, owner, lease_s)
+            return shard_states.start_attempt(
+                conn, run_id, shard_id, utc_now(), host=host, device=device, owner=owner, lease_s=lease_s
+            )
 
     def renew_run_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
         """Extend ``owner``'s lease on a running run; False once it lost it (taken over, or finished)."""
@@ -182,7 +185,9 @@ class Ledger(Closing):
         with self.reading("list recent runs") as conn:
             if not sa.inspect(conn).has_table(_RUNS):
                 return []
-            return lease_sql.recent_runs(conn, limit, utc_now(), status, results_table)
+            runs = lease_sql.recent_runs(conn, limit, utc_now(), status, results_table)
+            states = shard_states.status_counts(conn, (run.run_id for run in runs))
+        return [dataclasses.replace(run, shard_states=states.get(run.run_id, {})) for run in runs]
 
     def record_progress(
         self,
@@ -216,10 +221,32 @@ class Ledger(Closing):
         with self.reading(f"read the progress of run {run_id}") as conn:
             return shard_sql.shard_progress(conn, run_id)
 
-    def mark_shard_failed(self, run_id: str, shard_id: int, error: str) -> bool:
-        """Mark a shard failed with its last error; a done shard stays done (then returns False)."""
+    def mark_shard_failed(self, run_id: str, shard_id: int, error: str, worker: str | None = None) -> bool:
+        """Mark a shard failed (no try is coming) with its last error; False when it was done (it stays
+        done) or failed already."""
         with self.writing(f"mark shard {shard_id} failed") as conn:
-            return shard_sql.mark_shard_failed(conn, run_id, shard_id, error, utc_now())
+            return shard_states.mark_failed(conn, run_id, shard_id, error, utc_now(), worker)
+
+    def mark_shard_retrying(self, run_id: str, shard_id: int, error: str, worker: str | None = None) -> bool:
+        """Mark a shard retrying: a try failed with ``error`` and another is coming; False when it is done."""
+        with self.writing(f"mark shard {shard_id} retrying") as conn:
+            return shard_states.mark_retrying(conn, run_id, shard_id, error, utc_now(), worker)
+
+    def shard_tally(self, run_id: str) -> dict[str, int]:
+        """How many of the run's shards are in each status now, and how many of its tries failed and
+        were tried again (``retried``, from the transitions)."""
+        with self.reading(f"count the shard states of run {run_id}") as conn:
+            found = dict(shard_states.status_counts(conn, [run_id])[run_id])
+            moves = shard_states.transitions(conn, run_id)
+        return {**found, "retried": sum(move.to_status == "retrying" for move in moves)}
+
+    def shard_transitions(
+        self, run_id: str, shard_id: int | None = None
+    ) -> list[shard_states.ShardTransition]:
+        """Every status change of the run's shards (of one, with ``shard_id``), in order: from, to,
+        attempt, when, worker and error."""
+        with self.reading(f"read the shard transitions of run {run_id}") as conn:
+            return shard_states.transitions(conn, run_id, shard_id)
 
     def finish_run(self, run_id: str, status: RunStatus, *, owner: str | None = None) -> outcomes.RunCounts:
         """Close a run as ``completed`` or ``failed`` and release its lease; counts come from the shards,

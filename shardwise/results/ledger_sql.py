@@ -17,11 +17,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, RunTakenOverError
-from shardwise.results import lease_sql
+from shardwise.results import lease_sql, shard_states
 from shardwise.results.codec import bind_timestamp, decode_json, decode_timestamp, encode_json
 from shardwise.results.outcomes import RunCounts, RunSummary
 from shardwise.results.records import RunRecord
-from shardwise.results.sqlfiles import load_script, statement
+from shardwise.results.sqlfiles import load_script, load_sql, statement
 from shardwise.sources.base import SourcePlan
 
 __all__ = ["create_ledger", "finish_run", "record_objects", "run_summary", "seen_objects", "start_run"]
@@ -48,10 +48,13 @@ _UPGRADES = {
 
 
 def create_ledger(conn: sa.Connection) -> None:
-    """Create the ledger tables, and add to an older ledger the columns it lacks."""
+    """Create the ledger tables, and bring an older ledger up to date: the columns it lacks, and the
+    shard statuses running and retrying (:func:`_add_shard_states`)."""
     for stmt in load_script(conn.dialect.name, "ledger_schema"):
         conn.exec_driver_sql(stmt)
     for stmt in load_script(conn.dialect.name, "chunks_schema"):  # shardwise.results.chunk_marks
+        conn.exec_driver_sql(stmt)
+    for stmt in load_script(conn.dialect.name, "shard_transitions_schema"):  # shard_states
         conn.exec_driver_sql(stmt)
     inspector = sa.inspect(conn)
     for table, upgrades in _UPGRADES.items():
@@ -59,6 +62,35 @@ def create_ledger(conn: sa.Connection) -> None:
         for column, upgrade in upgrades.items():
             if column not in have:
                 conn.execute(statement(conn, upgrade))
+    _add_shard_states(conn)
+
+
+def _add_shard_states(conn: sa.Connection) -> None:
+    """Widen an older ledger's CHECK on ``shardwise_shards.status`` to the statuses of
+    :mod:`~shardwise.results.shard_states`; a ledger that has them is left alone.
+
+    PostgreSQL changes the constraint in place. SQLite cannot change a CHECK,
+    so the table is rebuilt, in this transaction: moved aside, created again
+    from ``ledger_schema.sql`` (the one definition), its rows copied over by
+    column name, and the old one dropped. Stored rows keep their statuses
+    (pending, done, failed), which the new CHECK allows.
+    """
+    found = conn.execute(statement(conn, "shards_status_check")).scalar()
+    if found is None or "retrying" in str(found):
+        return
+    if conn.dialect.name == "postgresql":
+        for stmt in load_script("postgresql", "shards_add_states"):
+            conn.exec_driver_sql(stmt)
+        return
+    for stmt in load_script("sqlite", "shards_add_states"):
+        conn.exec_driver_sql(stmt)
+    for stmt in load_script("sqlite", "ledger_schema"):  # creates shardwise_shards as it is now
+        conn.exec_driver_sql(stmt)
+    old = sa.Table("shardwise_shards_before_states", sa.MetaData(), autoload_with=conn)
+    new = sa.Table("shardwise_shards", sa.MetaData(), autoload_with=conn)
+    columns = [c.name for c in old.columns if c.name in new.columns]
+    conn.execute(new.insert().from_select(columns, sa.select(*(old.c[name] for name in columns))))
+    conn.exec_driver_sql(load_sql("sqlite", "shards_drop_old"))
 
 
 def start_run(
@@ -107,7 +139,7 @@ def start_run(
     if lease is not None:
         lease_sql.take_run_lease(conn, run.run_id, lease[0], lease[1], now, lease[2])
     conn.execute(statement(conn, "run_resume"), {"run_id": run.run_id})
-    conn.execute(statement(conn, "shards_reset_failed"), {"run_id": run.run_id})
+    shard_states.reset_failed(conn, run.run_id, now)
     kept = SourcePlan.from_json(stored.plan)
     shards = [
         {

@@ -111,6 +111,9 @@ class RunListing(_Leased):
     lease_expires_at: datetime | None = None
     shards_running: int = 0
     """Shards a worker holds a live lease on now."""
+    shard_states: Mapping[str, int] = field(default_factory=dict)
+    """How many of its shards are in each status now (``{"done": 4, "retrying": 1}``; see
+    :mod:`~shardwise.results.shard_states`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ LEDGER_TABLES = (
     "shardwise_chunks",
     "shardwise_errors",
     "shardwise_objects",
+    "shardwise_shard_transitions",
 )
 STAGE_TABLE = "shardwise_stage"
 SINK_TABLES = ("shardwise_commits",)

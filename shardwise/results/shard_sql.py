@@ -1,24 +1,24 @@
-"""A shard's statements on the ledger: its attempts, progress, done or failed mark, and dead letters.
+"""A shard's statements on the ledger: its progress, dead letters, and the reads of its row.
 
-The worker side of the ledger: what a shard attempt writes as it starts,
-runs and merges, and the reads of those rows. Every function takes a
-connection inside a transaction the caller opened, so a chunk's merge, its
-dead letters and the shard's done-mark can share one.
+The worker side of the ledger: what a shard attempt writes as it runs and
+merges, and the reads of those rows. What changes a shard's status (an
+attempt starting, done, retrying, failed) is
+:mod:`shardwise.results.shard_states`, the one module that does. Every
+function takes a connection inside a transaction the caller opened, so a
+chunk's merge, its dead letters and the shard's done-mark can share one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
 from shardwise.results.codec import bind_timestamp, decode_row, encode_json, key_text
-from shardwise.results.leases import expiry
 from shardwise.results.outcomes import ShardProgress, StoredDeadLetter, StoredShard
-from shardwise.results.records import DeadLetter, ShardReport
+from shardwise.results.records import DeadLetter
 from shardwise.results.sqlfiles import statement
 
 __all__ = [
@@ -26,9 +26,6 @@ __all__ = [
     "done_shards",
     "insert_dead_letters",
     "lock_shard",
-    "mark_shard_done",
-    "mark_shard_failed",
-    "record_attempt",
     "record_progress",
     "shard_progress",
     "shard_status",
@@ -94,61 +91,6 @@ def insert_dead_letters(
         conn.execute(statement(conn, "dead_letters_insert"), params)
 
 
-def mark_shard_done(
-    conn: sa.Connection, run_id: str, shard_id: int, report: ShardReport, merged: Mapping[str, int]
-) -> None:
-    """Record the report on the shard's row and mark it done; ``merged`` holds the merge's split.
-
-    The engine figures' ``counts`` (the shard's count outputs) become its last progress too.
-    """
-    engine: Mapping[str, Any] = report.engine
-    conn.execute(
-        statement(conn, "shard_done"),
-        {
-            "run_id": run_id,
-            "shard_id": shard_id,
-            "attempt": report.attempt,
-            "rows_in": report.rows_in,
-            "rows_out": report.rows_out,
-            "rows_failed": report.rows_failed,
-            "rows_inserted": merged["inserted"],
-            "rows_updated": merged["updated"],
-            "rows_unchanged": merged["unchanged"],
-            "started_at": bind_timestamp(conn, report.started_at),
-            "finished_at": bind_timestamp(conn, report.finished_at),
-            "host": report.host,
-            "device": report.device,
-            "padding_efficiency": engine.get("padding_efficiency"),
-            "tokens_per_s": engine.get("tokens_per_s"),
-            "oom_splits": engine.get("oom_splits"),
-            "engine": encode_json(engine),
-            "progress_counts": encode_json(engine["counts"]) if engine.get("counts") else None,
-        },
-    )
-
-
-def record_attempt(
-    conn: sa.Connection,
-    run_id: str,
-    shard_id: int,
-    host: str | None,
-    device: str | None,
-    now: datetime,
-    owner: str | None = None,
-    lease_s: float | None = None,
-) -> int | None:
-    """Count an attempt at a shard as it starts; its number, or None when the shard is done.
-
-    With ``owner`` and ``lease_s`` the worker takes the attempt's lease (no lease without them).
-    """
-    params = {"run_id": run_id, "shard_id": shard_id, "started_at": bind_timestamp(conn, now), "owner": owner}
-    params["lease_expires_at"] = None if lease_s is None else bind_timestamp(conn, expiry(lease_s, now))
-    found = conn.execute(
-        statement(conn, "shard_attempt"), {**params, "host": host, "device": device}
-    ).scalar()
-    return None if found is None else int(found)
-
-
 def record_progress(
     conn: sa.Connection,
     run_id: str,
@@ -169,11 +111,6 @@ def record_progress(
 def shard_progress(conn: sa.Connection, run_id: str) -> list[ShardProgress]:
     rows = conn.execute(statement(conn, "shards_progress"), {"run_id": run_id}).mappings()
     return [ShardProgress(**decode_row(r, json_columns=["progress_counts"])) for r in rows]
-
-
-def mark_shard_failed(conn: sa.Connection, run_id: str, shard_id: int, error: str, now: datetime) -> bool:
-    params = {"run_id": run_id, "shard_id": shard_id, "finished_at": bind_timestamp(conn, now)}
-    return conn.execute(statement(conn, "shard_failed"), {**params, "error": error[:10_000]}).rowcount == 1
 
 
 def shards(conn: sa.Connection, run_id: str) -> list[StoredShard]:

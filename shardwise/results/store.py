@@ -15,9 +15,9 @@ from shardwise.closing import Closing
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.results.chunk_writer import ChunkWriter
-from shardwise.results.db_retry import DbRetry
 from shardwise.results.ledger import Ledger
 from shardwise.results.records import RunRecord
+from shardwise.retry_policy import Outage
 from shardwise.sinks.base import Layout, Sink
 from shardwise.sources.base import KeyType
 
@@ -70,19 +70,20 @@ class ResultStore(Closing):
         self.sink.ensure()
 
     def chunk_writer(
-        self, run: RunRecord, shard_id: int, attempt: int, retry: DbRetry | None = None
+        self, run: RunRecord, shard_id: int, attempt: int, outage: Outage | None = None
     ) -> ChunkWriter:
         """A writer that commits one attempt at one shard chunk by chunk; use it as a context manager.
 
-        ``retry`` says how often each step of a chunk's commit is tried again
-        before the attempt fails (see :mod:`shardwise.results.db_retry`).
+        Each step of a chunk's commit is tried again until ``outage``'s
+        deadline (the shard's clock; a fresh one with the default policy when
+        None), then the attempt fails (see :mod:`shardwise.retry_policy`).
         """
         if run.results_table != self.sink.target:
             raise ConfigError(
                 f"run {run.run_id!r} writes to {run.results_table!r} but this store's sink is "
                 f"{self.sink.target!r}; open the sink of the run's results"
             )
-        return ChunkWriter(self.ledger, self.sink, run, shard_id, attempt, retry)
+        return ChunkWriter(self.ledger, self.sink, run, shard_id, attempt, outage)
 
     def read_results(
         self, *, model_version: str | None = None, limit: int | None = None

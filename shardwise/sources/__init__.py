@@ -93,7 +93,7 @@ def open_source(
                 f"{path!r} is a folder of images: each row is one image keyed by its path in the folder, "
                 "so it takes no --key, --text-column or input columns; drop them"
             )
-        return ImageFolderSource(path, s3_client=options.get("s3_client"))
+        return ImageFolderSource(path, s3_client=options.get("s3_client"), retry=options.get("retry"))
     return ParquetSource(
         path, key, text_column, input_columns=input_columns, image_column=image_column, **options
     )

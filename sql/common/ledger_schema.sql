@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS shardwise_shards (
     shard_id            integer NOT NULL,
     bounds              {JSON} NOT NULL,
     expected_rows       bigint NOT NULL,
-    status              text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'done', 'failed')),
+    status              text NOT NULL DEFAULT 'pending'
+                        CHECK (status IN ('pending', 'running', 'retrying', 'done', 'failed')),
     attempts            integer NOT NULL DEFAULT 0,
     rows_in             bigint,
     rows_out            bigint,

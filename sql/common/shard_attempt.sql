@@ -2,9 +2,10 @@
 -- so a task that a cluster re-runs after a worker died still counts as a new one.
 -- The attempt's live progress starts again from zero.
 -- The worker (owner) takes the attempt's lease; it renews it while scoring (shard_lease_renew.sql).
--- No row comes back when the shard is done (or not in the plan).
+-- The shard is now running (shard_states.py checked the transition and locked the row).
 UPDATE shardwise_shards
-SET attempts = attempts + 1,
+SET status = 'running',
+    attempts = attempts + 1,
     started_at = :started_at,
     host = COALESCE(CAST(:host AS text), host),
     device = COALESCE(CAST(:device AS text), device),

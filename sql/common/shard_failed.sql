@@ -1,5 +1,6 @@
--- A shard that is already done stays done: a late failure report cannot undo a merge.
--- The attempt was counted when it started (shard_attempt.sql).
+-- No attempt of the shard is coming (shard_states.py checked the transition and locked the row;
+-- a done shard stays done: a late failure report cannot undo a merge). The attempt was counted
+-- when it started (shard_attempt.sql).
 UPDATE shardwise_shards
 SET status = 'failed',
     finished_at = :finished_at,

@@ -76,13 +76,13 @@ def test_a_killed_run_is_held_until_its_lease_expires_then_shows_abandoned_and_r
     elsewhere = "another-host:" + owner.split(":", 1)[1]
     execute(sqlite_url, "update shardwise_runs set owner = :owner", {"owner": elsewhere})
     shards = "select shard_id, status, attempts from shardwise_shards order by shard_id"
-    assert execute(sqlite_url, shards) == [(0, "pending", 1), (1, "pending", 0)]
+    assert execute(sqlite_url, shards) == [(0, "running", 1), (1, "pending", 0)]  # as the kill left it
     scored = execute(sqlite_url, "select count(*) from shardwise_results")
 
     assert main(["run", *source, "--resume", run_id]) == 2, "its lease is live: another resume waits"
     err = capsys.readouterr().err
     assert "is still running on" in err and f"--resume {run_id} --force" in err
-    assert execute(sqlite_url, shards) == [(0, "pending", 1), (1, "pending", 0)], "nothing ran"
+    assert execute(sqlite_url, shards) == [(0, "running", 1), (1, "pending", 0)], "nothing ran"
     assert execute(sqlite_url, "select count(*) from shardwise_results") == scored
 
     deadline, out = time.monotonic() + 20, ""

@@ -154,6 +154,8 @@ def test_permanent_shard_error_fails_the_run_fast_and_resume_finishes_it(
     )
     assert shard[0][:2] == ("failed", 1), "a permanent error is not retried"
     assert "wrong shape" in shard[0][2]
+    moves = "select from_status, to_status from shardwise_shard_transitions where shard_id = 1 order by id"
+    assert execute(sqlite_url, moves) == [("pending", "running"), ("running", "failed")]
 
     monkeypatch.setattr(infer, "score_shard", real)
     ok, resumed = _run(source=sqlite_url, table="docs", shards=3, resume=summary["run_id"])
@@ -179,6 +181,14 @@ def test_transient_error_is_retried(sqlite_url: str, monkeypatch: pytest.MonkeyP
     assert ok and summary["rows_out"] == 100
     assert calls == [1, 2]
     assert execute(sqlite_url, "select status, attempts from shardwise_shards") == [("done", 2)]
+    moves = "select from_status, to_status, attempt, error from shardwise_shard_transitions order by id"
+    assert execute(sqlite_url, moves) == [
+        ("pending", "running", 1, None),
+        ("running", "retrying", 1, "TransientError: connection reset by peer (simulated)"),  # not failed
+        ("retrying", "running", 2, None),
+        ("running", "done", 2, None),
+    ]
+    assert summary["shard_states"] == {"done": 1, "retried": 1}
 
 
 def test_local_parquet_folder_end_to_end(tmp_path, sqlite_url: str) -> None:

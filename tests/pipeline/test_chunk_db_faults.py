@@ -22,7 +22,8 @@ from pg_faults import BackendKiller
 from shardwise.errors import TransientError
 from shardwise.model import Model
 from shardwise.pipeline import ChunkConfig, score_shard
-from shardwise.results import DbRetry, ResultStore, RunCounts, RunRecord, read_marks
+from shardwise.results import ResultStore, RunCounts, RunRecord, read_marks
+from shardwise.retry_policy import Outage, RetryPolicy
 from shardwise.sources import SqlSource
 from shardwise.sources.base import SourcePlan
 from shardwise.stats import BatchStats
@@ -34,7 +35,7 @@ TARGETS = ("COPY", "INSERT") * 3
 
 
 def _run(
-    url: str, source: SqlSource, plan: SourcePlan, model: Model, table: str, retry: DbRetry
+    url: str, source: SqlSource, plan: SourcePlan, model: Model, table: str, retry: RetryPolicy
 ) -> tuple[ResultStore, RunRecord, int]:
     """Score every shard, each under a task's retry loop; returns the rows forward passes took."""
     store = ResultStore.sql(url, table, model.outputs, "int")
@@ -50,6 +51,7 @@ def _run(
         forwarded += batch.rows
 
     for shard in plan.shards:
+        outage = Outage(retry)  # the shard's clock, shared by its attempts as the task layer shares it
         for task_try in range(4):
             try:
                 score_shard(
@@ -60,7 +62,8 @@ def _run(
                     store=store,
                     run=run,
                     on_batch=count,
-                    chunking=ChunkConfig(CHUNK, retry),
+                    chunking=ChunkConfig(CHUNK),
+                    outage=outage,
                 )
                 break
             except TransientError:
@@ -84,12 +87,12 @@ def test_killed_copies_and_merges_cost_a_retried_step_not_a_rescored_shard(
     pg_url: str, tiny_model: Model, caplog: pytest.LogCaptureFixture
 ) -> None:
     make_docs(pg_url, ROWS)  # and three bad rows: dead letters
-    retry = DbRetry(tries=5, backoff_s=0.05, max_backoff_s=0.2)
+    retry = RetryPolicy(deadline_s=10, backoff_s=0.05, backoff_cap_s=0.2)
     with SqlSource(pg_url, "docs", "id", "text") as source:
         plan = source.plan(shards=SHARDS)
         clean, clean_run, _ = _run(pg_url, source, plan, tiny_model, "clean", retry)
         killer = BackendKiller(pg_url, "faulty", TARGETS)
-        caplog.set_level(logging.WARNING, logger="shardwise.results.db_retry")
+        caplog.set_level(logging.WARNING, logger="shardwise.retry_policy")
         killer.start()
         try:
             store, run, forwarded = _run(pg_url, source, plan, tiny_model, "faulty", retry)
@@ -106,8 +109,8 @@ def test_killed_copies_and_merges_cost_a_retried_step_not_a_rescored_shard(
     assert len(store.ledger.dead_letters(run.run_id)) == 3
     marks = read_marks(store.ledger, run.run_id)
     assert len(marks) == len(read_marks(clean.ledger, clean_run.run_id))
-    retries = [r.getMessage() for r in caplog.records if "on a new connection" in r.getMessage()]
+    retries = [r.getMessage() for r in caplog.records if " failed on try " in r.getMessage()]
     assert len(retries) >= len(killer.kills)
-    assert all(" failed on try " in line and " of 5: " in line for line in retries)
+    assert all("given up 10 s in" in line for line in retries)
     store.close()
     clean.close()

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from botocore.exceptions import ClientError
 
-from shardwise.errors import ConfigError, TransientError
+from shardwise.errors import ConfigError, RetryDeadlineError
 from shardwise.flows.cli_options import SOURCE_OPTIONS, add_param_options, score_params
 from shardwise.image_value import ImageValue
 from shardwise.lineage import value_fingerprint
@@ -21,11 +21,11 @@ from shardwise.pipeline import RunSpec
 from shardwise.pipeline.source_plan import plan_source
 from shardwise.pipeline.spec import as_is
 from shardwise.pipeline.worker import open_spec_source
+from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import SourceRow
 from shardwise.sources.images import ImageColumn
 from shardwise.sources.images.s3_get import get_image
 from shardwise.sources.keyed import KeyedSource
-from shardwise.sources.parquet.s3_objects import S3RetryPolicy
 
 BASE = {"source": "sqlite:///x.db", "results": "sqlite:///x.db", "results_table": "r", "table": "docs"}
 
@@ -152,15 +152,16 @@ class _Failing:
         raise ClientError(self._error, "GetObject")  # type: ignore[arg-type]
 
 
-def test_a_transient_s3_failure_outlasting_its_retries_fails_the_read() -> None:
+def test_a_transient_s3_failure_outlasting_the_deadline_fails_the_read() -> None:
     client = _Failing("SlowDown", 503)
-    with pytest.raises(TransientError, match="3 attempts for this object failed"):
-        get_image(client, "s3://b/k.png", S3RetryPolicy(tries=3, base_delay_s=0))
-    assert client.calls == 3
+    gives_up = r"reading image s3://b/k\.png kept failing .* deadline of 0\.2 s"
+    with pytest.raises(RetryDeadlineError, match=gives_up):
+        get_image(client, "s3://b/k.png", RetryPolicy(deadline_s=0.2, backoff_s=0.01, backoff_cap_s=0.01))
+    assert client.calls >= 5
 
 
 def test_a_missing_s3_object_is_the_rows_error_not_a_raise() -> None:
-    value = get_image(_Failing("NoSuchKey", 404), "s3://b/k.png", S3RetryPolicy(tries=3, base_delay_s=0))
+    value = get_image(_Failing("NoSuchKey", 404), "s3://b/k.png", RetryPolicy(backoff_s=0))
     assert value == ImageValue(
         None, origin="s3://b/k.png", error="no such object s3://b/k.png (S3 answered NoSuchKey)"
     )

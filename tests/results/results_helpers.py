@@ -17,7 +17,7 @@ from shardwise.model import OutputColumn
 from shardwise.results import (
     Chunk,
     ChunkStart,
-    DbRetry,
+    ChunkWriter,
     DeadLetter,
     MergeOutcome,
     ResultRow,
@@ -25,6 +25,7 @@ from shardwise.results import (
     RunRecord,
     ShardReport,
 )
+from shardwise.retry_policy import Outage, RetryPolicy
 from shardwise.sources.base import Key, Shard, SourcePlan
 
 DIM = 8
@@ -35,8 +36,12 @@ OUTPUTS = (
     OutputColumn("label", "text"),
 )
 TABLE = "docs_emb"
-QUICK = DbRetry(tries=4, backoff_s=0.05)
-"""A chunk step retried briefly: what most chunk-writer tests use."""
+
+
+def brief(deadline_s: float = 5.0) -> Outage:
+    """A fresh shard clock whose chunk steps retry every 0.05 to 0.2 s, for ``deadline_s``: what most
+    chunk-writer tests use."""
+    return Outage(RetryPolicy(deadline_s=deadline_s, backoff_s=0.05, backoff_cap_s=0.2))
 
 
 def make_store(
@@ -48,12 +53,15 @@ def make_store(
     return ResultStore.sql(url, table, outputs, key_type)
 
 
-def started_run(url: str) -> RunRecord:
-    """Create the ledger in ``url`` and start ``run-1`` on a two-shard plan."""
+def started_run(url: str, *, running: tuple[int, ...] = ()) -> RunRecord:
+    """Create the ledger in ``url`` and start ``run-1`` on a two-shard plan; count a first attempt at
+    each shard in ``running``."""
     with make_store(url) as store:
         store.ensure_schema()
         run = make_run()
         store.ledger.start_run(run, make_plan())
+        for shard_id in running:
+            store.ledger.record_attempt(run.run_id, shard_id)
     return run
 
 
@@ -165,6 +173,18 @@ def nth_chunk(number: int, per: int = 10, salt: str = "", dead: int = 0) -> Chun
     return Chunk(number, make_rows(keys, fp_salt=salt), letters, int(3 in keys), position)
 
 
+def attempt_writer(
+    store: ResultStore, run: RunRecord, shard_id: int, attempt: int, outage: Outage | None = None
+) -> ChunkWriter:
+    """The chunk writer of the shard's ``attempt``-th attempt, counted in the ledger first (the shard is
+    then running), as :func:`~shardwise.pipeline.score_shard` does; a done shard is left done."""
+    for _ in range(attempt):
+        counted = store.ledger.record_attempt(run.run_id, shard_id)
+        if counted is None or counted >= attempt:
+            break
+    return store.chunk_writer(run, shard_id, attempt, outage)
+
+
 def write_shard(
     store: ResultStore,
     run: RunRecord,
@@ -175,7 +195,7 @@ def write_shard(
     dead: Sequence[DeadLetter] = (),
 ) -> MergeOutcome:
     """Write a whole shard as one chunk, then mark it done, as the pipeline does; falsy if it was done."""
-    with store.chunk_writer(run, shard_id, attempt) as writer:
+    with attempt_writer(store, run, shard_id, attempt) as writer:
         done = writer.commit(whole_chunk(rows, dead, writer.start()))
         if done.status != "merged" or writer.finish(make_report(attempt, len(rows), len(dead))) is None:
             return MergeOutcome(committed=False)

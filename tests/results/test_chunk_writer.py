@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from results_helpers import (
     OUTPUTS,
-    QUICK,
+    attempt_writer,
+    brief,
     make_plan,
     make_report,
     make_rows,
@@ -22,7 +23,10 @@ from shardwise.results import ChunkCommit, ChunkStart, ResultStore, RunCounts, r
 def test_a_chunk_commits_once_and_a_second_writer_of_it_changes_nothing(store: ResultStore) -> None:
     run = make_run()
     store.ledger.start_run(run, make_plan())
-    with store.chunk_writer(run, 0, 1, QUICK) as first, store.chunk_writer(run, 0, 2, QUICK) as second:
+    with (
+        attempt_writer(store, run, 0, 1, brief()) as first,
+        attempt_writer(store, run, 0, 2, brief()) as second,
+    ):
         assert first.commit(nth_chunk(0, dead=1)).status == "merged"
         again = second.commit(nth_chunk(0, salt="second", dead=1))
     assert again == ChunkCommit("already", stored_position={"rows": 11, "key": 1000})
@@ -37,11 +41,11 @@ def test_a_chunk_commits_once_and_a_second_writer_of_it_changes_nothing(store: R
 def test_a_later_attempt_starts_after_the_last_chunk_and_the_done_mark_counts_all(store: ResultStore) -> None:
     run = make_run()
     store.ledger.start_run(run, make_plan())
-    with store.chunk_writer(run, 0, 1, QUICK) as writer:
+    with attempt_writer(store, run, 0, 1, brief()) as writer:
         assert writer.start() == ChunkStart()
         writer.commit(nth_chunk(0, dead=1))
         writer.commit(nth_chunk(1, dead=1))
-    with store.chunk_writer(run, 0, 2, QUICK) as writer:
+    with attempt_writer(store, run, 0, 2, brief()) as writer:
         assert writer.start() == ChunkStart(chunk=2, rows=22, key=1010, failed=2)
         writer.commit(nth_chunk(2, dead=1))
         totals = writer.finish(make_report(attempt=2, rows=10, failed=1))
@@ -64,10 +68,10 @@ def test_a_later_attempt_starts_after_the_last_chunk_and_the_done_mark_counts_al
 def test_nothing_more_is_written_to_a_done_shard(store: ResultStore) -> None:
     run = make_run()
     store.ledger.start_run(run, make_plan())
-    with store.chunk_writer(run, 0, 1, QUICK) as writer:
+    with attempt_writer(store, run, 0, 1, brief()) as writer:
         writer.commit(nth_chunk(0))
         assert writer.finish(make_report()) is not None
-    with store.chunk_writer(run, 0, 2, QUICK) as late:
+    with attempt_writer(store, run, 0, 2, brief()) as late:
         assert late.commit(nth_chunk(1)).status == "shard_done"
         assert late.finish(make_report(attempt=2)) is None
     assert store.count_results() == 10
@@ -77,7 +81,7 @@ def test_nothing_more_is_written_to_a_done_shard(store: ResultStore) -> None:
 def test_a_failed_shards_committed_chunks_count_in_the_run(store: ResultStore) -> None:
     run = make_run()
     store.ledger.start_run(run, make_plan())
-    with store.chunk_writer(run, 0, 1, QUICK) as writer:
+    with attempt_writer(store, run, 0, 1, brief()) as writer:
         writer.commit(nth_chunk(0, dead=2))
         writer.commit(nth_chunk(1))
     store.ledger.mark_shard_failed(run.run_id, 0, "TransientError: the worker died")
@@ -94,9 +98,9 @@ def test_chunk_marks_sum_the_count_outputs_so_shard_and_run_totals_survive_retri
         store.ensure_schema()
         run = make_run()
         store.ledger.start_run(run, make_plan())
-        with store.chunk_writer(run, 0, 1, QUICK) as writer:
+        with attempt_writer(store, run, 0, 1, brief()) as writer:
             writer.commit(nth_chunk(0, dead=1))  # dead letters have no outputs: they count nothing
-        with store.chunk_writer(run, 0, 2, QUICK) as writer:
+        with attempt_writer(store, run, 0, 2, brief()) as writer:
             assert writer.start().counts == {"label_id": 70}
             writer.commit(nth_chunk(1))
             totals = writer.finish(make_report(attempt=2))
@@ -105,7 +109,7 @@ def test_chunk_marks_sum_the_count_outputs_so_shard_and_run_totals_survive_retri
         (shard, _) = store.ledger.shards(run.run_id)
         assert shard.engine["counts"] == {"label_id": 140}
         assert store.ledger.shard_progress(run.run_id)[0].progress_counts == {"label_id": 140}
-        with store.chunk_writer(run, 1, 1, QUICK) as writer:
+        with attempt_writer(store, run, 1, 1, brief()) as writer:
             writer.commit(nth_chunk(2))
         store.ledger.mark_shard_failed(run.run_id, 1, "TransientError: the worker died")
         counts = store.ledger.finish_run(run.run_id, "failed")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from results_helpers import make_report, make_run, whole_chunk
+from results_helpers import attempt_writer, make_report, make_run, whole_chunk
 
 from shardwise.model import OutputColumn
 from shardwise.results import ChunkStart, ResultRow, ResultStore
@@ -36,7 +36,7 @@ def test_fifty_thousand_384d_rows_merge_in_flat_memory(pg_url: str) -> None:
         tracemalloc.start()
         t0 = time.perf_counter()
         inserted = 0
-        with store.chunk_writer(run, 0, 1) as writer:
+        with attempt_writer(store, run, 0, 1) as writer:
             start = writer.start()
             for rows in _chunks():
                 chunk = whole_chunk(rows, after=start)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from results_helpers import TABLE, make_plan, make_rows, make_run, whole_chunk, write_shard
+from results_helpers import TABLE, attempt_writer, make_plan, make_rows, make_run, whole_chunk, write_shard
 
 from shardwise.errors import ConfigError
 from shardwise.results import DeadLetter, ResultStore
@@ -62,7 +62,7 @@ def test_dead_letters_are_stored_once_with_their_lineage(store: ResultStore) -> 
     run = make_run()
     store.ledger.start_run(run, make_plan())
     dead = [DeadLetter(4, "InputError", "text is empty", "fp-x"), DeadLetter(None, "InputError", "no key")]
-    with pytest.raises(RuntimeError), store.chunk_writer(run, 0, 1) as writer:
+    with pytest.raises(RuntimeError), attempt_writer(store, run, 0, 1) as writer:
         whole_chunk([], dead, writer.start())  # held in memory, never committed
         raise RuntimeError("attempt 1 dies")
     assert store.ledger.dead_letters(run.run_id) == []

@@ -8,7 +8,7 @@ from typing import overload
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from results_helpers import make_plan, make_rows, make_run, snapshot, whole_chunk, write_shard
+from results_helpers import attempt_writer, make_plan, make_rows, make_run, snapshot, whole_chunk, write_shard
 
 from shardwise.errors import ConfigError
 from shardwise.results import Chunk, DeadLetter, ResultRow, ResultStore
@@ -81,7 +81,7 @@ def test_a_new_model_version_adds_rows_beside_the_old(store: ResultStore) -> Non
 def test_an_exception_before_commit_leaves_nothing(store: ResultStore) -> None:
     run = make_run()
     store.ledger.start_run(run, make_plan())
-    with pytest.raises(RuntimeError, match="model crashed"), store.chunk_writer(run, 0, 1) as writer:
+    with pytest.raises(RuntimeError, match="model crashed"), attempt_writer(store, run, 0, 1) as writer:
         assert writer.start().rows == 0
         whole_chunk(make_rows(range(10)), [DeadLetter(1, "InputError", "bad")])  # scored, not committed
         raise RuntimeError("model crashed")
@@ -117,7 +117,7 @@ def test_a_writer_failing_halfway_then_retried_ends_with_one_copy(store: ResultS
     run = make_run()
     store.ledger.start_run(run, make_plan())
     rows = make_rows(range(10))
-    with pytest.raises(ConnectionError), store.chunk_writer(run, 0, 1) as writer:
+    with pytest.raises(ConnectionError), attempt_writer(store, run, 0, 1) as writer:
         failing = Chunk(0, _FailsAt(rows, at=7), [], 0, {"rows": 10, "key": 9})
         writer.commit(failing)  # staging reads the rows: the source drops at the 8th
     assert store.count_results() == 0
@@ -144,7 +144,7 @@ def test_rows_that_do_not_match_the_outputs_are_refused(store: ResultStore) -> N
     missing = ResultRow(1, {"embedding": good.values["embedding"]}, "fp")
     text_key = ResultRow("one", good.values, "fp")
     for bad, match in [(short, "1-d vectors of 8"), (missing, "expects exactly"), (text_key, "int keys")]:
-        with pytest.raises(ConfigError, match=match), store.chunk_writer(run, 0, 1) as writer:
+        with pytest.raises(ConfigError, match=match), attempt_writer(store, run, 0, 1) as writer:
             writer.commit(whole_chunk([bad]))
     assert store.count_results() == 0
 
@@ -169,7 +169,7 @@ def _temp_tables(conn: sa.Connection) -> set[str]:
 def test_the_staging_table_is_gone_after_each_commit(store: ResultStore) -> None:
     run = make_run()
     store.ledger.start_run(run, make_plan())
-    with store.chunk_writer(run, 0, 1) as writer:
+    with attempt_writer(store, run, 0, 1) as writer:
         assert writer.commit(whole_chunk(make_rows(range(3)))).status == "merged"
     engine = store.sink.engine  # type: ignore[attr-defined]
     pooled = [engine.connect() for _ in range(engine.pool.checkedin())]

@@ -45,7 +45,7 @@ def test_an_old_ledger_gains_the_progress_columns_and_its_runs_report(db_url: st
         assert ledger.record_attempt(run.run_id, 0) == 1
         assert ledger.record_progress(run.run_id, 0, 1, rows=7, failed=1, counts={"completion_tokens": 40})
         assert ledger.shard_progress(run.run_id) == [
-            ShardProgress(0, "pending", 10, None, None, 7, 1, {"completion_tokens": 40}),
+            ShardProgress(0, "running", 10, None, None, 7, 1, {"completion_tokens": 40}),
             ShardProgress(1, "pending", 10, None, None, None, None),
         ]
 

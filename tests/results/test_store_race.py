@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from results_helpers import (
-    QUICK,
+    attempt_writer,
+    brief,
     impatient_store,
     locked_out,
     make_plan,
@@ -26,8 +27,8 @@ from results_helpers import (
     write_shard,
 )
 
-from shardwise.errors import TransientError
-from shardwise.results import DbRetry, DeadLetter, MergeOutcome, ResultStore, read_marks
+from shardwise.errors import RetryDeadlineError, TransientError
+from shardwise.results import DeadLetter, MergeOutcome, ResultStore, read_marks
 
 
 def test_two_writers_racing_on_one_shard_commit_once(store: ResultStore) -> None:
@@ -36,7 +37,7 @@ def test_two_writers_racing_on_one_shard_commit_once(store: ResultStore) -> None
     barrier = threading.Barrier(2)
 
     def attempt(n: int) -> bool:
-        with store.chunk_writer(run, 0, n) as writer:
+        with attempt_writer(store, run, 0, n) as writer:
             rows = make_rows(range(10), fp_salt=f"writer{n}")
             chunk = whole_chunk(rows, [DeadLetter(100, "InputError", f"from writer {n}")])
             barrier.wait()
@@ -80,7 +81,7 @@ def test_an_sqlite_lock_held_past_the_busy_timeout_is_transient(sqlite_url: str)
 def test_sqlite_writers_stage_while_another_holds_the_write_lock(sqlite_url: str) -> None:
     run = started_run(sqlite_url)
     with make_store(sqlite_url) as store:
-        with store.chunk_writer(run, 0, 1, DbRetry(tries=1)) as writer, write_lock_held(sqlite_url, 0.3):
+        with attempt_writer(store, run, 0, 1, brief(0)) as writer, write_lock_held(sqlite_url, 0.3):
             t0 = time.perf_counter()
             chunk = whole_chunk(make_rows(range(100)), [DeadLetter(500, "InputError", "empty")])
             # Staging goes to TEMP tables without the shared write lock; the merge waits for it
@@ -107,7 +108,11 @@ def test_a_connection_dropped_mid_merge_is_transient_and_the_retry_merges_once(p
                     other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
 
         sa.event.listen(sink_engine, "before_cursor_execute", drop_own_backend)
-        with pytest.raises(TransientError), store.chunk_writer(run, 0, 1, DbRetry(tries=1)) as writer:
+        # No retry (a deadline of 0): the dropped connection ends the attempt, and nothing is merged.
+        with (
+            pytest.raises(RetryDeadlineError, match="terminat"),
+            attempt_writer(store, run, 0, 1, brief(0)) as writer,
+        ):
             writer.start()
             writer.commit(whole_chunk(make_rows(range(10))))
         sa.event.remove(sink_engine, "before_cursor_execute", drop_own_backend)
@@ -124,7 +129,7 @@ def test_racing_writers_merge_each_chunk_once(store: ResultStore) -> None:
     barrier = threading.Barrier(2)
 
     def attempt(n: int) -> list[str]:
-        with store.chunk_writer(run, 0, n, QUICK) as writer:
+        with attempt_writer(store, run, 0, n, brief()) as writer:
             barrier.wait()
             statuses = [writer.commit(nth_chunk(i, salt=f"w{n}")).status for i in range(5)]
             return [*statuses, "finished" if writer.finish(make_report(n, 50)) else "skipped"]
@@ -148,29 +153,31 @@ def test_racing_writers_merge_each_chunk_once(store: ResultStore) -> None:
 def test_a_locked_database_costs_a_retry_of_the_chunk_step_not_the_chunk(
     sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run = started_run(sqlite_url)
+    run = started_run(sqlite_url, running=(0,))
     quick = impatient_store(sqlite_url, 50)
-    caplog.set_level(logging.WARNING, logger="shardwise.results.db_retry")
-    retry = DbRetry(tries=8, backoff_s=0.1, max_backoff_s=0.2)
+    caplog.set_level(logging.WARNING, logger="shardwise.retry_policy")
     with (
         quick,
         write_lock_held(sqlite_url, release_after_s=0.4),
-        quick.chunk_writer(run, 0, 1, retry) as writer,
+        quick.chunk_writer(run, 0, 1, brief(10)) as writer,
     ):
         assert writer.commit(nth_chunk(0)).status == "merged"
     tries = [r.getMessage() for r in caplog.records]
-    assert tries and "commit chunk 0 of shard 0 to docs_emb failed on try 1 of 8" in tries[0]
-    assert "database is locked" in tries[0] and "on a new connection" in tries[0]
+    assert tries and "commit chunk 0 of shard 0 to docs_emb failed on try 1 (" in tries[0]
+    assert "database is locked" in tries[0] and "given up 10 s in" in tries[0]
     with make_store(sqlite_url) as store:
         assert store.count_results() == 10
 
 
-def test_the_retry_gives_up_after_its_tries_with_a_transient_error(sqlite_url: str) -> None:
-    run = started_run(sqlite_url)
-    retry, gives_up = DbRetry(tries=3, backoff_s=0.01), "failed on all 3 tries, each on a new connection"
+def test_the_retry_gives_up_at_the_deadline_naming_it(sqlite_url: str) -> None:
+    run = started_run(sqlite_url, running=(0,))
+    gives_up = "commit chunk 0 of shard 0 to docs_emb kept failing for .* the retry deadline of 0.5 s"
     with (
         locked_out(sqlite_url, 20) as quick,
-        quick.chunk_writer(run, 0, 1, retry) as writer,
-        pytest.raises(TransientError, match=gives_up),
+        quick.chunk_writer(run, 0, 1, brief(0.5)) as writer,
+        pytest.raises(RetryDeadlineError, match=gives_up) as caught,
     ):
+        started = time.monotonic()
         writer.commit(nth_chunk(0))
+    assert 0.5 <= time.monotonic() - started < 2.0
+    assert "database is locked" in str(caught.value)

@@ -9,7 +9,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from results_helpers import OUTPUTS, QUICK, TABLE, make_plan, make_report, make_run, nth_chunk, snapshot
+from results_helpers import (
+    OUTPUTS,
+    TABLE,
+    attempt_writer,
+    brief,
+    make_plan,
+    make_report,
+    make_run,
+    nth_chunk,
+    snapshot,
+)
 
 from shardwise.results import Ledger, ResultStore, read_marks
 from shardwise.sinks import Layout, SinkChunk
@@ -46,7 +56,7 @@ def test_a_chunk_the_sink_holds_but_the_ledger_lost_is_marked_not_written_again(
     before = snapshot(apart)
     assert read_marks(apart.ledger, run.run_id) == []
 
-    with apart.chunk_writer(run, 0, 2, QUICK) as writer:
+    with attempt_writer(apart, run, 0, 2, brief()) as writer:
         assert writer.start().chunk == 0  # the ledger does not know the chunk: the attempt starts there
         done = writer.commit(nth_chunk(0, dead=1))
         assert done.status == "merged" and done.counts is not None
@@ -63,7 +73,7 @@ def test_a_chunk_committed_at_another_position_is_marked_from_the_sinks_record(a
     run = make_run()
     apart.ledger.start_run(run, make_plan())
     apart.sink.commit(_as_sink_chunk(run.run_id, 0))  # ten rows, then an attempt reading more rows
-    with apart.chunk_writer(run, 0, 2, QUICK) as writer:
+    with attempt_writer(apart, run, 0, 2, brief()) as writer:
         other = writer.commit(nth_chunk(0, dead=2))
         assert other.status == "already" and dict(other.stored_position or {}) == {"rows": 10, "key": 9}
         assert writer.start().chunk == 1  # the retry starts after it, instead of meeting it again
@@ -78,7 +88,7 @@ def test_racing_writers_commit_and_mark_each_chunk_once(apart: ResultStore) -> N
     barrier = threading.Barrier(2)
 
     def attempt(n: int) -> list[str]:
-        with apart.chunk_writer(run, 0, n, QUICK) as writer:
+        with attempt_writer(apart, run, 0, n, brief()) as writer:
             barrier.wait()
             return [writer.commit(nth_chunk(i, dead=1)).status for i in range(4)]
 

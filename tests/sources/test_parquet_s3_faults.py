@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -20,17 +21,18 @@ from botocore.exceptions import IncompleteReadError, ResponseStreamingError
 from flow_data import execute, put_parquet
 from s3_proxy import FaultProxy, Seen, cut_first_tries, pass_all, seeded_cuts
 
-from shardwise.errors import ConfigError, SourceError, TransientError
+from shardwise.errors import ConfigError, RetryDeadlineError, SourceError, TransientError
 from shardwise.pipeline import RunSpec
+from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.parquet.s3_errors import map_s3_error
-from shardwise.sources.parquet.s3_objects import S3RetryPolicy, S3Store
+from shardwise.sources.parquet.s3_objects import S3ClientConfig, S3Store
 from shardwise.sources.parquet.source import ParquetSource
 
 SMALL_GROUPS = {"row_group_size": 20, "compression": "snappy"}
-FAST = S3RetryPolicy(base_delay_s=0.01, max_delay_s=0.05)
+FAST = RetryPolicy(deadline_s=5, backoff_s=0.01, backoff_cap_s=0.05)
 
 
-def proxied_client(proxy: FaultProxy, policy: S3RetryPolicy = FAST) -> Any:
+def proxied_client(proxy: FaultProxy, policy: S3ClientConfig | None = None) -> Any:
     """A boto3 client that talks to the proxy, configured as :class:`S3Store` configures its own."""
     return boto3.client(
         "s3",
@@ -38,7 +40,7 @@ def proxied_client(proxy: FaultProxy, policy: S3RetryPolicy = FAST) -> Any:
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
-        config=policy.client_config(),
+        config=(policy or S3ClientConfig()).client_config(),
     )
 
 
@@ -71,7 +73,7 @@ def test_a_body_cut_mid_stream_is_read_again(
     """``cut`` drops the socket mid-body; ``short`` sends half the body with a Content-Length that agrees."""
     store = S3Store(f"s3://{bucket}/blobs/one.bin", proxied_client(proxy), FAST)
     proxy.rule = lambda seen: fault if seen.repeat == 0 else "pass"
-    with caplog.at_level(logging.WARNING, "shardwise.sources.parquet.s3_objects"), open_blob(store) as handle:
+    with caplog.at_level(logging.WARNING, "shardwise.retry_policy"), open_blob(store) as handle:
         handle.seek(1000)
         got = handle.read(250_000)
     assert got == blob[1000:251_000]
@@ -81,27 +83,31 @@ def test_a_body_cut_mid_stream_is_read_again(
     ]
     # botocore retries a listing whose XML ends early (S3's "200 with an error" rule), cut or short.
     assert [s.action for s in proxy.log if not s.range] == [fault, "pass"]
-    assert [r.getMessage() for r in caplog.records if "attempt 1 of 5" in r.getMessage()], caplog.text
+    assert [r.getMessage() for r in caplog.records if "bytes 1000-250999 failed on try 1 (" in r.getMessage()]
 
 
 @pytest.mark.s3
-def test_a_range_that_keeps_dropping_gives_up_after_the_policy_tries(
+def test_a_range_that_keeps_dropping_gives_up_at_the_run_s_deadline(
     proxy: FaultProxy, bucket: str, blob: bytes
 ) -> None:
-    store = S3Store(f"s3://{bucket}/blobs/one.bin", proxied_client(proxy), replace(FAST, tries=3))
+    store = S3Store(f"s3://{bucket}/blobs/one.bin", proxied_client(proxy), replace(FAST, deadline_s=0.5))
     with open_blob(store) as handle:
         proxy.rule = lambda seen: "cut" if seen.range else "pass"
+        started = time.monotonic()
         with pytest.raises(
-            TransientError, match=r"dropped or stalled.*bytes 0-99.*\(3 attempts at this range failed\)"
+            RetryDeadlineError, match=r"bytes 0-99 kept failing .* deadline of 0\.5 s.*dropped or stalled"
         ):
             handle.read(100)
-    assert len(ranged_gets(proxy)) == 3
+    assert 0.5 <= time.monotonic() - started < 3
+    assert len(ranged_gets(proxy)) >= 5  # every 0.01 to 0.05 s until the deadline
 
 
 @pytest.mark.s3
 def test_throttling_and_5xx_on_a_get_are_retried(proxy: FaultProxy, bucket: str, blob: bytes) -> None:
     # No botocore retries here, so the 503s reach S3RangeFile's own loop.
-    store = S3Store(f"s3://{bucket}/blobs/one.bin", proxied_client(proxy, replace(FAST, client_retries=0)))
+    store = S3Store(
+        f"s3://{bucket}/blobs/one.bin", proxied_client(proxy, S3ClientConfig(client_retries=0)), FAST
+    )
     with open_blob(store) as handle:
         proxy.rule = lambda seen: "503" if seen.range and seen.repeat < 2 else "pass"
         assert handle.read(64) == blob[:64]
@@ -201,21 +207,18 @@ def test_a_refused_listing_is_not_retried(proxy: FaultProxy, bucket: str) -> Non
 
 @pytest.mark.s3
 def test_the_store_s_own_client_has_standard_retries_and_timeouts(s3_env: Any) -> None:
-    store = S3Store("s3://bucket/prefix/", retry=S3RetryPolicy(client_retries=6, read_timeout_s=12))
+    store = S3Store("s3://bucket/prefix/", config=S3ClientConfig(client_retries=6, read_timeout_s=12))
     config = store.client().meta.config
     assert config.retries == {"mode": "standard", "total_max_attempts": 7}
     assert (config.connect_timeout, config.read_timeout) == (10.0, 12)
     store.close()
 
 
-def test_the_policy_checks_itself_and_backs_off_with_jitter() -> None:
-    policy = S3RetryPolicy()
-    assert (policy.tries, policy.base_delay_s, policy.client_retries) == (5, 0.2, 4)
-    for attempt, ceiling in ((1, 0.2), (2, 0.4), (3, 0.8), (10, 5.0)):
-        assert all(ceiling / 2 <= policy.delay(attempt) <= ceiling for _ in range(20))
-    for bad in ({"tries": 0}, {"client_retries": -1}, {"base_delay_s": -1.0}, {"read_timeout_s": 0}):
-        with pytest.raises(ConfigError, match=f"S3RetryPolicy.{next(iter(bad))} must be"):
-            S3RetryPolicy(**bad)  # type: ignore[arg-type]
+def test_the_client_config_checks_itself() -> None:
+    assert S3ClientConfig().client_retries == 4
+    for bad in ({"client_retries": -1}, {"connect_timeout_s": 0}, {"read_timeout_s": 0}):
+        with pytest.raises(ConfigError, match=f"S3ClientConfig.{next(iter(bad))} must be"):
+            S3ClientConfig(**bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ bounded. Rows come out in the order they went in: a source's row order (and
 so a resumed shard's ``ReadFrom``) does not change.
 
 A fetch that fails for the row (a missing file or object) is that row's
-``error``; a transient S3 failure that outlasted its retries raises
-:class:`~shardwise.errors.TransientError` from the read, so the shard is retried.
+``error``; a transient S3 failure that outlasted the run's retry deadline
+raises :class:`~shardwise.errors.RetryDeadlineError` from the read, and the shard fails.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.image_value import ImageValue
+from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import SourceRow
 from shardwise.sources.images.refs import inline_value, is_reference, read_local
 
@@ -35,18 +36,23 @@ class ImageColumn:
     """Turns a source's raw column values into ``ImageValue`` s, fetching references; thread-safe.
 
     S3 references go through one :class:`~shardwise.sources.parquet.s3_objects.S3Store`
-    client, with the store's :class:`S3RetryPolicy`: the Parquet source's own
+    client, with the run's :class:`~shardwise.retry_policy.RetryPolicy`: the Parquet source's own
     store when it reads S3 (:meth:`share_store`), else one made on first use
     (``s3_client`` if given, else boto3's standard settings).
     """
 
     def __init__(
-        self, name: str, *, s3_client: Any | None = None, threads: int = DEFAULT_FETCH_THREADS
+        self,
+        name: str,
+        *,
+        s3_client: Any | None = None,
+        threads: int = DEFAULT_FETCH_THREADS,
+        retry: RetryPolicy | None = None,
     ) -> None:
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
             raise ConfigError(f"image fetch threads must be a positive integer; got {threads!r}")
         self.name, self._threads = name, threads
-        self._s3_client = s3_client
+        self._s3_client, self._retry = s3_client, retry
         self._store: Any | None = None  # an S3Store, imported only when an s3:// reference is read
         self._owns_store = True
         self._lock = threading.Lock()
@@ -110,7 +116,7 @@ class ImageColumn:
                 from shardwise.sources.parquet.s3_objects import S3Store
 
                 # The store's bucket only names it; every GET names the reference's own bucket.
-                self._store = S3Store(f"s3://{bucket}", self._s3_client)
+                self._store = S3Store(f"s3://{bucket}", self._s3_client, self._retry)
             return self._store
 
 
@@ -120,7 +126,11 @@ def _done(entry: tuple[SourceRow, Future[ImageValue]]) -> SourceRow:
 
 
 def image_column_of(
-    image_column: str | None, text_column: str, input_columns: Mapping[str, str] | None, s3_client: Any | None
+    image_column: str | None,
+    text_column: str,
+    input_columns: Mapping[str, str] | None,
+    s3_client: Any | None,
+    retry: RetryPolicy | None = None,
 ) -> ImageColumn | None:
     """A source's :class:`ImageColumn`, or None for a text source; an image column replaces the text.
 
@@ -135,4 +145,4 @@ def image_column_of(
             f"image column {image_column!r} replaces the text column, so it takes no text_column "
             f"({text_column!r}) or input columns ({', '.join(input_columns or {}) or 'none'}); drop them"
         )
-    return ImageColumn(image_column, s3_client=s3_client)
+    return ImageColumn(image_column, s3_client=s3_client, retry=retry)

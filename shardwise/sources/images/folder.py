@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.image_value import ImageValue
+from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
 from shardwise.sources.images.column import DEFAULT_FETCH_THREADS
 from shardwise.sources.images.folder_fetch import fetch_local, fetch_s3
@@ -59,8 +60,10 @@ class ImageFolderSource(Source):
 
     kind: Literal["sql", "parquet"] = "parquet"  # Parquet span plans: see the module docstring
 
-    def __init__(self, location: str, *, s3_client: Any | None = None) -> None:
-        self._store = open_store(location, s3_client, names=is_image_name)
+    def __init__(
+        self, location: str, *, s3_client: Any | None = None, retry: RetryPolicy | None = None
+    ) -> None:
+        self._store = open_store(location, s3_client, names=is_image_name, retry=retry)
         self.identity = self._store.identity
         self._fetch: Callable[[ObjectInfo], ImageValue] = (
             (lambda obj: fetch_s3(self._store, obj)) if self.identity.startswith("s3://") else fetch_local

@@ -4,8 +4,9 @@ A missing object, or one replaced since the plan listed it, is the row's
 :class:`~shardwise.image_value.ImageValue` ``error`` (a dead letter), not a
 failed shard: one image deleted or rewritten while a run goes on must not stop
 the others, and a redrive of the dead letters reads the object as it is then.
-Transient S3 failures are retried as the S3 stores retry them and, still
-failing, raise :class:`~shardwise.errors.TransientError` (the shard is retried).
+Transient S3 failures are retried as the S3 stores retry them (the run's
+retry policy) and, still failing at its deadline, raise
+:class:`~shardwise.errors.RetryDeadlineError` (the shard fails).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def fetch_s3(store: Any, obj: ObjectInfo) -> ImageValue:
     from shardwise.sources.parquet.s3_objects import retried
 
     try:
-        data = retried(lambda: _get_once(store.client(), obj), store.retry, "for this object")
+        data = retried(lambda: _get_once(store.client(), obj), store.retry, f"reading image {obj.key}")
     except _Answer as answer:
         return answer.value
     return ImageValue(data, origin=obj.key)

@@ -5,23 +5,24 @@ sessions are not, so the client is created once, lazily, under a lock, from a
 private session. Credentials and endpoint come from boto3's standard chain
 (environment, profile, ``AWS_ENDPOINT_URL``); nothing here reads them itself.
 
-Retries happen in two places, by :class:`S3RetryPolicy`. botocore retries
-each *request* (listing pages, and a GET's answer: throttling, 5xx, a
-connection refused or reset before the answer). But a GET returns as soon as
-its headers arrive, so a connection dropped while its *body* streams is
-beyond botocore's retries: :class:`S3RangeFile` re-reads that byte range
-itself, so one dropped body costs a second request, not a failed shard. A
-GET that botocore gave up on (still throttled, still 5xx) goes round that
-loop too; botocore's retry quota keeps a long outage from multiplying them.
+Retries happen in two places. botocore retries each *request* (listing
+pages, and a GET's answer: throttling, 5xx, a connection refused or reset
+before the answer), a few times within seconds, as :class:`S3ClientConfig`
+sets. But a GET returns as soon as its headers arrive, so a connection
+dropped while its *body* streams is beyond botocore's retries:
+:class:`S3RangeFile` re-reads that byte range itself, so one dropped body
+costs a second request, not a failed shard. A GET that botocore gave up on
+(still throttled, still 5xx) goes round that loop too. That loop is the
+run's :class:`~shardwise.retry_policy.RetryPolicy`: it backs off as every
+other layer does and gives up at the run's deadline with a
+:class:`~shardwise.errors.RetryDeadlineError` (one read's outage is counted
+from its first failure, the moment the shard met it).
 """
 
 from __future__ import annotations
 
 import io
-import logging
-import random
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,43 +32,31 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from shardwise.errors import ConfigError, SourceError, TransientError
+from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sources.parquet.objects import Listing, ObjectInfo, changed_since_listed, is_parquet_name
 from shardwise.sources.parquet.s3_errors import s3_boundary
-from shardwise.words import plural
 
-__all__ = ["S3RangeFile", "S3RetryPolicy", "S3Store", "parse_s3_url", "retried"]
+__all__ = ["S3ClientConfig", "S3RangeFile", "S3Store", "parse_s3_url", "retried"]
 
 T = TypeVar("T")
 
 _CHANGED_CODES = frozenset({"PreconditionFailed", "412", "NoSuchKey"})
-_log = logging.getLogger(__name__)
-_LIMITS = (  # (field, whole number?, least value) for S3RetryPolicy
-    ("tries", True, 1),
+_LIMITS = (  # (field, whole number?, least value) for S3ClientConfig
     ("client_retries", True, 0),
-    ("base_delay_s", False, 0),
-    ("max_delay_s", False, 0),
     ("connect_timeout_s", False, 0.001),
     ("read_timeout_s", False, 0.001),
 )
 
 
 @dataclass(frozen=True, slots=True)
-class S3RetryPolicy:
-    """How often, and how patiently, S3 requests and ranged reads are tried.
+class S3ClientConfig:
+    """The boto3 client :class:`S3Store` creates: botocore's ``standard`` retry mode with
+    ``client_retries`` quick retries of each request after its first, and explicit timeouts.
 
-    ``tries`` bounds how many times :class:`S3RangeFile` issues the same byte
-    range when the read fails transiently (a cut body, a read timeout,
-    throttling, a 5xx). Between tries it waits ``base_delay_s * 2**(n-1)``,
-    capped at ``max_delay_s``, half of it random (jitter), so that threads
-    that failed together do not come back together. ``client_retries``,
-    ``connect_timeout_s`` and ``read_timeout_s`` configure the boto3 client
-    that :class:`S3Store` creates: botocore's ``standard`` retry mode with
-    that many retries after the first attempt of every request.
+    These bound one try of a read; how often a read is tried again, and for
+    how long, is the run's :class:`~shardwise.retry_policy.RetryPolicy`.
     """
 
-    tries: int = 5
-    base_delay_s: float = 0.2
-    max_delay_s: float = 5.0
     client_retries: int = 4
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 30.0
@@ -78,12 +67,7 @@ class S3RetryPolicy:
             valid = isinstance(value, int if whole else (int, float)) and not isinstance(value, bool)
             if not valid or value < least:
                 what = "a whole number" if whole else "a number of seconds"
-                raise ConfigError(f"S3RetryPolicy.{name} must be {what} >= {least}; got {value!r}")
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed try number ``attempt`` (1-based): exponential, half jittered."""
-        ceiling = min(self.max_delay_s, self.base_delay_s * 2.0 ** (attempt - 1))
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+                raise ConfigError(f"S3ClientConfig.{name} must be {what} >= {least}; got {value!r}")
 
     def client_config(self) -> Config:
         """The botocore ``Config`` for a client made here: standard-mode retries and explicit timeouts."""
@@ -94,30 +78,15 @@ class S3RetryPolicy:
         )
 
 
-def retried(call: Callable[[], T], retry: S3RetryPolicy, what: str) -> T:
-    """``call()``, called again after a :class:`TransientError`, up to ``retry.tries`` times in all.
+def retried(call: Callable[[], T], retry: RetryPolicy, what: str) -> T:
+    """``call()``, called again after a :class:`TransientError` until ``retry``'s deadline.
 
-    Each failed try is logged with its number and the wait that follows; the
-    last one's error is raised, saying how many tries ``what`` (``at this
-    range``, ``for this object``) had.
+    The outage is this read's, counted from its first failure. Each failed try
+    is logged with its number and the wait that follows; past the deadline a
+    :class:`~shardwise.errors.RetryDeadlineError` names ``what`` (``reading
+    s3://b/k bytes 0-99``) and the last error.
     """
-    attempt = 1
-    while True:
-        try:
-            return call()
-        except TransientError as exc:
-            if attempt >= retry.tries:
-                raise TransientError(f"{exc} ({plural(attempt, 'attempt')} {what} failed)") from exc
-            delay = retry.delay(attempt)
-            _log.warning(
-                "S3 read failed on attempt %d of %d, trying again in %.2f s: %s",
-                attempt,
-                retry.tries,
-                delay,
-                exc,
-            )
-            time.sleep(delay)
-            attempt += 1
+    return retry_step(call, what=what, outage=Outage(retry))
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -135,19 +104,21 @@ class S3Store:
     name. Otherwise it is a folder-like prefix: every object under
     ``prefix/`` (recursively) whose name ends in ``.parquet`` is read, and the
     others (``_SUCCESS``, ``.crc``, folder markers) are counted as ignored.
-    ``retry`` sets how patiently reads and the store's own client retry.
+    ``retry`` is the run's policy for reads; ``config`` sets the store's own client.
     """
 
     def __init__(
         self,
         location: str,
         client: Any | None = None,
-        retry: S3RetryPolicy | None = None,
+        retry: RetryPolicy | None = None,
         names: Callable[[str], bool] = is_parquet_name,
+        config: S3ClientConfig | None = None,
     ) -> None:
         self._bucket, self._prefix = parse_s3_url(location)
         self._names = names  # which listed names are read: Parquet, or an image folder's images
-        self._retry = retry or S3RetryPolicy()
+        self._retry = retry or RetryPolicy()
+        self._config = config or S3ClientConfig()
         folder = self._prefix.rstrip("/")
         self.identity = f"s3://{self._bucket}/{folder}" if folder else f"s3://{self._bucket}"
         self._client = client
@@ -155,12 +126,12 @@ class S3Store:
         self._lock = threading.Lock()
 
     @property
-    def retry(self) -> S3RetryPolicy:
-        """How patiently this store's reads, and whole-object reads through its client, are retried."""
+    def retry(self) -> RetryPolicy:
+        """How reads, and whole-object reads through this store's client, are retried: the run's policy."""
         return self._retry
 
     def client(self) -> Any:
-        """The shared boto3 S3 client, created on first use with the policy's retries and timeouts.
+        """The shared boto3 S3 client, created on first use with the config's retries and timeouts.
 
         A client passed in is used as it is: its own retry settings apply to
         requests, and ranged reads are still retried by :class:`S3RangeFile`.
@@ -171,7 +142,7 @@ class S3Store:
                     import boto3  # here, so that local-only use never pays for importing boto3
 
                     session = boto3.session.Session()
-                    self._client = session.client("s3", config=self._retry.client_config())
+                    self._client = session.client("s3", config=self._config.client_config())
         return self._client
 
     def listing(self) -> Listing:
@@ -233,11 +204,11 @@ class S3RangeFile(io.RawIOBase):
     """
 
     def __init__(
-        self, client: Any, bucket: str, key: str, obj: ObjectInfo, retry: S3RetryPolicy | None = None
+        self, client: Any, bucket: str, key: str, obj: ObjectInfo, retry: RetryPolicy | None = None
     ) -> None:
         super().__init__()
         self._client, self._bucket, self._key, self._obj = client, bucket, key, obj
-        self._retry = retry or S3RetryPolicy()
+        self._retry = retry or RetryPolicy()
         self._pos = 0
 
     def readable(self) -> bool:
@@ -277,7 +248,7 @@ class S3RangeFile(io.RawIOBase):
     def _get(self, first: int, last: int) -> bytes:
         """Bytes ``first..last``, the same range asked again after a transient failure."""
         what = f"reading {self._obj.key} bytes {first}-{last}"
-        return retried(lambda: self._get_once(first, last, what), self._retry, "at this range")
+        return retried(lambda: self._get_once(first, last, what), self._retry, what)
 
     def _get_once(self, first: int, last: int, what: str) -> bytes:
         with s3_boundary(what):

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from shardwise.errors import ConfigError, SourceError
+from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
 from shardwise.sources.images import image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
@@ -85,8 +86,9 @@ class ParquetSource(Source):
         input_columns: Mapping[str, str] | None = None,
         image_column: str | None = None,
         s3_client: Any | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
-        self._images = image_column_of(image_column, text_column, input_columns, s3_client)
+        self._images = image_column_of(image_column, text_column, input_columns, s3_client, retry)
         text_column = text_column if image_column is None else image_column
         named = (
             ("key", key),
@@ -101,7 +103,7 @@ class ParquetSource(Source):
         self.image_column = image_column
         self.inputs = (text_column, *self.input_columns)
         """The columns a row's value is read from: the text (or the image column), then the others."""
-        self._store = open_store(location, s3_client)
+        self._store = open_store(location, s3_client, retry=retry)
         self.identity = self._store.identity
         if self._images is not None and self.identity.startswith("s3://"):
             self._images.share_store(self._store)  # one client for the dataset and the images it names
@@ -288,18 +290,22 @@ def plan_objects(plan: SourcePlan) -> list[tuple[str, str]]:
 
 
 def open_store(
-    location: str, s3_client: Any | None = None, names: Callable[[str], bool] = is_parquet_name
+    location: str,
+    s3_client: Any | None = None,
+    names: Callable[[str], bool] = is_parquet_name,
+    retry: RetryPolicy | None = None,
 ) -> ObjectStore:
     """The object store for ``location``: S3 for ``s3://`` URLs, the local disk for paths. Does no I/O.
 
-    ``names`` says which listed names it reads (Parquet files; an image folder passes its own).
+    ``names`` says which listed names it reads (Parquet files; an image folder passes its own);
+    ``retry`` is the run's policy for S3 reads (see :mod:`shardwise.retry_policy`).
     """
     if not isinstance(location, str) or not location:
         raise ConfigError(f"a Parquet location must be a path, glob or s3:// URL, got {location!r}")
     if location.startswith("s3://"):
         from shardwise.sources.parquet.s3_objects import S3Store  # imports botocore: only when S3 is used
 
-        return S3Store(location, s3_client, names=names)
+        return S3Store(location, s3_client, retry, names=names)
     if "://" in location:
         raise ConfigError(
             f"Parquet location {location!r} uses an unsupported scheme; "
