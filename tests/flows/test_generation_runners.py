@@ -26,6 +26,7 @@ from hf_builders import tiny_causal_lm
 
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
+from shardwise.results.owners import Owner
 
 pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("prefect_harness")]
 pytest.importorskip("transformers")
@@ -75,9 +76,9 @@ def _generate(
 
 
 def _worker_pids(url: str, run_id: str) -> set[int]:
-    """The processes that scored the run's shards (a worker is named ``host:pid/thread``)."""
+    """The processes that scored the run's shards (a worker is named as a lease owner is)."""
     workers = execute(url, "select engine->>'worker' from shardwise_shards where run_id = :r", {"r": run_id})
-    return {int(worker.split(":")[-1].split("/")[0]) for (worker,) in workers}
+    return {Owner.parse(worker).pid for (worker,) in workers}  # type: ignore[union-attr]
 
 
 def _batches(url: str, run_id: str) -> int:
