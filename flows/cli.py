@@ -62,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     An unexpected error (a bug) prints its traceback and exits 1. Tracebacks are redacted.
     """
     args = _parser().parse_args(argv)
+    from shardwise.flows.timeline import mark
+
+    mark("parsed")
     from shardwise.flows.outcome import RUN_FAILED, code_for, print_traceback, quiet_console, say_error
 
     undo = quiet_console() if getattr(args, "verbose", None) is False else None

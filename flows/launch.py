@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +15,10 @@ from typing import Any
 from shardwise.errors import TransientError
 from shardwise.flows.outcome import OK, RUN_FAILED, code_for, print_traceback, say_error
 from shardwise.flows.params import ScoreParams
+from shardwise.flows.timeline import mark
 from shardwise.flows.totals import whole_run
 from shardwise.flows.where_policy import refuse_forbidden_where
-from shardwise.pipeline import check_run
+from shardwise.pipeline import RunSpec, check_run
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
@@ -87,7 +88,7 @@ def run_and_report(
     if params.runner == "thread" and not params.dry_run:
         from shardwise.tasks.infer_shard import warm_here
 
-        warming = threading.Thread(target=warm_here, args=(params.to_spec(),), name="shardwise-warm")
+        warming = threading.Thread(target=_warm, args=(warm_here, params.to_spec()), name="shardwise-warm")
         warming.daemon = True
         warming.start()
     api = TemporaryApi().start()
@@ -115,6 +116,11 @@ def run_and_report(
         print(f"finish it later with: shardwise run ... --resume {summary['run_id']}", file=sys.stderr)
         return Report(RUN_FAILED, summary)
     return Report(OK, summary)
+
+
+def _warm(warm_here: Callable[[RunSpec], None], spec: RunSpec) -> None:
+    warm_here(spec)
+    mark("model_ready")
 
 
 def _where_to(target: str) -> str:
@@ -235,6 +241,7 @@ class TemporaryApi:
         self._thread.join()
         if self._error is not None:
             raise self._error
+        mark("server_up")
         assert self._url is not None
         os.environ["PREFECT_API_URL"] = self._url
         try:
