@@ -21,8 +21,11 @@ marks of ``SHARDWISE_TIMELINE``), the run planned, the first and last batch
 (from the run's ledger), the run finished, and the process gone. It also
 prints the precision ``auto`` chose, its agreement and where that came from,
 the CPU's bf16 flags, and the load average around the rounds: on a shared
-machine the figures only mean something side by side. Ends with one JSON
-line. This prints figures; it is not a timed test.
+machine the figures only mean something side by side. With ``--against
+REV`` it also runs ``shardwise run`` from that git revision of this
+repository (laid out as the installed package, on ``PYTHONPATH``) in the same
+rounds, to measure a change. Ends with one JSON line. This prints figures;
+it is not a timed test.
 """
 
 from __future__ import annotations
@@ -72,6 +75,18 @@ def write_parts(texts: list[str], folder: Path) -> None:
         frame.write_parquet(folder / f"part-{part}.parquet")
 
 
+def tree_of(rev: str, work: Path) -> Path:
+    """Revision ``rev`` of this repository laid out as installed (flows/ as shardwise/flows, ...)."""
+    root = Path(__file__).resolve().parents[1]
+    src = work / f"src-{rev}"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    for folder in ("flows", "tasks", "models", "sql"):
+        (src / folder).rename(src / "shardwise" / folder)
+    return src
+
+
 def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(start, end) wall-clock times of a subprocess that must succeed."""
     started = time.time()
@@ -113,7 +128,7 @@ def chosen_precision(results: Path) -> dict[str, object]:
     return {k: row[k] for k in keys if k in set(row.keys())}
 
 
-def one_size(texts: list[str], work: Path, rounds: int, threads: int) -> dict:
+def one_size(texts: list[str], work: Path, rounds: int, threads: int, against: Path | None) -> dict:
     """Every command on ``texts``, ``rounds`` timed rounds after an untimed one."""
     data = work / f"data-{len(texts)}"
     write_parts(texts, data)
@@ -121,6 +136,8 @@ def one_size(texts: list[str], work: Path, rounds: int, threads: int) -> dict:
     env.pop("PREFECT_API_URL", None)
     cli = str(Path(sys.executable).parent / "shardwise")
     times: dict[str, list[float]] = {"shardwise": [], "st_fp32": [], "st_bf16": []}
+    if against is not None:
+        times["against"] = []
     steps: list[dict[str, float]] = []
     chosen: dict[str, object] = {}
     for i in range(rounds + 1):
@@ -135,9 +152,14 @@ def one_size(texts: list[str], work: Path, rounds: int, threads: int) -> dict:
             "st_fp32": [*script, "fp32", str(threads)],
             "st_bf16": [*script, "bf16", str(threads)],
         }
+        if against is not None:
+            commands["against"] = [*commands["shardwise"][:5], f"sqlite:///{results}.against.db"]
+            commands["against"] += commands["shardwise"][6:]
         order = list(commands) if i % 2 else list(reversed(commands))
         for name in order:
             run_env = {**env, "SHARDWISE_TIMELINE": str(timeline)} if name == "shardwise" else env
+            if name == "against":
+                run_env = {**env, "PYTHONPATH": str(against)}
             started, ended = timed(commands[name], run_env)
             if not i:
                 continue  # the untimed round
@@ -153,7 +175,7 @@ def _summarised(
 ) -> dict:
     median = {name: statistics.median(values) for name, values in times.items()}
     out: dict = {"rows": rows, **{f"{name}_s": round(v, 2) for name, v in median.items()}}
-    for base in ("st_fp32", "st_bf16"):
+    for base in [b for b in ("st_fp32", "st_bf16", "against") if b in times]:
         out[f"speedup_vs_{base}"] = round(median[base] / median["shardwise"], 3)
         per_round = [b / s for b, s in zip(times[base], times["shardwise"], strict=True)]
         out[f"speedup_vs_{base}_round_median"] = round(statistics.median(per_round), 3)
@@ -173,6 +195,12 @@ def report(result: dict) -> None:
         f"{result['st_bf16_s']:.1f} s -> {result['speedup_vs_st_bf16']:.2f}x "
         f"(rounds' median {result['speedup_vs_st_bf16_round_median']:.2f}x)"
     )
+    if "against" in result:
+        rounds = result["speedup_vs_against_round_median"]
+        print(
+            f"  against {result['against_rev']}: {result['against_s']:.1f} s -> this tree "
+            f"{result['speedup_vs_against']:.2f}x (rounds' median {rounds:.2f}x)"
+        )
     shown = ", ".join(f"{p} {s:.1f}" for p, s in result["phases_s"].items())
     print(f"  shardwise run, seconds after process start: {shown}")
     print(f"  precision chosen: {result['chosen']}")
@@ -200,16 +228,20 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=40, help="the fixed-cost case's rows (0 skips it)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--against", metavar="REV", help="also time shardwise run at this git revision")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     texts = load_texts(args.corpus, args.text_column, args.rows)
     work = Path(tempfile.mkdtemp(prefix="shardwise-whole-"))
     result: dict = {"cpu": cpu_flags(), "threads": args.threads, "load_before": os.getloadavg()}
     print(f"CPU: {result['cpu']}; load average {', '.join(f'{x:.2f}' for x in result['load_before'])}")
+    against = tree_of(args.against, work) if args.against else None
     sizes = [args.small] if args.small else []
     result["sizes"] = []
     for rows in [*sizes, args.rows]:
-        result["sizes"].append(one_size(texts[:rows], work, args.rounds, args.threads))
+        result["sizes"].append(one_size(texts[:rows], work, args.rounds, args.threads, against))
+        if against is not None:
+            result["sizes"][-1]["against_rev"] = args.against
         report(result["sizes"][-1])
     result["load_after"] = os.getloadavg()
     print(f"load average after: {', '.join(f'{x:.2f}' for x in result['load_after'])}")
