@@ -86,7 +86,10 @@ def run_and_report(
     starts; planning and the shards find it loaded.
     """
     if params.runner == "thread" and not params.dry_run:
-        from shardwise.tasks.infer_shard import warm_here
+        from shardwise.flows.home import calibration_cache
+        from shardwise.tasks.infer_shard import warm_here, worker_cache
+
+        worker_cache().calibration = calibration_cache()
 
         warming = threading.Thread(target=_warm, args=(warm_here, params.to_spec()), name="shardwise-warm")
         warming.daemon = True
