@@ -206,6 +206,9 @@ class TemporaryApi:
         from prefect.settings import PREFECT_API_URL
 
         if PREFECT_API_URL.value():
+            from shardwise.flows.temp_server import discard_early
+
+            discard_early()
             return self  # a server is set: use it
         try:
             self._server = _new_server()
@@ -251,7 +254,7 @@ class TemporaryApi:
 
 
 def _new_server() -> Any:
-    """A temporary server, launched (a seam for tests)."""
-    from shardwise.flows.temp_server import TemporaryServer
+    """The temporary server started before the command line was parsed, else a new one (a seam for tests)."""
+    from shardwise.flows.temp_server import TemporaryServer, take_early
 
-    return TemporaryServer().launch()
+    return take_early() or TemporaryServer().launch()

@@ -15,13 +15,15 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["TemporaryServer"]
+__all__ = ["TemporaryServer", "discard_early", "start_early", "take_early"]
 
 _PORT_IN_USE = 3
 """uvicorn's exit status when its port was taken between choosing and binding it."""
@@ -132,3 +134,55 @@ def _environment(settings: bool) -> dict[str, str]:
     from prefect.settings import get_current_settings
 
     return {**os.environ, **ephemeral, **get_current_settings().to_environment_variables(exclude_unset=True)}
+
+
+_early: TemporaryServer | None = None
+_STARTS_A_SERVER = {"run", "redrive"}
+_NO_SERVER_FLAGS = {"-h", "--help", "--dry-run"}
+_SETTINGS_FILES = (".env", "prefect.toml", "pyproject.toml")
+_API_URL = re.compile(r"(?i)api[._]?url|\[(tool\.prefect\.)?api\][^\[]*?\burl\s*=")
+"""PREFECT_API_URL, api.url, or a url key in an [api] table: a server may be named there."""
+
+
+def start_early(argv: Sequence[str]) -> None:
+    """Start the temporary server before the command line is even parsed, where ``argv`` will surely need
+    one: ``run`` or ``redrive``, no help or dry run, and no Prefect API URL set anywhere Prefect reads one.
+
+    Parsing imports Prefect and torch (2-5 s on two cores); the server
+    starts meanwhile in its own process. :func:`take_early` hands it over;
+    a command that turns out not to need it (a usage error, an API URL in a
+    place not checked here) stops it at exit, or by :func:`discard_early`.
+    """
+    global _early
+    if not argv or argv[0] not in _STARTS_A_SERVER or _NO_SERVER_FLAGS & set(argv):
+        return
+    if any(name.startswith("PREFECT_API_URL") for name in os.environ) or _api_url_in_settings_files():
+        return
+    _early = TemporaryServer().launch(settings=False)
+
+
+def take_early() -> TemporaryServer | None:
+    """The server :func:`start_early` started, once; None if it started none."""
+    global _early
+    found, _early = _early, None
+    return found
+
+
+def discard_early() -> None:
+    """Stop the server :func:`start_early` started, if any: a server is set after all."""
+    found = take_early()
+    if found is not None:
+        found.stop()
+
+
+def _api_url_in_settings_files() -> bool:
+    """Whether a file Prefect reads its settings from (here, or its profiles) may name an API URL."""
+    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+    profiles = os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml"
+    for path in (*map(Path, _SETTINGS_FILES), Path(profiles).expanduser()):
+        try:
+            if _API_URL.search(path.read_text(errors="replace")):
+                return True
+        except OSError:
+            continue
+    return False
