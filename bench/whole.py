@@ -195,7 +195,7 @@ def report(result: dict) -> None:
         f"{result['st_bf16_s']:.1f} s -> {result['speedup_vs_st_bf16']:.2f}x "
         f"(rounds' median {result['speedup_vs_st_bf16_round_median']:.2f}x)"
     )
-    if "against" in result:
+    if "against_s" in result:
         rounds = result["speedup_vs_against_round_median"]
         print(
             f"  against {result['against_rev']}: {result['against_s']:.1f} s -> this tree "

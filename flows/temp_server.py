@@ -138,7 +138,7 @@ def _environment(settings: bool) -> dict[str, str]:
 
 _early: TemporaryServer | None = None
 _STARTS_A_SERVER = {"run", "redrive"}
-_NO_SERVER_FLAGS = {"-h", "--help", "--dry-run"}
+_NO_SERVER_FLAGS = {"-h", "--help"}
 _SETTINGS_FILES = (".env", "prefect.toml", "pyproject.toml")
 _API_URL = re.compile(r"(?i)api[._]?url|\[(tool\.prefect\.)?api\][^\[]*?\burl\s*=")
 """PREFECT_API_URL, api.url, or a url key in an [api] table: a server may be named there."""
@@ -146,7 +146,8 @@ _API_URL = re.compile(r"(?i)api[._]?url|\[(tool\.prefect\.)?api\][^\[]*?\burl\s*
 
 def start_early(argv: Sequence[str]) -> None:
     """Start the temporary server before the command line is even parsed, where ``argv`` will surely need
-    one: ``run`` or ``redrive``, no help or dry run, and no Prefect API URL set anywhere Prefect reads one.
+    one: ``run`` or ``redrive`` (a dry run too: its flow runs on the server), not ``--help``, and no Prefect
+    API URL set anywhere Prefect reads one.
 
     Parsing imports Prefect and torch (2-5 s on two cores); the server
     starts meanwhile in its own process. :func:`take_early` hands it over;

@@ -42,7 +42,6 @@ def test_a_run_starts_its_server_early_and_hands_it_over_once(launches: list) ->
         ["plan", "--source", "data"],
         ["run", "--help"],
         ["run", "-h"],
-        ["run", "--source", "data", "--dry-run"],
     ],
 )
 def test_no_early_server_for_commands_that_need_none(launches: list, argv: list[str]) -> None:
