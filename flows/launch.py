@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import os
-import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +13,10 @@ from typing import Any
 from shardwise.errors import TransientError
 from shardwise.flows.outcome import OK, RUN_FAILED, TAKEN_OVER, code_for, print_traceback, say_error
 from shardwise.flows.params import ScoreParams
+from shardwise.flows.timeline import mark
 from shardwise.flows.totals import closing_lines
 from shardwise.flows.where_policy import refuse_forbidden_where
-from shardwise.pipeline import check_run
+from shardwise.pipeline import RunSpec, check_run
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
@@ -84,13 +83,16 @@ def run_and_report(
     in this process, so the model loads on a thread while Prefect's server
     starts; planning and the shards find it loaded.
     """
+    api = TemporaryApi().start()  # first: the server's start is the longest step before the flow
     if params.runner == "thread" and not params.dry_run:
-        from shardwise.tasks.infer_shard import warm_here
+        from shardwise.flows.home import calibration_cache
+        from shardwise.tasks.infer_shard import warm_here, worker_cache
 
-        warming = threading.Thread(target=warm_here, args=(params.to_spec(),), name="shardwise-warm")
+        worker_cache().calibration = calibration_cache()
+
+        warming = threading.Thread(target=_warm, args=(warm_here, params.to_spec()), name="shardwise-warm")
         warming.daemon = True
         warming.start()
-    api = TemporaryApi().start()
     from shardwise.flows.progress_view import pick_mode, showing
     from shardwise.flows.score import score
 
@@ -113,6 +115,11 @@ def run_and_report(
         print(f"finish it later with: shardwise run ... --resume {summary['run_id']}", file=sys.stderr)
         return Report(RUN_FAILED, summary)
     return Report(OK, summary)
+
+
+def _warm(warm_here: Callable[[RunSpec], None], spec: RunSpec) -> None:
+    warm_here(spec)
+    mark("model_ready")
 
 
 def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:
@@ -167,88 +174,75 @@ def print_plan(params: ScoreParams) -> None:
 
 
 class TemporaryApi:
-    """Prefect's temporary server for one CLI run, started early, on a thread, when no server is set.
+    """Prefect's temporary server for one CLI run, started first, when no server is set.
 
     Without ``PREFECT_API_URL`` Prefect would start a temporary server when
     the flow first calls its API, and every worker process of a process pool,
     Dask or Ray would start one more of its own (20-30 s each). Started here,
-    before the model loads and the flow modules import, the server builds its
-    database in its own process meanwhile (3-9 s on 2 cores), and its URL is
-    exported for the flow and for every worker to share. Prefect's own
-    :class:`~prefect.server.api.server.SubprocessASGIServer` runs it and
-    stops it at exit.
+    before the model loads and the flow modules import, the server imports
+    Prefect and builds its database in its own process meanwhile (3-9 s on 2
+    cores), and its URL is exported for the flow and for every worker to
+    share. :class:`~flows.temp_server.TemporaryServer` starts it without
+    importing Prefect's server into this process, and stops it at exit.
     """
 
     def __init__(self) -> None:
-        self._url: str | None = None
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
+        self._server: Any = None
+        self._error: Exception | None = None
 
     def start(self) -> TemporaryApi:
         from prefect.settings import PREFECT_API_URL
 
         if PREFECT_API_URL.value():
+            from shardwise.flows.temp_server import discard_early
+
+            discard_early()
             return self  # a server is set: use it
-        server = _guarded_server_class()()
-        self._thread = threading.Thread(target=self._run, args=(server,), name="shardwise-api", daemon=True)
-        self._thread.start()
+        try:
+            self._server = _new_server()
+        except Exception as exc:  # reported by serving(), as one line and exit 3
+            self._error = exc
         return self
 
-    def _run(self, server: Any) -> None:
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """Wait for the server, then point Prefect (and worker processes) at it; no heartbeat to a server
+        that dies with this process."""
+        if self._server is None and self._error is None:
+            yield
+            return
+        from prefect.settings import (
+            PREFECT_API_URL,
+            PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+            PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+            temporary_settings,
+        )
+
+        timeout = PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()
         try:
-            server.start()
-            self._url = server.api_url
-        except Exception as exc:  # reported by serving(), in the caller's thread, as one line and exit 3
-            timeout = os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "?")
+            if self._error is not None:
+                raise self._error
+            self._server.wait(timeout)
+        except Exception as exc:
             error = TransientError(
                 f"Prefect's temporary server did not start ({type(exc).__name__}: {exc}); the machine may "
                 f"be too busy to start it within {timeout} s: raise "
                 "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or start one (prefect server start) "
                 "and export PREFECT_API_URL"
             )
-            error.__cause__ = exc
-            self._error = error
-        except BaseException as exc:
-            self._error = exc
-
-    @contextmanager
-    def serving(self) -> Iterator[None]:
-        """Wait for the server, then point Prefect (and worker processes) at it; no heartbeat to a server
-        that dies with this process."""
-        if self._thread is None:
-            yield
-            return
-        from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
-
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._url is not None
-        os.environ["PREFECT_API_URL"] = self._url
+            raise error from exc
+        mark("server_up")
+        url = self._server.api_url
+        os.environ["PREFECT_API_URL"] = url
         try:
-            with temporary_settings({PREFECT_API_URL: self._url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            with temporary_settings({PREFECT_API_URL: url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
                 yield
         finally:
             os.environ.pop("PREFECT_API_URL", None)
 
 
-@functools.cache
-def _guarded_server_class() -> Any:
-    """Prefect's temporary server, with a guard process that stops it if this process is killed.
+def _new_server() -> Any:
+    """The temporary server started before the command line was parsed, else a new one (a seam for tests)."""
+    from shardwise.flows.temp_server import TemporaryServer, take_early
 
-    See :mod:`flows.server_guard`. The guard starts with the server's process,
-    whichever thread starts it. Made on first use: importing Prefect's server
-    takes a while, and most commands never start one.
-    """
-    from prefect.server.api.server import SubprocessASGIServer
-
-    class GuardedServer(SubprocessASGIServer):
-        def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-            process = super()._run_uvicorn_command()
-            self.guard = subprocess.Popen(
-                [sys.executable, "-m", "shardwise.flows.server_guard", str(os.getpid()), str(process.pid)],
-                stdin=subprocess.DEVNULL,
-            )
-            return process
-
-    return GuardedServer
+    return take_early() or TemporaryServer().launch()

@@ -11,6 +11,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
+from shardwise.flows.home import calibration_cache
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.totals import closing_lines, this_invocation
@@ -26,7 +27,7 @@ from shardwise.tasks.connections import resolve
 from shardwise.tasks.dry_run import dry_run
 from shardwise.tasks.events import emit_run_finished
 from shardwise.tasks.fanout import run_shards
-from shardwise.tasks.infer_shard import release_run
+from shardwise.tasks.infer_shard import release_run, worker_cache
 from shardwise.tasks.progress import ProgressPublisher
 from shardwise.tasks.retry import task_retries
 from shardwise.tasks.runners import Fanout
@@ -66,6 +67,7 @@ def _score(params: ScoreParams) -> State:
         return Completed(message=f"dry run: {report['shards']} shards, {report['rows']} rows", data=report)
     logger = get_run_logger()
     started = time.perf_counter()
+    worker_cache().calibration = calibration_cache()  # the guard's figures of this host, between runs
     spec, fanout = params.to_spec(), params.fanout()
     fanout.check_reachable(spec, resolve)
     run_id = str(flow_run.id or uuid.uuid4())
@@ -152,6 +154,7 @@ def _summary(
         "model_version": record.model_version,
         "precision": record.precision,
         "precision_agreement": record.precision_agreement,
+        "precision_agreement_from": record.precision_agreement_from,
         "code_version": record.code_version,
         "runner": fanout.runner,
         "workers": fanout.workers,

@@ -6,26 +6,65 @@ tasks in ``tasks/`` and the flows in ``flows/`` wrap it.
 
 from __future__ import annotations
 
+import importlib
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
+from typing import TYPE_CHECKING, Any
 
-from shardwise.config import EngineConfig
-from shardwise.device import resolve_device
-from shardwise.engine import Engine, EngineRun, RowResult
-from shardwise.errors import (
-    ConfigError,
-    DeviceOutOfMemoryError,
-    InputError,
-    RetryDeadlineError,
-    RunTakenOverError,
-    ShardwiseError,
-    SourceError,
-    TransientError,
-    UnknownModelError,
-)
-from shardwise.model import DeviceBatch, Encoding, Item, Model, ModelSpec, OutputColumn
-from shardwise.retry_policy import RetryPolicy
-from shardwise.stats import BatchStats, EngineStats
+if TYPE_CHECKING:
+    from shardwise.config import EngineConfig
+    from shardwise.device import resolve_device
+    from shardwise.engine import Engine, EngineRun, RowResult
+    from shardwise.errors import (
+        ConfigError,
+        DeviceOutOfMemoryError,
+        InputError,
+        RetryDeadlineError,
+        RunTakenOverError,
+        ShardwiseError,
+        SourceError,
+        TransientError,
+        UnknownModelError,
+    )
+    from shardwise.model import DeviceBatch, Encoding, Item, Model, ModelSpec, OutputColumn
+    from shardwise.retry_policy import RetryPolicy
+    from shardwise.stats import BatchStats, EngineStats
+
+# Imported on first use (PEP 562): ``import shardwise.environment`` or a helper process such as
+# ``python -m shardwise.flows.server_guard`` must not pay torch's import (1-3 s on two cores).
+_LAZY = {
+    "EngineConfig": "shardwise.config",
+    "resolve_device": "shardwise.device",
+    **dict.fromkeys(("Engine", "EngineRun", "RowResult"), "shardwise.engine"),
+    **dict.fromkeys(
+        (
+            "ConfigError",
+            "DeviceOutOfMemoryError",
+            "InputError",
+            "RetryDeadlineError",
+            "RunTakenOverError",
+            "ShardwiseError",
+            "SourceError",
+            "TransientError",
+            "UnknownModelError",
+        ),
+        "shardwise.errors",
+    ),
+    **dict.fromkeys(
+        ("DeviceBatch", "Encoding", "Item", "Model", "ModelSpec", "OutputColumn"), "shardwise.model"
+    ),
+    "RetryPolicy": "shardwise.retry_policy",
+    **dict.fromkeys(("BatchStats", "EngineStats"), "shardwise.stats"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'shardwise' has no attribute {name!r}")
+
 
 try:
     __version__ = _version("shardwise")

@@ -92,7 +92,8 @@ def _precision(summary: Mapping[str, Any]) -> str:
         return str(summary["precision"])
     if summary["precision"] == "fp32":
         return f"fp32 (the reduced precision agreed with fp32 only to {found:.5f}: fell back)"
-    return f"{summary['precision']} (agreement with fp32 {found:.5f} on calibration texts)"
+    cached = ", from the calibration cache" if summary.get("precision_agreement_from") == "cache" else ""
+    return f"{summary['precision']} (agreement with fp32 {found:.5f} on calibration texts{cached})"
 
 
 def _lease_rows(summary: Mapping[str, Any]) -> list[str]:

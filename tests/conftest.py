@@ -20,6 +20,9 @@ from shardwise.environment import set_defaults
 # user's ~/.prefect; subprocesses inherit it through the environment.
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="shardwise-tests-prefect-")
 atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
+# Nor the user's ~/.shardwise (the precision guard's calibration cache).
+os.environ["SHARDWISE_HOME"] = tempfile.mkdtemp(prefix="shardwise-tests-home-")
+atexit.register(shutil.rmtree, os.environ["SHARDWISE_HOME"], ignore_errors=True)
 set_defaults(PREFECT_SERVER_UI_ENABLED="false", PREFECT_LOGGING_TO_API_ENABLED="false")
 
 import importlib.util

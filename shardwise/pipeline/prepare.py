@@ -95,7 +95,8 @@ class PlannedRun:
         """One line for the log: the shards over the source, rows expected, shards already done, model."""
         plan, record, least = self.plan, self.record, self.ref.spec.min_agreement
         found = record.precision_agreement
-        agreement = "" if found is None else f" (agreement with fp32 {found:.5f}, minimum {least})"
+        cached = ", from the calibration cache" if record.precision_agreement_from == "cache" else ""
+        agreement = "" if found is None else f" (agreement with fp32 {found:.5f}{cached}, minimum {least})"
         return (
             f"{plural(len(plan.shards), 'shard')} over {plan.identity} ({plural(plan.expected_rows, 'row')} "
             f"expected, snapshot {plan.snapshot or 'none'}); {len(self.done_before)} already done; "
@@ -240,6 +241,7 @@ def _plan_new(
             model_version=version,
             precision=choice.precision,
             precision_agreement=choice.agreement,
+            precision_agreement_from=_agreement_from(choice),
             code_version=code_version(),
             source_identity=source.identity,
             source_snapshot=plan.snapshot,
@@ -253,6 +255,12 @@ def _plan_new(
         source.close()
         raise
     return record, plan, source, sink
+
+
+def _agreement_from(choice: PrecisionChoice) -> str | None:
+    if choice.agreement is None:
+        return None
+    return "cache" if choice.cached else "measured"
 
 
 def _resume(

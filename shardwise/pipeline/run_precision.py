@@ -39,6 +39,8 @@ class PrecisionChoice:
 
     precision: Precision
     agreement: float | None = None
+    cached: bool = False
+    """The agreement was read from the calibration cache, not measured by this run."""
 
 
 def hardware_precision(spec: RunSpec, outputs: Sequence[OutputColumn]) -> tuple[Precision, torch.device]:
@@ -83,9 +85,9 @@ def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
     if precision == "fp32":
         return PrecisionChoice("fp32")
     model, _ = cache.model(spec.model, device, spec.generation())
-    found = cache.agreement(model, precision, pairs=spec.text_pair_column is not None)
+    found, cached = cache.guarded(model, precision, pairs=spec.text_pair_column is not None)
     if found >= spec.min_agreement:
-        return PrecisionChoice(precision, found)
+        return PrecisionChoice(precision, found, cached)
     if spec.precision == "auto":
         _log.warning(
             "model %r in %s agrees with float32 to %.5f on %s, below the minimum %s: scoring in fp32",
@@ -95,7 +97,7 @@ def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
             device,
             spec.min_agreement,
         )
-        return PrecisionChoice("fp32", found)
+        return PrecisionChoice("fp32", found, cached)
     raise ConfigError(
         f"model {spec.model!r} in {precision} agrees with float32 to {found:.5f} on {device} (worst of "
         f"its calibration texts), below the minimum {spec.min_agreement}; use --precision fp32, or auto "

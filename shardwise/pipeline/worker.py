@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from shardwise.calibration import CalibrationCache, measured_agreement
 from shardwise.config import EngineConfig
 from shardwise.device_lease import leased_device
 from shardwise.errors import ConfigError, TransientError
@@ -42,7 +43,7 @@ from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS,
 from shardwise.pipeline.destination import ledger_url, open_sink
 from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
-from shardwise.precision import Precision, agreement, resolve_precision, versioned
+from shardwise.precision import Precision, resolve_precision, versioned
 from shardwise.results import Ledger, ResultStore, RunRecord
 from shardwise.retry_policy import Outage, retry_step
 from shardwise.sinks import Layout
@@ -119,12 +120,16 @@ class WorkerCache:
     ``max_runs`` runs stay open; the least recently used is closed.
     """
 
-    def __init__(self, catalogue: Catalogue, max_runs: int = _MAX_RUNS) -> None:
+    def __init__(
+        self, catalogue: Catalogue, max_runs: int = _MAX_RUNS, calibration: CalibrationCache | None = None
+    ) -> None:
         self._catalogue = catalogue
         self._max_runs = max_runs
+        self.calibration = calibration
+        """Where the guard's figures are kept between processes (None: measured once per process)."""
         self._lock = threading.Lock()
         self._models: dict[tuple[str, str, GenerationSettings | None], Model] = {}
-        self._agreements: dict[tuple[str, str, str, bool], float] = {}
+        self._agreements: dict[tuple[str, str, str, bool], tuple[float, bool]] = {}
         self._infos: dict[tuple[str, GenerationSettings | None], ModelInfo] = {}
         self._runs: OrderedDict[tuple[str, RunSpec], _Run] = OrderedDict()
         self.loads = 0
@@ -161,11 +166,16 @@ class WorkerCache:
         return with_generation(self._catalogue(name), generation)
 
     def agreement(self, model: Model, precision: Precision, pairs: bool = False) -> float:
-        """The guard's agreement of ``model`` in ``precision`` with float32, measured once per process."""
+        """The guard's agreement of ``model`` in ``precision`` with float32, measured once per process,
+        or read from :attr:`calibration` where an earlier process stored it."""
+        return self.guarded(model, precision, pairs)[0]
+
+    def guarded(self, model: Model, precision: Precision, pairs: bool = False) -> tuple[float, bool]:
+        """:meth:`agreement`, and whether it came from :attr:`calibration` rather than a measurement."""
         key = (f"{model.name}@{model.version}", str(model.device), precision, pairs)
         with self._lock:
             if key not in self._agreements:
-                self._agreements[key] = agreement(model, precision, pairs)
+                self._agreements[key] = measured_agreement(self.calibration, model, precision, pairs)
             return self._agreements[key]
 
     def run(self, ref: RunRef, model: Model, resolve: Resolver) -> _Run:

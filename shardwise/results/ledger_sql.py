@@ -31,6 +31,7 @@ _UPGRADES = {
     "shardwise_runs": {
         "precision": "runs_add_precision",
         "precision_agreement": "runs_add_precision_agreement",
+        "precision_agreement_from": "runs_add_precision_agreement_from",
         "owner": "runs_add_owner",
         "lease_expires_at": "runs_add_lease",
     },
@@ -120,6 +121,7 @@ def start_run(
             "model_version": run.model_version,
             "precision": run.precision,
             "precision_agreement": run.precision_agreement,
+            "precision_agreement_from": run.precision_agreement_from,
             "code_version": run.code_version,
             "source_identity": run.source_identity,
             "source_snapshot": run.source_snapshot,
@@ -167,6 +169,7 @@ def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePla
         model_version=row["model_version"],
         precision=row.get("precision") or "fp32",
         precision_agreement=row.get("precision_agreement"),
+        precision_agreement_from=row.get("precision_agreement_from"),
         code_version=row["code_version"],
         source_identity=row["source_identity"],
         source_snapshot=row["source_snapshot"],

@@ -35,6 +35,8 @@ class RunRecord:
     """What the model computed in (see :mod:`shardwise.precision`); a ledger from before it says fp32."""
     precision_agreement: float | None = None
     """The accuracy guard's agreement with float32 when it was measured (reduced precision, or a fallback)."""
+    precision_agreement_from: str | None = None
+    """``measured`` by this run, or read from the calibration ``cache`` (an earlier identical measurement)."""
 
 
 @dataclass(frozen=True, slots=True)

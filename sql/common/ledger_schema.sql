@@ -11,6 +11,7 @@ CREATE TABLE IF NOT EXISTS shardwise_runs (
     model_version    text NOT NULL,
     precision        text,
     precision_agreement {DOUBLE},
+    precision_agreement_from text,
     code_version     text NOT NULL,
     source_identity  text NOT NULL,
     source_snapshot  text,

@@ -77,10 +77,10 @@ def test_a_temporary_server_that_does_not_start_is_a_service_error(monkeypatch: 
     from shardwise.flows import launch
 
     class NeverStarts:
-        def start(self) -> None:
-            raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
+        def wait(self, timeout_s: float) -> None:
+            raise RuntimeError(f"the server did not answer within {timeout_s:g} s")
 
-    monkeypatch.setattr(launch, "_guarded_server_class", lambda: NeverStarts)
+    monkeypatch.setattr(launch, "_new_server", NeverStarts)
     with temporary_settings({PREFECT_API_URL: None}):
         api = launch.TemporaryApi().start()
         with pytest.raises(TransientError) as caught, api.serving():

@@ -128,3 +128,41 @@ def test_a_ledger_from_before_precision_is_upgraded_and_its_results_stay_current
     assert Ledger(url).load_run("new").precision == "fp32"  # type: ignore[union-attr]
     merged = Ledger(url).shards("new")
     assert sum(s.rows_unchanged or 0 for s in merged) == 30, "same weights, same precision: same version"
+
+
+def test_a_later_process_reads_the_guard_from_the_calibration_cache_and_lineage_says_so(
+    sqlite_url: str, native_bf16, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from conftest import LocalPipeline
+
+    from shardwise.calibration import CalibrationCache
+
+    make_docs(sqlite_url, 30, bad=False)
+    store = CalibrationCache(tmp_path / "calibration.json")
+    records = []
+    for run_id in ("first", "second"):  # each a fresh worker cache: a new process
+        local = LocalPipeline()
+        local.cache.calibration = store
+        try:
+            with caplog.at_level(logging.INFO):
+                local.run(_spec(sqlite_url), run_id)
+        finally:
+            local.cache.close()
+        records.append(Ledger(sqlite_url).load_run(run_id))
+    first, second = records
+    assert first is not None and second is not None
+    assert (first.precision, first.precision_agreement_from) == ("bf16", "measured")
+    assert (second.precision, second.precision_agreement_from) == ("bf16", "cache")
+    assert second.precision_agreement == first.precision_agreement
+    assert second.model_version == first.model_version
+
+
+def test_a_ledger_from_before_the_agreement_source_is_upgraded(
+    sqlite_url: str, pipeline, native_bf16
+) -> None:
+    make_docs(sqlite_url, 30, bad=False)
+    pipeline.run(_spec(sqlite_url), "old")
+    execute(sqlite_url, "alter table shardwise_runs drop column precision_agreement_from")
+    assert Ledger(sqlite_url).load_run("old").precision_agreement_from is None  # type: ignore[union-attr]
+    pipeline.run(_spec(sqlite_url), "new")
+    assert Ledger(sqlite_url).load_run("new").precision_agreement_from == "measured"  # type: ignore[union-attr]
