@@ -131,17 +131,17 @@ def test_a_ledger_from_before_precision_is_upgraded_and_its_results_stay_current
 
 
 def test_a_later_process_reads_the_guard_from_the_calibration_cache_and_lineage_says_so(
-    sqlite_url: str, native_bf16, tmp_path, caplog: pytest.LogCaptureFixture
+    sqlite_url: str, native_bf16, tmp_path, caplog: pytest.LogCaptureFixture, pipeline
 ) -> None:
-    from conftest import LocalPipeline
-
     from shardwise.calibration import CalibrationCache
+
+    local_pipeline = type(pipeline)  # LocalPipeline: `from conftest import` may find another conftest
 
     make_docs(sqlite_url, 30, bad=False)
     store = CalibrationCache(tmp_path / "calibration.json")
     records = []
     for run_id in ("first", "second"):  # each a fresh worker cache: a new process
-        local = LocalPipeline()
+        local = local_pipeline()
         local.cache.calibration = store
         try:
             with caplog.at_level(logging.INFO):
