@@ -32,8 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shardwise.errors import ConfigError, ShardwiseError
-from shardwise.generation import settings_given
+from shardwise.errors import ShardwiseError
 from shardwise.lineage import code_version
 from shardwise.model import ModelInfo
 from shardwise.pipeline.destination import (
@@ -44,7 +43,8 @@ from shardwise.pipeline.destination import (
     results_target,
     sink_layout,
 )
-from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper, takeover_from
+from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper
+from shardwise.pipeline.resume import recorded_retry, resume_run
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision
 from shardwise.pipeline.shard import this_worker
 from shardwise.pipeline.skipped import null_key_warning
@@ -53,7 +53,6 @@ from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
 from shardwise.precision import versioned
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord
-from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks import Sink
 from shardwise.sources import Source, SourcePlan, is_keyed, plan_objects
 from shardwise.words import plural
@@ -173,7 +172,7 @@ def prepare_run(
     sink: Sink | None = None
     try:
         if spec.resume:
-            record, plan, took_over = _resume(spec, ledger, model, resolve, owner)
+            record, plan, took_over = resume_run(spec, ledger, model, resolve, owner)
             source = None
             sink = open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, plan))
         else:
@@ -189,7 +188,7 @@ def prepare_run(
         ledger.close()
         raise
     todo = tuple(s.shard_id for s in plan.shards if s.shard_id not in done)
-    ref = RunRef(record.run_id, _recorded_retry(spec, plan, record.run_id), threads)
+    ref = RunRef(record.run_id, recorded_retry(spec, plan, record.run_id), threads)
     keeper = run_lease_keeper(ledger, record.run_id, owner, spec.lease_s).start()
     return PlannedRun(
         ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink, before
@@ -261,71 +260,6 @@ def _agreement_from(choice: PrecisionChoice) -> str | None:
     if choice.agreement is None:
         return None
     return "cache" if choice.cached else "measured"
-
-
-def _resume(
-    spec: RunSpec, ledger: Ledger, model: ModelInfo, resolve: Resolver, owner: str
-) -> tuple[RunRecord, SourcePlan, Takeover]:
-    """The stored record and plan of run ``spec.resume``, checked against what this resume asks for,
-    and its lease taken (from whom: the :class:`Takeover`)."""
-    assert spec.resume is not None
-    summary = ledger.run_summary(spec.resume)
-    if summary is None:
-        raise ConfigError(
-            f"run {spec.resume!r} is not in the ledger of {ledger.url}; nothing to resume. Resume a run id "
-            "listed there (shardwise runs --results URL)"
-        )
-    took_over = takeover_from(summary, force=spec.force, owner=owner)
-    record, plan = ledger.load(spec.resume)
-    target = results_target(spec, resolve(spec.results))
-    if record.results_table != target:
-        raise ConfigError(
-            f"run {spec.resume!r} wrote its results to {record.results_table!r}, not {target!r}; resume it "
-            "with the --results, --results-table and --results-format it was started with"
-        )
-    if spec.precision not in ("auto", record.precision):
-        raise ConfigError(
-            f"run {spec.resume!r} was started in precision {record.precision}; it cannot resume in "
-            f"{spec.precision}. Resume with --precision {record.precision} (or auto), or start a new run"
-        )
-    if record.model_version != versioned(model.version, record.precision):  # type: ignore[arg-type]
-        # A generator's settings are part of its version: a resume must give them again, all of them.
-        settings = settings_given(record.parameters)
-        same = "model"
-        if settings or spec.generation() is not None:
-            same = f"model and generation settings ({settings or 'none'})"
-        raise ConfigError(
-            f"run {spec.resume!r} was started with model version {record.model_version[:12]}; it cannot "
-            f"resume with {model.name!r} version {model.version[:12]}. Resume with the same {same}, or "
-            "start a new run"
-        )
-    source = open_spec_source(spec, resolve, plan)
-    try:
-        identity = source.identity
-    finally:
-        source.close()
-    if identity != record.source_identity:
-        raise ConfigError(
-            f"run {spec.resume!r} read source {record.source_identity!r}, not {identity!r}; "
-            "resume it with the source it read"
-        )
-    ledger.ensure()  # a ledger from an older release gains the columns its workers now write
-    # Forced, or from a gone process of this host: only from the owner seen (see takeover_from).
-    take_from = took_over.owner if spec.force or took_over.gone else None
-    record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.lease_s, take_from=take_from)
-    return record, plan, took_over
-
-
-def _recorded_retry(spec: RunSpec, plan: SourcePlan, run_id: str) -> RunSpec:
-    """``spec`` with the retry policy ``plan`` recorded (``spec``'s own for a plan recorded before)."""
-    recorded = RetryPolicy.from_params(plan.param("retry"), spec.retry)
-    if recorded != spec.retry:
-        _log.warning(
-            "run %s keeps the retry policy it was planned with (deadline %g s, %d attempts), not this "
-            "resume's (deadline %g s, %d attempts); start a new run to change it",
-            run_id, recorded.deadline_s, recorded.attempts, spec.retry.deadline_s, spec.retry.attempts,
-        )  # fmt: skip
-    return dataclasses.replace(spec, retry=recorded)
 
 
 def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
