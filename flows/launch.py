@@ -233,12 +233,33 @@ class TemporaryApi:
             raise error from exc
         mark("server_up")
         url = self._server.api_url
-        os.environ["PREFECT_API_URL"] = url
+        os.environ["PREFECT_API_URL"] = url  # for worker processes
+        updates = {PREFECT_API_URL: url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}
         try:
-            with temporary_settings({PREFECT_API_URL: url, PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            with temporary_settings(updates), _process_wide():
                 yield
         finally:
             os.environ.pop("PREFECT_API_URL", None)
+
+
+@contextmanager
+def _process_wide() -> Iterator[None]:
+    """Make this thread's Prefect settings the process-wide ones while the block runs.
+
+    ``temporary_settings`` reaches this thread's context only. Prefect's own
+    threads (the process pool's message forwarder, the events worker) read
+    the process-wide settings, built when Prefect was imported: without the
+    server's URL there, each started another temporary server of its own,
+    unguarded, that outlived a killed run.
+    """
+    import prefect.context
+
+    prior = prefect.context.GLOBAL_SETTINGS_CONTEXT
+    prefect.context.GLOBAL_SETTINGS_CONTEXT = prefect.context.get_settings_context()
+    try:
+        yield
+    finally:
+        prefect.context.GLOBAL_SETTINGS_CONTEXT = prior
 
 
 def _new_server() -> Any:

@@ -84,8 +84,10 @@ def guard(parent: int, orders: IO[bytes], ready: IO[bytes]) -> None:
     threading.Thread(target=listen, name="shardwise-reaper-orders", daemon=True).start()
     noted: dict[int, str] = {}
     while not ended.wait(POLL_S) and os.getppid() == parent:
+        # Kept, never replaced: a look just after the parent's death finds nothing below it (its
+        # children are reparented), and must not forget what the looks before it found.
         now = procfs.descendants(parent)
-        noted = {pid: start for pid, start in now.items() if pid != me and (pid, start) not in before}
+        noted.update((pid, start) for pid, start in now.items() if pid != me and (pid, start) not in before)
     if told.is_set():
         return
     for pid, start in noted.items():

@@ -90,6 +90,38 @@ def test_a_temporary_server_that_does_not_start_is_a_service_error(monkeypatch: 
     assert "\n" not in message and "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in message, message
 
 
+def test_every_thread_sees_the_temporary_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefect's own threads read the process-wide settings: each started a server of its own before."""
+    import threading
+
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    from shardwise.flows import launch
+
+    class Started:
+        api_url = "http://127.0.0.1:9/api"
+
+        def wait(self, timeout_s: float) -> None:
+            pass
+
+    def seen_by_a_new_thread() -> str | None:
+        seen: list[str | None] = []
+        thread = threading.Thread(target=lambda: seen.append(get_current_settings().api.url))
+        thread.start()
+        thread.join()
+        return seen[0]
+
+    monkeypatch.setattr(launch, "_new_server", Started)
+    before = seen_by_a_new_thread()
+    with temporary_settings({PREFECT_API_URL: None}):
+        api = launch.TemporaryApi().start()
+        with api.serving():
+            assert seen_by_a_new_thread() == Started.api_url
+            assert os.environ["PREFECT_API_URL"] == Started.api_url
+    assert seen_by_a_new_thread() == before, "the process-wide settings are restored"
+    assert "PREFECT_API_URL" not in os.environ
+
+
 def _spin(stop_at: float) -> None:
     while time.monotonic() < stop_at:
         pass
