@@ -36,15 +36,25 @@ def plan_run(
 
     The model is described, not loaded, unless the precision guard needs it:
     then it loads into this process's worker cache, where the thread
-    runner's shard tasks find it, so the model is loaded once.
+    runner's shard tasks find it, so the model is loaded once. The fresh
+    description is also the cache's current one, so a long-lived process
+    (``shardwise serve``'s warm runs) never scores with a model whose files
+    changed since it loaded them.
     """
     try:
+        described = with_generation(get_spec(spec.model), spec.generation()).describe()
+        if worker_cache().refresh(spec.model, described, spec.generation()):
+            get_run_logger().info(
+                "model %r changed since this process loaded it (now version %s): loading it again",
+                spec.model,
+                described.version[:12],
+            )
         planned = prepare_run(
             spec,
             run_id=run_id,
             started_by=started_by,
             parameters=parameters,
-            model=with_generation(get_spec(spec.model), spec.generation()).describe(),
+            model=described,
             cache=worker_cache(),
             resolve=resolve,
             workers=workers,

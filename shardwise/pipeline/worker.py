@@ -5,21 +5,15 @@ process does the rest in its own environment, and keeps what is expensive
 in a per-process :class:`WorkerCache`:
 
 * the **model**, loaded once per (name, device) and reused by every later
-  shard of any run (the Ray-actor / datatrove-rank pattern);
+  shard of any run (the Ray-actor / datatrove-rank pattern), as long as its
+  version is the one last described here (:meth:`WorkerCache.refresh`);
 * per run, the **source**, the **ledger** and the **sink** (together a
   :class:`~shardwise.results.ResultStore`), and the run's **record and
   plan**, read from the ledger, never planned again, so every worker scores
   exactly the shard boundaries the run stored.
 
-Before scoring, the worker checks that the model it loaded has the version
-the run recorded: a worker on another image or checkpoint refuses with a
-:class:`ConfigError` instead of writing results under the wrong version. A
-loaded model must also write the outputs its ``describe()`` declared, which
-the results table was made from.
-
-Each worker runs its run's precision, checks that its device supports it,
-and runs the accuracy guard once per process before its first shard (see
-:mod:`shardwise.pipeline.run_precision`).
+Before scoring, the worker checks the model and precision against what the
+run recorded (:mod:`shardwise.pipeline.worker_checks`).
 """
 
 from __future__ import annotations
@@ -41,9 +35,10 @@ from shardwise.generation import GenerationSettings, Generative, with_generation
 from shardwise.model import Model, ModelInfo, ModelSpec
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, IMAGE_CHUNK_ROWS, ChunkConfig
 from shardwise.pipeline.destination import ledger_url, open_sink
-from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
+from shardwise.pipeline.shard import ShardOutcome, score_shard
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
-from shardwise.precision import Precision, resolve_precision, versioned
+from shardwise.pipeline.worker_checks import check_outputs, check_precision, check_version
+from shardwise.precision import Precision
 from shardwise.results import Ledger, ResultStore, RunRecord
 from shardwise.retry_policy import Outage, retry_step
 from shardwise.sinks import Layout
@@ -145,11 +140,12 @@ class WorkerCache:
         key = (name, str(device), generation)
         described = self.info(name, generation)
         with self._lock:
-            if key in self._models:
-                return self._models[key], 0.0
+            found = self._models.get(key)
+            if found is not None and found.version == described.version:
+                return found, 0.0
             started = time.perf_counter()
             model = self.spec(name, generation).load(device)
-            _check_outputs(model, described)
+            check_outputs(model, described)
             self._models[key] = model
             self.loads += 1
             return model, time.perf_counter() - started
@@ -160,6 +156,22 @@ class WorkerCache:
             if (name, generation) not in self._infos:
                 self._infos[name, generation] = self.spec(name, generation).describe()
             return self._infos[name, generation]
+
+    def refresh(self, name: str, described: ModelInfo, generation: GenerationSettings | None = None) -> bool:
+        """Take ``described``, model ``name``'s description read just now, as current; says whether it
+        changed.
+
+        A long-lived process (``shardwise serve`` running triggered runs in
+        itself) calls this at the start of each run: a model whose files changed
+        since it was loaded (other weights, another tokenizer) has another
+        version, and :meth:`model` then loads it again instead of serving the
+        stale one. Every other key (device, generation settings) already
+        selects its own entry.
+        """
+        with self._lock:
+            before = self._infos.get((name, generation))
+            self._infos[name, generation] = described
+        return before is not None and before.version != described.version
 
     def spec(self, name: str, generation: GenerationSettings | None = None) -> ModelSpec:
         """The catalogue's spec for ``name``, generating with ``generation`` when given."""
@@ -189,8 +201,8 @@ class WorkerCache:
                 found = self._runs[key] = _open_run(ref, model, resolve)
                 while len(self._runs) > self._max_runs:
                     self._runs.popitem(last=False)[1].close()
-        _check_version(found.record, model)
-        _check_precision(found.record, model, ref.spec, self)
+        check_version(found.record, model)
+        check_precision(found.record, model, ref.spec, self)
         return found
 
     def release(self, run_id: str) -> None:
@@ -213,7 +225,7 @@ def _open_run(ref: RunRef, model: Model, resolve: Resolver) -> _Run:
     ledger = Ledger(ledger_url(ref.spec, resolve))
     try:
         record, plan = ledger.load(ref.run_id)
-        _check_version(record, model)
+        check_version(record, model)
         key_type: KeyType = "int" if plan.params.get("key_type") == "int" else "text"
         sink = open_sink(ref.spec, resolve(ref.spec.results), Layout(tuple(model.outputs), key_type))
         store = ResultStore(ledger, sink)
@@ -228,38 +240,6 @@ def _open_run(ref: RunRef, model: Model, resolve: Resolver) -> _Run:
         store.close()
         raise
     return _Run(record, plan, source, store)
-
-
-def _check_version(record: RunRecord, model: Model) -> None:
-    if versioned(model.version, record.precision) != record.model_version:  # type: ignore[arg-type]
-        raise ConfigError(
-            f"worker {this_worker().worker} loaded model {model.name!r} version {model.version[:12]}, but "
-            f"run {record.run_id!r} was planned with version {record.model_version[:12]}; give every "
-            "worker the same model files (the same image or checkpoint) as the process that planned it"
-        )
-
-
-def _check_outputs(model: Model, described: ModelInfo) -> None:
-    """The loaded model writes the columns its description promised: the results table was made from those."""
-    if tuple(model.outputs) != described.outputs:
-        raise ConfigError(
-            f"model {model.name!r} loaded with outputs {model.outputs!r}, but its describe() gave "
-            f"{described.outputs!r}; make the model's load() and describe() declare the same outputs"
-        )
-
-
-def _check_precision(record: RunRecord, model: Model, spec: RunSpec, cache: WorkerCache) -> None:
-    """This worker's device computes the run's precision, and the guard holds here too."""
-    precision = resolve_precision(record.precision, model.device)
-    if precision == "fp32":
-        return
-    found = cache.agreement(model, precision, pairs=spec.text_pair_column is not None)
-    if found < spec.min_agreement:
-        raise ConfigError(
-            f"on worker {this_worker().worker} ({model.device}) model {model.name!r} in {precision} agrees "
-            f"with float32 to {found:.5f}, below the minimum {spec.min_agreement}; run {record.run_id!r} was "
-            "planned in that precision, so start a new run with --precision fp32"
-        )
 
 
 def _chunk_rows(cache: WorkerCache, spec: RunSpec) -> int:
