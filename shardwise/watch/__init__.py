@@ -20,11 +20,12 @@ from shardwise.watch.loop import Backoff
 from shardwise.watch.object_watcher import ObjectWatcher, Seen
 from shardwise.watch.pg_notify import CHANNEL, PgNotifyWatcher
 from shardwise.watch.poller import WatermarkPoller
-from shardwise.watch.spec import Mode, WatchSpec
+from shardwise.watch.spec import DEFAULT_DEBOUNCE_S, Mode, WatchSpec
 from shardwise.watch.trigger import install_trigger, trigger_installed, uninstall_trigger
 
 __all__ = [
     "CHANNEL",
+    "DEFAULT_DEBOUNCE_S",
     "EVENT",
     "Announcer",
     "Backoff",
