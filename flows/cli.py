@@ -120,7 +120,8 @@ _EXAMPLE_DB = "sqlite:///shardwise-work/shardwise.db"
 def _parser() -> argparse.ArgumentParser:
     from shardwise.flows.cli_options import FANOUT_OPTIONS, SOURCE_OPTIONS, add_param_options
     from shardwise.flows.outcome import EXIT_CODES_HELP
-    from shardwise.flows.serving import local_api_url
+    from shardwise.flows.serving import DEFAULT_POLL_S, local_api_url
+    from shardwise.watch import DEFAULT_DEBOUNCE_S
 
     parser = _Parser(
         prog="shardwise",
@@ -256,8 +257,8 @@ def _parser() -> argparse.ArgumentParser:
         "--debounce",
         dest="debounce_s",
         type=float,
-        default=2.0,
-        help="seconds to gather notifications (default: 2)",
+        default=DEFAULT_DEBOUNCE_S,
+        help=f"seconds to gather notifications into one event (default: {DEFAULT_DEBOUNCE_S:g})",
     )
     watch.add_argument("--results", help="results database (Parquet sources: skip objects already scored)")
     watch.set_defaults(handler=cli_commands.watch)
@@ -266,12 +267,25 @@ def _parser() -> argparse.ArgumentParser:
         "serve",
         "serve the prefect.yaml deployments from this process (no worker)",
         "Register the deployments of prefect.yaml (nightly, manual, on-new-data) and run their flow runs\n"
-        "in this process until stopped; stopping pauses them and their schedules, and serving again\n"
-        "resumes them. Needs a Prefect server (PREFECT_API_URL).",
+        "until stopped; stopping pauses them and their schedules, and serving again resumes them. A\n"
+        "deployment with an event trigger (on-new-data) runs warm, in this process, where its model stays\n"
+        "loaded; the others get a fresh process per flow run. Needs a Prefect server (PREFECT_API_URL).",
         f"PREFECT_API_URL={local_api_url()} shardwise serve",
     )
     serve.add_argument(
         "--prefect-yaml", type=Path, default=None, help="deployments file (default: the checkout's)"
+    )
+    serve.add_argument(
+        "--cold",
+        action="store_true",
+        help="run every deployment in a fresh process per flow run, triggered ones too (slower to start)",
+    )
+    serve.add_argument(
+        "--poll",
+        dest="poll_s",
+        type=float,
+        default=DEFAULT_POLL_S,
+        help=f"seconds between asking the server for runs to start (default: {DEFAULT_POLL_S:g})",
     )
     serve.set_defaults(handler=cli_commands.serve)
 

@@ -63,7 +63,7 @@ def demo(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     from shardwise.flows.serving import serve_deployments
 
-    serve_deployments(args.prefect_yaml)
+    serve_deployments(args.prefect_yaml, cold=args.cold, poll_s=args.poll_s)
     return 0
 
 

@@ -11,15 +11,22 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import ConfigError
-from shardwise.flows.deployments import PREFECT_YAML, runner_deployments, work_pools
+from shardwise.flows.deployments import (
+    PREFECT_YAML,
+    load_deployment_configs,
+    load_entrypoint,
+    runner_deployments,
+    work_pools,
+)
 
 if TYPE_CHECKING:
     from prefect.runner import Runner
 
 __all__ = [
+    "DEFAULT_POLL_S",
     "deploy_deployments",
     "local_api_url",
     "require_server",
@@ -58,15 +65,29 @@ def require_server() -> str:
     return str(url)
 
 
-def serve_deployments(path: Path | None = None) -> None:
+DEFAULT_POLL_S = 1.0
+"""How often ``serve`` asks the server for runs to start (Prefect's runner default is 10 s): a triggered
+run waits half of it on average. Each ask is one small request to the API."""
+
+
+def serve_deployments(
+    path: Path | None = None, *, cold: bool = False, poll_s: float = DEFAULT_POLL_S
+) -> None:
     """Register every deployment of ``prefect.yaml`` and run their flow runs here until stopped.
 
-    Schedules and event triggers work without a worker. However it stops
-    (Ctrl-C, SIGINT or SIGTERM, at any moment: while the deployments are
-    being registered, before Prefect's runner has started, or after), the
-    served deployments are paused and their schedules made inactive, so that
-    nothing is scheduled for a process that is gone; serve again to resume
-    them. A second Ctrl-C while stopping interrupts at once (still pausing).
+    Schedules and event triggers work without a worker. A deployment with an
+    event trigger runs warm, in this process, where its model stays loaded
+    (:mod:`shardwise.flows.warm_runs`, which says how that stays correct when
+    the model, the parameters or the code change); the others, and every one
+    with ``cold``, run in a fresh process per flow run, as Prefect's runner
+    starts them. ``poll_s`` is how often both ask the server for runs.
+
+    However it stops (Ctrl-C, SIGINT or SIGTERM, at any moment: while the
+    deployments are being registered, before Prefect's runner has started, or
+    after), the served deployments are paused and their schedules made
+    inactive, so that nothing is scheduled for a process that is gone; serve
+    again to resume them. A warm run in flight is let finish. A second Ctrl-C
+    while stopping interrupts at once (still pausing).
 
     The signal handlers only note the request; the stop itself happens at a
     safe point (between registrations, or as the runner's own graceful stop),
@@ -77,25 +98,65 @@ def serve_deployments(path: Path | None = None) -> None:
 
     from prefect.runner import Runner
 
+    from shardwise.flows.warm_runs import WarmRuns
+
+    if not poll_s > 0:
+        raise ConfigError(f"the poll interval must be a positive number of seconds; got {poll_s!r}")
     url = require_server()
-    deployments = runner_deployments(path or PREFECT_YAML)
-    print(f"serving {', '.join(d.name for d in deployments)} on {url}; Ctrl-C to stop", flush=True)
+    path = path or PREFECT_YAML
+    deployments = runner_deployments(path)
+    warm = {} if cold else _warm_candidates(path)
     stop = threading.Event()
     try:
         with _signals_request(stop):
-            runner = Runner(pause_on_shutdown=True)
+            runner = Runner(pause_on_shutdown=True, query_seconds=poll_s)
+            flows: dict[Any, Any] = {}
             for deployment in deployments:
                 if stop.is_set():
                     break
-                runner.add_deployment(deployment)
+                if deployment.name in warm:
+                    flows[deployment.apply()] = warm[deployment.name][0]
+                else:
+                    runner.add_deployment(deployment)
             if not stop.is_set():
-                asyncio.run(_run_until(runner, stop))
+                # Said once every deployment (and its trigger) is registered: an event from now on runs.
+                print(
+                    f"serving {', '.join(d.name for d in deployments)} on {url}; Ctrl-C to stop", flush=True
+                )
+                runs = WarmRuns(flows, poll_s, warm_up=lambda: _prewarm_all([p for _, p in warm.values()]))
+                if flows:
+                    names = ", ".join(sorted(warm))
+                    print(f"{names} run{'s' if len(warm) == 1 else ''} warm in this process", flush=True)
+                    runs.start()
+                try:
+                    asyncio.run(_run_until(runner, stop))
+                finally:
+                    runs.stop()
     except KeyboardInterrupt:
         pass  # the second Ctrl-C: stopped all the same
     finally:
         paused = _pause([d.full_name for d in deployments])
         if paused:
             print(f"paused {', '.join(paused)} and their schedules; serve again to resume them", flush=True)
+
+
+def _warm_candidates(path: Path) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """The deployments that run warm (those with an event trigger): name → (flow, parameters to prewarm
+    with: the deployment's, under its first trigger's)."""
+    out = {}
+    for config in load_deployment_configs(path):
+        triggers = config.get("triggers") or []
+        if triggers:
+            parameters = {**(config.get("parameters") or {}), **(triggers[0].get("parameters") or {})}
+            out[config["name"]] = (load_entrypoint(config["entrypoint"]), parameters)
+    return out
+
+
+def _prewarm_all(parameters: Sequence[dict[str, Any]]) -> None:
+    from shardwise.flows.warm_runs import prewarm
+
+    for each in parameters:
+        prewarm(each)
 
 
 async def _run_until(runner: Runner, stop: threading.Event) -> None:
