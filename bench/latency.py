@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from shardwise.environment import set_defaults
 
-MODES = {
+MODES: dict[str, dict[str, list[str]]] = {
     "before": {"serve": ["--cold", "--poll", "10"], "watch": ["--debounce", "2"]},
     "cold": {"serve": ["--cold"], "watch": []},
     "warm": {"serve": [], "watch": []},
@@ -222,6 +222,7 @@ def run_marks(run_id: str) -> dict[str, float]:
 
     with get_client(sync_client=True) as client:
         flow_run = client.read_flow_run(uuid.UUID(run_id))
+        assert flow_run.created is not None  # the server sets it
         marks = {"created": flow_run.created.timestamp()}
         for state in client.read_flow_run_states(flow_run.id):
             marks.setdefault(state.type.value.lower(), state.timestamp.timestamp())
@@ -273,13 +274,13 @@ def measure(mode: str, admin: str, api: str, args: argparse.Namespace) -> dict[s
             watch_out.wait_for("watching docs", 180)
             warm_up(engine)
             wait_idle()
-            rows = []
+            rows: list[dict[str, Any]] = []
             for i in range(args.inserts):
                 time.sleep(1.0)  # the watcher and serve idle, as between real inserts
                 key = 1_000_001 + i
                 inserted, scored, run_id = insert_and_wait(engine, key, 300)
                 emitted = watch_out.wait_for("emitted shardwise.data.landed", 5, after=inserted)
-                row = {"latency_s": round(scored - inserted, 3), "run_id": run_id}
+                row: dict[str, Any] = {"latency_s": round(scored - inserted, 3), "run_id": run_id}
                 row.update(phases(inserted, emitted, scored, run_marks(run_id)))
                 rows.append(row)
                 print(

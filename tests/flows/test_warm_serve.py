@@ -1,0 +1,142 @@
+"""``shardwise serve`` runs the on-new-data deployment warm, in its own process, and never with a stale model.
+
+A real Prefect server (the harness's), ``shardwise serve`` and ``shardwise
+watch`` as the user starts them, a real PostgreSQL table and a model
+directory: an inserted row is scored by a flow run whose planner is the
+``serve`` process itself; then the directory gets other weights, and the
+next inserted row is scored with the new version, not the loaded one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from flow_data import execute, make_docs
+from hf_builders import tiny_classifier
+
+from shardwise.flows.deployments import PREFECT_YAML
+from shardwise.models import get_spec
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+
+
+class _Output:
+    """A child's merged output, read on a thread so that the child never blocks on a full pipe."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.lines.append(line)
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, needle: str, proc: subprocess.Popen[str], timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in self.text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"no {needle!r} in the output within {timeout} s:\n{self.text()[-4000:]}")
+            time.sleep(0.2)
+
+
+def _deployments_for(model: Path, folder: Path) -> Path:
+    """The checkout's prefect.yaml, every deployment scoring with ``model``."""
+    data = yaml.safe_load(PREFECT_YAML.read_text())
+    for deployment in data["deployments"]:
+        for block in [
+            deployment.get("parameters") or {},
+            *[t["parameters"] for t in deployment.get("triggers") or []],
+        ]:
+            if "params" in block:
+                block["params"]["model"] = str(model)
+    path = folder / "prefect.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _scored(url: str, key: int, served: _Output, timeout: float = 120) -> tuple[str, str]:
+    """The (run id, model version) of row ``key``'s result, once there is one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            found = execute(
+                url, "select run_id, model_version from shardwise_results where source_key = :k", {"k": key}
+            )
+        except Exception:  # the results table does not exist before the first run
+            found = []
+        if found:
+            return found[0]
+        time.sleep(0.2)
+    raise AssertionError(f"row {key} was not scored within {timeout} s; serve said:\n{served.text()[-4000:]}")
+
+
+def _start(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], _Output]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardwise.flows.cli", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return proc, _Output(proc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_triggered_run_scores_in_the_serve_process_and_reloads_a_changed_model(
+    pg_url: str, tmp_path: Path
+) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    make_docs(pg_url, 20, bad=False)
+    model = tiny_classifier(tmp_path / "model", seed=0)
+    old_version = get_spec(str(model)).describe().version
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "SHARDWISE_SOURCE_URL": pg_url}
+    serving, served = _start(["serve", "--prefect-yaml", str(_deployments_for(model, tmp_path))], env)
+    watch_argv = ["watch", "--source", "env:SHARDWISE_SOURCE_URL", "--table", "docs", "--name", "docs"]
+    watching, watched = _start([*watch_argv, "--install-trigger"], env)
+    try:
+        served.wait_for("on-new-data runs warm in this process", serving)
+        watched.wait_for("watching docs", watching)
+
+        execute(pg_url, "insert into docs (id, text) values (1001, 'a row that just landed')")
+        run_id, version = _scored(pg_url, 1001, served)
+        assert version.startswith(old_version), (version, old_version)
+        ((owner,),) = execute(pg_url, "select owner from shardwise_runs where run_id = :r", {"r": run_id})
+        assert f":{serving.pid}/" in owner, f"planned by {owner}, not by serve (pid {serving.pid})"
+        assert execute(pg_url, "select count(*) from shardwise_results") == [(21,)]
+
+        tiny_classifier(model, seed=1)  # other weights in the same directory while serve holds the old ones
+        new_version = get_spec(str(model)).describe().version
+        assert new_version != old_version
+        execute(pg_url, "insert into docs (id, text) values (1002, 'a row after the redeploy')")
+        run_id, version = _scored(pg_url, 1002, served)
+        assert version.startswith(new_version), "the changed model was served from the stale cache"
+        ((owner,),) = execute(pg_url, "select owner from shardwise_runs where run_id = :r", {"r": run_id})
+        assert f":{serving.pid}/" in owner
+    finally:
+        _stop(watching)
+        _stop(serving)
+    out = served.text()
+    assert "changed since this process loaded it" in out, out[-4000:]
+    assert "runs in a fresh process" not in out, out[-4000:]
