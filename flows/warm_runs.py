@@ -46,6 +46,8 @@ from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
+from shardwise.redact import redact
+
 __all__ = ["CodeStamp", "WarmRuns", "prewarm"]
 
 _log = logging.getLogger("shardwise.serve")
@@ -91,8 +93,8 @@ def prewarm(parameters: Mapping[str, Any]) -> None:
 
     try:
         params = ScoreParams.model_validate(dict(parameters.get("params") or {}))
-    except ValueError as exc:
-        _log.debug("not prewarming: %s", exc)
+    except ValueError as exc:  # its message could quote a value: name the error only
+        _log.debug("not prewarming: the parameters do not validate (%s)", type(exc).__name__)
         return
     worker_cache().calibration = calibration_cache()
     warm_here(params.to_spec())
@@ -135,7 +137,10 @@ class WarmRuns:
                 try:
                     self._run_due(client)
                 except Exception as exc:  # the server restarting: keep serving, say so
-                    _log.warning("warm runs: could not read or start scheduled runs (%s); trying again", exc)
+                    _log.warning(
+                        "warm runs: could not read or start scheduled runs (%s); trying again",
+                        redact(str(exc)),
+                    )
                 self._stop.wait(self._poll_s)
 
     def _run_due(self, client: Any) -> None:
@@ -162,8 +167,12 @@ class WarmRuns:
 
         try:
             run_flow(self._flows[flow_run.deployment_id], flow_run=flow_run, return_type="state")
-        except Exception:  # the engine records the run's final state; serve keeps going
-            _log.exception("warm flow run %s ended with an error", flow_run.id)
+        except Exception as exc:  # the engine records the run's final state; serve keeps going
+            _log.error(
+                "warm flow run %s ended with an error: %s",
+                flow_run.id,
+                redact(f"{type(exc).__name__}: {exc}"),
+            )
 
 
 def _claim(client: Any, flow_run_id: UUID) -> bool:

@@ -158,15 +158,11 @@ class WorkerCache:
             return self._infos[name, generation]
 
     def refresh(self, name: str, described: ModelInfo, generation: GenerationSettings | None = None) -> bool:
-        """Take ``described``, model ``name``'s description read just now, as current; says whether it
-        changed.
+        """Take ``described``, model ``name``'s description read just now, as current; True if it changed.
 
-        A long-lived process (``shardwise serve`` running triggered runs in
-        itself) calls this at the start of each run: a model whose files changed
-        since it was loaded (other weights, another tokenizer) has another
-        version, and :meth:`model` then loads it again instead of serving the
-        stale one. Every other key (device, generation settings) already
-        selects its own entry.
+        Each run's planning calls this, so a long-lived process (``shardwise
+        serve``'s warm runs) never serves a model whose files changed since it
+        loaded them: another version, and :meth:`model` loads it again.
         """
         with self._lock:
             before = self._infos.get((name, generation))
