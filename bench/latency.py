@@ -217,11 +217,16 @@ def wait_idle(timeout: float = 300) -> None:
 
 
 def run_marks(run_id: str) -> dict[str, float]:
-    """When the flow run was created, went Pending, Running, and its tasks ended (epoch seconds)."""
+    """When the flow run was created, went Pending, Running, and its tasks ended (epoch seconds); read
+    once the run has ended."""
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
         flow_run = client.read_flow_run(uuid.UUID(run_id))
+        deadline = time.monotonic() + 120
+        while not (flow_run.state and flow_run.state.is_final()) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the row is visible before the shard task's end is recorded
+            flow_run = client.read_flow_run(flow_run.id)
         assert flow_run.created is not None  # the server sets it
         marks = {"created": flow_run.created.timestamp()}
         for state in client.read_flow_run_states(flow_run.id):

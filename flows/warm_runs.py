@@ -131,16 +131,20 @@ class WarmRuns:
         from prefect.client.orchestration import get_client
 
         if self._warm_up is not None:
-            self._warm_up()  # a run that is due meanwhile waits for the model it would load itself
-        with get_client(sync_client=True) as client:
-            while not self._stop.is_set():
-                try:
-                    self._run_due(client)
-                except Exception as exc:  # the server restarting: keep serving, say so
-                    _log.warning(
-                        "warm runs: could not read or start scheduled runs (%s); trying again",
-                        redact(str(exc)),
-                    )
+            try:  # a run that is due meanwhile waits for the model it would load itself
+                self._warm_up()
+            except Exception as exc:  # the first run loads the model and reports what is wrong
+                _log.warning("warm runs: prewarming failed (%s)", redact(f"{type(exc).__name__}: {exc}"))
+        while not self._stop.is_set():
+            try:  # a new client after an error: the server may have restarted
+                with get_client(sync_client=True) as client:
+                    while not self._stop.is_set():
+                        self._run_due(client)
+                        self._stop.wait(self._poll_s)
+            except Exception as exc:  # keep serving, and say so
+                _log.warning(
+                    "warm runs: could not read or start scheduled runs (%s); trying again", redact(str(exc))
+                )
                 self._stop.wait(self._poll_s)
 
     def _run_due(self, client: Any) -> None:
