@@ -43,7 +43,7 @@ from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS,
 from shardwise.pipeline.destination import ledger_url, open_sink
 from shardwise.pipeline.shard import ShardOutcome, score_shard, this_worker
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
-from shardwise.precision import Precision, resolve_precision, versioned
+from shardwise.precision import Precision, minimum_agreement, resolve_precision, shown, versioned
 from shardwise.results import Ledger, ResultStore, RunRecord
 from shardwise.retry_policy import Outage, retry_step
 from shardwise.sinks import Layout
@@ -254,10 +254,11 @@ def _check_precision(record: RunRecord, model: Model, spec: RunSpec, cache: Work
     if precision == "fp32":
         return
     found = cache.agreement(model, precision, pairs=spec.text_pair_column is not None)
-    if found < spec.min_agreement:
+    least = minimum_agreement(precision, spec.min_agreement)
+    if found < least:
         raise ConfigError(
             f"on worker {this_worker().worker} ({model.device}) model {model.name!r} in {precision} agrees "
-            f"with float32 to {found:.5f}, below the minimum {spec.min_agreement}; run {record.run_id!r} was "
+            f"with float32 to {shown(found)}, below the minimum {least}; run {record.run_id!r} was "
             "planned in that precision, so start a new run with --precision fp32"
         )
 
