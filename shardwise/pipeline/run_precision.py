@@ -60,6 +60,8 @@ def hardware_precision(spec: RunSpec, outputs: Sequence[OutputColumn]) -> tuple[
         if not spec.device.startswith("cuda"):
             raise
         requested = spec.precision
+        if requested == "int8":  # refused here, not by each GPU worker after the run is recorded
+            resolve_precision(requested, torch.device("cuda"))
         if requested == "auto":
             requested = "fp32" if has_labels(outputs) else "bf16"
         return requested, torch.device("cpu")  # type: ignore[return-value]

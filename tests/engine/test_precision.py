@@ -98,6 +98,25 @@ def test_int8_off_a_cpu_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch)
         resolve_precision("int8", torch.device("cuda", 0))
 
 
+def test_int8_for_gpu_workers_is_refused_by_a_cpu_only_planner() -> None:
+    from shardwise.pipeline.run_precision import hardware_precision
+    from shardwise.pipeline.spec import RunSpec
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA: the planner's own device check applies")
+    spec = RunSpec(
+        source="x.db",
+        results="x.db",
+        results_table="r",
+        table="docs",
+        model="tiny",
+        device="cuda",
+        precision="int8",
+    )
+    with pytest.raises(ConfigError, match="precision int8 runs on CPUs only"):
+        hardware_precision(spec, ())
+
+
 def test_the_guard_minimum_defaults_by_precision_and_messages_round_down() -> None:
     assert minimum_agreement("int8") == INT8_MIN_AGREEMENT == 0.99
     assert minimum_agreement("bf16") == 0.999
