@@ -7,12 +7,14 @@ import copy
 import numpy as np
 import pytest
 import torch
+from hf_builders import tiny_classifier
 from torch import nn
 
 from shardwise import Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
 from shardwise.errors import ConfigError
-from shardwise.precision import agreement, for_precision
+from shardwise.models.hf_classifier import HFClassifierSpec
+from shardwise.precision import INT8_MIN_AGREEMENT, agreement, for_precision, resolve_precision
 from shardwise.quantize import Int8Linear, int8_copy, int8_kernel
 
 
@@ -88,3 +90,11 @@ def test_a_model_without_linear_layers_is_refused(tiny_model) -> None:
 )
 def test_the_int8_kernel_is_read_from_the_cpu_flags(flags: set[str], kernel: str) -> None:
     assert int8_kernel(frozenset(flags)) == kernel
+
+
+def test_a_classifier_goes_through_the_same_guard_on_its_labels_and_scores(tmp_path) -> None:
+    model = HFClassifierSpec(tiny_classifier(tmp_path / "clf")).load(torch.device("cpu"))
+    assert resolve_precision("auto", model.device, model.outputs) == "fp32"
+    assert isinstance(for_precision(model, "int8")._net.classifier, Int8Linear), "the head is a Linear too"
+    # The guard's figure for labels is the share of calibration texts whose values all stay equal.
+    assert agreement(model, "int8") < INT8_MIN_AGREEMENT, "this random classifier's scores move: refused"
