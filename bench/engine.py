@@ -21,11 +21,12 @@ no int8 of ours). ``load_average`` says how busy the machine was.
 int8, as decided (see ``docs/engine.md``, "int8 on a CPU"): per-row
 activations, per-channel weights and SmoothQuant-style smoothing, because
 PyTorch's ``quantize_dynamic`` could not pass the guard's 0.99. Measured here
-with MiniLM on 1,000 rows of python_docs.parquet, 2 threads, on a shared
-2-core AVX512-VNNI/AVX512-BF16 CPU at load average 9-10: int8 0.72x fp32
-(min cosine 0.9957, mean 0.9991, guard 0.9959); bf16 1.55x fp32 (min
-0.99994). So int8 passes its guard on MiniLM but is not worth running on
-such a CPU: bf16 is faster and closer.
+with MiniLM on 500 rows of python_docs.parquet, on a shared 2-core
+AVX512-VNNI/AVX512-BF16 CPU at load average 4: with ``--threads 1`` int8 ran
+at 2.28x fp32 and bf16 at 1.72x; with ``--threads 2`` int8 swung from 0.11x
+to 1.78x between identical runs (bf16 1.33-1.70x). int8's cosine to fp32:
+min 0.9957, mean 0.9991 (guard 0.9959, passing its 0.99); bf16's min
+0.99994. Quote int8 figures with the load average and the thread count.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@
   activations, per-channel weights, SmoothQuant-style smoothing calibrated on
   the built-in texts). It moves embeddings further than bf16 does (MiniLM's
   minimum cosine to float32 about 0.996 on 1,000 texts, against 0.99994 for
-  bf16) and, as built, is not faster than float32 where it was measured, so
-  it is only ever an explicit choice, behind its own guard minimum
+  bf16), and its speed-up is erratic on a busy multi-threaded CPU, so it is
+  only ever an explicit choice, behind its own guard minimum
   (:data:`INT8_MIN_AGREEMENT`, 0.99). On CUDA it is refused: use bf16.
 * **Label outputs**: a model with a ``text`` or ``int`` output (a classifier's
   ``label``) stays in ``fp32`` under ``auto``, on any device. A label is a step

@@ -21,12 +21,13 @@ smoothing 0.996, passing the int8 guard. The integer product is exact, so the
 result does not depend on which int8 kernel the CPU has; only the speed does
 (see :func:`int8_kernel`).
 
-The speed is the catch: on a 2-core AVX512-VNNI CPU the int8 product was
-about 3x float32's, but quantizing each activation row in eager PyTorch
-(a few passes over it) costs about as much, so MiniLM ran at 0.7-1.0x float32
-while bf16 ran at 1.5-1.75x. Fusing those passes (``torch.compile``, or
-folding the smoothing into the previous LayerNorm) is where a speed-up would
-come from.
+Speed, measured with MiniLM on a shared 2-core AVX512-VNNI CPU: with one
+torch thread int8 ran at 2.3x float32 (bf16 1.7x); with two threads it was
+erratic under other processes' load (0.1x to 1.8x): the activation passes
+around the integer product are small parallel regions, each waiting for
+every thread. Fusing them (``torch.compile``, or folding the smoothing into
+the previous LayerNorm) is where more speed, and steadier speed, would come
+from.
 
 A model is quantized once per loaded model object and the copy is kept (see
 :func:`int8_copy`); the copy shares the tokenizer and every other attribute
