@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -14,17 +16,18 @@ from shardwise import Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
 from shardwise.errors import ConfigError
 from shardwise.models.hf_classifier import HFClassifierSpec
+from shardwise.models.tiny import TinyModel
 from shardwise.precision import INT8_MIN_AGREEMENT, agreement, for_precision, resolve_precision
 from shardwise.quantize import Int8Linear, int8_copy, int8_kernel
 
 
-def test_the_int8_copy_quantizes_the_linear_layers_once_and_leaves_the_model_alone(tiny_model) -> None:
+def test_the_int8_copy_quantizes_linear_layers_once_and_leaves_the_original(tiny_model: TinyModel) -> None:
     quantized = for_precision(tiny_model, "int8")
     assert quantized is for_precision(tiny_model, "int8"), "made once per loaded model"
     assert for_precision(tiny_model, "fp32") is tiny_model and for_precision(tiny_model, "bf16") is tiny_model
-    layers = dict(quantized._net.named_modules())
+    layers = dict(cast(Any, quantized)._net.named_modules())
     assert isinstance(layers["layers.layers.0.linear1"], Int8Linear)
-    assert isinstance(dict(tiny_model._net.named_modules())["layers.layers.0.linear1"], nn.Linear)
+    assert isinstance(dict(cast(Any, tiny_model)._net.named_modules())["layers.layers.0.linear1"], nn.Linear)
     # MultiheadAttention reads its output projection's weight itself: it stays float32.
     assert type(layers["layers.layers.0.self_attn.out_proj"]) is not Int8Linear
     assert (quantized.name, quantized.version, quantized.outputs) == (
@@ -34,7 +37,7 @@ def test_the_int8_copy_quantizes_the_linear_layers_once_and_leaves_the_model_alo
     )
 
 
-def test_the_engine_in_int8_gives_what_a_plain_quantized_forward_gives(tiny_model) -> None:
+def test_the_engine_in_int8_gives_what_a_plain_quantized_forward_gives(tiny_model: TinyModel) -> None:
     texts = harvest_docstrings(80)
     run = Engine(tiny_model, EngineConfig(precision="int8")).run(enumerate(texts))
     ours = np.stack([r.values["embedding"] for r in run])  # type: ignore[index]
@@ -52,7 +55,7 @@ def test_the_engine_in_int8_gives_what_a_plain_quantized_forward_gives(tiny_mode
     assert cosine.min() > 0.99
 
 
-def test_the_guard_measures_int8_against_float32(tiny_model) -> None:
+def test_the_guard_measures_int8_against_float32(tiny_model: TinyModel) -> None:
     found = agreement(tiny_model, "int8")
     assert 0.99 < found < 1.0, "int8 rounds: close to float32, not equal"
 
@@ -72,7 +75,7 @@ def test_an_int8_layer_stays_close_to_its_float_layer_even_with_an_outlier_chann
     assert (want - got).abs().mean() < (want - plain).abs().mean(), "smoothing helps the outlier rows"
 
 
-def test_a_model_without_linear_layers_is_refused(tiny_model) -> None:
+def test_a_model_without_linear_layers_is_refused(tiny_model: TinyModel) -> None:
     flat = copy.copy(tiny_model)
     flat._net = nn.Identity()
     with pytest.raises(ConfigError, match="has no Linear layers, so int8 has nothing to quantize; use"):
@@ -92,9 +95,10 @@ def test_the_int8_kernel_is_read_from_the_cpu_flags(flags: set[str], kernel: str
     assert int8_kernel(frozenset(flags)) == kernel
 
 
-def test_a_classifier_goes_through_the_same_guard_on_its_labels_and_scores(tmp_path) -> None:
+def test_a_classifier_goes_through_the_same_guard_on_its_labels_and_scores(tmp_path: Path) -> None:
     model = HFClassifierSpec(tiny_classifier(tmp_path / "clf")).load(torch.device("cpu"))
     assert resolve_precision("auto", model.device, model.outputs) == "fp32"
-    assert isinstance(for_precision(model, "int8")._net.classifier, Int8Linear), "the head is a Linear too"
+    quantized: Any = for_precision(model, "int8")
+    assert isinstance(quantized._net.classifier, Int8Linear), "the head is a Linear too"
     # The guard's figure for labels is the share of calibration texts whose values all stay equal.
     assert agreement(model, "int8") < INT8_MIN_AGREEMENT, "this random classifier's scores move: refused"
