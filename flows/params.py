@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from shardwise.errors import ConfigError
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.spec import DEFAULT_MODEL, IndexChoice, ResultsFormat
-from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested
+from shardwise.precision import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT, Requested
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
@@ -168,14 +168,16 @@ class ScoreParams(BaseModel):
         "auto",
         description="Numeric precision: auto (the fastest the device computes natively: bf16 on GPUs "
         "since Ampere and on CPUs with AMX or AVX512-BF16, else fp16 on older GPUs, else fp32), fp32, "
-        "bf16 or fp16. Part of the results' model version: precisions never mix.",
+        "bf16, fp16, or int8 (CPU only, never chosen by auto; a quantized copy of the model, behind "
+        "the guard). Part of the results' model version: precisions never mix.",
     )
-    min_agreement: float = Field(
-        DEFAULT_MIN_AGREEMENT,
+    min_agreement: float | None = Field(
+        None,
         gt=0,
         le=1,
         description="Accuracy guard: a reduced precision must match fp32 to this minimum cosine on "
-        "calibration texts, else auto falls back to fp32 and an explicit choice fails.",
+        "calibration texts, else auto falls back to fp32 and an explicit choice fails. Default "
+        f"{DEFAULT_MIN_AGREEMENT} for bf16 and fp16, {INT8_MIN_AGREEMENT} for int8.",
     )
     runner: RunnerName = Field(
         "thread",

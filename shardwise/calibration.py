@@ -40,8 +40,19 @@ __all__ = ["CalibrationCache", "calibration_key", "device_identity", "measured_a
 
 _FORMAT = 1
 _MAX_ENTRIES = 256
-_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
-"""The CPU flags that decide which kernels a reduced precision runs on."""
+_CPU_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_fp16",
+    "amx_int8",
+)
+"""The CPU flags that decide which kernels a reduced precision (int8 included) runs on."""
 
 
 def measured_agreement(

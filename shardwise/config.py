@@ -38,7 +38,7 @@ class EngineConfig:
     :func:`~shardwise.batching.cut_batches`). ``window_rows`` is how many rows
     are read, sorted by length and scored before the next rows are read:
     memory is bounded by it however large the input is. ``precision`` is ``fp32``,
-    ``bf16``, ``fp16`` or ``auto`` (the fastest the device computes natively,
+    ``bf16``, ``fp16``, ``int8`` (CPU only) or ``auto`` (the fastest the device computes natively,
     see :mod:`shardwise.precision`); a bare engine defaults to float32, the
     pipeline to ``auto`` behind an accuracy guard.
     """

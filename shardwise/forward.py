@@ -11,7 +11,7 @@ from shardwise.batching import CostBudget
 from shardwise.device import to_host
 from shardwise.errors import DeviceOutOfMemoryError
 from shardwise.model import DeviceBatch, Item, Model
-from shardwise.precision import Precision, autocast
+from shardwise.precision import Precision, autocast, for_precision
 
 __all__ = ["Columns", "Forward"]
 
@@ -22,7 +22,8 @@ class Forward:
     """Score collated batches with ``model``; on out-of-memory, halve the items and lower the budget.
 
     Call it inside ``torch.inference_mode()``. The pass runs under autocast in
-    ``precision`` (bf16 or fp16; nothing for fp32), on a CPU as on CUDA.
+    ``precision`` (bf16 or fp16; nothing for fp32), on a CPU as on CUDA; in
+    int8 the model's int8 copy runs instead (:func:`~shardwise.precision.for_precision`).
     Outputs come back to the CPU (floats as float32) one batch at a time, so
     device memory never accumulates results, and become the model's result
     columns there. Autocast adds no host synchronisation: it only picks
@@ -34,13 +35,14 @@ class Forward:
         self.budget = budget
         self.pad_to_multiple = pad_to_multiple
         self.precision = precision
+        self._computes = for_precision(model, precision)
         self.oom_splits = 0
 
     def __call__(self, items: Sequence[Item], batch: DeviceBatch) -> Columns:
         """The result columns of ``batch`` (``items`` collated, on the device), one entry per item."""
         try:
             with autocast(self.model.device, self.precision):
-                out = self.model.run(batch)
+                out = self._computes.run(batch)
             return self.model.to_columns(to_host(out))
         except torch.OutOfMemoryError as exc:
             if len(items) == 1:

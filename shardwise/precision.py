@@ -11,6 +11,14 @@
   compute it natively) and slow. MiniLM under fp16 autocast on a 2-core
   AVX512-BF16 CPU (torch 2.13) agreed with float32 to a cosine of 0.999999, and
   took 3.7 times as long as fp32 and 6 times as long as bf16.
+* **int8** (CPU only, never chosen by ``auto``): a copy of the model whose
+  Linear layers compute in int8 (:mod:`shardwise.quantize`: per-row
+  activations, per-channel weights, SmoothQuant-style smoothing calibrated on
+  the built-in texts). It moves embeddings further than bf16 does (MiniLM's
+  minimum cosine to float32 about 0.996 on 1,000 texts, against 0.99994 for
+  bf16), and its speed-up is erratic on a busy multi-threaded CPU, so it is
+  only ever an explicit choice, behind its own guard minimum
+  (:data:`INT8_MIN_AGREEMENT`, 0.99). On CUDA it is refused: use bf16.
 * **Label outputs**: a model with a ``text`` or ``int`` output (a classifier's
   ``label``) stays in ``fp32`` under ``auto``, on any device. A label is a step
   function of the logits: reduced precision moves the logits a little, which
@@ -18,9 +26,10 @@
   vouch for rows they do not contain. Ask for ``bf16`` explicitly to trade
   that for speed; the guard still checks it.
 
-Reduced precision runs under ``torch.autocast``: matrix products in bf16 or
+Reduced floating precision runs under ``torch.autocast``: matrix products in bf16 or
 fp16, normalisations and softmax in float32, weights stored in float32, so
-one loaded model serves every precision.
+one loaded model serves every float precision; int8 runs a quantized copy
+of it, made once per loaded model (:func:`for_precision`).
 
 Results of different precisions never mix: :func:`versioned` makes the
 precision part of the model version that keys the results table (float32 keeps
@@ -36,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, get_args
@@ -46,26 +56,35 @@ import torch
 from shardwise.device import to_host
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import Item, Model, OutputColumn
+from shardwise.quantize import int8_copy, int8_kernel
 from shardwise.text import Inputs
 
 __all__ = [
     "CALIBRATION_TEXTS",
     "DEFAULT_MIN_AGREEMENT",
+    "INT8_MIN_AGREEMENT",
     "Precision",
     "Requested",
     "agreement",
     "autocast",
     "check_precision",
     "cpu_has_native_bf16",
+    "cpu_int8_kernel",
+    "for_precision",
     "has_labels",
+    "minimum_agreement",
     "resolve_precision",
+    "shown",
     "versioned",
 ]
 
-Requested = Literal["auto", "fp32", "bf16", "fp16"]
-Precision = Literal["fp32", "bf16", "fp16"]
+Requested = Literal["auto", "fp32", "bf16", "fp16", "int8"]
+Precision = Literal["fp32", "bf16", "fp16", "int8"]
 DEFAULT_MIN_AGREEMENT = 0.999
-"""The guard's default threshold: minimum cosine to float32 (or share of equal labels)."""
+"""The guard's default threshold for bf16 and fp16: minimum cosine to float32 (or share of equal labels)."""
+INT8_MIN_AGREEMENT = 0.99
+"""The guard's default threshold for int8: int8 rounds far more coarsely than bf16 (see the module
+docstring), and below a cosine of 0.99 nearest neighbours visibly change."""
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -110,6 +129,11 @@ def _cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def cpu_int8_kernel() -> str:
+    """The int8 instructions this CPU offers (``amx-int8``, ``avx512-vnni``, ``avx-vnni`` or ``none``)."""
+    return int8_kernel(_cpu_flags())
+
+
 def _cuda_native(device: torch.device) -> tuple[Precision, ...]:
     major, _ = torch.cuda.get_device_capability(device)
     if major >= 8:
@@ -149,13 +173,19 @@ def resolve_precision(
     the device can compute it at all: bf16 on a CPU without native bf16 is
     slow but correct, so it is allowed; bf16 on a GPU that lacks it, and
     fp16 on a CPU (several times slower than fp32: see the module docstring),
-    are refused with the fix.
+    are refused with the fix. ``int8`` runs on CPUs only, on any of them
+    (emulated, slower, without VNNI or AMX: see :func:`cpu_int8_kernel`).
     """
     choice = check_precision(requested)
     if choice == "auto":
         return "fp32" if has_labels(outputs) else native(device)[0]
     if choice == "fp32":
         return "fp32"
+    if choice == "int8" and device.type != "cpu":
+        raise ConfigError(
+            f"precision int8 runs on CPUs only, not on {device}; use --precision bf16 or auto there "
+            "(or --device cpu for int8)"
+        )
     if device.type == "cuda" and choice not in _cuda_native(device):
         name = torch.cuda.get_device_name(device)
         raise ConfigError(
@@ -171,16 +201,45 @@ def resolve_precision(
     return choice
 
 
+def minimum_agreement(precision: Precision, given: float | None = None) -> float:
+    """The guard's threshold for ``precision``: ``given`` when set, else the precision's default."""
+    if given is not None:
+        return given
+    return INT8_MIN_AGREEMENT if precision == "int8" else DEFAULT_MIN_AGREEMENT
+
+
+def shown(found: float) -> str:
+    """An agreement for a message, rounded down to 5 decimals: 0.999996 below a minimum of 1.0 reads
+    0.99999, never 1.00000."""
+    return f"{math.floor(found * 1e5) / 1e5:.5f}"
+
+
 def versioned(version: str, precision: Precision) -> str:
-    """The model version that keys results: the weights hash, plus ``+bf16``/``+fp16`` when reduced."""
+    """The model version that keys results: the weights hash, plus ``+bf16``/``+fp16``/``+int8`` when
+    reduced."""
     return version if precision == "fp32" else f"{version}+{precision}"
 
 
 def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager[object]:
     """The context a forward pass runs in for ``precision`` on ``device``."""
-    if precision == "fp32":
+    if precision in ("fp32", "int8"):  # int8 is a quantized copy of the model: see for_precision
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+
+
+def for_precision(model: Model, precision: Precision) -> Model:
+    """The model that computes in ``precision``: ``model`` itself for the float precisions (run it under
+    :func:`autocast`), its int8 copy (made once, see :mod:`shardwise.quantize`) for int8."""
+    if precision != "int8":
+        return model
+    return int8_copy(model, _calibrate)
+
+
+def _calibrate(model: Model) -> None:
+    """Run ``model`` in float32 over the calibration texts, for what its layers see."""
+    batch = model.collate(_calibration_items(model, pairs=False)).to(model.device)
+    with torch.inference_mode():
+        model.run(batch)
 
 
 def agreement(model: Model, precision: Precision, pairs: bool = False) -> float:
@@ -196,10 +255,11 @@ def agreement(model: Model, precision: Precision, pairs: bool = False) -> float:
         return 1.0
     items = _calibration_items(model, pairs)
     batch = model.collate(items).to(model.device)
+    reduced_model = for_precision(model, precision)
     with torch.inference_mode():
         full = model.to_columns(to_host(model.run(batch)))
         with autocast(model.device, precision):
-            reduced_out = model.run(batch)
+            reduced_out = reduced_model.run(batch)
         reduced = model.to_columns(to_host(reduced_out))
     worst = 1.0
     for out in model.outputs:

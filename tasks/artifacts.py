@@ -14,6 +14,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from shardwise.counts import in_words
 from shardwise.pipeline import ShardOutcome
 from shardwise.pipeline.skipped import Skipped
+from shardwise.precision import shown
 from shardwise.tasks.markdown import code, text
 from shardwise.words import plural
 
@@ -91,9 +92,9 @@ def _precision(summary: Mapping[str, Any]) -> str:
     if found is None:
         return str(summary["precision"])
     if summary["precision"] == "fp32":
-        return f"fp32 (the reduced precision agreed with fp32 only to {found:.5f}: fell back)"
+        return f"fp32 (the reduced precision agreed with fp32 only to {shown(found)}: fell back)"
     cached = ", from the calibration cache" if summary.get("precision_agreement_from") == "cache" else ""
-    return f"{summary['precision']} (agreement with fp32 {found:.5f} on calibration texts{cached})"
+    return f"{summary['precision']} (agreement with fp32 {shown(found)} on calibration texts{cached})"
 
 
 def _lease_rows(summary: Mapping[str, Any]) -> list[str]:

@@ -51,7 +51,7 @@ from shardwise.pipeline.skipped import null_key_warning
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source, redrive_plan_source
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
-from shardwise.precision import versioned
+from shardwise.precision import cpu_int8_kernel, minimum_agreement, shown, versioned
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord
 from shardwise.sinks import Sink
 from shardwise.sources import Source, SourcePlan, is_keyed, plan_objects
@@ -92,10 +92,15 @@ class PlannedRun:
 
     def describe(self) -> str:
         """One line for the log: the shards over the source, rows expected, shards already done, model."""
-        plan, record, least = self.plan, self.record, self.ref.spec.min_agreement
+        plan, record = self.plan, self.record
+        least = minimum_agreement(record.precision, self.ref.spec.min_agreement)  # type: ignore[arg-type]
         found = record.precision_agreement
         cached = ", from the calibration cache" if record.precision_agreement_from == "cache" else ""
-        agreement = "" if found is None else f" (agreement with fp32 {found:.5f}{cached}, minimum {least})"
+        # int8's speed depends on the CPU's int8 instructions (its results do not): say which it has.
+        kernel = f", int8 kernel {cpu_int8_kernel()}" if record.precision == "int8" else ""
+        agreement = (
+            "" if found is None else f" (agreement with fp32 {shown(found)}{cached}, minimum {least}{kernel})"
+        )
         return (
             f"{plural(len(plan.shards), 'shard')} over {plan.identity} ({plural(plan.expected_rows, 'row')} "
             f"expected, snapshot {plan.snapshot or 'none'}); {len(self.done_before)} already done; "

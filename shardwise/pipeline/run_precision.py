@@ -2,7 +2,8 @@
 
 ``auto`` takes the fastest precision the device computes natively
 (:func:`~shardwise.precision.resolve_precision`), then the guard compares it
-with float32 on a few calibration texts; below ``spec.min_agreement`` an
+with float32 on a few calibration texts; below ``spec.min_agreement`` (or
+the precision's default, :func:`~shardwise.precision.minimum_agreement`) an
 ``auto`` run falls back to float32 (with a warning), an explicit one is
 refused. The model the guard needs is loaded into the process's
 :class:`~shardwise.pipeline.worker.WorkerCache`, where the shards of a
@@ -22,7 +23,7 @@ from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.pipeline.spec import RunSpec
 from shardwise.pipeline.worker import WorkerCache
-from shardwise.precision import Precision, has_labels, resolve_precision
+from shardwise.precision import Precision, has_labels, minimum_agreement, resolve_precision, shown
 
 __all__ = ["PrecisionChoice", "choose_precision", "hardware_precision", "warm"]
 
@@ -59,6 +60,8 @@ def hardware_precision(spec: RunSpec, outputs: Sequence[OutputColumn]) -> tuple[
         if not spec.device.startswith("cuda"):
             raise
         requested = spec.precision
+        if requested == "int8":  # refused here, not by each GPU worker after the run is recorded
+            resolve_precision(requested, torch.device("cuda"))
         if requested == "auto":
             requested = "fp32" if has_labels(outputs) else "bf16"
         return requested, torch.device("cpu")  # type: ignore[return-value]
@@ -86,7 +89,8 @@ def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
         return PrecisionChoice("fp32")
     model, _ = cache.model(spec.model, device, spec.generation())
     found, cached = cache.guarded(model, precision, pairs=spec.text_pair_column is not None)
-    if found >= spec.min_agreement:
+    least = minimum_agreement(precision, spec.min_agreement)
+    if found >= least:
         return PrecisionChoice(precision, found, cached)
     if spec.precision == "auto":
         _log.warning(
@@ -95,11 +99,11 @@ def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
             precision,
             found,
             device,
-            spec.min_agreement,
+            least,
         )
         return PrecisionChoice("fp32", found, cached)
     raise ConfigError(
-        f"model {spec.model!r} in {precision} agrees with float32 to {found:.5f} on {device} (worst of "
-        f"its calibration texts), below the minimum {spec.min_agreement}; use --precision fp32, or auto "
+        f"model {spec.model!r} in {precision} agrees with float32 to {shown(found)} on {device} (worst of "
+        f"its calibration texts), below the minimum {least}; use --precision fp32, bf16 or auto "
         "(which falls back to fp32), or lower --min-agreement"
     )

@@ -18,7 +18,7 @@ from shardwise.errors import ConfigError
 from shardwise.generation import ChatMode, GenerationSettings, placeholders
 from shardwise.model import ModelInfo
 from shardwise.pipeline.chunks import ChunkConfig
-from shardwise.precision import DEFAULT_MIN_AGREEMENT, Requested, check_precision
+from shardwise.precision import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT, Requested, check_precision
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
@@ -89,9 +89,11 @@ class RunSpec:
     device: str = "auto"
     """``auto``, ``cpu``, ``cuda`` or ``cuda:N``: a policy each worker applies on its own host."""
     precision: Requested = "auto"
-    """``auto``, ``fp32``, ``bf16`` or ``fp16``; chosen once per run (see :mod:`shardwise.precision`)."""
-    min_agreement: float = DEFAULT_MIN_AGREEMENT
-    """The accuracy guard's threshold: minimum cosine to float32 (or share of equal labels)."""
+    """``auto``, ``fp32``, ``bf16``, ``fp16`` or ``int8``; chosen once per run (see
+    :mod:`shardwise.precision`)."""
+    min_agreement: float | None = None
+    """The accuracy guard's threshold: minimum cosine to float32 (or share of equal labels); None takes
+    the precision's default (:func:`~shardwise.precision.minimum_agreement`)."""
     resume: str | None = None
     redrive: str | None = None
     """A run id: score again only the keys that run dead-lettered (see :mod:`shardwise.pipeline.redrive`)."""
@@ -140,10 +142,12 @@ class RunSpec:
         check_query_timeout(self.query_timeout_s)
         if self.chunk_rows is not None:
             ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
-        if not isinstance(self.min_agreement, (int, float)) or not 0 < self.min_agreement <= 1:
+        least = self.min_agreement
+        if least is not None and (not isinstance(least, (int, float)) or not 0 < least <= 1):
             raise ConfigError(
                 f"min_agreement must be a number in (0, 1], the minimum cosine to float32; "
-                f"got {self.min_agreement!r} (the default is {DEFAULT_MIN_AGREEMENT})"
+                f"got {self.min_agreement!r} (by default {DEFAULT_MIN_AGREEMENT}, or {INT8_MIN_AGREEMENT} "
+                "for int8)"
             )
         if self.text_pair_column is not None and self.text_pair_column in (self.text_column, self.key):
             role = "key" if self.text_pair_column == self.key else "text column"

@@ -19,7 +19,7 @@ from shardwise.errors import ConfigError
 from shardwise.model import Model, ModelInfo
 from shardwise.pipeline.shard import this_worker
 from shardwise.pipeline.spec import RunSpec
-from shardwise.precision import resolve_precision, versioned
+from shardwise.precision import minimum_agreement, resolve_precision, shown, versioned
 from shardwise.results import RunRecord
 
 if TYPE_CHECKING:
@@ -53,9 +53,10 @@ def check_precision(record: RunRecord, model: Model, spec: RunSpec, cache: Worke
     if precision == "fp32":
         return
     found = cache.agreement(model, precision, pairs=spec.text_pair_column is not None)
-    if found < spec.min_agreement:
+    least = minimum_agreement(precision, spec.min_agreement)
+    if found < least:
         raise ConfigError(
             f"on worker {this_worker().worker} ({model.device}) model {model.name!r} in {precision} agrees "
-            f"with float32 to {found:.5f}, below the minimum {spec.min_agreement}; run {record.run_id!r} was "
+            f"with float32 to {shown(found)}, below the minimum {least}; run {record.run_id!r} was "
             "planned in that precision, so start a new run with --precision fp32"
         )

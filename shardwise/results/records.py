@@ -26,7 +26,8 @@ class RunRecord:
     """The run's parameters as JSON-able values, secrets already removed."""
     model_name: str
     model_version: str
-    """The version that keys results: the weights hash, with ``+bf16``/``+fp16`` for a reduced precision."""
+    """The version that keys results: the weights hash, with ``+bf16``/``+fp16``/``+int8`` for a reduced
+    precision."""
     code_version: str
     source_identity: str
     source_snapshot: str | None

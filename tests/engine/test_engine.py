@@ -146,7 +146,7 @@ def test_early_close_stops_the_prefetch_thread(tiny_model) -> None:
         ({"max_tokens": 0}, "max_tokens must be a positive integer or None"),
         ({"window_rows": -1}, "window_rows must be a positive integer, got -1"),
         ({"prefetch_depth": 0}, "prefetch_depth must be >= 1"),
-        ({"precision": "fp8"}, "precision must be one of auto, fp32, bf16, fp16; got 'fp8'"),
+        ({"precision": "fp8"}, "precision must be one of auto, fp32, bf16, fp16, int8; got 'fp8'"),
     ],
 )
 def test_config_errors_name_the_value(kwargs: dict[str, object], message: str) -> None:

@@ -11,7 +11,15 @@ from shardwise import precision as precision_mod
 from shardwise.corpus import harvest_docstrings
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
-from shardwise.precision import agreement, check_precision, resolve_precision, versioned
+from shardwise.precision import (
+    INT8_MIN_AGREEMENT,
+    agreement,
+    check_precision,
+    minimum_agreement,
+    resolve_precision,
+    shown,
+    versioned,
+)
 
 CPU = torch.device("cpu")
 
@@ -59,7 +67,9 @@ def test_bf16_on_a_gpu_without_it_is_refused_with_the_fix(monkeypatch: pytest.Mo
 def test_fp16_on_a_cpu_and_unknown_names_are_refused() -> None:
     with pytest.raises(ConfigError, match="fp16 is not computed natively on CPUs"):
         resolve_precision("fp16", CPU)
-    with pytest.raises(ConfigError, match="precision must be one of auto, fp32, bf16, fp16; got 'half'"):
+    with pytest.raises(
+        ConfigError, match="precision must be one of auto, fp32, bf16, fp16, int8; got 'half'"
+    ):
         check_precision("half")
 
 
@@ -67,6 +77,51 @@ def test_the_precision_is_part_of_the_results_version() -> None:
     assert versioned("abc", "fp32") == "abc", "float32 keeps the bare hash: older results stay current"
     assert versioned("abc", "bf16") == "abc+bf16"
     assert versioned("abc", "fp16") != versioned("abc", "bf16")
+    assert versioned("abc", "int8") == "abc+int8"
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_auto_never_picks_int8(monkeypatch: pytest.MonkeyPatch, native_bf16: bool) -> None:
+    monkeypatch.setattr(precision_mod, "cpu_has_native_bf16", lambda: native_bf16)
+    monkeypatch.setattr(precision_mod, "cpu_int8_kernel", lambda: "amx-int8")
+    for outputs in ((), (OutputColumn("label", "text"),), (OutputColumn("score", "float"),)):
+        assert resolve_precision("auto", CPU, outputs) != "int8"
+    assert EngineConfig(precision="auto").for_device(CPU).precision != "int8"
+    assert resolve_precision("int8", CPU) == "int8", "only an explicit choice runs int8"
+
+
+def test_int8_off_a_cpu_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    with pytest.raises(
+        ConfigError, match=r"precision int8 runs on CPUs only, not on cuda:0; use --precision bf16"
+    ):
+        resolve_precision("int8", torch.device("cuda", 0))
+
+
+def test_int8_for_gpu_workers_is_refused_by_a_cpu_only_planner() -> None:
+    from shardwise.pipeline.run_precision import hardware_precision
+    from shardwise.pipeline.spec import RunSpec
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA: the planner's own device check applies")
+    spec = RunSpec(
+        source="x.db",
+        results="x.db",
+        results_table="r",
+        table="docs",
+        model="tiny",
+        device="cuda",
+        precision="int8",
+    )
+    with pytest.raises(ConfigError, match="precision int8 runs on CPUs only"):
+        hardware_precision(spec, ())
+
+
+def test_the_guard_minimum_defaults_by_precision_and_messages_round_down() -> None:
+    assert minimum_agreement("int8") == INT8_MIN_AGREEMENT == 0.99
+    assert minimum_agreement("bf16") == 0.999
+    assert minimum_agreement("int8", 0.995) == 0.995, "an explicit minimum wins"
+    assert shown(0.9999996) == "0.99999", "never 1.00000 beside a minimum of 1.0"
 
 
 def test_the_guard_measures_agreement_with_float32(tiny_model) -> None:

@@ -288,3 +288,21 @@ def test_text_pairs_from_the_command_line(sqlite_url: str, capsys: pytest.Captur
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     assert "--text-pair-column COLUMN" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_int8_below_the_guard_is_refused_in_one_line_and_writes_nothing(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_docs(sqlite_url, 20)
+    argv = ["run", "--source", sqlite_url, "--table", "docs", "--model", "tiny", "--device", "cpu"]
+    code = main([*argv, "--precision", "int8", "--min-agreement", "1.0"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "model 'tiny' in int8 agrees with float32 to 0.99" in err
+    assert "below the minimum 1.0; use --precision fp32, bf16 or auto" in err
+    tables = {row[0] for row in execute(sqlite_url, "select name from sqlite_master where type = 'table'")}
+    assert "scores" not in tables and not (
+        "shardwise_runs" in tables and execute(sqlite_url, "select count(*) from shardwise_runs")[0][0]
+    ), "a refused run writes no result and no run"

@@ -166,3 +166,29 @@ def test_a_ledger_from_before_the_agreement_source_is_upgraded(
     assert Ledger(sqlite_url).load_run("old").precision_agreement_from is None  # type: ignore[union-attr]
     pipeline.run(_spec(sqlite_url), "new")
     assert Ledger(sqlite_url).load_run("new").precision_agreement_from == "measured"  # type: ignore[union-attr]
+
+
+def test_an_int8_run_records_its_precision_version_and_agreement(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 40, bad=False)
+    planned, counts = pipeline.run(_spec(sqlite_url, precision="int8", device="cpu"), "int8-run")
+    weights = get_spec("tiny").describe().version
+    record = Ledger(sqlite_url).load_run("int8-run")
+    assert record is not None
+    assert (record.precision, record.model_version) == ("int8", f"{weights}+int8")
+    assert record.precision_agreement is not None and 0.99 <= record.precision_agreement < 1.0
+    assert record.precision_agreement_from == "measured"
+    assert counts.rows_out == 40
+    assert execute(sqlite_url, "select distinct model_version from scores") == [(f"{weights}+int8",)]
+    assert re.search(
+        r"in int8 \(agreement with fp32 0\.\d{5}, minimum 0\.99, int8 kernel [a-z0-9-]+\)$",
+        planned.describe(),
+    )
+
+
+def test_int8_below_its_minimum_is_refused_before_the_run_exists(sqlite_url: str, pipeline) -> None:
+    make_docs(sqlite_url, 20, bad=False)
+    with pytest.raises(
+        ConfigError, match=r"in int8 agrees with float32 to 0\.9\d+ .* below the minimum 1\.0"
+    ):
+        pipeline.plan(_spec(sqlite_url, precision="int8", min_agreement=1.0), "refused-int8")
+    assert Ledger(sqlite_url).load_run("refused-int8") is None
