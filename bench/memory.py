@@ -31,12 +31,17 @@ import argparse
 import hashlib
 import json
 import os
+
+USER_ENVIRONMENT = dict(os.environ)
+"""The environment as the user gave it, before bench/engine.py sets this tree's defaults: each
+``shardwise run`` (this tree's or ``--against``'s) sets its own."""
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -63,10 +68,13 @@ def _text(i: int) -> str:
     return f"row {i} " + " ".join(_WORDS[(i + k * 31) % len(_WORDS)] for k in range(words))
 
 
-def one_run(rows: int, source: Path, work: Path, tag: str, pythonpath: Path | None, every: float) -> dict:
+def one_run(
+    rows: int, source: Path, work: Path, tag: str, pythonpath: Path | None, every: float
+) -> dict[str, Any]:
     """One ``shardwise run`` on ``source``; its processes' peaks and its rows/s."""
     results = work / f"results-{tag}.db"
-    env = {**os.environ, "PREFECT_HOME": str(work / f"prefect-{tag}"), "SHARDWISE_HOME": str(work / "home")}
+    env = {**USER_ENVIRONMENT, "PREFECT_HOME": str(work / f"prefect-{tag}")}
+    env["SHARDWISE_HOME"] = str(work / "home")
     env.pop("PREFECT_API_URL", None)
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
@@ -107,7 +115,7 @@ def one_run(rows: int, source: Path, work: Path, tag: str, pythonpath: Path | No
     }
 
 
-def report(label: str, run: dict) -> None:
+def report(label: str, run: dict[str, Any]) -> None:
     shown = "; ".join(f"RSS {w['rss']:.0f} USS {w['uss']:.0f} PSS {w['pss']:.0f}" for w in run["workers"])
     cli = run["cli"]
     print(
@@ -128,7 +136,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="shardwise-memory-"))
-    result: dict = {"load_before": os.getloadavg(), "sizes": []}
+    result: dict[str, Any] = {"load_before": os.getloadavg(), "sizes": []}
     print(f"load average {', '.join(f'{x:.2f}' for x in result['load_before'])}")
     against = tree_of(args.against, work) if args.against else None
     for rows in args.rows:
