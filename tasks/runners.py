@@ -205,15 +205,11 @@ def _dask_runner(address: str | None, workers: int) -> Any:
             # Nothing of a local cluster listens beyond this host, nor on a fixed port.
             "host": "127.0.0.1",
             "dashboard_address": "127.0.0.1:0",
-            "config": QUIET_DASK_WORKERS,
+            # No statistical profiler: it samples the scoring thread every 10 ms and ships the profiles
+            # to the flow's process, on the workers' cores; nothing reads them (see bench/scaling.py).
+            "config": {"distributed.worker.profile.enabled": False},
         }
     )
-
-
-QUIET_DASK_WORKERS = {"distributed.worker.profile.enabled": False}
-"""A local Dask worker's settings: no statistical profiler. It samples the scoring thread's stack every
-10 ms and ships the profiles to the scheduler in the flow's process, on the cores the workers score
-on; nothing reads them (bench/scaling.py counts each process's CPU while shards are scored)."""
 
 
 def _ray_runner(address: str | None, workers: int) -> Any:
