@@ -10,17 +10,28 @@ over the *scoring* time (first shard started to last shard merged, from the
 ledger); the fixed costs (starting the runner and the workers, planning,
 loading the model once per worker) are printed apart, since they do not grow
 with the table. ``identical`` compares checksums over (source_key, output)
-of the two results tables. The last line is one JSON object.
+of the two results tables. To find the serial part, it also prints each
+run's CPU seconds by process (the workers, this process, which plans, runs
+the flow and the Dask scheduler, Prefect's temporary server, and the
+PostgreSQL backends of the bench's database), sampled every half second,
+and from the ledger when the first shard started, the last one finished and
+the run ended, and the workers' idle seconds before their first shard,
+between shards and after their last. The last line is one
+JSON object.
 This prints figures; it is not a timed test.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -32,6 +43,7 @@ import sqlalchemy as sa
 
 from bench.engine import load_texts
 from bench.pipeline import ADMIN_URL, drop_database, fresh_database, load_table
+from bench.procs import Sampler, database_backends
 
 
 def checksum(url: str, table: str) -> str:
@@ -58,7 +70,42 @@ def scoring_seconds(url: str, run_id: str) -> tuple[float, float]:
     return float(span), float(loads)
 
 
-def one_run(url: str, args: argparse.Namespace, workers: int, table: str) -> dict:
+def timeline(url: str, run_id: str) -> dict[str, Any]:
+    """From the ledger, seconds after the run was recorded: the first shard's start, the last one's end,
+    and the run's end; and the workers' idle seconds inside the scoring span (span x workers - busy)."""
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        run_start, run_end = conn.execute(
+            sa.text("select started_at, finished_at from shardwise_runs where run_id = :r"), {"r": run_id}
+        ).one()
+        shards = conn.execute(
+            sa.text(
+                "select started_at, finished_at, engine->>'worker' from shardwise_shards where run_id = :r"
+            ),
+            {"r": run_id},
+        ).all()
+    engine.dispose()
+    first, last = min(s[0] for s in shards), max(s[1] for s in shards)
+    by_worker: dict[str, list[tuple[datetime, datetime]]] = {}
+    for start, end, worker in sorted(shards):
+        by_worker.setdefault(worker, []).append((start, end))
+    gaps = sum(
+        (b[0] - a[1]).total_seconds() for spans in by_worker.values() for a, b in itertools.pairwise(spans)
+    )
+    return {
+        "span": (first.timestamp(), last.timestamp()),
+        "first_shard_s": (first - run_start).total_seconds(),
+        "last_shard_s": (last - run_start).total_seconds(),
+        "run_end_s": (run_end - run_start).total_seconds(),
+        # A worker's idle time in the scoring span: before its first shard (starting, loading the
+        # model), between its shards (the hand-over: Prefect's task states, the runner), after its last.
+        "head_s": sum((spans[0][0] - first).total_seconds() for spans in by_worker.values()),
+        "gaps_s": gaps,
+        "tail_s": sum((last - spans[-1][1]).total_seconds() for spans in by_worker.values()),
+    }
+
+
+def one_run(url: str, args: argparse.Namespace, workers: int, table: str) -> dict[str, Any]:
     from shardwise.flows.launch import run_and_report
     from shardwise.flows.params import ScoreParams
 
@@ -73,12 +120,15 @@ def one_run(url: str, args: argparse.Namespace, workers: int, table: str) -> dic
         threads=1,
         device=args.device,
     )
+    database = sa.make_url(url).database or ""
     started = time.perf_counter()
-    summary = run_and_report(params).summary
+    with Sampler(os.getpid(), 0.5, root_role="flow", memory=False, also=database_backends(database)) as seen:
+        summary = run_and_report(params).summary
     wall = time.perf_counter() - started
     if summary is None:
         raise SystemExit(f"the {workers}-worker run failed")
     scoring, loads = scoring_seconds(url, summary["run_id"])
+    steps = timeline(url, summary["run_id"])
     return {
         "rows": summary["rows_in"],
         "rows_per_s": summary["rows_in"] / scoring,
@@ -87,6 +137,9 @@ def one_run(url: str, args: argparse.Namespace, workers: int, table: str) -> dic
         "fixed_s": wall - scoring,
         "model_load_s": loads,
         "workers_used": summary["workers_used"],
+        "cpu_s": {role: round(seconds, 1) for role, seconds in sorted(seen.cpu_by_role().items())},
+        "timeline": {name: round(value, 2) for name, value in steps.items() if name != "span"},
+        "cpu_scoring_s": {role: round(s, 1) for role, s in sorted(seen.cpu_between(*steps["span"]).items())},
     }
 
 
@@ -122,6 +175,12 @@ def main() -> None:
             f"of scoring; fixed cost {run['fixed_s']:.1f} s (runner, planning, model loads "
             f"{run['model_load_s']:.1f} s), whole run {run['wall_s']:.1f} s"
         )
+    for label, run in (("1 worker", one), (f"{args.workers} workers", many)):
+        cpu = ", ".join(f"{role} {seconds:.1f}" for role, seconds in run["cpu_s"].items())
+        steps = ", ".join(f"{name} {value:.1f}" for name, value in run["timeline"].items())
+        during = ", ".join(f"{role} {seconds:.1f}" for role, seconds in run["cpu_scoring_s"].items())
+        print(f"{label:>10}: CPU seconds by process, whole run: {cpu}; while scoring: {during}")
+        print(f"{'':>10}  ledger, s after the run began: {steps}")
     print(f"speedup {speedup:.2f}x on the {args.runner} runner, results identical: {identical}")
     if args.json:
         print(
@@ -136,6 +195,13 @@ def main() -> None:
                     "identical": identical,
                     "fixed_s_1": one["fixed_s"],
                     "fixed_s_n": many["fixed_s"],
+                    "cpu_s_1": one["cpu_s"],
+                    "cpu_s_n": many["cpu_s"],
+                    "timeline_1": one["timeline"],
+                    "timeline_n": many["timeline"],
+                    "cpu_scoring_s_1": one["cpu_scoring_s"],
+                    "cpu_scoring_s_n": many["cpu_scoring_s"],
+                    "load": os.getloadavg(),
                 }
             )
         )

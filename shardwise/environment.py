@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["LOCAL_PREFECT", "OFFLINE", "set_defaults"]
+__all__ = ["LOCAL_PREFECT", "OFFLINE", "ONEDNN_CACHES", "set_defaults"]
 
 OFFLINE = {
     # Weights are always local: never let a library reach for a hub.
@@ -19,6 +19,16 @@ OFFLINE = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 """Models load from local files only, quietly, without tokenizer threads fighting torch's."""
+
+ONEDNN_CACHES = {
+    # oneDNN's primitive cache and ideep's cache in front of it (bf16 matrix products on a CPU) each
+    # keep up to 1024 primitives, one per batch shape, with their buffers. The engine's batches come in
+    # hundreds of shapes (rows x longest row), so a worker grew by about 800 MiB (bench/memory.py); 16
+    # of each cost the same CPU time as 1024 on that bench. Caching never changes a primitive's result.
+    "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "16",
+    "LRU_CACHE_CAPACITY": "16",
+}
+"""Bounded oneDNN caches: read when torch first runs a primitive, so set before any worker starts."""
 
 LOCAL_PREFECT = {
     # A cold temporary Prefect server needs longer than the default 20 s to start.
@@ -33,6 +43,7 @@ LOCAL_PREFECT = {
 
 
 def set_defaults(*, prefect: bool = True, **extra: str) -> None:
-    """Set :data:`OFFLINE`, :data:`LOCAL_PREFECT` (with ``prefect``) and ``extra`` where unset."""
-    for name, value in {**OFFLINE, **(LOCAL_PREFECT if prefect else {}), **extra}.items():
+    """Set :data:`OFFLINE`, :data:`ONEDNN_CACHES`, :data:`LOCAL_PREFECT` (with ``prefect``) and ``extra``
+    where unset. Worker processes started after this (a process pool, a local Dask or Ray) inherit them."""
+    for name, value in {**OFFLINE, **ONEDNN_CACHES, **(LOCAL_PREFECT if prefect else {}), **extra}.items():
         os.environ.setdefault(name, value)

@@ -205,6 +205,9 @@ def _dask_runner(address: str | None, workers: int) -> Any:
             # Nothing of a local cluster listens beyond this host, nor on a fixed port.
             "host": "127.0.0.1",
             "dashboard_address": "127.0.0.1:0",
+            # No statistical profiler: it samples the scoring thread every 10 ms and ships the profiles
+            # to the flow's process, on the workers' cores; nothing reads them (see bench/scaling.py).
+            "config": {"distributed.worker.profile.enabled": False},
         }
     )
 

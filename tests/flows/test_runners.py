@@ -174,3 +174,15 @@ def test_the_flow_and_its_tasks_travel_by_value_without_process_state() -> None:
 
     for travelling in (score, score_shard, infer_shard, plan_run):
         assert cloudpickle.loads(cloudpickle.dumps(travelling)) is not None
+
+
+def test_a_local_dask_cluster_runs_no_profiler(dask_extra: None) -> None:
+    """Dask's statistical profiler would sample the scoring thread every 10 ms, on the workers' cores."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    kwargs = Fanout.of("dask", workers=1, threads=1, device="cpu").task_runner().cluster_kwargs
+    with LocalCluster(**kwargs) as cluster, Client(cluster) as client:
+        profiling = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+    assert list(profiling.values()) == [False]
+    assert dask.config.get("distributed.worker.profile.enabled"), "only the cluster's workers are quiet"

@@ -1,0 +1,38 @@
+"""The environment defaults every entry point sets, and that worker processes inherit them."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+from shardwise.environment import ONEDNN_CACHES, set_defaults
+
+
+def _seen(names: tuple[str, ...]) -> dict[str, str | None]:
+    return {name: os.environ.get(name) for name in names}
+
+
+@pytest.fixture
+def unset_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ONEDNN_CACHES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("unset_caches")
+def test_onednn_caches_are_bounded_unless_the_operator_chose() -> None:
+    os.environ["LRU_CACHE_CAPACITY"] = "1024"  # the operator's own: kept
+    set_defaults(prefect=False)
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == ONEDNN_CACHES["ONEDNN_PRIMITIVE_CACHE_CAPACITY"]
+    assert os.environ["LRU_CACHE_CAPACITY"] == "1024"
+    assert all(int(value) <= 64 for value in ONEDNN_CACHES.values())
+
+
+@pytest.mark.usefixtures("unset_caches")
+def test_a_spawned_worker_inherits_the_bounds() -> None:
+    """The process runner's workers are spawned after the CLI set its defaults: they read the same bounds."""
+    set_defaults(prefect=False)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        seen = pool.apply(_seen, (tuple(ONEDNN_CACHES),))
+    assert seen == ONEDNN_CACHES
