@@ -42,7 +42,6 @@ with ``DeltaTable.optimize.compact()`` when no run writes (see the docs).
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -53,11 +52,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
+from deltalake import DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from shardwise.errors import ConfigError, TransientError
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
+from shardwise.sinks.delta_commits import app_id, commit_properties, stored_commit
 from shardwise.sinks.lake import (
     LakeLocation,
     S3Settings,
@@ -72,15 +72,9 @@ from shardwise.sources.base import KeyType
 
 __all__ = ["DeltaSink", "app_id"]
 
-_META = "shardwise"
 _CONFIGURATION = {"delta.checkpointInterval": "100"}
 _MATCH = "t.source_key = s.source_key AND t.model_version = s.model_version"
 _log = logging.getLogger(__name__)
-
-
-def app_id(run_id: str, shard_id: int) -> str:
-    """The Delta app transaction id of one shard of one run; its version counts committed chunks."""
-    return f"shardwise:{run_id}:{shard_id}"
 
 
 @contextmanager
@@ -247,7 +241,7 @@ class DeltaSink:
             inserted += stored is None
             updated += stored is not None and stored != fingerprint
         done = SinkCommit("written", dict(chunk.position), inserted, updated, len(keys) - inserted - updated)
-        props = self._properties(app, version, done)
+        props = commit_properties(app, version, done)
         if not existing:
             write_deltalake(table, data, mode="append", commit_properties=props)
             return done
@@ -277,28 +271,12 @@ class DeltaSink:
         found = found.filter(pc.is_in(found.column("source_key"), value_set=keys.combine_chunks()))
         return dict(zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True))
 
-    @staticmethod
-    def _properties(app: str, version: int, done: SinkCommit) -> CommitProperties:
-        meta = {
-            "app_id": app,
-            "version": version,
-            "position": dict(done.position),
-            "counts": [done.inserted, done.updated, done.unchanged],
-        }
-        return CommitProperties(
-            app_transactions=[Transaction(app, version)],
-            custom_metadata={_META: json.dumps(meta, default=str)},
-        )
-
     def _stored(self, table: DeltaTable, app: str, version: int, fallback: Mapping[str, Any]) -> SinkCommit:
         """The record of the commit that carried (app, version), from the table's history."""
-        for entry in table.history():
-            raw = entry.get(_META)
-            meta = json.loads(raw) if isinstance(raw, str) else None
-            if meta and meta.get("app_id") == app and meta.get("version") == version:
-                inserted, updated, unchanged = meta["counts"]
-                return SinkCommit("already", meta["position"], inserted, updated, unchanged)
-        _log.warning(
-            "%s: commit info of %s version %d is gone from the log history", self.target, app, version
-        )
-        return SinkCommit("already", dict(fallback))
+        found = stored_commit(table, app, version)
+        if found is None:
+            _log.warning(
+                "%s: commit info of %s version %d is gone from the log history", self.target, app, version
+            )
+            return SinkCommit("already", dict(fallback))
+        return found
