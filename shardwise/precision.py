@@ -27,9 +27,11 @@
   that for speed; the guard still checks it.
 
 Reduced floating precision runs under ``torch.autocast``: matrix products in bf16 or
-fp16, normalisations and softmax in float32, weights stored in float32, so
-one loaded model serves every float precision; int8 runs a quantized copy
-of it, made once per loaded model (:func:`for_precision`).
+fp16, normalisations and softmax in float32. The loaded model keeps its float32
+weights and serves float32 runs and the guard's reference; bf16 and fp16 run a
+copy of it whose Linear weights are stored cast, so autocast need not cast them
+on every pass (:mod:`shardwise.cast_copy`), and int8 a quantized copy; each copy
+is made once per loaded model (:func:`for_precision`).
 
 Results of different precisions never mix: :func:`versioned` makes the
 precision part of the model version that keys the results table (float32 keeps
@@ -53,6 +55,7 @@ from typing import Literal, get_args
 import numpy as np
 import torch
 
+from shardwise.cast_copy import cast_copy
 from shardwise.device import to_host
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import Item, Model, OutputColumn
@@ -228,11 +231,14 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
 
 
 def for_precision(model: Model, precision: Precision) -> Model:
-    """The model that computes in ``precision``: ``model`` itself for the float precisions (run it under
-    :func:`autocast`), its int8 copy (made once, see :mod:`shardwise.quantize`) for int8."""
-    if precision != "int8":
+    """The model that computes in ``precision``, made once per loaded model: ``model`` itself for fp32,
+    its copy with Linear weights cast for bf16 and fp16 (run it under :func:`autocast`; see
+    :mod:`shardwise.cast_copy`), its int8 copy for int8 (see :mod:`shardwise.quantize`)."""
+    if precision == "fp32":
         return model
-    return int8_copy(model, _calibrate)
+    if precision == "int8":
+        return int8_copy(model, _calibrate)
+    return cast_copy(model, _DTYPES[precision])
 
 
 def _calibrate(model: Model) -> None:

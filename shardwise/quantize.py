@@ -48,7 +48,7 @@ from torch import nn
 from shardwise.errors import ConfigError
 from shardwise.model import Model
 
-__all__ = ["SMOOTHING_ALPHA", "Int8Linear", "int8_copy", "int8_kernel"]
+__all__ = ["SMOOTHING_ALPHA", "Int8Linear", "int8_copy", "int8_kernel", "linears"]
 
 SMOOTHING_ALPHA = 0.5
 """How much of an input channel's outliers moves from the activation into the weight (SmoothQuant's
@@ -126,7 +126,7 @@ def _quantize(model: Model, calibrate: Callable[[Model], object]) -> Model:
 
 def _quantized(model: Model, calibrate: Callable[[Model], object]) -> Model:
     networks = {name: value for name, value in vars(model).items() if isinstance(value, nn.Module)}
-    layers = [(f"{name}.{sub}", mod) for name, net in networks.items() for sub, mod in _linears(net)]
+    layers = [(f"{name}.{sub}", mod) for name, net in networks.items() for sub, mod in linears(net)]
     if not layers:
         raise ConfigError(
             f"model {model.name!r} has no Linear layers, so int8 has nothing to quantize; "
@@ -136,7 +136,7 @@ def _quantized(model: Model, calibrate: Callable[[Model], object]) -> Model:
     quantized = copy.copy(model)
     for name, net in networks.items():
         twin = copy.deepcopy(net)
-        for sub, linear in _linears(twin):
+        for sub, linear in linears(twin):
             weight_peak = linear.weight.detach().abs().amax(dim=0).clamp(min=_FLOOR)
             activation_peak = peaks[f"{name}.{sub}"].clamp(min=_FLOOR)
             smooth = (activation_peak.pow(SMOOTHING_ALPHA) / weight_peak.pow(1 - SMOOTHING_ALPHA)).clamp(
@@ -147,7 +147,7 @@ def _quantized(model: Model, calibrate: Callable[[Model], object]) -> Model:
     return quantized
 
 
-def _linears(net: nn.Module) -> list[tuple[str, nn.Linear]]:
+def linears(net: nn.Module) -> list[tuple[str, nn.Linear]]:
     """The Linear layers that run as modules; ``nn.MultiheadAttention`` reads its output projection's
     weight itself, so that one stays float32 (as in PyTorch's own dynamic quantization)."""
     fused = nn.modules.linear.NonDynamicallyQuantizableLinear

@@ -24,7 +24,7 @@ from shardwise.quantize import Int8Linear, int8_copy, int8_kernel
 def test_the_int8_copy_quantizes_linear_layers_once_and_leaves_the_original(tiny_model: TinyModel) -> None:
     quantized = for_precision(tiny_model, "int8")
     assert quantized is for_precision(tiny_model, "int8"), "made once per loaded model"
-    assert for_precision(tiny_model, "fp32") is tiny_model and for_precision(tiny_model, "bf16") is tiny_model
+    assert for_precision(tiny_model, "fp32") is tiny_model
     layers = dict(cast(Any, quantized)._net.named_modules())
     assert isinstance(layers["layers.layers.0.linear1"], Int8Linear)
     assert isinstance(dict(cast(Any, tiny_model)._net.named_modules())["layers.layers.0.linear1"], nn.Linear)
