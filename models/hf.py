@@ -21,6 +21,7 @@ import torch
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
 from shardwise.model import ModelInfo, ModelInputs, OutputColumn
+from shardwise.models.bert import load_bert, native_config
 from shardwise.models.hf_files import (
     VERSIONED,
     check_layout,
@@ -75,13 +76,22 @@ class HFEncoder(HFLoaded):
 
     def __init__(self, spec: HFEncoderSpec, device: torch.device) -> None:
         super().__init__(spec.name, spec.describe(), spec.path, device)
-        from transformers import AutoModel
-
         self._pooling, self._normalize = _pooling_of(spec.path)
-        self._net = AutoModel.from_pretrained(spec.path, local_files_only=True).eval().to(device)
+        # A plain BERT encoder is built here without importing transformers (models.bert); others, or
+        # one whose files that builder does not take exactly, load through transformers' AutoModel.
+        config = native_config(spec.path)
+        native = load_bert(spec.path, config, device) if config is not None else None
+        self.native = native is not None
+        if native is not None:
+            self._net: torch.nn.Module = native
+        else:
+            from transformers import AutoModel
+
+            self._net = AutoModel.from_pretrained(spec.path, local_files_only=True).eval().to(device)
 
     def run(self, batch: ModelInputs) -> torch.Tensor:
-        hidden = self._net(**self.net_inputs(batch)).last_hidden_state
+        out = self._net(**self.net_inputs(batch))
+        hidden = out if self.native else out.last_hidden_state
         return pool(hidden, batch.attention_mask, self._pooling, self._normalize)
 
     def to_columns(self, outputs: torch.Tensor) -> Mapping[str, np.ndarray]:

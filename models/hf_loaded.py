@@ -10,6 +10,7 @@ network and their outputs.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import torch
@@ -23,15 +24,16 @@ __all__ = ["HFLoaded", "require_transformers"]
 
 
 def require_transformers(name: str) -> None:
-    """Raise a :class:`ConfigError` naming the extra to install when transformers or tokenizers is missing."""
-    try:
-        import tokenizers  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as exc:
+    """Raise a :class:`ConfigError` naming the extra to install when transformers or tokenizers is missing.
+
+    Found, not imported: a plain BERT encoder never imports transformers (:mod:`models.bert`), and
+    importing it costs seconds.
+    """
+    if any(importlib.util.find_spec(package) is None for package in ("tokenizers", "transformers")):
         raise ConfigError(
             f"model {name!r} needs the transformers and tokenizers packages; "
             "install them with: pip install 'shardwise[hf]'"
-        ) from exc
+        )
 
 
 class HFLoaded(TextModel):
