@@ -55,12 +55,12 @@ from shardwise.models import HFEncoderSpec, MiniLMSpec, get_spec
 from shardwise.precision import (
     Precision,
     Requested,
-    agreement,
     autocast,
     cpu_int8_kernel,
     for_precision,
     resolve_precision,
 )
+from shardwise.precision_guard import agreement
 from shardwise.text_model import TextModel
 
 KEYS = (

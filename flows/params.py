@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from shardwise.errors import ConfigError
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.spec import DEFAULT_MODEL, IndexChoice, ResultsFormat
-from shardwise.precision import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT, Requested
+from shardwise.precision import Requested
+from shardwise.precision_guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric

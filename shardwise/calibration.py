@@ -1,6 +1,6 @@
 """The precision guard's measurements, kept in a small JSON file so that later runs on this host reuse them.
 
-The guard (:func:`~shardwise.precision.agreement`) scores its calibration
+The guard (:func:`~shardwise.precision_guard.agreement`) scores its calibration
 texts twice, in float32 and in the reduced precision: on two CPU cores a
 second or more of every run, for a figure that only changes when something
 it depends on changes. Its key holds all of those: the model's name and
@@ -33,8 +33,10 @@ from typing import Any
 
 import torch
 
+from shardwise.calibration_texts import CALIBRATION_TEXTS
 from shardwise.model import Model
-from shardwise.precision import CALIBRATION_TEXTS, Precision, agreement
+from shardwise.precision import Precision
+from shardwise.precision_guard import agreement
 
 __all__ = ["CalibrationCache", "calibration_key", "device_identity", "measured_agreement"]
 

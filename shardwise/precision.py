@@ -1,4 +1,4 @@
-"""Which floating-point precision a model runs in, how it is chosen, and the guard that checks it.
+"""Which floating-point precision a model runs in, and how it is chosen.
 
 ``auto`` picks the fastest precision the device computes natively:
 
@@ -18,7 +18,7 @@
   minimum cosine to float32 about 0.996 on 1,000 texts, against 0.99994 for
   bf16), and its speed-up is erratic on a busy multi-threaded CPU, so it is
   only ever an explicit choice, behind its own guard minimum
-  (:data:`INT8_MIN_AGREEMENT`, 0.99). On CUDA it is refused: use bf16.
+  (:data:`~shardwise.precision_guard.INT8_MIN_AGREEMENT`, 0.99). On CUDA it is refused: use bf16.
 * **Label outputs**: a model with a ``text`` or ``int`` output (a classifier's
   ``label``) stays in ``fp32`` under ``auto``, on any device. A label is a step
   function of the logits: reduced precision moves the logits a little, which
@@ -37,76 +37,43 @@ Results of different precisions never mix: :func:`versioned` makes the
 precision part of the model version that keys the results table (float32 keeps
 the bare weights hash, so tables written before precision existed stay valid).
 
-:func:`agreement` is the accuracy guard: it scores a few built-in calibration
-texts in float32 and in the reduced precision and returns the worst cosine
-(vector outputs) or the share of equal values (labels, integers); float
-outputs count as equal within 1e-2 relative.
+The accuracy guard that checks a reduced precision against float32 is
+:mod:`shardwise.precision_guard`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
-import numpy as np
 import torch
 
+from shardwise.calibration_texts import calibration_items
 from shardwise.cast_copy import cast_copy
-from shardwise.device import to_host
-from shardwise.errors import ConfigError, InputError
-from shardwise.model import Item, Model, OutputColumn
+from shardwise.errors import ConfigError
+from shardwise.model import Model, OutputColumn
 from shardwise.quantize import int8_copy, int8_kernel
-from shardwise.text import Inputs
 
 __all__ = [
-    "CALIBRATION_TEXTS",
-    "DEFAULT_MIN_AGREEMENT",
-    "INT8_MIN_AGREEMENT",
     "Precision",
     "Requested",
-    "agreement",
     "autocast",
     "check_precision",
     "cpu_has_native_bf16",
     "cpu_int8_kernel",
     "for_precision",
     "has_labels",
-    "minimum_agreement",
     "resolve_precision",
-    "shown",
     "versioned",
 ]
 
 Requested = Literal["auto", "fp32", "bf16", "fp16", "int8"]
 Precision = Literal["fp32", "bf16", "fp16", "int8"]
-DEFAULT_MIN_AGREEMENT = 0.999
-"""The guard's default threshold for bf16 and fp16: minimum cosine to float32 (or share of equal labels)."""
-INT8_MIN_AGREEMENT = 0.99
-"""The guard's default threshold for int8: int8 rounds far more coarsely than bf16 (see the module
-docstring), and below a cosine of 0.99 nearest neighbours visibly change."""
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-# Our own short texts of varied length and vocabulary, long enough together to
-# exercise attention at several widths. Calibration must not need the user's data.
-CALIBRATION_TEXTS: tuple[str, ...] = (
-    "ok",
-    "Shard 12 finished in 4.2 seconds.",
-    "The nightly run scores every new row and writes one result per key.",
-    "Error 503: the upstream service is unavailable; retry after 30 seconds.",
-    "def merge(rows): return sorted(rows, key=len)  # shortest first",
-    "A worker that dies mid-shard loses nothing: the shard is retried and merged once.",
-    "Prices rose 3.1% in March, led by energy (+7.4%) and food (+2.2%), the report said.",
-    "SELECT id, body FROM articles WHERE updated_at > now() - interval '1 day' ORDER BY id;",
-    " ".join(["tokens in a long row padded to its batch's longest row"] * 12),
-    "Les résultats sont écrits une seule fois, avec leur provenance, dans la table de sortie.",
-    "数据按长度排序后分批处理, 每批只填充到最长的一行。",
-    " ".join(f"item {i}: value {i * i % 97}" for i in range(60)),
-)
 
 
 def cpu_has_native_bf16() -> bool:
@@ -204,19 +171,6 @@ def resolve_precision(
     return choice
 
 
-def minimum_agreement(precision: Precision, given: float | None = None) -> float:
-    """The guard's threshold for ``precision``: ``given`` when set, else the precision's default."""
-    if given is not None:
-        return given
-    return INT8_MIN_AGREEMENT if precision == "int8" else DEFAULT_MIN_AGREEMENT
-
-
-def shown(found: float) -> str:
-    """An agreement for a message, rounded down to 5 decimals: 0.999996 below a minimum of 1.0 reads
-    0.99999, never 1.00000."""
-    return f"{math.floor(found * 1e5) / 1e5:.5f}"
-
-
 def versioned(version: str, precision: Precision) -> str:
     """The model version that keys results: the weights hash, plus ``+bf16``/``+fp16``/``+int8`` when
     reduced."""
@@ -243,61 +197,6 @@ def for_precision(model: Model, precision: Precision) -> Model:
 
 def _calibrate(model: Model) -> None:
     """Run ``model`` in float32 over the calibration texts, for what its layers see."""
-    batch = model.collate(_calibration_items(model, pairs=False)).to(model.device)
+    batch = model.collate(calibration_items(model, pairs=False)).to(model.device)
     with torch.inference_mode():
         model.run(batch)
-
-
-def agreement(model: Model, precision: Precision, pairs: bool = False) -> float:
-    """How closely ``model`` in ``precision`` matches itself in float32 on calibration texts (1.0 = equal).
-
-    The texts go through the model's own ``prepare`` and ``collate``, as a
-    run's rows do; with ``pairs`` they are scored as pairs of neighbours, as a
-    pair model's rows are. Vector outputs give the minimum cosine over rows;
-    other outputs the share of rows whose values are equal (floats within
-    1e-2 relative). The worst output column counts.
-    """
-    if precision == "fp32":
-        return 1.0
-    items = _calibration_items(model, pairs)
-    batch = model.collate(items).to(model.device)
-    reduced_model = for_precision(model, precision)
-    with torch.inference_mode():
-        full = model.to_columns(to_host(model.run(batch)))
-        with autocast(model.device, precision):
-            reduced_out = reduced_model.run(batch)
-        reduced = model.to_columns(to_host(reduced_out))
-    worst = 1.0
-    for out in model.outputs:
-        a, b = np.asarray(full[out.name]), np.asarray(reduced[out.name])
-        worst = min(worst, _agree(a, b, out.kind))
-    return worst
-
-
-def _calibration_items(model: Model, pairs: bool) -> list[Item]:
-    """The calibration texts (or pairs) the model can prepare; a ConfigError when it prepares none."""
-    values: list[object] = list(CALIBRATION_TEXTS)
-    if pairs:
-        shifted = CALIBRATION_TEXTS[1:] + CALIBRATION_TEXTS[:1]
-        values = [Inputs.pair(a, b) for a, b in zip(CALIBRATION_TEXTS, shifted, strict=True)]
-    items = []
-    for value in values:
-        try:
-            items.append(model.prepare(value))
-        except InputError:
-            continue
-    if not items:
-        raise ConfigError(f"model {model.name!r} prepares none of the calibration texts")
-    return items
-
-
-def _agree(full: np.ndarray, reduced: np.ndarray, kind: str) -> float:
-    if kind == "vector":
-        a, b = full.astype(np.float64), reduced.astype(np.float64)
-        norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-        cos = np.where(norms > 0, (a * b).sum(axis=1) / np.where(norms > 0, norms, 1.0), 1.0)
-        return float(cos.min())
-    if kind == "float":
-        same = np.isclose(reduced.astype(np.float64), full.astype(np.float64), rtol=1e-2, atol=1e-6)
-        return float(same.mean())
-    return float((full == reduced).mean())

@@ -14,7 +14,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from shardwise.counts import in_words
 from shardwise.pipeline import ShardOutcome
 from shardwise.pipeline.skipped import Skipped
-from shardwise.precision import shown
+from shardwise.precision_guard import shown
 from shardwise.tasks.markdown import code, text
 from shardwise.words import plural
 

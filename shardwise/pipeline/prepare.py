@@ -51,7 +51,8 @@ from shardwise.pipeline.skipped import null_key_warning
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source, redrive_plan_source
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
-from shardwise.precision import cpu_int8_kernel, minimum_agreement, shown, versioned
+from shardwise.precision import cpu_int8_kernel, versioned
+from shardwise.precision_guard import minimum_agreement, shown
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord
 from shardwise.sinks import Sink
 from shardwise.sources import Source, SourcePlan, is_keyed, plan_objects

@@ -18,7 +18,8 @@ from shardwise.errors import ConfigError
 from shardwise.generation import ChatMode, GenerationSettings, placeholders
 from shardwise.model import ModelInfo
 from shardwise.pipeline.chunks import ChunkConfig
-from shardwise.precision import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT, Requested, check_precision
+from shardwise.precision import Requested, check_precision
+from shardwise.precision_guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
@@ -93,7 +94,7 @@ class RunSpec:
     :mod:`shardwise.precision`)."""
     min_agreement: float | None = None
     """The accuracy guard's threshold: minimum cosine to float32 (or share of equal labels); None takes
-    the precision's default (:func:`~shardwise.precision.minimum_agreement`)."""
+    the precision's default (:func:`~shardwise.precision_guard.minimum_agreement`)."""
     resume: str | None = None
     redrive: str | None = None
     """A run id: score again only the keys that run dead-lettered (see :mod:`shardwise.pipeline.redrive`)."""

@@ -19,7 +19,8 @@ from shardwise.errors import ConfigError
 from shardwise.model import Model, ModelInfo
 from shardwise.pipeline.shard import this_worker
 from shardwise.pipeline.spec import RunSpec
-from shardwise.precision import minimum_agreement, resolve_precision, shown, versioned
+from shardwise.precision import resolve_precision, versioned
+from shardwise.precision_guard import minimum_agreement, shown
 from shardwise.results import RunRecord
 
 if TYPE_CHECKING:

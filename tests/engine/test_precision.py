@@ -11,15 +11,8 @@ from shardwise import precision as precision_mod
 from shardwise.corpus import harvest_docstrings
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
-from shardwise.precision import (
-    INT8_MIN_AGREEMENT,
-    agreement,
-    check_precision,
-    minimum_agreement,
-    resolve_precision,
-    shown,
-    versioned,
-)
+from shardwise.precision import check_precision, resolve_precision, versioned
+from shardwise.precision_guard import INT8_MIN_AGREEMENT, agreement, minimum_agreement, shown
 
 CPU = torch.device("cpu")
 

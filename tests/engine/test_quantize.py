@@ -17,7 +17,8 @@ from shardwise.corpus import harvest_docstrings
 from shardwise.errors import ConfigError
 from shardwise.models.hf_classifier import HFClassifierSpec
 from shardwise.models.tiny import TinyModel
-from shardwise.precision import INT8_MIN_AGREEMENT, agreement, for_precision, resolve_precision
+from shardwise.precision import for_precision, resolve_precision
+from shardwise.precision_guard import INT8_MIN_AGREEMENT, agreement
 from shardwise.quantize import Int8Linear, int8_copy, int8_kernel
 
 

@@ -25,7 +25,7 @@ from shardwise.model import Model
 from shardwise.models.hf import HFEncoderSpec
 from shardwise.models.hf_classifier import HFClassifier, HFClassifierSpec
 from shardwise.models.hf_directory import directory_spec
-from shardwise.precision import agreement
+from shardwise.precision_guard import agreement
 from shardwise.text import Inputs
 
 pytest.importorskip("transformers")
