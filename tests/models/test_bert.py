@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hf_builders import TOKENIZER_FILES, minilm_dir
+from hf_builders import minilm_dir, tiny_classifier, tiny_encoder
 
 from shardwise import Engine, EngineConfig
 from shardwise.models import get_spec
@@ -33,30 +32,11 @@ TEXTS = [
 
 
 def _tiny_bert(root: Path, head: bool = False, **settings: Any) -> Path:
-    """A random BERT (or one with a classification head) with MiniLM's tokenizer, saved to ``root``."""
-    vocab = len((minilm_dir() / "vocab.txt").read_text().splitlines())
-    config = transformers.BertConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=48,
-        max_position_embeddings=64,
-        layer_norm_eps=1e-7,
-        **settings,
-    )
-    kind = transformers.BertForSequenceClassification if head else transformers.BertModel
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(3)
-        net = kind(config).eval()
-        # Random segment and position embeddings far from zero, so a slip in either shows.
-        for param in net.parameters():
-            param.data.normal_(0, 0.5)
-    net.save_pretrained(root)
-    for name in TOKENIZER_FILES:
-        if (minilm_dir() / name).is_file():
-            shutil.copy(minilm_dir() / name, root / name)
-    return root
+    """A random BERT with MiniLM's tokenizer; with ``head``, a classifier's directory (tensors under
+    ``bert.``, beside its head). The encoder's weights are drawn wide, so a slip in any one shows."""
+    if head:
+        return tiny_classifier(root)
+    return tiny_encoder(root, seed=3, spread=0.5, layer_norm_eps=1e-7, **settings)
 
 
 def _batch(model: HFEncoder, rows: list[Any]) -> Any:

