@@ -79,7 +79,7 @@ def watch(spec: WatchSpec, *, results: str | None = None, install: bool = False)
 def _ledger_seen(ledger_url: str, location: str) -> Any:
     """The ledger's scored (object key, ETag) pairs for ``location``, read fresh on every listing."""
     from shardwise.results import Ledger
-    from shardwise.sources.parquet.source import open_store
+    from shardwise.sources.parquet.stores import open_store
 
     identity = open_store(location).identity
     ledger = Ledger(ledger_url)

@@ -106,7 +106,7 @@ def _is_image_folder(path: str, s3_client: Any | None) -> bool:
     """
     from shardwise.errors import SourceError
     from shardwise.sources.parquet.objects import is_image_name, is_parquet_name
-    from shardwise.sources.parquet.source import open_store
+    from shardwise.sources.parquet.stores import open_store
 
     store = open_store(path, s3_client, names=lambda n: is_image_name(n) or is_parquet_name(n))
     try:

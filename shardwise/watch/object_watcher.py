@@ -1,7 +1,7 @@
 """Watch a Parquet location (a local folder or glob, or an S3 prefix) for new or replaced objects.
 
 :class:`ObjectWatcher` lists the location every ``spec.interval_s`` with the
-Parquet source's own store (:func:`shardwise.sources.parquet.open_store`), so
+Parquet source's own store (:func:`shardwise.sources.parquet.stores.open_store`), so
 it sees exactly the objects and ETags a plan would. An object is *new* when
 its (object key, ETag) pair is neither in ``seen()`` (the ledger's pairs:
 already scored) nor already announced by this watcher. A re-upload changes
@@ -21,7 +21,7 @@ from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.sources.parquet.objects import ObjectInfo, is_image_name, is_parquet_name
-from shardwise.sources.parquet.source import open_store
+from shardwise.sources.parquet.stores import open_store
 from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
 from shardwise.watch.spec import WatchSpec

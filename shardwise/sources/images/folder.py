@@ -47,7 +47,7 @@ from shardwise.sources.parquet.objects import (
     relative_key,
 )
 from shardwise.sources.parquet.rows import shard_spans
-from shardwise.sources.parquet.source import open_store
+from shardwise.sources.parquet.stores import open_store
 from shardwise.sources.sizing import Sizing
 
 __all__ = ["ImageFolderSource"]

@@ -29,7 +29,7 @@ gives the pairs a plan reads, to record as seen once the run has succeeded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -39,16 +39,14 @@ from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, S
 from shardwise.sources.images import image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
 from shardwise.sources.parquet.keys import keyed_rows
-from shardwise.sources.parquet.local_objects import LocalStore
 from shardwise.sources.parquet.objects import (
     Listing,
-    ObjectStore,
-    is_parquet_name,
     listing_digest,
     relative_key,
 )
 from shardwise.sources.parquet.row_groups import RowGroup, cut, to_shard
 from shardwise.sources.parquet.rows import ShardRows, shard_spans
+from shardwise.sources.parquet.stores import open_store
 from shardwise.sources.parquet.unique import check_unique_keys
 from shardwise.sources.sizing import Sizing
 
@@ -287,31 +285,6 @@ def plan_objects(plan: SourcePlan) -> list[tuple[str, str]]:
     if plan.kind != "parquet":
         raise ConfigError(f"plan_objects needs a Parquet plan, got a {plan.kind!r} plan of {plan.identity!r}")
     return sorted({(obj.key, obj.etag) for shard in plan.shards for obj, _, _ in shard_spans(shard)})
-
-
-def open_store(
-    location: str,
-    s3_client: Any | None = None,
-    names: Callable[[str], bool] = is_parquet_name,
-    retry: RetryPolicy | None = None,
-) -> ObjectStore:
-    """The object store for ``location``: S3 for ``s3://`` URLs, the local disk for paths. Does no I/O.
-
-    ``names`` says which listed names it reads (Parquet files; an image folder passes its own);
-    ``retry`` is the run's policy for S3 reads (see :mod:`shardwise.retry_policy`).
-    """
-    if not isinstance(location, str) or not location:
-        raise ConfigError(f"a Parquet location must be a path, glob or s3:// URL, got {location!r}")
-    if location.startswith("s3://"):
-        from shardwise.sources.parquet.s3_objects import S3Store  # imports botocore: only when S3 is used
-
-        return S3Store(location, s3_client, retry, names=names)
-    if "://" in location:
-        raise ConfigError(
-            f"Parquet location {location!r} uses an unsupported scheme; "
-            "use s3://bucket/prefix or a local path (folder, file or glob)"
-        )
-    return LocalStore(location, names)
 
 
 def _new_only_params(new_only: NewOnly | None) -> dict[str, Any] | None:
