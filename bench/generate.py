@@ -25,6 +25,15 @@ It prints tokens/s (completion tokens, the end-of-sequence token not
 counted) and rows/s for each, their ratios, and the share of rows whose
 greedy texts are equal; with ``--json`` the last line is one JSON object
 (see ``KEYS``). This prints figures; it is not a timed test.
+
+``--also bf16,int8,weight-int8`` runs Shardwise again over the same rows in
+each of these, after the float32 runs: ``bf16`` and ``int8`` as ``--precision``
+runs them, ``weight-int8`` as the weight-only int8 copy of
+:mod:`bench.weight_only` (measured, not shipped). For each it prints tokens/s,
+the ratio to Shardwise's float32 tokens/s in the same run, the share of rows
+whose greedy text equals float32's, and for ``bf16`` and ``int8`` the guard's
+agreement (equal texts on the calibration prompts) and whether a run would
+accept it; the JSON gets an ``also`` object keyed by precision.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from shardwise import Engine, EngineConfig, resolve_device
 from shardwise.generation import GenerationSettings, with_generation
 from shardwise.models import get_spec
 from shardwise.models.hf_gguf import SMOLLM2_INSTALL, smollm2_file
+from shardwise.precision_guard import agreement, minimum_agreement, shown
 
 KEYS = (
     "rows",
@@ -67,6 +77,7 @@ KEYS = (
     "hf_completion_tokens",
     "padding_efficiency",
     "hf_padding_efficiency",
+    "also",
 )
 HF_BATCH = 32
 PROMPT = "Summarise in one sentence: {text}"
@@ -160,7 +171,58 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--also",
+        default="",
+        help="comma-separated: also run Shardwise in bf16, int8 and/or weight-int8 (bench/weight_only.py)",
+    )
+    args = parser.parse_args(argv)
+    args.also = [name for name in args.also.split(",") if name]
+    unknown = sorted(set(args.also) - set(ALSO))
+    if unknown:
+        parser.error(f"--also takes {', '.join(ALSO)}; got {', '.join(unknown)}")
+    return args
+
+
+ALSO = ("bf16", "int8", "weight-int8")
+
+
+def run_also(
+    model: Any, texts: Sequence[str], args: argparse.Namespace, base: list[str], base_rate: float
+) -> dict[str, dict]:
+    """Shardwise again in each of ``--also``: tokens/s, its ratio to float32's, texts equal to float32's,
+    and the guard's verdict for the precisions a run offers."""
+    from bench.weight_only import weight_int8_copy
+
+    found: dict[str, dict] = {}
+    for name in args.also:
+        precision = "fp32" if name == "weight-int8" else name
+        runner = weight_int8_copy(model) if name == "weight-int8" else model
+        config = EngineConfig(max_tokens=args.max_tokens, pad_slack=args.pad_slack, precision=precision)
+        run_shardwise(runner, texts[:4], config)  # warm-up (and, for int8, the quantized copy)
+        out, tokens, seconds, _ = run_shardwise(runner, texts, config)
+        rate = tokens / seconds
+        entry: dict = {
+            "tokens_per_s": rate,
+            "ratio_to_fp32": rate / base_rate,
+            "seconds": seconds,
+            "match_share_fp32": sum(a == b for a, b in zip(out, base, strict=True)) / len(texts),
+        }
+        verdict = ""
+        if name != "weight-int8":
+            entry["guard_agreement"] = agreement(model, precision)
+            entry["guard_accepts"] = entry["guard_agreement"] >= minimum_agreement(precision)
+            verdict = (
+                f", guard agreement {shown(entry['guard_agreement'])} "
+                f"({'accepted' if entry['guard_accepts'] else 'refused'})"
+            )
+        print(
+            f"shardwise {name}: {rate:.1f} tokens/s, {entry['ratio_to_fp32']:.2f}x its float32 tokens/s, "
+            f"{seconds:.1f}s; greedy texts equal to float32's on {entry['match_share_fp32']:.1%} of rows"
+            f"{verdict}"
+        )
+        found[name] = entry
+    return found
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -217,6 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"{'n/a' if speedup is None else f'{speedup:.2f}x'}; greedy texts equal on "
         f"{result['match_share']:.1%} of rows"
     )
+    result["also"] = run_also(model, texts, args, ours, tokens / seconds)
     if args.json:
         print(json.dumps(result))
     return result
