@@ -4,7 +4,9 @@ A real Prefect server (the harness's), ``shardwise serve`` and ``shardwise
 watch`` as the user starts them, a real PostgreSQL table and a model
 directory: an inserted row is scored by a flow run whose planner is the
 ``serve`` process itself; then the directory gets other weights, and the
-next inserted row is scored with the new version, not the loaded one.
+next inserted row is scored with the new version, not the loaded one; then a
+``shardwise`` module that ``serve`` loaded changes on disk (its mtime), and
+the next inserted row is scored by a fresh process instead.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import yaml
 from flow_data import execute, make_docs
 from hf_builders import tiny_classifier
 
+from shardwise.flows import warm_runs
 from shardwise.flows.deployments import PREFECT_YAML
 from shardwise.models import get_spec
 
@@ -103,7 +106,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             proc.wait()
 
 
-def test_a_triggered_run_scores_in_the_serve_process_and_reloads_a_changed_model(
+def test_a_triggered_run_scores_in_the_serve_process_reloads_a_changed_model_and_leaves_changed_code(
     pg_url: str, tmp_path: Path
 ) -> None:
     from prefect.settings import PREFECT_API_URL
@@ -134,9 +137,25 @@ def test_a_triggered_run_scores_in_the_serve_process_and_reloads_a_changed_model
         assert version.startswith(new_version), "the changed model was served from the stale cache"
         ((owner,),) = execute(pg_url, "select owner from shardwise_runs where run_id = :r", {"r": run_id})
         assert f":{serving.pid}/" in owner
+        assert "runs in a fresh process" not in served.text(), served.text()[-4000:]
+
+        # The code a fresh process would import is no longer the code serve runs: the next run goes cold.
+        ((scored,),) = execute(pg_url, "select count(*) from shardwise_results")
+        module = Path(warm_runs.__file__)
+        before = module.stat()
+        try:
+            os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+            execute(pg_url, "insert into docs (id, text) values (1003, 'a row after a code change')")
+            run_id, version = _scored(pg_url, 1003, served, timeout=180)
+        finally:
+            os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert version.startswith(new_version)
+        ((owner,),) = execute(pg_url, "select owner from shardwise_runs where run_id = :r", {"r": run_id})
+        assert f":{serving.pid}/" not in owner, f"planned by serve itself ({owner}) after its code changed"
+        assert execute(pg_url, "select count(*) from shardwise_results") == [(scored + 1,)], "the new row"
     finally:
         _stop(watching)
         _stop(serving)
     out = served.text()
     assert "changed since this process loaded it" in out, out[-4000:]
-    assert "runs in a fresh process" not in out, out[-4000:]
+    assert "runs in a fresh process; restart `shardwise serve`" in out, out[-4000:]
