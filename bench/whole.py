@@ -8,9 +8,14 @@ whole processes on them, in rounds, their order alternating from round to
 round: ``shardwise run`` (Parquet -> MiniLM -> SQLite, Prefect's temporary
 server, ``--precision auto``), and a plain script (read the Parquet with
 polars, ``SentenceTransformer.encode(batch_size=32)``, write Parquet) in
-float32 and under ``torch.autocast("cpu", dtype=torch.bfloat16)``. One untimed
-round comes first: it creates Prefect's database and fills Shardwise's
-calibration cache, as any earlier run on the host would have.
+float32 and under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (``--plain``
+chooses; on a CPU without native bf16 the bf16 script is left out by default:
+it is emulated there, several times slower, and ``auto`` picks fp32). One untimed
+round comes first: it creates Prefect's database, fills Shardwise's
+calibration cache and writes the bytecode caches of Shardwise's own modules
+(``PYTHONDONTWRITEBYTECODE`` is dropped for the commands: installed packages
+come with theirs, but an editable checkout's modules would otherwise be
+compiled again by every run), as any earlier run on the host would have.
 
 It prints each command's median wall time, the speed-ups (baseline time over
 Shardwise's) as ratios of the medians and as medians of each round's ratio,
@@ -128,14 +133,20 @@ def chosen_precision(results: Path) -> dict[str, object]:
     return {k: row[k] for k in keys if k in set(row.keys())}
 
 
-def one_size(texts: list[str], work: Path, rounds: int, threads: int, against: Path | None) -> dict:
-    """Every command on ``texts``, ``rounds`` timed rounds after an untimed one."""
+def one_size(
+    texts: list[str], work: Path, rounds: int, threads: int, against: Path | None, plain: list[str]
+) -> dict:
+    """Every command on ``texts``, ``rounds`` timed rounds after an untimed one; ``plain`` names the
+    plain script's precisions (``fp32``, ``bf16``)."""
     data = work / f"data-{len(texts)}"
     write_parts(texts, data)
     env = {**os.environ, "PREFECT_HOME": str(work / "prefect"), "SHARDWISE_HOME": str(work / "home")}
     env.pop("PREFECT_API_URL", None)
+    # A user's second run imports Shardwise's modules from their bytecode caches, as the plain script
+    # imports its installed packages from theirs: let the untimed round write them.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     cli = str(Path(sys.executable).parent / "shardwise")
-    times: dict[str, list[float]] = {"shardwise": [], "st_fp32": [], "st_bf16": []}
+    times: dict[str, list[float]] = {"shardwise": [], **{f"st_{p}": [] for p in plain}}
     if against is not None:
         times["against"] = []
     steps: list[dict[str, float]] = []
@@ -149,8 +160,7 @@ def one_size(texts: list[str], work: Path, rounds: int, threads: int, against: P
                 *(cli, "run", "--source", str(data), "--results", f"sqlite:///{results}"),
                 *("--precision", "auto", "--threads", str(threads), "--progress", "none"),
             ],
-            "st_fp32": [*script, "fp32", str(threads)],
-            "st_bf16": [*script, "bf16", str(threads)],
+            **{f"st_{p}": [*script, p, str(threads)] for p in plain},
         }
         if against is not None:
             commands["against"] = [*commands["shardwise"][:5], f"sqlite:///{results}.against.db"]
@@ -188,12 +198,16 @@ def _summarised(
 
 def report(result: dict) -> None:
     rows = result["rows"]
+    names = {"st_fp32": "sentence-transformers fp32", "st_bf16": "bf16 autocast"}
+    against = "; ".join(
+        f"{name} {result[f'{base}_s']:.1f} s -> {result[f'speedup_vs_{base}']:.2f}x "
+        f"(rounds' median {result[f'speedup_vs_{base}_round_median']:.2f}x)"
+        for base, name in names.items()
+        if f"{base}_s" in result
+    )
     print(
         f"{rows} rows, whole process (median of rounds): shardwise run {result['shardwise_s']:.1f} s; "
-        f"sentence-transformers fp32 {result['st_fp32_s']:.1f} s -> {result['speedup_vs_st_fp32']:.2f}x "
-        f"(rounds' median {result['speedup_vs_st_fp32_round_median']:.2f}x); bf16 autocast "
-        f"{result['st_bf16_s']:.1f} s -> {result['speedup_vs_st_bf16']:.2f}x "
-        f"(rounds' median {result['speedup_vs_st_bf16_round_median']:.2f}x)"
+        f"{against}"
     )
     if "against_s" in result:
         rounds = result["speedup_vs_against_round_median"]
@@ -229,17 +243,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--against", metavar="REV", help="also time shardwise run at this git revision")
+    parser.add_argument(
+        "--plain",
+        help="the plain script's precisions, comma-separated (default fp32,bf16; fp32 alone on a CPU "
+        "without native bf16, where bf16 autocast is emulated and several times slower)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     texts = load_texts(args.corpus, args.text_column, args.rows)
     work = Path(tempfile.mkdtemp(prefix="shardwise-whole-"))
     result: dict = {"cpu": cpu_flags(), "threads": args.threads, "load_before": os.getloadavg()}
     print(f"CPU: {result['cpu']}; load average {', '.join(f'{x:.2f}' for x in result['load_before'])}")
+    native = result["cpu"]["native_bf16"]
+    plain = args.plain.split(",") if args.plain else ["fp32", "bf16"] if native else ["fp32"]
+    if not native and "bf16" not in plain:
+        print("this CPU has no native bf16: the plain script runs in fp32 only (--plain fp32,bf16 adds it)")
     against = tree_of(args.against, work) if args.against else None
     sizes = [args.small] if args.small else []
     result["sizes"] = []
     for rows in [*sizes, args.rows]:
-        result["sizes"].append(one_size(texts[:rows], work, args.rounds, args.threads, against))
+        result["sizes"].append(one_size(texts[:rows], work, args.rounds, args.threads, against, plain))
         if against is not None:
             result["sizes"][-1]["against_rev"] = args.against
         report(result["sizes"][-1])
