@@ -51,7 +51,7 @@ from shardwise.pipeline.skipped import null_key_warning
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source, redrive_plan_source
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
-from shardwise.precision import cpu_int8_kernel, versioned
+from shardwise.precision import cpu_int8_kernel, emulated_int8_warning, versioned
 from shardwise.precision_guard import minimum_agreement, shown
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord
 from shardwise.sinks import Sink
@@ -110,8 +110,10 @@ class PlannedRun:
 
     def warnings(self) -> list[str]:
         """What to warn of before the shards run: rows the plan skips for a NULL key (see
-        :mod:`shardwise.pipeline.skipped`), which the run's summary counts too."""
-        return [w for w in (null_key_warning(self.plan),) if w is not None]
+        :mod:`shardwise.pipeline.skipped`), which the run's summary counts too, and int8 on a CPU that
+        would emulate it (see :func:`~shardwise.precision.emulated_int8_warning`)."""
+        found = (null_key_warning(self.plan), emulated_int8_warning(self.record.precision))
+        return [w for w in found if w is not None]
 
     def close(self) -> None:
         """Stop renewing the run's lease and release it; release the snapshot and the ledger's connections.

@@ -192,3 +192,25 @@ def test_int8_below_its_minimum_is_refused_before_the_run_exists(sqlite_url: str
     ):
         pipeline.plan(_spec(sqlite_url, precision="int8", min_agreement=1.0), "refused-int8")
     assert Ledger(sqlite_url).load_run("refused-int8") is None
+
+
+@pytest.mark.parametrize(("kernel", "warned"), [("none", True), ("avx512-vnni", False), ("amx-int8", False)])
+def test_int8_on_a_cpu_without_int8_instructions_is_warned_of(
+    sqlite_url: str, pipeline, monkeypatch: pytest.MonkeyPatch, kernel: str, warned: bool
+) -> None:
+    monkeypatch.setattr(precision_mod, "cpu_int8_kernel", lambda: kernel)
+    make_docs(sqlite_url, 10, bad=False)
+    planned = pipeline.plan(_spec(sqlite_url, precision="int8", device="cpu"), f"int8-{kernel}")
+    planned.close()
+    found = [w for w in planned.warnings() if "int8 instructions" in w]
+    if warned:
+        assert found == [
+            "this CPU has no int8 instructions (AVX512-VNNI, AVX-VNNI or AMX-INT8), so int8 matrix products "
+            "are emulated, tens of times slower than fp32; use --precision fp32 or auto here, and int8 on a "
+            "CPU that has them"
+        ]
+    else:
+        assert found == []
+    fp32 = pipeline.plan(_spec(sqlite_url, precision="fp32"), f"fp32-{kernel}")
+    fp32.close()
+    assert not [w for w in fp32.warnings() if "int8" in w], "only an int8 run is warned"
