@@ -163,7 +163,8 @@ def resolve_precision(
     slow but correct, so it is allowed; bf16 on a GPU that lacks it, and
     fp16 on a CPU (several times slower than fp32: see the module docstring),
     are refused with the fix. ``int8`` runs on CPUs only, on any of them
-    (emulated, slower, without VNNI or AMX: see :func:`cpu_int8_kernel`).
+    (emulated and tens of times slower without VNNI or AMX, which a run warns
+    of: see :func:`emulated_int8_warning`).
     """
     choice = check_precision(requested)
     if choice == "auto":
