@@ -34,7 +34,7 @@ def preflight(params: ScoreParams) -> str | None:
     refuse_forbidden_where(params.where)
     spec, fanout = params.to_spec(), params.fanout()
     check_api(required=params.runner == "deployment")
-    idle = check_run(spec, resolve, get_spec, local_workers=not fanout.remote)
+    idle = check_run(spec, resolve, get_spec, local_workers=not fanout.remote, dry_run=params.dry_run)
     fanout.check_reachable(spec, resolve)
     return idle
 

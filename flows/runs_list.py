@@ -20,6 +20,7 @@ from shardwise.pipeline.destination import find_ledger
 from shardwise.results import Ledger, RunListing
 from shardwise.results.codec import utc_now
 from shardwise.results.leases import abandoned_why, lease_live
+from shardwise.results.probe import check_ledger
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
@@ -31,7 +32,9 @@ _HEADER = ("RUN ID", "STATUS", "STARTED (UTC)", "OWNER", "LEASE", "SHARDS", "ROW
 def print_runs(results: str | None, limit: int = 20, *, ledger: str | None = None) -> None:
     """Print the latest ``limit`` runs of the ledger ``ledger``, or of the one runs into ``results`` use
     by default (see :mod:`shardwise.pipeline.destination`); each a URL or ``env:NAME``."""
-    with Ledger(find_ledger(ledger, results, None, resolve)) as found:
+    url = find_ledger(ledger, results, None, resolve)
+    check_ledger(url, "existing")  # a mistyped path is refused, never made into an empty ledger
+    with Ledger(url) as found:
         runs = found.recent_runs(limit)
         url = found.url
     if not runs:

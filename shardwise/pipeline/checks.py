@@ -32,13 +32,16 @@ from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, open_spec_source
 from shardwise.precision import resolve_precision
 from shardwise.results import Ledger
+from shardwise.results.probe import LedgerNeed, check_ledger
 from shardwise.results.schema import parse_table_name
 from shardwise.sources import Source, is_sql_url
 
 __all__ = ["check_run"]
 
 
-def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_workers: bool) -> str | None:
+def check_run(
+    spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_workers: bool, dry_run: bool = False
+) -> str | None:
     """Raise the :mod:`shardwise.errors` error a run of ``spec`` would meet first, if any.
 
     ``local_workers`` says whether the shards will run on this host, so that
@@ -46,7 +49,8 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
     an explicit precision the device cannot run is refused here, fp16 on a
     CPU included (see :func:`~shardwise.precision.resolve_precision`).
     Returns why the run would have nothing to do, when that is known now: a
-    redrive whose dead letters did not change.
+    redrive whose dead letters did not change. ``dry_run``: the run only
+    plans, so its ledger needs to be readable, not writable.
     """
     model = with_generation(catalogue(spec.model), spec.generation()).describe()
     spec.check_model(model)
@@ -56,7 +60,8 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
     try:
         source.check()
         check_destination(spec, results_url)
-        ledger_url(spec, resolve)  # a --ledger that is no database URL is refused here
+        # A --ledger that is no database URL, or a ledger that cannot serve this run, is refused here.
+        check_ledger(ledger_url(spec, resolve), _ledger_need(spec, dry_run), makes_folders=not spec.ledger)
         if not is_sql_url(results_url) or _database_exists(results_url):
             _check_results_table(spec, results_url, model, source)
         if spec.resume is not None or spec.redrive is not None:
@@ -72,6 +77,13 @@ def check_run(spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_w
     if local_workers:
         resolve_precision(spec.precision, resolve_device(spec.device), model.outputs)
     return idle
+
+
+def _ledger_need(spec: RunSpec, dry_run: bool) -> LedgerNeed:
+    """A resume or redrive reads what a run recorded; a dry run reads; any other run writes."""
+    if spec.resume is not None or spec.redrive is not None:
+        return "existing"
+    return "readable" if dry_run else "writable"
 
 
 def _database_exists(url: str) -> bool:

@@ -32,6 +32,7 @@ from shardwise.precision import versioned
 from shardwise.results import Ledger
 from shardwise.results.codec import utc_now
 from shardwise.results.leases import abandoned_why, when
+from shardwise.results.probe import check_ledger
 from shardwise.sources import Source, SourcePlan
 
 __all__ = ["PlanPreview", "plan_report", "preview_plan"]
@@ -91,7 +92,9 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     results_url = resolve(spec.results)
     check_destination(spec, results_url)
     source = open_spec_source(spec, resolve)
-    ledger = Ledger(ledger_url(spec, resolve))
+    ledger_at = ledger_url(spec, resolve)
+    check_ledger(ledger_at, "readable")
+    ledger = Ledger(ledger_at)
     asks = only_new_sink(spec, resolve, source, info.outputs)
     try:
         plan = plan_source(spec, source, version, ledger, sink=asks, min_shards=SHARDS_PER_WORKER * workers)
