@@ -119,8 +119,9 @@ def _check_resume(ledger: Ledger, spec: RunSpec) -> None:
 
 def _nothing_to_redrive(selection: RedriveSelection) -> str:
     gone = f", {len(selection.missing)} no longer in the source" if selection.missing else ""
+    done = f", {selection.redriven} already scored by an earlier redrive" if selection.redriven else ""
     return (
         f"nothing to redrive: none of the dead-lettered inputs of run {selection.run_id} changed since it "
-        f"ran ({selection.unchanged} unchanged{gone}); fix the rows first, or add --force to score them "
-        "again as they are"
+        f"ran or was last redriven ({selection.unchanged} unchanged{done}{gone}); fix the rows first, or "
+        "add --force to score them again as they are"
     )

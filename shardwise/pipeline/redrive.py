@@ -7,6 +7,11 @@ from the one recorded with the dead letter; ``force`` takes every key still
 in the source. A key whose input is NULL now and was NULL then is unchanged
 (None equals None): re-scoring it would only dead-letter it again.
 
+Earlier redrives of the same run count: a key an earlier redrive scored is
+already redriven (left out unless ``force``), and a key it dead-lettered
+again is unchanged unless its input changed since that redrive too. So a
+second redrive of the same fixed rows says there is nothing to redrive.
+
 The chosen keys become a :class:`~shardwise.sources.keyed.KeyedSource`,
 planned and scored as a new run: the old run's dead letters stay as its
 history, and rows that are still bad are dead-lettered again under the new run.
@@ -46,6 +51,8 @@ class RedriveSelection:
     missing: tuple[str, ...]
     """Keys (as the ledger stores them: text) no longer in the source, e.g. deleted rows."""
     total: int
+    redriven: int = 0
+    """Keys an earlier redrive of the run already scored; left out unless ``force``."""
 
     @property
     def params(self) -> dict[str, Any]:
@@ -56,6 +63,7 @@ class RedriveSelection:
             "dead_letters": self.total,
             "unchanged": self.unchanged,
             "missing": len(self.missing),
+            "redriven": self.redriven,
         }
 
 
@@ -75,6 +83,7 @@ def redrive_keys(
     for letter in letters:
         if letter.source_key is not None:  # sources never read a NULL key, so never dead-letter one
             failed.setdefault(letter.source_key, set()).add(letter.input_fingerprint)
+    redriven = _redriven(ledger, results_table, source, run_id, failed)
     found: dict[str, Key] = {}
     changed: set[str] = set()
     for row in source.read_keys(list(failed)):
@@ -84,7 +93,8 @@ def redrive_keys(
         found[text] = row.key
         if value_fingerprint(row.value) not in failed[text]:
             changed.add(text)
-    chosen = sorted(found[k] for k in (found if force else changed))  # keys of one source: one type
+    fresh = changed - redriven
+    chosen = sorted(found[k] for k in (found if force else fresh))  # keys of one source: one type
     return RedriveSelection(
         run_id=run_id,
         force=force,
@@ -92,7 +102,34 @@ def redrive_keys(
         unchanged=len(found.keys() - changed),
         missing=tuple(k for k in failed if k not in found),
         total=len(letters),
+        redriven=len(changed & redriven),
     )
+
+
+def _redriven(
+    ledger: Ledger, results_table: str, source: Source, run_id: str, failed: dict[str, set[str | None]]
+) -> set[str]:
+    """The keys earlier redrives of ``run_id`` scored (in their done shards) and did not dead-letter again.
+
+    A key one of them dead-lettered again gains that fingerprint in ``failed``:
+    it is unchanged unless its input changed since that redrive too.
+    """
+    redriven: set[str] = set()
+    for redrive_id, plan in ledger.redrives_of(run_id, source.identity, results_table):
+        done = ledger.done_shards(redrive_id)
+        scored = {str(k) for shard in plan.shards if shard.shard_id in done for k in shard.bounds["keys"]}
+        again = {
+            letter.source_key: letter.input_fingerprint
+            for letter in ledger.dead_letters(redrive_id)
+            if letter.source_key is not None
+        }
+        for key in scored & failed.keys():
+            if key in again:
+                failed[key].add(again[key])
+                redriven.discard(key)
+            else:
+                redriven.add(key)
+    return redriven
 
 
 def redrive_source(

@@ -130,6 +130,14 @@ class Ledger(Closing):
                 return None
             return ledger_sql.run_summary(conn, run_id)
 
+    def redrives_of(
+        self, run_id: str, source_identity: str, results_table: str
+    ) -> list[tuple[str, SourcePlan]]:
+        """The redrives of run ``run_id`` (runs whose plan says ``redrive_of``), oldest first, with plans."""
+        with self.reading(f"find the redrives of run {run_id}") as conn:
+            runs = ledger_sql.runs_of_source(conn, source_identity, results_table)
+        return [(found, plan) for found, plan in runs if plan.params.get("redrive_of") == run_id]
+
     def done_shards(self, run_id: str) -> set[int]:
         with self.reading(f"list done shards of run {run_id}") as conn:
             return shard_sql.done_shards(conn, run_id)

@@ -193,6 +193,15 @@ def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePla
     return summary, SourcePlan.from_json(row["plan"])
 
 
+def runs_of_source(
+    conn: sa.Connection, source_identity: str, results_table: str
+) -> list[tuple[str, SourcePlan]]:
+    """Every run that read ``source_identity`` into ``results_table``, oldest first, with its plan."""
+    where = {"source_identity": source_identity, "results_table": results_table}
+    rows = conn.execute(statement(conn, "runs_of_source"), where)
+    return [(run_id, SourcePlan.from_json(plan)) for run_id, plan in rows]
+
+
 def finish_run(
     conn: sa.Connection, run_id: str, status: str, now: datetime, owner: str | None = None
 ) -> None:

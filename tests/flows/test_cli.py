@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from flow_data import execute, make_docs
 
@@ -161,6 +163,34 @@ def test_redrive_scores_only_fixed_dead_letters(sqlite_url: str, capsys: pytest.
     assert main(["redrive", *common, "--run", run_id, "--force"]) == 0
     out = capsys.readouterr().out
     assert "1 dead letter," in out, out
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_relative_sqlite_url_redrives_a_run_recorded_absolute_and_only_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absolute = f"sqlite:///{tmp_path / 'work' / 'shardwise.db'}"
+    (tmp_path / "work").mkdir()
+    make_docs(absolute, 20)  # with three bad rows: 900001 to 900003
+    options = ["--table", "docs", "--model", "tiny", "--progress", "none"]
+    assert main(["run", "--source", absolute, *options]) == 0
+    run_id = execute(absolute, "select run_id from shardwise_runs")[0][0]
+    execute(absolute, "update docs set text = 'fixed at last' where id = 900001")
+    execute(absolute, "update docs set text = ' ' where id = 900002")  # changed, and still bad
+    monkeypatch.chdir(tmp_path)
+    relative = ["redrive", "--source", "sqlite:///work/shardwise.db", *options, "--run", run_id]
+    capsys.readouterr()
+
+    assert main(relative) == 0  # the same database, named relative to the working directory
+    out = capsys.readouterr().out
+    assert "1 row scored (1 new" in out and "1 dead letter," in out, out
+    assert main(relative) == 0  # again: both were redriven, and neither input changed since
+    out = capsys.readouterr().out
+    assert "nothing to redrive" in out and "1 already scored by an earlier redrive" in out, out
+    execute(absolute, "update docs set text = 'fixed later' where id in (900002, 900003)")
+    assert main(relative) == 0  # only what changed since the last redrive
+    assert "2 rows scored (2 new" in capsys.readouterr().out
+    assert execute(absolute, "select count(*) from shardwise_results") == [(23,)]  # 20 and the 3 fixed
 
 
 SECRET_SOURCE = "postgresql+psycopg://app:pw-in-url@127.0.0.1:9/prod"

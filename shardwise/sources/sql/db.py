@@ -16,6 +16,7 @@ function is registered by :mod:`shardwise.sources.sql.fingerprint`.)
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,7 +53,11 @@ def _parse_url(url: str) -> URL:
 
 
 def _identity_url(url: URL) -> str:
-    """The URL without its password or secret-looking query parameters."""
+    """The URL without its password or secret-looking query parameters; an SQLite file by its absolute
+    path, so that a relative URL and its absolute form name one database (as a Parquet source's path)."""
+    file = url.database or ""
+    if url.get_backend_name() == "sqlite" and file and file != ":memory:" and not file.startswith("file:"):
+        url = url.set(database=os.path.abspath(file))
     return without_secrets(url).render_as_string(hide_password=False)
 
 
