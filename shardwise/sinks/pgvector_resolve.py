@@ -1,15 +1,21 @@
 """Which column type an embedding gets: ``--embedding-type auto|array|vector|halfvec`` against the database.
 
-``auto`` picks pgvector's ``vector`` where the database has the extension,
-and ``real[]`` (``array``) where it has not, so a plain PostgreSQL or SQLite
-keeps working unchanged. Asking for ``vector`` or ``halfvec`` where pgvector
-is missing is an error that names the fix, never a silent fallback.
+``auto``, ``vector`` and ``halfvec`` treat the extension alike: where it is
+installed in the database they use it; where the server has it available but
+the database has not created it yet, they create it (``CREATE EXTENSION
+vector``); where the server does not have it, or this role may not create it,
+``auto`` falls back to ``real[]`` (``array``) with a warning that says why,
+and ``vector``/``halfvec`` are refused with one line that says why and names
+the fix, never a silent fallback. A plain PostgreSQL or SQLite keeps working
+unchanged under ``auto``.
 
-With ``create=True`` an extension that is available but not installed is
-created, inside a SAVEPOINT of the caller's transaction: pgvector is not a
-trusted extension, so most application roles may not create it, and a
-refusal then rolls back to the savepoint (the transaction goes on) and is
-logged. The caller commits its transaction to keep a created extension.
+The extension is created inside a SAVEPOINT of the caller's transaction:
+pgvector is not a trusted extension, so most application roles may not
+create it, and a refusal then rolls back to the savepoint (the transaction
+goes on). With ``create=True`` a created extension is kept (the caller
+commits its transaction); with ``create=False`` (a check before anything
+runs, a dry run) it is created and rolled back at once, so the check gives
+the answer the run will get, permission included, and creates nothing.
 """
 
 from __future__ import annotations
@@ -40,10 +46,12 @@ def resolve_embedding_type(
 ) -> ResolvedEmbeddingType:
     """The column type for ``dim``-dimensional embeddings on ``conn``'s database.
 
-    ``auto`` → ``vector`` with pgvector (created first when ``create`` and the
-    role may), else ``array``; also ``array`` above pgvector's 16000 dimensions.
-    ``vector``/``halfvec`` without pgvector, off PostgreSQL, or above 16000
-    dimensions → ConfigError naming the database (password hidden) and the fix.
+    ``auto`` → ``vector`` where pgvector is installed or may be created here
+    (created when ``create``; with ``create=False`` only tried and rolled
+    back), else ``array``; also ``array`` above pgvector's 16000 dimensions.
+    ``vector``/``halfvec`` are created alike; where pgvector cannot be had,
+    off PostgreSQL, or above 16000 dimensions → ConfigError naming the
+    database (password hidden), why, and the fix.
     """
     if requested not in get_args(EmbeddingType):
         raise ConfigError(
@@ -72,7 +80,7 @@ def resolve_embedding_type(
     version, why_not = _pgvector_version(conn, create=create)
     if version is None:
         if requested == "auto":
-            if why_not:
+            if why_not and create:  # the run says it; its check before would only say it twice
                 _log.warning(
                     "embeddings on %s fall back to real[]: %s. Run CREATE EXTENSION vector there once "
                     "as a superuser to store them as vector",
@@ -80,10 +88,16 @@ def resolve_embedding_type(
                     why_not,
                 )
             return "array"
+        if why_not:
+            raise ConfigError(
+                f"--embedding-type {requested} needs the pgvector extension in {where}, which the server "
+                f"has but this role could not create ({why_not}); run CREATE EXTENSION vector in that "
+                "database once as a superuser, or use --embedding-type array"
+            )
         raise ConfigError(
-            f"--embedding-type {requested} needs the pgvector extension, which {where} does not have"
-            f"{f' ({why_not})' if why_not else ''}. Install pgvector on the server and run "
-            "CREATE EXTENSION vector in this database as a superuser, or use --embedding-type array"
+            f"--embedding-type {requested} needs the pgvector extension, which the server of {where} does "
+            "not have (it is not in pg_available_extensions); install pgvector on the server (a run then "
+            "runs CREATE EXTENSION vector itself where the role may), or use --embedding-type array"
         )
     if requested == "halfvec" and _version_tuple(version) < _HALFVEC_SINCE:
         raise ConfigError(
@@ -94,24 +108,36 @@ def resolve_embedding_type(
 
 
 def _pgvector_version(conn: sa.Connection, *, create: bool) -> tuple[str | None, str | None]:
-    """(installed pgvector version or None, why creating it failed or None).
+    """(the pgvector version the run will have, or None; why it cannot, or None).
 
-    With ``create``, an available extension is created first, in a SAVEPOINT
-    so that a refusal leaves the caller's transaction usable.
+    Installed: its version. Available but not created: created in a
+    SAVEPOINT, so that a refusal leaves the caller's transaction usable; kept
+    when ``create``, rolled back at once when not (a check creates nothing).
+    Not available on the server: (None, None).
     """
     version = conn.execute(_INSTALLED).scalar_one_or_none()
-    if version is not None or not create:
-        return (None if version is None else str(version)), None
+    if version is not None:
+        return str(version), None
     if conn.execute(_AVAILABLE).first() is None:
         return None, None
+    savepoint = conn.begin_nested()
     try:
-        with conn.begin_nested():
-            conn.execute(_CREATE)
+        conn.execute(_CREATE)
+        created = str(conn.execute(_INSTALLED).scalar_one())
     except sa.exc.DBAPIError as exc:
+        savepoint.rollback()
+        # Another run may have created it meanwhile (its CREATE waited for, then collided with, ours).
+        version = conn.execute(_INSTALLED).scalar_one_or_none()
+        if version is not None:
+            return str(version), None
         first = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
         return None, f"CREATE EXTENSION vector failed: {first}"
+    if not create:
+        savepoint.rollback()  # a check: the run creates it, in its own transaction
+        return created, None
+    savepoint.commit()
     _log.info("created the pgvector extension on %s", safe_url(conn.engine.url))
-    return str(conn.execute(_INSTALLED).scalar_one()), None
+    return created, None
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:

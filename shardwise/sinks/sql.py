@@ -58,8 +58,9 @@ class SqlSink(Closing):
     Vector outputs are stored as ``embedding`` says (``--embedding-type``):
     ``auto`` keeps the type of an existing table, else takes pgvector's
     ``vector`` where the extension is installed or may be created, else
-    ``real[]``; ``vector``/``halfvec`` where pgvector is missing are refused
-    (see :func:`~shardwise.sinks.pgvector.resolve_embedding_type`). With
+    ``real[]``; ``vector``/``halfvec`` create the extension alike, and are
+    refused where it cannot be had (not on the server, or the role may not
+    create it; see :func:`~shardwise.sinks.pgvector.resolve_embedding_type`). With
     ``index="hnsw"``, :meth:`finish` builds an HNSW index on each vector
     output with ``metric``, if it is absent (``CREATE INDEX CONCURRENTLY``:
     writers are not blocked), and logs its build time.
@@ -100,7 +101,8 @@ class SqlSink(Closing):
         return self._table
 
     def _resolve(self, conn: sa.Connection, *, create: bool) -> sa.Table:
-        if self._table is None:
+        # ensure() resolves again even after a check: the check's answer creates no extension.
+        if self._table is None or create:
             self._table = results_table(
                 self.target, self.layout.outputs, self.layout.key_type, self._vectors(conn, create)
             )
@@ -121,22 +123,19 @@ class SqlSink(Closing):
     def check(self) -> None:
         action = "inspect the results table"
         with mapped_errors(action, self.engine.url), self.engine.connect() as conn, conn.begin():
+            # The answer the run will get: pgvector tried (and rolled back) where it is not created yet.
             table = self._resolve(conn, create=False)
             if sa.inspect(conn).has_table(table.name, schema=table.schema):
                 check_layout(conn, table, self.target)
-            elif (
-                conn.dialect.name == "postgresql"
-                and conn.execute(statement(conn, "vector_available")).scalar()
-            ):
-                return  # auto may still create the extension, and then the index has vector columns
         self._check_index()
 
     def ensure(self) -> None:
         """Create the results table and ``shardwise_commits`` if missing (an advisory lock on PostgreSQL
         serialises racing creators, the write lock on SQLite); check an existing table's layout.
 
-        With ``embedding="auto"`` the pgvector extension is created here when it is available and the
-        role may; an HNSW index asked for on ``real[]`` columns is refused here, before any scoring.
+        With ``embedding`` ``auto``, ``vector`` or ``halfvec`` the pgvector extension is created here when
+        it is available and the role may; an HNSW index asked for on ``real[]`` columns is refused here,
+        before any scoring.
         """
         action = "create the results table"
         with mapped_errors(action, self.engine.url), self.engine.connect() as conn, write_transaction(conn):

@@ -106,6 +106,22 @@ def test_halfvec_halves_the_storage(sqlite_url: str, pgvector_db_url: str) -> No
                    "indexdef like '%halfvec_l2_ops%'") == [(1,)]  # fmt: skip
 
 
+@pytest.mark.parametrize("kind", ["vector", "halfvec"])
+def test_a_named_pgvector_type_creates_the_extension_as_auto_does(
+    sqlite_url: str, bare_pgvector_db: str, kind: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """--embedding-type vector (or halfvec) --index hnsw into a database where pgvector is available but not
+    created: the run creates it, as auto does, instead of refusing (it was refused before anything ran)."""
+    make_docs(sqlite_url, 40, bad=False)
+    into = ["--results", bare_pgvector_db, "--results-table", "docs_named", "--embedding-type", kind]
+    assert main(_run(sqlite_url, *into, "--index", "hnsw")) == 0, capfd.readouterr()
+    assert "40 rows scored (40 new" in capfd.readouterr().out
+    assert execute(bare_pgvector_db, "select extname from pg_extension where extname = 'vector'")
+    assert _column_type(bare_pgvector_db, "docs_named", "embedding").startswith(f"{kind}(")
+    assert execute(bare_pgvector_db, "select count(*) from pg_indexes where tablename = 'docs_named' and "
+                   f"indexdef like '%hnsw (embedding {kind}_cosine_ops)%'") == [(1,)]  # fmt: skip
+
+
 def test_an_existing_real_array_table_keeps_its_type_under_auto(
     sqlite_url: str, pgvector_db_url: str
 ) -> None:

@@ -86,13 +86,23 @@ def test_auto_is_vector_where_pgvector_is_installed(vec_engine: sa.Engine) -> No
 
 
 @pytest.mark.postgres
-def test_auto_creates_the_extension_where_it_is_available_and_allowed(vec_engine: sa.Engine) -> None:
+@pytest.mark.parametrize("requested", ["auto", "vector", "halfvec"])
+def test_every_pgvector_type_creates_the_extension_where_it_is_available_and_allowed(
+    vec_engine: sa.Engine, requested: str
+) -> None:
+    """auto, vector and halfvec alike: a check (create=False) answers what the run will get and creates
+    nothing; the run (create=True) creates the extension."""
+    installed = sa.text("SELECT count(*) FROM pg_extension WHERE extname = 'vector'")
     with vec_engine.begin() as conn:
         conn.execute(sa.text("DROP EXTENSION vector"))
-        assert resolve_embedding_type(conn, "auto", DIM, create=False) == "array"
-        assert resolve_embedding_type(conn, "auto", DIM, create=True) == "vector"
+    expected = "vector" if requested == "auto" else requested
+    with vec_engine.begin() as conn:
+        assert resolve_embedding_type(conn, requested, DIM, create=False) == expected  # type: ignore[arg-type]
     with vec_engine.connect() as conn:
-        installed = sa.text("SELECT count(*) FROM pg_extension WHERE extname = 'vector'")
+        assert conn.execute(installed).scalar() == 0, "a check created the extension"
+    with vec_engine.begin() as conn:
+        assert resolve_embedding_type(conn, requested, DIM, create=True) == expected  # type: ignore[arg-type]
+    with vec_engine.connect() as conn:
         assert conn.execute(installed).scalar() == 1
 
 
@@ -111,8 +121,13 @@ def test_a_role_that_may_not_create_pgvector_falls_back_to_array_and_says_why(
             assert conn.execute(sa.text("SELECT 1")).scalar() == 1  # the savepoint kept the transaction
             with pytest.raises(ConfigError, match="permission denied") as err:
                 resolve_embedding_type(conn, "vector", DIM, create=True)
-        assert "--embedding-type array" in str(err.value)
-        assert "CREATE EXTENSION vector failed" in caplog.text and "real[]" in caplog.text
+            # A check gives the same answers, quietly: the run is the one that warns.
+            assert resolve_embedding_type(conn, "auto", DIM, create=False) == "array"
+            with pytest.raises(ConfigError, match="permission denied") as checked:
+                resolve_embedding_type(conn, "halfvec", DIM, create=False)
+        assert "--embedding-type array" in str(err.value) and "could not create" in str(err.value)
+        assert "superuser" in str(checked.value)
+        assert caplog.text.count("CREATE EXTENSION vector failed") == 1 and "real[]" in caplog.text
     finally:
         app.dispose()
         with vec_engine.begin() as conn:
