@@ -23,6 +23,7 @@ from shardwise.precision_guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
+from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S, check_query_timeout
 
@@ -79,6 +80,11 @@ class RunSpec:
     """A column of images, read instead of the text column: bytes (``bytea``, BLOB, Parquet binary) or a
     reference (a path, ``file://`` or ``s3://`` URI) the source fetches; each row's value is an
     :class:`~shardwise.image_value.ImageValue` (see :mod:`shardwise.sources.images`)."""
+    image_access: ImageAccess = field(default_factory=ImageAccess)
+    """Which references an image column (or an image folder) may read, and how much of each: the roots
+    local paths must lie under, the buckets besides an S3 source's own, the byte cap. Plain data the
+    flow layer builds from the options and its environment; an execution limit, not part of the plan,
+    so a resume reads with the access it is given (see :mod:`shardwise.sources.images.access`)."""
     where: str | None = None
     query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S
     """Seconds one query of a SQL source may run (0: no limit); see :mod:`shardwise.sources.sql.timeout`.
@@ -245,6 +251,8 @@ class RunSpec:
 
     def _check_image(self) -> None:
         """An image column names a column other than the key, and replaces the text inputs."""
+        if not isinstance(self.image_access, ImageAccess):
+            raise ConfigError(f"image_access must be an ImageAccess; got {self.image_access!r}")
         if self.image_column is None:
             return
         if not isinstance(self.image_column, str) or not self.image_column or self.image_column == self.key:

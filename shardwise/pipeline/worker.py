@@ -76,6 +76,7 @@ def open_spec_source(
         input_columns=spec.input_columns(),
         where=spec.where,
         image_column=spec.image_column,
+        image_access=spec.image_access,
         image_folder=folder,
         query_timeout_s=spec.query_timeout_s,  # the run's own: a resume may raise it
         retry=spec.retry,

@@ -12,6 +12,7 @@ from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Source, SourcePlan
+from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.folder import ImageFolderSource
 from shardwise.sources.keyed import KeyedSource, is_keyed
 from shardwise.sources.parquet.source import ParquetSource, plan_objects
@@ -48,6 +49,7 @@ def open_source(
     input_columns: Mapping[str, str] | None = None,
     where: str | None = None,
     image_column: str | None = None,
+    image_access: ImageAccess | None = None,
     image_folder: bool | None = None,
     query_timeout_s: float | None = None,
     **options: Any,
@@ -56,7 +58,8 @@ def open_source(
     for a path or ``s3://``.
 
     ``image_column`` reads that column as images instead of the text column (see
-    :mod:`shardwise.sources.images`). Without it, a location whose listing holds
+    :mod:`shardwise.sources.images`), its references only where ``image_access`` allows (by default
+    no local path, and no bucket but an S3 source's own). Without it, a location whose listing holds
     image files and no Parquet files is an image folder
     (:class:`~shardwise.sources.images.folder.ImageFolderSource`: one row per
     image, keyed by its relative path); one holding both is refused. Deciding
@@ -73,7 +76,8 @@ def open_source(
             options["query_timeout_s"] = query_timeout_s
         return SqlSource(
             location, table, key, text_column, where,
-            input_columns=input_columns, image_column=image_column, **options,
+            input_columns=input_columns, image_column=image_column, image_access=image_access,
+            **options,
         )  # fmt: skip
     if "://" in location and not location.startswith(("s3://", "file://")):
         raise ConfigError(
@@ -93,10 +97,13 @@ def open_source(
                 f"{path!r} is a folder of images: each row is one image keyed by its path in the folder, "
                 "so it takes no --key, --text-column or input columns; drop them"
             )
-        return ImageFolderSource(path, s3_client=options.get("s3_client"), retry=options.get("retry"))
+        return ImageFolderSource(
+            path, s3_client=options.get("s3_client"), retry=options.get("retry"), access=image_access
+        )
     return ParquetSource(
-        path, key, text_column, input_columns=input_columns, image_column=image_column, **options
-    )
+        path, key, text_column, input_columns=input_columns, image_column=image_column,
+        image_access=image_access, **options,
+    )  # fmt: skip
 
 
 def _is_image_folder(path: str, s3_client: Any | None) -> bool:

@@ -23,7 +23,7 @@ from shardwise.pipeline.spec import as_is
 from shardwise.pipeline.worker import open_spec_source
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import SourceRow
-from shardwise.sources.images import ImageColumn
+from shardwise.sources.images import ImageAccess, ImageColumn
 from shardwise.sources.images.s3_get import get_image
 from shardwise.sources.keyed import KeyedSource
 
@@ -95,7 +95,8 @@ def test_only_new_compares_references_by_the_md5_of_the_fetched_bytes(
     sqlite_url: str, tmp_path: Path
 ) -> None:
     images = _refs_table(sqlite_url, tmp_path)
-    spec = RunSpec(**{**BASE, "source": sqlite_url, "results": sqlite_url}, image_column="img", only_new=True)
+    spec = RunSpec(**{**BASE, "source": sqlite_url, "results": sqlite_url}, image_column="img", only_new=True,
+                   image_access=ImageAccess(roots=(str(tmp_path),)))  # fmt: skip
     held = {str(k): hashlib.md5(v).hexdigest() for k, v in images.items()}
     (tmp_path / "2.png").write_bytes(b"the second image, redrawn behind the same path")
     with open_spec_source(spec, as_is) as source:
@@ -109,15 +110,16 @@ def test_only_new_compares_references_by_the_md5_of_the_fetched_bytes(
 def test_an_only_new_run_of_references_plans_in_python(sqlite_url: str, tmp_path: Path, pipeline) -> None:  # type: ignore[no-untyped-def]
     """Results in the source database: the run still compares fetched bytes, not the reference text."""
     _refs_table(sqlite_url, tmp_path)
+    declared = ImageAccess(roots=(str(tmp_path),))
     spec = RunSpec(model="tiny", **{**BASE, "source": sqlite_url, "results": sqlite_url},
-                   image_column="img", only_new=True)  # fmt: skip
+                   image_column="img", only_new=True, image_access=declared)  # fmt: skip
     planned, outcome = pipeline.run(spec, "first")
     assert planned.plan.params.get("keyed")  # the keyed plan of the Python-side comparison
     assert outcome.rows_in == 4  # a text model dead-letters images; every row was read and handed on
 
 
 def test_fetches_keep_row_order_however_long_each_takes(tmp_path: Path) -> None:
-    column = ImageColumn("img", threads=4)
+    column = ImageColumn("img", threads=4, access=ImageAccess(roots=(str(tmp_path),)))
     for i in range(50):
         (tmp_path / f"{i}").write_bytes(str(i).encode())
     slow = column.value

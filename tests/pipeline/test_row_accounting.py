@@ -23,6 +23,7 @@ from flow_data import execute
 
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.skipped import Skipped
+from shardwise.sources.images import ImageAccess
 
 GOOD = [(k, f"paragraph number {k} about shards, batches and merges") for k in range(1, 9)]
 DEAD = [(9, None), (10, ""), (11, "  \t ")]
@@ -126,6 +127,8 @@ def test_image_column(tmp_path: Path, sqlite_url: str, pipeline: Any) -> None:
     with sa.create_engine(sqlite_url).begin() as conn:
         conn.execute(sa.text("create table docs (id bigint, img text)"))
         conn.execute(sa.text("insert into docs values (:k, :i)"), [{"k": k, "i": i} for k, i in rows])
-    planned, counts = pipeline.run(_spec(sqlite_url, sqlite_url, image_column="img"), "images")
+    declared = ImageAccess(roots=(str(tmp_path),))  # the missing file is looked for, not refused
+    spec = _spec(sqlite_url, sqlite_url, image_column="img", image_access=declared)
+    planned, counts = pipeline.run(spec, "images")
     skipped = _accounted(planned, counts, sqlite_url, inputs=len(rows))
     assert (counts.rows_out, counts.rows_failed, skipped) == (0, 3, Skipped(null_key=1))

@@ -14,6 +14,7 @@ import pytest
 from shardwise.errors import SourceError
 from shardwise.image_value import ImageValue
 from shardwise.lineage import value_fingerprint
+from shardwise.sources.images import ImageAccess
 from shardwise.sources.parquet.source import ParquetSource
 
 PICTURES = [b"\x89PNG" + bytes(range(30)), None, b"GIF89a" + b"\x01" * 20, bytes(range(200))]
@@ -66,7 +67,8 @@ def test_local_references_keep_their_order_and_a_missing_file_is_an_error(tmp_pa
         refs.append((images / f"{i}.bin").as_uri() if i % 2 else str(images / f"{i}.bin"))
     refs.append(str(images / "missing.png"))
     (tmp_path / "a.parquet").write_bytes(_write(_table(refs, pa.string())))
-    with ParquetSource(str(tmp_path / "a.parquet"), image_column="img") as source:
+    declared = ImageAccess(roots=(str(images),))
+    with ParquetSource(str(tmp_path / "a.parquet"), image_column="img", image_access=declared) as source:
         rows = _rows(source)
     assert [k for k, _ in rows] == [1, 2, 3, 4, 5]
     assert [v.data for _, v in rows[:4]] == PICTURES

@@ -15,6 +15,7 @@ from shardwise.errors import ConfigError, SourceError
 from shardwise.image_value import ImageValue
 from shardwise.lineage import value_fingerprint
 from shardwise.sources.base import NewOnly
+from shardwise.sources.images import ImageAccess
 from shardwise.sources.sql.source import SqlSource
 
 any_url = sql_tables.any_url  # the SQLite/PostgreSQL fixture, shared by the SQL source tests
@@ -104,10 +105,15 @@ def _files(tmp_path: Path) -> dict[int, Any]:
     }
 
 
+def _under(root: Path) -> ImageAccess:
+    """Local references allowed under ``root``, as ``--image-root ROOT`` allows them."""
+    return ImageAccess(roots=(str(root),))
+
+
 def test_local_references_are_fetched_in_key_order(any_url: str, tmp_path: Path) -> None:
     refs = _files(tmp_path)
     _table(any_url, refs, "TEXT")
-    with SqlSource(any_url, "docs", "id", image_column="img") as src:
+    with SqlSource(any_url, "docs", "id", image_column="img", image_access=_under(tmp_path)) as src:
         assert not src.fingerprints_in_database
         plan = src.plan(shards=2)
         rows = [(row.key, row.value) for shard in plan.shards for row in src.read(plan, shard)]
@@ -123,7 +129,7 @@ def test_local_references_are_fetched_in_key_order(any_url: str, tmp_path: Path)
 
 def test_keyed_reads_of_references_fetch_too(sqlite_url: str, tmp_path: Path) -> None:
     _table(sqlite_url, _files(tmp_path), "TEXT")
-    with SqlSource(sqlite_url, "docs", "id", image_column="img") as src:
+    with SqlSource(sqlite_url, "docs", "id", image_column="img", image_access=_under(tmp_path)) as src:
         rows = list(src.read_keys([4, 2]))
     assert [(r.key, r.value.data) for r in rows] == [(2, IMAGES[2]), (4, IMAGES[4])]
 
@@ -145,7 +151,8 @@ def test_s3_references_are_fetched_through_the_s3_client(pg_url: str, client: An
     client.put_object(Bucket=bucket, Key="img/2.jpg", Body=IMAGES[2])
     refs = {1: f"s3://{bucket}/img/1.png", 2: f"s3://{bucket}/img/2.jpg", 3: f"s3://{bucket}/img/nope.png"}
     _table(pg_url, refs, "TEXT")
-    with SqlSource(pg_url, "docs", "id", image_column="img", s3_client=client) as src:
+    allowed = ImageAccess(buckets=(bucket,))  # a SQL source has no bucket of its own: --image-bucket
+    with SqlSource(pg_url, "docs", "id", image_column="img", image_access=allowed, s3_client=client) as src:
         values = _values(src)
     assert list(values) == [1, 2, 3]
     assert values[1] == ImageValue(IMAGES[1], origin=refs[1])

@@ -1,12 +1,23 @@
 """Image columns: each row's stored bytes, or the file or S3 object its reference names, as an ImageValue.
 
 :class:`ImageColumn` is what a SQL or Parquet source reading ``--image-column``
-wraps its rows in; see :mod:`shardwise.sources.images.column`.
+wraps its rows in; see :mod:`shardwise.sources.images.column`. Which
+references it may read, and how much of each, is the run's
+:class:`ImageAccess` (see :mod:`shardwise.sources.images.access`).
 """
 
 from __future__ import annotations
 
+from shardwise.sources.images.access import DEFAULT_MAX_BYTES, ImageAccess
 from shardwise.sources.images.column import DEFAULT_FETCH_THREADS, ImageColumn, image_column_of
 from shardwise.sources.images.refs import is_reference, local_path
 
-__all__ = ["DEFAULT_FETCH_THREADS", "ImageColumn", "image_column_of", "is_reference", "local_path"]
+__all__ = [
+    "DEFAULT_FETCH_THREADS",
+    "DEFAULT_MAX_BYTES",
+    "ImageAccess",
+    "ImageColumn",
+    "image_column_of",
+    "is_reference",
+    "local_path",
+]

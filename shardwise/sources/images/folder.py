@@ -22,22 +22,32 @@ no new plan kind for the rest of the engine to switch on. A resumed shard
 skips its first ``ReadFrom.rows`` objects. An object deleted or replaced after
 planning (its ETag changed) is that row's error, a dead letter; see
 :mod:`~shardwise.sources.images.folder_fetch`.
+
+**What is read.** A local folder is this source's own image root: its files
+are read without ``--image-root``, but only those that are regular files
+under it once symlinks are resolved (a symlink in the folder that points out
+of it, unless into a declared root, or a FIFO named ``x.png``, is a dead
+letter, nothing read). Every read stops at the run's byte cap and time bound
+(:class:`~shardwise.sources.images.access.ImageAccess`).
 """
 
 from __future__ import annotations
 
-from collections import deque
+import os
 from collections.abc import Callable, Generator, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Literal
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.image_value import ImageValue
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
-from shardwise.sources.images.column import DEFAULT_FETCH_THREADS
+from shardwise.sources.images.access import ImageAccess
+from shardwise.sources.images.column import DEFAULT_FETCH_THREADS, local_limit_s
+from shardwise.sources.images.fetch_ahead import Fetch, fetched_in_order
 from shardwise.sources.images.folder_fetch import fetch_local, fetch_s3
+from shardwise.sources.images.local_read import resolved_roots
 from shardwise.sources.keyed import cut_runs
 from shardwise.sources.parquet.objects import (
     Listing,
@@ -50,9 +60,7 @@ from shardwise.sources.parquet.rows import shard_spans
 from shardwise.sources.parquet.stores import open_store
 from shardwise.sources.sizing import Sizing
 
-__all__ = ["ImageFolderSource"]
-
-_AHEAD = DEFAULT_FETCH_THREADS * 4
+__all__ = ["ImageFolderSource", "own_folder"]
 
 
 class ImageFolderSource(Source):
@@ -61,13 +69,26 @@ class ImageFolderSource(Source):
     kind: Literal["sql", "parquet"] = "parquet"  # Parquet span plans: see the module docstring
 
     def __init__(
-        self, location: str, *, s3_client: Any | None = None, retry: RetryPolicy | None = None
+        self,
+        location: str,
+        *,
+        s3_client: Any | None = None,
+        retry: RetryPolicy | None = None,
+        access: ImageAccess | None = None,
     ) -> None:
         self._store = open_store(location, s3_client, names=is_image_name, retry=retry)
         self.identity = self._store.identity
-        self._fetch: Callable[[ObjectInfo], ImageValue] = (
-            (lambda obj: fetch_s3(self._store, obj)) if self.identity.startswith("s3://") else fetch_local
-        )
+        self._access = access or ImageAccess()
+        self._limit_s: float | None = None  # S3 reads are bounded by botocore and the retry deadline
+        if self.identity.startswith("s3://"):
+            self._fetch: Callable[[ObjectInfo], ImageValue] = lambda obj: fetch_s3(
+                self._store, obj, self._access
+            )
+        else:
+            # The folder is this source's own root: its files are read as if it were declared.
+            roots = resolved_roots((*self._access.roots, own_folder(self.identity)))
+            self._fetch = lambda obj: fetch_local(obj, roots, self._access)
+            self._limit_s = local_limit_s(self._access)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -129,19 +150,15 @@ class ImageFolderSource(Source):
 
     def _rows(self, objects: Sequence[ObjectInfo]) -> Generator[SourceRow, None, None]:
         """One row per object, in order; closing the generator cancels the fetches not yet started."""
-        pool = ThreadPoolExecutor(DEFAULT_FETCH_THREADS, thread_name_prefix="shardwise-image-folder")
-        pending: deque[tuple[str, Future[ImageValue]]] = deque()
+        items = (
+            (self._key(obj), Fetch(partial(self._fetch, obj), obj.key, self._limit_s)) for obj in objects
+        )
+        fetched = fetched_in_order(items, threads=DEFAULT_FETCH_THREADS, name="shardwise-image-folder")
         try:
-            for obj in objects:
-                pending.append((self._key(obj), pool.submit(self._fetch, obj)))
-                if len(pending) >= _AHEAD:
-                    key, value = pending.popleft()
-                    yield SourceRow(key, value.result())
-            while pending:
-                key, value = pending.popleft()
-                yield SourceRow(key, value.result())
+            for key, value in fetched:
+                yield SourceRow(key, value)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            fetched.close()
 
     def _list(self) -> Listing:
         listing = self._store.listing()
@@ -151,6 +168,15 @@ class ImageFolderSource(Source):
                 "names ending in .jpg .jpeg .png .webp .gif .bmp .tif .tiff are read); check the location"
             )
         return listing
+
+
+def own_folder(identity: str) -> str:
+    """The folder a local image folder source reads under: the folder itself, a glob's fixed folder
+    (``/data/photos`` for ``/data/photos/*.png``), or a single file's folder."""
+    magic = [identity.index(c) for c in "*?[" if c in identity]
+    if magic:
+        return os.path.dirname(identity[: min(magic)])
+    return identity if os.path.isdir(identity) else os.path.dirname(identity)
 
 
 def _span(obj: ObjectInfo) -> dict[str, Any]:

@@ -4,6 +4,11 @@ A missing object, or one replaced since the plan listed it, is the row's
 :class:`~shardwise.image_value.ImageValue` ``error`` (a dead letter), not a
 failed shard: one image deleted or rewritten while a run goes on must not stop
 the others, and a redrive of the dead letters reads the object as it is then.
+A local file is opened only under the folder's own root (or a declared one)
+and only if it is a regular file, as a reference is (a symlink in the folder
+pointing out of it, or a FIFO named ``x.png``, is refused unread: see
+:mod:`~shardwise.sources.images.local_read`); every read stops at the run's
+byte cap and time bound.
 Transient S3 failures are retried as the S3 stores retry them (the run's
 retry policy) and, still failing at its deadline, raise
 :class:`~shardwise.errors.RetryDeadlineError` (the shard fails).
@@ -12,9 +17,14 @@ retry policy) and, still failing at its deadline, raise
 from __future__ import annotations
 
 import os
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import Any
 
+from shardwise.errors import InputError
 from shardwise.image_value import ImageValue
+from shardwise.sources.images.access import ImageAccess
+from shardwise.sources.images.capped import too_large
+from shardwise.sources.images.local_read import open_under_roots, read_open_file
 from shardwise.sources.parquet.local_objects import local_etag
 from shardwise.sources.parquet.objects import ObjectInfo
 
@@ -33,15 +43,21 @@ def _changed(obj: ObjectInfo, now: str) -> ImageValue:
     )
 
 
-def fetch_local(obj: ObjectInfo) -> ImageValue:
-    """The file's bytes, if it still has the size and mtime it was listed with."""
+def fetch_local(obj: ObjectInfo, roots: Sequence[str], access: ImageAccess) -> ImageValue:
+    """The file's bytes, if it is a regular file under ``roots`` (the folder's own, resolved, and any
+    declared) that still has the size and mtime it was listed with, within ``access``'s limits."""
     try:
-        with open(obj.key, "rb") as handle:
-            now = local_etag(os.fstat(handle.fileno()))
+        fd = open_under_roots(obj.key, roots)
+        try:
+            now = local_etag(os.fstat(fd))
             if now != obj.etag:
                 return _changed(obj, repr(now))
-            return ImageValue(handle.read(), origin=obj.key)
-    except FileNotFoundError:
+            return ImageValue(read_open_file(fd, access), origin=obj.key)
+        finally:
+            os.close(fd)
+    except InputError as exc:
+        return ImageValue(None, origin=obj.key, error=str(exc))
+    except (FileNotFoundError, NotADirectoryError):
         return ImageValue(
             None, origin=obj.key, error=f"no such file {obj.key} (deleted since it was planned)"
         )
@@ -57,20 +73,28 @@ class _Answer(Exception):
         self.value = value
 
 
-def fetch_s3(store: Any, obj: ObjectInfo) -> ImageValue:
-    """The object's bytes through ``store`` (an ``S3Store``), asked with ``If-Match`` its planned ETag."""
+def fetch_s3(store: Any, obj: ObjectInfo, access: ImageAccess) -> ImageValue:
+    """The object's bytes through ``store`` (an ``S3Store``), asked with ``If-Match`` its planned ETag;
+    one listed over ``access``'s byte cap is refused without a GET."""
     from shardwise.sources.parquet.s3_objects import retried
 
     try:
-        data = retried(lambda: _get_once(store.client(), obj), store.retry, f"reading image {obj.key}")
+        if obj.size > access.max_bytes:
+            raise too_large(access, obj.size)
+        data = retried(
+            lambda: _get_once(store.client(), obj, access), store.retry, f"reading image {obj.key}"
+        )
     except _Answer as answer:
         return answer.value
+    except InputError as exc:
+        return ImageValue(None, origin=obj.key, error=str(exc))
     return ImageValue(data, origin=obj.key)
 
 
-def _get_once(client: Any, obj: ObjectInfo) -> bytes:
+def _get_once(client: Any, obj: ObjectInfo, access: ImageAccess) -> bytes:
     from botocore.exceptions import ClientError
 
+    from shardwise.sources.images.s3_get import read_body
     from shardwise.sources.parquet.s3_errors import s3_boundary
     from shardwise.sources.parquet.s3_objects import parse_s3_url
 
@@ -86,8 +110,4 @@ def _get_once(client: Any, obj: ObjectInfo) -> bytes:
             if code in _CHANGED:
                 raise _Answer(_changed(obj, "another")) from exc
             raise
-        body = response["Body"]
-        try:
-            return cast(bytes, body.read())
-        finally:
-            body.close()
+        return read_body(response, access)

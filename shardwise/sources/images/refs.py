@@ -3,16 +3,23 @@
 A value is read as the column holds it: bytes (PostgreSQL ``bytea``, SQLite
 ``BLOB``, Parquet binary) are the image; a string is a *reference*: a local
 path (absolute, or relative to the worker's working directory), a
-``file://`` URI, or an ``s3://bucket/key`` URI. Everything else, NULL
-included, becomes an :class:`~shardwise.image_value.ImageValue` with an
-``error``, which the model dead-letters: one bad row never fails a shard.
+``file://`` URI, or an ``s3://bucket/key`` URI, read only where the run's
+:class:`~shardwise.sources.images.access.ImageAccess` allows. Everything
+else, NULL included, becomes an :class:`~shardwise.image_value.ImageValue`
+with an ``error``, which the model dead-letters: one bad row never fails a
+shard.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from urllib.parse import unquote, urlsplit
 
+from shardwise.errors import InputError
 from shardwise.image_value import ImageValue
+from shardwise.sources.images.access import ImageAccess
+from shardwise.sources.images.local_read import open_under_roots, read_open_file
 
 __all__ = ["inline_value", "is_reference", "local_path", "read_local"]
 
@@ -47,8 +54,12 @@ def local_path(ref: str) -> str | None:
     return None if "://" in ref else ref
 
 
-def read_local(ref: str) -> ImageValue:
-    """The bytes of the local file ``ref`` names; a missing or unreadable file is an ``error``."""
+def read_local(ref: str, roots: Sequence[str], access: ImageAccess) -> ImageValue:
+    """The bytes of the local file ``ref`` names, if it is a regular file under one of the resolved ``roots``.
+
+    A refused, missing or unreadable file is the value's ``error`` (see
+    :mod:`~shardwise.sources.images.local_read`): nothing of a refused file is read.
+    """
     path = local_path(ref)
     if path is None:
         scheme = ref.split("://", 1)[0]
@@ -58,9 +69,14 @@ def read_local(ref: str) -> ImageValue:
             error=f"image reference scheme {scheme!r} is not supported; use a local path, file:// or s3://",
         )
     try:
-        with open(path, "rb") as file:
-            return ImageValue(file.read(), origin=ref)
-    except FileNotFoundError:
+        fd = open_under_roots(path, roots)
+        try:
+            return ImageValue(read_open_file(fd, access), origin=ref)
+        finally:
+            os.close(fd)
+    except InputError as exc:
+        return ImageValue(None, origin=ref, error=str(exc))
+    except (FileNotFoundError, NotADirectoryError):
         return ImageValue(None, origin=ref, error=f"no such file {path}")
     except OSError as exc:
         return ImageValue(None, origin=ref, error=f"cannot read file {path}: {exc.strerror}")

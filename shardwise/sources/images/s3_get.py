@@ -8,21 +8,27 @@ by :func:`~shardwise.sources.parquet.s3_objects.retried` until the run's
 retry deadline, and still failing is a
 :class:`~shardwise.errors.RetryDeadlineError`, which fails the shard. A
 missing object or bucket is an answer, not a failure: the row's
-:class:`~shardwise.image_value.ImageValue` says so.
+:class:`~shardwise.image_value.ImageValue` says so. So is an object over the
+run's byte cap (its ``Content-Length`` is checked before the body is read,
+and the body is read no further than the cap) or one whose body takes longer
+than the read's time bound.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from botocore.exceptions import ClientError
 
+from shardwise.errors import InputError
 from shardwise.image_value import ImageValue
 from shardwise.retry_policy import RetryPolicy
+from shardwise.sources.images.access import ImageAccess
+from shardwise.sources.images.capped import read_capped
 from shardwise.sources.parquet.s3_errors import s3_boundary
 from shardwise.sources.parquet.s3_objects import parse_s3_url, retried
 
-__all__ = ["get_image"]
+__all__ = ["get_image", "read_body"]
 
 _MISSING = frozenset({"NoSuchKey", "NoSuchBucket", "404", "NotFound"})
 
@@ -31,19 +37,37 @@ class _Missing(Exception):
     """The object is not there: becomes the row's error."""
 
 
-def get_image(client: Any, ref: str, retry: RetryPolicy) -> ImageValue:
-    """The bytes of the object ``ref`` (``s3://bucket/key``), or an ``error`` saying it does not exist."""
+def get_image(client: Any, ref: str, retry: RetryPolicy, access: ImageAccess | None = None) -> ImageValue:
+    """The bytes of the object ``ref`` (``s3://bucket/key``), within ``access``'s byte cap and time bound,
+    or an ``error`` saying it does not exist or was refused (by default: over 64 MiB).
+
+    Whether the bucket may be read at all is the caller's rule
+    (:meth:`~shardwise.sources.images.access.ImageAccess.bucket_refusal`), checked before this is called.
+    """
+    access = access or ImageAccess()
     bucket, key = parse_s3_url(ref)
     if not key:
         return ImageValue(None, origin=ref, error=f"no such object {ref} (the reference names no key)")
     try:
-        data = retried(lambda: _get_once(client, bucket, key, ref), retry, f"reading image {ref}")
+        data = retried(lambda: _get_once(client, bucket, key, ref, access), retry, f"reading image {ref}")
     except _Missing as exc:
         return ImageValue(None, origin=ref, error=f"no such object {ref} (S3 answered {exc})")
+    except InputError as exc:
+        return ImageValue(None, origin=ref, error=str(exc))
     return ImageValue(data, origin=ref)
 
 
-def _get_once(client: Any, bucket: str, key: str, ref: str) -> bytes:
+def read_body(response: Any, access: ImageAccess) -> bytes:
+    """A GetObject response's body, refused unread when its ``ContentLength`` is over the cap, else read
+    capped; botocore checks the length read against ``Content-Length`` once the body ends."""
+    body = response["Body"]
+    try:
+        return read_capped(body.read, access, response.get("ContentLength"))
+    finally:
+        body.close()
+
+
+def _get_once(client: Any, bucket: str, key: str, ref: str, access: ImageAccess) -> bytes:
     with s3_boundary(f"reading image {ref}"):
         try:
             response = client.get_object(Bucket=bucket, Key=key)
@@ -52,8 +76,4 @@ def _get_once(client: Any, bucket: str, key: str, ref: str) -> bytes:
             if code in _MISSING:
                 raise _Missing(code) from exc
             raise
-        body = response["Body"]
-        try:
-            return cast(bytes, body.read())  # botocore checks the length against Content-Length
-        finally:
-            body.close()
+        return read_body(response, access)

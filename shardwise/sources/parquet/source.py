@@ -36,7 +36,7 @@ from typing import Any, Literal
 from shardwise.errors import ConfigError, SourceError
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
-from shardwise.sources.images import image_column_of
+from shardwise.sources.images import ImageAccess, image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
 from shardwise.sources.parquet.keys import keyed_rows
 from shardwise.sources.parquet.objects import (
@@ -83,10 +83,13 @@ class ParquetSource(Source):
         *,
         input_columns: Mapping[str, str] | None = None,
         image_column: str | None = None,
+        image_access: ImageAccess | None = None,
         s3_client: Any | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self._images = image_column_of(image_column, text_column, input_columns, s3_client, retry)
+        self._images = image_column_of(
+            image_column, text_column, input_columns, s3_client, retry, image_access
+        )
         text_column = text_column if image_column is None else image_column
         named = (
             ("key", key),

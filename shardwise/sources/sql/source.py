@@ -89,7 +89,7 @@ import sqlalchemy as sa
 from shardwise.errors import ConfigError, SourceError
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
-from shardwise.sources.images import image_column_of
+from shardwise.sources.images import ImageAccess, image_column_of
 from shardwise.sources.keys import parse_keys
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.check import check_plan, new_only_params
@@ -130,6 +130,7 @@ class SqlSource(Source):
         *,
         input_columns: Mapping[str, str] | None = None,
         image_column: str | None = None,
+        image_access: ImageAccess | None = None,
         s3_client: Any | None = None,
         retry: RetryPolicy | None = None,
         on_lost_snapshot: Literal["fresh", "error"] = "fresh",
@@ -142,7 +143,9 @@ class SqlSource(Source):
             raise ConfigError(f"on_lost_snapshot must be 'fresh' or 'error'; got {on_lost_snapshot!r}")
         if fetch_rows < 1:
             raise ConfigError(f"fetch_rows must be a positive integer; got {fetch_rows!r}")
-        self._images = image_column_of(image_column, text_column, input_columns, s3_client, retry)
+        self._images = image_column_of(
+            image_column, text_column, input_columns, s3_client, retry, image_access
+        )
         self._db = Database(url, query_timeout_s)
         if self._db.dialect == "sqlite":
             register_sqlite_fingerprint(self._db.engine)
