@@ -208,6 +208,9 @@ def _dask_runner(address: str | None, workers: int) -> Any:
             # No statistical profiler: it samples the scoring thread every 10 ms and ships the profiles
             # to the flow's process, on the workers' cores; nothing reads them (see bench/scaling.py).
             "config": {"distributed.worker.profile.enabled": False},
+            # Each worker process exits at once when the cluster closes, instead of being killed after
+            # 4 s spent freeing torch's modules (see tasks/dask_preload.py).
+            "preload": ["shardwise.tasks.dask_preload"],
         }
     )
 

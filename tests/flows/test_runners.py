@@ -186,3 +186,35 @@ def test_a_local_dask_cluster_runs_no_profiler(dask_extra: None) -> None:
         profiling = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
     assert list(profiling.values()) == [False]
     assert dask.config.get("distributed.worker.profile.enabled"), "only the cluster's workers are quiet"
+
+
+def _load_torch_and_a_model() -> int:
+    """What a shard does to a worker process: import the shard task (Prefect, torch) and load a model."""
+    import torch
+
+    import shardwise.tasks.infer_shard  # noqa: F401
+    from shardwise.models import get_spec
+
+    model = get_spec("tiny").load(torch.device("cpu"))
+    return len(model.outputs) + int(torch.ones(64, 64).sum().item())
+
+
+def test_a_local_dask_cluster_closes_without_killing_its_workers(
+    dask_extra: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that loaded torch used to spend seconds freeing modules at exit and was killed after 4 s."""
+    import logging
+    import time
+
+    from distributed import Client, LocalCluster
+
+    kwargs = Fanout.of("dask", workers=2, threads=1, device="cpu").task_runner().cluster_kwargs
+    with caplog.at_level(logging.INFO, logger="distributed"):
+        cluster = LocalCluster(**kwargs)
+        with Client(cluster) as client:
+            assert len(set(client.run(_load_torch_and_a_model).values())) == 1
+        started = time.monotonic()
+        cluster.close()
+        took = time.monotonic() - started
+    assert "still alive" not in caplog.text and "killed by signal" not in caplog.text, caplog.text
+    assert took < 3.5, f"closing the cluster took {took:.1f} s"
