@@ -37,11 +37,14 @@ def entry() -> None:
     """
     code = [1]  # an exception escaping main exits 1, after its traceback
     atexit.register(_exit_now, code)
+    from shardwise.cmdline import wipe_typed_passwords
     from shardwise.flows.temp_server import start_early
 
-    start_early(sys.argv[1:])  # a run's server starts while the parser imports Prefect and torch
+    argv = sys.argv[1:]  # main parses this copy: a URL's password is wiped from the process's own
+    wipe_typed_passwords(argv)  # before any child is forked (ps, and a child until it execs, show them)
+    start_early(argv)  # a run's server starts while the parser imports Prefect and torch
     try:
-        code[0] = main()
+        code[0] = main(argv)
     except SystemExit as exc:  # argparse's usage errors (2) and --help (0)
         code[0] = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         raise

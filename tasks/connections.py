@@ -17,7 +17,11 @@ process (a process pool's workers, a local Dask or Ray) would inherit it in
 ``/proc/PID/environ``. It reaches local workers inside each shard task's call
 instead (:class:`Held`, pickled over the runner's own channel: the process
 pool's pipe, Dask's loopback connection, Ray's object store), and the worker
-keeps it in memory. The CLI refuses a password for workers on other hosts.
+keeps it in memory. Its password is wiped from the command's own command line
+as it is held (:mod:`shardwise.cmdline`): a worker is forked from the command
+and shows the command's arguments until it execs, and ``multiprocessing``
+hands every worker the command's ``sys.argv``. The CLI refuses a password for
+workers on other hosts.
 Whatever the kind, the value reached through a name is shown nowhere: see
 :func:`shardwise.redact.remember_reference`.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from shardwise.cmdline import wipe_password, written_password
 from shardwise.errors import ConfigError
 from shardwise.redact import remember_reference, url_password
 from shardwise.url_syntax import refuse_unencoded
@@ -92,9 +97,15 @@ def _lookup(value: str) -> str:
 
 
 def hold(name: str, url: str) -> str:
-    """Keep ``url`` in this process's memory under ``name``; the connection to pass instead: ``held:NAME``."""
+    """Keep ``url`` in this process's memory under ``name``; the connection to pass instead: ``held:NAME``.
+
+    Its password is wiped from this process's command line at once
+    (:func:`~shardwise.cmdline.wipe_password`), so neither ``ps`` nor a child
+    forked from now on (a pool's worker between its fork and its exec) shows it.
+    """
     _held[name] = url
     url_password(url)
+    wipe_password(written_password(url))
     return f"held:{name}"
 
 

@@ -119,39 +119,55 @@ def test_held_connections_show_their_names_only() -> None:
     assert resolve(reference).endswith(f"{CANARY}@db/prod")
 
 
-def _watch_children(root: int, seen: dict[int, str], stop: threading.Event) -> None:
-    """Read the environment and arguments of every descendant of ``root`` while the run lasts."""
+def _watch_processes(root: int, seen: dict[int, list[tuple[float, str]]], stop: threading.Event) -> None:
+    """Read the environment and arguments of ``root`` and every descendant while the run lasts, every
+    sample kept: a forked worker shows its parent's arguments only for the instant before it execs."""
     while not stop.is_set():
         try:
-            children = psutil.Process(root).children(recursive=True)
+            processes = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
         except psutil.NoSuchProcess:
             return
-        for child in children:
+        for process in processes:
             with contextlib.suppress(OSError, psutil.Error):
-                seen[child.pid] = (
-                    Path(f"/proc/{child.pid}/environ").read_bytes().decode(errors="replace")
+                text = (
+                    Path(f"/proc/{process.pid}/environ").read_bytes().decode(errors="replace")
                     + "\0"
-                    + Path(f"/proc/{child.pid}/cmdline").read_bytes().decode(errors="replace")
+                    + Path(f"/proc/{process.pid}/cmdline").read_bytes().decode(errors="replace")
                 )
-        time.sleep(0.1)
+                seen.setdefault(process.pid, []).append((time.monotonic(), text))
+        time.sleep(0.02)
 
 
 def _prefect_database(home: Path) -> str:
     return "".join(p.read_bytes().decode(errors="replace") for p in home.rglob("*") if p.is_file())
 
 
+def _is_worker(samples: list[tuple[float, str]]) -> bool:
+    return any(
+        "spawn_main" in text or "multiprocessing" in text or "distributed" in text for _, text in samples
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_a_cli_password_reaches_process_workers_but_no_environment_log_or_store(
-    pg_url: str, tmp_path: Path
+@pytest.mark.parametrize("runner", ["process", "dask"])
+def test_a_cli_password_reaches_local_workers_but_no_environment_argv_log_or_store(
+    pg_url: str, tmp_path: Path, runner: str, request: pytest.FixtureRequest
 ) -> None:
-    """Trust auth takes any password, so the canary really travels in the URL the workers connect with."""
+    """Trust auth takes any password, so the canary really travels in the URL the workers connect with.
+
+    Every sample of every worker's environment and arguments is free of it, and so is the command's own
+    command line once the workers exist: the command wipes the password from its arguments as it holds
+    the URL, before any worker is forked (a forked worker shows them until it execs).
+    """
+    if runner == "dask":
+        request.getfixturevalue("dask_extra")
     make_docs(pg_url, 200)
     secret_url = pg_url.replace("root@", f"root:{CANARY}@")
     home = tmp_path / "prefect-home"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(home)}
     argv = ["run", "--source", secret_url, "--table", "docs", "--model", "tiny", "--shards", "4"]
-    argv += ["--runner", "process", "--workers", "2", "--progress", "none"]
+    argv += ["--runner", runner, "--workers", "2", "--progress", "none"]
     cli = subprocess.Popen(
         [sys.executable, "-m", "shardwise.flows.cli", *argv],
         env=env,
@@ -159,26 +175,34 @@ def test_a_cli_password_reaches_process_workers_but_no_environment_log_or_store(
         stderr=subprocess.PIPE,
         text=True,
     )
-    seen: dict[int, str] = {}
+    seen: dict[int, list[tuple[float, str]]] = {}
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch_children, args=(cli.pid, seen, stop), daemon=True)
+    watcher = threading.Thread(target=_watch_processes, args=(cli.pid, seen, stop), daemon=True)
     watcher.start()
     out, err = cli.communicate(timeout=600)
     stop.set()
     watcher.join()
     assert cli.returncode == 0, out + err
     assert "completed: 200 rows scored" in out, out
-    workers = [text for text in seen.values() if "spawn_main" in text or "multiprocessing" in text]
-    assert len(workers) >= 2, f"the process pool's workers were not seen: {len(seen)} children"
-
+    workers = {pid: samples for pid, samples in seen.items() if pid != cli.pid and _is_worker(samples)}
+    assert len(workers) >= 2, f"the {runner} runner's workers were not seen: {len(seen)} processes"
+    # The command's own arguments from the first sample taken once a worker existed.
+    first_worker = min(samples[0][0] for samples in workers.values())
+    own = [text for at, text in seen[cli.pid] if at >= first_worker]
     tables = [t for (t,) in execute(pg_url, "select tablename from pg_tables where schemaname = 'public'")]
     stored = {t: repr(execute(pg_url, f'select * from "{t}"')) for t in tables}
     places = {
         "terminal": out + err,
         "prefect database": _prefect_database(home),
+        "the command's own command line once workers ran": "".join(own),
         **{f"table {t}": text for t, text in stored.items()},
-        **{f"process {pid} environ/argv": text for pid, text in seen.items()},
+        **{
+            f"process {pid} environ/argv": "".join(text for _, text in samples)
+            for pid, samples in seen.items()
+            if pid != cli.pid
+        },
     }
     assert "shardwise_results" in stored and "shardwise_runs" in stored
     leaked = [where for where, text in places.items() if CANARY in text]
     assert not leaked, f"the canary password is in: {leaked}"
+    assert any(f"root:{'*' * len(CANARY)}@" in text for text in own), "the command line shows it masked"
