@@ -50,6 +50,11 @@ class Prefetcher(Closing):
         self._source = iter(batches)
         self._device = device
         self._cuda = device.type == "cuda"
+        # CUDA's current device is per thread, so the producer thread sets its own; set_device needs
+        # an index, and a bare "cuda" (what resolve_device("auto") gives) means this thread's current one.
+        self._index = -1
+        if self._cuda:
+            self._index = device.index if device.index is not None else torch.cuda.current_device()
         self._stream = torch.cuda.Stream(device) if self._cuda else None  # type: ignore[no-untyped-call]
         self._slots = threading.Semaphore(depth)
         self._queue: queue.Queue[Batch | _End | _Failure] = queue.Queue()
@@ -105,7 +110,7 @@ class Prefetcher(Closing):
 
     def _produce(self) -> None:
         if self._cuda:
-            torch.cuda.set_device(self._device)
+            torch.cuda.set_device(self._index)
         try:
             while True:
                 if not self._acquire_slot():
