@@ -34,7 +34,7 @@ from sql_tables import writer
 from shardwise.image_value import ImageValue
 from shardwise.lineage import value_fingerprint
 from shardwise.sources.base import Source
-from shardwise.sources.images import ImageAccess
+from shardwise.sources.images import ImageAccess, ImageColumn
 from shardwise.sources.parquet.source import ParquetSource
 from shardwise.sources.sql.source import SqlSource
 
@@ -179,3 +179,23 @@ def test_a_sql_source_has_no_bucket_of_its_own(sqlite_url: str, client: Any, buc
     assert value.data is None and "a source not on S3 has no bucket of its own" in str(value.error)
     with _sql(sqlite_url, refs, ImageAccess(buckets=(bucket,)), client) as source:
         assert read_all(source) == {1: ImageValue(PICTURE, origin=refs[1])}
+
+
+@pytest.mark.parametrize(
+    ("ref", "reason"),
+    [
+        ("/a\x00b.png", "refused: the path holds a NUL byte; fix the reference"),
+        (
+            "file://fileserver/share/a.png",
+            "file:// URI names host 'fileserver'; only this host's files are read",
+        ),
+        ("ftp://host/a.png", "image reference scheme 'ftp' is not supported"),
+        ("s3:///a.png", "no such object s3:///a.png (the reference names no bucket)"),
+    ],
+)
+def test_an_odd_reference_is_its_rows_reason_not_a_failed_shard(
+    ref: str, reason: str, tmp_path: Path
+) -> None:
+    """Once a NUL byte in a path raised ValueError from the fetch thread, failing the whole shard."""
+    value = ImageColumn("img", access=ImageAccess(roots=(str(tmp_path),))).value(ref)
+    assert value.data is None and value.origin == ref and str(value.error).startswith(reason), value

@@ -63,11 +63,16 @@ def read_local(ref: str, roots: Sequence[str], access: ImageAccess) -> ImageValu
     path = local_path(ref)
     if path is None:
         scheme = ref.split("://", 1)[0]
-        return ImageValue(
-            None,
-            origin=ref,
-            error=f"image reference scheme {scheme!r} is not supported; use a local path, file:// or s3://",
-        )
+        if scheme == "file":
+            error = (
+                f"file:// URI names host {urlsplit(ref).netloc!r}; only this host's files are read: write "
+                "file:///path (or a plain path)"
+            )
+        else:
+            error = f"image reference scheme {scheme!r} is not supported; use a local path, file:// or s3://"
+        return ImageValue(None, origin=ref, error=error)
+    if "\x00" in path:  # no file name holds one; the OS would refuse it with a ValueError
+        return ImageValue(None, origin=ref, error="refused: the path holds a NUL byte; fix the reference")
     try:
         fd = open_under_roots(path, roots)
         try:
