@@ -9,6 +9,7 @@ these options are made from it. A URL that holds a password is swapped for an
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
@@ -46,6 +47,9 @@ SOURCE_OPTIONS = (
     "text_column",
     "text_pair_column",
     "image_column",
+    "image_roots",
+    "image_buckets",
+    "image_max_bytes",
     "where",
     "query_timeout_s",
     "model",
@@ -67,7 +71,13 @@ SOURCE_OPTIONS = (
 """The :class:`ScoreParams` fields that ``run``, ``redrive`` and ``plan`` all take, in ``--help`` order."""
 FANOUT_OPTIONS = ("runner", "workers", "address", "threads", "deployment")
 """The fields that choose what runs the shards; their own ``--help`` group."""
-_FLAGS = {"redrive": "--run", "query_timeout_s": "--query-timeout", "retry_deadline_s": "--retry-deadline"}
+_FLAGS = {
+    "redrive": "--run",
+    "query_timeout_s": "--query-timeout",
+    "retry_deadline_s": "--retry-deadline",
+    "image_roots": "--image-root",  # repeated, one folder each
+    "image_buckets": "--image-bucket",
+}
 """Fields whose option is not simply ``--field-name``."""
 _METAVARS = {
     "source": "URL|PATH|env:NAME",
@@ -78,6 +88,9 @@ _METAVARS = {
     "text_column": "COLUMN",
     "text_pair_column": "COLUMN",
     "image_column": "COLUMN",
+    "image_roots": "DIR",
+    "image_buckets": "BUCKET",
+    "image_max_bytes": "BYTES",
     "where": "SQL",
     "model": "NAME|DIR|MODULE:ATTR",
     "prompt": "TEMPLATE",
@@ -127,6 +140,8 @@ def add_param_options(
         kinds = _kinds(info.annotation)
         if kinds == {bool}:
             options["action"] = "store_true"
+        elif any(get_origin(k) is list for k in kinds):
+            options.update(action="append", metavar=_METAVARS.get(name, name.upper()))  # one per use
         else:
             literals = [a for k in kinds if get_origin(k) is Literal for a in get_args(k)]
             if literals:
@@ -152,7 +167,9 @@ def _help(name: str, info: Any) -> str:
     text = str(info.description or "")
     if name == "model":
         text += _known_models()
-    if info.default not in (None, False, PydanticUndefined):
+    if info.default == []:  # a repeatable option given no value
+        text += " (default: none)"
+    elif info.default not in (None, False, PydanticUndefined):
         text += f" (default: {info.default})"
     return text.replace("%", "%%")  # argparse %-formats help
 
@@ -205,6 +222,8 @@ def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
     refuse_unencoded_urls(args)
     given = {name: getattr(args, name) for name in ScoreParams.model_fields if hasattr(args, name)}
     given.update(extra)
+    if given.get("image_roots"):  # relative to where the command is typed; a blank one is refused after
+        given["image_roots"] = [os.path.abspath(r) if r.strip() else r for r in given["image_roots"]]
     runner = given.get("runner", "thread")
     remote = runner == "deployment" or (given.get("address") is not None and runner in ("dask", "ray"))
     for name in ("source", "results", "ledger"):

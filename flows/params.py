@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shardwise.errors import ConfigError
+from shardwise.flows.image_access import declared_access
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.spec import DEFAULT_MODEL, IndexChoice, ResultsFormat
 from shardwise.precision import Requested
@@ -16,6 +17,8 @@ from shardwise.precision_guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
 from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
+from shardwise.sources.images import ImageAccess
+from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, check_bucket_name, check_root
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.names import split_table_name
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
@@ -24,6 +27,10 @@ from shardwise.tasks.runners import Fanout, RunnerName
 __all__ = ["ScoreParams"]
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+ImageRoot = Annotated[str, AfterValidator(check_root)]
+"""An absolute folder (see :func:`~shardwise.sources.images.access.check_root`)."""
+ImageBucket = Annotated[str, AfterValidator(check_bucket_name)]
 
 
 class ScoreParams(BaseModel):
@@ -55,6 +62,29 @@ class ScoreParams(BaseModel):
         "BLOB, Parquet binary) or a reference to fetch (a local path, file:// or s3:// URI). A NULL or a "
         "missing file or object is a dead letter. Takes no text_column, text_pair_column or prompt "
         "(docs: how-to/images-sources.md).",
+    )
+    image_roots: list[ImageRoot] = Field(
+        [],
+        description="Folders an image column's local references (paths, file:// URIs) may name, checked "
+        "after symlinks and '..' are resolved; a reference outside them, or any local reference when none "
+        "is declared, is a dead letter and nothing of it is read. Added to the folders in "
+        "SHARDWISE_IMAGE_ROOTS (':'-separated) of the process that runs the flow. An image folder source "
+        "reads its own folder without one. On the command line, --image-root DIR once per folder (docs: "
+        "how-to/security.md#image-references).",
+    )
+    image_buckets: list[ImageBucket] = Field(
+        [],
+        description="S3 buckets an image column's s3:// references may name besides the source's own (a "
+        "source on S3); a reference into any other bucket is a dead letter, nothing fetched. Added to the "
+        "names in SHARDWISE_IMAGE_BUCKETS (':'-separated) of the process that runs the flow. On the command "
+        "line, --image-bucket NAME once per bucket.",
+    )
+    image_max_bytes: int = Field(
+        DEFAULT_MAX_BYTES,
+        ge=1,
+        le=MAX_MAX_BYTES,
+        description="The most bytes read for one image a reference names (or one file of an image "
+        "folder), 64 MiB by default; a larger one is a dead letter, read no further than this.",
     )
     where: str | None = Field(
         None,
@@ -317,6 +347,7 @@ class ScoreParams(BaseModel):
             text_column=self.text_column,
             text_pair_column=self.text_pair_column,
             image_column=self.image_column,
+            image_access=self.image_access(),
             where=self.where,
             query_timeout_s=self.query_timeout_s,
             shards=self.shards,
@@ -341,6 +372,13 @@ class ScoreParams(BaseModel):
             json_schema=None if self.json_schema is None else json.dumps(self.json_schema),
             unconstrained=self.unconstrained,
         )
+
+    def image_access(self) -> ImageAccess:
+        """Which references the run's image column may read: the options, then the environment of this
+        process (see :mod:`shardwise.flows.image_access`); each root must be a folder here when the
+        shards run on this host."""
+        remote = self.runner == "deployment" or (self.address is not None and self.runner in ("dask", "ray"))
+        return declared_access(self.image_roots, self.image_buckets, self.image_max_bytes, here=not remote)
 
     def fanout(self) -> Fanout:
         """The runner, its worker count and threads per worker (an existing cluster is asked its size)."""

@@ -215,3 +215,39 @@ def test_a_folder_of_pictures_is_a_source_and_only_new_scores_the_new_ones(
     (folder / "new.png").write_bytes(pictures[0])
     assert main([*argv, "--only-new"]) == 0
     assert "1 row scored (1 new" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_table_of_hostile_references_ends_in_time_with_a_dead_letter_each(tmp_path: Path) -> None:
+    """``shardwise run`` over /etc/shadow, /proc/self/environ, ``..``, symlinks out of the root, a FIFO and
+    another bucket (issue 34): the command ends well within 70 s (a FIFO once held it for ever), each
+    such row is a dead letter holding only its reason, and only the picture under the root is scored."""
+    import subprocess
+    import sys
+
+    from hostile_refs import fifo_unblocked, hostile_refs, no_reader_left
+    from image_builders import encoded, picture
+
+    hostile = hostile_refs(tmp_path / "files", encoded(picture("RGB", (24, 20)), "PNG"))
+    source = f"sqlite:///{tmp_path / 'photos.db'}"
+    refs = {**hostile.good, **hostile.refused}
+    engine = sa.create_engine(source)
+    with engine.begin() as conn:
+        conn.execute(sa.text("create table photos (id integer primary key, img text)"))
+        conn.execute(
+            sa.text("insert into photos values (:k, :r)"), [{"k": k, "r": r} for k, r in refs.items()]
+        )
+    engine.dispose()
+    model = tiny_vit_classifier(tmp_path / "vit")
+    argv = [sys.executable, "-m", "shardwise.flows.cli", "run", "--source", source, "--table", "photos"]
+    argv += ["--image-column", "img", "--image-root", str(hostile.root), "--model", str(model)]
+    argv += ["--precision", "fp32", "--results-table", "labels", "--progress", "none"]
+    with fifo_unblocked(hostile.fifo):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=70)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{len(hostile.good)} rows scored" in done.stdout, done.stdout
+    assert [int(k) for (k,) in execute(source, "select source_key from labels")] == sorted(hostile.good)
+    letters = execute(source, "select source_key, message, input_fingerprint from shardwise_errors")
+    assert sorted(int(k) for k, _, _ in letters) == sorted(hostile.refused)
+    assert all("refused: " in message and fingerprint is None for _, message, fingerprint in letters), letters
+    assert no_reader_left(hostile.fifo)
