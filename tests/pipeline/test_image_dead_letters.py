@@ -8,6 +8,7 @@ as the dead letter's fingerprint.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ def test_hostile_references_leave_only_their_reasons(
     assert no_reader_left(hostile.fifo)
 
 
-def test_without_a_root_the_good_pictures_are_refused_too(
+def test_without_a_root_the_good_pictures_are_refused_until_a_redrive_declares_one(
     tmp_path: Path, hostile: Hostile, pipeline: Any
 ) -> None:
     """The default is to read no local file: declaring a root is what lets a run read pictures."""
@@ -106,3 +107,7 @@ def test_without_a_root_the_good_pictures_are_refused_too(
     assert (counts.rows_out, counts.rows_failed) == (0, len(hostile.good))
     for (message,) in execute(results, "select message from shardwise_errors"):
         assert "refused: no image root is declared" in message and "--image-root DIR" in message
+
+    declared = ImageAccess(roots=(str(hostile.root),))  # the fix the message names, then a redrive
+    _, counts = pipeline.run(dataclasses.replace(spec, redrive="no-root", image_access=declared), "redrive")
+    assert (counts.rows_out, counts.rows_failed) == (len(hostile.good), 0)  # read now: their input changed
