@@ -82,6 +82,9 @@ def serve_deployments(
     with ``cold``, run in a fresh process per flow run, as Prefect's runner
     starts them. ``poll_s`` is how often both ask the server for runs.
 
+    Each flow run logs to the server; this terminal shows one line for each
+    run when it ends (:mod:`shardwise.flows.serve_console`).
+
     However it stops (Ctrl-C, SIGINT or SIGTERM, at any moment: while the
     deployments are being registered, before Prefect's runner has started, or
     after), the served deployments are paused and their schedules made
@@ -98,6 +101,7 @@ def serve_deployments(
 
     from prefect.runner import Runner
 
+    from shardwise.flows.serve_console import RunLines, runs_quiet_on_console
     from shardwise.flows.warm_runs import WarmRuns
 
     if not poll_s > 0:
@@ -111,13 +115,16 @@ def serve_deployments(
         with _signals_request(stop):
             runner = Runner(pause_on_shutdown=True, query_seconds=poll_s)
             flows: dict[Any, Any] = {}
+            served: dict[Any, str] = {}
             for deployment in deployments:
                 if stop.is_set():
                     break
                 if deployment.name in warm:
-                    flows[deployment.apply()] = warm[deployment.name][0]
+                    deployment_id = deployment.apply()
+                    flows[deployment_id] = warm[deployment.name][0]
                 else:
-                    runner.add_deployment(deployment)
+                    deployment_id = runner.add_deployment(deployment)
+                served[deployment_id] = deployment.full_name
             if not stop.is_set():
                 # Said once every deployment (and its trigger) is registered: an event from now on runs.
                 print(
@@ -127,11 +134,16 @@ def serve_deployments(
                 if flows:
                     names = ", ".join(sorted(warm))
                     print(f"{names} run{'s' if len(warm) == 1 else ''} warm in this process", flush=True)
-                    runs.start()
-                try:
-                    asyncio.run(_run_until(runner, stop))
-                finally:
-                    runs.stop()
+                lines = RunLines(served, poll_s)
+                with runs_quiet_on_console():
+                    if flows:
+                        runs.start()
+                    lines.start()
+                    try:
+                        asyncio.run(_run_until(runner, stop))
+                    finally:
+                        runs.stop()
+                        lines.stop()
     except KeyboardInterrupt:
         pass  # the second Ctrl-C: stopped all the same
     finally:

@@ -12,9 +12,6 @@ the next inserted row is scored by a fresh process instead.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,36 +19,13 @@ import pytest
 import yaml
 from flow_data import execute, make_docs
 from hf_builders import tiny_classifier
+from serve_helpers import Output, start, stop
 
 from shardwise.flows import warm_runs
 from shardwise.flows.deployments import PREFECT_YAML
 from shardwise.models import get_spec
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
-
-
-class _Output:
-    """A child's merged output, read on a thread so that the child never blocks on a full pipe."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self._thread.start()
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            self.lines.append(line)
-
-    def text(self) -> str:
-        return "".join(self.lines)
-
-    def wait_for(self, needle: str, proc: subprocess.Popen[str], timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while needle not in self.text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"no {needle!r} in the output within {timeout} s:\n{self.text()[-4000:]}")
-            time.sleep(0.2)
 
 
 def _deployments_for(model: Path, folder: Path) -> Path:
@@ -69,7 +43,7 @@ def _deployments_for(model: Path, folder: Path) -> Path:
     return path
 
 
-def _scored(url: str, key: int, served: _Output, timeout: float = 120) -> tuple[str, str]:
+def _scored(url: str, key: int, served: Output, timeout: float = 120) -> tuple[str, str]:
     """The (run id, model version) of row ``key``'s result, once there is one."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -85,27 +59,6 @@ def _scored(url: str, key: int, served: _Output, timeout: float = 120) -> tuple[
     raise AssertionError(f"row {key} was not scored within {timeout} s; serve said:\n{served.text()[-4000:]}")
 
 
-def _start(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], _Output]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shardwise.flows.cli", *argv],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    return proc, _Output(proc)
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def test_a_triggered_run_scores_in_the_serve_process_reloads_a_changed_model_and_leaves_changed_code(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -115,9 +68,9 @@ def test_a_triggered_run_scores_in_the_serve_process_reloads_a_changed_model_and
     model = tiny_classifier(tmp_path / "model", seed=0)
     old_version = get_spec(str(model)).describe().version
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "SHARDWISE_SOURCE_URL": pg_url}
-    serving, served = _start(["serve", "--prefect-yaml", str(_deployments_for(model, tmp_path))], env)
+    serving, served = start(["serve", "--prefect-yaml", str(_deployments_for(model, tmp_path))], env)
     watch_argv = ["watch", "--source", "env:SHARDWISE_SOURCE_URL", "--table", "docs", "--name", "docs"]
-    watching, watched = _start([*watch_argv, "--install-trigger"], env)
+    watching, watched = start([*watch_argv, "--install-trigger"], env)
     try:
         served.wait_for("on-new-data runs warm in this process", serving)
         watched.wait_for("watching docs", watching)
@@ -154,8 +107,8 @@ def test_a_triggered_run_scores_in_the_serve_process_reloads_a_changed_model_and
         assert f":{serving.pid}/" not in owner, f"planned by serve itself ({owner}) after its code changed"
         assert execute(pg_url, "select count(*) from shardwise_results") == [(scored + 1,)], "the new row"
     finally:
-        _stop(watching)
-        _stop(serving)
+        stop(watching)
+        stop(serving)
     out = served.text()
     assert "changed since this process loaded it" in out, out[-4000:]
     assert "runs in a fresh process; restart `shardwise serve`" in out, out[-4000:]
