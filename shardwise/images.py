@@ -8,8 +8,19 @@ same pixels from the same bytes:
   TIFF...). An animated image gives its first frame.
 * **Size first**: the header's width x height is checked against
   ``max_pixels`` *before* any pixel is decoded, so a decompression bomb costs
-  a header read. Pillow's own guard (``Image.MAX_IMAGE_PIXELS``) is set here to
-  :data:`PILLOW_LIMIT` rather than left at whatever another library set it to.
+  a header read, and every picture too large gets the one message, ``image is
+  WxH = N pixels, over the limit of M``. Pillow's own guard
+  (``Image.MAX_IMAGE_PIXELS``) is set here to :data:`PILLOW_LIMIT` rather than
+  left at whatever another library set it to, and stays on for the whole
+  process. Only :func:`decode`'s own header read (:func:`_identify`) goes
+  without the check ``Image.open`` makes once a header is read, since that
+  check would refuse a picture over twice the guard with Pillow's words (and
+  warn, on stderr, of one over it) before the size could be compared here;
+  the comparison that replaces it is stricter (``max_pixels`` is at most the
+  guard) and comes before any pixel is decoded, so decoding stays bounded.
+  A format's reader that runs the guard itself while reading its header (a
+  GIF frame reaching past the picture's declared size) is still refused, as
+  ``image is over N pixels, over the limit of M``.
 * **Whole files only**: ``ImageFile.LOAD_TRUNCATED_IMAGES`` is never set and
   the pixels are loaded here, so a truncated file is an error, not a picture
   with a grey bottom half.
@@ -30,6 +41,7 @@ Importing this module imports Pillow, so import it before ``transformers``
 from __future__ import annotations
 
 import io
+import struct
 
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
@@ -66,19 +78,17 @@ def decode(value: object, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
     """
     data = _bytes_of(value)
     try:
-        # Above PILLOW_LIMIT Pillow warns (it refuses at twice that), and the check below refuses.
-        picture = Image.open(io.BytesIO(data))
+        picture = _identify(data)
         width, height = picture.size
         if width * height > max_pixels:
-            raise InputError(
-                f"image is {width}x{height} = {width * height:,} pixels, over the limit of {max_pixels:,}; "
-                "resize it, or raise the model's max_pixels"
-            )
+            raise InputError(_too_large(f"{width}x{height} = {width * height:,}", max_pixels))
         picture.load()  # decodes every pixel now, so a truncated file fails here
     except UnidentifiedImageError as exc:
         raise InputError(f"{_size(data)} are not an image Pillow can read (PNG, JPEG, WebP...)") from exc
     except Image.DecompressionBombError as exc:
-        raise InputError(f"image refused as a decompression bomb: {exc}") from exc
+        # Raised by a format's reader that runs the guard on a size of its own (a GIF frame's extent).
+        limit = 2 * (Image.MAX_IMAGE_PIXELS or PILLOW_LIMIT)
+        raise InputError(_too_large(f"over {limit:,}", max_pixels)) from exc
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
         if isinstance(exc, InputError):
             raise
@@ -86,6 +96,44 @@ def decode(value: object, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
             f"image cannot be decoded ({type(exc).__name__}: {exc}); the file is damaged"
         ) from exc
     return to_rgb(ImageOps.exif_transpose(picture))
+
+
+def _too_large(pixels: str, max_pixels: int) -> str:
+    """The one message for a picture over ``max_pixels`` (the docs quote it: docs/how-to/images.md)."""
+    return (
+        f"image is {pixels} pixels, over the limit of {max_pixels:,}; resize it, or raise the model's "
+        "max_pixels"
+    )
+
+
+def _identify(data: bytes) -> ImageFile.ImageFile:
+    """The picture in ``data``, its header read and no pixel decoded: ``Image.open`` without its guard.
+
+    ``Image.open`` tries each registered format's reader (``Image.ID``, filled
+    by ``Image.register_open``) whose ``accept`` takes the first 16 bytes, the
+    common formats first (``Image.preinit``), then every one (``Image.init``),
+    and runs the decompression-bomb check on the size it read: a warning on
+    stderr over ``MAX_IMAGE_PIXELS``, an error over twice that. This is the same
+    search, in the same order, without that check: :func:`decode` compares the
+    size with ``max_pixels`` (never above the guard) before it decodes a
+    pixel, and says so in its own words. Nothing is changed in Pillow, so
+    every other ``Image.open`` in the process keeps the guard.
+    """
+    fp, prefix, tried = io.BytesIO(data), data[:16], set[str]()
+    for load_formats in (Image.preinit, Image.init):
+        load_formats()
+        for name in [f for f in Image.ID if f not in tried]:
+            tried.add(name)
+            factory, accept = Image.OPEN[name]
+            accepted = accept is None or accept(prefix)
+            if not accepted or isinstance(accepted, str):
+                continue  # not this format (a str: a format Pillow knows but cannot read)
+            fp.seek(0)
+            try:
+                return factory(fp, "")
+            except (SyntaxError, IndexError, TypeError, struct.error):
+                continue  # what Image.open takes to mean "another format's file"
+    raise UnidentifiedImageError("cannot identify image file")
 
 
 def to_rgb(picture: Image.Image) -> Image.Image:

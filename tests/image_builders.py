@@ -11,6 +11,8 @@ documents (EXIF orientation, transparency on white), for the agreement tests.
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -213,3 +215,23 @@ def sample_photos() -> list[bytes]:
     from sklearn.datasets import load_sample_images
 
     return [encoded(Image.fromarray(array), "JPEG", quality=90) for array in load_sample_images().images]
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header declares ``width`` x ``height`` and whose data is empty: a decompression
+    bomb's shape, a few dozen bytes long (decoding it would need width x height x 3 bytes)."""
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    chunks = _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(b"")) + _chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + chunks
+
+
+def gif_header(width: int, height: int, frame: tuple[int, int] = (1, 1)) -> bytes:
+    """A GIF whose screen is ``width`` x ``height`` and whose one frame, at the origin, is ``frame``
+    (which may reach past the screen), with one pixel of data."""
+    screen = b"GIF89a" + struct.pack("<HHBBB", width, height, 0, 0, 0)  # no global colour table
+    descriptor = b"," + struct.pack("<HHHHB", 0, 0, *frame, 0)
+    return screen + descriptor + b"\x02\x02\x4c\x01\x00;"  # LZW minimum code size 2, one tiny block
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
