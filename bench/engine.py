@@ -90,14 +90,27 @@ def load_texts(corpus: str | None, column: str, limit: int | None) -> list[str]:
     """Texts from a Parquet or JSONL file, or docstrings harvested from the standard library."""
     if corpus is None:
         return harvest_docstrings(limit)
-    import polars as pl
-
-    path = Path(corpus)
-    frame = pl.read_ndjson(path) if path.suffix in {".jsonl", ".ndjson", ".json"} else pl.read_parquet(path)
-    if column not in frame.columns:
-        raise SystemExit(f"column {column!r} not in {path}; columns are: {', '.join(frame.columns)}")
-    texts = [t for t in frame[column].to_list() if isinstance(t, str) and t.strip()]
+    texts = [t for t in _column(Path(corpus), column) if isinstance(t, str) and t.strip()]
     return texts[:limit] if limit else texts
+
+
+def _column(path: Path, column: str) -> list[object]:
+    """One column of a JSONL file (polars) or a Parquet file (pyarrow: a lent GPU machine's image has
+    pyarrow and no polars, and ``bench/gpu.py`` runs the benches there on a carried corpus)."""
+    if path.suffix in {".jsonl", ".ndjson", ".json"}:
+        import polars as pl
+
+        frame = pl.read_ndjson(path)
+        if column in frame.columns:
+            return list(frame[column].to_list())
+        columns = frame.columns
+    else:
+        import pyarrow.parquet as pq
+
+        columns = pq.read_schema(path).names
+        if column in columns:
+            return list(pq.read_table(path, columns=[column]).column(column).to_pylist())
+    raise SystemExit(f"column {column!r} not in {path}; columns are: {', '.join(columns)}")
 
 
 def run_engine(model: Model, texts: list[str], config: EngineConfig) -> tuple[np.ndarray, float, dict]:
