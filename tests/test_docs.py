@@ -151,3 +151,50 @@ def test_the_readme_is_a_front_page_whose_links_into_the_docs_resolve() -> None:
     links = re.findall(r"\]\((docs/[^)#]+)", readme)
     assert links, "the README links into the docs"
     assert [link for link in links if not (CHECKOUT / link).is_file()] == []
+
+
+_FENCED = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+_MODEL = re.compile(r"--model[ =](\"[^\"]*\"|'[^']*'|[^\s`\\]+)")
+_PATH_MARKS = ("/", "~", "./", "../", "hf:", "$")
+_ENTRY_POINTS = re.compile(r'^\[project\.entry-points\."shardwise\.models"\]\n((?:[\w.-]+ = .*\n)+)', re.M)
+
+
+def _model_names(page: str) -> list[str]:
+    """Every ``--model VALUE`` of a page's shell blocks and inline code, quotes removed."""
+    shell = [body for lang, body in _FENCED.findall(page) if lang in ("bash", "sh", "shell", "console", "")]
+    inline = re.findall(r"`([^`\n]+)`", _FENCED.sub("", page))
+    return [m.strip("\"'") for text in (*shell, *inline) for m in _MODEL.findall(text)]
+
+
+def _registered(page: str) -> set[str]:
+    """The model names a page's own ``pyproject.toml`` example registers as plug-ins."""
+    return {line.split(" = ")[0] for block in _ENTRY_POINTS.findall(page) for line in block.splitlines()}
+
+
+def _model_problem(name: str, known: set[str]) -> str | None:
+    """Why ``name`` would not work as ``--model``, or None: a known name (built-in, installed plug-in, or
+    one the page registers), a path or ``hf:`` path (``/models/...``, ``$SMOLLM2``), a capitalised
+    placeholder (``PATH``), or a ``package.module:attribute`` reference."""
+    from shardwise.models.plugins import is_reference
+
+    if name in known or name.startswith(_PATH_MARKS) or name.isupper() or is_reference(name):
+        return None
+    return f"not a known model ({', '.join(sorted(known))}), a path, a placeholder or a module:attribute"
+
+
+def test_every_model_named_in_the_docs_examples_is_one_shardwise_takes() -> None:
+    from shardwise.models import known_models
+
+    pages = {
+        p.relative_to(CHECKOUT): p.read_text()
+        for p in [CHECKOUT / "README.md", *(CHECKOUT / "docs").rglob("*.md")]
+    }
+    named = {(page, name) for page, text in pages.items() for name in _model_names(text)}
+    assert len(named) > 10 and {name for _, name in named} >= {"minilm", "mobilenet-v2"}, named
+    problems = [
+        f"{page}: --model {name}: {why}"
+        for page, name in sorted(named)
+        if (why := _model_problem(name, {*known_models(), *_registered(pages[page])}))
+    ]
+    assert not problems, "\n".join(problems)
+    assert _model_problem("clip-vit-b32", set(known_models())), "a name that is no model is caught"
