@@ -13,19 +13,34 @@ from typing import Any
 
 import yaml
 
+from shardwise.bounded_read import read_regular_file
 from shardwise.errors import ConfigError
 
-__all__ = ["PREFECT_YAML", "load_deployment_configs", "load_entrypoint", "runner_deployments", "work_pools"]
+__all__ = [
+    "MAX_DEPLOYMENTS_BYTES",
+    "PREFECT_YAML",
+    "load_deployment_configs",
+    "load_entrypoint",
+    "runner_deployments",
+    "work_pools",
+]
 
 PREFECT_YAML = Path(__file__).resolve().parents[1] / "prefect.yaml"
+MAX_DEPLOYMENTS_BYTES = 1 << 20
+"""The most a deployments file may hold (1 MiB; the checkout's is a few kilobytes). It is read only if it
+is a regular file (see :mod:`shardwise.bounded_read`): a FIFO there cannot hold ``serve`` for ever."""
 
 
 def load_deployment_configs(path: Path = PREFECT_YAML) -> list[dict[str, Any]]:
     """The ``deployments`` list of ``prefect.yaml``, YAML anchors resolved."""
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"no prefect.yaml at {path}; run from a Shardwise checkout or pass its path")
-    data = yaml.safe_load(path.read_text()) or {}
-    deployments = data.get("deployments")
+    text = read_regular_file(path, what="the deployments file", max_bytes=MAX_DEPLOYMENTS_BYTES)
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not YAML ({' '.join(str(exc).split())}); fix the file") from None
+    deployments = data.get("deployments") if isinstance(data, dict) else None
     if not isinstance(deployments, list):
         raise ConfigError(
             f"{path} has no deployments list; see docs/how-to/deployments.md for the expected layout"

@@ -140,6 +140,7 @@ _early: TemporaryServer | None = None
 _STARTS_A_SERVER = {"run", "redrive"}
 _NO_SERVER_FLAGS = {"-h", "--help"}
 _SETTINGS_FILES = (".env", "prefect.toml", "pyproject.toml")
+_SETTINGS_BYTES = 1 << 20
 _API_URL = re.compile(r"(?i)api[._]?url|\[(tool\.prefect\.)?api\][^\[]*?\burl\s*=")
 """PREFECT_API_URL, api.url, or a url key in an [api] table: a server may be named there."""
 
@@ -180,10 +181,14 @@ def _api_url_in_settings_files() -> bool:
     """Whether a file Prefect reads its settings from (here, or its profiles) may name an API URL."""
     home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
     profiles = os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml"
+    from shardwise.bounded_read import read_regular_file
+    from shardwise.errors import ConfigError
+
     for path in (*map(Path, _SETTINGS_FILES), Path(profiles).expanduser()):
-        try:
-            if _API_URL.search(path.read_text(errors="replace")):
-                return True
-        except OSError:
+        try:  # a regular file only, and not all of a huge one: a FIFO here must not hold the command
+            text = read_regular_file(path, what="the settings file", max_bytes=_SETTINGS_BYTES)
+        except ConfigError:
             continue
+        if _API_URL.search(text.decode("utf-8", errors="replace")):
+            return True
     return False

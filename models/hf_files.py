@@ -18,10 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from shardwise.bounded_read import read_regular_file
 from shardwise.errors import ConfigError
 from shardwise.model import Encoding, TextInput
 
 __all__ = [
+    "MAX_JSON_BYTES",
     "VERSIONED",
     "WEIGHTS",
     "check_layout",
@@ -35,6 +37,9 @@ __all__ = [
 ]
 
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+MAX_JSON_BYTES = 64 << 20
+"""The most one of a model directory's JSON files may hold (64 MiB): a tokenizer's added tokens and
+chat templates take a few megabytes at most; weights are not JSON."""
 VERSIONED = (
     "config.json",
     *WEIGHTS,
@@ -80,11 +85,15 @@ def check_layout(root: Path) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path``, or ``{}`` when the file does not exist."""
+    """The JSON object in ``path``, or ``{}`` when the file does not exist.
+
+    Read as any file a user named is (:mod:`shardwise.bounded_read`): a regular file only, at most
+    :data:`MAX_JSON_BYTES`, so a FIFO or a device in a model directory cannot hang the run.
+    """
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular_file(path, what="the model file", max_bytes=MAX_JSON_BYTES))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{str(path)!r} is not valid JSON ({exc}); re-save the model directory") from exc
     if not isinstance(data, dict):

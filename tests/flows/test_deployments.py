@@ -145,3 +145,25 @@ def test_deployments_build_for_serve() -> None:
     assert built["nightly"].schedules and built["nightly"].schedules[0].schedule.cron == "0 2 * * *"
     assert built["on-new-data"].triggers[0].expect == {"shardwise.data.landed"}
     assert built["on-new-data"].concurrency_limit == 1
+
+
+def test_a_deployments_file_that_is_no_regular_file_or_too_big_is_one_line(tmp_path) -> None:
+    """``serve --prefect-yaml FIFO`` once waited for a writer for ever: now refused before a byte is read."""
+    import os
+
+    from shardwise.errors import ConfigError
+    from shardwise.flows.deployments import MAX_DEPLOYMENTS_BYTES
+
+    fifo, big, broken = tmp_path / "fifo.yaml", tmp_path / "big.yaml", tmp_path / "broken.yaml"
+    os.mkfifo(fifo)
+    big.write_text("# " + "x" * MAX_DEPLOYMENTS_BYTES)
+    broken.write_text("deployments: [unclosed\n")
+    expected = {
+        fifo: "is a FIFO (named pipe), not a regular file",
+        big: "is larger than 1 MiB, the most read for it; give a smaller file",
+        broken: "is not YAML (",
+    }
+    for path, said in expected.items():
+        with pytest.raises(ConfigError) as caught:
+            load_deployment_configs(path)
+        assert said in str(caught.value) and "\n" not in str(caught.value), caught.value
