@@ -151,8 +151,8 @@ def add_param_options(
             number = int if int in kinds else float if float in kinds else None
             if number is not None:
                 options["type"] = _number(number)
-            elif any(get_origin(k) is dict for k in kinds):
-                options["type"] = _json_file
+            elif name in _FILE_READERS:
+                options["type"] = _FILE_READERS[name]
             options["required"] = info.is_required()
         parser.add_argument(flag_for(name), **options)
 
@@ -196,20 +196,33 @@ def _number(kind: type) -> Any:
     return parse
 
 
-def _json_file(path: str) -> Any:
-    """A JSON object read from the file ``path`` (an option such as ``--json-schema FILE``)."""
-    import json
+def _json_schema_file(path: str) -> str:
+    """The JSON Schema in the file ``path`` (``--json-schema FILE``), as its text, checked.
+
+    The file must be a regular file of at most :data:`~shardwise.structured.MAX_SCHEMA_BYTES` (a
+    FIFO or ``/dev/zero`` is refused before a byte is read, see :mod:`shardwise.bounded_read`), and
+    hold a JSON Schema within the bounds of :mod:`shardwise.structured`. The text
+    travels as it is: Prefect leaves a string parameter alone, where it would take a ``$ref`` in an
+    object parameter for a block reference.
+    """
+    from shardwise.bounded_read import read_regular_file
+    from shardwise.errors import ConfigError
+    from shardwise.structured import MAX_SCHEMA_BYTES, JsonSchema
 
     try:
-        with open(path, encoding="utf-8") as file:
-            value = json.load(file)
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"cannot read {path!r} ({exc.strerror}); give a JSON file") from None
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{path!r} is not JSON ({exc}); fix the file") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{path!r} holds a JSON {type(value).__name__}; give a JSON object")
-    return value
+        data = read_regular_file(path, what="the schema file", max_bytes=MAX_SCHEMA_BYTES)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path!r} is not UTF-8 text ({exc.reason}); save it as UTF-8") from None
+        JsonSchema.from_text(text, where=repr(path))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+_FILE_READERS = {"json_schema": _json_schema_file}
+"""Fields whose option names a file, and what reads it: the value the field gets is what it returns."""
 
 
 def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams

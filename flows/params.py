@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -22,6 +21,7 @@ from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, ch
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.names import split_table_name
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
+from shardwise.structured import MAX_SCHEMA_DEPTH, JsonSchema
 from shardwise.tasks.runners import Fanout, RunnerName
 
 __all__ = ["ScoreParams"]
@@ -136,13 +136,15 @@ class ScoreParams(BaseModel):
         description="Generators only: the sampling seed (default 0); each row's draws follow from it and "
         "the row's prompt, so they do not depend on the batch or the runner.",
     )
-    json_schema: dict[str, Any] | None = Field(
+    json_schema: str | None = Field(
         None,
         title="json_schema",
-        description="Generators only: a JSON Schema each output must follow. Valid outputs land parsed in "
-        "a 'parsed' column (jsonb in PostgreSQL, JSON text elsewhere); an invalid one is a dead letter "
-        "saying why. Decoding is held to the schema (the structured extra) unless unconstrained. Part of "
-        "the model version. On the command line, a file holding the schema.",
+        description="Generators only: a JSON Schema each output must follow, as its JSON text (at most "
+        f"1 MiB, nested at most {MAX_SCHEMA_DEPTH} levels; $ref only into the schema itself, such as "
+        "#/$defs/name). Valid outputs land parsed in a 'parsed' column (jsonb in PostgreSQL, JSON text "
+        "elsewhere); an invalid one is a dead letter saying why. Decoding is held to the schema (the "
+        "structured extra) unless unconstrained. Part of the model version. On the command line, a file "
+        "holding the schema.",
     )
     unconstrained: bool = Field(
         False,
@@ -302,6 +304,30 @@ class ScoreParams(BaseModel):
             raise ValueError("is empty; give a value, or leave the option out for its default")
         return value
 
+    @field_validator("json_schema", mode="before")
+    @classmethod
+    def _schema_text(cls, value: object) -> object:
+        """The schema travels as JSON text, never as an object: Prefect resolves every ``{"$ref": ...}``
+        in an object parameter as a block reference (a local ``#/$defs/...`` failed the run, and a
+        ``block_document_id`` loaded that block), while it leaves text alone."""
+        if value is not None and not isinstance(value, str):
+            raise ValueError(
+                f"must be the schema's JSON text, not a JSON {type(value).__name__}: give json.dumps(schema) "
+                "(an object's $ref would be taken by Prefect for a block reference)"
+            )
+        return value
+
+    @field_validator("json_schema")
+    @classmethod
+    def _a_schema(cls, value: str | None) -> str | None:
+        """A valid JSON Schema: refused here, in the form or before the command line starts a flow run."""
+        if value is not None:
+            try:
+                JsonSchema.from_text(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
     @field_validator("device", mode="before")
     @classmethod
     def _a_device(cls, value: object) -> object:
@@ -369,7 +395,7 @@ class ScoreParams(BaseModel):
             temperature=self.temperature,
             top_p=self.top_p,
             seed=self.seed,
-            json_schema=None if self.json_schema is None else json.dumps(self.json_schema),
+            json_schema=self.json_schema,
             unconstrained=self.unconstrained,
         )
 

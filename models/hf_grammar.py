@@ -18,6 +18,7 @@ JSON and ``jsonb`` refuse.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,8 @@ import torch
 from shardwise.errors import ConfigError
 
 __all__ = ["JsonGuide", "require_xgrammar"]
+
+_SOURCE_PREFIX = re.compile(r"^\[[^\]]*\]\s*\S+:\d+:\s*")
 
 
 def require_xgrammar(model: str) -> Any:
@@ -47,12 +50,24 @@ class JsonGuide:
     def __init__(self, model: str, tokenizer: Any, vocab_size: int, eos: Sequence[int], schema: str) -> None:
         self._xgr = xgr = require_xgrammar(model)
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=list(eos))
-        self._grammar = xgr.GrammarCompiler(info).compile_json_schema(schema, any_whitespace=False)
+        try:
+            self._grammar = xgr.GrammarCompiler(info).compile_json_schema(schema, any_whitespace=False)
+        except RuntimeError as exc:  # xgrammar's C++ refusal: its first line says what it could not compile
+            raise ConfigError(
+                f"model {model!r}: json_schema cannot be compiled into a grammar for constrained decoding "
+                f"({_reason(exc)}); fix the schema, or only validate the outputs (--unconstrained)"
+            ) from exc
         self.vocab_size = vocab_size
 
     def start(self, rows: int) -> RowMatchers:
         """Fresh matchers for a batch of ``rows`` rows, each at the start of its JSON value."""
         return RowMatchers(self._xgr, [self._xgr.GrammarMatcher(self._grammar) for _ in range(rows)], self)
+
+
+def _reason(exc: RuntimeError) -> str:
+    """xgrammar's message without its ``[time] file.cc:line:`` prefix, on one line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return _SOURCE_PREFIX.sub("", lines[0]) if lines else type(exc).__name__
 
 
 class RowMatchers:

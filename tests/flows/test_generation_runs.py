@@ -203,14 +203,14 @@ def test_postgres_json_schema_run_stores_jsonb_and_dead_letters_invalid_outputs(
 ) -> None:
     """Unconstrained, the tiny model's noise is dead-lettered as OutputError; constrained, jsonb values."""
     make_docs(pg_url, ROWS)
-    free = _run(pg_url, lm, json_schema=SCHEMA, unconstrained=True)
+    free = _run(pg_url, lm, json_schema=json.dumps(SCHEMA), unconstrained=True)
     assert (free["rows_out"], free["rows_failed"]) == (0, ROWS + len(BAD_ROWS))
     errors = execute(
         pg_url, "select error_class, message from shardwise_errors where error_class = 'OutputError'"
     )
     assert len(errors) == ROWS
     assert all(message.startswith(("not JSON: ", "schema: ")) for _, message in errors)
-    held = _run(pg_url, lm, json_schema=SCHEMA, max_new_tokens=40)
+    held = _run(pg_url, lm, json_schema=json.dumps(SCHEMA), max_new_tokens=40)
     assert (held["rows_out"], held["rows_failed"]) == (ROWS, len(BAD_ROWS))
     types = execute(
         pg_url,
@@ -231,7 +231,7 @@ def test_postgres_json_schema_run_stores_jsonb_and_dead_letters_invalid_outputs(
     [
         ("{not json", "is not JSON"),
         ('{"type": "objet"}', "json_schema is not a valid JSON Schema: $.type"),
-        ("[1]", "holds a JSON list; give a JSON object"),
+        ("[1]", "must be a JSON object (or true/false); got a list: give a schema such as"),
     ],
 )
 def test_a_bad_schema_file_is_refused_before_anything_runs(

@@ -24,7 +24,7 @@ from shardwise.engine import RowResult
 from shardwise.errors import OutputError
 from shardwise.generation import GenerationSettings
 from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
-from shardwise.structured import JsonSchema
+from shardwise.structured import MAX_SCHEMA_BYTES, JsonSchema
 
 pytest.importorskip("transformers")
 
@@ -89,6 +89,92 @@ def test_a_long_bad_output_is_quoted_short() -> None:
 def test_an_invalid_schema_is_refused_with_the_place(schema: Any, message: str) -> None:
     with pytest.raises(ConfigError, match="^" + message.replace("$", r"\$").replace(".", r"\.")):
         GenerationSettings(json_schema=json.dumps(schema))
+
+
+# Bounds, checked before anything parses a schema recursively, and references kept within the schema.
+
+REFS = {
+    "$defs": {
+        "label": {"enum": ["good", "bad"]},
+        "node": {
+            "type": "object",
+            "properties": {"next": {"$ref": "#/$defs/node"}},
+            "additionalProperties": False,
+        },
+    },
+    "type": "object",
+    "properties": {"label": {"$ref": "#/$defs/label"}, "chain": {"$ref": "#/$defs/node"}},
+    "required": ["label"],
+}
+
+
+def test_local_refs_resolve_within_the_schema() -> None:
+    schema = JsonSchema.from_text(json.dumps(REFS))
+    assert schema.parse('{"label": "good", "chain": {"next": {"next": {}}}}')["label"] == "good"
+    with pytest.raises(OutputError, match=r"^schema: \$\.label: 'great' is not one of"):
+        schema.parse('{"label": "great"}')
+    with pytest.raises(OutputError, match=r"^schema: \$\.chain\.next: Additional properties"):
+        schema.parse('{"label": "bad", "chain": {"next": {"other": 1}}}')
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '{"allOf": ' * 5000 + "{}" + "}" * 5000,
+            "json_schema nests 5001 levels of objects and arrays, more",
+        ),
+        ("[" * 65 + "]" * 65, "json_schema nests 65 levels of objects and arrays, more than the 64 allowed"),
+        ('{"$ref": "#"}', "json_schema refers to itself without end: a $ref loop"),
+        ('{"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}', "json_schema refers to itself"),
+        (
+            '{"properties": {"a": {"$ref": "#/$defs/nope"}}}',
+            "json_schema has a $ref that does not resolve within the schema: '#/$defs/nope'",
+        ),
+        (
+            '{"$ref": "https://example.com/s.json"}',
+            "json_schema has a $ref that does not resolve within the schema: 'https://",
+        ),
+        (
+            '{"$ref": "file:///etc/passwd"}',
+            "json_schema has a $ref that does not resolve within the schema: 'file:///etc",
+        ),
+        ('{"$ref": {"block_document_id": "x"}}', "json_schema is not a valid JSON Schema: $.$ref: {'block"),
+    ],
+    ids=[
+        "5000 deep",
+        "65 deep",
+        "loop to the root",
+        "loop in $defs",
+        "missing",
+        "url",
+        "file",
+        "block reference",
+    ],
+)
+def test_a_schema_out_of_bounds_is_one_line(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        JsonSchema.from_text(text)
+    said = str(caught.value)
+    assert said.startswith(message) and "\n" not in said and len(said) < 400, said
+
+
+def test_a_schema_over_1_mib_is_refused_naming_its_size() -> None:
+    text = json.dumps({"description": "x" * MAX_SCHEMA_BYTES})
+    with pytest.raises(ConfigError, match=f"^json_schema is {len(text):,} bytes of JSON, more than the "):
+        JsonSchema.from_text(text)
+    JsonSchema.from_text(json.dumps({"description": "x" * (MAX_SCHEMA_BYTES - 100)}))
+
+
+def test_64_levels_are_allowed_and_strings_do_not_count() -> None:
+    inner = '{"const": "[[[[{{{{", "$defs": {}}'  # 2 levels; the brackets in the string are text
+    deep = '{"not": ' * 62 + inner + "}" * 62  # 64 levels; an even number of nots is the const itself
+    assert JsonSchema.from_text(deep).parse('"[[[[{{{{"') == "[[[[{{{{"
+
+
+def test_an_output_nested_too_deep_is_a_dead_letter_not_a_crash() -> None:
+    with pytest.raises(OutputError, match=r"^not JSON: nested 5000 levels deep, more than 256"):
+        JsonSchema(True).parse("[" * 5000 + "]" * 5000)
 
 
 def test_the_schema_text_is_canonical() -> None:
