@@ -73,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     An error is one line and its exit code; ``-v`` prints its traceback first and keeps the code.
     An unexpected error (a bug) prints its traceback and exits 1. Tracebacks are redacted.
     Stdout closed by its reader (``shardwise runs | head -1``) stops the command quietly with
-    :data:`~flows.outcome.BROKEN_PIPE` (141), not as a service failure.
+    :data:`~flows.outcome.BROKEN_PIPE` (141), not as a service failure. Ctrl-C is one line and
+    :data:`~flows.outcome.SIGINT_EXIT` (130); ``run`` and ``redrive`` stop on SIGINT and SIGTERM
+    within seconds, naming the run to resume (:mod:`flows.interrupts`).
     """
     args = _parser().parse_args(argv)
     from shardwise.flows.timeline import mark
@@ -82,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from shardwise.flows.outcome import (
         BROKEN_PIPE,
         RUN_FAILED,
+        SIGINT_EXIT,
         code_for,
         print_traceback,
         quiet_console,
@@ -92,6 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     undo = quiet_console() if getattr(args, "verbose", None) is False else None
     try:
         return int(args.handler(args))
+    except KeyboardInterrupt:  # Ctrl-C in a command without a run to name (run and redrive have theirs)
+        say_error("interrupted by SIGINT")
+        return SIGINT_EXIT
     except Exception as exc:
         if stdout_closed(exc):
             return BROKEN_PIPE  # the reader had enough: nothing to report, on either stream

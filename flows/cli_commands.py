@@ -15,15 +15,18 @@ __all__ = ["demo", "deploy", "plan", "runs", "score", "serve", "watch"]
 def score(args: argparse.Namespace) -> int:
     """``run`` and ``redrive``: the same flow, told apart by their options; checked before it starts."""
     from shardwise.flows.cli_options import score_params
-    from shardwise.flows.launch import preflight, run_and_report
+    from shardwise.flows.interrupts import stopping_on_signals
+    from shardwise.flows.launch import preflight, run_and_report, was_recorded
 
     params = score_params(args)
-    idle = preflight(params)
-    if idle is not None:
-        print(idle)
-        return 0
-    shown = {"progress": args.progress, "progress_every": args.progress_every}
-    return run_and_report(params, verbose=args.verbose, **shown).code
+    # From here a signal stops the command within seconds, with one line naming the run to resume.
+    with stopping_on_signals(params.resume, lambda run_id: was_recorded(params, run_id)):
+        idle = preflight(params)
+        if idle is not None:
+            print(idle)
+            return 0
+        shown = {"progress": args.progress, "progress_every": args.progress_every}
+        return run_and_report(params, verbose=args.verbose, **shown).code
 
 
 def watch(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from shardwise.pipeline import RunSpec, check_run
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
-__all__ = ["Report", "TemporaryApi", "check_api", "preflight", "print_plan", "run_and_report"]
+__all__ = ["Report", "TemporaryApi", "check_api", "preflight", "print_plan", "run_and_report", "was_recorded"]
 
 
 def preflight(params: ScoreParams) -> str | None:
@@ -82,6 +82,10 @@ def run_and_report(
     stderr too. With the thread runner the shards run
     in this process, so the model loads on a thread while Prefect's server
     starts; planning and the shards find it loaded.
+
+    The flow runs on a thread of its own (see :mod:`flows.interrupts`): under
+    :func:`~flows.interrupts.stopping_on_signals` a SIGINT or SIGTERM then
+    stops the command within seconds, with one line naming the run to resume.
     """
     api = TemporaryApi().start()  # first: the server's start is the longest step before the flow
     if params.runner == "thread" and not params.dry_run:
@@ -93,11 +97,13 @@ def run_and_report(
         warming = threading.Thread(target=_warm, args=(warm_here, params.to_spec()), name="shardwise-warm")
         warming.daemon = True
         warming.start()
+    from shardwise.flows.interrupts import before_exit, note_flow_run, run_in_thread
     from shardwise.flows.progress_view import pick_mode, showing
     from shardwise.flows.score import score
 
-    with api.serving(), showing(pick_mode(progress), progress_every):
-        state = score(params, return_state=True)
+    flow = score.with_options(on_running=[note_flow_run])  # its id, for the line a signal prints
+    with api.serving(), before_exit(api.stop, late=True), showing(pick_mode(progress), progress_every):
+        state = run_in_thread(lambda: flow(params, return_state=True))
     summary = state.result(raise_on_failure=False)
     if not isinstance(summary, dict):
         if verbose and isinstance(summary, BaseException):
@@ -125,11 +131,21 @@ def _warm(warm_here: Callable[[RunSpec], None], spec: RunSpec) -> None:
 def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:
     """After a run that ended in an error: its id and how to finish it, if it got as far as the ledger.
 
-    The run id is the flow run's id. If the ledger cannot be read (the
+    The run id is the flow run's id, or the resumed run's. If the ledger cannot be read (the
     database is the likely cause of the error), the hint is given anyway.
     """
+    run_id = params.resume or run_id
     if not run_id or params.dry_run:
         return
+    recorded = was_recorded(params, run_id)
+    if recorded is False:
+        return  # it failed before it was recorded: nothing to finish
+    known = " (the ledger could not be read to check that it was recorded)" if recorded is None else ""
+    print(f"run {run_id}{known}: finish it with: shardwise run ... --resume {run_id}", file=sys.stderr)
+
+
+def was_recorded(params: ScoreParams, run_id: str) -> bool | None:
+    """Whether the ledger of ``params``'s run holds run ``run_id``; None when it cannot be read."""
     from shardwise.errors import ShardwiseError
     from shardwise.pipeline.destination import find_ledger
     from shardwise.results import Ledger
@@ -137,12 +153,9 @@ def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:
     try:
         found = find_ledger(params.ledger, params.results or params.source, params.source, resolve)
         with Ledger(found) as ledger:
-            if ledger.load_run(run_id) is None:
-                return  # it failed before it was recorded: nothing to finish
-        known = ""
+            return ledger.load_run(run_id) is not None
     except ShardwiseError:
-        known = " (the ledger could not be read to check that it was recorded)"
-    print(f"run {run_id}{known}: finish it with: shardwise run ... --resume {run_id}", file=sys.stderr)
+        return None
 
 
 def print_plan(params: ScoreParams) -> None:
@@ -189,6 +202,11 @@ class TemporaryApi:
     def __init__(self) -> None:
         self._server: Any = None
         self._error: Exception | None = None
+
+    def stop(self) -> None:
+        """Stop the temporary server now, if this started one (an exit handler does it otherwise)."""
+        if self._server is not None:
+            self._server.stop()
 
     def start(self) -> TemporaryApi:
         from prefect.settings import PREFECT_API_URL

@@ -15,10 +15,20 @@ code  meaning
 4     taken over: while this command ran the run, another process took it
       over (``--resume RUN_ID --force``) and finishes it; what this one
       merged stays merged. Nothing to retry, and nothing to resume
+130   stopped by SIGINT (Ctrl-C); ``run`` and ``redrive`` print one line with
+      the run's id and ``--resume RUN_ID``, which finishes it
 141   stdout was closed before the command had printed everything (a reader
       such as ``head`` stopped reading); nothing more is printed, on either
       stream
+143   stopped by SIGTERM (``kill``, ``timeout``, a scheduler), as 130
+      otherwise
 ====  ======================================================================
+
+Codes 130 and 143 are 128 + the signal's number, what a shell reports for a
+program a signal killed, so a script or a scheduler reads them as it reads
+any tool's. A scoring command stops within seconds of the signal, even while
+a worker is blocked in a read, and keeps what it committed (see
+:mod:`flows.interrupts`).
 
 Code 4 is its own because neither neighbour fits the process that lost its
 run: its input was fine (not 2), and running the same command again (as a
@@ -48,6 +58,8 @@ __all__ = [
     "EXIT_CODES_HELP",
     "OK",
     "RUN_FAILED",
+    "SIGINT_EXIT",
+    "SIGTERM_EXIT",
     "TAKEN_OVER",
     "UNAVAILABLE",
     "code_for",
@@ -62,11 +74,14 @@ __all__ = [
 OK, RUN_FAILED, BAD_INPUT, UNAVAILABLE, TAKEN_OVER = 0, 1, 2, 3, 4
 BROKEN_PIPE = 128 + 13
 """128 + SIGPIPE: stdout's reader went away (see the module's docstring)."""
+SIGINT_EXIT, SIGTERM_EXIT = 128 + 2, 128 + 15
+"""128 + SIGINT, 128 + SIGTERM: the command was stopped by that signal (see :mod:`flows.interrupts`)."""
 
 EXIT_CODES_HELP = (
     "exit codes: 0 done; 1 the run failed (some shards failed after retries: --resume finishes it); "
     "2 bad input (nothing ran); 3 a service could not be reached (database, S3, Prefect API): try again "
     "later; 4 the run was taken over by another process (resume --force), which finishes it; "
+    "130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: the line names the run to --resume; "
     "141 stdout was closed early (e.g. by head): the rest is not printed"
 )
 

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from shardwise.errors import ConfigError
+from shardwise.flows.interrupts import before_exit
 from shardwise.pipeline import ProgressReading
 from shardwise.tasks.progress import describe, listening
 
@@ -54,7 +55,7 @@ def showing(mode: str, every_s: float = 1.0, *, stream: TextIO | None = None) ->
         return
     view = _Lines(stream, every_s) if mode == "lines" else _Bar(stream)
     try:
-        with listening(view.show):
+        with listening(view.show), before_exit(view.close):  # a signal's line then prints below the bar
             yield
     finally:
         view.close()

@@ -12,6 +12,7 @@ from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
 from shardwise.flows.home import calibration_cache
+from shardwise.flows.interrupts import hold, let_go
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.totals import closing_lines, this_invocation
@@ -74,6 +75,7 @@ def _score(params: ScoreParams) -> State:
     parameters = redact_mapping(params.model_dump())
     planning = plan_run.with_options(**task_retries(spec.retry))
     planned = planning(spec, run_id, started_by(params), parameters, fanout.workers, fanout.threads)
+    hold(planned)  # a signal to the command releases the run's lease and names it (flows/interrupts.py)
     try:
         if planned.took_over is not None:  # a resume: the run's lease is ours now
             logger.info("run %s resumed; it was %s", planned.ref.run_id, planned.took_over.describe())
@@ -91,6 +93,7 @@ def _score(params: ScoreParams) -> State:
         for line in finished:
             logger.info("run %s: %s", run_id, line)
     finally:
+        let_go(planned)
         planned.close()
         release_run(planned.ref.run_id)
     summary = _summary(planned, fanout, outcomes, dataclasses.asdict(counts), time.perf_counter() - started)

@@ -49,6 +49,11 @@ def die_with_parent(parent: int) -> None:
     Meant as the ``initializer`` of a pool of worker processes, with the
     planning process's ``os.getpid()`` as its argument (see the module docstring).
     """
+    # Ctrl-C reaches the terminal's whole process group, workers too: a worker would die with a
+    # KeyboardInterrupt traceback of its own on the terminal. The parent decides (flows/interrupts.py),
+    # and its workers end with it.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     _arm_parent_death_signal()
     if os.getppid() != parent:  # the parent ended before the signal was armed
         os._exit(ORPHAN_EXIT)
