@@ -180,7 +180,7 @@ def _measure(args: argparse.Namespace, env: Environment, lines: Lines, budget: B
         seconds = budget.allot([s.weight for s, p in plans[i:] if isinstance(p, Planned)])
         if seconds < step.min_s:
             why = (
-                f"budget spent: {seconds:.0f}s left for it, it needs at least {step.min_s:.0f}s; "
+                f"its share of --budget-s is {seconds:.0f}s, under the {step.min_s:.0f}s it needs; "
                 "give a larger --budget-s, or --only it"
             )
             _report(lines, step.name, "skipped", [skipped_line(step.name, why)], f"skipped: {why}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -109,6 +110,22 @@ def test_the_cpu_rehearsal_runs_the_steps_for_real_and_prints_their_figures(tmp_
     assert rows["value"] > 0 and rows["unit"] == "rows/s" and rows["rows"] == REHEARSAL.encode_rows
     assert rows["model"] == "tiny" and rows["precision"] == "fp32" and rows["device"] == "cpu"
     assert "bench/engine.py --device cpu --precision fp32" in (tmp_path / "gpu.log").read_text()
+
+
+def test_a_step_whose_share_of_the_budget_is_under_its_minimum_is_not_started(tmp_path: Path) -> None:
+    done = _gpu_py(
+        *("--device", "cpu", "--encoder", "tiny", "--only", "encode-fp32,generate-hf", "--budget-s", "40"),
+        *("--out-dir", str(tmp_path)),
+    )
+    assert done.returncode == 0, done.stderr
+    _, encode, generate, summary = (json.loads(line) for line in done.stdout.splitlines())
+    share_pattern = r"its share of --budget-s is (\d+)s, under the (\d+)s it needs; give a larger --budget-s"
+    for line, weights, least in ((encode, 1.5 / 4, 30), (generate, 2.5 / 2.5, 45)):
+        found = re.match(share_pattern, line["skipped"])
+        assert found is not None, line
+        assert int(found[1]) <= round((40 - MARGIN_S) * weights) and int(found[2]) == least, line
+    assert summary["skipped"] == ["encode-fp32", "generate-hf"] and summary["figures"] == 0
+    assert (tmp_path / "gpu.log").read_text() == "", "no command ran"
 
 
 @pytest.mark.parametrize(
