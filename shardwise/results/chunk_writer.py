@@ -28,8 +28,14 @@ The sink's commit is the commit point. A kill between steps 2 and 3 leaves
 a chunk the sink holds and the ledger does not mark: the next attempt
 starts at that chunk, scores it again, finds its sink commit in step 2 and
 writes nothing there, then marks it with this scoring's dead letters.
-:meth:`ChunkWriter.finish` marks the shard done with the sum of all its
-chunk marks.
+:meth:`ChunkWriter.finish` seals the shard in the sink
+(:meth:`~shardwise.sinks.Sink.seal`: a commit record at the chunk after its
+last), then marks it done with the sum of all its chunk marks. A stale
+attempt, one that lost its lease and kept scoring, may pass step 1 just
+before the shard is done; its sink commit in step 2 then meets the seal
+(answered ``sealed``: nothing written), and it stops as for a done shard. A
+stale chunk that landed before the seal is marked from the sink's record and
+the seal goes after it, so the done-mark counts every row the sink holds.
 """
 
 from __future__ import annotations
@@ -143,6 +149,8 @@ class ChunkWriter(Closing):
         )
         piece = SinkChunk(self.run.run_id, self.shard_id, chunk.number, chunk.rows, lineage, chunk.position)
         landed = self._retried(f"commit {what} to {self._sink.target}", lambda: self._sink.commit(piece))
+        if landed.status == "sealed":  # another attempt finished the shard meanwhile: nothing was written
+            return ChunkCommit("shard_done")
         if dict(landed.position) != dict(chunk.position):
             # Another attempt, reading another snapshot, committed it first. Its rows stand: the
             # chunk is marked as the sink recorded it, and the caller starts again after it.
@@ -151,7 +159,8 @@ class ChunkWriter(Closing):
         return self._retried(f"mark {what}", lambda: self._mark(chunk, landed))
 
     def finish(self, report: ShardReport) -> ChunkTotals | None:
-        """Mark the shard done with the sum of its chunk marks; None when it was done already.
+        """Seal the shard in the sink, then mark it done with the sum of its chunk marks; None when it
+        was done already.
 
         ``report``'s own row counts are replaced by those sums, so a shard
         resumed after some chunks records all its rows, whichever attempt
@@ -159,6 +168,7 @@ class ChunkWriter(Closing):
         shard's written over them: ``chunks`` (how many were committed),
         ``rows_truncated`` and ``counts`` (the count outputs; both over all chunks).
         """
+        self._retried(f"seal shard {self.shard_id} in {self._sink.target}", self._seal)
         return self._retried(f"mark shard {self.shard_id} done", lambda: self._finish_once(report))
 
     def _retried(self, what: str, step: Callable[[], T]) -> T:
@@ -246,6 +256,20 @@ class ChunkWriter(Closing):
             number, self.shard_id,
         )  # fmt: skip
         return landed.position
+
+    def _seal(self) -> None:
+        """Seal the shard after its last marked chunk; a chunk another attempt committed there first is
+        marked from the sink's record, and the seal goes after it."""
+        run_id = self.run.run_id
+        while True:
+            with self._ledger.reading(f"read the chunks of shard {self.shard_id}") as conn:
+                if shard_sql.shard_status(conn, run_id, self.shard_id) == "done":
+                    return  # whoever marked it done sealed it first
+                number = chunk_marks.chunk_start(conn, run_id, self.shard_id).chunk
+            landed = self._sink.seal(run_id, self.shard_id, number)
+            if landed.status == "sealed":
+                return
+            self._mark_theirs(number, landed)
 
     def _finish_once(self, report: ShardReport) -> ChunkTotals | None:
         run_id = self.run.run_id

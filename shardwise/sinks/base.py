@@ -13,6 +13,13 @@ mark and dead letters. The sink's commit is the commit point:
 2. Only then does the ledger mark the chunk, and, after the last chunk, the
    shard. A kill between the two costs a resumed attempt the scoring of that
    one chunk again; its sink commit is found and not written twice.
+3. Before the ledger marks the shard done, :meth:`Sink.seal` records in the
+   sink that the shard takes no more chunks: a commit record at the next
+   chunk's number, made the way a chunk's is (exclusively), so a stale
+   attempt (one whose lease was taken over, still scoring) that then commits
+   a chunk there is answered ``sealed`` and writes nothing, however late it
+   comes. Chunks it commits below the seal were committed already and are
+   answered ``already``.
 
 How each sink makes step 1 atomic: the SQL sink merges the rows and inserts
 its commit record in one transaction; Delta carries an app transaction
@@ -82,10 +89,12 @@ class SinkCommit:
     """A chunk's commit as the sink recorded it.
 
     ``written``: this call committed it. ``already``: it had landed before,
-    and the position and counts are the ones stored then.
+    and the position and counts are the ones stored then. ``sealed``: the
+    shard was sealed at this chunk (:meth:`Sink.seal`): it takes no more
+    chunks, and nothing was written.
     """
 
-    status: Literal["written", "already"]
+    status: Literal["written", "already", "sealed"]
     position: Mapping[str, Any]
     inserted: int = 0
     updated: int = 0
@@ -116,8 +125,15 @@ class Sink(Protocol):
         Rows of one chunk with the same key: the last one counts.
         """
 
+    def seal(self, run_id: str, shard_id: int, number: int) -> SinkCommit:
+        """Close the shard to chunks from ``number`` on (one after its last): a commit record there,
+        created exclusively. Returns ``sealed`` when this call or an earlier one sealed it, or the
+        record of a chunk another attempt committed there first (``already``), which the caller
+        marks before sealing after it. Idempotent."""
+
     def committed(self, run_id: str, shard_id: int, number: int) -> SinkCommit | None:
-        """The commit record of that chunk (status ``already``), or None when it has not landed."""
+        """The commit record of that chunk (``already``, or ``sealed`` where the shard was sealed), or
+        None when nothing has landed there."""
 
     def committed_inputs(self, model_version: str) -> Iterator[tuple[str, str]]:
         """``(source key as text, input fingerprint)`` of every row stored for ``model_version``: what

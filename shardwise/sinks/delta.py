@@ -13,15 +13,37 @@ table, finds the chunk landed, and answers ``already`` with the stored
 position and counts (read from the table's history: the rare path).
 
 **Merge rule** (as the SQL sink's): one row per (source_key, model_version).
-The chunk's keys that already exist for its model version are read first (a
-filtered read of two columns; file statistics prune it to the files of the
-chunk's key range, and shards are key ranges). None: a plain append, which
-never conflicts with other shards' appends. Some: a MERGE that updates a
-matched row only when its input fingerprint differs and inserts the rest.
-A MERGE that changes nothing writes no commit, so an empty append then
-carries the app transaction. Two *runs* of one model version appending the
-same new keys at the same moment can both append (the SQL sink's primary
-key would stop the second); within a run, shards never share keys.
+A key already stored for the chunk's model version keeps its row when the
+input fingerprint is the same, and gets the new row (lineage included) when
+it differs; the other keys are inserted. Every chunk is written as a MERGE
+on (source_key, model_version), never as a blind append, because a MERGE's
+commit is *conflict-checked*: delta-rs records what it read (the chunk's key
+range under its model version, ``source_key BETWEEN min AND max AND
+model_version = v``) and refuses the commit when a commit that landed after
+that read added or removed files whose statistics overlap it (checked on
+delta-rs 1.6: MERGE after MERGE, MERGE after append). So two runs that score
+the same new keys at the same moment cannot both insert them: the second
+commit fails, and the sink reads the keys again and merges again, now
+finding them (the merge rule then keeps or replaces them). A blind append
+would not be checked, which is how two runs once stored every key twice.
+Shards of one run are disjoint key ranges, so their commits do not meet; a
+shard whose keys interleave another's (a Parquet source of unsorted keys)
+may lose a commit to it and try again. A MERGE that changes nothing writes
+no commit, so a chunk whose keys are all stored unchanged is an empty
+append that carries the app transaction alone. Counts come from the keys
+read at the version the MERGE ran on, which its conflict check guarantees
+nobody changed.
+
+**A sealed shard takes no more chunks.** When an attempt has committed a
+shard's last chunk, the chunk writer calls :meth:`DeltaSink.seal` before it
+marks the shard done: an empty commit whose app transaction takes the next
+chunk's version, with ``"sealed": true`` in its record. A stale attempt
+(one that lost its lease and kept going) that then commits that chunk finds
+its version taken and answers ``sealed``, writing nothing; if its commit
+raced the seal, the two carry the same app id and the later one fails its
+conflict check and looks again. If the stale chunk landed first, the seal
+answers with that chunk's record, and the chunk writer marks it before
+sealing after it.
 
 **Concurrency rule.** A Delta commit is the exclusive creation of the next
 ``_delta_log/<version>.json``. Locally delta-rs creates it atomically; on S3
@@ -46,9 +68,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,6 +94,7 @@ from shardwise.sources.base import KeyType
 
 __all__ = ["DeltaSink", "app_id"]
 
+T = TypeVar("T")
 _CONFIGURATION = {"delta.checkpointInterval": "100"}
 _MATCH = "t.source_key = s.source_key AND t.model_version = s.model_version"
 _log = logging.getLogger(__name__)
@@ -113,71 +136,56 @@ class DeltaSink:
         self.commit_tries = 6
 
     def check(self) -> None:
-        with _boundary(f"opening {self.target}"):
-            found = self._open()
+        found = self._retried(f"opening {self.target}", self._open)
         if found is not None:
             self._check_schema(found)
         else:
             refuse_other_format(self._where, "delta", self.target, self._s3)
 
     def ensure(self) -> None:
-        with _boundary(f"opening {self.target}"):
-            found = self._open()
-            if found is None:
-                refuse_other_format(self._where, "delta", self.target, self._s3)
-                try:
-                    DeltaTable.create(
-                        self._where.uri,
-                        self._schema,
-                        name=self._where.table,
-                        configuration=_CONFIGURATION,
-                        storage_options=self._options(),
-                    )
-                except DeltaError as exc:  # another process created it first; the open below checks it
-                    _log.info("creating %s: %s; opening the table made meanwhile", self.target, exc)
-                found = self._open()
-        if found is None:
-            raise TransientError(f"Delta table {self.target} was neither created nor found; try again")
+        found = self._retried(f"opening {self.target}", self._open_or_create)
         self._check_schema(found)
 
     def commit(self, chunk: SinkChunk) -> SinkCommit:
         app, version = app_id(chunk.run_id, chunk.shard_id), chunk.number + 1
         data = rows_table(last_per_key(chunk.rows), chunk.lineage, self.layout, self._schema)
         what = f"committing chunk {chunk.number} of shard {chunk.shard_id} to {self.target}"
-        for attempt in range(1, self.commit_tries + 1):
-            with _boundary(what):
-                table = self._table()
-                if (table.transaction_version(app) or 0) >= version:
-                    return self._stored(table, app, version, chunk.position)
-                try:
-                    return self._write(table, data, chunk, app, version)
-                except CommitFailedError as exc:
-                    if attempt == self.commit_tries:
-                        raise
-                    _log.warning("Delta commit attempt %d failed while %s: %s", attempt, what, exc)
-                    self._local.table = None
-                    time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        return self._retried(
+            what,
+            lambda: self._once(app, version, what, lambda t: self._write(t, data, chunk, app, version)),
+        )
+
+    def seal(self, run_id: str, shard_id: int, number: int) -> SinkCommit:
+        app, version = app_id(run_id, shard_id), number + 1
+        what = f"sealing shard {shard_id} at chunk {number} in {self.target}"
+
+        def seal(table: DeltaTable) -> SinkCommit:
+            return self._seal(table, app, version)
+
+        return self._retried(what, lambda: self._once(app, version, what, seal))
 
     def committed(self, run_id: str, shard_id: int, number: int) -> SinkCommit | None:
-        with _boundary(f"reading {self.target}"):
+        def find() -> SinkCommit | None:
             table = self._table()
             app = app_id(run_id, shard_id)
             if (table.transaction_version(app) or 0) < number + 1:
                 return None
             return self._stored(table, app, number + 1, {})
 
+        return self._retried(f"reading {self.target}", find)
+
     def committed_inputs(self, model_version: str) -> Iterator[tuple[str, str]]:
-        with _boundary(f"reading {self.target}"):
-            found = self._table().to_pyarrow_table(
+        found = self._retried(
+            f"reading {self.target}",
+            lambda: self._table().to_pyarrow_table(
                 columns=["source_key", "input_fingerprint"], filters=[("model_version", "=", model_version)]
-            )
+            ),
+        )
         for key, fingerprint in zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True):
             yield str(key), fingerprint
 
     def stored_key_type(self) -> KeyType | None:
-        with _boundary(f"opening {self.target}"):
-            found = self._open()
+        found = self._retried(f"opening {self.target}", self._open)
         if found is None:
             return None
         types = {name: kind for name, kind, _ in _columns(found.schema())}
@@ -185,19 +193,33 @@ class DeltaSink:
 
     def finish(self, run_id: str) -> list[str]:
         """Nothing to do: delta-rs checkpoints as it commits (see the module docstring)."""
-        self._table()
+        self._retried(f"reading {self.target}", self._table)
         return []
 
     def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
         filters = None if model_version is None else [("model_version", "=", model_version)]
-        with _boundary(f"reading {self.target}"):
-            found = self._table().to_pyarrow_table(filters=filters)
+        found = self._retried(
+            f"reading {self.target}", lambda: self._table().to_pyarrow_table(filters=filters)
+        )
         found = found.sort_by([("source_key", "ascending"), ("model_version", "ascending")])
         return arrow_rows(found, self.layout)
 
     def close(self) -> None:
         self._closed = True
         self._local = threading.local()
+
+    def _retried(self, what: str, call: Callable[[], T]) -> T:
+        """``call()`` with delta-rs's failures mapped onto the error tree; a failed try drops the handle."""
+        try:
+            with _boundary(what):
+                return call()
+        except TransientError:
+            self._forget()
+            raise
+
+    def _forget(self) -> None:
+        """Drop this thread's handle after a failure: the next try opens the table afresh."""
+        self._local.table = None
 
     def _options(self) -> dict[str, str] | None:
         return s3_storage_options(self._s3) if self._where.bucket is not None else None
@@ -207,6 +229,26 @@ class DeltaSink:
             return DeltaTable(self._where.uri, storage_options=self._options())
         except TableNotFoundError:
             return None
+
+    def _open_or_create(self) -> DeltaTable:
+        found = self._open()
+        if found is not None:
+            return found
+        refuse_other_format(self._where, "delta", self.target, self._s3)
+        try:
+            DeltaTable.create(
+                self._where.uri,
+                self._schema,
+                name=self._where.table,
+                configuration=_CONFIGURATION,
+                storage_options=self._options(),
+            )
+        except DeltaError as exc:  # another process created it first; the open below checks it
+            _log.info("creating %s: %s; opening the table made meanwhile", self.target, exc)
+        found = self._open()
+        if found is None:
+            raise TransientError(f"Delta table {self.target} was neither created nor found; try again")
+        return found
 
     def _table(self) -> DeltaTable:
         """This thread's handle on the table, brought up to its latest version."""
@@ -221,6 +263,25 @@ class DeltaSink:
             raise ConfigError(f"Delta table {self.target} does not exist; call ensure() before committing")
         self._local.table = table
         return table
+
+    def _once(
+        self, app: str, version: int, what: str, write: Callable[[DeltaTable], SinkCommit]
+    ) -> SinkCommit:
+        """Write ``(app, version)`` with ``write`` unless it landed; a commit that loses a conflict check
+        is tried again on the table as it is now, up to :attr:`commit_tries` times."""
+        for attempt in range(1, self.commit_tries + 1):
+            table = self._table()
+            if (table.transaction_version(app) or 0) >= version:
+                return self._stored(table, app, version, {})
+            try:
+                return write(table)
+            except CommitFailedError as exc:
+                if attempt == self.commit_tries:
+                    raise
+                _log.info("Delta commit attempt %d lost while %s: %s", attempt, what, exc)
+                self._forget()
+                time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _check_schema(self, table: DeltaTable) -> None:
         problems = schema_differences(_columns(table.schema()), _columns(Schema.from_arrow(self._schema)))
@@ -242,19 +303,24 @@ class DeltaSink:
             updated += stored is not None and stored != fingerprint
         done = SinkCommit("written", dict(chunk.position), inserted, updated, len(keys) - inserted - updated)
         props = commit_properties(app, version, done)
-        if not existing:
-            write_deltalake(table, data, mode="append", commit_properties=props)
-            return done
         if inserted or updated:
+            # A MERGE, never a blind append: its commit is conflict-checked against the version read
+            # above, so it changes exactly what that read says, and it commits.
             merger = table.merge(
                 data, _MATCH, source_alias="s", target_alias="t", streamed_exec=False, commit_properties=props
             )
             merger.when_matched_update_all(predicate="t.input_fingerprint <> s.input_fingerprint")
             merger.when_not_matched_insert_all().execute()
-            table.update_incremental()
-        if (table.transaction_version(app) or 0) < version:  # a MERGE that changed nothing commits nothing
-            write_deltalake(table, data.slice(0, 0), mode="append", commit_properties=props)
+            return done
+        # Nothing to change, and a MERGE that changes nothing commits nothing: the app transaction alone.
+        write_deltalake(table, data.slice(0, 0), mode="append", commit_properties=props)
         return done
+
+    def _seal(self, table: DeltaTable, app: str, version: int) -> SinkCommit:
+        sealed = SinkCommit("sealed", {})
+        props = commit_properties(app, version, sealed)
+        write_deltalake(table, self._schema.empty_table(), mode="append", commit_properties=props)
+        return sealed
 
     def _existing(self, table: DeltaTable, data: pa.Table, model_version: str) -> dict[Any, str]:
         """Stored key → input fingerprint, for the chunk's keys under ``model_version``."""

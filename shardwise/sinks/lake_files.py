@@ -3,7 +3,9 @@
 ``publish`` makes a file visible whole (written under a temporary name, then
 renamed or copied), ``create`` makes one only if it does not exist (the
 manifest entry that commits a chunk: a hard link locally, ``If-None-Match: *``
-on S3), ``get`` reads one, ``names`` lists a folder.
+on S3), ``get`` reads one, ``names`` lists a folder (its names that begin with
+``start``, when given: one prefix listing on S3), ``delete`` removes one (a
+missing one is no error).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class Files(Protocol):
     def publish(self, name: str, body: bytes) -> None: ...
     def create(self, name: str, body: bytes) -> bool: ...
     def get(self, name: str) -> bytes | None: ...
-    def names(self, folder: str) -> list[str]: ...
+    def names(self, folder: str, start: str = "") -> list[str]: ...
+    def delete(self, name: str) -> None: ...
 
 
 class LocalFiles:
@@ -67,29 +70,40 @@ class LocalFiles:
         except FileNotFoundError:
             return None
 
-    def names(self, folder: str) -> list[str]:
+    def names(self, folder: str, start: str = "") -> list[str]:
         base = self._root / folder
         found = [p for p in base.rglob("*") if p.is_file()] if base.is_dir() else []
+        found = [p for p in found if str(p.relative_to(base)).replace(os.sep, "/").startswith(start)]
         return sorted(str(p.relative_to(self._root)).replace(os.sep, "/") for p in found)
+
+    def delete(self, name: str) -> None:
+        (self._root / name).unlink(missing_ok=True)
 
 
 class S3Files:
-    def __init__(self, client: Any, bucket: str, prefix: str) -> None:
+    """The files under ``s3://bucket/prefix``; messages name a file as ``NAME in SHOWN`` (the sink's
+    target, which may be a reference such as ``env:NAME``), never by its resolved location."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str, shown: str | None = None) -> None:
         self._client, self._bucket, self._prefix = client, bucket, prefix
+        self._shown = shown or f"s3://{bucket}/{prefix}"
+
+    def _named(self, name: str) -> str:
+        return f"{name} in {self._shown}"
 
     def _key(self, name: str) -> str:
         return f"{self._prefix}/{name}"
 
     def publish(self, name: str, body: bytes) -> None:
         temp = self._key(f"_tmp/{uuid.uuid4().hex}{Path(name).suffix}")
-        with s3_boundary(f"writing s3://{self._bucket}/{self._key(name)}"):
+        with s3_boundary(f"writing {self._named(name)}"):
             self._client.put_object(Bucket=self._bucket, Key=temp, Body=body)
             source = {"Bucket": self._bucket, "Key": temp}
             self._client.copy_object(Bucket=self._bucket, Key=self._key(name), CopySource=source)
             self._client.delete_object(Bucket=self._bucket, Key=temp)
 
     def create(self, name: str, body: bytes) -> bool:
-        with s3_boundary(f"creating s3://{self._bucket}/{self._key(name)}"):
+        with s3_boundary(f"creating {self._named(name)}"):
             try:
                 self._client.put_object(Bucket=self._bucket, Key=self._key(name), Body=body, IfNoneMatch="*")
             except ClientError as exc:
@@ -99,7 +113,7 @@ class S3Files:
         return True
 
     def get(self, name: str) -> bytes | None:
-        with s3_boundary(f"reading s3://{self._bucket}/{self._key(name)}"):
+        with s3_boundary(f"reading {self._named(name)}"):
             try:
                 response = self._client.get_object(Bucket=self._bucket, Key=self._key(name))
             except ClientError as exc:
@@ -108,12 +122,16 @@ class S3Files:
                 raise
             return bytes(response["Body"].read())
 
-    def names(self, folder: str) -> list[str]:
-        prefix = self._key(folder) + "/"
+    def names(self, folder: str, start: str = "") -> list[str]:
+        prefix = f"{self._key(folder)}/{start}"
         found: list[str] = []
-        with s3_boundary(f"listing s3://{self._bucket}/{prefix}"):
+        with s3_boundary(f"listing {self._named(f'{folder}/{start}')}"):
             for page in self._client.get_paginator("list_objects_v2").paginate(
                 Bucket=self._bucket, Prefix=prefix
             ):
                 found.extend(item["Key"][len(self._prefix) + 1 :] for item in page.get("Contents", ()))
         return sorted(found)
+
+    def delete(self, name: str) -> None:
+        with s3_boundary(f"deleting {self._named(name)}"):
+            self._client.delete_object(Bucket=self._bucket, Key=self._key(name))

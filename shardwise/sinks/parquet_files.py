@@ -3,9 +3,10 @@
 Under ``<location>/<table>/``:
 
 - ``_shardwise_schema.json``: the table's columns, created once, exclusively, by :meth:`ParquetSink.ensure`;
-- ``data/<run_id>-s<shard>-c<chunk>.parquet``: one file per chunk, written
-  under ``_tmp/<uuid>.parquet`` first and made visible by a rename (local
-  ``os.replace``) or an S3 copy (then the temporary object is deleted);
+- ``data/<run_id>-s<shard>-c<chunk>-<token>.parquet``: one file per chunk
+  write, ``token`` fresh for each write, written under ``_tmp/<uuid>.parquet``
+  first and made visible by a rename (local ``os.replace``) or an S3 copy
+  (then the temporary object is deleted);
 - ``_manifest/<run_id>/s<shard>-c<chunk>.json``: the chunk's commit (file
   name, position, counts, rows, ``committed_at``), created *exclusively*:
   locally a fully written temporary file hard-linked to its name
@@ -14,16 +15,26 @@ Under ``<location>/<table>/``:
 
 The manifest entry is the commit: it exists exactly when the chunk landed,
 and readers (:meth:`~ParquetSink.read`, :meth:`~ParquetSink.committed_inputs`)
-read only the files the manifest lists. After a run completes, the data
-files equal the manifest's. A crash between the rename and the manifest
-entry leaves a data file no entry lists; the resumed attempt rewrites the
-same name and then commits it. Racing writers of one chunk write equivalent
-files under one name and exactly one creates the entry.
+read only the files the manifest lists. Two writers of one chunk (a retry, a
+resumed attempt, a stale one that read another snapshot) write two files
+under two names, and exactly one creates the entry; the other deletes its
+own file, so a loser can never replace the rows the entry counts. A crash
+between the rename and the entry leaves a file no entry lists; readers never
+see it, and :meth:`~ParquetSink.finish` deletes such files of the run once
+every shard is committed, so after a run completes the data files equal the
+manifest's.
+
+A shard's seal (:meth:`~ParquetSink.seal`) is a manifest entry at the chunk
+after its last, ``{"sealed": true}`` with no file, created exclusively like
+any entry: a stale attempt's later commit of that chunk finds it and writes
+nothing (see :mod:`shardwise.sinks.base`).
 
 Parquet is append-only: every committed row counts as inserted. A key
 scored again in a later run (its input changed, or a run without
-``--only-new``) appears again; readers that want one row per key take the
-latest ``scored_at``, as :meth:`~ParquetSink.committed_inputs` does.
+``--only-new``), or by two runs at once, appears again; readers that want
+one row per key take the latest ``scored_at``, as
+:meth:`~ParquetSink.committed_inputs` does. (Files cannot be merged in
+place; a Delta table keeps one row per key.)
 """
 
 from __future__ import annotations
@@ -32,9 +43,10 @@ import io
 import json
 import re
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,6 +70,7 @@ from shardwise.sources.base import KeyType
 
 __all__ = ["ParquetSink"]
 
+T = TypeVar("T")
 _SCHEMA_FILE = FORMAT_MARKERS["parquet"]
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -81,56 +94,36 @@ class ParquetSink:
         self._closed = False
 
     def check(self) -> None:
-        stored = self._store().get(_SCHEMA_FILE)
-        if stored is not None:
-            self._check_schema(stored)
-        else:
-            refuse_other_format(self._where, "parquet", self.target, self._s3)
+        self._retried(f"checking {self.target}", self._check)
 
     def ensure(self) -> None:
-        refuse_other_format(self._where, "parquet", self.target, self._s3)
-        body = json.dumps({"columns": _columns(self._schema)}, indent=1).encode()
-        if not self._store().create(_SCHEMA_FILE, body):
-            self.check()
+        self._retried(f"creating {self.target}", self._ensure)
 
     def commit(self, chunk: SinkChunk) -> SinkCommit:
         _check_run_id(chunk.run_id)
-        found = self.committed(chunk.run_id, chunk.shard_id, chunk.number)
-        if found is not None:
-            return found
-        rows = rows_table(last_per_key(chunk.rows), chunk.lineage, self.layout, self._schema)
-        stem = f"s{chunk.shard_id:05d}-c{chunk.number:05d}"
-        name = f"data/{chunk.run_id}-{stem}.parquet"
-        self._store().publish(name, _parquet_bytes(rows))
-        entry = {
-            "file": name,
-            "position": dict(chunk.position),
-            "counts": [rows.num_rows, 0, 0],
-            "rows": rows.num_rows,
-            "committed_at": datetime.now(timezone.utc).isoformat(),
-        }
-        if self._store().create(
-            f"_manifest/{chunk.run_id}/{stem}.json", json.dumps(entry, default=str).encode()
-        ):
-            return SinkCommit("written", entry["position"], rows.num_rows)
-        stored = self.committed(chunk.run_id, chunk.shard_id, chunk.number)
-        if stored is None:
-            raise TransientError(
-                f"manifest entry {stem} of run {chunk.run_id} exists but cannot be read; retry"
-            )
-        return stored
+        what = f"committing chunk {chunk.number} of shard {chunk.shard_id} to {self.target}"
+        return self._retried(what, lambda: self._commit(chunk))
+
+    def seal(self, run_id: str, shard_id: int, number: int) -> SinkCommit:
+        _check_run_id(run_id)
+        entry: dict[str, Any] = {"sealed": True, "file": None, "position": {}, "counts": [0, 0, 0], "rows": 0}
+        entry["committed_at"] = datetime.now(timezone.utc).isoformat()
+        name = _entry_name(run_id, shard_id, number)
+
+        def seal_once() -> SinkCommit:
+            if self._store().create(name, json.dumps(entry).encode()):
+                return SinkCommit("sealed", {})
+            return self._committed_or_retry(run_id, shard_id, number)
+
+        return self._retried(f"sealing shard {shard_id} at chunk {number} in {self.target}", seal_once)
 
     def committed(self, run_id: str, shard_id: int, number: int) -> SinkCommit | None:
         _check_run_id(run_id)
-        raw = self._store().get(f"_manifest/{run_id}/s{shard_id:05d}-c{number:05d}.json")
-        if raw is None:
-            return None
-        entry = json.loads(raw)
-        inserted, updated, unchanged = entry["counts"]
-        return SinkCommit("already", entry["position"], inserted, updated, unchanged)
+        return self._retried(f"reading {self.target}", lambda: self._committed(run_id, shard_id, number))
 
     def committed_inputs(self, model_version: str) -> Iterator[tuple[str, str]]:
-        found = self._committed_table(["source_key", "input_fingerprint", "model_version", "scored_at"])
+        columns = ["source_key", "input_fingerprint", "model_version", "scored_at"]
+        found = self._retried(f"reading {self.target}", lambda: self._committed_table(columns))
         found = found.filter(pc.equal(found.column("model_version"), model_version))
         found = found.sort_by([("scored_at", "ascending")])
         latest = dict(zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True))
@@ -138,18 +131,25 @@ class ParquetSink:
             yield str(key), fingerprint
 
     def stored_key_type(self) -> KeyType | None:
-        stored = self._store().get(_SCHEMA_FILE)
+        stored = self._retried(f"reading {self.target}", lambda: self._store().get(_SCHEMA_FILE))
         if stored is None:
             return None
         types = {name: kind for name, kind, *_ in json.loads(stored)["columns"]}
         return "int" if types.get("source_key") == "int64" else "text"
 
     def finish(self, run_id: str) -> list[str]:
-        """Nothing to do: every chunk's file is complete when its manifest entry is made."""
-        return []
+        """Delete the run's data files no manifest entry lists (left by a killed or outraced writer).
+
+        Safe once every shard of the run is sealed: no entry of the run can be created any more.
+        """
+        _check_run_id(run_id)
+        gone = self._retried(f"tidying {self.target}", lambda: self._unlisted(run_id))
+        if not gone:
+            return []
+        return [f"deleted {len(gone)} data file(s) of run {run_id} that no manifest entry lists"]
 
     def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
-        found = self._committed_table(None)
+        found = self._retried(f"reading {self.target}", lambda: self._committed_table(None))
         if model_version is not None:
             found = found.filter(pc.equal(found.column("model_version"), model_version))
         order = [("source_key", "ascending"), ("model_version", "ascending"), ("scored_at", "ascending")]
@@ -164,17 +164,95 @@ class ParquetSink:
 
     def manifest_files(self) -> list[str]:
         """The data files the manifest lists (names under the table), in manifest order."""
+        return self._retried(f"reading {self.target}", self._manifest_files)
+
+    def _retried(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``: one place where every call on the files goes through."""
+        return call()
+
+    def _check(self) -> None:
+        stored = self._store().get(_SCHEMA_FILE)
+        if stored is not None:
+            self._check_schema(stored)
+        else:
+            refuse_other_format(self._where, "parquet", self.target, self._s3)
+
+    def _ensure(self) -> None:
+        refuse_other_format(self._where, "parquet", self.target, self._s3)
+        body = json.dumps({"columns": _columns(self._schema)}, indent=1).encode()
+        if not self._store().create(_SCHEMA_FILE, body):
+            self._check()
+
+    def _commit(self, chunk: SinkChunk) -> SinkCommit:
+        found = self._committed(chunk.run_id, chunk.shard_id, chunk.number)
+        if found is not None:
+            return found
+        rows = rows_table(last_per_key(chunk.rows), chunk.lineage, self.layout, self._schema)
+        stem = f"s{chunk.shard_id:05d}-c{chunk.number:05d}"
+        # A name of its own for every write: a racing writer's file can never replace the committed one.
+        name = f"data/{chunk.run_id}-{stem}-{uuid.uuid4().hex[:12]}.parquet"
+        store = self._store()
+        store.publish(name, _parquet_bytes(rows))
+        entry = {
+            "file": name,
+            "position": dict(chunk.position),
+            "counts": [rows.num_rows, 0, 0],
+            "rows": rows.num_rows,
+            "committed_at": datetime.now(timezone.utc).isoformat(),
+        }
+        entry_name = _entry_name(chunk.run_id, chunk.shard_id, chunk.number)
+        if store.create(entry_name, json.dumps(entry, default=str).encode()):
+            return SinkCommit("written", entry["position"], rows.num_rows)
+        raw = store.get(entry_name)
+        if raw is not None and json.loads(raw).get("file") == name:
+            # The create's first try landed and its answer was lost; the retry found this very entry.
+            return SinkCommit("written", entry["position"], rows.num_rows)
+        store.delete(name)  # another writer committed the chunk (or sealed the shard) first
+        return self._committed_or_retry(chunk.run_id, chunk.shard_id, chunk.number)
+
+    def _committed_or_retry(self, run_id: str, shard_id: int, number: int) -> SinkCommit:
+        stored = self._committed(run_id, shard_id, number)
+        if stored is None:
+            raise TransientError(
+                f"manifest entry {_entry_name(run_id, shard_id, number)} of {self.target} exists but cannot "
+                "be read; retry"
+            )
+        return stored
+
+    def _committed(self, run_id: str, shard_id: int, number: int) -> SinkCommit | None:
+        raw = self._store().get(_entry_name(run_id, shard_id, number))
+        if raw is None:
+            return None
+        entry = json.loads(raw)
+        inserted, updated, unchanged = entry["counts"]
+        if entry.get("sealed"):
+            return SinkCommit("sealed", entry["position"])
+        return SinkCommit("already", entry["position"], inserted, updated, unchanged)
+
+    def _manifest_files(self) -> list[str]:
         store = self._store()
         files = []
         for name in store.names("_manifest"):
             raw = store.get(name)
             if raw is not None and name.endswith(".json"):
-                files.append(str(json.loads(raw)["file"]))
+                listed = json.loads(raw).get("file")
+                if listed is not None:  # a seal lists no file
+                    files.append(str(listed))
         return files
+
+    def _unlisted(self, run_id: str) -> list[str]:
+        store = self._store()
+        listed = set(self._manifest_files())
+        own = re.compile(rf"data/{re.escape(run_id)}-s\d{{5}}-c\d{{5}}(-[0-9a-f]{{12}})?\.parquet")
+        found = store.names("data", start=f"{run_id}-s")
+        gone = [name for name in found if own.fullmatch(name) and name not in listed]
+        for name in gone:
+            store.delete(name)
+        return gone
 
     def _committed_table(self, columns: list[str] | None) -> pa.Table:
         store, tables = self._store(), []
-        for name in self.manifest_files():
+        for name in self._manifest_files():
             raw = store.get(name)
             if raw is None:
                 raise ConfigError(f"{self.target}: the manifest lists {name}, which is missing; restore it")
@@ -191,7 +269,8 @@ class ParquetSink:
                     self._files = LocalFiles(self._where.uri)
                 else:
                     self._client = s3_client(self._s3)
-                    self._files = S3Files(self._client, self._where.bucket, self._where.prefix)
+                    bucket, prefix = self._where.bucket, self._where.prefix
+                    self._files = S3Files(self._client, bucket, prefix, self.target)
             return self._files
 
     def _check_schema(self, stored: bytes) -> None:
@@ -202,6 +281,10 @@ class ParquetSink:
                 f"Parquet table {self.target} already exists with a different layout: {'; '.join(problems)}. "
                 "It was made for another model or source; choose another --results-table"
             )
+
+
+def _entry_name(run_id: str, shard_id: int, number: int) -> str:
+    return f"_manifest/{run_id}/s{shard_id:05d}-c{number:05d}.json"
 
 
 def _check_run_id(run_id: str) -> None:

@@ -7,7 +7,9 @@ CONFLICT DO NOTHING``: no row back means it landed before, or a racing writer
 holds it and this one waits for its commit), merges the rows by the rule of
 :mod:`shardwise.results.merge` and records the merge's split. The record and
 the rows commit together, so the record exists exactly when the rows do,
-whichever database holds the ledger.
+whichever database holds the ledger. A shard's seal (:meth:`SqlSink.seal`)
+claims the record of the chunk after its last with the position
+``{"sealed": true}``, so a stale attempt's claim of that chunk finds it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from shardwise.sinks.pgvector import (
 from shardwise.sources.base import KeyType
 
 __all__ = ["SqlSink", "existing_key_type"]
+
+_SEALED = {"sealed": True}
+"""The position a shard's seal records in ``shardwise_commits``; no chunk's position is this."""
 
 
 def existing_key_type(engine: sa.Engine, name: str) -> KeyType | None:
@@ -214,6 +219,27 @@ class SqlSink(Closing):
             conn.execute(statement(conn, "sink_commit_counts"), {**where, **split})
         return SinkCommit("written", chunk.position, counts.inserted, counts.updated, counts.unchanged)
 
+    def seal(self, run_id: str, shard_id: int, number: int) -> SinkCommit:
+        """Claim chunk ``number``'s commit record as the shard's seal (see :meth:`Sink.seal`)."""
+        where = {"run_id": run_id, "shard_id": shard_id, "chunk": number}
+        what = f"seal shard {shard_id} in {self.target}"
+        with (
+            mapped_errors(what, self.engine.url, otherwise=ShardwiseError),
+            self.engine.connect() as conn,
+            write_transaction(conn),
+        ):
+            claim = {
+                **where,
+                "results_table": self.target,
+                "position": encode_json(_SEALED),
+                "committed_at": bind_timestamp(conn, utc_now()),
+            }
+            if conn.execute(statement(conn, "sink_commit_claim"), claim).first() is not None:
+                return SinkCommit("sealed", {})
+            found = self._stored(conn, run_id, shard_id, number)
+        assert found is not None  # the conflicting row is committed: the claim waited for it
+        return found
+
     def _stored(self, conn: sa.Connection, run_id: str, shard_id: int, number: int) -> SinkCommit | None:
         if not sa.inspect(conn).has_table("shardwise_commits"):
             return None
@@ -222,6 +248,8 @@ class SqlSink(Closing):
         if row is None:
             return None
         position = decode_json(row.position)
+        if position == _SEALED:
+            return SinkCommit("sealed", {})
         return SinkCommit("already", position, row.rows_inserted, row.rows_updated, row.rows_unchanged)
 
     def committed(self, run_id: str, shard_id: int, number: int) -> SinkCommit | None:

@@ -124,6 +124,57 @@ def check_committed_inputs(make: MakeSink, location: str) -> Any:
     return sink
 
 
+def check_sealed_shard(make: MakeSink, location: str) -> None:
+    """A sealed shard takes no more chunks: a stale attempt's commit there writes nothing, says
+    ``sealed``, and chunks below the seal stay ``already``; other shards are untouched."""
+    sink = make(location, "res", LAYOUT)
+    sink.ensure()
+    sink.commit(chunk(0))
+    sink.commit(chunk(1))
+    assert sink.seal("run-a", 0, 2).status == "sealed"
+    assert sink.seal("run-a", 0, 2).status == "sealed"  # idempotent
+    assert sink.commit(chunk(2)).status == "sealed"
+    assert sink.committed("run-a", 0, 2) == SinkCommit("sealed", {})
+    assert sink.commit(chunk(1, salt="stale")) == SinkCommit("already", chunk(1).position, ROWS_PER_CHUNK)
+    assert sink.commit(chunk(0, shard_id=1)).status == "written"
+    keys = [r["source_key"] for r in sink.read()]
+    assert keys == [*range(2 * ROWS_PER_CHUNK), *range(10_000, 10_000 + ROWS_PER_CHUNK)]
+    # A chunk that landed where the seal was to go is answered with its record: the caller marks it.
+    sink.commit(chunk(0, shard_id=2))
+    assert sink.seal("run-a", 2, 0) == SinkCommit("already", chunk(0, shard_id=2).position, ROWS_PER_CHUNK)
+    assert sink.seal("run-a", 2, 1).status == "sealed"
+
+
+def check_stale_commit_meets_the_seal(make: MakeSink, location: str, held: str) -> Any:
+    """A stale attempt's commit that read the table before the seal landed, and commits after it, is
+    refused (``sealed``) and leaves no row: its method ``held`` (a read it makes before writing) is held
+    until the seal is in."""
+    sink = make(location, "res", LAYOUT)
+    sink.ensure()
+    sink.commit(chunk(0))
+    stale = make(location, "res", LAYOUT)
+    read, gate, reached = getattr(stale, held), threading.Event(), threading.Event()
+
+    def held_read(*args: Any, **kwargs: Any) -> Any:
+        found = read(*args, **kwargs)
+        if not gate.is_set():
+            reached.set()
+            assert gate.wait(60)
+        return found
+
+    setattr(stale, held, held_read)
+    answers: list[SinkCommit] = []
+    writer = threading.Thread(target=lambda: answers.append(stale.commit(chunk(1, salt="stale"))))
+    writer.start()
+    assert reached.wait(60), "the stale commit never read the table"
+    assert sink.seal("run-a", 0, 1).status == "sealed"  # the other attempt finished the shard
+    gate.set()
+    writer.join(60)
+    assert answers == [SinkCommit("sealed", {})]
+    assert [r["source_key"] for r in sink.read()] == list(range(ROWS_PER_CHUNK))
+    return sink
+
+
 def _run_all(threads: list[threading.Thread]) -> None:
     for thread in threads:
         thread.start()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -9,12 +13,15 @@ import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from lake_contract import (
+    HERE,
     check_commit_once,
     check_committed_inputs,
     check_killed_writer,
     check_layout_refused,
     check_racing_same_chunk,
+    check_sealed_shard,
     check_shards_concurrently,
+    check_stale_commit_meets_the_seal,
 )
 from lake_rows import LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
 
@@ -31,6 +38,14 @@ def test_a_chunk_commits_once_and_answers_already_with_its_stored_record(locatio
     sink = check_commit_once(DeltaSink, location)
     assert sink.target == f"delta:{location}/res"
     assert "testing" not in sink.target
+
+
+def test_a_sealed_shard_takes_no_more_chunks(location: str) -> None:
+    check_sealed_shard(DeltaSink, location)
+
+
+def test_a_stale_commit_in_flight_when_the_shard_is_sealed_writes_nothing(location: str) -> None:
+    check_stale_commit_meets_the_seal(DeltaSink, location, "_existing")
 
 
 def test_racing_writers_of_one_chunk_land_it_once(location: str) -> None:
@@ -121,3 +136,33 @@ def test_a_chunk_of_8192_wide_vectors_converts_fast() -> None:
     assert time.perf_counter() - started < 1.0
     flat = table.column("embedding").combine_chunks().flatten().to_numpy()
     assert np.array_equal(flat.reshape(8192, 384), vectors)
+
+
+def test_two_runs_committing_the_same_new_keys_at_once_leave_one_row_per_key(location: str, tmp_path) -> None:
+    """Two processes, two runs, one chunk of the same 50 new keys: both read the table before either
+    commits (a gate holds each after its read), then both commit. One row per key, and the two commits'
+    counts say the keys were inserted once."""
+    DeltaSink(location, "res", LAYOUT).ensure()
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    runs = ["run-x", "run-y"]
+    command = [sys.executable, str(HERE / "lake_child.py"), "race", location, "res"]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    children = [subprocess.Popen([*command, run, str(gate)], env=env, **pipes) for run in runs]
+    deadline = time.monotonic() + 120
+    while not all((gate / f"{run}.waiting").exists() for run in runs):
+        assert time.monotonic() < deadline and all(c.poll() is None for c in children), [
+            c.communicate() for c in children if c.poll() is not None
+        ]
+        time.sleep(0.02)
+    (gate / "go").touch()  # both have read the table: neither saw the other's keys
+    done = []
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err[-2000:]
+        done.append(json.loads(out.splitlines()[-1]))
+    rows = DeltaSink(location, "res", LAYOUT).read()
+    assert [r["source_key"] for r in rows] == list(range(ROWS_PER_CHUNK))
+    assert sum(d["counts"][0] for d in done) == ROWS_PER_CHUNK  # inserted once, by one of the runs
+    assert sorted(d["counts"] for d in done) == [[0, 0, ROWS_PER_CHUNK], [ROWS_PER_CHUNK, 0, 0]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow.parquet as pq
 import pytest
 from lake_contract import (
@@ -10,7 +12,9 @@ from lake_contract import (
     check_killed_writer,
     check_layout_refused,
     check_racing_same_chunk,
+    check_sealed_shard,
     check_shards_concurrently,
+    check_stale_commit_meets_the_seal,
 )
 from lake_rows import LAYOUT, ROWS_PER_CHUNK, chunk
 
@@ -26,7 +30,17 @@ def test_an_existing_table_of_another_layout_is_refused(location: str) -> None:
 def test_a_chunk_commits_once_and_answers_already_with_its_stored_record(location: str) -> None:
     sink = check_commit_once(ParquetSink, location)
     assert sink.target == f"parquet:{location}/res"
-    assert sink.manifest_files() == ["data/run-a-s00000-c00000.parquet"]
+    (listed,) = sink.manifest_files()
+    assert re.fullmatch(r"data/run-a-s00000-c00000-[0-9a-f]{12}\.parquet", listed), listed
+
+
+def test_a_sealed_shard_takes_no_more_chunks(location: str) -> None:
+    check_sealed_shard(ParquetSink, location)
+
+
+def test_a_stale_commit_in_flight_when_the_shard_is_sealed_writes_nothing(location: str) -> None:
+    sink = check_stale_commit_meets_the_seal(ParquetSink, location, "_committed")
+    assert sink._store().names("data") == sink.manifest_files()  # the stale writer deleted its own file
 
 
 def test_racing_writers_of_one_chunk_land_it_once(location: str) -> None:
@@ -51,7 +65,12 @@ def test_committed_inputs_take_the_latest_scoring_of_each_key(location: str) -> 
 @pytest.mark.slow
 def test_a_writer_killed_mid_run_leaves_each_chunk_once_after_recommitting(location: str) -> None:
     sink = check_killed_writer(ParquetSink, "parquet", location)
-    assert sink.manifest_files() == [f"data/run-a-s00000-c{n:05d}.parquet" for n in range(12)]
+    listed = sink.manifest_files()
+    assert [name[: len("data/run-a-s00000-c00000")] for name in listed] == [
+        f"data/run-a-s00000-c{n:05d}" for n in range(12)
+    ]
+    sink.finish("run-a")  # the file the killed writer published but never listed is gone
+    assert sorted(sink._store().names("data")) == sorted(listed)
 
 
 def test_a_data_file_without_its_manifest_entry_is_not_read_until_committed(tmp_path) -> None:
@@ -66,6 +85,11 @@ def test_a_data_file_without_its_manifest_entry_is_not_read_until_committed(tmp_
     assert sink.committed("run-a", 0, 1) is None
     assert sink.commit(chunk(1)).status == "written"
     assert [r["source_key"] for r in sink.read()] == list(range(2 * ROWS_PER_CHUNK))
+    assert sink.finish("run-a") == ["deleted 1 data file(s) of run run-a that no manifest entry lists"]
+    assert sorted(p.name for p in (tmp_path / "res" / "data").iterdir()) == sorted(
+        name.removeprefix("data/") for name in sink.manifest_files()
+    )
+    assert sink.finish("run-a") == []
 
 
 def test_run_ids_that_cannot_name_a_file_are_refused(tmp_path) -> None:
