@@ -126,7 +126,8 @@ def find_ledger(
 
 
 def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
-    """The sink ``spec`` writes to, for rows of ``layout``; nothing is created until ``ensure()``."""
+    """The sink ``spec`` writes to, for rows of ``layout``; nothing is created until ``ensure()``. A lake
+    sink retries its calls on the store on ``spec.retry``, the run's one policy."""
     if is_sql_url(results_url):
         from shardwise.sinks.sql import SqlSink
 
@@ -147,11 +148,11 @@ def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
                 f"results in Delta Lake need the deltalake package ({exc}); pip install 'shardwise[delta]', "
                 "or give --results-format parquet"
             ) from exc
-        sink: Sink = DeltaSink(location, spec.results_table, layout)
+        sink: Sink = DeltaSink(location, spec.results_table, layout, retry=spec.retry)
         return sink
     from shardwise.sinks.parquet_files import ParquetSink
 
-    files: Sink = ParquetSink(location, spec.results_table, layout)
+    files: Sink = ParquetSink(location, spec.results_table, layout, retry=spec.retry)
     return files
 
 

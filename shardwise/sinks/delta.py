@@ -55,6 +55,18 @@ safe for a single writer). The store must support conditional writes: AWS S3
 (delta-rs retries 15 times itself, then this sink a few more with backoff)
 becomes :class:`~shardwise.errors.TransientError`, which the caller retries.
 
+**Faults.** Every call the sink makes on the table (opening it, bringing it
+up to date, reading, committing) is retried on the run's
+:class:`~shardwise.retry_policy.RetryPolicy` when the store fails (a cut
+answer, a timeout), each call on a clock of its own, as S3 reads are; past
+the deadline a :class:`~shardwise.errors.RetryDeadlineError` names the step.
+A bucket that does not exist or refuses the credentials is a
+:class:`~shardwise.errors.ConfigError` naming it (see
+:func:`~shardwise.sinks.lake.bucket_refusal`), found on the first call:
+before a run starts, its checks open the table. delta-rs's error text is
+shown with its terminal colours removed, its lines joined, and the causes
+that quote a URL or an XML answer (they name the location) left out.
+
 **Checkpoints.** delta-rs's post-commit hook writes a checkpoint every
 ``delta.checkpointInterval`` commits (100; set on tables this sink creates),
 so log replay stays short although every chunk is a commit; :meth:`finish`
@@ -66,6 +78,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -78,6 +91,7 @@ from deltalake import DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from shardwise.errors import ConfigError, TransientError
+from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
 from shardwise.sinks.delta_commits import app_id, commit_properties, stored_commit
 from shardwise.sinks.lake import (
@@ -85,6 +99,7 @@ from shardwise.sinks.lake import (
     S3Settings,
     arrow_rows,
     arrow_schema,
+    bucket_refusal,
     refuse_other_format,
     rows_table,
     s3_storage_options,
@@ -92,23 +107,47 @@ from shardwise.sinks.lake import (
 )
 from shardwise.sources.base import KeyType
 
-__all__ = ["DeltaSink", "app_id"]
+__all__ = ["DeltaSink", "app_id", "delta_text"]
 
 T = TypeVar("T")
 _CONFIGURATION = {"delta.checkpointInterval": "100"}
 _MATCH = "t.source_key = s.source_key AND t.model_version = s.model_version"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _log = logging.getLogger(__name__)
 
 
+def delta_text(exc: BaseException) -> str:
+    """delta-rs's error text on one line: terminal colour codes removed, its chain of causes joined.
+
+    A cause that quotes a request (``Error performing GET http://...``) or an answer's XML body is
+    left out: those name the table's resolved location, which a sink targeted by reference
+    (``env:NAME``) must not show.
+    """
+    lines = (line.strip().lstrip("\u21b3").strip() for line in _ANSI.sub("", str(exc)).splitlines())
+    kept = [line for line in lines if line and "://" not in line and not line.startswith("<")]
+    return " <- ".join(kept) or type(exc).__name__
+
+
 @contextmanager
-def _boundary(what: str) -> Iterator[None]:
-    """Map delta-rs and object-store failures onto the error tree (``what`` names the step)."""
+def _boundary(what: str, refusal: Callable[[], ConfigError | None] | None = None) -> Iterator[None]:
+    """Map delta-rs and object-store failures onto the error tree (``what`` names the step).
+
+    A storage failure is transient unless ``refusal`` (asked only then) says the bucket is missing or
+    refused, which retrying cannot mend.
+    """
     try:
         yield
     except CommitFailedError as exc:
-        raise TransientError(f"Delta commit lost to concurrent writers while {what}: {exc}") from exc
+        raise TransientError(
+            f"Delta commit lost to concurrent writers while {what}: {delta_text(exc)}"
+        ) from exc
     except OSError as exc:
-        raise TransientError(f"Delta storage failed while {what}: {exc}; retrying may succeed") from exc
+        refused = refusal() if refusal is not None else None
+        if refused is not None:
+            raise refused from exc
+        raise TransientError(
+            f"Delta storage failed while {what}: {delta_text(exc)}; retrying may succeed"
+        ) from exc
 
 
 def _type_name(kind: Any) -> str:
@@ -123,14 +162,27 @@ def _columns(schema: Schema) -> list[tuple[str, str, bool]]:
 
 
 class DeltaSink:
-    """A Delta table at ``<location>/<table>``; one table handle per thread, refreshed per use."""
+    """A Delta table at ``<location>/<table>``; one table handle per thread, refreshed per use.
 
-    def __init__(self, location: str, table: str, layout: Layout, *, s3: S3Settings | None = None) -> None:
+    ``retry`` is the run's policy: how long a failing call on the table is
+    tried again (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        location: str,
+        table: str,
+        layout: Layout,
+        *,
+        s3: S3Settings | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         self._where = LakeLocation(location, table)
         self.layout = layout
         self.target = f"delta:{location.rstrip('/')}/{table}"
         self._schema = arrow_schema(layout)
         self._s3 = s3
+        self._retry = retry or RetryPolicy()
         self._local = threading.local()
         self._closed = False
         self.commit_tries = 6
@@ -209,13 +261,16 @@ class DeltaSink:
         self._local = threading.local()
 
     def _retried(self, what: str, call: Callable[[], T]) -> T:
-        """``call()`` with delta-rs's failures mapped onto the error tree; a failed try drops the handle."""
-        try:
-            with _boundary(what):
+        """``call()`` with delta-rs's failures mapped, tried again on the run's policy while transient."""
+
+        def once() -> T:
+            with _boundary(what, self._refusal):
                 return call()
-        except TransientError:
-            self._forget()
-            raise
+
+        return retry_step(once, what=what, outage=Outage(self._retry), reset=self._forget)
+
+    def _refusal(self) -> ConfigError | None:
+        return None if self._where.bucket is None else bucket_refusal(self._where.bucket, self._s3)
 
     def _forget(self) -> None:
         """Drop this thread's handle after a failure: the next try opens the table afresh."""
@@ -244,7 +299,7 @@ class DeltaSink:
                 storage_options=self._options(),
             )
         except DeltaError as exc:  # another process created it first; the open below checks it
-            _log.info("creating %s: %s; opening the table made meanwhile", self.target, exc)
+            _log.info("creating %s: %s; opening the table made meanwhile", self.target, delta_text(exc))
         found = self._open()
         if found is None:
             raise TransientError(f"Delta table {self.target} was neither created nor found; try again")
@@ -278,7 +333,7 @@ class DeltaSink:
             except CommitFailedError as exc:
                 if attempt == self.commit_tries:
                     raise
-                _log.info("Delta commit attempt %d lost while %s: %s", attempt, what, exc)
+                _log.info("Delta commit attempt %d lost while %s: %s", attempt, what, delta_text(exc))
                 self._forget()
                 time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))
         raise AssertionError("unreachable: the last attempt returns or raises")

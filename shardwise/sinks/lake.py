@@ -17,6 +17,14 @@ S3 settings come from boto3's standard chain (environment, profile,
 ``AWS_ENDPOINT_URL``), as the S3 source's do: :func:`s3_client` and
 :func:`s3_storage_options` ask a boto3 session, never ``os.environ``.
 Credentials appear in no message, log or ``target``.
+
+A store call that fails on S3 may be a passing fault (a cut answer, a
+throttled request) or a bucket that is not there or not this caller's. The
+sinks tell them apart by asking S3 about the bucket itself
+(:func:`bucket_refusal`, a ``HeadBucket`` answered with a status code),
+never by reading the store library's error text: a missing or refused bucket
+is a :class:`~shardwise.errors.ConfigError` naming the bucket, anything
+else is retried under the run's policy.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.model import OutputColumn
 from shardwise.results.codec import as_vector, check_key
 from shardwise.results.records import ResultRow
@@ -44,6 +52,7 @@ __all__ = [
     "S3Settings",
     "arrow_rows",
     "arrow_schema",
+    "bucket_refusal",
     "refuse_other_format",
     "rows_table",
     "s3_client",
@@ -145,8 +154,54 @@ def _exists(where: LakeLocation, name: str, s3: S3Settings | None) -> bool:
         import os
 
         return os.path.exists(os.path.join(where.uri, name))
-    found = s3_client(s3).list_objects_v2(Bucket=where.bucket, Prefix=f"{where.prefix}/{name}", MaxKeys=1)
+    from shardwise.sources.parquet.s3_errors import s3_boundary
+
+    client = s3_client(s3)
+    try:
+        with s3_boundary(f"listing the results bucket {where.bucket!r}"):
+            found = client.list_objects_v2(Bucket=where.bucket, Prefix=f"{where.prefix}/{name}", MaxKeys=1)
+    finally:
+        client.close()
     return bool(found.get("KeyCount"))
+
+
+_MISSING_BUCKET = frozenset({"404", "NoSuchBucket", "NotFound"})
+_REFUSED_BUCKET = frozenset({"403", "AccessDenied", "Forbidden", "AllAccessDisabled"})
+
+
+def bucket_refusal(bucket: str, s3: S3Settings | None) -> ConfigError | None:
+    """The error for a results bucket that does not exist or refuses these credentials; None when S3
+    says it is there (or cannot say now: then the failure that led here is a passing one).
+
+    Names the bucket alone, never the location's path: a bucket name is no secret.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        client = s3_client(s3)
+    except (BotoCoreError, ShardwiseError):
+        return None
+    try:
+        client.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in _MISSING_BUCKET:
+            return ConfigError(
+                f"results bucket {bucket!r} does not exist (S3 answered {code} for it); create it "
+                f"(aws s3 mb s3://{bucket}) or give --results an s3:// location in an existing bucket"
+            )
+        if code in _REFUSED_BUCKET:
+            return ConfigError(
+                f"results bucket {bucket!r} refuses these credentials (S3 answered {code} for it); give "
+                "credentials that may list, read and write it (AWS_PROFILE, AWS_ACCESS_KEY_ID...), or "
+                "another --results bucket"
+            )
+        return None
+    except BotoCoreError:
+        return None
+    finally:
+        client.close()
+    return None
 
 
 def arrow_schema(layout: Layout) -> pa.Schema:

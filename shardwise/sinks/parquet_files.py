@@ -35,6 +35,10 @@ scored again in a later run (its input changed, or a run without
 one row per key take the latest ``scored_at``, as
 :meth:`~ParquetSink.committed_inputs` does. (Files cannot be merged in
 place; a Delta table keeps one row per key.)
+
+On S3 every call is tried again on the run's retry policy while it fails
+transiently; a bucket that does not exist or refuses the credentials is a
+:class:`~shardwise.errors.ConfigError` naming it.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shardwise.errors import ConfigError, TransientError
+from shardwise.errors import ConfigError, SourceError, TransientError
+from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
 from shardwise.sinks.lake import (
     FORMAT_MARKERS,
@@ -60,6 +65,7 @@ from shardwise.sinks.lake import (
     S3Settings,
     arrow_rows,
     arrow_schema,
+    bucket_refusal,
     refuse_other_format,
     rows_table,
     s3_client,
@@ -80,14 +86,26 @@ def _columns(schema: pa.Schema) -> list[tuple[str, str, bool]]:
 
 
 class ParquetSink:
-    """Parquet files and a manifest at ``<location>/<table>``; thread-safe (one S3 client, shared)."""
+    """Parquet files and a manifest at ``<location>/<table>``; thread-safe (one S3 client, shared).
 
-    def __init__(self, location: str, table: str, layout: Layout, *, s3: S3Settings | None = None) -> None:
+    ``retry`` is the run's policy: how long a failing S3 call is tried again.
+    """
+
+    def __init__(
+        self,
+        location: str,
+        table: str,
+        layout: Layout,
+        *,
+        s3: S3Settings | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         self._where = LakeLocation(location, table)
         self.layout = layout
         self.target = f"parquet:{location.rstrip('/')}/{table}"
         self._schema = arrow_schema(layout)
         self._s3 = s3
+        self._retry = retry or RetryPolicy()
         self._lock = threading.Lock()
         self._client: Any = None
         self._files: Files | None = None
@@ -167,8 +185,19 @@ class ParquetSink:
         return self._retried(f"reading {self.target}", self._manifest_files)
 
     def _retried(self, what: str, call: Callable[[], T]) -> T:
-        """``call()``: one place where every call on the files goes through."""
-        return call()
+        """``call()``, tried again on the run's policy while it fails transiently; a missing or refused
+        bucket is a ConfigError naming it."""
+
+        def once() -> T:
+            try:
+                return call()
+            except SourceError as exc:
+                refused = None if self._where.bucket is None else bucket_refusal(self._where.bucket, self._s3)
+                if refused is not None:
+                    raise refused from exc
+                raise
+
+        return retry_step(once, what=what, outage=Outage(self._retry))
 
     def _check(self) -> None:
         stored = self._store().get(_SCHEMA_FILE)
