@@ -177,6 +177,7 @@ class _Stopper:
         self._resume, self._recorded = resume, recorded
         self._signum = 0
         self._said = threading.Lock()
+        self._printed = False
         self._line = ""
 
     def request(self, signum: int, frame: FrameType | None) -> None:
@@ -226,11 +227,17 @@ class _Stopper:
         self._end()
 
     def _say(self) -> None:
-        """Print the line once, whichever thread gets here first (the stopper, the deadline, a signal)."""
-        if not self._said.acquire(blocking=False):
+        """Print the line once, whichever thread gets here first (the stopper, the deadline, a signal);
+        a thread that comes second waits (a moment at most) until it is out, so the exit never cuts it."""
+        if not self._said.acquire(timeout=1.0):
             return
-        with suppress(OSError, ValueError):  # stderr closed: the exit code still says it
-            print(f"shardwise: {self._line}", file=sys.__stderr__ or sys.stderr, flush=True)
+        try:
+            if not self._printed:
+                with suppress(OSError, ValueError):  # stderr closed: the exit code still says it
+                    print(f"shardwise: {self._line}", file=sys.__stderr__ or sys.stderr, flush=True)
+                self._printed = True
+        finally:
+            self._said.release()
 
     def _end(self) -> None:
         self._say()
