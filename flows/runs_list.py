@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from shardwise.pipeline.destination import find_ledger
+from shardwise.redact import redact
 from shardwise.results import Ledger, RunListing
 from shardwise.results.codec import utc_now
 from shardwise.results.leases import abandoned_why, lease_live
@@ -38,7 +39,7 @@ def print_runs(results: str | None, limit: int = 20, *, ledger: str | None = Non
         runs = found.recent_runs(limit)
         url = found.url
     if not runs:
-        print(f"no runs recorded in {url}")
+        print(redact(f"no runs recorded in {url}"))  # a ledger given as env:NAME is named so
         return
     now = utc_now()
     print(runs_table(runs, now))

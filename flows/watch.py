@@ -50,7 +50,7 @@ def watch(spec: WatchSpec, *, results: str | None = None, install: bool = False)
     from shardwise.flows.serving import require_server
 
     require_server()  # events sent without a server would vanish
-    spec = replace(spec, source=resolve(spec.source))
+    spec = replace(spec, source=resolve(spec.source), named_by=spec.source)  # events name the reference
     if install and spec.table:
         install_trigger(spec.source, spec.table, spec.key, schema=spec.schema)
         print(f"installed the change triggers on {spec.table}", flush=True)
@@ -58,7 +58,7 @@ def watch(spec: WatchSpec, *, results: str | None = None, install: bool = False)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     seen = (
-        _ledger_seen(find_ledger(None, results, None, resolve), spec.source)
+        _ledger_seen(find_ledger(None, results, None, resolve), spec.source, spec.named_by)
         if results and not spec.table
         else None
     )
@@ -76,11 +76,14 @@ def watch(spec: WatchSpec, *, results: str | None = None, install: bool = False)
             watcher.run(stop)
 
 
-def _ledger_seen(ledger_url: str, location: str) -> Any:
-    """The ledger's scored (object key, ETag) pairs for ``location``, read fresh on every listing."""
+def _ledger_seen(ledger_url: str, location: str, named_by: str | None) -> Any:
+    """The ledger's scored (object key, ETag) pairs for ``location``, read fresh on every listing: under
+    the name runs record it by (``named_by``, see :mod:`shardwise.by_reference`), or in clear."""
+    from shardwise.by_reference import by_reference
     from shardwise.results import Ledger
     from shardwise.sources.parquet.stores import open_store
 
     identity = open_store(location).identity
+    names = {by_reference(named_by, identity), identity}
     ledger = Ledger(ledger_url)
-    return lambda: ledger.seen_objects(identity)
+    return lambda: frozenset().union(*(ledger.seen_objects(name) for name in names))

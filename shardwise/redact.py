@@ -17,9 +17,12 @@ Three layers, each catching what the one before cannot:
    longer text seen for the first time, secret query parameters, AWS keys.
 
 A value reached through a reference (``env:NAME``, ``secret:NAME``) is
-remembered whole (:func:`remember_reference`) and shown as ``<env:NAME>``
-wherever it appears: the reference is named, never its value, whatever the
-value is (a URL, a path, or a key someone passed by mistake). Once a process
+remembered whole (:func:`remember_reference`), and with it every rendering of
+it as a location (a URL with its password hidden or left out, a path made
+absolute), and shown as ``<env:NAME>`` wherever it appears: the reference is
+named, never its value, whatever the value is (a URL, a path, or a key
+someone passed by mistake). :mod:`shardwise.by_reference` stores such a
+location by the same rule. Once a process
 holds such a value, every log record it makes is redacted as it is made
 (:func:`redact_log_records`), tracebacks included, so Prefect's log handlers
 never see the value.
@@ -115,9 +118,58 @@ def remember_reference(value: str, reference: str) -> None:
     """
     if not value:
         return
-    _remember(value, f"<{reference}>")
+    for spelling in _renderings(value):
+        _remember(spelling, f"<{reference}>")
     url_password(value)
     redact_log_records()
+
+
+def _renderings(value: str) -> set[str]:
+    """``value`` and the other ways a message or a stored record spells it as a whole location.
+
+    A database URL: as SQLAlchemy renders it with the password hidden (``***``)
+    or left out, with and without its secret-looking query keys, and under
+    ``postgresql+psycopg`` for a bare ``postgresql`` (the sources' identity and
+    every error's ``at ...`` use these). A path: its absolute form (the lake
+    sinks and the Parquet sources name a location so). An ``s3://`` prefix:
+    without a trailing ``/``, and as ``bucket/prefix`` (how object stores
+    quote a path). Pieces of a location (a host, a database name, a bucket)
+    are not renderings: they are not masked on their own.
+    """
+    import os
+
+    # No trailing "/": masking "s3://b/p/" in "s3://b/p/table" would eat the "/" before "table".
+    found = {value.rstrip("/") or value, value.strip().rstrip("/")}
+    if value.startswith("s3://"):
+        bare = value.removeprefix("s3://").rstrip("/")
+        if "/" in bare:
+            found.add(bare)
+    elif "://" in value:
+        found |= _url_renderings(value)
+    else:
+        found.add(os.path.abspath(os.path.expanduser(value)).rstrip("/") or value)
+    return {spelling for spelling in found if spelling}
+
+
+def _url_renderings(value: str) -> set[str]:
+    try:
+        import sqlalchemy as sa
+
+        from shardwise.dberrors import without_secrets
+
+        parsed = sa.make_url(value)
+    except Exception:  # not a URL SQLAlchemy reads: its own text is all there is to mask
+        return set()
+    urls = [parsed]
+    if parsed.drivername == "postgresql":
+        urls.append(parsed.set(drivername="postgresql+psycopg"))  # as the SQL source reads it
+    found: set[str] = set()
+    for url in urls:
+        for kept in (url, without_secrets(url, keep_password=True)):
+            found.add(kept.render_as_string(hide_password=True))
+            found.add(kept.render_as_string(hide_password=False))
+        found.add(without_secrets(url).render_as_string(hide_password=False))
+    return found
 
 
 def _remember(secret: str, mask: str) -> None:

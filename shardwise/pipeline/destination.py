@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.pipeline.spec import Resolver, RunSpec
@@ -149,11 +150,19 @@ def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
                 "or give --results-format parquet"
             ) from exc
         sink: Sink = DeltaSink(location, spec.results_table, layout, retry=spec.retry)
-        return sink
+        return _named(spec, sink)
     from shardwise.sinks.parquet_files import ParquetSink
 
     files: Sink = ParquetSink(location, spec.results_table, layout, retry=spec.retry)
-    return files
+    return _named(spec, files)
+
+
+def _named(spec: RunSpec, sink: Sink) -> Sink:
+    """A lake sink whose location was given as ``env:NAME`` or ``secret:NAME`` targets it by that name
+    (:mod:`shardwise.by_reference`): the ledger records its target so, and the summary, the artifacts,
+    the events and the sink's own messages show it so, never the location it resolved to."""
+    sink.target = by_reference(spec.results, sink.target)
+    return sink
 
 
 def sink_layout(

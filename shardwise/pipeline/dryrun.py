@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError, InputError
 from shardwise.generation import with_generation
 from shardwise.model import Model
@@ -29,6 +30,7 @@ from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, open_spec_source
 from shardwise.precision import versioned
+from shardwise.redact import redact
 from shardwise.results import Ledger
 from shardwise.results.codec import utc_now
 from shardwise.results.leases import abandoned_why, when
@@ -104,8 +106,9 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
             current = plan if spec.only_new else plan_source(new_only, source, version, ledger, sink=asks)
             already = str(int(current.params.get("skipped_rows") or 0))
         except ConfigError as exc:
-            already = f"unknown ({exc})"
-        unfinished = _unfinished(ledger, results_target(spec, results_url))
+            already = f"unknown ({redact(str(exc))})"  # a report: it names a reference, not its value
+        target = results_target(spec, results_url)
+        unfinished = _unfinished(ledger, by_reference(spec.results, target), target)
     finally:
         source.close()
         ledger.close()
@@ -113,7 +116,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
             asks.close()
     sizes = [s.expected_rows for s in plan.shards]
     return {
-        "source": plan.identity,
+        "source": by_reference(spec.source, plan.identity),
         "snapshot": plan.snapshot or "none",
         "shards": len(sizes),
         "rows": plan.expected_rows,
@@ -130,10 +133,18 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     }
 
 
-def _unfinished(ledger: Ledger, results_table: str) -> list[str]:
-    """Runs into the same results table still marked running: live ones, and abandoned ones to resume."""
+def _unfinished(ledger: Ledger, *results_tables: str) -> list[str]:
+    """Runs into the same results table still marked running: live ones, and abandoned ones to resume.
+
+    The table as runs record it now, and in clear as runs recorded a location given by reference before
+    (see :mod:`shardwise.by_reference`)."""
     now, found = utc_now(), []
-    for run in ledger.recent_runs(10, status="running", results_table=results_table):
+    running = [
+        run
+        for results_table in dict.fromkeys(results_tables)
+        for run in ledger.recent_runs(10, status="running", results_table=results_table)
+    ]
+    for run in running:
         done = f"{run.counts.shards_done}/{run.counts.shards_total} shards done"
         if run.state(now) == "abandoned":
             why = abandoned_why(run.owner, run.lease_expires_at, now)

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from shardwise.by_reference import by_reference
 from shardwise.errors import ShardwiseError
 from shardwise.lineage import code_version
 from shardwise.model import ModelInfo
@@ -227,7 +228,8 @@ def _plan_new(
     sink: Sink | None = None
     try:
         if spec.redrive is not None:
-            source = redrive_plan_source(spec, source, ledger, run_id, results_target(spec, results_url))
+            target = by_reference(spec.results, results_target(spec, results_url))
+            source = redrive_plan_source(spec, source, ledger, run_id, target)
         version = versioned(model.version, choice.precision)
         asker = only_new_sink(spec, resolve, source, model.outputs) if spec.only_new else None
         try:
@@ -237,7 +239,13 @@ def _plan_new(
         finally:
             if asker is not None:
                 asker.close()
-        plan = dataclasses.replace(plan, params={**plan.params, "retry": spec.retry.to_params()})
+        # A source given as env:NAME is recorded by that name (and a fingerprint), never its value; the
+        # workers read the stored plan with the identity they resolve (see worker.py).
+        identity = by_reference(spec.source, source.identity)
+        params = {**plan.params, "retry": spec.retry.to_params()}
+        if params.get("location") == source.identity:  # a Parquet or image folder plan names it again
+            params["location"] = identity
+        plan = dataclasses.replace(plan, identity=identity, params=params)
         sink = open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, plan))
         ResultStore(ledger, sink).ensure_schema()
         record = RunRecord(
@@ -250,7 +258,7 @@ def _plan_new(
             precision_agreement=choice.agreement,
             precision_agreement_from=_agreement_from(choice),
             code_version=code_version(),
-            source_identity=source.identity,
+            source_identity=identity,
             source_snapshot=plan.snapshot,
             results_table=sink.target,
         )

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shardwise.by_reference import same_location
 from shardwise.errors import ConfigError
 from shardwise.lineage import value_fingerprint
 from shardwise.results import Ledger, StoredDeadLetter
@@ -68,11 +69,13 @@ class RedriveSelection:
 
 
 def redrive_keys(
-    ledger: Ledger, results_table: str, source: Source, run_id: str, force: bool
+    ledger: Ledger, results_table: str, source: Source, run_id: str, force: bool, identity: str | None = None
 ) -> RedriveSelection:
     """Read run ``run_id``'s dead letters from ``ledger`` and pick the keys whose input changed since.
 
-    The run must have read ``source`` into ``results_table``.
+    The run must have read ``source`` into ``results_table``. ``identity`` is how runs of ``source``
+    are recorded (:func:`~shardwise.by_reference.by_reference`; its own identity when None), which
+    finds the run's earlier redrives.
     ``source`` must be the source the run read. Each dead-lettered key's
     current rows are read (``read_keys``) and fingerprinted as the pipeline
     does (:func:`~shardwise.lineage.value_fingerprint`); a key changed when
@@ -83,7 +86,7 @@ def redrive_keys(
     for letter in letters:
         if letter.source_key is not None:  # sources never read a NULL key, so never dead-letter one
             failed.setdefault(letter.source_key, set()).add(letter.input_fingerprint)
-    redriven = _redriven(ledger, results_table, source, run_id, failed)
+    redriven = _redriven(ledger, results_table, identity or source.identity, run_id, failed)
     found: dict[str, Key] = {}
     changed: set[str] = set()
     for row in source.read_keys(list(failed)):
@@ -107,7 +110,7 @@ def redrive_keys(
 
 
 def _redriven(
-    ledger: Ledger, results_table: str, source: Source, run_id: str, failed: dict[str, set[str | None]]
+    ledger: Ledger, results_table: str, identity: str, run_id: str, failed: dict[str, set[str | None]]
 ) -> set[str]:
     """The keys earlier redrives of ``run_id`` scored (in their done shards) and did not dead-letter again.
 
@@ -115,7 +118,7 @@ def _redriven(
     it is unchanged unless its input changed since that redrive too.
     """
     redriven: set[str] = set()
-    for redrive_id, plan in ledger.redrives_of(run_id, source.identity, results_table):
+    for redrive_id, plan in ledger.redrives_of(run_id, identity, results_table):
         done = ledger.done_shards(redrive_id)
         scored = {str(k) for shard in plan.shards if shard.shard_id in done for k in shard.bounds["keys"]}
         again = {
@@ -133,10 +136,16 @@ def _redriven(
 
 
 def redrive_source(
-    ledger: Ledger, results_table: str, source: Source, run_id: str, *, force: bool = False
+    ledger: Ledger,
+    results_table: str,
+    source: Source,
+    run_id: str,
+    *,
+    force: bool = False,
+    identity: str | None = None,
 ) -> KeyedSource:
     """``source`` restricted to the keys :func:`redrive_keys` chooses; the plan records the selection."""
-    selection = redrive_keys(ledger, results_table, source, run_id, force)
+    selection = redrive_keys(ledger, results_table, source, run_id, force, identity)
     return KeyedSource(source, selection.keys, kind_label="redrive", extra_params=selection.params)
 
 
@@ -147,12 +156,12 @@ def _dead_letters(ledger: Ledger, results_table: str, source: Source, run_id: st
             f"run {run_id!r} is not in the shardwise_runs table of {ledger.url}; redrive a run id "
             f"listed there ({_RUN_IDS})"
         )
-    if run.source_identity != source.identity:
+    if not same_location(run.source_identity, source.identity):
         raise ConfigError(
             f"run {run_id!r} read source {run.source_identity!r}, not {source.identity!r}; "
             "redrive a run with the source it read"
         )
-    if run.results_table != results_table:
+    if not same_location(run.results_table, results_table):
         raise ConfigError(
             f"run {run_id!r} wrote to results table {run.results_table!r}, not {results_table!r}; "
             "redrive it into the table it wrote"

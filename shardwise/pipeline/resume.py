@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from shardwise.by_reference import by_reference, same_location
 from shardwise.errors import ConfigError
 from shardwise.generation import settings_given
 from shardwise.model import ModelInfo
@@ -42,8 +43,8 @@ def resume_run(
         )
     took_over = takeover_from(summary, force=spec.force, owner=owner)
     record, plan = ledger.load(spec.resume)
-    target = results_target(spec, resolve(spec.results))
-    if record.results_table != target:
+    target = by_reference(spec.results, results_target(spec, resolve(spec.results)))
+    if not same_location(record.results_table, target):
         raise ConfigError(
             f"run {spec.resume!r} wrote its results to {record.results_table!r}, not {target!r}; resume it "
             "with the --results, --results-table and --results-format it was started with"
@@ -66,10 +67,10 @@ def resume_run(
         )
     source = open_spec_source(spec, resolve, plan)
     try:
-        identity = source.identity
+        identity = by_reference(spec.source, source.identity)
     finally:
         source.close()
-    if identity != record.source_identity:
+    if not same_location(record.source_identity, identity):
         raise ConfigError(
             f"run {spec.resume!r} read source {record.source_identity!r}, not {identity!r}; "
             "resume it with the source it read"

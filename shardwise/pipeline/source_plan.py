@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 
+from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError
 from shardwise.lineage import value_fingerprint
 from shardwise.pipeline.redrive import redrive_source
@@ -76,8 +77,11 @@ def _new_only(spec: RunSpec, source: Source, model_version: str, ledger: Ledger)
     if not spec.only_new:
         return None
     if source.kind == "parquet":
-        # The ledger alone answers "which objects were seen".
-        return NewOnly(model_version, spec.results_table, ledger.seen_objects(source.identity))
+        # The ledger alone answers "which objects were seen": under the name runs record the source by
+        # (see shardwise.by_reference), or in clear, as runs before recorded a source given by reference.
+        names = {by_reference(spec.source, source.identity), source.identity}
+        seen = frozenset().union(*(ledger.seen_objects(name) for name in names))
+        return NewOnly(model_version, spec.results_table, seen)
     return NewOnly(model_version, spec.results_table)
 
 
@@ -106,4 +110,5 @@ def redrive_plan_source(spec: RunSpec, source: Source, ledger: Ledger, run_id: s
     assert spec.redrive is not None
     if spec.redrive == run_id:
         raise ConfigError(f"a redrive of run {run_id!r} is a new run: give it another run id")
-    return redrive_source(ledger, target, source, spec.redrive, force=spec.force)
+    identity = by_reference(spec.source, source.identity)
+    return redrive_source(ledger, target, source, spec.redrive, force=spec.force, identity=identity)

@@ -23,10 +23,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from shardwise.by_reference import same_location
 from shardwise.calibration import CalibrationCache, measured_agreement
 from shardwise.config import EngineConfig
 from shardwise.device_lease import leased_device
@@ -231,6 +232,8 @@ def _open_run(ref: RunRef, model: Model, resolve: Resolver) -> _Run:
         raise
     try:
         table = open_spec_source(ref.spec, resolve, plan)
+        if plan.identity != table.identity and same_location(plan.identity, table.identity):
+            plan = replace(plan, identity=table.identity)  # recorded by reference, read by value
         # A redrive's stored shards name their keys: read them by key.
         source: Source = KeyedSource(table, []) if is_keyed(plan) else table
     except BaseException:

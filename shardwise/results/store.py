@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.by_reference import same_location
 from shardwise.closing import Closing
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
@@ -78,7 +79,8 @@ class ResultStore(Closing):
         deadline (the shard's clock; a fresh one with the default policy when
         None), then the attempt fails (see :mod:`shardwise.retry_policy`).
         """
-        if run.results_table != self.sink.target:
+        # The same target recorded by reference or in clear (shardwise.by_reference) is the same target.
+        if not same_location(run.results_table, self.sink.target):
             raise ConfigError(
                 f"run {run.run_id!r} writes to {run.results_table!r} but this store's sink is "
                 f"{self.sink.target!r}; open the sink of the run's results"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError
 from shardwise.sources.parquet.objects import ObjectInfo, is_image_name, is_parquet_name
 from shardwise.sources.parquet.stores import open_store
@@ -62,13 +63,14 @@ class ObjectWatcher(Watcher):
         # Parquet files, or pictures: an image folder is a source too (shardwise.sources.images.folder),
         # and the run an event starts refuses a folder that holds both.
         self._store = open_store(spec.source, s3_client, names=_landed_name)
+        self._location = by_reference(spec.named_by, self._store.identity)  # what events name
         self._seen = seen or _nothing_seen
         self._max_listed = max_listed
         self._announced: set[tuple[str, str]] = set()
 
     @property
     def watching(self) -> str:
-        return self._store.identity
+        return self._location
 
     def poll_once(self) -> int:
         """List once; announce the objects neither seen nor announced yet. Returns events emitted (0 or 1)."""
@@ -88,7 +90,7 @@ class ObjectWatcher(Watcher):
 
     def _payload(self, new: list[ObjectInfo]) -> dict[str, Any]:
         return {
-            "location": self._store.identity,
+            "location": self._location,
             "count": len(new),
             "bytes": sum(o.size for o in new),
             "objects": [{"key": o.key, "etag": o.etag, "size": o.size} for o in new[: self._max_listed]],

@@ -83,7 +83,12 @@ class PgNotifyWatcher(Watcher):
                 raise ConfigError(f"{setting} must be a number of seconds >= 0; got {value!r}")
         super().__init__(spec.name, emit, pause_s=0.0, backoff=backoff)
         self._table = open_table(
-            spec.source, spec.sql_table(), spec.key, updated_at=spec.updated_at, schema=spec.schema
+            spec.source,
+            spec.sql_table(),
+            spec.key,
+            updated_at=spec.updated_at,
+            schema=spec.schema,
+            named_by=spec.named_by,
         )
         if not self._table.db.is_postgres:
             self._table.db.dispose()

@@ -33,7 +33,12 @@ class WatermarkPoller(Watcher):
     def __init__(self, spec: WatchSpec, emit: Emitter, *, backoff: Backoff | None = None) -> None:
         super().__init__(spec.name, emit, pause_s=spec.interval_s, backoff=backoff)
         self._table = open_table(
-            spec.source, spec.sql_table(), spec.key, updated_at=spec.updated_at, schema=spec.schema
+            spec.source,
+            spec.sql_table(),
+            spec.key,
+            updated_at=spec.updated_at,
+            schema=spec.schema,
+            named_by=spec.named_by,
         )
         db = self._table.db
         self._state = db.engine if db.is_postgres else sa.create_engine(db.url, connect_args={"timeout": 30})

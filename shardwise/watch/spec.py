@@ -57,6 +57,10 @@ class WatchSpec:
     mode: Mode = "auto"
     interval_s: float = 30.0
     debounce_s: float = DEFAULT_DEBOUNCE_S
+    named_by: str | None = None
+    """The reference ``source`` was resolved from (``env:NAME``, ``secret:NAME``), if it was: events and
+    the watcher's stored state then name the source by it, never by its value
+    (:mod:`shardwise.by_reference`)."""
 
     def __post_init__(self) -> None:
         check_name(self.name)

@@ -21,6 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shardwise.by_reference import same_location
 from shardwise.results.sqlfiles import query
 
 __all__ = ["Mark", "WatchState"]
@@ -42,7 +43,8 @@ class WatchState:
         conn.execute(query(self.dialect, "watch_state_create"))
         row = conn.execute(query(self.dialect, "watch_state_select"), {"name": self.name}).first()
         stored = json.loads(row[0]) if row is not None else None
-        if stored is not None and stored.get("identity") != self.identity:
+        # The same source recorded in clear (before a reference was named by it) keeps its mark.
+        if stored is not None and not same_location(str(stored.get("identity")), self.identity):
             _log.warning(
                 "watcher %r has stored state for %s, not %s; starting afresh",
                 self.name, stored.get("identity"), self.identity,

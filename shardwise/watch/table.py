@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.sql.db import Database
 from shardwise.sources.sql.schema import SourceTable, reflect_source
@@ -33,7 +34,8 @@ class WatchedTable:
     column: sa.Column[Any]
     """The watermark column: ``updated_at`` when given, else the key."""
     identity: str
-    """``<url without password>#<schema>.<table>``: safe to put in an event."""
+    """``<url without password>#<schema>.<table>``, or by the reference the URL was given by
+    (:mod:`shardwise.by_reference`): safe to put in an event."""
 
     @property
     def label(self) -> str:
@@ -50,9 +52,16 @@ class WatchedTable:
 
 
 def open_table(
-    url: str, table: str, key: str, *, updated_at: str | None = None, schema: str | None = None
+    url: str,
+    table: str,
+    key: str,
+    *,
+    updated_at: str | None = None,
+    schema: str | None = None,
+    named_by: str | None = None,
 ) -> WatchedTable:
-    """Connect once to check the identifiers; the returned table owns ``db`` (dispose it when done)."""
+    """Connect once to check the identifiers; the returned table owns ``db`` (dispose it when done).
+    ``named_by`` is the reference ``url`` was resolved from, if any: the identity names it instead."""
     db = Database(url)
     try:
         with db.errors(f"checking table {table!r}"), db.engine.connect() as conn:
@@ -62,7 +71,7 @@ def open_table(
     except BaseException:
         db.dispose()
         raise
-    return WatchedTable(db, src, column, db.identity(src.schema, src.table.name))
+    return WatchedTable(db, src, column, by_reference(named_by, db.identity(src.schema, src.table.name)))
 
 
 def _updated_at(table: sa.Table, name: str) -> sa.Column[Any]:
