@@ -20,7 +20,7 @@ import torch
 
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
-from shardwise.model import ModelInfo, ModelInputs, OutputColumn
+from shardwise.model import TEXT, ModelInfo, ModelInputs, OutputColumn
 from shardwise.models.bert import load_bert, native_config
 from shardwise.models.hf_files import (
     VERSIONED,
@@ -65,7 +65,8 @@ class HFEncoderSpec:
                 "give an encoder saved with save_pretrained()"
             )
         outputs = (OutputColumn("embedding", "vector", hidden),)
-        return ModelInfo(self.name, hash_files(root, VERSIONED), outputs, max_length, pairs=True)
+        version = hash_files(root, VERSIONED)
+        return ModelInfo(self.name, version, outputs, max_length, pairs=True, inputs=TEXT)
 
     def load(self, device: torch.device) -> HFEncoder:
         return HFEncoder(self, device)

@@ -42,7 +42,7 @@ import torch
 from shardwise.errors import ConfigError, InputError, OutputError
 from shardwise.generation import GenerationSettings, placeholders
 from shardwise.hashing import hash_files
-from shardwise.model import REJECTED, ModelInfo
+from shardwise.model import REJECTED, TEXT, ModelInfo
 from shardwise.models.hf_causal_source import (
     OUTPUTS,
     PARSED,
@@ -114,7 +114,7 @@ class LocalCausalSpec:
     def describe(self) -> ModelInfo:
         """Read from the model's files and a hash of them and the settings; no weights are loaded."""
         context = self.context()  # first: it says what is wrong with the files, before hashing them
-        return ModelInfo(self.name, self._version(), causal_outputs(self.generation), context)
+        return ModelInfo(self.name, self._version(), causal_outputs(self.generation), context, inputs=TEXT)
 
     def load(self, device: torch.device) -> HFGenerator:
         return HFGenerator(self, device)

@@ -31,7 +31,7 @@ import torch
 
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
-from shardwise.model import ModelInfo, ModelInputs
+from shardwise.model import TEXT, ModelInfo, ModelInputs
 from shardwise.models.hf_files import (
     VERSIONED,
     check_layout,
@@ -75,7 +75,12 @@ class HFClassifierSpec:
         """Read from the directory's JSON files and a hash of its files; no weights are loaded."""
         config, head = self._head()
         return ModelInfo(
-            self.name, self._version(head), head.outputs(), max_length_of(self.path, config), pairs=True
+            self.name,
+            self._version(head),
+            head.outputs(),
+            max_length_of(self.path, config),
+            pairs=True,
+            inputs=TEXT,
         )
 
     def load(self, device: torch.device) -> HFClassifier:

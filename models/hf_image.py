@@ -33,7 +33,7 @@ import torch
 
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
-from shardwise.model import Model, ModelInfo, OutputColumn
+from shardwise.model import IMAGES, TEXT, Model, ModelInfo, OutputColumn
 from shardwise.models.hf_files import max_length_of, read_json
 from shardwise.models.hf_heads import DEFAULT_THRESHOLD, Head, read_head
 from shardwise.models.hf_image_files import (
@@ -94,7 +94,8 @@ class HFImageClassifierSpec(_ImageSpec):
         """Read from the directory's JSON files and a hash of its files; no weights are loaded."""
         head = self.head()
         pixels = processed_pixels(self.path)
-        return ModelInfo(self.name, self._version("image-classification"), head.outputs(), pixels)
+        version = self._version("image-classification")
+        return ModelInfo(self.name, version, head.outputs(), pixels, inputs=IMAGES)
 
     def head(self) -> Head:
         """The classification head ``config.json`` describes (single- or multi-label)."""
@@ -122,7 +123,8 @@ class HFImageEncoderSpec(_ImageSpec):
         check_image_layout(self.path, text=False)
         config = read_json(self.path / "config.json")
         outputs = (OutputColumn("embedding", "vector", _width(config, self.path)),)
-        return ModelInfo(self.name, self._version("image-encoder"), outputs, processed_pixels(self.path))
+        version, pixels = self._version("image-encoder"), processed_pixels(self.path)
+        return ModelInfo(self.name, version, outputs, pixels, inputs=IMAGES)
 
     def load(self, device: torch.device) -> Model:
         self._require_packages()
@@ -142,7 +144,8 @@ class HFClipSpec(_ImageSpec):
         check_image_layout(self.path, text=True)
         config = read_json(self.path / "config.json")
         outputs = (OutputColumn("embedding", "vector", _clip_width(config, self.path)),)
-        return ModelInfo(self.name, self._version("dual-encoder"), outputs, self.text_length())
+        version = self._version("dual-encoder")
+        return ModelInfo(self.name, version, outputs, self.text_length(), inputs=TEXT | IMAGES)
 
     def text_length(self) -> int:
         """The longest text in tokens: the tokenizer's limit, never more than the text tower's positions."""

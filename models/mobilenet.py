@@ -48,7 +48,7 @@ import torch
 from shardwise.errors import ConfigError, InputError
 from shardwise.hashing import hash_file
 from shardwise.image_model import DecodePool, PixelBatch, PixelItem, stack_pixels
-from shardwise.model import Item, ModelInfo
+from shardwise.model import IMAGES, Item, ModelInfo
 from shardwise.models.hf_heads import Head
 from shardwise.models.hf_image import DEFAULT_MAX_PIXELS
 
@@ -117,7 +117,7 @@ class MobileNetV2Spec:
         version = digest.hexdigest()
         if self.max_pixels != DEFAULT_MAX_PIXELS:
             version += f"+max_pixels={self.max_pixels}"
-        return ModelInfo(self.name, version, self.head().outputs(), SIDE * SIDE)
+        return ModelInfo(self.name, version, self.head().outputs(), SIDE * SIDE, inputs=IMAGES)
 
     def load(self, device: torch.device) -> MobileNetV2:
         try:

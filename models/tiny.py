@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from shardwise.hashing import hash_state
-from shardwise.model import Encoding, ModelInfo, ModelInputs, OutputColumn, TextInput
+from shardwise.model import TEXT, Encoding, ModelInfo, ModelInputs, OutputColumn, TextInput
 from shardwise.models.pooling import pool
 from shardwise.text_model import TextModel
 
@@ -43,7 +43,7 @@ class TinySpec:
     def describe(self) -> ModelInfo:
         """Builds the seeded network on the CPU (it is tiny) to hash it."""
         _, version = _build(self)
-        return ModelInfo(self.name, version, _outputs(self), self.max_length, pairs=True)
+        return ModelInfo(self.name, version, _outputs(self), self.max_length, pairs=True, inputs=TEXT)
 
     def load(self, device: torch.device) -> TinyModel:
         return TinyModel(self, device)

@@ -37,25 +37,33 @@ row.
 A catalogue entry is a :class:`ModelSpec`; loading it gives a :class:`Model`
 bound to one device. :meth:`ModelSpec.describe` gives its :class:`ModelInfo`
 without loading the weights onto a device, so a CPU-only flow process can
-plan a GPU run.
+plan a GPU run. The description says what the model takes (``inputs``: texts,
+pictures, or both), so that a run giving it anything else (an image column to
+a text model, a text column to an image model, a binary column of pictures
+read as text) is refused before it starts, rather than dead-lettering every row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 import torch
+
+from shardwise.errors import ConfigError
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
     from typing_extensions import Self
 
 __all__ = [
+    "IMAGES",
     "REJECTED",
+    "TEXT",
     "DeviceBatch",
     "Encoding",
+    "InputKind",
     "Item",
     "Model",
     "ModelInfo",
@@ -184,9 +192,17 @@ class OutputColumn:
     count: bool = False
 
 
+InputKind = Literal["text", "image"]
+"""What a model scores: texts (``str``, or bytes holding UTF-8 text), or pictures (an
+:class:`~shardwise.image_value.ImageValue`, or the bytes of an image file)."""
+
+TEXT: frozenset[InputKind] = frozenset({"text"})
+IMAGES: frozenset[InputKind] = frozenset({"image"})
+
+
 @dataclass(frozen=True)
 class ModelInfo:
-    """What planning needs of a model: who it is and what it writes; no weights, no device."""
+    """What planning needs of a model: who it is, what it takes and what it writes; no weights, no device."""
 
     name: str
     version: str
@@ -195,6 +211,21 @@ class ModelInfo:
     max_length: int
     pairs: bool = False
     """Whether the model scores ``(text, text_pair)`` inputs (``--text-pair-column``)."""
+    inputs: frozenset[InputKind] | None = None
+    """What it scores: :data:`TEXT`, :data:`IMAGES`, or both (CLIP embeds texts and pictures in one
+    space). A run whose source gives anything else is refused before it starts, in one line (see
+    :mod:`shardwise.pipeline.model_inputs`). None: not declared (a plug-in written before this
+    field), so no run is refused for its inputs, and rows it cannot take become dead letters."""
+
+    def __post_init__(self) -> None:
+        if self.inputs is None:
+            return
+        kinds = get_args(InputKind)
+        if not isinstance(self.inputs, frozenset) or not self.inputs or not self.inputs <= set(kinds):
+            raise ConfigError(
+                f"model {self.name!r}: inputs must be a non-empty frozenset of {', '.join(map(repr, kinds))} "
+                f"(what the model scores), or None when undeclared; got {self.inputs!r}"
+            )
 
 
 @runtime_checkable

@@ -22,7 +22,7 @@ from transformers import AutoModel
 
 from shardwise.collate import collate_encodings
 from shardwise.hashing import hash_files
-from shardwise.model import Encoding, ModelInfo, ModelInputs, OutputColumn
+from shardwise.model import TEXT, Encoding, ModelInfo, ModelInputs, OutputColumn
 from shardwise.text import coerce_text
 
 FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json")
@@ -40,7 +40,8 @@ class ClsEncoderSpec:
         config = json.loads((self.root / "config.json").read_text())
         version = hash_files(self.root, FILES)  # a content hash: never a timestamp or a random id
         outputs = (OutputColumn("embedding", "vector", config["hidden_size"]),)
-        return ModelInfo(self.name, version, outputs, max_length=config["max_position_embeddings"])
+        max_length = config["max_position_embeddings"]
+        return ModelInfo(self.name, version, outputs, max_length, inputs=TEXT)  # it scores texts
 
     def load(self, device: torch.device) -> ClsEncoder:
         return ClsEncoder(self, device)
