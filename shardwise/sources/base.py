@@ -12,9 +12,10 @@ from abc import abstractmethod
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from shardwise.closing import Closing
+from shardwise.errors import ConfigError
 from shardwise.sources.sizing import Sizing
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "Source",
     "SourcePlan",
     "SourceRow",
+    "SourceValues",
+    "ValueKind",
 ]
 
 Key = int | str
@@ -119,6 +122,29 @@ class SourcePlan:
         return cls(data["kind"], data["identity"], data["snapshot"], shards, data["params"])
 
 
+ValueKind = Literal["text", "image", "bytes"]
+"""What a source's rows hold: texts (a text column, or a binary one holding UTF-8 text), pictures (an
+image column or an image folder), or bytes that are not text (a binary column of pictures, read as text)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceValues:
+    """What a source's rows hold, as the source can tell before planning; the pipeline checks that the
+    model takes it (:mod:`shardwise.pipeline.model_inputs`)."""
+
+    kind: ValueKind
+    what: str
+    """The values read, for a message: ``text column 'body' of sqlite:///app.db#docs``."""
+    column: str | None
+    """The column they come from; None for an image folder, whose rows are files."""
+    detail: str = ""
+    """For ``bytes``: the column's type and what its sampled values hold (``16 PNG``)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in get_args(ValueKind):
+            raise ConfigError(f"kind must be one of {', '.join(get_args(ValueKind))}; got {self.kind!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class ReadFrom:
     """Where a shard's read starts: after its first ``rows`` rows, the last of which had key ``key``.
@@ -191,6 +217,12 @@ class Source(Closing):
     def check(self) -> None:
         """Fail now, cheaply, if planning could not read the source: a filter that does not run, a
         location that does not exist, credentials that are refused. Nothing is planned or held."""
+
+    @abstractmethod
+    def value_kind(self) -> SourceValues:
+        """What the rows' values are (texts, pictures, or bytes that are not text), so that a model that
+        cannot take them is refused before anything runs; cheap: a type from the schema, and for a
+        binary column read as text a sample of a few values' first bytes."""
 
     @abstractmethod
     def open_reader(

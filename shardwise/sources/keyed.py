@@ -28,7 +28,17 @@ from itertools import islice, pairwise
 from typing import Any, Literal, TypeVar
 
 from shardwise.errors import ConfigError
-from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
+from shardwise.sources.base import (
+    Key,
+    NewOnly,
+    ReadFrom,
+    Shard,
+    ShardReader,
+    Source,
+    SourcePlan,
+    SourceRow,
+    SourceValues,
+)
 from shardwise.sources.sizing import Sizing
 
 __all__ = ["KeyedSource", "cut_runs", "is_keyed"]
@@ -125,6 +135,10 @@ class KeyedSource(Source):
     def check(self) -> None:
         """The source the keys are read from is checked."""
         self._inner.check()
+
+    def value_kind(self) -> SourceValues:
+        """What the source the keys are read from holds."""
+        return self._inner.value_kind()
 
     @contextmanager
     def open_reader(

@@ -42,7 +42,17 @@ from typing import Any, Literal
 from shardwise.errors import ConfigError, SourceError
 from shardwise.image_value import ImageValue
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
+from shardwise.sources.base import (
+    Key,
+    NewOnly,
+    ReadFrom,
+    Shard,
+    ShardReader,
+    Source,
+    SourcePlan,
+    SourceRow,
+    SourceValues,
+)
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.column import DEFAULT_FETCH_THREADS, local_limit_s
 from shardwise.sources.images.fetch_ahead import Fetch, fetched_in_order
@@ -140,6 +150,10 @@ class ImageFolderSource(Source):
         """Fail now if the location cannot be listed or holds no image objects."""
         self._store.probe()
         self._list()
+
+    def value_kind(self) -> SourceValues:
+        """Pictures: every row is an image file."""
+        return SourceValues("image", f"image folder {self.identity!r}", None)
 
     def close(self) -> None:
         """Close the S3 client this source created, if any."""

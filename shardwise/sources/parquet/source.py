@@ -35,7 +35,17 @@ from typing import Any, Literal
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
+from shardwise.sources.base import (
+    Key,
+    NewOnly,
+    ReadFrom,
+    Shard,
+    ShardReader,
+    Source,
+    SourcePlan,
+    SourceRow,
+    SourceValues,
+)
 from shardwise.sources.images import ImageAccess, image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
 from shardwise.sources.parquet.keys import keyed_rows
@@ -46,6 +56,7 @@ from shardwise.sources.parquet.objects import (
 )
 from shardwise.sources.parquet.row_groups import RowGroup, cut, to_shard
 from shardwise.sources.parquet.rows import ShardRows, shard_spans
+from shardwise.sources.parquet.sample import text_column_values
 from shardwise.sources.parquet.stores import open_store
 from shardwise.sources.parquet.unique import check_unique_keys
 from shardwise.sources.sizing import Sizing
@@ -208,6 +219,15 @@ class ParquetSource(Source):
         objects = self._list().objects
         footers = read_footers(self._store, objects, self.key, self.inputs, check=[False] * len(objects))
         check_unique_keys(self._store, footers, self.key)
+
+    def value_kind(self) -> SourceValues:
+        """Pictures for an image column; text for a text column, unless it is ``binary`` in the first
+        object and a sample of its values there holds no text (see :mod:`shardwise.sources.binary`)."""
+        role = "text" if self._images is None else "image"
+        what = f"{role} column {self.text_column!r} of {self.identity}"
+        if self._images is not None:
+            return SourceValues("image", what, self.text_column)
+        return text_column_values(self._store, self._list().objects[0], self.text_column, what)
 
     def close(self) -> None:
         """Close the S3 clients this source created. Nothing else is held between calls."""

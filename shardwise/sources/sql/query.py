@@ -34,6 +34,7 @@ __all__ = [
     "filter_probe",
     "quantile_query",
     "read_query",
+    "sample_query",
 ]
 
 
@@ -160,3 +161,11 @@ def read_query(sel: Selection, lo: Any, hi: Any, after: Any = None) -> sa.Select
     if after is not None:
         conds.append(key > after)
     return sa.select(key, *sel.src.inputs).where(*conds).order_by(key)
+
+
+def sample_query(sel: Selection, rows: int, prefix: int) -> sa.Select[Any]:
+    """The first ``prefix`` bytes of up to ``rows`` non-NULL values of the text column, of rows the plan
+    would consider, in no order: what a binary column holds (see :mod:`shardwise.sources.binary`)."""
+    text = sel.src.text
+    head = sa.func.substr(text, 1, prefix, type_=text.type)  # bytea and BLOB alike in both databases
+    return sa.select(head).where(*sel.conditions(), text.is_not(None)).limit(rows)

@@ -40,7 +40,9 @@ What a run sees, and its limits:
   ``params["skipped_rows"]`` counts the rows skipped. A binary (``bytea``,
   BLOB) text column is scored as the UTF-8 text it holds and fingerprinted
   over its bytes on both sides, so unchanged rows are skipped too (see
-  :mod:`shardwise.sources.sql.fingerprint`).
+  :mod:`shardwise.sources.sql.fingerprint`); :meth:`SqlSource.value_kind`
+  samples it, so that a text model is refused a column of pictures before a
+  run (see :mod:`shardwise.sources.binary`).
 * **An image column** (``image_column``): every row's value is an
   :class:`~shardwise.image_value.ImageValue`, its bytes stored inline or
   fetched through the reference the column holds (see
@@ -88,7 +90,18 @@ import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sources.base import Key, NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
+from shardwise.sources.base import (
+    Key,
+    NewOnly,
+    ReadFrom,
+    Shard,
+    ShardReader,
+    Source,
+    SourcePlan,
+    SourceRow,
+    SourceValues,
+)
+from shardwise.sources.binary import PREFIX_BYTES, SAMPLE_ROWS, binary_values
 from shardwise.sources.images import ImageAccess, image_column_of
 from shardwise.sources.keys import parse_keys
 from shardwise.sources.sizing import Sizing
@@ -97,7 +110,7 @@ from shardwise.sources.sql.db import Database
 from shardwise.sources.sql.fingerprint import register_sqlite_fingerprint
 from shardwise.sources.sql.keys import begin_keyed_read, keyed_rows
 from shardwise.sources.sql.plan import plan_shards
-from shardwise.sources.sql.query import Selection, filter_probe, read_query
+from shardwise.sources.sql.query import Selection, filter_probe, read_query, sample_query
 from shardwise.sources.sql.schema import reflect_results, reflect_source
 from shardwise.sources.sql.snapshot import begin_planned_read, export_snapshot, idle_limit_s, read_only
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
@@ -240,6 +253,32 @@ class SqlSource(Source):
             if self._filter is not None:
                 self._probe_filter(conn, sel)
             check_unique_key(conn, sel, self.identity)
+
+    def value_kind(self) -> SourceValues:
+        """Pictures for an image column; text for a text column, unless it is binary-typed (``bytea``,
+        ``BLOB``, or of no declared type on SQLite) and a sample of its values holds no text at all
+        (see :mod:`shardwise.sources.binary`): one query, of 16 values' first 64 bytes."""
+        column = self._src.text
+        role = "text" if self._images is None else "image"
+        what = f"{role} column {column.name!r} of {self.identity}"
+        if self._images is not None:
+            return SourceValues("image", what, column.name)
+        if not isinstance(column.type, sa.LargeBinary | sa.types.NullType):
+            return SourceValues("text", what, column.name)
+        with self._db.errors(f"sampling {what}"), self._db.engine.connect() as conn:
+            begin_keyed_read(conn)
+            self._db.limit.begin(conn)
+            query = sample_query(
+                Selection(self._src, self._db.dialect, self._filter), SAMPLE_ROWS, PREFIX_BYTES
+            )
+            sample = [v if isinstance(v, str) else bytes(v) for v in conn.execute(query).scalars()]
+        untyped = isinstance(column.type, sa.types.NullType)
+        typed = (
+            "column of no declared type"
+            if untyped
+            else f"{column.type.compile(self._db.engine.dialect)} column"
+        )
+        return binary_values(what, column.name, typed, sample)
 
     def _probe_filter(self, conn: sa.Connection, sel: Selection) -> None:
         try:
