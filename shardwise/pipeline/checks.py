@@ -3,12 +3,13 @@
 A mistake found here costs a second and one line; found inside a run it
 costs a failed run in the ledger, a Failed flow run and a traceback. So the
 checks run in the order a user would fix things (the model, the names, the
-source, where results go and whether an existing results table fits, the run
-ids and whether a resumed run is still held by a live process, the device and
-the precision on it), each as cheaply as it can be: the source runs its filter
-on no rows, or reads its Parquet footers, and checks that its key is unique
-(free for a declared SQL key, else a read of the key column); nothing is
-planned, no ledger row is written, and no database file is created.
+source, whether the model takes what the source holds, where results go and
+whether an existing results table fits, the run ids and whether a resumed run
+is still held by a live process, the device and the precision on it), each as
+cheaply as it can be: the source runs its filter on no rows, or reads its
+Parquet footers, and checks that its key is unique (free for a declared SQL
+key, else a read of the key column); nothing is planned, no ledger row is
+written, and no database file is created.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from shardwise.pipeline.destination import (
     sink_layout,
 )
 from shardwise.pipeline.lease import takeover_from
+from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, open_spec_source
@@ -59,6 +61,7 @@ def check_run(
     source, idle = open_spec_source(spec, resolve), None
     try:
         source.check()
+        check_model_inputs(model, source.value_kind())
         check_destination(spec, results_url)
         # A --ledger that is no database URL, or a ledger that cannot serve this run, is refused here.
         check_ledger(ledger_url(spec, resolve), _ledger_need(spec, dry_run), makes_folders=not spec.ledger)

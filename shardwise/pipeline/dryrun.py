@@ -25,6 +25,7 @@ from shardwise.pipeline.destination import (
     only_new_sink,
     results_target,
 )
+from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
@@ -99,6 +100,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     ledger = Ledger(ledger_at)
     asks = only_new_sink(spec, resolve, source, info.outputs)
     try:
+        check_model_inputs(info, source.value_kind())  # what the run would refuse, a plan refuses
         plan = plan_source(spec, source, version, ledger, sink=asks, min_shards=SHARDS_PER_WORKER * workers)
         preview = preview_plan(source, plan, model)
         try:

@@ -45,6 +45,7 @@ from shardwise.pipeline.destination import (
     sink_layout,
 )
 from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper
+from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.resume import recorded_retry, resume_run
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision
 from shardwise.pipeline.shard import this_worker
@@ -227,6 +228,7 @@ def _plan_new(
     source: Source = open_spec_source(spec, resolve)
     sink: Sink | None = None
     try:
+        check_model_inputs(model, source.value_kind())  # a run from the UI or the API skips check_run
         if spec.redrive is not None:
             target = by_reference(spec.results, results_target(spec, results_url))
             source = redrive_plan_source(spec, source, ledger, run_id, target)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from botocore.exceptions import ClientError
+from image_builders import tiny_vit_classifier
 
 from shardwise.errors import ConfigError, RetryDeadlineError
 from shardwise.flows.cli_options import SOURCE_OPTIONS, add_param_options, score_params
@@ -111,11 +112,12 @@ def test_an_only_new_run_of_references_plans_in_python(sqlite_url: str, tmp_path
     """Results in the source database: the run still compares fetched bytes, not the reference text."""
     _refs_table(sqlite_url, tmp_path)
     declared = ImageAccess(roots=(str(tmp_path),))
-    spec = RunSpec(model="tiny", **{**BASE, "source": sqlite_url, "results": sqlite_url},
+    model = str(tiny_vit_classifier(tmp_path / "vit"))  # an image model: a text model is refused
+    spec = RunSpec(model=model, **{**BASE, "source": sqlite_url, "results": sqlite_url},
                    image_column="img", only_new=True, image_access=declared)  # fmt: skip
     planned, outcome = pipeline.run(spec, "first")
     assert planned.plan.params.get("keyed")  # the keyed plan of the Python-side comparison
-    assert outcome.rows_in == 4  # a text model dead-letters images; every row was read and handed on
+    assert outcome.rows_in == 4  # the "pictures" are text, dead letters; every row was read and handed on
 
 
 def test_fetches_keep_row_order_however_long_each_takes(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 from flow_data import execute
+from image_builders import tiny_vit_classifier
 
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.skipped import Skipped
@@ -121,7 +122,7 @@ def test_parquet_on_s3(s3_env: Any, tmp_path: Path, sqlite_url: str, pipeline: A
 
 
 def test_image_column(tmp_path: Path, sqlite_url: str, pipeline: Any) -> None:
-    """Images through a text model are dead letters, a missing file and a NULL too; NULL keys skipped."""
+    """Bytes that are no picture are dead letters, a missing file and a NULL too; NULL keys skipped."""
     (tmp_path / "a.png").write_bytes(b"an image's bytes")
     rows = [(1, str(tmp_path / "a.png")), (2, str(tmp_path / "missing.png")), (3, None), (None, "x.png")]
     with sa.create_engine(sqlite_url).begin() as conn:
@@ -129,6 +130,7 @@ def test_image_column(tmp_path: Path, sqlite_url: str, pipeline: Any) -> None:
         conn.execute(sa.text("insert into docs values (:k, :i)"), [{"k": k, "i": i} for k, i in rows])
     declared = ImageAccess(roots=(str(tmp_path),))  # the missing file is looked for, not refused
     spec = _spec(sqlite_url, sqlite_url, image_column="img", image_access=declared)
+    spec = dataclasses.replace(spec, model=str(tiny_vit_classifier(tmp_path / "vit")))  # an image model
     planned, counts = pipeline.run(spec, "images")
     skipped = _accounted(planned, counts, sqlite_url, inputs=len(rows))
     assert (counts.rows_out, counts.rows_failed, skipped) == (0, 3, Skipped(null_key=1))
