@@ -129,14 +129,14 @@ _EXAMPLE_DB = "sqlite:///shardwise-work/shardwise.db"
 def _parser() -> argparse.ArgumentParser:
     from shardwise.flows.cli_options import FANOUT_OPTIONS, SOURCE_OPTIONS, add_param_options
     from shardwise.flows.cli_services import add_service_commands
-    from shardwise.flows.outcome import EXIT_CODES_HELP
+    from shardwise.flows.outcome import exit_codes_help
 
     parser = _Parser(
         prog="shardwise",
         description="Batch inference over tables: score a SQL table or a Parquet dataset with a model, "
         "shard by shard, into a results table, each row exactly once and with its lineage. Each "
         "subcommand has its own --help with an example.",
-        epilog=EXIT_CODES_HELP,
+        epilog=exit_codes_help(),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     verbose = argparse.ArgumentParser(add_help=False)
@@ -149,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
             name,
             help=summary,
             description=f"{about}\n\nexample:\n  {example}",
-            epilog=EXIT_CODES_HELP,
+            epilog=exit_codes_help(name),
             formatter_class=argparse.RawDescriptionHelpFormatter,
             **kwargs,
         )

@@ -55,7 +55,6 @@ from collections.abc import Callable
 __all__ = [
     "BAD_INPUT",
     "BROKEN_PIPE",
-    "EXIT_CODES_HELP",
     "OK",
     "RUN_FAILED",
     "SIGINT_EXIT",
@@ -63,6 +62,7 @@ __all__ = [
     "TAKEN_OVER",
     "UNAVAILABLE",
     "code_for",
+    "exit_codes_help",
     "one_line",
     "print_traceback",
     "quiet_console",
@@ -77,13 +77,35 @@ BROKEN_PIPE = 128 + 13
 SIGINT_EXIT, SIGTERM_EXIT = 128 + 2, 128 + 15
 """128 + SIGINT, 128 + SIGTERM: the command was stopped by that signal (see :mod:`flows.interrupts`)."""
 
-EXIT_CODES_HELP = (
-    "exit codes: 0 done; 1 the run failed (some shards failed after retries: --resume finishes it); "
-    "2 bad input (nothing ran); 3 a service could not be reached (database, S3, Prefect API): try again "
-    "later; 4 the run was taken over by another process (resume --force), which finishes it; "
-    "130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: the line names the run to --resume; "
-    "141 stdout was closed early (e.g. by head): the rest is not printed"
-)
+_CODES = {
+    "done": "0 done",
+    "failed": "1 the run failed (some shards failed after retries: --resume finishes it)",
+    "demo_failed": "1 one of the demo's runs failed (its line says why)",
+    "bad": "2 bad input (nothing ran)",
+    "unreachable": "3 a service could not be reached (database, S3, Prefect API): try again later",
+    "taken": "4 the run was taken over by another process (resume --force), which finishes it",
+    "signal_run": "130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM: the line names the run to --resume",
+    "signal": "130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM",
+    "stopped": "0 stopped by Ctrl-C or SIGTERM (what it served is paused; serve again to resume it)",
+    "pipe": "141 stdout was closed early (e.g. by head): the rest is not printed",
+}
+_COMMAND_CODES = {
+    None: ("done", "failed", "bad", "unreachable", "taken", "signal_run", "pipe"),
+    "run": ("done", "failed", "bad", "unreachable", "taken", "signal_run", "pipe"),
+    "redrive": ("done", "failed", "bad", "unreachable", "taken", "signal_run", "pipe"),
+    "demo": ("done", "demo_failed", "bad", "unreachable", "signal"),
+    "plan": ("done", "bad", "unreachable", "signal", "pipe"),
+    "runs": ("done", "bad", "unreachable", "signal", "pipe"),
+    "watch": ("stopped", "bad", "unreachable"),
+    "serve": ("stopped", "bad", "unreachable"),
+    "deploy": ("done", "bad", "unreachable"),
+}
+
+
+def exit_codes_help(command: str | None = None) -> str:
+    """The exit codes ``shardwise COMMAND`` can end with (every one for the top-level help), for its
+    ``--help``: a service command never fails a run, so it does not mention resuming one."""
+    return "exit codes: " + "; ".join(_CODES[code] for code in _COMMAND_CODES[command])
 
 
 def stdout_closed(exc: BaseException) -> bool:

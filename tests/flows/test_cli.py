@@ -289,8 +289,13 @@ def test_each_subcommand_help_teaches(name: str) -> None:
     parser = _subcommands()[name]
     text = parser.format_help()
     assert "example:\n  shardwise " in text or "example:\n  PREFECT_API_URL" in text, text
-    assert "exit codes: 0 done; 1 the run failed" in text and "3 a service could not be reached" in text
-    assert "4 the run was taken over by another process" in text
+    assert "exit codes: 0 " in text and "2 bad input" in text and "3 a service could not be reached" in text
+    footer = text[text.index("exit codes: ") :]
+    if name in ("run", "redrive"):
+        assert "1 the run failed" in footer and "4 the run was taken over by another process" in footer
+        assert "the line names the run to --resume" in footer
+    else:  # nothing of a run to resume: serve, watch and deploy stop; plan reads; demo starts afresh
+        assert "resume" not in footer.replace("serve again to resume it", ""), footer
     undocumented = [a.dest for a in parser._actions if not a.help]
     assert not undocumented, undocumented
     if name in ("run", "redrive", "plan", "watch"):
