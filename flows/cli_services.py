@@ -9,6 +9,11 @@ from pathlib import Path
 
 from shardwise.flows import cli_commands
 
+_EXAMPLE_API = "http://127.0.0.1:4200/api"
+"""Where ``prefect server start`` serves by default, for the examples in --help: reading Prefect's own
+settings (:func:`~shardwise.flows.serving.local_api_url`, which messages use) would import Prefect, and
+--help must appear at once."""
+
 __all__ = ["add_service_commands"]
 
 Command = Callable[..., argparse.ArgumentParser]
@@ -17,7 +22,7 @@ Command = Callable[..., argparse.ArgumentParser]
 
 def add_service_commands(command: Command) -> None:
     """Add ``watch``, ``serve`` and ``deploy`` through ``command``."""
-    from shardwise.flows.serving import DEFAULT_POLL_S, local_api_url
+    from shardwise.flows.serving import DEFAULT_POLL_S
     from shardwise.watch import DEFAULT_DEBOUNCE_S
 
     watch = command(
@@ -73,7 +78,7 @@ def add_service_commands(command: Command) -> None:
         "until stopped; stopping pauses them and their schedules, and serving again resumes them. A\n"
         "deployment with an event trigger (on-new-data) runs warm, in this process, where its model stays\n"
         "loaded; the others get a fresh process per flow run. Needs a Prefect server (PREFECT_API_URL).",
-        f"PREFECT_API_URL={local_api_url()} shardwise serve",
+        f"PREFECT_API_URL={_EXAMPLE_API} shardwise serve",
     )
     serve.add_argument(
         "--prefect-yaml", type=Path, default=None, help="deployments file (default: the checkout's)"
@@ -97,7 +102,7 @@ def add_service_commands(command: Command) -> None:
         "create the process work pool and deploy prefect.yaml to it",
         "Create the process work pool and deploy every deployment of prefect.yaml to it; a worker\n"
         f"({_worker_command()}) then runs them.",
-        f"PREFECT_API_URL={local_api_url()} shardwise deploy",
+        f"PREFECT_API_URL={_EXAMPLE_API} shardwise deploy",
     )
     deploy.set_defaults(handler=cli_commands.deploy)
 

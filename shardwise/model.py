@@ -50,11 +50,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
-import torch
 
 from shardwise.errors import ConfigError
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
+    import torch
     from typing_extensions import Self
 
 __all__ = [
@@ -161,7 +161,7 @@ class ModelInputs:
         return tuple(t for t in (self.input_ids, self.attention_mask, self.token_type_ids) if t is not None)
 
     def pin_memory(self) -> ModelInputs:
-        return self if self.input_ids.is_pinned() else self.map(torch.Tensor.pin_memory)
+        return self if self.input_ids.is_pinned() else self.map(lambda t: t.pin_memory())
 
     def to(self, device: torch.device, *, non_blocking: bool = False) -> ModelInputs:
         return self.map(lambda t: t.to(device, non_blocking=non_blocking))

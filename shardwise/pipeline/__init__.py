@@ -7,18 +7,23 @@ the plan and the snapshot), :mod:`~shardwise.pipeline.worker` the worker side
 
 from __future__ import annotations
 
-from shardwise.pipeline.checks import check_run
-from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
-from shardwise.pipeline.dryrun import PlanPreview, plan_report, preview_plan
-from shardwise.pipeline.lease import LEASE_S, LeaseKeeper, Takeover, takeover_from
-from shardwise.pipeline.prepare import PlannedRun, finish_results, finish_run, prepare_run, score_pending
-from shardwise.pipeline.progress import ProgressReading, read_progress
-from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
-from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision, hardware_precision, warm
-from shardwise.pipeline.shard import PROGRESS_EVERY_S, ShardOutcome, WorkerInfo, score_shard, this_worker
-from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
-from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
-from shardwise.pipeline.worker import Catalogue, WorkerCache, open_spec_source, score_ref_shard
+from typing import TYPE_CHECKING
+
+from shardwise.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from shardwise.pipeline.checks import check_run
+    from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
+    from shardwise.pipeline.dryrun import PlanPreview, plan_report, preview_plan
+    from shardwise.pipeline.lease import LEASE_S, LeaseKeeper, Takeover, takeover_from
+    from shardwise.pipeline.prepare import PlannedRun, finish_results, finish_run, prepare_run, score_pending
+    from shardwise.pipeline.progress import ProgressReading, read_progress
+    from shardwise.pipeline.redrive import RedriveSelection, redrive_keys, redrive_source
+    from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision, hardware_precision, warm
+    from shardwise.pipeline.shard import PROGRESS_EVERY_S, ShardOutcome, WorkerInfo, score_shard, this_worker
+    from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
+    from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
+    from shardwise.pipeline.worker import Catalogue, WorkerCache, open_spec_source, score_ref_shard
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -61,3 +66,21 @@ __all__ = [
     "this_worker",
     "warm",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".checks": ("check_run",),
+        ".chunks": ("DEFAULT_CHUNK_ROWS", "ChunkConfig"),
+        ".dryrun": ("PlanPreview", "plan_report", "preview_plan"),
+        ".lease": ("LEASE_S", "LeaseKeeper", "Takeover", "takeover_from"),
+        ".prepare": ("PlannedRun", "finish_results", "finish_run", "prepare_run", "score_pending"),
+        ".progress": ("ProgressReading", "read_progress"),
+        ".redrive": ("RedriveSelection", "redrive_keys", "redrive_source"),
+        ".run_precision": ("PrecisionChoice", "choose_precision", "hardware_precision", "warm"),
+        ".shard": ("PROGRESS_EVERY_S", "ShardOutcome", "WorkerInfo", "score_shard", "this_worker"),
+        ".source_plan": ("SHARDS_PER_WORKER", "plan_source"),
+        ".spec": ("Resolver", "RunRef", "RunSpec", "as_is"),
+        ".worker": ("Catalogue", "WorkerCache", "open_spec_source", "score_ref_shard"),
+    },
+)

@@ -8,15 +8,18 @@ imported from :mod:`shardwise.sources.base`, their one home.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import ConfigError
+from shardwise.lazy import lazy_exports
 from shardwise.sources.base import Source, SourcePlan
-from shardwise.sources.images.access import ImageAccess
-from shardwise.sources.images.folder import ImageFolderSource
-from shardwise.sources.keyed import KeyedSource, is_keyed
-from shardwise.sources.parquet.source import ParquetSource, plan_objects
-from shardwise.sources.sql.source import SqlSource
+
+if TYPE_CHECKING:
+    from shardwise.sources.images.access import ImageAccess
+    from shardwise.sources.images.folder import ImageFolderSource
+    from shardwise.sources.keyed import KeyedSource, is_keyed
+    from shardwise.sources.parquet.source import ParquetSource, plan_objects
+    from shardwise.sources.sql.source import SqlSource
 
 __all__ = [
     "ImageFolderSource",
@@ -30,6 +33,16 @@ __all__ = [
     "open_source",
     "plan_objects",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".images.folder": ("ImageFolderSource",),
+        ".keyed": ("KeyedSource", "is_keyed"),
+        ".parquet.source": ("ParquetSource", "plan_objects"),
+        ".sql.source": ("SqlSource",),
+    },
+)
 
 _SQL_SCHEMES = ("postgresql", "postgres", "sqlite")
 
@@ -67,6 +80,10 @@ def open_source(
     run's stored plan). ``query_timeout_s`` limits each query of a SQL source (None: its default, see
     :mod:`shardwise.sources.sql.timeout`); a Parquet source runs no queries, so it ignores it.
     """
+    from shardwise.sources.images.folder import ImageFolderSource
+    from shardwise.sources.parquet.source import ParquetSource
+    from shardwise.sources.sql.source import SqlSource
+
     if is_sql_url(location):
         if not table:
             raise ConfigError(

@@ -8,9 +8,14 @@ references it may read, and how much of each, is the run's
 
 from __future__ import annotations
 
-from shardwise.sources.images.access import DEFAULT_MAX_BYTES, ImageAccess
-from shardwise.sources.images.column import DEFAULT_FETCH_THREADS, ImageColumn, image_column_of
-from shardwise.sources.images.refs import is_reference, local_path
+from typing import TYPE_CHECKING
+
+from shardwise.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from shardwise.sources.images.access import DEFAULT_MAX_BYTES, ImageAccess
+    from shardwise.sources.images.column import DEFAULT_FETCH_THREADS, ImageColumn, image_column_of
+    from shardwise.sources.images.refs import is_reference, local_path
 
 __all__ = [
     "DEFAULT_FETCH_THREADS",
@@ -21,3 +26,12 @@ __all__ = [
     "is_reference",
     "local_path",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".access": ("DEFAULT_MAX_BYTES", "ImageAccess"),
+        ".column": ("DEFAULT_FETCH_THREADS", "ImageColumn", "image_column_of"),
+        ".refs": ("is_reference", "local_path"),
+    },
+)

@@ -1,0 +1,35 @@
+"""Lazy package exports: a name loads its own module on first use, and an unknown name is an AttributeError."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def test_a_package_name_loads_only_its_module() -> None:
+    probe = (
+        "import sys; from shardwise.sources.images import ImageAccess; "
+        "import shardwise.pipeline as p; import shardwise.tasks; "
+        "print(ImageAccess.__module__, 'torch' in sys.modules, 'prefect' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["shardwise.sources.images.access", "False", "False"], done.stderr
+
+
+def test_the_package_gives_the_same_object_as_its_module() -> None:
+    import shardwise.pipeline as pipeline
+    from shardwise.pipeline.spec import RunSpec
+
+    assert pipeline.RunSpec is RunSpec
+    assert "RunSpec" in vars(pipeline), "kept once asked for"
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    import shardwise.pipeline as pipeline
+
+    with pytest.raises(AttributeError, match="module 'shardwise.pipeline' has no attribute 'nothing'"):
+        _ = pipeline.nothing  # type: ignore[attr-defined]
+    with pytest.raises(ImportError):
+        exec("from shardwise.sources import nothing")
