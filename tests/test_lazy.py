@@ -1,4 +1,4 @@
-"""Lazy package exports: a name loads its own module on first use, and an unknown name is an AttributeError."""
+"""Lazy package exports: a name loads its own module on first use; an unknown name is an AttributeError."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_the_package_gives_the_same_object_as_its_module() -> None:
 def test_an_unknown_name_is_an_attribute_error() -> None:
     import shardwise.pipeline as pipeline
 
-    with pytest.raises(AttributeError, match="module 'shardwise.pipeline' has no attribute 'nothing'"):
+    with pytest.raises(AttributeError, match=r"module 'shardwise\.pipeline' has no attribute 'nothing'"):
         _ = pipeline.nothing  # type: ignore[attr-defined]
     with pytest.raises(ImportError):
         exec("from shardwise.sources import nothing")
