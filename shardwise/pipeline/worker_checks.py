@@ -13,20 +13,23 @@ and runs the accuracy guard once per process before its first shard (see
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from shardwise.errors import ConfigError
 from shardwise.model import Model, ModelInfo
 from shardwise.pipeline.shard import this_worker
 from shardwise.pipeline.spec import RunSpec
-from shardwise.precision import resolve_precision, versioned
+from shardwise.precision import Precision, resolve_precision, versioned
 from shardwise.precision_guard import minimum_agreement, shown
 from shardwise.results import RunRecord
 
-if TYPE_CHECKING:
-    from shardwise.pipeline.worker import WorkerCache
+__all__ = ["Agreements", "check_outputs", "check_precision", "check_version"]
 
-__all__ = ["check_outputs", "check_precision", "check_version"]
+
+class Agreements(Protocol):
+    """Where a worker's guard figures come from (its :class:`~shardwise.pipeline.worker.WorkerCache`)."""
+
+    def agreement(self, model: Model, precision: Precision, pairs: bool = False) -> float: ...
 
 
 def check_version(record: RunRecord, model: Model) -> None:
@@ -48,7 +51,7 @@ def check_outputs(model: Model, described: ModelInfo) -> None:
         )
 
 
-def check_precision(record: RunRecord, model: Model, spec: RunSpec, cache: WorkerCache) -> None:
+def check_precision(record: RunRecord, model: Model, spec: RunSpec, cache: Agreements) -> None:
     """This worker's device computes the run's precision, and the guard holds here too."""
     precision = resolve_precision(record.precision, model.device)
     if precision == "fp32":
