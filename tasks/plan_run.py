@@ -68,6 +68,8 @@ def plan_run(
     get_run_logger().info("run %s: %s", planned.record.run_id, planned.describe())
     for warning in planned.warnings():
         get_run_logger().warning("run %s: %s", planned.record.run_id, warning)
+    for line in planned.tidied:  # leftovers of writers killed mid-commit, of runs the ledger says are over
+        get_run_logger().info("run %s: %s", planned.record.run_id, line)
     idle_limit = planned.plan.params.get("snapshot_idle_limit_s")
     if idle_limit:
         get_run_logger().warning(

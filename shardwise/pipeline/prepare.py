@@ -45,6 +45,7 @@ from shardwise.pipeline.destination import (
     sink_layout,
 )
 from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper
+from shardwise.pipeline.leftovers import tidy_leftovers
 from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.resume import recorded_retry, resume_run
 from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision
@@ -92,6 +93,9 @@ class PlannedRun:
     """The run's counts when this process took it: what earlier invocations committed (a resumed run's
     done shards and committed chunks), zeros for a new run. The run's counts at its finish less these
     are what this invocation did."""
+    tidied: tuple[str, ...] = ()
+    """What the sink deleted as the run started: leftovers of writers killed mid-commit, of runs the
+    ledger says are over (see :mod:`shardwise.pipeline.leftovers`), a line each."""
 
     def describe(self) -> str:
         """One line for the log: the shards over the source, rows expected, shards already done, model."""
@@ -192,6 +196,7 @@ def prepare_run(
             )
         done = frozenset(ledger.done_shards(record.run_id))
         before = _counts_now(ledger, record.run_id)
+        tidied = tidy_leftovers(ledger, sink)  # after the lease: this run's own files are a live run's
     except BaseException:
         if sink is not None:
             sink.close()
@@ -201,8 +206,9 @@ def prepare_run(
     ref = RunRef(record.run_id, recorded_retry(spec, plan, record.run_id), threads)
     keeper = run_lease_keeper(ledger, record.run_id, owner, spec.lease_s).start()
     return PlannedRun(
-        ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink, before
-    )
+        ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink, before,
+        tuple(tidied),
+    )  # fmt: skip
 
 
 def _counts_now(ledger: Ledger, run_id: str) -> RunCounts:

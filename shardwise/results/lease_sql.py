@@ -17,9 +17,17 @@ from shardwise.errors import ConfigError
 from shardwise.results.codec import bind_timestamp, decode_row, decode_timestamp
 from shardwise.results.leases import expiry, lease_held
 from shardwise.results.outcomes import RunCounts, RunListing
+from shardwise.results.owners import owner_gone
 from shardwise.results.sqlfiles import statement
 
-__all__ = ["live_counts", "recent_runs", "renew_run_lease", "renew_shard_lease", "take_run_lease"]
+__all__ = [
+    "live_counts",
+    "live_shard_owners",
+    "recent_runs",
+    "renew_run_lease",
+    "renew_shard_lease",
+    "take_run_lease",
+]
 
 _LEASE_COLUMNS = {"owner", "lease_expires_at"}
 
@@ -72,6 +80,14 @@ def renew_shard_lease(
         "lease_expires_at": bind_timestamp(conn, expiry(lease_s, now)),
     }
     return conn.execute(statement(conn, "shard_lease_renew"), params).rowcount == 1
+
+
+def live_shard_owners(conn: sa.Connection, run_id: str, now: datetime) -> list[str]:
+    """The workers that hold a live lease on an attempt at one of the run's shards now, those of this
+    host that are gone left out (see :func:`~shardwise.results.owners.owner_gone`)."""
+    params = {"run_id": run_id, "now": bind_timestamp(conn, now)}
+    owners = conn.execute(statement(conn, "shard_leases_live"), params).scalars()
+    return [owner for owner in owners if not owner_gone(owner)]
 
 
 def live_counts(conn: sa.Connection, run_id: str, shards_total: int) -> RunCounts:

@@ -168,6 +168,24 @@ class Ledger(Closing):
                 conn, run_id, shard_id, utc_now(), host=host, device=device, owner=owner, lease_s=lease_s
             )
 
+    def run_over(self, run_id: str) -> bool | None:
+        """Whether no process works on run ``run_id`` any more: it finished (completed or failed) or is
+        abandoned (see :mod:`~shardwise.results.leases`), and no worker holds a live lease on one of its
+        shards. None when this ledger does not know the run.
+
+        What a sink may delete of a run's unfinished writes hangs on this (see
+        :mod:`shardwise.sinks.parquet_leftovers`): a run whose flow process died
+        while a worker elsewhere still scores is not over.
+        """
+        summary = self.run_summary(run_id)
+        if summary is None:
+            return None
+        now = utc_now()
+        if summary.state(now) == "running":
+            return False
+        with self.reading(f"read the shard leases of run {run_id}") as conn:
+            return not lease_sql.live_shard_owners(conn, run_id, now)
+
     def renew_run_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
         """Extend ``owner``'s lease on a running run; False once it lost it (taken over, or finished)."""
         with self.writing(f"renew the lease of run {run_id}") as conn:

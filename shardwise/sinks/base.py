@@ -36,7 +36,7 @@ input changed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -142,6 +142,12 @@ class Sink(Protocol):
     def finish(self, run_id: str) -> list[str]:
         """Work after a run committed every shard (an ANN index); idempotent; may take long. Returns
         what it did, a line each, for the run's log and summary (``[]`` for nothing)."""
+
+    def tidy(self, over: Callable[[str], bool | None]) -> list[str]:
+        """Delete what writers killed mid-commit left behind, of the runs ``over`` says are over (no
+        process of them writes any more; None: a run the caller's ledger does not know, left alone).
+        A run calls it as it starts. Returns what it deleted, a line each (``[]`` for nothing, and
+        always for a sink whose commit leaves nothing behind: a database transaction rolls back)."""
 
     def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
         """Rows ordered by key (vectors as float32 arrays): for tests and summaries, not bulk export."""

@@ -243,6 +243,11 @@ class DeltaSink:
         types = {name: kind for name, kind, _ in _columns(found.schema())}
         return "int" if types.get("source_key") in ("long", "integer") else "text"
 
+    def tidy(self, over: Callable[[str], bool | None]) -> list[str]:
+        """Nothing is deleted: a writer killed before its commit leaves data files that no commit in the
+        log adds, which readers never see. ``DeltaTable.vacuum()`` removes them (see docs/how-to/lake.md)."""
+        return []
+
     def finish(self, run_id: str) -> list[str]:
         """Nothing to do: delta-rs checkpoints as it commits (see the module docstring)."""
         self._retried(f"reading {self.target}", self._table)

@@ -4,8 +4,8 @@ Under ``<location>/<table>/``:
 
 - ``_shardwise_schema.json``: the table's columns, created once, exclusively, by :meth:`ParquetSink.ensure`;
 - ``data/<run_id>-s<shard>-c<chunk>-<token>.parquet``: one file per chunk
-  write, ``token`` fresh for each write, written under ``_tmp/<uuid>.parquet``
-  first and made visible by a rename (local ``os.replace``) or an S3 copy
+  write, ``token`` fresh for each write, written under ``_tmp/<uuid>.<its name>``
+  first (the name says whose it is) and made visible by a rename (local ``os.replace``) or an S3 copy
   (then the temporary object is deleted);
 - ``_manifest/<run_id>/s<shard>-c<chunk>.json``: the chunk's commit (file
   name, position, counts, rows, ``committed_at``), created *exclusively*:
@@ -22,7 +22,9 @@ own file, so a loser can never replace the rows the entry counts. A crash
 between the rename and the entry leaves a file no entry lists; readers never
 see it, and :meth:`~ParquetSink.finish` deletes such files of the run once
 every shard is committed, so after a run completes the data files equal the
-manifest's.
+manifest's. What a killed run leaves (temporary files, unlisted data files)
+is deleted by the next run of the table once the ledger says the killed run
+is over (:meth:`~ParquetSink.tidy`, :mod:`shardwise.sinks.parquet_leftovers`).
 
 A shard's seal (:meth:`~ParquetSink.seal`) is a manifest entry at the chunk
 after its last, ``{"sealed": true}`` with no file, created exclusively like
@@ -45,8 +47,10 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -72,6 +76,7 @@ from shardwise.sinks.lake import (
     schema_differences,
 )
 from shardwise.sinks.lake_files import Files, LocalFiles, S3Files
+from shardwise.sinks.parquet_leftovers import Leftovers, Over, find_leftovers
 from shardwise.sources.base import KeyType
 
 __all__ = ["ParquetSink"]
@@ -79,6 +84,7 @@ __all__ = ["ParquetSink"]
 T = TypeVar("T")
 _SCHEMA_FILE = FORMAT_MARKERS["parquet"]
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_log = logging.getLogger(__name__)
 
 
 def _columns(schema: pa.Schema) -> list[tuple[str, str, bool]]:
@@ -156,15 +162,22 @@ class ParquetSink:
         return "int" if types.get("source_key") == "int64" else "text"
 
     def finish(self, run_id: str) -> list[str]:
-        """Delete the run's data files no manifest entry lists (left by a killed or outraced writer).
+        """Delete the run's data files no manifest entry lists, and its temporary files (left by a killed
+        or outraced writer).
 
         Safe once every shard of the run is sealed: no entry of the run can be created any more.
         """
         _check_run_id(run_id)
-        gone = self._retried(f"tidying {self.target}", lambda: self._unlisted(run_id))
-        if not gone:
-            return []
-        return [f"deleted {len(gone)} data file(s) of run {run_id} that no manifest entry lists"]
+        found = self._tidied(lambda run: run == run_id, run_id)
+        return found.lines(run_id)
+
+    def tidy(self, over: Over) -> list[str]:
+        """Delete what killed writers left (temporary files, data files no entry lists) of the runs
+        ``over`` says are over; see :mod:`shardwise.sinks.parquet_leftovers`."""
+        found = self._tidied(over, None)
+        if found.names:
+            _log.info("%s: %s", self.target, "; ".join(found.lines()))
+        return found.lines()
 
     def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
         found = self._retried(f"reading {self.target}", lambda: self._committed_table(None))
@@ -220,8 +233,8 @@ class ParquetSink:
         stem = f"s{chunk.shard_id:05d}-c{chunk.number:05d}"
         # A name of its own for every write: a racing writer's file can never replace the committed one.
         name = f"data/{chunk.run_id}-{stem}-{uuid.uuid4().hex[:12]}.parquet"
-        store = self._store()
-        store.publish(name, _parquet_bytes(rows))
+        store, body = self._store(), _parquet_bytes(rows)
+        store.publish(name, body)
         entry = {
             "file": name,
             "position": dict(chunk.position),
@@ -230,11 +243,11 @@ class ParquetSink:
             "committed_at": datetime.now(timezone.utc).isoformat(),
         }
         entry_name = _entry_name(chunk.run_id, chunk.shard_id, chunk.number)
-        if store.create(entry_name, json.dumps(entry, default=str).encode()):
-            return SinkCommit("written", entry["position"], rows.num_rows)
-        raw = store.get(entry_name)
-        if raw is not None and json.loads(raw).get("file") == name:
-            # The create's first try landed and its answer was lost; the retry found this very entry.
+        raw = json.dumps(entry, default=str).encode()
+        # Mine when the create lands, or when its first try landed and its answer was lost (the retry then
+        # finds this very entry).
+        if store.create(entry_name, raw) or _lists(store.get(entry_name), name):
+            _still_there(store, name, body, self.target)
             return SinkCommit("written", entry["position"], rows.num_rows)
         store.delete(name)  # another writer committed the chunk (or sealed the shard) first
         return self._committed_or_retry(chunk.run_id, chunk.shard_id, chunk.number)
@@ -269,15 +282,15 @@ class ParquetSink:
                     files.append(str(listed))
         return files
 
-    def _unlisted(self, run_id: str) -> list[str]:
-        store = self._store()
-        listed = set(self._manifest_files())
-        own = re.compile(rf"data/{re.escape(run_id)}-s\d{{5}}-c\d{{5}}(-[0-9a-f]{{12}})?\.parquet")
-        found = store.names("data", start=f"{run_id}-s")
-        gone = [name for name in found if own.fullmatch(name) and name not in listed]
-        for name in gone:
-            store.delete(name)
-        return gone
+    def _tidied(self, over: Over, run_id: str | None) -> Leftovers:
+        def tidy_once() -> Leftovers:
+            store = self._store()
+            found = find_leftovers(store, over, now=time.time(), run=run_id)
+            for name in found.names:
+                store.delete(name)
+            return found
+
+        return self._retried(f"tidying {self.target}", tidy_once)
 
     def _committed_table(self, columns: list[str] | None) -> pa.Table:
         store, tables = self._store(), []
@@ -310,6 +323,24 @@ class ParquetSink:
                 f"Parquet table {self.target} already exists with a different layout: {'; '.join(problems)}. "
                 "It was made for another model or source; choose another --results-table"
             )
+
+
+def _lists(raw: bytes | None, name: str) -> bool:
+    """Whether a manifest entry (its bytes, None when missing) lists the data file ``name``."""
+    return raw is not None and json.loads(raw).get("file") == name
+
+
+def _still_there(store: Files, name: str, body: bytes, target: str) -> None:
+    """Publish ``name`` again if a tidier deleted it before this writer's entry landed.
+
+    Only a writer paused past its leases, between its file and its entry, can
+    meet this: a later run judged its run over and tidied the file (see
+    :mod:`shardwise.sinks.parquet_leftovers`). The entry lists this very name,
+    so the same bytes under it make the chunk whole again.
+    """
+    if not store.exists(name):
+        _log.warning("%s: %s was deleted before its manifest entry landed; writing it again", target, name)
+        store.publish(name, body)
 
 
 def _entry_name(run_id: str, shard_id: int, number: int) -> str:

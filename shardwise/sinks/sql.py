@@ -14,7 +14,7 @@ claims the record of the chunk after its last with the position
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -265,6 +265,11 @@ class SqlSink(Closing):
                 return
             for key, fingerprint in conn.execution_options(yield_per=10_000).execute(stmt):
                 yield str(key), fingerprint
+
+    def tidy(self, over: Callable[[str], bool | None]) -> list[str]:
+        """Nothing to tidy: a chunk's commit is one transaction, which a killed writer's database rolls
+        back (its staging table is temporary)."""
+        return []
 
     def finish(self, run_id: str) -> list[str]:
         """With ``index="hnsw"``, build each vector output's HNSW index if it is absent; says what it
