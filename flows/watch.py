@@ -78,7 +78,11 @@ def watch(spec: WatchSpec, *, results: str | None = None, install: bool = False)
 
 def _ledger_seen(ledger_url: str, location: str, named_by: str | None) -> Any:
     """The ledger's scored (object key, ETag) pairs for ``location``, read fresh on every listing: under
-    the name runs record it by (``named_by``, see :mod:`shardwise.by_reference`), or in clear."""
+    the name runs record it by (``named_by``, see :mod:`shardwise.by_reference`), or in clear.
+
+    A watcher does not know where the runs it starts write, so a pair counts as scored once every
+    destination that ever read ``location`` scored it: an object one destination still lacks is
+    announced (the run's only-new skips it where it is already scored), and none is missed."""
     from shardwise.by_reference import by_reference
     from shardwise.results import Ledger
     from shardwise.sources.parquet.stores import open_store
@@ -86,4 +90,4 @@ def _ledger_seen(ledger_url: str, location: str, named_by: str | None) -> Any:
     identity = open_store(location).identity
     names = {by_reference(named_by, identity), identity}
     ledger = Ledger(ledger_url)
-    return lambda: frozenset().union(*(ledger.seen_objects(name) for name in names))
+    return lambda: frozenset().union(*(ledger.seen_objects(name, None) for name in names))

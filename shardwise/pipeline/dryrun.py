@@ -101,16 +101,23 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     asks = only_new_sink(spec, resolve, source, info.outputs)
     try:
         check_model_inputs(info, source.value_kind())  # what the run would refuse, a plan refuses
-        plan = plan_source(spec, source, version, ledger, sink=asks, min_shards=SHARDS_PER_WORKER * workers)
+        target = results_target(spec, results_url)
+        recorded = by_reference(spec.results, target)  # the destination as a run records it
+        plan = plan_source(
+            spec, source, version, ledger, sink=asks, target=recorded, min_shards=SHARDS_PER_WORKER * workers
+        )
         preview = preview_plan(source, plan, model)
         try:
             new_only = dataclasses.replace(spec, only_new=True)
-            current = plan if spec.only_new else plan_source(new_only, source, version, ledger, sink=asks)
+            current = (
+                plan
+                if spec.only_new
+                else plan_source(new_only, source, version, ledger, sink=asks, target=recorded)
+            )
             already = str(int(current.params.get("skipped_rows") or 0))
         except ConfigError as exc:
             already = f"unknown ({redact(str(exc))})"  # a report: it names a reference, not its value
-        target = results_target(spec, results_url)
-        unfinished = _unfinished(ledger, by_reference(spec.results, target), target)
+        unfinished = _unfinished(ledger, recorded, target)
     finally:
         source.close()
         ledger.close()

@@ -235,15 +235,14 @@ def _plan_new(
     sink: Sink | None = None
     try:
         check_model_inputs(model, source.value_kind())  # a run from the UI or the API skips check_run
+        target = by_reference(spec.results, results_target(spec, results_url))  # as the run records it
         if spec.redrive is not None:
-            target = by_reference(spec.results, results_target(spec, results_url))
             source = redrive_plan_source(spec, source, ledger, run_id, target)
         version = versioned(model.version, choice.precision)
         asker = only_new_sink(spec, resolve, source, model.outputs) if spec.only_new else None
         try:
-            plan = plan_source(
-                spec, source, version, ledger, sink=asker, min_shards=SHARDS_PER_WORKER * workers
-            )
+            shards = SHARDS_PER_WORKER * workers
+            plan = plan_source(spec, source, version, ledger, sink=asker, target=target, min_shards=shards)
         finally:
             if asker is not None:
                 asker.close()

@@ -52,6 +52,7 @@ def plan_source(
     ledger: Ledger,
     *,
     sink: Sink | None = None,
+    target: str | None = None,
     min_shards: int = 1,
 ) -> SourcePlan:
     """Plan ``source`` as ``spec`` asks; with only-new, leave out what ``model_version`` already scored.
@@ -59,7 +60,10 @@ def plan_source(
     ``model_version`` is the version that keys results, precision included
     (:func:`~shardwise.precision.versioned`). ``sink`` is where results go
     when they are not a results table in the SQL source's own database
-    (None when they are): only-new then asks it what it holds.
+    (None when they are): only-new then asks it what it holds. ``target``
+    is where results go as the ledger records them (``RunRecord.results_table``,
+    :func:`~shardwise.pipeline.destination.results_target`): only-new over a
+    Parquet source skips the objects scored into it, not into another.
     """
     if spec.only_new and source.kind == "sql" and sink is not None:
         keys, skipped = _new_keys(source, sink, model_version)
@@ -68,19 +72,24 @@ def plan_source(
     return source.plan(
         shards=spec.shards,
         rows_per_shard=spec.rows_per_shard,
-        new_only=_new_only(spec, source, model_version, ledger),
+        new_only=_new_only(spec, source, model_version, ledger, target),
         min_shards=min_shards,
     )
 
 
-def _new_only(spec: RunSpec, source: Source, model_version: str, ledger: Ledger) -> NewOnly | None:
+def _new_only(
+    spec: RunSpec, source: Source, model_version: str, ledger: Ledger, target: str | None
+) -> NewOnly | None:
     if not spec.only_new:
         return None
     if source.kind == "parquet":
-        # The ledger alone answers "which objects were seen": under the name runs record the source by
-        # (see shardwise.by_reference), or in clear, as runs before recorded a source given by reference.
+        if target is None:
+            raise ConfigError("only-new over a Parquet source needs the run's destination (target=...)")
+        # The ledger alone answers "which objects were seen into this destination": under the name runs
+        # record the source by (see shardwise.by_reference), or in clear, as runs before recorded a
+        # source given by reference.
         names = {by_reference(spec.source, source.identity), source.identity}
-        seen = frozenset().union(*(ledger.seen_objects(name) for name in names))
+        seen = frozenset().union(*(ledger.seen_objects(name, target) for name in names))
         return NewOnly(model_version, spec.results_table, seen)
     return NewOnly(model_version, spec.results_table)
 

@@ -291,15 +291,18 @@ class Ledger(Closing):
         assert found is not None  # finish_run raised if the run is missing
         return dataclasses.replace(found[0].counts, counts=counts)
 
-    def seen_objects(self, source_identity: str) -> frozenset[tuple[str, str]]:
-        """(object key, ETag) pairs of Parquet objects that completed runs scored from this source."""
+    def seen_objects(self, source_identity: str, destination: str | None) -> frozenset[tuple[str, str]]:
+        """(object key, ETag) pairs of Parquet objects that completed runs scored from this source into
+        ``destination``, a run's ``results_table`` as the ledger records it (the table name for a
+        database, ``FORMAT:LOCATION/TABLE`` for a location); None: into every destination that read it."""
         with self.reading("read seen objects") as conn:
             if not sa.inspect(conn).has_table("shardwise_objects"):
                 return frozenset()  # no ledger yet: nothing was seen (and a dry run creates nothing)
-            return ledger_sql.seen_objects(conn, source_identity)
+            return ledger_sql.seen_objects(conn, source_identity, destination)
 
     def record_objects(self, run_id: str, source_identity: str, objects: Iterable[tuple[str, str]]) -> None:
-        """Remember (object key, ETag) pairs a completed run scored; known pairs are kept as they were."""
+        """Remember (object key, ETag) pairs a completed run scored, under its source and the results it
+        recorded (its destination); known pairs are kept as they were."""
         with self.writing(f"record objects of run {run_id}") as conn:
             ledger_sql.record_objects(conn, run_id, source_identity, objects, utc_now())
 

@@ -64,6 +64,31 @@ def create_ledger(conn: sa.Connection) -> None:
             if column not in have:
                 conn.execute(statement(conn, upgrade))
     _add_shard_states(conn)
+    _add_object_destination(conn)
+
+
+def _add_object_destination(conn: sa.Connection) -> None:
+    """Key an older ledger's seen objects by destination too (see :func:`seen_objects`); a ledger that
+    has the column is left alone.
+
+    Each stored pair is filed under the results of the run that recorded it
+    (``shardwise_runs.results_table``): that run scored the object into those,
+    and only those, so the next only-new run into them skips it as before, and
+    one into another destination scores it. PostgreSQL adds the column and
+    changes the key in place; SQLite cannot change a primary key, so the table
+    is rebuilt in this transaction, as :func:`_add_shard_states` does.
+    """
+    if "destination" in {c["name"] for c in sa.inspect(conn).get_columns("shardwise_objects")}:
+        return
+    if conn.dialect.name == "postgresql":
+        for stmt in load_script("postgresql", "objects_add_destination"):
+            conn.exec_driver_sql(stmt)
+        return
+    conn.exec_driver_sql(load_sql("sqlite", "objects_add_destination"))
+    for stmt in load_script("sqlite", "ledger_schema"):  # creates shardwise_objects as it is now
+        conn.exec_driver_sql(stmt)
+    for stmt in load_script("sqlite", "objects_copy_destination"):
+        conn.exec_driver_sql(stmt)
 
 
 def _add_shard_states(conn: sa.Connection) -> None:
@@ -219,15 +244,40 @@ def finish_run(
     )
 
 
-def seen_objects(conn: sa.Connection, source_identity: str) -> frozenset[tuple[str, str]]:
-    rows = conn.execute(statement(conn, "objects_seen"), {"source_identity": source_identity})
+def seen_objects(
+    conn: sa.Connection, source_identity: str, destination: str | None
+) -> frozenset[tuple[str, str]]:
+    """(object key, ETag) pairs completed runs scored from ``source_identity`` into ``destination`` (a
+    run's ``results_table``); with None, those scored into every destination that read the source.
+
+    A ledger not upgraded yet (read by a dry run or a watcher, which change
+    nothing) files each pair under the results of the run that recorded it,
+    as the upgrade (:func:`_add_object_destination`) will.
+    """
+    upgraded = "destination" in {c["name"] for c in sa.inspect(conn).get_columns("shardwise_objects")}
+    name = "objects_seen" if destination is not None else "objects_seen_everywhere"
+    query_name = name if upgraded else f"{name}_before_destination"
+    where = {"source_identity": source_identity, "destination": destination}
+    rows = conn.execute(statement(conn, query_name), where)
     return frozenset((str(r[0]), str(r[1])) for r in rows)
 
 
 def record_objects(
     conn: sa.Connection, run_id: str, source_identity: str, objects: Iterable[tuple[str, str]], now: datetime
 ) -> None:
-    base = {"source_identity": source_identity, "run_id": run_id, "seen_at": bind_timestamp(conn, now)}
+    """Remember the pairs run ``run_id`` scored, under its source and its destination (the results it
+    recorded, ``shardwise_runs.results_table``): another destination of the same source has not seen them."""
+    found = conn.execute(statement(conn, "run_select"), {"run_id": run_id}).mappings().one_or_none()
+    if found is None:
+        raise ConfigError(
+            f"run {run_id!r} is not in shardwise_runs; start_run must come before record_objects"
+        )
+    base = {
+        "source_identity": source_identity,
+        "destination": found["results_table"],
+        "run_id": run_id,
+        "seen_at": bind_timestamp(conn, now),
+    }
     params = [{**base, "object_key": key, "etag": etag} for key, etag in objects]
     if params:
         conn.execute(statement(conn, "object_insert"), params)

@@ -79,9 +79,10 @@ CREATE INDEX IF NOT EXISTS shardwise_errors_run_shard ON shardwise_errors (run_i
 
 CREATE TABLE IF NOT EXISTS shardwise_objects (
     source_identity  text NOT NULL,
+    destination      text NOT NULL,
     object_key       text NOT NULL,
     etag             text NOT NULL,
     run_id           text NOT NULL,
     seen_at          {TIMESTAMP} NOT NULL,
-    PRIMARY KEY (source_identity, object_key, etag)
+    PRIMARY KEY (source_identity, destination, object_key, etag)
 );

@@ -98,15 +98,25 @@ def test_attempts_failures_and_finish_counts(store: ResultStore) -> None:
         store.ledger.finish_run("ghost", "completed")
 
 
-def test_seen_objects_accumulate_per_source(store: ResultStore) -> None:
-    run = make_run()
+def test_seen_objects_accumulate_per_source_and_destination(store: ResultStore) -> None:
+    run, other = make_run(), make_run("run-2", table="delta:/lake/other")
     store.ledger.start_run(run, make_plan())
-    assert store.ledger.seen_objects("s3://bucket/docs/") == frozenset()
+    store.ledger.start_run(other, make_plan())
+    assert store.ledger.seen_objects("s3://bucket/docs/", TABLE) == frozenset()
     store.ledger.record_objects(run.run_id, "s3://bucket/docs/", [("a.parquet", "e1"), ("b.parquet", "e2")])
     store.ledger.record_objects(run.run_id, "s3://bucket/docs/", [("a.parquet", "e1"), ("a.parquet", "e3")])
     store.ledger.record_objects(run.run_id, "s3://other/", [("z.parquet", "e9")])
-    assert store.ledger.seen_objects("s3://bucket/docs/") == {
+    assert store.ledger.seen_objects("s3://bucket/docs/", TABLE) == {
         ("a.parquet", "e1"),
         ("b.parquet", "e2"),
         ("a.parquet", "e3"),
     }
+    # Another destination of the same source has seen none of them, until a run into it scores them.
+    assert store.ledger.seen_objects("s3://bucket/docs/", "delta:/lake/other") == frozenset()
+    store.ledger.record_objects(other.run_id, "s3://bucket/docs/", [("a.parquet", "e1")])
+    assert store.ledger.seen_objects("s3://bucket/docs/", "delta:/lake/other") == {("a.parquet", "e1")}
+    # A watcher, which does not know its runs' destination, counts what every destination scored.
+    assert store.ledger.seen_objects("s3://bucket/docs/", None) == {("a.parquet", "e1")}
+    assert store.ledger.seen_objects("s3://other/", None) == {("z.parquet", "e9")}
+    with pytest.raises(ConfigError, match="start_run must come before record_objects"):
+        store.ledger.record_objects("ghost", "s3://bucket/docs/", [("a.parquet", "e1")])
