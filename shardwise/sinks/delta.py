@@ -63,7 +63,10 @@ the deadline a :class:`~shardwise.errors.RetryDeadlineError` names the step.
 A bucket that does not exist or refuses the credentials is a
 :class:`~shardwise.errors.ConfigError` naming it (see
 :func:`~shardwise.sinks.lake.bucket_refusal`), found on the first call:
-before a run starts, its checks open the table. delta-rs's error text is
+before a run starts, its checks open the table. So is a table delta-rs
+refuses to read (any other ``DeltaError``): a corrupt log (a commit file in
+``_delta_log`` cut short or overwritten, which is not JSON) names the table
+and how to repair it, and is never retried, since retrying cannot mend it. delta-rs's error text is
 shown with its terminal colours removed, its lines joined, and the causes
 that quote a URL or an XML answer (they name the location) left out.
 
@@ -88,7 +91,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, Schema, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError, TableNotFoundError
 
 from shardwise.errors import ConfigError, TransientError
 from shardwise.retry_policy import Outage, RetryPolicy, retry_step
@@ -113,6 +116,8 @@ T = TypeVar("T")
 _CONFIGURATION = {"delta.checkpointInterval": "100"}
 _MATCH = "t.source_key = s.source_key AND t.model_version = s.model_version"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_BACKTRACE = re.compile(r"^(\d+: |at )")
+"""A line of the Rust backtrace delta-rs appends to some errors (``0: <unknown>``, ``at ./nptl/...``)."""
 _log = logging.getLogger(__name__)
 
 
@@ -124,16 +129,24 @@ def delta_text(exc: BaseException) -> str:
     (``env:NAME``) must not show.
     """
     lines = (line.strip().lstrip("\u21b3").strip() for line in _ANSI.sub("", str(exc)).splitlines())
-    kept = [line for line in lines if line and "://" not in line and not line.startswith("<")]
+    kept = [
+        line
+        for line in lines
+        if line and "://" not in line and not line.startswith("<") and not _BACKTRACE.match(line)
+    ]
     return " <- ".join(kept) or type(exc).__name__
 
 
 @contextmanager
-def _boundary(what: str, refusal: Callable[[], ConfigError | None] | None = None) -> Iterator[None]:
-    """Map delta-rs and object-store failures onto the error tree (``what`` names the step).
+def _boundary(
+    what: str, target: str, refusal: Callable[[], ConfigError | None] | None = None
+) -> Iterator[None]:
+    """Map delta-rs and object-store failures onto the error tree (``what`` names the step, ``target``
+    the table).
 
     A storage failure is transient unless ``refusal`` (asked only then) says the bucket is missing or
-    refused, which retrying cannot mend.
+    refused, which retrying cannot mend. A table delta-rs refuses to read is a
+    :class:`ConfigError` (:func:`_unreadable`).
     """
     try:
         yield
@@ -141,6 +154,8 @@ def _boundary(what: str, refusal: Callable[[], ConfigError | None] | None = None
         raise TransientError(
             f"Delta commit lost to concurrent writers while {what}: {delta_text(exc)}"
         ) from exc
+    except DeltaError as exc:  # DeltaProtocolError and SchemaMismatchError are DeltaErrors too
+        raise _unreadable(what, target, exc) from exc
     except OSError as exc:
         refused = refusal() if refusal is not None else None
         if refused is not None:
@@ -148,6 +163,27 @@ def _boundary(what: str, refusal: Callable[[], ConfigError | None] | None = None
         raise TransientError(
             f"Delta storage failed while {what}: {delta_text(exc)}; retrying may succeed"
         ) from exc
+
+
+def _unreadable(what: str, target: str, exc: BaseException) -> ConfigError:
+    """The one line for a table delta-rs refuses: a corrupt log (a commit that is not JSON), a protocol
+    this deltalake cannot read or write, or another refusal, each with its fix. None is transient."""
+    detail = delta_text(exc)
+    if isinstance(exc, DeltaProtocolError):
+        fix = "upgrade deltalake (pip install -U 'shardwise[delta]'), or give --results-table a new table"
+        return ConfigError(
+            f"Delta table {target} needs a Delta protocol this deltalake lacks ({detail}); {fix}"
+        )
+    if "json" in detail.lower():
+        return ConfigError(
+            f"Delta table {target} has a corrupt log: a commit file in its _delta_log is not valid JSON "
+            f"(cut short or overwritten: {detail}), found while {what}; restore that file from a backup or "
+            "the store's object versions, or give --results-table a new table; retrying cannot mend it"
+        )
+    return ConfigError(
+        f"delta-rs refused {what}: {detail}; repair Delta table {target} (or move it aside), or give "
+        "--results-table a new table"
+    )
 
 
 def _type_name(kind: Any) -> str:
@@ -269,7 +305,7 @@ class DeltaSink:
         """``call()`` with delta-rs's failures mapped, tried again on the run's policy while transient."""
 
         def once() -> T:
-            with _boundary(what, self._refusal):
+            with _boundary(what, self.target, self._refusal):
                 return call()
 
         return retry_step(once, what=what, outage=Outage(self._retry), reset=self._forget)

@@ -26,6 +26,7 @@ from lake_contract import (
 from lake_rows import LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
 
 from shardwise.errors import ConfigError, TransientError
+from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.base import SinkChunk
 from shardwise.sinks.delta import DeltaSink, _boundary
 
@@ -99,8 +100,37 @@ def test_committing_before_ensure_says_what_to_do(tmp_path) -> None:
 
 
 def test_a_lost_commit_race_is_a_transient_error() -> None:
-    with pytest.raises(TransientError, match="concurrent writers"), _boundary("committing"):
+    with pytest.raises(TransientError, match="concurrent writers"), _boundary("committing", "delta:/x/res"):
         raise CommitFailedError("Failed to commit transaction: 15")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "random bytes"])
+def test_a_corrupt_log_is_one_line_naming_the_table_and_the_fix_and_is_not_retried(
+    tmp_path, damage: str
+) -> None:
+    policy = RetryPolicy(deadline_s=600)  # a transient failure would be tried again for 10 minutes
+    sink = DeltaSink(str(tmp_path), "res", LAYOUT, retry=policy)
+    sink.ensure()
+    sink.commit(chunk(0))
+    sink.close()
+    (last,) = sorted((tmp_path / "res" / "_delta_log").glob("*1.json"))
+    text = last.read_bytes()
+    last.write_bytes(text[: len(text) // 2] if damage == "truncated" else os.urandom(len(text)))
+    for call in (
+        lambda s: s.check(),
+        lambda s: s.ensure(),
+        lambda s: s.read(),
+        lambda s: s.commit(chunk(1)),
+    ):
+        again = DeltaSink(str(tmp_path), "res", LAYOUT, retry=policy)
+        started = time.monotonic()
+        with pytest.raises(ConfigError) as caught:
+            call(again)
+        assert time.monotonic() - started < policy.deadline_s / 10, "a corrupt log was retried as transient"
+        message = str(caught.value)
+        assert f"Delta table delta:{tmp_path}/res has a corrupt log" in message, message
+        assert "_delta_log" in message and "--results-table" in message and "\n" not in message
+        assert "<unknown>" not in message, message  # no Rust backtrace
 
 
 def test_bad_table_names_and_locations_are_refused(tmp_path) -> None:
