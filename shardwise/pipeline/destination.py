@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shardwise.by_reference import by_reference
+from shardwise.by_reference import by_reference, is_reference
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.pipeline.spec import Resolver, RunSpec
@@ -78,6 +78,8 @@ def check_destination(spec: RunSpec, results_url: str) -> None:
                 f"s3://...), and {spec.results!r} is a database; drop --results-format"
             )
         return
+    if not results_url.startswith("s3://"):
+        _check_local_location(spec, _location(results_url))
     vector_options = {
         "embedding_type": spec.embedding_type not in ("auto", "array"),
         "index": spec.index != "none",
@@ -88,6 +90,23 @@ def check_destination(spec: RunSpec, results_url: str) -> None:
                 f"{name} {getattr(spec, name)!r} applies to results in PostgreSQL (pgvector), and results "
                 f"go to {spec.results!r}; drop --{name.replace('_', '-')}, or give a database URL"
             )
+
+
+def _check_local_location(spec: RunSpec, location: str) -> None:
+    """Local results go in a directory: ``LOCATION/TABLE`` and the default ledger beside it are made
+    under ``location``, so it, and each of its parents that exists, must be a directory (writing under a
+    regular file fails the same way on every try: no retry can mend it)."""
+    for path in (Path(location) / spec.results_table, *Path(location, spec.results_table).parents):
+        if not os.path.lexists(path):
+            continue
+        if os.path.isdir(path):
+            return  # the nearest existing folder: what is under it is made as the run needs it
+        # A location given as env:NAME is named so, never by its value (shardwise.by_reference).
+        shown = repr(spec.results) if is_reference(spec.results) else f"{spec.results!r}: {str(path)!r}"
+        raise ConfigError(
+            f"results {shown} is not a directory (a regular file, or a link to none), so results cannot "
+            "be written under it; give --results a directory, or a path whose existing part is a directory"
+        )
 
 
 def ledger_url(spec: RunSpec, resolve: Resolver, *, create: bool = False) -> str:
@@ -139,6 +158,7 @@ def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
             embedding=spec.embedding_type,
             index=spec.index,
             metric=spec.index_metric,
+            timeout_s=spec.retry.db_timeout_s,
         )
     location = _location(results_url)
     if (spec.results_format or "delta") == "delta":
