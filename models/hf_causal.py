@@ -52,6 +52,7 @@ from shardwise.models.hf_causal_source import (
     chat_on,
     check_room,
 )
+from shardwise.models.hf_chat_check import SAMPLE_TEXT, chat_template_of, check_chat_template, specials_of
 from shardwise.models.hf_decode import decode
 from shardwise.models.hf_files import VERSIONED, check_layout, read_json
 from shardwise.models.hf_grammar import JsonGuide
@@ -63,7 +64,15 @@ from shardwise.text import Inputs, coerce_text
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
     from typing_extensions import Self
 
-__all__ = ["OUTPUTS", "PARSED", "HFCausalSpec", "HFGenerator", "LocalCausalSpec", "is_causal_lm"]
+__all__ = [
+    "OUTPUTS",
+    "PARSED",
+    "HFCausalSpec",
+    "HFGenerator",
+    "LocalCausalSpec",
+    "chat_messages",
+    "is_causal_lm",
+]
 
 _TAG = "causal-lm"
 _FILES = (*VERSIONED, "generation_config.json", "chat_template.jinja", "special_tokens_map.json")
@@ -84,6 +93,13 @@ def _context_of(root: Path, config: Mapping[str, Any]) -> int:
             return int(config[key])
     limit = read_json(root / "tokenizer_config.json").get("model_max_length")
     return int(limit) if isinstance(limit, int) and 0 < limit < 10**7 else 2048
+
+
+def chat_messages(system: str | None, body: str) -> list[dict[str, str]]:
+    """The messages a row's prompt becomes with the chat template on: the system text, then the user's."""
+    messages = [] if system is None else [{"role": "system", "content": system}]
+    messages.append({"role": "user", "content": body})
+    return messages
 
 
 def _has_chat_template(root: Path) -> bool:
@@ -126,6 +142,23 @@ class LocalCausalSpec:
         """Whether prompts go through the tokenizer's chat template; refuses ``on`` without one."""
         raise NotImplementedError
 
+    def chat_template(self) -> tuple[str | None, dict[str, Any]]:
+        """The chat template's text (None without one) and the special tokens it is rendered with."""
+        raise NotImplementedError
+
+    def check_prompts(self) -> None:
+        """With the chat template on, render it once over a stand-in row, as a run would, bounded (see
+        :mod:`models.hf_chat_check`): a broken or hostile template is refused before anything runs."""
+        if not self.chat():
+            return
+        template, specials = self.chat_template()
+        if template is None:
+            return
+        body = self.generation.prompt.format_map(
+            dict.fromkeys(placeholders(self.generation.prompt), SAMPLE_TEXT)
+        )
+        check_chat_template(str(self.path), template, chat_messages(self.generation.system, body), specials)
+
     def pretrained(self) -> tuple[Path, dict[str, Any]]:
         """The folder and keyword arguments that transformers' ``from_pretrained`` loads both from."""
         raise NotImplementedError
@@ -144,6 +177,9 @@ class HFCausalSpec(LocalCausalSpec):
 
     def chat(self) -> bool:
         return chat_on(self.generation, _has_chat_template(self.path), str(self.path))
+
+    def chat_template(self) -> tuple[str | None, dict[str, Any]]:
+        return chat_template_of(self.path), specials_of(self.path)
 
     def pretrained(self) -> tuple[Path, dict[str, Any]]:
         return self.path, {"local_files_only": True}
@@ -226,8 +262,7 @@ class HFGenerator:
         system = self.settings.system
         if not self._chat:
             return body if system is None else f"{system}\n\n{body}"
-        messages = [] if system is None else [{"role": "system", "content": system}]
-        messages.append({"role": "user", "content": body})
+        messages = chat_messages(system, body)
         rendered = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return str(rendered)
 

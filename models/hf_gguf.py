@@ -85,6 +85,10 @@ class GGUFMetadata:
     kind: str
     context: int
     chat_template: bool
+    template: str | None = None
+    """The chat template's text, when the file has one."""
+    specials: tuple[tuple[str, str], ...] = ()
+    """The BOS and EOS tokens' texts by name (``bos_token``, ``eos_token``), for the chat template."""
 
 
 def read_metadata(path: Path) -> GGUFMetadata:
@@ -117,7 +121,20 @@ def _read(path: Path, size: int, mtime_ns: int) -> GGUFMetadata:
         str(value("general.type") or "model"),
         int(context) if isinstance(context, int) and context > 0 else _DEFAULT_CONTEXT,
         bool(value("tokenizer.chat_template")),
+        template if isinstance(template := value("tokenizer.chat_template"), str) else None,
+        _specials(fields),
     )
+
+
+def _specials(fields: Any) -> tuple[tuple[str, str], ...]:
+    """The BOS and EOS tokens' texts, read by id from the token list (the one entry each, not the list)."""
+    tokens, found = fields.get("tokenizer.ggml.tokens"), []
+    for name in ("bos", "eos"):
+        index = fields.get(f"tokenizer.ggml.{name}_token_id")
+        number = None if index is None else index.contents()
+        if tokens is not None and isinstance(number, int) and 0 <= number < len(tokens.data):
+            found.append((f"{name}_token", str(tokens.contents(number))))
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -127,6 +144,10 @@ class GGUFCausalSpec(LocalCausalSpec):
     def chat(self) -> bool:
         """Whether prompts go through the file's chat template; refuses ``on`` without one."""
         return chat_on(self.generation, self.metadata().chat_template, str(self.path))
+
+    def chat_template(self) -> tuple[str | None, dict[str, Any]]:
+        meta = self.metadata()
+        return meta.template, dict(meta.specials)
 
     def context(self) -> int:
         """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt)."""

@@ -31,6 +31,7 @@ __all__ = [
     "ChatMode",
     "GenerationSettings",
     "Generative",
+    "PromptChecked",
     "placeholders",
     "settings_given",
     "with_generation",
@@ -186,6 +187,17 @@ class Generative(Protocol):
 
     def generating(self, settings: GenerationSettings) -> ModelSpec:
         """The same model, generating with ``settings`` (its version changes with them)."""
+        ...
+
+
+@runtime_checkable
+class PromptChecked(Protocol):
+    """A generator spec that can try its prompt once while planning (a chat template, rendered over a
+    stand-in row), so that a prompt no row can get is refused before the run, not in its first shard."""
+
+    def check_prompts(self) -> None:
+        """Raise a :class:`~shardwise.errors.ConfigError` naming the problem and the fix if a row's
+        prompt cannot be rendered."""
         ...
 
 

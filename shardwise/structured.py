@@ -37,6 +37,7 @@ from functools import cached_property
 from typing import Any
 
 from shardwise.errors import ConfigError, OutputError
+from shardwise.schema_empty import empty_reason
 
 __all__ = ["MAX_OUTPUT_DEPTH", "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "JsonSchema", "json_depth"]
 
@@ -63,6 +64,7 @@ class JsonSchema:
         self.schema = schema
         self.text = json.dumps(schema, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
         self._validator  # noqa: B018 - checks the schema itself now, before anything runs
+        self._check_not_empty()
 
     @classmethod
     def from_text(cls, text: str, where: str = "json_schema") -> JsonSchema:
@@ -115,6 +117,23 @@ class JsonSchema:
         except Unresolvable as exc:
             raise _unresolvable(exc) from None
         return validator
+
+    def _check_not_empty(self) -> None:
+        """Refuse a schema that admits no value (see :mod:`shardwise.schema_empty`): every row would fail."""
+        validator = self._validator
+
+        def valid(part: Mapping[str, Any], value: Any) -> bool:
+            try:
+                return bool(validator.evolve(schema=part).is_valid(value))
+            except Exception:  # a part the validator cannot check alone: taken to admit the value
+                return True
+
+        reason = empty_reason(self.schema, valid)
+        if reason is not None:
+            raise ConfigError(
+                f"json_schema admits no value, so every row would fail: {_short(reason, 240)}; fix the "
+                "schema so that some JSON value satisfies it"
+            )
 
     def parse(self, text: str) -> Any:
         """The JSON value of ``text`` if valid under the schema; else an :class:`OutputError` saying why."""

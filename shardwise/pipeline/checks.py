@@ -18,7 +18,7 @@ import dataclasses
 import os
 
 from shardwise.device import resolve_device
-from shardwise.generation import with_generation
+from shardwise.generation import PromptChecked, with_generation
 from shardwise.model import ModelInfo
 from shardwise.pipeline.destination import (
     check_destination,
@@ -54,8 +54,11 @@ def check_run(
     redrive whose dead letters did not change. ``dry_run``: the run only
     plans, so its ledger needs to be readable, not writable.
     """
-    model = with_generation(catalogue(spec.model), spec.generation()).describe()
+    model_spec = with_generation(catalogue(spec.model), spec.generation())
+    model = model_spec.describe()
     spec.check_model(model)
+    if isinstance(model_spec, PromptChecked):
+        model_spec.check_prompts()  # a chat template that cannot render a prompt, before any row
     parse_table_name(spec.results_table)
     results_url = resolve(spec.results)
     source, idle = open_spec_source(spec, resolve), None

@@ -17,7 +17,7 @@ import torch
 
 from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError, InputError
-from shardwise.generation import with_generation
+from shardwise.generation import PromptChecked, with_generation
 from shardwise.model import Model
 from shardwise.pipeline.destination import (
     check_destination,
@@ -88,6 +88,8 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     to fp32 (and so to the fp32 version's already-scored rows).
     """
     spec_of = with_generation(catalogue(spec.model), spec.generation())
+    if isinstance(spec_of, PromptChecked):
+        spec_of.check_prompts()  # as a run does, before the preview renders prompts of its own
     model = spec_of.load(torch.device("cpu"))
     info = spec_of.describe()
     precision, _ = hardware_precision(spec, info.outputs)
