@@ -14,9 +14,10 @@ included (:mod:`shardwise.counts`). The DDL and queries are in ``sql/``
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
@@ -24,9 +25,6 @@ from shardwise.counts import Counts, added
 from shardwise.results.codec import bind_timestamp, decode_json, decode_row, encode_json
 from shardwise.results.sqlfiles import statement
 from shardwise.sources.base import Key
-
-if TYPE_CHECKING:
-    from shardwise.results.ledger import Ledger
 
 __all__ = [
     "ChunkMark",
@@ -167,7 +165,13 @@ def chunk_marks(conn: sa.Connection, run_id: str) -> list[ChunkMark]:
     return [ChunkMark(**decode_row(r, timestamps=["committed_at"], json_columns=json_columns)) for r in rows]
 
 
-def read_marks(ledger: Ledger, run_id: str) -> list[ChunkMark]:
+class _Reads(Protocol):
+    """What :func:`read_marks` needs of a :class:`~shardwise.results.ledger.Ledger`: a read transaction."""
+
+    def reading(self, action: str) -> AbstractContextManager[sa.Connection]: ...
+
+
+def read_marks(ledger: _Reads, run_id: str) -> list[ChunkMark]:
     """Every chunk mark of ``run_id``, in shard and chunk order: what was merged, by which attempt."""
     with ledger.reading(f"read the chunks of run {run_id}") as conn:
         return chunk_marks(conn, run_id)
