@@ -27,6 +27,7 @@ from shardwise.tasks.runners import Fanout, RunnerName
 __all__ = ["ScoreParams"]
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+_DEPLOYMENT = "score-shard/per-shard"
 
 ImageRoot = Annotated[str, AfterValidator(check_root)]
 """An absolute folder (see :func:`~shardwise.sources.images.access.check_root`)."""
@@ -69,22 +70,23 @@ class ScoreParams(BaseModel):
         "after symlinks and '..' are resolved; a reference outside them, or any local reference when none "
         "is declared, is a dead letter and nothing of it is read. Added to the folders in "
         "SHARDWISE_IMAGE_ROOTS (':'-separated) of the process that runs the flow. An image folder source "
-        "reads its own folder without one. On the command line, --image-root DIR once per folder (docs: "
-        "how-to/security.md#image-references).",
+        "reads its own folder without one, and a root given without image_column is refused. On the command "
+        "line, --image-root DIR once per folder (docs: how-to/security.md#image-references).",
     )
     image_buckets: list[ImageBucket] = Field(
         [],
         description="S3 buckets an image column's s3:// references may name besides the source's own (a "
         "source on S3); a reference into any other bucket is a dead letter, nothing fetched. Added to the "
         "names in SHARDWISE_IMAGE_BUCKETS (':'-separated) of the process that runs the flow. On the command "
-        "line, --image-bucket NAME once per bucket.",
+        "line, --image-bucket NAME once per bucket. Refused without image_column, like image_roots.",
     )
     image_max_bytes: int = Field(
         DEFAULT_MAX_BYTES,
         ge=1,
         le=MAX_MAX_BYTES,
         description="The most bytes read for one image a reference names (or one file of an image "
-        "folder), 64 MiB by default; a larger one is a dead letter, read no further than this.",
+        "folder), 64 MiB by default; a larger one is a dead letter, read no further than this. Another "
+        "value is refused for a run that reads no pictures.",
     )
     where: str | None = Field(
         None,
@@ -97,7 +99,7 @@ class ScoreParams(BaseModel):
         description="Seconds one query of a SQL source may run while planning, checking or reading a shard "
         "(PostgreSQL's statement_timeout, an interrupt on SQLite); a query that runs longer fails the "
         "planning or the shard, naming the limit, without retries. 0: no limit. A resume may raise it "
-        "(docs: how-to/where-filter.md).",
+        "(docs: how-to/where-filter.md). Refused, unless the default, for a source that runs no query.",
     )
     model: str = Field(
         DEFAULT_MODEL,
@@ -183,7 +185,9 @@ class ScoreParams(BaseModel):
         "(if absent; its build time is logged).",
     )
     index_metric: IndexMetric = Field(
-        "cosine", description="The HNSW index's distance: cosine, l2 (Euclidean) or ip (inner product)."
+        "cosine",
+        description="The HNSW index's distance: cosine, l2 (Euclidean) or ip (inner product); another than "
+        "cosine is refused without index hnsw.",
     )
     shards: int | None = Field(None, ge=1, description="Exactly this many shards (else by rows_per_shard).")
     rows_per_shard: int | None = Field(None, ge=1, description="Rows per shard (default 10000).")
@@ -210,7 +214,8 @@ class ScoreParams(BaseModel):
         le=1,
         description="Accuracy guard: a reduced precision must match fp32 to this minimum cosine on "
         "calibration texts, else auto falls back to fp32 and an explicit choice fails. Default "
-        f"{DEFAULT_MIN_AGREEMENT} for bf16 and fp16, {INT8_MIN_AGREEMENT} for int8.",
+        f"{DEFAULT_MIN_AGREEMENT} for bf16 and fp16, {INT8_MIN_AGREEMENT} for int8; refused with precision "
+        "fp32, which the guard never checks.",
     )
     runner: RunnerName = Field(
         "thread",
@@ -236,8 +241,9 @@ class ScoreParams(BaseModel):
         "the workers' own default on a cluster at address).",
     )
     deployment: str = Field(
-        "score-shard/per-shard",
-        description="With the deployment runner: the per-shard flow's deployment, FLOW/NAME.",
+        _DEPLOYMENT,
+        description="With the deployment runner: the per-shard flow's deployment, FLOW/NAME (refused with "
+        "another runner).",
     )
     resume: str | None = Field(
         None,
@@ -342,6 +348,25 @@ class ScoreParams(BaseModel):
             Sizing(self.shards, self.rows_per_shard)
         except ConfigError as exc:
             raise ValueError(str(exc)) from exc
+        return self
+
+    @model_validator(mode="after")
+    def _options_that_apply(self) -> ScoreParams:
+        """Options given where they would do nothing are refused, not ignored: image roots and buckets
+        without an image column (an image folder reads its own folder), a deployment without the
+        deployment runner. A default value is not given, so a deployment's defaults pass."""
+        for flag, given in (("--image-root", self.image_roots), ("--image-bucket", self.image_buckets)):
+            if given and self.image_column is None:
+                raise ValueError(
+                    f"{flag} {given[0]!r} would do nothing: it says where an image column's references may "
+                    f"point, and no image_column is given (an image folder reads its own folder); drop "
+                    f"{flag}, or give --image-column"
+                )
+        if self.deployment != _DEPLOYMENT and self.runner != "deployment":
+            raise ValueError(
+                f"--deployment {self.deployment!r} would do nothing: it names the deployment runner's "
+                f"per-shard flow, and runner is {self.runner!r}; drop it, or give --runner deployment"
+            )
         return self
 
     def event_name(self) -> str:

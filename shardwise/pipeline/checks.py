@@ -18,6 +18,7 @@ import dataclasses
 import os
 
 from shardwise.device import resolve_device
+from shardwise.errors import ConfigError
 from shardwise.generation import PromptChecked, with_generation
 from shardwise.model import ModelInfo
 from shardwise.pipeline.destination import (
@@ -37,6 +38,8 @@ from shardwise.results import Ledger
 from shardwise.results.probe import LedgerNeed, check_ledger
 from shardwise.results.schema import parse_table_name
 from shardwise.sources import Source, is_sql_url
+from shardwise.sources.images.access import DEFAULT_MAX_BYTES
+from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 
 __all__ = ["check_run"]
 
@@ -64,7 +67,9 @@ def check_run(
     source, idle = open_spec_source(spec, resolve), None
     try:
         source.check()
-        check_model_inputs(model, source.value_kind())
+        values = source.value_kind()
+        check_model_inputs(model, values)
+        _check_source_options(spec, values.kind, is_sql_url(resolve(spec.source)))
         check_destination(spec, results_url)
         # A --ledger that is no database URL, or a ledger that cannot serve this run, is refused here.
         check_ledger(ledger_url(spec, resolve), _ledger_need(spec, dry_run), makes_folders=not spec.ledger)
@@ -83,6 +88,22 @@ def check_run(
     if local_workers:
         resolve_precision(spec.precision, resolve_device(spec.device), model.outputs)
     return idle
+
+
+def _check_source_options(spec: RunSpec, kind: str, sql: bool) -> None:
+    """Options of one kind of source, given for another, where they would do nothing: a query timeout
+    for a source that runs no query, an image byte cap for a source that reads no pictures. Only a value
+    other than the default is given (a deployment's defaults are never refused)."""
+    if spec.query_timeout_s != DEFAULT_QUERY_TIMEOUT_S and not sql:
+        raise ConfigError(
+            f"query_timeout_s {spec.query_timeout_s:g} bounds the queries of a database source, and source "
+            f"{spec.source!r} runs none; drop --query-timeout"
+        )
+    if spec.image_access.max_bytes != DEFAULT_MAX_BYTES and kind != "image":
+        raise ConfigError(
+            f"image_max_bytes {spec.image_access.max_bytes} caps the pictures an image column or folder "
+            f"reads, and this run reads {kind}; drop --image-max-bytes, or give --image-column"
+        )
 
 
 def _ledger_need(spec: RunSpec, dry_run: bool) -> LedgerNeed:

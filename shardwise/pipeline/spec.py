@@ -162,6 +162,12 @@ class RunSpec:
                 f"text_pair_column {self.text_pair_column!r} is also the {role}; name the column that "
                 "holds each row's second text"
             )
+        if least is not None and self.precision == "fp32":
+            raise ConfigError(
+                f"min_agreement {least!r} is the accuracy guard's threshold for a reduced precision, and "
+                "precision is fp32, which the guard never checks; drop --min-agreement, or give --precision "
+                "auto, bf16, fp16 or int8"
+            )
         Sizing(self.shards, self.rows_per_shard)  # the one sizing rule, checked where the spec is made
         if self.redrive is not None and (not self.redrive or self.only_new or self.resume):
             raise ConfigError(
@@ -193,6 +199,11 @@ class RunSpec:
             if getattr(self, name) not in allowed:
                 shown = ", ".join(str(a) for a in allowed if a is not None)
                 raise ConfigError(f"{name} must be one of {shown}; got {getattr(self, name)!r}")
+        if self.index_metric != "cosine" and self.index == "none":
+            raise ConfigError(
+                f"index_metric {self.index_metric!r} is the distance of an HNSW index, and index is 'none', "
+                "so no index is built; give --index hnsw, or drop --index-metric"
+            )
         if self.index != "none" and self.embedding_type == "array":
             raise ConfigError(
                 "index hnsw needs pgvector columns, and embedding_type 'array' stores real[]; give "
@@ -277,7 +288,22 @@ class RunSpec:
             )
 
     def check_model(self, model: ModelInfo) -> None:
-        """The model takes the inputs this run gives it: text pairs only where it declares them."""
+        """The model takes the inputs this run gives it (text pairs only where it declares them), and the
+        vector options apply: they store vector outputs, so a model without any takes none of them."""
+        given = [
+            f"--{name.replace('_', '-')} {getattr(self, name)}"
+            for name, unset in (("embedding_type", "auto"), ("index", "none"))
+            if getattr(self, name) != unset
+        ]
+        if given and not any(column.kind == "vector" for column in model.outputs):
+            shown, verb = (
+                ", ".join(column.name for column in model.outputs),
+                "store" if given[1:] else "stores",
+            )
+            raise ConfigError(
+                f"{' and '.join(given)} {verb} vector outputs, and model {model.name!r} writes none "
+                f"({shown}); drop {' and '.join(g.split()[0] for g in given)}, or give an embedding model"
+            )
         if self.text_pair_column is not None and not model.pairs:
             raise ConfigError(
                 f"model {model.name!r} does not take text pairs, so text_pair_column "

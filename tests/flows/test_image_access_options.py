@@ -50,13 +50,16 @@ def test_roots_are_looked_for_only_where_the_shards_run() -> None:
     """A cluster elsewhere has its own disks: a root this host lacks is theirs to have."""
     remote = ScoreParams(
         source="sqlite:///x.db",
+        image_column="img",
         image_roots=["/mnt/pictures-on-the-workers"],
         runner="dask",
         address="tcp://w:8786",
     )
     assert remote.image_access().roots == ("/mnt/pictures-on-the-workers",)
     with pytest.raises(ValueError, match="does not exist on this host"):
-        ScoreParams(source="sqlite:///x.db", image_roots=["/mnt/pictures-on-the-workers"]).image_access()
+        ScoreParams(
+            source="sqlite:///x.db", image_column="img", image_roots=["/mnt/pictures-on-the-workers"]
+        ).image_access()
 
 
 def _bad(tmp_path: Path) -> list[tuple[list[str], dict[str, str], str]]:
@@ -90,7 +93,8 @@ def test_a_bad_image_option_is_one_line_exit_2_and_no_run(
     extra, environment, message = _bad(tmp_path)[case]
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    code = main(["run", "--source", docs, "--table", "docs", "--model", "tiny", *extra])
+    image = ["--image-column", "img"]  # the options apply to an image column only
+    code = main(["run", "--source", docs, "--table", "docs", "--model", "tiny", *image, *extra])
     err = one_line(capfd)
     assert code == 2, err
     assert err.startswith("shardwise: error: ") and message in err, err
