@@ -18,6 +18,8 @@ The tree decides what happens next, so callers catch by class, never by message:
     │                              forbids (shardwise.results.shard_states)
     ├── RunTakenOverError          another process took the run over (a forced resume)
     │                              while this one ran it; that process finishes it
+    ├── WorkerPreempted            the worker got SIGTERM (a spot notice, an eviction) and
+    │                              let its shard go; the flow runs it on another worker
     └── TransientError             may succeed if tried again: a dropped connection,
         │                          throttling, a serialisation failure
         └── DeviceOutOfMemoryError the device ran out of memory even for one row
@@ -47,6 +49,7 @@ __all__ = [
     "SourceError",
     "TransientError",
     "UnknownModelError",
+    "WorkerPreempted",
 ]
 
 
@@ -84,6 +87,12 @@ class RunTakenOverError(ShardwiseError):
     that took the run over finishes it, and what this one merged stays merged.
     The command line exits with its own code for it (see ``flows/outcome.py``).
     """
+
+
+class WorkerPreempted(ShardwiseError):
+    """The worker process got SIGTERM while it held the shard, and let it go (see
+    :mod:`shardwise.pipeline.preemption`). Not a failure of the shard, and not transient either: a
+    retry in the same process would meet the same stop, so the flow runs the shard on another worker."""
 
 
 class RetryDeadlineError(ShardwiseError):

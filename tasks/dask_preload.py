@@ -19,12 +19,17 @@ import os
 import sys
 from typing import Any
 
+from shardwise.pipeline.preemption import drain_on_sigterm
+
 __all__ = ["dask_setup"]
 
 
 def dask_setup(worker: Any) -> None:
-    """Dask's preload hook, called once in the worker process as it starts."""
+    """Dask's preload hook, called once in the worker process as it starts; SIGTERM then drains the
+    worker: it lets its shard go and exits 0 before the task returns, so Dask runs the task again on
+    another worker (see :mod:`shardwise.pipeline.preemption`)."""
     atexit.register(_exit_now)
+    drain_on_sigterm("holding_task")
 
 
 def _exit_now() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -21,7 +22,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import unmapped
 
-from shardwise.errors import ShardwiseError
+from shardwise.errors import ShardwiseError, WorkerPreempted
 from shardwise.pipeline import PlannedRun, RunRef, ShardOutcome
 from shardwise.redact import redact
 from shardwise.tasks.connections import Held
@@ -31,41 +32,109 @@ from shardwise.tasks.runners import Fanout
 from shardwise.waiting import record_wait_s, until_back
 from shardwise.words import plural
 
-__all__ = ["run_shards", "start_shard_flow"]
+__all__ = ["PREEMPTED_ROUNDS", "run_shards", "start_shard_flow"]
 
 Advance = Callable[[ShardOutcome | None], None]
+PREEMPTED_ROUNDS = 10
+"""Rounds of a run's shards at most: the first, then one after each round in which a worker was preempted."""
 
 
 def run_shards(
     planned: PlannedRun, fanout: Fanout, advance: Advance
 ) -> tuple[list[ShardOutcome], dict[int, str]]:
-    """Score every pending shard on ``fanout``; the outcomes, and the error of each shard that failed."""
+    """Score every pending shard on ``fanout``; the outcomes, and the error of each shard that failed.
+
+    A shard let go by a preempted worker (SIGTERM, see
+    :mod:`~shardwise.pipeline.preemption`) is not a failure: once the shards
+    in flight end, those let go, with any the same round lost to the broken
+    process pool, are scheduled again on fresh workers, for at most
+    :data:`PREEMPTED_ROUNDS` rounds in all.
+    """
     if not planned.todo:
         return [], {}
+    logger = get_run_logger()
     todo = plural(len(planned.todo), "shard")
-    get_run_logger().info("run %s: %s %s", planned.ref.run_id, todo, fanout.describe())
+    logger.info("run %s: %s %s", planned.ref.run_id, todo, fanout.describe())
     if fanout.runner == "deployment":
         return _child_flows(planned, fanout, advance)
     outcomes: list[ShardOutcome] = []
     failed: dict[int, str] = {}
+    shards = list(planned.todo)
+    for round_ in range(1, PREEMPTED_ROUNDS + 1):
+        scored, lost = _round(planned, fanout, shards, advance)
+        outcomes.extend(scored)
+        again = _let_go(planned, lost) if round_ < PREEMPTED_ROUNDS else set()
+        for shard_id, error in lost.items():
+            if shard_id not in again:
+                failed[shard_id] = redact(f"{type(error).__name__}: {error}")
+                advance(None)
+        if not again:
+            break
+        shards = sorted(again)
+        logger.warning(
+            "run %s: %s let go by a preempted worker (SIGTERM); scheduled again on fresh workers: %s",
+            planned.ref.run_id, plural(len(shards), "shard"), ", ".join(map(str, shards)),
+        )  # fmt: skip
+    _record_failures(planned, failed)
+    return outcomes, failed
+
+
+def _round(
+    planned: PlannedRun, fanout: Fanout, shards: list[int], advance: Advance
+) -> tuple[list[ShardOutcome], dict[int, BaseException]]:
+    """Score ``shards`` on a fresh task runner: the outcomes, and the error each other shard ended with."""
+    outcomes: list[ShardOutcome] = []
+    lost: dict[int, BaseException] = {}
     with fanout.guarding(), fanout.task_runner() as runner, fanout.task_options():
         spec = planned.ref.spec
         held = Held.of(spec.source, spec.results, *([spec.ledger] if spec.ledger else []))
         futures = runner.map(
             infer_shard.with_options(**task_retries(spec.retry)),  # the run's attempts and backoff
-            {"ref": unmapped(planned.ref), "shard_id": list(planned.todo), "held": unmapped(held)},
+            {"ref": unmapped(planned.ref), "shard_id": shards, "held": unmapped(held)},
         )
-        shard_of = dict(zip((f.task_run_id for f in futures), planned.todo, strict=True))
+        shard_of = dict(zip((f.task_run_id for f in futures), shards, strict=True))
         for future in as_completed(futures):
             result = _result(future)
             if isinstance(result, ShardOutcome):
                 outcomes.append(result)
                 advance(result)
             else:
-                failed[shard_of[future.task_run_id]] = redact(f"{type(result).__name__}: {result}")
-                advance(None)
-    _record_failures(planned, failed)
-    return outcomes, failed
+                lost[shard_of[future.task_run_id]] = result
+    return outcomes, lost
+
+
+def _let_go(planned: PlannedRun, lost: dict[int, BaseException]) -> set[int]:
+    """The shards of ``lost`` to schedule again: those a preempted worker let go, and those lost with
+    a process pool that a preempted worker's exit broke.
+
+    A worker's exit breaks a process pool: the pool fails every shard in
+    flight (``BrokenProcessPool``) and stops the other workers with SIGTERM,
+    so they let their shards go too. Those are scheduled again when the
+    ledger shows a preemption among them and no shard left ``running``: a
+    worker that crashed (OOM-killed, a segfault) leaves its shard
+    ``running``, and its round fails as before, for ``--resume``.
+    """
+    let_go = {shard_id for shard_id, error in lost.items() if isinstance(error, WorkerPreempted)}
+    broken = {shard_id for shard_id, error in lost.items() if _lost_with_worker(error)}
+    if not broken:
+        return let_go
+    try:
+        stored = {s.shard_id: s for s in planned.ledger.shards(planned.ref.run_id)}
+    except ShardwiseError:  # a ledger out of reach: those shards fail, and --resume finishes them
+        return let_go
+    held = any(stored[shard_id].status == "running" for shard_id in broken)
+    preempted = let_go or any(
+        stored[shard_id].status == "retrying"
+        and (stored[shard_id].last_error or "").startswith(WorkerPreempted.__name__)
+        for shard_id in broken
+    )
+    return let_go if held or not preempted else let_go | broken
+
+
+def _lost_with_worker(error: BaseException) -> bool:
+    """A shard the engine lost with its worker: a broken process pool, or a task Dask gave up on after
+    losing the workers that ran it (``KilledWorker``, from distributed, which may not be installed)."""
+    return isinstance(error, BrokenProcessPool) or type(error).__name__ == "KilledWorker"
 
 
 def _result(future: Any) -> Any:

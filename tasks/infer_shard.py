@@ -27,10 +27,11 @@ from prefect.context import TaskRunContext
 from prefect.runtime import task_run
 
 from shardwise.counts import said
-from shardwise.errors import ShardwiseError, TransientError
+from shardwise.errors import ShardwiseError, TransientError, WorkerPreempted
 from shardwise.models import get_spec
 from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score_ref_shard, warm
 from shardwise.pipeline.destination import ledger_url
+from shardwise.pipeline.preemption import shard_in_hand
 from shardwise.pipeline.shard import this_worker
 from shardwise.redact import redact
 from shardwise.results import Ledger
@@ -51,25 +52,30 @@ _OUTAGES_LOCK = threading.Lock()
 @task(name="infer-shard", task_run_name="shard-{shard_id}", **TRANSIENT_RETRIES)
 def infer_shard(ref: RunRef, shard_id: int, held: Held | None = None) -> ShardOutcome:
     """Score shard ``shard_id`` unless the ledger says it is done; record a failure before re-raising:
-    ``retrying`` when the task will try again, else ``failed`` (see :mod:`shardwise.results.shard_states`)."""
+    ``retrying`` when the task will try again, or when its worker was preempted and the flow runs it
+    elsewhere (:mod:`shardwise.pipeline.preemption`), else ``failed`` (see
+    :mod:`shardwise.results.shard_states`)."""
     if held is not None:
         held.install()
     logger = get_run_logger()
-    try:
-        with _shard_clock(ref) as outage:
-            outcome = score_here(ref, shard_id, outage)
-    except Exception as exc:
-        message = redact(f"{type(exc).__name__}: {exc}")
-        again = _tries_again(exc)
-        _record_failure(ref, shard_id, message, again)
-        logger.warning(
-            "shard %d try %d failed%s: %s",
-            shard_id, int(task_run.run_count or 1), "; it is tried again" if again else "", message,
-        )  # fmt: skip
-        clean = sanitized(exc)
-        if clean is exc:
-            raise
-        raise clean from None
+    with shard_in_hand():  # a worker told to stop (SIGTERM) exits 0 once its shard is let go and recorded
+        try:
+            with _shard_clock(ref) as outage:
+                outcome = score_here(ref, shard_id, outage)
+        except Exception as exc:
+            message = redact(f"{type(exc).__name__}: {exc}")
+            preempted = isinstance(exc, WorkerPreempted)  # the flow runs it on another worker
+            again = preempted or _tries_again(exc)
+            _record_failure(ref, shard_id, message, again)
+            logger.warning(
+                "shard %d try %d %s: %s",
+                shard_id, int(task_run.run_count or 1),
+                "let go" if preempted else "failed; it is tried again" if again else "failed", message,
+            )  # fmt: skip
+            clean = sanitized(exc)
+            if clean is exc:
+                raise
+            raise clean from None
     if outcome.skipped:
         logger.info("shard %d was already done; skipped (on %s)", shard_id, outcome.worker)
     else:

@@ -34,6 +34,7 @@ from shardwise.errors import ConfigError, TransientError
 from shardwise.lifeline import die_with_parent
 from shardwise.pipeline import Resolver, RunSpec
 from shardwise.pipeline.destination import ledger_url
+from shardwise.pipeline.preemption import drain_on_sigterm
 from shardwise.reaper import reaping
 from shardwise.sources import is_sql_url
 from shardwise.words import plural
@@ -156,9 +157,10 @@ class Fanout:
         if self.runner == "process":
             from prefect.task_runners import ProcessPoolTaskRunner
 
-            # Its workers die with this process: a killed run leaves none behind (see shardwise.lifeline).
+            # Its workers die with this process: a killed run leaves none behind (see shardwise.lifeline);
+            # one told to stop lets its shard go and exits 0 (see shardwise.pipeline.preemption).
             return ProcessPoolTaskRunner(
-                max_workers=self.workers, initializer=die_with_parent, initargs=(os.getpid(),)
+                max_workers=self.workers, initializer=_pool_worker_start, initargs=(os.getpid(),)
             )
         if self.runner == "dask":
             return _dask_runner(self.address, self.workers)
@@ -188,6 +190,12 @@ class Fanout:
         if self.gpus:
             return remote_options(num_gpus=1)  # type: ignore[no-any-return]
         return remote_options(num_cpus=self.threads or 1)  # type: ignore[no-any-return]
+
+
+def _pool_worker_start(parent: int) -> None:
+    """The process pool's initializer: die with the planning process ``parent``, drain on SIGTERM."""
+    die_with_parent(parent)
+    drain_on_sigterm()
 
 
 def _dask_runner(address: str | None, workers: int) -> Any:

@@ -20,6 +20,7 @@ from shardwise.engine import Engine
 from shardwise.model import Model
 from shardwise.pipeline.chunks import ChunkConfig, InputFingerprints, commit_chunks, progress_after
 from shardwise.pipeline.lease import LEASE_S, shard_lease_keeper
+from shardwise.pipeline.preemption import refuse_if_draining, until_preempted
 from shardwise.pipeline.reporter import ProgressReporter
 from shardwise.results import (
     ChunkTotals,
@@ -172,6 +173,7 @@ def score_shard(
     """
     me, device = this_worker(), str(model.device)
     outage = outage or Outage(RetryPolicy())
+    refuse_if_draining(shard.shard_id)  # a worker told to stop counts no new attempt
     attempt = retry_step(
         lambda: store.ledger.record_attempt(
             run.run_id, shard.shard_id, host=me.host, device=device, owner=me.worker, lease_s=lease_s
@@ -204,13 +206,15 @@ def score_shard(
             )
             fingerprints = InputFingerprints()
             engine_run = Engine(model, engine_config).run(
-                fingerprints.feed(rows), on_batch=_chained(reporter.on_batch, on_batch)
+                fingerprints.feed(rows),
+                on_batch=_chained(_stop_if_draining(shard.shard_id), _chained(reporter.on_batch, on_batch)),
             )
             reporter.follow(engine_run.stats)
             with engine_run, reporter:
-                merging = commit_chunks(
-                    fingerprints.joined(engine_run), writer, start, chunking.rows, snapshot if lost else None
-                )
+                # A worker told to stop (SIGTERM) lets the shard go after the batch in hand (the check
+                # above) or at the next row, its chunk in hand uncommitted.
+                scored = until_preempted(fingerprints.joined(engine_run), shard.shard_id)
+                merging = commit_chunks(scored, writer, start, chunking.rows, snapshot if lost else None)
         stats = engine_run.stats
         figures = {**stats.as_dict(), "worker": me.worker, "model_load_s": model_load_s}
         figures["resumed_rows"] = start.rows  # committed by earlier attempts: not scored by this one
@@ -276,6 +280,15 @@ def _reader(
             what=f"open the source of shard {shard.shard_id}",
             outage=outage,
         )
+
+
+def _stop_if_draining(shard_id: int) -> Callable[[BatchStats], None]:
+    """Called after each batch, in the thread that commits: a draining worker scores no more batches."""
+
+    def check(batch: BatchStats) -> None:
+        refuse_if_draining(shard_id)
+
+    return check
 
 
 def _chained(
