@@ -111,3 +111,31 @@ def test_a_process_pool_worker_stopped_mid_shard_lets_the_run_finish(sqlite_url:
 
 def test_a_dask_worker_stopped_mid_shard_lets_the_run_finish(sqlite_url: str, dask_extra: None) -> None:
     _preempted_run(sqlite_url, "dask")
+
+
+def test_a_process_pool_worker_that_crashes_fails_its_shard_for_resume(sqlite_url: str) -> None:
+    """SIGKILL (the OOM killer) is no preemption: the crashed worker's shard stays running in the
+    ledger, so the flow schedules nothing again, and the run fails that shard for ``--resume``."""
+    make_docs(sqlite_url, ROWS, bad=False)
+    command = subprocess.Popen(
+        _argv(sqlite_url, "process"),
+        env=_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        shard_id, pid = _scoring_worker(sqlite_url, command)
+        os.kill(pid, signal.SIGKILL)
+        output, _ = command.communicate(timeout=300)
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+    assert command.returncode not in (0, None), output[-3000:]
+    assert "scheduled again on fresh workers" not in output, output[-3000:]
+    assert "--resume" in output, output[-3000:]
+    ((status, error),) = execute(
+        sqlite_url, "select status, last_error from shardwise_shards where shard_id = :s", {"s": shard_id}
+    )
+    assert status == "failed" and "BrokenProcessPool" in error, (status, error)
