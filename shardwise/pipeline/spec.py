@@ -241,6 +241,16 @@ class RunSpec:
     def _check_prompt(self) -> None:
         """Generation settings in range; a prompt takes no text pair and names no key column."""
         self.generation()  # every setting in range
+        drawn = [
+            f"{name} {getattr(self, name)!r}" for name in ("top_p", "seed") if getattr(self, name) is not None
+        ]
+        if drawn and not self.temperature:
+            raise ConfigError(
+                f"{' and '.join(drawn)} {'apply' if drawn[1:] else 'applies'} when sampling, and temperature "
+                f"is {self.temperature or 0!r}: "
+                "greedy decoding draws nothing; give --temperature above 0, or drop "
+                f"{' and '.join('--' + d.split()[0].replace('_', '-') for d in drawn)}"
+            )
         if self.unconstrained and self.json_schema is None:
             raise ConfigError(
                 "unconstrained applies to decoding held to a JSON Schema, and no json_schema is given; "

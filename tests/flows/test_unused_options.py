@@ -74,6 +74,16 @@ def _cases(tmp_path: Path, lm: Path) -> dict[str, tuple[list[str], str]]:
             "finish_reason, prompt_tokens, completion_tokens); drop --embedding-type, or give an embedding "
             "model",
         ),
+        "top p and seed when greedy": (
+            [*generator, "--top-p", "0.9", "--seed", "3"],
+            "top_p 0.9 and seed 3 apply when sampling, and temperature is 0: greedy decoding draws nothing; "
+            "give --temperature above 0, or drop --top-p and --seed",
+        ),
+        "seed at temperature 0": (
+            [*generator, "--temperature", "0", "--seed", "3"],
+            "seed 3 applies when sampling, and temperature is 0: greedy decoding draws nothing; give "
+            "--temperature above 0, or drop --seed",
+        ),
         "an index for a generator": (
             [*generator, "--index", "hnsw"],
             f"--index hnsw stores vector outputs, and model 'hf:{lm}' writes none",
@@ -91,6 +101,8 @@ CASES = [
     "deployment with the thread runner",
     "embedding type for a generator",
     "an index for a generator",
+    "top p and seed when greedy",
+    "seed at temperature 0",
 ]
 
 
