@@ -28,7 +28,11 @@ The rule, which the docs quote as one number::
 
 A try that hangs is bounded by its layer's own timeouts (PostgreSQL's
 ``connect_timeout``, S3's connect and read timeouts), so a shard fails at
-most one such timeout after its deadline.
+most one such timeout after its deadline. A statement of the ledger or a SQL
+sink on PostgreSQL is bounded by ``db_timeout_s`` (the server's
+``statement_timeout`` and ``lock_timeout``), and a connection whose server
+stops answering by a little more (:mod:`shardwise.db_timeouts`): a hung
+connection fails its try, which is retried on a new connection.
 """
 
 from __future__ import annotations
@@ -43,7 +47,14 @@ from typing import Any, TypeVar
 
 from shardwise.errors import ConfigError, RetryDeadlineError, TransientError
 
-__all__ = ["DEFAULT_RETRY_DEADLINE_S", "MAX_ATTEMPTS", "Outage", "RetryPolicy", "retry_step"]
+__all__ = [
+    "DEFAULT_DB_TIMEOUT_S",
+    "DEFAULT_RETRY_DEADLINE_S",
+    "MAX_ATTEMPTS",
+    "Outage",
+    "RetryPolicy",
+    "retry_step",
+]
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -52,6 +63,10 @@ DEFAULT_RETRY_DEADLINE_S = 120.0
 """How long an outage a shard survives by default: a PostgreSQL restart or a managed database's
 failover (typically under a minute or two), an S3 brownout. Longer fails the shard; ``--resume``
 finishes it."""
+
+DEFAULT_DB_TIMEOUT_S = 60.0
+"""A minute: far longer than any one statement of the ledger or a SQL sink takes (a chunk's merge takes
+seconds), and short enough that a hung connection is replaced well within the default retry deadline."""
 
 MAX_ATTEMPTS = 50
 """The most attempts a shard may be given: more would only hide a failure that is not passing."""
@@ -71,9 +86,13 @@ class RetryPolicy:
     """The longest wait between two tries."""
     jitter: float = 0.25
     """A fraction of each wait added or taken at random, so workers that failed together retry apart."""
+    db_timeout_s: float = DEFAULT_DB_TIMEOUT_S
+    """Seconds one statement of the ledger or a SQL sink on PostgreSQL may run or wait for a lock before
+    its try fails (transient, so it is tried again); a connection whose server stops answering is given
+    up a little later (:mod:`shardwise.db_timeouts`). 0: no bounds."""
 
     def __post_init__(self) -> None:
-        for name in ("deadline_s", "backoff_s", "backoff_cap_s"):
+        for name in ("deadline_s", "backoff_s", "backoff_cap_s", "db_timeout_s"):
             if not _number(getattr(self, name), float("inf")):
                 raise ConfigError(
                     f"retry {name} must be a number of seconds >= 0; got {getattr(self, name)!r}"

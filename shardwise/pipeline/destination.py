@@ -158,6 +158,7 @@ def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
             embedding=spec.embedding_type,
             index=spec.index,
             metric=spec.index_metric,
+            timeout_s=spec.retry.db_timeout_s,
         )
     location = _location(results_url)
     if (spec.results_format or "delta") == "delta":

@@ -182,7 +182,8 @@ def prepare_run(
     results_url = resolve(spec.results)
     check_destination(spec, results_url)
     spec.check_model(model)
-    ledger, owner, took_over = Ledger(ledger_url(spec, resolve, create=True)), this_worker().worker, None
+    ledger = Ledger(ledger_url(spec, resolve, create=True), timeout_s=spec.retry.db_timeout_s)
+    owner, took_over = this_worker().worker, None
     sink: Sink | None = None
     try:
         if spec.resume:

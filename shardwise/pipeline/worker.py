@@ -220,7 +220,7 @@ class WorkerCache:
 
 
 def _open_run(ref: RunRef, model: Model, resolve: Resolver) -> _Run:
-    ledger = Ledger(ledger_url(ref.spec, resolve))
+    ledger = Ledger(ledger_url(ref.spec, resolve), timeout_s=ref.spec.retry.db_timeout_s)
     try:
         record, plan = ledger.load(ref.run_id)
         check_version(record, model)

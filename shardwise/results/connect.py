@@ -18,6 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shardwise.db_timeouts import CONNECT_TIMEOUT_S, DEFAULT_DB_TIMEOUT_S, bound_engine
 from shardwise.dberrors import safe_url
 from shardwise.errors import ConfigError
 from shardwise.redact import redact, remember
@@ -26,17 +27,16 @@ from shardwise.url_syntax import refuse_unencoded
 
 __all__ = ["CONNECT_TIMEOUT_S", "brief_waits", "make_engine", "write_transaction"]
 
-CONNECT_TIMEOUT_S = 10
-"""Seconds a new PostgreSQL connection may take to open (libpq's ``connect_timeout``)."""
-
 _IMMEDIATE = "shardwise_immediate"
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgresql+psycopg": "postgresql+psycopg"}
 _SQLITE = ("sqlite", "sqlite+pysqlite")
 
 
-def make_engine(url: str) -> sa.Engine:
+def make_engine(url: str, *, timeout_s: float = DEFAULT_DB_TIMEOUT_S) -> sa.Engine:
     """An engine for ``url``; plain ``postgresql://`` URLs are pointed at psycopg 3.
 
+    On PostgreSQL, each statement may run or wait for a lock ``timeout_s`` seconds, and a connection whose
+    server stops answering is given up a little later (:mod:`shardwise.db_timeouts`; 0: no bounds).
     A URL whose password is not percent-encoded is refused unread (:mod:`shardwise.url_syntax`).
     """
     refuse_unencoded(url, "the results or ledger database URL")
@@ -52,13 +52,15 @@ def make_engine(url: str) -> sa.Engine:
         # A try at a host that does not answer is cut short, so a shard's retries check their
         # deadline (shardwise.retry_policy) at least this often; a URL's own connect_timeout wins.
         waits = {} if "connect_timeout" in parsed.query else {"connect_timeout": CONNECT_TIMEOUT_S}
-        return sa.create_engine(
+        engine = sa.create_engine(
             parsed.set(drivername=_DRIVERS[parsed.drivername]),
             pool_pre_ping=True,
             pool_size=8,
             max_overflow=24,
             connect_args=waits,
         )
+        bound_engine(engine, timeout_s)
+        return engine
     if parsed.drivername in _SQLITE:
         if parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed.query):
             raise ConfigError(

@@ -26,6 +26,7 @@ from shardwise.results.connect import brief_waits, make_engine, write_transactio
 from shardwise.results.leases import LEASE_S
 from shardwise.results.records import RunRecord, RunStatus
 from shardwise.results.sqlfiles import query
+from shardwise.retry_policy import DEFAULT_DB_TIMEOUT_S
 from shardwise.sources.base import SourcePlan
 
 __all__ = ["Ledger"]
@@ -34,10 +35,15 @@ _RUNS = "shardwise_runs"
 
 
 class Ledger(Closing):
-    """The ledger tables in the database at ``url`` (PostgreSQL or SQLite); safe to share between threads."""
+    """The ledger tables in the database at ``url`` (PostgreSQL or SQLite); safe to share between threads.
 
-    def __init__(self, url: str) -> None:
-        self.engine = make_engine(url)
+    On PostgreSQL a statement may run or wait for a lock ``timeout_s`` seconds (a run passes its
+    :attr:`~shardwise.retry_policy.RetryPolicy.db_timeout_s`), and a connection that stops answering is
+    given up a little later: the try fails as transient (see :mod:`shardwise.db_timeouts`).
+    """
+
+    def __init__(self, url: str, *, timeout_s: float = DEFAULT_DB_TIMEOUT_S) -> None:
+        self.engine = make_engine(url, timeout_s=timeout_s)
         self.url = safe_url(url)
 
     def __repr__(self) -> str:

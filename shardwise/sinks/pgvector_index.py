@@ -5,7 +5,8 @@ run inside a transaction), so writers merging into the table are not
 blocked while it builds. Its name is fixed by (table, column, metric), so a
 second run finds it and leaves it be. A concurrent build that was killed or
 failed leaves an INVALID index of that name behind (``pg_index.indisvalid``
-false): it is dropped, concurrently too, and built again.
+false): it is dropped, concurrently too, and built again. The build is the one
+statement of the sink with no time bound (:func:`~shardwise.db_timeouts.unbounded`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Literal, get_args
 
 import sqlalchemy as sa
 
+from shardwise.db_timeouts import unbounded
 from shardwise.dberrors import mapped_errors
 from shardwise.errors import ConfigError
 from shardwise.sinks.pgvector_types import HNSW_MAX_DIMS, reflected_vector_family
@@ -79,7 +81,11 @@ def create_ann_index(
     name = hnsw_index_name(table.name, column, metric)
     url = engine.url
     action = f"build HNSW index {name} on {table.name}({column})"
-    with mapped_errors(action, url), engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    with (
+        mapped_errors(action, url),
+        engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
+        unbounded(conn),  # a build may rightly take hours: no statement timeout, no answer bound
+    ):
         dim = _column_dim(conn, table, column, kind)
         _check_dim(table.name, column, kind, dim)
         valid = conn.execute(_VALIDITY, {"name": name, "schema": table.schema}).scalar_one_or_none()

@@ -28,6 +28,7 @@ from shardwise.results.merge import merge_rows
 from shardwise.results.schema import VectorStorage, check_layout, parse_table_name, results_table, stage_table
 from shardwise.results.sqlfiles import load_script, query, statement
 from shardwise.results.staging import Staging
+from shardwise.retry_policy import DEFAULT_DB_TIMEOUT_S
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit
 from shardwise.sinks.pgvector import (
     EmbeddingType,
@@ -68,7 +69,9 @@ class SqlSink(Closing):
     create it; see :func:`~shardwise.sinks.pgvector.resolve_embedding_type`). With
     ``index="hnsw"``, :meth:`finish` builds an HNSW index on each vector
     output with ``metric``, if it is absent (``CREATE INDEX CONCURRENTLY``:
-    writers are not blocked), and logs its build time.
+    writers are not blocked), and logs its build time. On PostgreSQL a statement may run or wait for a
+    lock ``timeout_s`` seconds, and a connection that stops answering is given up a little later (see
+    :mod:`shardwise.db_timeouts`); the index build alone is not bounded.
     """
 
     def __init__(
@@ -80,12 +83,13 @@ class SqlSink(Closing):
         embedding: EmbeddingType = "auto",
         index: Literal["none", "hnsw"] = "none",
         metric: IndexMetric = "cosine",
+        timeout_s: float = DEFAULT_DB_TIMEOUT_S,
     ) -> None:
         results_table(name, layout.outputs, layout.key_type)  # a bad name or output is refused here
         self.layout = layout
         self.target = name
         self.embedding, self.index, self.metric = embedding, index, metric
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, timeout_s=timeout_s)
         recognise_vector_types(self.engine.dialect)
         self.url = safe_url(url)
         self._table: sa.Table | None = None

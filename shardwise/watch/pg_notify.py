@@ -89,6 +89,7 @@ class PgNotifyWatcher(Watcher):
             updated_at=spec.updated_at,
             schema=spec.schema,
             named_by=spec.named_by,
+            timeout_s=spec.timeout_s,
         )
         if not self._table.db.is_postgres:
             self._table.db.dispose()

@@ -39,6 +39,7 @@ class WatermarkPoller(Watcher):
             updated_at=spec.updated_at,
             schema=spec.schema,
             named_by=spec.named_by,
+            timeout_s=spec.timeout_s,
         )
         db = self._table.db
         self._state = db.engine if db.is_postgres else sa.create_engine(db.url, connect_args={"timeout": 30})

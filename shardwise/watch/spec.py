@@ -22,8 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from shardwise.db_timeouts import check_db_timeout
 from shardwise.errors import ConfigError
 from shardwise.sources import is_sql_url
+from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 from shardwise.watch.events import check_name
 
 __all__ = ["DEFAULT_DEBOUNCE_S", "Mode", "WatchSpec"]
@@ -61,6 +63,10 @@ class WatchSpec:
     """The reference ``source`` was resolved from (``env:NAME``, ``secret:NAME``), if it was: events and
     the watcher's stored state then name the source by it, never by its value
     (:mod:`shardwise.by_reference`)."""
+    timeout_s: float = DEFAULT_QUERY_TIMEOUT_S
+    """How long a SQL watcher's look at the table may wait for the database's answer, plus a margin,
+    before the connection is given up as stalled and made anew (:mod:`shardwise.db_timeouts`); 0: for
+    ever. Long, because a watermark's ``count(*)`` over a big table may rightly take minutes."""
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -70,6 +76,7 @@ class WatchSpec:
             raise ConfigError(f"interval_s must be a positive number of seconds; got {self.interval_s!r}")
         if not self.debounce_s >= 0:
             raise ConfigError(f"debounce_s must be a number of seconds >= 0; got {self.debounce_s!r}")
+        check_db_timeout(self.timeout_s, "timeout_s")
 
     @property
     def is_sql(self) -> bool:

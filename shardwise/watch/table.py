@@ -59,10 +59,13 @@ def open_table(
     updated_at: str | None = None,
     schema: str | None = None,
     named_by: str | None = None,
+    timeout_s: float = 0,
 ) -> WatchedTable:
     """Connect once to check the identifiers; the returned table owns ``db`` (dispose it when done).
-    ``named_by`` is the reference ``url`` was resolved from, if any: the identity names it instead."""
-    db = Database(url)
+    ``named_by`` is the reference ``url`` was resolved from, if any: the identity names it instead.
+    ``timeout_s`` bounds each wait for the database's answer (see
+    :attr:`~shardwise.watch.spec.WatchSpec.timeout_s`)."""
+    db = Database(url, answer_timeout_s=timeout_s)
     try:
         with db.errors(f"checking table {table!r}"), db.engine.connect() as conn:
             # A watcher reads no text column: the key stands in for it in the check.

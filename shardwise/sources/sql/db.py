@@ -25,6 +25,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
+from shardwise.db_timeouts import CONNECT_TIMEOUT_S, bound_engine
 from shardwise.dberrors import mapped_errors, without_secrets
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.sql.timeout import QueryLimit
@@ -62,15 +63,27 @@ def _identity_url(url: URL) -> str:
 
 
 class Database:
-    """One SQLAlchemy engine shared by every read of a source; connections come from its pool."""
+    """One SQLAlchemy engine shared by every read of a source; connections come from its pool.
 
-    def __init__(self, url: str, query_timeout_s: float = 0) -> None:
+    On PostgreSQL a connection whose server stops answering is given up a little after
+    ``answer_timeout_s`` (by default the query timeout; 0: never) and the read fails as transient
+    (:mod:`shardwise.db_timeouts`: the answer bound only; the query timeout is the source's own
+    server-side limit). A new connection may take :data:`~shardwise.db_timeouts.CONNECT_TIMEOUT_S` to
+    open unless the URL says otherwise.
+    """
+
+    def __init__(
+        self, url: str, query_timeout_s: float = 0, *, answer_timeout_s: float | None = None
+    ) -> None:
         self.limit = QueryLimit(query_timeout_s)
         """How long one query may run (:mod:`shardwise.sources.sql.timeout`); 0: no limit."""
         self.url = _parse_url(url)
         self._password = self.url.password
+        waits = {}
+        if self.url.drivername == "postgresql+psycopg" and "connect_timeout" not in self.url.query:
+            waits = {"connect_timeout": CONNECT_TIMEOUT_S}
         try:
-            self.engine = sa.create_engine(self.url, pool_pre_ping=True)
+            self.engine = sa.create_engine(self.url, pool_pre_ping=True, connect_args=waits)
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise ConfigError(
                 f"cannot open a {self.url.drivername!r} URL ({self.scrub(str(exc))}); use "
@@ -80,6 +93,8 @@ class Database:
         if self.dialect == "sqlite":
             sa.event.listen(self.engine, "connect", _on_sqlite_connect)
         self.limit.install(self.engine)
+        answer = self.limit.seconds if answer_timeout_s is None else answer_timeout_s
+        bound_engine(self.engine, answer, server_timers=False)
 
     @property
     def is_postgres(self) -> bool:
