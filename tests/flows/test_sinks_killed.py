@@ -89,6 +89,27 @@ def _stored(results: str, table: str, fmt: str | None, env: dict[str, str]) -> d
     return {int(r["source_key"]): np.asarray(r["embedding"], dtype=np.float32) for r in rows}
 
 
+def _parquet_files(results: str, table: str, env: dict[str, str]) -> tuple[list[str], bool]:
+    """(temporary files, whether the data files are exactly those the manifest lists) of a Parquet table."""
+    from shardwise.sinks.parquet_files import ParquetSink
+
+    saved = {k: os.environ.get(k) for k in env if k.startswith("AWS_")}
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    try:
+        sink = ParquetSink(results, table, Layout(get_spec("tiny").describe().outputs, "int"))
+        try:
+            store = sink._store()
+            return store.names("_tmp"), sorted(store.names("data")) == sorted(sink.manifest_files())
+        finally:
+            sink.close()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 Where = Callable[[Path], tuple[list[str], str, str | None, dict[str, str]]]
 """A sink's options for a test folder: (run options, results, results format, extra environment)."""
 
@@ -139,6 +160,8 @@ def _check_killed_then_resumed(
     stored = _stored(results, "killed", fmt, env)
     assert stored.keys() == clean.keys() and len(stored) == ROWS
     assert all(np.array_equal(stored[k], clean[k]) for k in clean)
+    if fmt == "parquet":  # whatever the kill left half-made (a temporary file, an unlisted file) is gone
+        assert _parquet_files(results, "killed", env) == ([], True)
 
     again = _run([*argv, "--only-new", "--progress", "none"], env)
     assert "0 rows scored" in again, again
