@@ -232,9 +232,14 @@ class _Watchdog:
                 watch.done = True
 
     def _start(self) -> None:
-        if self._pid != os.getpid():  # first use, or a forked child: threads do not cross a fork
-            self._pid, self._heap = os.getpid(), []
+        if self._pid != os.getpid():  # first use in this process
+            self._pid = os.getpid()
             threading.Thread(target=self._run, name="shardwise-db-watchdog", daemon=True).start()
+
+    def after_fork(self) -> None:
+        """In a forked child: the thread did not cross the fork, and its lock may have been held when it
+        happened, so start afresh (the child's first wait starts its own thread)."""
+        self._cond, self._heap, self._pid = threading.Condition(), [], None
 
     def _run(self) -> None:
         with self._cond:
@@ -264,3 +269,4 @@ def _shut(fd: int) -> None:
 
 
 _WATCHDOG = _Watchdog()
+os.register_at_fork(after_in_child=_WATCHDOG.after_fork)

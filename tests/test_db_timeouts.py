@@ -4,8 +4,11 @@ real server); either fails as transient, and the next try gets a working connect
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
 import time
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -150,4 +153,39 @@ def test_sqlite_keeps_its_busy_timeout_and_gets_no_bound(tmp_path) -> None:
     try:
         assert _run(engine, "PRAGMA busy_timeout") == 60000
     finally:
+        engine.dispose()
+
+
+def _stalled_query_fails_in_time(url: str, connected: Any, stalled: Any) -> None:
+    """In a forked child: a wait on a connection that then stalls is cut at its bound (exit 0), not hung."""
+    engine = make_engine(url, timeout_s=1)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SELECT 1")
+        connected.set()
+        stalled.wait(10)
+        started = time.monotonic()
+        try:
+            with mapped_errors("read", engine.url):
+                conn.exec_driver_sql("SELECT 1")
+        except TransientError as exc:
+            os._exit(0 if "sent no answer" in str(exc) and time.monotonic() - started < 5 else 2)
+    os._exit(1)
+
+
+def test_a_forked_process_bounds_its_own_waits(pg_url: str) -> None:
+    proxy, url = StallingProxy.before(pg_url)
+    engine = make_engine(url, timeout_s=1)
+    fork = multiprocessing.get_context("fork")
+    connected, stalled = fork.Event(), fork.Event()
+    try:
+        assert _run(engine, "SELECT 1") == 1  # this process's watchdog runs (a fork copies no thread)
+        child = fork.Process(target=_stalled_query_fails_in_time, args=(url, connected, stalled))
+        child.start()
+        assert connected.wait(30)
+        proxy.stall()
+        stalled.set()
+        child.join(30)
+        assert child.exitcode == 0
+    finally:
+        proxy.close()
         engine.dispose()
