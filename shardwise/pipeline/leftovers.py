@@ -26,6 +26,6 @@ def tidy_leftovers(ledger: Ledger, sink: Sink) -> list[str]:
     """What the sink deleted of runs the ledger says are over, a line each; a failure is one line too."""
     try:
         return sink.tidy(ledger.run_over)
-    except ShardwiseError as exc:
+    except (ShardwiseError, OSError) as exc:  # OSError: a local file it may not delete
         _log.warning("tidying %s failed; the next run tries again: %s", sink.target, exc)
         return [f"tidying what killed writers left in {sink.target} failed (the next run tries again): {exc}"]
