@@ -163,3 +163,20 @@ def test_a_ledger_from_before_leases_lists_its_runs_and_gains_the_columns(db_url
         ledger.start_run(run, make_plan(2), owner="new:1/0")  # resumed by this release: no lease to respect
         (listed,) = ledger.recent_runs()
         assert (listed.state(), listed.owner) == ("running", "new:1/0")
+
+
+def test_a_run_is_over_once_neither_it_nor_any_shard_attempt_holds_a_live_lease(store: ResultStore) -> None:
+    ledger, run = store.ledger, make_run()
+    assert ledger.run_over(run.run_id) is None  # a run this ledger does not know
+    ledger.start_run(run, make_plan(2), owner="host-a:1/0", lease_s=60)
+    assert ledger.run_over(run.run_id) is False  # its planning process holds it
+    assert ledger.record_attempt(run.run_id, 0, host="host-b", owner="host-b:7/1", lease_s=60) == 1
+    ledger.release_run_lease(run.run_id, "host-a:1/0")  # the planning process is gone: abandoned
+    assert ledger.run_summary(run.run_id).state() == "abandoned"  # type: ignore[union-attr]
+    assert ledger.run_over(run.run_id) is False, "a worker elsewhere still scores shard 0"
+    assert ledger.renew_shard_lease(run.run_id, 0, 1, "host-b:7/1", 0.0)  # that worker stops too
+    assert ledger.run_over(run.run_id) is True
+    ledger.start_run(run, make_plan(2), owner="host-c:1/0", lease_s=60)  # resumed: live again
+    assert ledger.run_over(run.run_id) is False
+    ledger.finish_run(run.run_id, "failed", owner="host-c:1/0")
+    assert ledger.run_over(run.run_id) is True
