@@ -233,7 +233,11 @@ def quiet_console() -> Callable[[], None]:
 
     previous_env = os.environ.get(_CONSOLE_LEVEL)
     os.environ[_CONSOLE_LEVEL] = "WARNING"
-    import prefect  # noqa: F401 - sets up Prefect's logging, whose console handler is changed here
+    # Prefect configures its logging on first use, not on import: do it now, so the console handler
+    # changed here is the one the run will log through.
+    from prefect.logging.configuration import ensure_logging_setup
+
+    ensure_logging_setup()
 
     changed = [
         (handler, handler.level, handler.formatter)

@@ -45,6 +45,9 @@ class _NotRunLogs(logging.Filter):
 @contextmanager
 def runs_quiet_on_console() -> Iterator[None]:
     """Inside the block, flow runs (here and in the processes started meanwhile) log to the server only."""
+    from prefect.logging.configuration import ensure_logging_setup
+
+    ensure_logging_setup()  # Prefect adds its console handler on first use: filter that one
     quiet = _NotRunLogs()
     handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
     for handler in handlers:
