@@ -115,7 +115,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage mistakes in one line that names the fix, instead of the whole usage block."""
+    """Usage mistakes in one line that names the fix, instead of the whole usage block; the Prefect
+    server's address in a help text is read from Prefect's settings only when that help is printed."""
+
+    def format_help(self) -> str:
+        from shardwise.flows.cli_services import API_URL
+
+        text = super().format_help()
+        if API_URL in text:
+            from shardwise.flows.serving import local_api_url
+
+            text = text.replace(API_URL, local_api_url())
+        return text
 
     def error(self, message: str) -> NoReturn:
         from shardwise.flows.outcome import BAD_INPUT

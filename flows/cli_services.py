@@ -9,10 +9,10 @@ from pathlib import Path
 
 from shardwise.flows import cli_commands
 
-_EXAMPLE_API = "http://127.0.0.1:4200/api"
-"""Where ``prefect server start`` serves by default, for the examples in --help: reading Prefect's own
-settings (:func:`~shardwise.flows.serving.local_api_url`, which messages use) would import Prefect, and
---help must appear at once."""
+API_URL = "{prefect_api_url}"
+"""Stands in the serve and deploy examples for where ``prefect server start`` serves: the parser fills it
+in from Prefect's settings only when that help is printed (:class:`flows.cli._Parser`), so that building
+the parser, for any command, imports no Prefect."""
 
 __all__ = ["add_service_commands"]
 
@@ -78,7 +78,7 @@ def add_service_commands(command: Command) -> None:
         "until stopped; stopping pauses them and their schedules, and serving again resumes them. A\n"
         "deployment with an event trigger (on-new-data) runs warm, in this process, where its model stays\n"
         "loaded; the others get a fresh process per flow run. Needs a Prefect server (PREFECT_API_URL).",
-        f"PREFECT_API_URL={_EXAMPLE_API} shardwise serve",
+        f"PREFECT_API_URL={API_URL} shardwise serve",
     )
     serve.add_argument(
         "--prefect-yaml", type=Path, default=None, help="deployments file (default: the checkout's)"
@@ -102,7 +102,7 @@ def add_service_commands(command: Command) -> None:
         "create the process work pool and deploy prefect.yaml to it",
         "Create the process work pool and deploy every deployment of prefect.yaml to it; a worker\n"
         f"({_worker_command()}) then runs them.",
-        f"PREFECT_API_URL={_EXAMPLE_API} shardwise deploy",
+        f"PREFECT_API_URL={API_URL} shardwise deploy",
     )
     deploy.set_defaults(handler=cli_commands.deploy)
 
