@@ -6,12 +6,14 @@ printed its whole log into the ``serve`` terminal: a run that failed on bad
 input started from the UI came to 192 lines with two tracebacks there. So,
 while ``serve`` runs:
 
-* the flow runs' console output is turned off: in this process (the warm
-  runs) a filter on the console handlers drops the records of the
+* the flow runs' console output is cut down: in this process (the warm
+  runs) a filter on the console handlers keeps only the warnings of the
   ``prefect.flow_runs``, ``prefect.task_runs`` and ``prefect.engine``
-  loggers, and the processes Prefect's runner starts inherit
-  ``PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL=CRITICAL``; the server still gets
-  every record, at every level;
+  loggers (a changed model loaded again, a shard tried again), and the
+  processes Prefect's runner starts inherit
+  ``PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL=CRITICAL`` (a level, not a filter,
+  is all a child's console takes from its environment, and ERROR would bring
+  the tracebacks back); the server still gets every record, at every level;
 * :class:`RunLines` asks the server every few seconds which flow runs of the
   served deployments have ended, and prints one line for each: its name, its
   deployment, its final state and message, and for a run that did not
@@ -38,8 +40,11 @@ _CHILD_CONSOLE = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
 
 
 class _NotRunLogs(logging.Filter):
+    """Of a run's records, only its warnings (a model loaded again, a shard tried again): its progress
+    is in its log, and its errors end in :func:`run_line`."""
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.name.startswith(_RUN_LOGGERS)
+        return not record.name.startswith(_RUN_LOGGERS) or record.levelno == logging.WARNING
 
 
 @contextmanager

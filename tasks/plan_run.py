@@ -44,7 +44,7 @@ def plan_run(
     try:
         described = with_generation(get_spec(spec.model), spec.generation()).describe()
         if worker_cache().refresh(spec.model, described, spec.generation()):
-            get_run_logger().info(
+            get_run_logger().warning(  # said where serve shows a run's warnings: files changed under it
                 "model %r changed since this process loaded it (now version %s): loading it again",
                 spec.model,
                 described.version[:12],

@@ -32,6 +32,9 @@ def test_a_run_line_names_the_run_its_state_and_where_its_log_is() -> None:
 
 
 def test_run_logs_leave_the_console_and_children_inherit_it(caplog: pytest.LogCaptureFixture) -> None:
+    from prefect.logging.configuration import ensure_logging_setup
+
+    ensure_logging_setup()  # as serve has it: Prefect's logging set up before the block
     handler = logging.StreamHandler()
     root = logging.getLogger()
     root.addHandler(handler)
@@ -42,7 +45,10 @@ def test_run_logs_leave_the_console_and_children_inherit_it(caplog: pytest.LogCa
                 handler.filter(logging.LogRecord(name, logging.ERROR, __file__, 1, "m", None, None))
                 for name in ("prefect.flow_runs", "prefect.task_runs.x", "prefect.engine", "shardwise.serve")
             ]
+            warning = logging.LogRecord("prefect.task_runs", logging.WARNING, "f", 1, "m", None, None)
+            warned = handler.filter(warning)
         assert kept == [False, False, False, True]
+        assert warned, "a run's warnings stay; its errors end in its one line"
         assert "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL" not in os.environ
         record = logging.LogRecord("prefect.flow_runs", logging.ERROR, __file__, 1, "m", None, None)
         assert handler.filter(record), "the filter goes with the block"
