@@ -119,3 +119,21 @@ def test_a_json_schema_that_admits_no_value_is_refused_before_the_run(
     assert said in err, err
     assert err.startswith("shardwise run: error: argument --json-schema: json_schema admits no value"), err
     assert "fix the schema so that some JSON value satisfies it" in err, err
+
+
+def test_a_run_started_as_the_ui_starts_it_meets_a_broken_template_while_planning(
+    docs: str, tmp_path: Path
+) -> None:
+    """The form and the API start the flow without the command line's checks: planning refuses it."""
+    from shardwise.flows.params import ScoreParams
+    from shardwise.flows.score import score
+
+    broken = tiny_causal_lm(tmp_path / "broken", chat_template=TEMPLATES["syntax"][0])
+    params = ScoreParams(
+        source=docs, table="docs", model=str(broken), results_table="generated", max_new_tokens=8,
+        precision="fp32", shards=1,
+    )  # fmt: skip
+    state = score(params, return_state=True)
+    assert state.is_failed()
+    assert "TemplateSyntaxError" in str(state.message) and "--chat off" in str(state.message)
+    assert ledger_runs(docs) == 0, "refused before the run was recorded"
