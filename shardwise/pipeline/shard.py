@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import socket
 import threading
@@ -42,8 +43,8 @@ __all__ = ["PROGRESS_EVERY_S", "ShardOutcome", "WorkerInfo", "score_shard", "thi
 
 PROGRESS_EVERY_S = 1.0
 """Default seconds between an attempt's live progress reports to the ledger."""
-_threads: dict[int, int] = {}
-_threads_lock = threading.Lock()
+_numbers = itertools.count()
+_this_thread = threading.local()
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,14 @@ class WorkerInfo:
 
 
 def this_worker() -> WorkerInfo:
-    """This process and thread as a worker: threads of one process are numbered in order of first use."""
-    ident = threading.get_ident()
-    with _threads_lock:
-        number = _threads.setdefault(ident, len(_threads))
+    """This process and thread as a worker: threads of one process are numbered in order of first use.
+
+    The number lives with the thread, never with its ident: a thread started after another ended may get
+    the same ident, and must not pass as the owner of the leases that ended one took.
+    """
+    number = getattr(_this_thread, "number", None)
+    if number is None:
+        number = _this_thread.number = next(_numbers)  # next() on a count is atomic under the GIL
     host = socket.gethostname()
     return WorkerInfo(host, owner_of(host, number))
 

@@ -160,3 +160,17 @@ def test_a_live_lease_whose_process_here_is_gone_is_resumed_at_once_and_one_else
     assert resumed.took_over.gone and not resumed.took_over.forced, "taken without --force"
     assert "a process of this host now gone" in resumed.took_over.describe()
     assert counts.rows_out == 40
+
+
+def test_a_thread_that_reuses_an_ended_threads_ident_is_another_owner() -> None:
+    seen: list[tuple[int, str]] = []
+
+    def record() -> None:
+        seen.append((threading.get_ident(), this_worker().worker))
+
+    for _ in range(20):  # pthreads hands an ended thread's ident to the next one, mostly at once
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(record).result()
+    idents = [ident for ident, _ in seen]
+    assert len(set(idents)) < len(idents), "no ident was reused: this host cannot show the fault"
+    assert len({worker for _, worker in seen}) == len(seen), "an ended thread's owner was handed on"
