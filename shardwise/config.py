@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-
-import torch
+from typing import TYPE_CHECKING
 
 from shardwise.errors import ConfigError
-from shardwise.model import OutputColumn
 from shardwise.precision import Requested, check_precision, resolve_precision
+
+if TYPE_CHECKING:
+    import torch
+
+    from shardwise.model import OutputColumn
 
 __all__ = ["EngineConfig"]
 

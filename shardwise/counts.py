@@ -24,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 if TYPE_CHECKING:
     from shardwise.model import OutputColumn
 
@@ -51,6 +49,8 @@ def count_columns(outputs: Iterable[OutputColumn]) -> tuple[str, ...]:
 
 def counts_of_columns(columns: Mapping[str, Any], names: Sequence[str]) -> Counts:
     """Each named column summed over a batch (``columns`` as a model's ``to_columns`` gives them)."""
+    import numpy as np  # here, not above: chunk sizes and counts are read by --help, without numpy
+
     return {name: int(np.asarray(columns[name], dtype=np.int64).sum()) for name in names}
 
 

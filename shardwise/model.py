@@ -49,11 +49,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
-import numpy as np
-
 from shardwise.errors import ConfigError
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
+    import numpy as np
     import torch
     from typing_extensions import Self
 

@@ -47,15 +47,15 @@ import contextlib
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, get_args
-
-import torch
+from typing import TYPE_CHECKING, Literal, get_args
 
 from shardwise.calibration_texts import calibration_items
-from shardwise.cast_copy import cast_copy
 from shardwise.errors import ConfigError
-from shardwise.model import Model, OutputColumn
-from shardwise.quantize import int8_copy, int8_kernel
+
+if TYPE_CHECKING:
+    import torch
+
+    from shardwise.model import Model, OutputColumn
 
 __all__ = [
     "Precision",
@@ -74,11 +74,20 @@ __all__ = [
 Requested = Literal["auto", "fp32", "bf16", "fp16", "int8"]
 Precision = Literal["fp32", "bf16", "fp16", "int8"]
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# torch is imported by the functions that run or probe a device, not here: the CLI and the flow's
+# parameters check a precision's name, and must not pay torch's import (1-3 s) to print --help.
+
+
+def _dtype(precision: Precision) -> torch.dtype:
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 natively (AMX-BF16 or AVX512-BF16)."""
+    import torch
+
     probes = [getattr(torch.cpu, n, None) for n in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
     try:
         if any(probe is not None and probe() for probe in probes):
@@ -102,6 +111,8 @@ def _cpu_flags() -> frozenset[str]:
 
 def cpu_int8_kernel() -> str:
     """The int8 instructions this CPU offers (``amx-int8``, ``avx512-vnni``, ``avx-vnni`` or ``none``)."""
+    from shardwise.quantize import int8_kernel
+
     return int8_kernel(_cpu_flags())
 
 
@@ -124,6 +135,8 @@ def emulated_int8_warning(precision: str) -> str | None:
 
 
 def _cuda_native(device: torch.device) -> tuple[Precision, ...]:
+    import torch
+
     major, _ = torch.cuda.get_device_capability(device)
     if major >= 8:
         return ("bf16", "fp16", "fp32")
@@ -177,6 +190,8 @@ def resolve_precision(
             "(or --device cpu for int8)"
         )
     if device.type == "cuda" and choice not in _cuda_native(device):
+        import torch
+
         name = torch.cuda.get_device_name(device)
         raise ConfigError(
             f"precision {choice} is not supported on {device} ({name}); use --precision "
@@ -201,7 +216,9 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
     """The context a forward pass runs in for ``precision`` on ``device``."""
     if precision in ("fp32", "int8"):  # int8 is a quantized copy of the model: see for_precision
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+    import torch
+
+    return torch.autocast(device_type=device.type, dtype=_dtype(precision))
 
 
 def for_precision(model: Model, precision: Precision) -> Model:
@@ -211,12 +228,18 @@ def for_precision(model: Model, precision: Precision) -> Model:
     if precision == "fp32":
         return model
     if precision == "int8":
+        from shardwise.quantize import int8_copy
+
         return int8_copy(model, _calibrate)
-    return cast_copy(model, _DTYPES[precision])
+    from shardwise.cast_copy import cast_copy
+
+    return cast_copy(model, _dtype(precision))
 
 
 def _calibrate(model: Model) -> None:
     """Run ``model`` in float32 over the calibration texts, for what its layers see."""
+    import torch
+
     batch = model.collate(calibration_items(model, pairs=False)).to(model.device)
     with torch.inference_mode():
         model.run(batch)

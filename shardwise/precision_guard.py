@@ -12,14 +12,15 @@ whose agreement is under :func:`minimum_agreement` (see
 from __future__ import annotations
 
 import math
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
 from shardwise.calibration_texts import calibration_items
-from shardwise.device import to_host
-from shardwise.model import Model
 from shardwise.precision import Precision, autocast, for_precision
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from shardwise.model import Model
 
 __all__ = ["DEFAULT_MIN_AGREEMENT", "INT8_MIN_AGREEMENT", "agreement", "minimum_agreement", "shown"]
 
@@ -54,6 +55,13 @@ def agreement(model: Model, precision: Precision, pairs: bool = False) -> float:
     """
     if precision == "fp32":
         return 1.0
+    # Imported here: the thresholds above are read by the flow's parameters, which --help builds
+    # without torch.
+    import numpy as np
+    import torch
+
+    from shardwise.device import to_host
+
     items = calibration_items(model, pairs)
     batch = model.collate(items).to(model.device)
     reduced_model = for_precision(model, precision)
@@ -70,6 +78,8 @@ def agreement(model: Model, precision: Precision, pairs: bool = False) -> float:
 
 
 def _agree(full: np.ndarray, reduced: np.ndarray, kind: str) -> float:
+    import numpy as np
+
     if kind == "vector":
         a, b = full.astype(np.float64), reduced.astype(np.float64)
         norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)

@@ -24,15 +24,18 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardwise.config import EngineConfig
 from shardwise.counts import added
-from shardwise.engine import RowResult
 from shardwise.errors import ConfigError, TransientError
 from shardwise.lineage import value_fingerprint
-from shardwise.results import Chunk, ChunkStart, ChunkWriter, DeadLetter, ResultRow
+from shardwise.results.records import DeadLetter, ResultRow
 from shardwise.sources.base import Key, SourceRow
+
+if TYPE_CHECKING:
+    from shardwise.engine import RowResult
+    from shardwise.results import Chunk, ChunkStart, ChunkWriter
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -101,7 +104,7 @@ def progress_after(write: Progress, start: ChunkStart) -> Progress:
     return counted
 
 
-Joined = tuple[Key, RowResult, str | None]
+Joined = tuple[Key, "RowResult", str | None]
 """A row's key as the source gave it, its result, and its input fingerprint."""
 
 
@@ -200,6 +203,10 @@ class _Cutter:
         return self._cut() if self._scored or self._failed else None
 
     def _cut(self) -> Chunk:
+        # Imported here: the chunk writer brings SQLAlchemy, and ChunkConfig is read by the flow's
+        # parameters, which --help builds without it.
+        from shardwise.results.chunk_writer import Chunk
+
         self._rows += len(self._scored) + len(self._failed)
         position = {"rows": self._rows, "key": _json_key(self._last)}
         chunk = Chunk(self._number, self._scored, self._failed, self._truncated, position, self._snapshot)

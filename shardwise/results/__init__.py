@@ -9,23 +9,28 @@ committed to the sink once, then marked in the ledger with its dead letters
 
 from __future__ import annotations
 
-from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals, read_marks
-from shardwise.results.chunk_writer import Chunk, ChunkCommit, ChunkWriter
-from shardwise.results.ledger import Ledger
-from shardwise.results.outcomes import (
-    MergeOutcome,
-    RunCounts,
-    RunListing,
-    RunSummary,
-    ShardProgress,
-    StoredDeadLetter,
-    StoredShard,
-)
-from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
-from shardwise.results.schema import parse_table_name
-from shardwise.results.shard_states import SHARD_STATUSES, ShardStatus, ShardTransition
-from shardwise.results.store import ResultStore
-from shardwise.sinks.base import Lineage
+from typing import TYPE_CHECKING
+
+from shardwise.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals, read_marks
+    from shardwise.results.chunk_writer import Chunk, ChunkCommit, ChunkWriter
+    from shardwise.results.ledger import Ledger
+    from shardwise.results.outcomes import (
+        MergeOutcome,
+        RunCounts,
+        RunListing,
+        RunSummary,
+        ShardProgress,
+        StoredDeadLetter,
+        StoredShard,
+    )
+    from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
+    from shardwise.results.schema import parse_table_name
+    from shardwise.results.shard_states import SHARD_STATUSES, ShardStatus, ShardTransition
+    from shardwise.results.store import ResultStore
+    from shardwise.sinks.base import Lineage
 
 __all__ = [
     "SHARD_STATUSES",
@@ -54,3 +59,28 @@ __all__ = [
     "parse_table_name",
     "read_marks",
 ]
+
+# Each name's module loads on first use: the ledger and the chunk writer bring SQLAlchemy and psycopg,
+# and the run spec reads only the lease limits (shardwise.results.leases) and result records.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".chunk_marks": ("ChunkMark", "ChunkStart", "ChunkTotals", "read_marks"),
+        ".chunk_writer": ("Chunk", "ChunkCommit", "ChunkWriter"),
+        ".ledger": ("Ledger",),
+        ".outcomes": (
+            "MergeOutcome",
+            "RunCounts",
+            "RunListing",
+            "RunSummary",
+            "ShardProgress",
+            "StoredDeadLetter",
+            "StoredShard",
+        ),
+        ".records": ("DeadLetter", "ResultRow", "RunRecord", "ShardReport"),
+        ".schema": ("parse_table_name",),
+        ".shard_states": ("SHARD_STATUSES", "ShardStatus", "ShardTransition"),
+        ".store": ("ResultStore",),
+        "shardwise.sinks.base": ("Lineage",),
+    },
+)

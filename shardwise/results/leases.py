@@ -20,10 +20,9 @@ seconds (NTP), far below a lease's length.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Literal
 
-from shardwise.results.codec import utc_now
 from shardwise.results.owners import owner_gone
 
 __all__ = [
@@ -55,12 +54,12 @@ RunState = Literal["running", "completed", "failed", "abandoned"]
 
 def expiry(lease_s: float, now: datetime | None = None) -> datetime:
     """When a lease taken or renewed now for ``lease_s`` seconds runs out."""
-    return (now or utc_now()) + timedelta(seconds=lease_s)
+    return (now or datetime.now(timezone.utc)) + timedelta(seconds=lease_s)
 
 
 def lease_live(expires_at: datetime | None, now: datetime | None = None) -> bool:
     """Whether a lease expiring at ``expires_at`` is still held; no lease at all is not."""
-    return expires_at is not None and expires_at > (now or utc_now())
+    return expires_at is not None and expires_at > (now or datetime.now(timezone.utc))
 
 
 def run_state(
