@@ -11,16 +11,14 @@ worker's operator did not allow (:func:`check_deployment_model`).
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shardwise.errors import ConfigError, UnknownModelError
+from shardwise.lazy import lazy_exports
 from shardwise.model import ModelSpec
-from shardwise.models.hf import HFEncoderSpec
-from shardwise.models.hf_classifier import HFClassifierSpec
-from shardwise.models.hf_directory import directory_spec
-from shardwise.models.hf_gguf import GGUFCausalSpec, is_gguf_name
-from shardwise.models.hf_image import HFClipSpec, HFImageClassifierSpec, HFImageEncoderSpec
-from shardwise.models.minilm import MiniLMSpec
 from shardwise.models.plugins import (
     ALLOW_MODULES_SETTING,
     ENTRY_POINT_GROUP,
@@ -31,7 +29,14 @@ from shardwise.models.plugins import (
     module_allowed,
     reference_spec,
 )
-from shardwise.models.tiny import TinySpec
+
+if TYPE_CHECKING:
+    from shardwise.models.hf import HFEncoderSpec
+    from shardwise.models.hf_classifier import HFClassifierSpec
+    from shardwise.models.hf_gguf import GGUFCausalSpec
+    from shardwise.models.hf_image import HFClipSpec, HFImageClassifierSpec, HFImageEncoderSpec
+    from shardwise.models.minilm import MiniLMSpec
+    from shardwise.models.tiny import TinySpec
 
 __all__ = [
     "ALLOW_MODULES_SETTING",
@@ -51,7 +56,47 @@ __all__ = [
     "known_models",
 ]
 
-CATALOGUE: dict[str, ModelSpec] = {"minilm": MiniLMSpec(), "tiny": TinySpec()}
+# The spec classes load on first use, as the built-in specs do: their modules import torch, and the
+# CLI lists the model names (known_models) to print --help without it.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".hf": ("HFEncoderSpec",),
+        ".hf_classifier": ("HFClassifierSpec",),
+        ".hf_gguf": ("GGUFCausalSpec",),
+        ".hf_image": ("HFClipSpec", "HFImageClassifierSpec", "HFImageEncoderSpec"),
+        ".minilm": ("MiniLMSpec",),
+        ".tiny": ("TinySpec",),
+    },
+)
+
+
+class _BuiltIns(Mapping[str, ModelSpec]):
+    """The built-in specs by name: the names are known up front, each spec is made on first use (once)."""
+
+    def __init__(self, classes: Mapping[str, tuple[str, str]]) -> None:
+        self._classes = dict(classes)
+        self._made: dict[str, ModelSpec] = {}
+
+    def __getitem__(self, name: str) -> ModelSpec:
+        if name not in self._made:
+            module, attribute = self._classes[name]
+            self._made[name] = getattr(importlib.import_module(module), attribute)()
+        return self._made[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes  # Mapping's own would make the spec
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._classes)
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+
+CATALOGUE: Mapping[str, ModelSpec] = _BuiltIns(
+    {"minilm": ("shardwise.models.minilm", "MiniLMSpec"), "tiny": ("shardwise.models.tiny", "TinySpec")}
+)
 """The built-in models. Installed plug-ins are not here: they are looked up when asked for."""
 
 
@@ -76,6 +121,9 @@ def get_spec(name: str) -> ModelSpec:
     plugin = entry_point_spec(name)
     if plugin is not None:
         return plugin
+    from shardwise.models.hf_directory import directory_spec
+    from shardwise.models.hf_gguf import GGUFCausalSpec, is_gguf_name
+
     path = Path(name.removeprefix("hf:")).expanduser()
     if is_gguf_name(name) and not path.is_dir():
         return GGUFCausalSpec(path)

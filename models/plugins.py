@@ -31,12 +31,14 @@ import importlib
 import re
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
-
-import torch
+from typing import TYPE_CHECKING
 
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.model import Model, ModelInfo, ModelSpec
 from shardwise.models.plugin_checks import brief, check_info, check_loaded, check_stable, spec_problem, what
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "ALLOW_MODULES_SETTING",
