@@ -33,7 +33,6 @@ from typing import Any, Literal, get_args
 from shardwise.errors import ConfigError, TransientError
 from shardwise.lifeline import die_with_parent
 from shardwise.pipeline import Resolver, RunSpec
-from shardwise.pipeline.destination import ledger_url
 from shardwise.pipeline.preemption import drain_on_sigterm
 from shardwise.reaper import reaping
 from shardwise.sources import is_sql_url
@@ -142,6 +141,10 @@ class Fanout:
                 f"{where} may run on other hosts, which cannot write them; pass --results "
                 f"postgresql+psycopg://... or s3://..., or {local}"
             )
+        # Imported here: the flow's parameters name the runners, and --help builds them without the
+        # ledger's database drivers.
+        from shardwise.pipeline.destination import ledger_url
+
         if _on_this_host(ledger_url(spec, resolve)):
             raise ConfigError(
                 f"the run's ledger is an SQLite file on this host, and {where} may run on other hosts, "
