@@ -138,7 +138,12 @@ _EXAMPLE_DB = "sqlite:///shardwise-work/shardwise.db"
 
 
 def _parser() -> argparse.ArgumentParser:
-    from shardwise.flows.cli_options import FANOUT_OPTIONS, SOURCE_OPTIONS, add_param_options
+    from shardwise.flows.cli_options import (
+        FANOUT_OPTIONS,
+        SOURCE_OPTIONS,
+        add_param_options,
+        add_sink_options,
+    )
     from shardwise.flows.cli_services import add_service_commands
     from shardwise.flows.outcome import exit_codes_help
 
@@ -170,6 +175,7 @@ def _parser() -> argparse.ArgumentParser:
     ) -> None:
         parser = command(name, summary, about, example, parents=[verbose])
         add_param_options(parser, (*SOURCE_OPTIONS, *own))
+        add_sink_options(parser)
         add_param_options(_fanout_group(parser), FANOUT_OPTIONS)
         _progress_options(parser)
         for action in parser._actions:
@@ -209,6 +215,7 @@ def _parser() -> argparse.ArgumentParser:
         parents=[verbose],
     )
     add_param_options(plan, SOURCE_OPTIONS)
+    add_sink_options(plan)
     add_param_options(_fanout_group(plan), FANOUT_OPTIONS)
     plan.set_defaults(handler=cli_commands.plan)
 

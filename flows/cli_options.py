@@ -21,6 +21,7 @@ __all__ = [
     "GENERATION_OPTIONS",
     "SOURCE_OPTIONS",
     "add_param_options",
+    "add_sink_options",
     "flag_for",
     "refuse_unencoded_urls",
     "score_params",
@@ -58,9 +59,6 @@ SOURCE_OPTIONS = (
     "results_table",
     "results_format",
     "ledger",
-    "embedding_type",
-    "index",
-    "index_metric",
     "shards",
     "rows_per_shard",
     "only_new",
@@ -135,26 +133,50 @@ def add_param_options(
     from shardwise.flows.params import ScoreParams
 
     for name in fields:
-        info = ScoreParams.model_fields[name]
-        options: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": _help(name, info)}
-        kinds = _kinds(info.annotation)
-        if kinds == {bool}:
-            options["action"] = "store_true"
-        elif any(get_origin(k) is list for k in kinds):
-            options.update(action="append", metavar=_METAVARS.get(name, name.upper()))  # one per use
-        else:
-            literals = [a for k in kinds if get_origin(k) is Literal for a in get_args(k)]
-            if literals:
-                options["choices"] = literals
-            else:
-                options["metavar"] = _METAVARS.get(name, name.upper())
-            number = int if int in kinds else float if float in kinds else None
-            if number is not None:
-                options["type"] = _number(number)
-            elif name in _FILE_READERS:
-                options["type"] = _FILE_READERS[name]
-            options["required"] = info.is_required()
-        parser.add_argument(flag_for(name), **options)
+        parser.add_argument(flag_for(name), dest=name, **_typed(name, ScoreParams.model_fields[name]))
+
+
+def add_sink_options(parser: argparse.ArgumentParser) -> None:
+    """The options of each installed sink kind, a ``--help`` group per kind (one flag per option: their
+    names are unique across kinds, see :mod:`shardwise.sinks.registry`). Each option's dest is
+    ``results_options.KIND.OPTION``, which :func:`score_params` nests as the flow's parameter."""
+    from shardwise.sinks.registry import sink_kinds
+
+    for name, kind in sink_kinds().items():
+        if not kind.options.model_fields:
+            continue
+        group = parser.add_argument_group(
+            f"results in {kind.label} (--results-format {name})",
+            f"options of the {name} sink kind; refused for results of another kind",
+        )
+        for option, info in kind.options.model_fields.items():
+            group.add_argument(
+                flag_for(option), dest=f"results_options.{name}.{option}", **_typed(option, info)
+            )
+
+
+def _typed(name: str, info: Any) -> dict[str, Any]:
+    """argparse's settings for a model field: its help, choices or type, and how it is given."""
+    options: dict[str, Any] = {"default": argparse.SUPPRESS, "help": _help(name, info)}
+    kinds = _kinds(info.annotation)
+    if kinds == {bool}:
+        options["action"] = "store_true"
+        return options
+    if any(get_origin(k) is list for k in kinds):
+        options.update(action="append", metavar=_METAVARS.get(name, name.upper()))  # one per use
+        return options
+    literals = [a for k in kinds if get_origin(k) is Literal for a in get_args(k)]
+    if literals:
+        options["choices"] = literals
+    else:
+        options["metavar"] = _METAVARS.get(name, name.upper())
+    number = int if int in kinds else float if float in kinds else None
+    if number is not None:
+        options["type"] = _number(number)
+    elif name in _FILE_READERS:
+        options["type"] = _FILE_READERS[name]
+    options["required"] = info.is_required()
+    return options
 
 
 def _kinds(annotation: Any) -> set[Any]:
@@ -234,6 +256,13 @@ def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
 
     refuse_unencoded_urls(args)
     given = {name: getattr(args, name) for name in ScoreParams.model_fields if hasattr(args, name)}
+    sections: dict[str, dict[str, Any]] = {}
+    for dest, value in vars(args).items():
+        if dest.startswith("results_options."):
+            _, kind, option = dest.split(".")
+            sections.setdefault(kind, {})[option] = value
+    if sections:
+        given["results_options"] = sections
     given.update(extra)
     if given.get("image_roots"):  # relative to where the command is typed; a blank one is refused after
         given["image_roots"] = [os.path.abspath(r) if r.strip() else r for r in given["image_roots"]]

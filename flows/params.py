@@ -10,12 +10,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from shardwise.errors import ConfigError
 from shardwise.flows.image_access import declared_access
 from shardwise.pipeline import RunSpec
-from shardwise.pipeline.spec import DEFAULT_MODEL, IndexChoice, ResultsFormat
+from shardwise.pipeline.spec import DEFAULT_MODEL
 from shardwise.precision import Requested
 from shardwise.precision_guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
-from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
+from shardwise.sinks.registry import flat_options, results_options_model, sink_kinds
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, check_bucket_name, check_root
 from shardwise.sources.sizing import Sizing
@@ -32,6 +32,14 @@ _DEPLOYMENT = "score-shard/per-shard"
 ImageRoot = Annotated[str, AfterValidator(check_root)]
 """An absolute folder (see :func:`~shardwise.sources.images.access.check_root`)."""
 ImageBucket = Annotated[str, AfterValidator(check_bucket_name)]
+
+ResultsFormat = Literal[tuple(sorted(sink_kinds()))]  # type: ignore[valid-type]
+"""The installed sink kinds' names (:mod:`shardwise.sinks.registry`): the choices of the form and of
+``--results-format``."""
+ResultsOptions = results_options_model()
+"""The installed sink kinds' options, a section per kind (see
+:func:`~shardwise.sinks.registry.results_options_model`)."""
+ResultsOptions.__module__ = __name__  # pickles and shows as this module's
 
 
 class ScoreParams(BaseModel):
@@ -157,15 +165,18 @@ class ScoreParams(BaseModel):
         None,
         description="Where results go: a database URL or connection name (a results table; defaults to "
         "the source database), or a location, a local directory or s3://bucket/prefix, holding a Delta "
-        "table or Parquet files at LOCATION/RESULTS_TABLE (required for a Parquet source).",
+        "table, Parquet files or another kind's results (results_format) at LOCATION/RESULTS_TABLE "
+        "(required for a Parquet source).",
     )
     results_table: str = Field(
         "shardwise_results", description="Results table name (in a location: the table's folder name)."
     )
-    results_format: ResultsFormat | None = Field(
+    results_format: ResultsFormat | None = Field(  # type: ignore[valid-type]
         None,
-        description="For results in a location: delta (the default; one Delta commit per chunk, "
-        "exactly once) or parquet (one file per chunk, visible once listed in the _manifest folder).",
+        description="The kind of results, by its installed name: for a location, delta (the default; one "
+        "Delta commit per chunk, exactly once), parquet (one file per chunk, visible once listed in the "
+        "_manifest folder), or another installed sink kind (iceberg with the iceberg extra, a plug-in's); "
+        "a database URL's results are a table (sql).",
     )
     ledger: str | None = Field(
         None,
@@ -173,21 +184,11 @@ class ScoreParams(BaseModel):
         "connection name. Default: the results database, else the source database, else an SQLite file "
         "(LOCATION/shardwise_ledger.db beside local results, ~/.shardwise/ledger.db for S3).",
     )
-    embedding_type: EmbeddingType = Field(
-        "auto",
-        description="How PostgreSQL stores vector outputs: vector or halfvec (pgvector; halfvec halves "
-        "the storage), array (real[]), or auto: an existing table's type, else vector where the pgvector "
-        "extension is (or may be created), else real[].",
-    )
-    index: IndexChoice = Field(
-        "none",
-        description="hnsw: build a pgvector HNSW index on each vector output once the run committed "
-        "(if absent; its build time is logged).",
-    )
-    index_metric: IndexMetric = Field(
-        "cosine",
-        description="The HNSW index's distance: cosine, l2 (Euclidean) or ip (inner product); another than "
-        "cosine is refused without index hnsw.",
+    results_options: ResultsOptions = Field(  # type: ignore[valid-type]
+        default_factory=ResultsOptions,
+        description="Options of the sink kinds, a section each (sql: pgvector's column type and index; "
+        "others as installed); only the section of the results' kind applies, and an option set in "
+        "another is refused. On the command line, each is its own flag (--index, --embedding-type, ...).",
     )
     shards: int | None = Field(None, ge=1, description="Exactly this many shards (else by rows_per_shard).")
     rows_per_shard: int | None = Field(None, ge=1, description="Rows per shard (default 10000).")
@@ -388,10 +389,8 @@ class ScoreParams(BaseModel):
             results=self.results or self.source,
             results_table=self.results_table,
             results_format=self.results_format,
+            results_options=flat_options(self.results_options),
             ledger=self.ledger,
-            embedding_type=self.embedding_type,
-            index=self.index,
-            index_metric=self.index_metric,
             model=self.model,
             table=self.table,
             key=self.key,

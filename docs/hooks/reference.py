@@ -18,6 +18,8 @@ import re
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
+from pydantic import BaseModel
+
 __all__ = ["MARKERS", "cli_reference", "on_page_markdown", "parameters_reference"]
 
 _MARKDOWN_SPECIALS = re.compile(r"([\\`*_\[\]])")
@@ -52,17 +54,39 @@ def parameters_reference() -> str:
     options = _param_options(_parser())
     lines = [_text(ScoreParams.__doc__ or ""), ""]
     for name, info in ScoreParams.model_fields.items():
-        facts = [f"type `{_type_name(info.annotation)}`"]
-        facts.append("required" if info.is_required() else f"default `{info.default}`")
-        facts += [f"`{limit}`" for limit in _limits(info.metadata)]
-        if name in options:
-            flag, commands = options[name]
-            facts.append(f"option `{flag}` of {', '.join(f'`shardwise {c}`' for c in commands)}")
-        else:
-            facts.append("no command-line option")
+        nested = isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+        if nested:
+            lines += [f"## `{name}`", "", _text(info.description or ""), ""]
+            for section, part in info.annotation.model_fields.items():
+                lines += [f"### `{name}.{section}`", "", _text(part.annotation.__doc__ or ""), ""]
+                for field, inner in part.annotation.model_fields.items():
+                    dotted = f"{name}.{section}.{field}"
+                    lines += [f"#### `{dotted}`", "", _facts(inner, options.get(dotted)), ""]
+                    lines += [_text(inner.description or ""), ""]
+            continue
         title = _title(name, info.title)
-        lines += [f"## `{name}`{title}", "", "; ".join(facts) + ".", "", _text(info.description or ""), ""]
+        lines += [
+            f"## `{name}`{title}",
+            "",
+            _facts(info, options.get(name)),
+            "",
+            _text(info.description or ""),
+            "",
+        ]
     return "\n".join(lines)
+
+
+def _facts(info: Any, option: tuple[str, list[str]] | None) -> str:
+    """A field's type, default, limits and command-line option, as one sentence."""
+    facts = [f"type `{_type_name(info.annotation)}`"]
+    facts.append("required" if info.is_required() else f"default `{info.default}`")
+    facts += [f"`{limit}`" for limit in _limits(info.metadata)]
+    if option is not None:
+        flag, commands = option
+        facts.append(f"option `{flag}` of {', '.join(f'`shardwise {c}`' for c in commands)}")
+    else:
+        facts.append("no command-line option")
+    return "; ".join(facts) + "."
 
 
 MARKERS = {"<!-- generated: cli -->": cli_reference, "<!-- generated: parameters -->": parameters_reference}
@@ -121,7 +145,8 @@ def _param_options(parser: argparse.ArgumentParser) -> dict[str, tuple[str, list
     found: dict[str, tuple[str, list[str]]] = {}
     for name, sub in _subcommands(parser).items():
         for action in sub._actions:
-            if action.dest in ScoreParams.model_fields and action.default is argparse.SUPPRESS:
+            field = action.dest.split(".", 1)[0]
+            if field in ScoreParams.model_fields and action.default is argparse.SUPPRESS:
                 found.setdefault(action.dest, (action.option_strings[-1], []))[1].append(name)
     return found
 

@@ -2,8 +2,10 @@
 
 ``--results`` is a database URL (a results table, :class:`~shardwise.sinks.sql.SqlSink`)
 or a location, a local directory or ``s3://bucket/prefix``, that holds a
-Delta table (the default) or Parquet files at ``LOCATION/RESULTS_TABLE``
-(``--results-format``).
+Delta table (the default), Parquet files, an Iceberg table or another
+installed kind's results at ``LOCATION/RESULTS_TABLE`` (``--results-format``).
+Which kind takes them, its checks, its options and its sink are the kind's
+own (:mod:`shardwise.sinks.registry`); this module only asks it.
 
 The ledger (runs, shards, chunk marks, dead letters) is its own store. Unless
 ``--ledger`` names one, it is, in this order: the results database when the
@@ -19,19 +21,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shardwise.by_reference import by_reference, is_reference
+from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.pipeline.spec import Resolver, RunSpec
+from shardwise.results.connect import is_database_url
 from shardwise.sinks.base import Layout, Sink
-from shardwise.sources import Source, SourcePlan, is_sql_url
+from shardwise.sinks.registry import Destination, SinkKind, is_location, options_for, sink_kind_for
+from shardwise.sources import Source, SourcePlan
 
 __all__ = [
     "LEDGER_FILE",
     "check_destination",
     "find_ledger",
     "in_source_database",
-    "is_location",
     "ledger_url",
     "only_new_sink",
     "open_sink",
@@ -44,11 +47,6 @@ LEDGER_FILE = "shardwise_ledger.db"
 _HOME_LEDGER = Path(".shardwise") / "ledger.db"
 
 
-def is_location(results: str) -> bool:
-    """A local directory or an ``s3://`` prefix (not a database URL)."""
-    return results.startswith("s3://") or ("://" not in results and bool(results))
-
-
 def _location(results: str) -> str:
     """The location as sinks and the ledger name it: an absolute local path, or the S3 URL, no trailing /."""
     if results.startswith("s3://"):
@@ -56,57 +54,25 @@ def _location(results: str) -> str:
     return os.path.abspath(os.path.expanduser(results))
 
 
+def _destination(spec: RunSpec, results_url: str) -> tuple[SinkKind, Destination]:
+    """The sink kind the results go to (:func:`~shardwise.sinks.registry.sink_kind_for`), and where."""
+    kind = sink_kind_for(spec.results, results_url, spec.results_format)
+    location = results_url if kind.schemes else _location(results_url)
+    return kind, Destination(spec.results, location, spec.results_table)
+
+
 def results_target(spec: RunSpec, results_url: str) -> str:
-    """What the ledger records as the run's results (``RunRecord.results_table``): the table name for a
-    database, ``FORMAT:LOCATION/TABLE`` for a location."""
-    if is_sql_url(results_url):
-        return spec.results_table
-    return f"{spec.results_format or 'delta'}:{_location(results_url)}/{spec.results_table}"
+    """What the ledger records as the run's results (``RunRecord.results_table``), as the sink kind says:
+    the table name for a database, ``KIND:LOCATION/TABLE`` for a location."""
+    kind, dest = _destination(spec, results_url)
+    return kind.target(dest)
 
 
 def check_destination(spec: RunSpec, results_url: str) -> None:
-    """The rules that need the resolved URL: what ``--results`` may be, and which options fit it."""
-    if not (is_sql_url(results_url) or is_location(results_url)):
-        raise ConfigError(
-            f"results {spec.results!r} is neither a database URL (postgresql+psycopg://..., sqlite:///...) "
-            "nor a location (a local directory or s3://bucket/prefix); give one of those"
-        )
-    if is_sql_url(results_url):
-        if spec.results_format is not None:
-            raise ConfigError(
-                f"results_format {spec.results_format!r} applies to results in a location (a directory or "
-                f"s3://...), and {spec.results!r} is a database; drop --results-format"
-            )
-        return
-    if not results_url.startswith("s3://"):
-        _check_local_location(spec, _location(results_url))
-    vector_options = {
-        "embedding_type": spec.embedding_type not in ("auto", "array"),
-        "index": spec.index != "none",
-    }
-    for name, given in vector_options.items():
-        if given:
-            raise ConfigError(
-                f"{name} {getattr(spec, name)!r} applies to results in PostgreSQL (pgvector), and results "
-                f"go to {spec.results!r}; drop --{name.replace('_', '-')}, or give a database URL"
-            )
-
-
-def _check_local_location(spec: RunSpec, location: str) -> None:
-    """Local results go in a directory: ``LOCATION/TABLE`` and the default ledger beside it are made
-    under ``location``, so it, and each of its parents that exists, must be a directory (writing under a
-    regular file fails the same way on every try: no retry can mend it)."""
-    for path in (Path(location) / spec.results_table, *Path(location, spec.results_table).parents):
-        if not os.path.lexists(path):
-            continue
-        if os.path.isdir(path):
-            return  # the nearest existing folder: what is under it is made as the run needs it
-        # A location given as env:NAME is named so, never by its value (shardwise.by_reference).
-        shown = repr(spec.results) if is_reference(spec.results) else f"{spec.results!r}: {str(path)!r}"
-        raise ConfigError(
-            f"results {shown} is not a directory (a regular file, or a link to none), so results cannot "
-            "be written under it; give --results a directory, or a path whose existing part is a directory"
-        )
+    """The rules that need the resolved URL: which kind takes ``--results``, and that the options given
+    are that kind's and fit the destination (the kind's own checks)."""
+    kind, dest = _destination(spec, results_url)
+    kind.check(dest, options_for(kind, spec.sink_options(), spec.results))
 
 
 def ledger_url(spec: RunSpec, resolve: Resolver, *, create: bool = False) -> str:
@@ -121,17 +87,17 @@ def find_ledger(
     """:func:`ledger_url` from the connections themselves (``shardwise runs`` has no run spec)."""
     if ledger:
         url = resolve(ledger)
-        if not is_sql_url(url):
+        if not is_database_url(url):
             raise ConfigError(
                 f"ledger {ledger!r} is not a database URL; give postgresql+psycopg://... or "
                 "sqlite:///path/to/ledger.db"
             )
         return url
     results_url = resolve(results) if results else None
-    if results_url is not None and is_sql_url(results_url):
+    if results_url is not None and is_database_url(results_url):
         return results_url
     source_url = resolve(source) if source else None
-    if source_url is not None and is_sql_url(source_url):
+    if source_url is not None and is_database_url(source_url):
         return source_url
     if results_url is None or not is_location(results_url):
         raise ConfigError(
@@ -146,41 +112,14 @@ def find_ledger(
 
 
 def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
-    """The sink ``spec`` writes to, for rows of ``layout``; nothing is created until ``ensure()``. A lake
-    sink retries its calls on the store on ``spec.retry``, the run's one policy."""
-    if is_sql_url(results_url):
-        from shardwise.sinks.sql import SqlSink
+    """The sink ``spec`` writes to, for rows of ``layout``; nothing is created until ``ensure()``. It
+    retries its calls on the store on ``spec.retry``, the run's one policy.
 
-        return SqlSink(
-            results_url,
-            spec.results_table,
-            layout,
-            embedding=spec.embedding_type,
-            index=spec.index,
-            metric=spec.index_metric,
-            timeout_s=spec.retry.db_timeout_s,
-        )
-    location = _location(results_url)
-    if (spec.results_format or "delta") == "delta":
-        try:
-            from shardwise.sinks.delta import DeltaSink
-        except ImportError as exc:
-            raise ConfigError(
-                f"results in Delta Lake need the deltalake package ({exc}); pip install 'shardwise[delta]', "
-                "or give --results-format parquet"
-            ) from exc
-        sink: Sink = DeltaSink(location, spec.results_table, layout, retry=spec.retry)
-        return _named(spec, sink)
-    from shardwise.sinks.parquet_files import ParquetSink
-
-    files: Sink = ParquetSink(location, spec.results_table, layout, retry=spec.retry)
-    return _named(spec, files)
-
-
-def _named(spec: RunSpec, sink: Sink) -> Sink:
-    """A lake sink whose location was given as ``env:NAME`` or ``secret:NAME`` targets it by that name
-    (:mod:`shardwise.by_reference`): the ledger records its target so, and the summary, the artifacts,
+    Results given as ``env:NAME`` or ``secret:NAME`` are targeted by that name
+    (:mod:`shardwise.by_reference`): the ledger records the target so, and the summary, the artifacts,
     the events and the sink's own messages show it so, never the location it resolved to."""
+    kind, dest = _destination(spec, results_url)
+    sink = kind.open(dest, layout, options_for(kind, spec.sink_options(), spec.results), spec.retry)
     sink.target = by_reference(spec.results, sink.target)
     return sink
 
@@ -202,17 +141,11 @@ def sink_layout(
 
 
 def in_source_database(spec: RunSpec, resolve: Resolver) -> bool:
-    """Whether the results are a table in the SQL source's own database (only-new then anti-joins it)."""
-    source, results = resolve(spec.source), resolve(spec.results)
-    return is_sql_url(source) and is_sql_url(results) and _db_of(source) == _db_of(results)
-
-
-def _db_of(url: str) -> str:
-    """A URL without its credentials and query, to compare which database two URLs name."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    return f"{parsed.get_backend_name()}://{parsed.host or ''}:{parsed.port or ''}/{parsed.database or ''}"
+    """Whether the results are a table in the SQL source's own database (only-new then anti-joins it):
+    the sink kind is asked."""
+    results_url = resolve(spec.results)
+    kind, dest = _destination(spec, results_url)
+    return kind.same_database(dest, resolve(spec.source))
 
 
 def only_new_sink(

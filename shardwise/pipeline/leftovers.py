@@ -2,7 +2,7 @@
 
 Only a sink whose commit can leave something half-made does anything (Parquet
 files: temporary files, data files no manifest entry lists; see
-:mod:`shardwise.sinks.parquet_leftovers`); the ledger says which runs are over
+:mod:`shardwise.sinks.parquet.leftovers`); the ledger says which runs are over
 (:meth:`~shardwise.results.Ledger.run_over`), so a live writer's files, of a
 run started elsewhere at the same moment, are never touched. Tidying is
 housekeeping: when it fails, the run goes on and says so, and the next run

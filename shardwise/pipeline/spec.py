@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.generation import ChatMode, GenerationSettings, placeholders
@@ -22,15 +22,13 @@ from shardwise.precision import Requested, check_precision
 from shardwise.precision_guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sinks.pgvector import EmbeddingType, IndexMetric
+from shardwise.sinks.registry import given_options, sink_kind
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S, check_query_timeout
 
 __all__ = [
-    "IndexChoice",
     "Resolver",
-    "ResultsFormat",
     "RunRef",
     "RunSpec",
     "as_is",
@@ -40,9 +38,6 @@ Resolver = Callable[[str], str]
 """Turns a connection (a URL, a path, or a name such as ``env:NAME``) into the URL or path it stands for."""
 
 _NAMES = ("env:", "secret:", "held:")
-
-ResultsFormat = Literal["delta", "parquet"]
-IndexChoice = Literal["none", "hnsw"]
 
 
 def as_is(connection: str) -> str:
@@ -133,14 +128,15 @@ class RunSpec:
     ledger: str | None = None
     """Where the run ledger lives (a database URL or name); None: the default of
     :mod:`shardwise.pipeline.destination` (the results database, else the source's, else a file)."""
-    results_format: ResultsFormat | None = None
-    """For results in a location: a Delta table (None means delta) or Parquet files."""
-    embedding_type: EmbeddingType = "auto"
-    """How PostgreSQL stores vector outputs: pgvector's ``vector``/``halfvec``, or ``real[]`` (``array``);
-    ``auto`` keeps an existing table's type, else ``vector`` where pgvector is, else ``real[]``."""
-    index: IndexChoice = "none"
-    """``hnsw``: an HNSW index on each vector output once the run committed (pgvector)."""
-    index_metric: IndexMetric = "cosine"
+    results_format: str | None = None
+    """The sink kind the results go to, by its registered name (:mod:`shardwise.sinks.registry`):
+    ``delta``, ``parquet``, ``iceberg``, ``sql`` or an installed plug-in's. None: the kind claiming a
+    database URL's scheme, else ``delta`` for a location."""
+    results_options: tuple[tuple[str, Any], ...] = ()
+    """The options given for the sink, by name, as pairs sorted by name (a mapping such as
+    ``{"index": "hnsw"}`` is taken too, and stored so: a spec is hashable); each option is owned by one
+    sink kind, and those left out keep the kind's defaults. An option of another kind than the
+    results' is refused (see :meth:`sink_options`)."""
 
     def __post_init__(self) -> None:
         self._check_prompt()
@@ -189,26 +185,20 @@ class RunSpec:
             )
 
     def _check_choices(self) -> None:
-        choices = {
-            "results_format": (None, *get_args(ResultsFormat)),
-            "embedding_type": get_args(EmbeddingType),
-            "index": get_args(IndexChoice),
-            "index_metric": get_args(IndexMetric),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                shown = ", ".join(str(a) for a in allowed if a is not None)
-                raise ConfigError(f"{name} must be one of {shown}; got {getattr(self, name)!r}")
-        if self.index_metric != "cosine" and self.index == "none":
+        if self.results_format is not None:
+            sink_kind(self.results_format)  # an installed kind
+        try:
+            pairs = tuple(sorted(dict(self.results_options).items()))
+        except (TypeError, ValueError):
             raise ConfigError(
-                f"index_metric {self.index_metric!r} is the distance of an HNSW index, and index is 'none', "
-                "so no index is built; give --index hnsw, or drop --index-metric"
-            )
-        if self.index != "none" and self.embedding_type == "array":
-            raise ConfigError(
-                "index hnsw needs pgvector columns, and embedding_type 'array' stores real[]; give "
-                "--embedding-type vector, halfvec or auto, or drop --index"
-            )
+                f"results_options must map option names to values; got {self.results_options!r}"
+            ) from None
+        object.__setattr__(self, "results_options", pairs)
+        given_options(self.sink_options())  # each option some kind's, its value valid there
+
+    def sink_options(self) -> dict[str, Any]:
+        """The sink options given, ``{option: value}``."""
+        return dict(self.results_options)
 
     def generation(self) -> GenerationSettings | None:
         """The generation settings the run gives (defaults for those left out), or None if it gives none."""
@@ -299,21 +289,10 @@ class RunSpec:
 
     def check_model(self, model: ModelInfo) -> None:
         """The model takes the inputs this run gives it (text pairs only where it declares them), and the
-        vector options apply: they store vector outputs, so a model without any takes none of them."""
-        given = [
-            f"--{name.replace('_', '-')} {getattr(self, name)}"
-            for name, unset in (("embedding_type", "auto"), ("index", "none"))
-            if getattr(self, name) != unset
-        ]
-        if given and not any(column.kind == "vector" for column in model.outputs):
-            shown, verb = (
-                ", ".join(column.name for column in model.outputs),
-                "store" if given[1:] else "stores",
-            )
-            raise ConfigError(
-                f"{' and '.join(given)} {verb} vector outputs, and model {model.name!r} writes none "
-                f"({shown}); drop {' and '.join(g.split()[0] for g in given)}, or give an embedding model"
-            )
+        sink options apply to its outputs (vector options, say, to a model that writes vectors)."""
+        for name, values in given_options(self.sink_options()).items():
+            kind = sink_kind(name)
+            kind.check_outputs(kind.options.model_validate(values), model.name, model.outputs)
         if self.text_pair_column is not None and not model.pairs:
             raise ConfigError(
                 f"model {model.name!r} does not take text pairs, so text_pair_column "

@@ -25,11 +25,20 @@ from shardwise.redact import redact, remember
 from shardwise.results.sqlfiles import load_script, load_sql
 from shardwise.url_syntax import refuse_unencoded
 
-__all__ = ["CONNECT_TIMEOUT_S", "brief_waits", "make_engine", "write_transaction"]
+__all__ = ["CONNECT_TIMEOUT_S", "brief_waits", "is_database_url", "make_engine", "write_transaction"]
 
 _IMMEDIATE = "shardwise_immediate"
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgresql+psycopg": "postgresql+psycopg"}
 _SQLITE = ("sqlite", "sqlite+pysqlite")
+
+
+_LEDGER_SCHEMES = ("postgresql", "postgres", "sqlite")
+
+
+def is_database_url(url: str) -> bool:
+    """Whether ``url`` is a SQLAlchemy URL of a database the ledger can live in: PostgreSQL or SQLite."""
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    return scheme in _LEDGER_SCHEMES
 
 
 def make_engine(url: str, *, timeout_s: float = DEFAULT_DB_TIMEOUT_S) -> sa.Engine:

@@ -13,7 +13,7 @@ A temporary file is named for the file it becomes: ``_tmp/<uuid>.<name>``,
 the name's ``/`` written ``~`` (:func:`temp_name`, :func:`temp_target`), so a
 temporary file a killed writer left says whose it was (the run id is in the
 name) and a later run can tell a leftover from a live writer's file (see
-:mod:`shardwise.sinks.parquet_leftovers`).
+:mod:`shardwise.sinks.parquet.leftovers`).
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ def _stored(results: str, table: str, fmt: str | None, env: dict[str, str]) -> d
 
 def _parquet_files(results: str, table: str, env: dict[str, str]) -> tuple[list[str], bool]:
     """(temporary files, whether the data files are exactly those the manifest lists) of a Parquet table."""
-    from shardwise.sinks.parquet_files import ParquetSink
+    from shardwise.sinks.parquet.sink import ParquetSink
 
     saved = {k: os.environ.get(k) for k in env if k.startswith("AWS_")}
     os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})

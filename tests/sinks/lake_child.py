@@ -24,8 +24,8 @@ from typing import Any
 
 from lake_rows import LAYOUT, chunk
 
-from shardwise.sinks.delta import DeltaSink
-from shardwise.sinks.parquet_files import ParquetSink
+from shardwise.sinks.delta.sink import DeltaSink
+from shardwise.sinks.parquet.sink import ParquetSink
 
 
 def held_at(gate: Path, name: str, read: Any) -> Any:

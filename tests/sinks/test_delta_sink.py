@@ -28,7 +28,7 @@ from lake_rows import LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
 from shardwise.errors import ConfigError, TransientError
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.base import SinkChunk
-from shardwise.sinks.delta import DeltaSink, _boundary
+from shardwise.sinks.delta.sink import DeltaSink, _boundary
 
 
 def test_an_existing_table_of_another_layout_is_refused(location: str) -> None:

@@ -21,8 +21,8 @@ from proxy_child import Proxy
 
 from shardwise.errors import ConfigError
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sinks.delta import DeltaSink, delta_text
-from shardwise.sinks.parquet_files import ParquetSink
+from shardwise.sinks.delta.sink import DeltaSink, delta_text
+from shardwise.sinks.parquet.sink import ParquetSink
 
 pytestmark = pytest.mark.s3
 

@@ -20,7 +20,7 @@ from lake_rows import LAYOUT, ROWS_PER_CHUNK, chunk
 
 from shardwise.errors import ConfigError
 from shardwise.sinks.lake import arrow_schema, rows_table
-from shardwise.sinks.parquet_files import ParquetSink
+from shardwise.sinks.parquet.sink import ParquetSink
 
 
 def test_an_existing_table_of_another_layout_is_refused(location: str) -> None:

@@ -24,7 +24,7 @@ see it, and :meth:`~ParquetSink.finish` deletes such files of the run once
 every shard is committed, so after a run completes the data files equal the
 manifest's. What a killed run leaves (temporary files, unlisted data files)
 is deleted by the next run of the table once the ledger says the killed run
-is over (:meth:`~ParquetSink.tidy`, :mod:`shardwise.sinks.parquet_leftovers`).
+is over (:meth:`~ParquetSink.tidy`, :mod:`shardwise.sinks.parquet.leftovers`).
 
 A shard's seal (:meth:`~ParquetSink.seal`) is a manifest entry at the chunk
 after its last, ``{"sealed": true}`` with no file, created exclusively like
@@ -76,7 +76,7 @@ from shardwise.sinks.lake import (
     schema_differences,
 )
 from shardwise.sinks.lake_files import Files, LocalFiles, S3Files
-from shardwise.sinks.parquet_leftovers import Leftovers, Over, find_leftovers
+from shardwise.sinks.parquet.leftovers import Leftovers, Over, find_leftovers
 from shardwise.sources.base import KeyType
 
 __all__ = ["ParquetSink"]
@@ -173,7 +173,7 @@ class ParquetSink:
 
     def tidy(self, over: Over) -> list[str]:
         """Delete what killed writers left (temporary files, data files no entry lists) of the runs
-        ``over`` says are over; see :mod:`shardwise.sinks.parquet_leftovers`."""
+        ``over`` says are over; see :mod:`shardwise.sinks.parquet.leftovers`."""
         found = self._tidied(over, None)
         if found.names:
             _log.info("%s: %s", self.target, "; ".join(found.lines()))
@@ -335,7 +335,7 @@ def _still_there(store: Files, name: str, body: bytes, target: str) -> None:
 
     Only a writer paused past its leases, between its file and its entry, can
     meet this: a later run judged its run over and tidied the file (see
-    :mod:`shardwise.sinks.parquet_leftovers`). The entry lists this very name,
+    :mod:`shardwise.sinks.parquet.leftovers`). The entry lists this very name,
     so the same bytes under it make the chunk whole again.
     """
     if not store.exists(name):

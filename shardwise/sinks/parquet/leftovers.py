@@ -1,6 +1,6 @@
 """What a killed Parquet-sink writer leaves behind, and when a later run may delete it.
 
-A chunk's write takes three steps (:mod:`shardwise.sinks.parquet_files`):
+A chunk's write takes three steps (:mod:`shardwise.sinks.parquet.sink`):
 its data file is written under ``_tmp/`` and renamed (an S3 copy) into
 ``data/``; then its manifest entry is created (locally it too is written
 under ``_tmp/`` first, then hard-linked to its name). A writer killed between
@@ -36,7 +36,7 @@ entry is read to see which file it lists.
 instant between publishing its data file and creating its entry, whose run a
 tidier judged over meanwhile. Once its entry lands it checks that its file is
 there and, if a tidier removed it, publishes the same bytes under the same
-name again (:meth:`~shardwise.sinks.parquet_files.ParquetSink.commit`).
+name again (:meth:`~shardwise.sinks.parquet.sink.ParquetSink.commit`).
 """
 
 from __future__ import annotations

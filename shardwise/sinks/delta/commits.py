@@ -1,4 +1,4 @@
-"""A shard's chunk commits in a Delta table's own log: what makes :class:`~shardwise.sinks.delta.DeltaSink`
+"""A shard's chunk commits in a Delta table's own log: what makes :class:`~.sink.DeltaSink`
 commit each chunk exactly once.
 
 Each chunk's commit carries a Delta app transaction, ``(app_id(run, shard),

@@ -96,7 +96,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolErr
 from shardwise.errors import ConfigError, TransientError
 from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
-from shardwise.sinks.delta_commits import app_id, commit_properties, stored_commit
+from shardwise.sinks.delta.commits import app_id, commit_properties, stored_commit
 from shardwise.sinks.lake import (
     LakeLocation,
     S3Settings,

@@ -1,0 +1,62 @@
+"""Results in a Delta Lake table (delta-rs, no JVM), locally or on S3: :mod:`.sink` writes it, and
+:mod:`.commits` reads a shard's chunk commits back from the table's own log.
+
+This module is the kind's registry entry; it imports no ``deltalake``, so the kind is listed where the
+``delta`` extra is missing, and refused when chosen.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shardwise.errors import ConfigError
+from shardwise.sinks.location import check_local, location_target
+from shardwise.sinks.registry import Destination, SinkOptions
+
+if TYPE_CHECKING:
+    from shardwise.model import OutputColumn
+    from shardwise.retry_policy import RetryPolicy
+    from shardwise.sinks.base import Layout, Sink
+
+__all__ = ["KIND", "DeltaKind"]
+
+
+class DeltaKind:
+    """Results in a Delta table at ``LOCATION/TABLE``: one Delta commit per chunk, exactly once."""
+
+    name = "delta"
+    label = "a Delta Lake table"
+    extra = "delta"
+    schemes: tuple[str, ...] = ()
+    options = SinkOptions
+
+    def require(self) -> None:
+        try:
+            import deltalake  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(
+                f"results in Delta Lake need the deltalake package ({exc}); pip install 'shardwise[delta]', "
+                "or give --results-format parquet"
+            ) from exc
+
+    def target(self, dest: Destination) -> str:
+        return location_target(self.name, dest)
+
+    def check(self, dest: Destination, options: SinkOptions) -> None:
+        check_local(dest)
+
+    def check_outputs(self, options: SinkOptions, model: str, outputs: tuple[OutputColumn, ...]) -> None:
+        """A Delta table stores every output kind."""
+
+    def same_database(self, dest: Destination, url: str) -> bool:
+        return False
+
+    def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
+        self.require()
+        from shardwise.sinks.delta.sink import DeltaSink
+
+        return DeltaSink(dest.location, dest.table, layout, retry=retry)
+
+
+KIND = DeltaKind()
+"""The ``delta`` entry of the ``shardwise.sinks`` entry-point group."""

@@ -1,0 +1,41 @@
+"""What the kinds whose results go to a location share: a local directory or ``s3://bucket/prefix``.
+
+The table lives at ``LOCATION/TABLE``; the ledger records it as
+``KIND:LOCATION/TABLE`` (:func:`location_target`). A local location must be
+a directory, or a path whose existing part is one (:func:`check_local`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from shardwise.by_reference import is_reference
+from shardwise.errors import ConfigError
+from shardwise.sinks.registry import Destination
+
+__all__ = ["check_local", "location_target"]
+
+
+def location_target(kind: str, dest: Destination) -> str:
+    """``KIND:LOCATION/TABLE``, what the ledger records as the run's results."""
+    return f"{kind}:{dest.location}/{dest.table}"
+
+
+def check_local(dest: Destination) -> None:
+    """Local results go in a directory: ``LOCATION/TABLE`` and the default ledger beside it are made
+    under the location, so it, and each of its parents that exists, must be a directory (writing under a
+    regular file fails the same way on every try: no retry can mend it). S3 locations pass."""
+    if dest.location.startswith("s3://"):
+        return
+    for path in (Path(dest.location) / dest.table, *Path(dest.location, dest.table).parents):
+        if not os.path.lexists(path):
+            continue
+        if os.path.isdir(path):
+            return  # the nearest existing folder: what is under it is made as the run needs it
+        # A location given as env:NAME is named so, never by its value (shardwise.by_reference).
+        shown = repr(dest.given) if is_reference(dest.given) else f"{dest.given!r}: {str(path)!r}"
+        raise ConfigError(
+            f"results {shown} is not a directory (a regular file, or a link to none), so results cannot "
+            "be written under it; give --results a directory, or a path whose existing part is a directory"
+        )

@@ -1,0 +1,303 @@
+"""Sink kinds: where results can go, each registered by name in the entry-point group ``shardwise.sinks``.
+
+A sink kind is an object (:class:`SinkKind`) that knows one kind of
+destination: which ``--results`` it takes (database URLs of its schemes, or
+a location: a local directory or ``s3://bucket/prefix``), the options it
+owns (a :class:`SinkOptions` model: each field is a ``--flag`` of ``run``,
+``plan`` and ``redrive`` and a field of the flow's ``results_options``
+section, under the kind's name), the checks that need nothing but those,
+and how to open its :class:`~shardwise.sinks.base.Sink`.
+
+The built-in kinds (``sql``, ``delta``, ``parquet``, ``iceberg``) register
+exactly as a third party's would, in ``pyproject.toml``::
+
+    [project.entry-points."shardwise.sinks"]
+    jsonl = "my_package.jsonl_sink:KIND"
+
+The entry point names the kind *object*; its module must import without
+the kind's own packages (a kind whose extra is missing is still listed, and
+refused when chosen, naming ``pip install 'shardwise[EXTRA]'``). Listing
+the kinds imports those light modules once per process.
+
+How a run's kind is chosen (:func:`sink_kind_for`): ``--results-format NAME``
+names it; without it, a database URL goes to the kind claiming its scheme,
+and a location to :data:`DEFAULT_LOCATION_KIND`. Option names are unique
+across kinds (one ``--flag`` each), so an option given for another kind than
+the chosen one is refused by name, before anything runs.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from shardwise.errors import ConfigError
+
+if TYPE_CHECKING:
+    from shardwise.model import OutputColumn
+    from shardwise.retry_policy import RetryPolicy
+    from shardwise.sinks.base import Layout, Sink
+
+__all__ = [
+    "DEFAULT_LOCATION_KIND",
+    "ENTRY_POINT_GROUP",
+    "Destination",
+    "SinkKind",
+    "SinkOptions",
+    "database_scheme",
+    "flag_of",
+    "flat_options",
+    "given_options",
+    "is_location",
+    "options_for",
+    "owner_of_option",
+    "results_options_model",
+    "sink_kind",
+    "sink_kind_for",
+    "sink_kinds",
+]
+
+ENTRY_POINT_GROUP = "shardwise.sinks"
+DEFAULT_LOCATION_KIND = "delta"
+"""The kind of results in a location when ``--results-format`` is not given."""
+
+
+class SinkOptions(BaseModel):
+    """The options one sink kind owns; a kind's options class subclasses it.
+
+    Each field is one ``--flag`` (its name, ``_`` as ``-``), typed, with its
+    default and description as ``--help`` and the Prefect form show them.
+    Field names are unique across the installed kinds. ``check()`` holds the
+    rules between a kind's own options.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def check(self) -> None:
+        """Refuse options that contradict each other (a :class:`ConfigError`, naming the flags)."""
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where one run's results go, as a sink kind is given it."""
+
+    given: str
+    """``--results`` as the user gave it (perhaps ``env:NAME``): what messages show, never ``location``."""
+    location: str
+    """``given`` resolved: a database URL, an absolute local path, or ``s3://bucket/prefix`` (no
+    trailing ``/``)."""
+    table: str
+    """``--results-table``: a table name, or the table's folder name in a location."""
+
+
+@runtime_checkable
+class SinkKind(Protocol):
+    """One kind of destination, registered by :attr:`name` (what ``--results-format`` says)."""
+
+    name: str
+    label: str
+    """What its results are, for messages: ``"a database table (PostgreSQL, pgvector, SQLite)"``."""
+    extra: str | None
+    """The ``shardwise[EXTRA]`` that brings its packages, or None when it needs none beyond the core."""
+    schemes: tuple[str, ...]
+    """The database URL schemes it is chosen for (``postgresql``, ``sqlite``; the part before ``+``);
+    ``()`` for a kind whose results go to a location."""
+    options: type[SinkOptions]
+
+    def require(self) -> None:
+        """Refuse, naming ``pip install 'shardwise[EXTRA]'``, when a package it needs is missing."""
+
+    def target(self, dest: Destination) -> str:
+        """What the ledger records as the run's results (``RunRecord.results_table``); never a secret."""
+
+    def check(self, dest: Destination, options: SinkOptions) -> None:
+        """The refusals that need only the destination and options; reads and creates nothing."""
+
+    def check_outputs(self, options: SinkOptions, model: str, outputs: tuple[OutputColumn, ...]) -> None:
+        """Refuse options that would do nothing for these model outputs (vector options, no vectors)."""
+
+    def same_database(self, dest: Destination, url: str) -> bool:
+        """Whether the results are a table in the database ``url`` names (only-new anti-joins there)."""
+
+    def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
+        """The sink for rows of ``layout``; nothing is created until its ``ensure()``."""
+
+
+@functools.cache
+def sink_kinds() -> dict[str, SinkKind]:
+    """The installed kinds by name, built-in ones included, each checked: a kind whose option names
+    another kind holds already is refused (one ``--flag`` per option)."""
+    kinds: dict[str, SinkKind] = {}
+    owners: dict[str, str] = {}
+    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        if point.name in kinds:
+            continue  # the same distribution seen twice on sys.path
+        kind = point.load()
+        if not isinstance(kind, SinkKind) or kind.name != point.name:
+            raise ConfigError(
+                f"sink kind {point.name!r} ({point.value}) is not a SinkKind named {point.name!r}; see "
+                "docs/how-to/extending.md"
+            )
+        for option in kind.options.model_fields:
+            if option in owners:
+                raise ConfigError(
+                    f"sink kind {point.name!r} ({point.value}) declares option {option!r}, which sink kind "
+                    f"{owners[option]!r} declares already; rename the option in {point.value}"
+                )
+            owners[option] = point.name
+        kinds[point.name] = kind
+    return kinds
+
+
+@functools.cache
+def results_options_model() -> type[BaseModel]:
+    """The options of every installed kind that has any, one section each under the kind's name: the
+    flow's ``results_options`` parameter, which the Prefect form shows as a section per kind."""
+    sections: dict[str, Any] = {
+        name: (kind.options, kind.options())
+        for name, kind in sink_kinds().items()
+        if kind.options.model_fields
+    }
+    model = create_model(  # type: ignore[call-overload]
+        "ResultsOptions",
+        __config__=ConfigDict(extra="forbid", frozen=True),
+        __doc__="Options of the sink kinds, a section each; only the section of the results' kind applies.",
+        **sections,
+    )
+    return model  # type: ignore[no-any-return]
+
+
+def flat_options(options: BaseModel) -> dict[str, Any]:
+    """``{option: value}`` of the options set away from their defaults, from a :func:`results_options_model`
+    value: what a run spec holds (option names are unique across kinds)."""
+    flat: dict[str, Any] = {}
+    for name in type(options).model_fields:
+        section = getattr(options, name)
+        for option, info in type(section).model_fields.items():
+            value = getattr(section, option)
+            if value != info.default:
+                flat[option] = value
+    return flat
+
+
+def sink_kind(name: str) -> SinkKind:
+    """The kind registered as ``name``; an unknown one is refused naming those installed."""
+    kinds = sink_kinds()
+    if name not in kinds:
+        raise ConfigError(
+            f"results format {name!r} is not an installed sink kind; known: {', '.join(sorted(kinds))} "
+            "(another comes from a package that registers it under the entry-point group "
+            f"{ENTRY_POINT_GROUP!r}; see docs/how-to/extending.md)"
+        )
+    return kinds[name]
+
+
+def database_scheme(url: str) -> str | None:
+    """The scheme of a URL with ``://`` that is no location (``postgresql+psycopg://`` is
+    ``postgresql``); None for a path or an ``s3://``/``file://`` location."""
+    if "://" not in url:
+        return None
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
+    return None if scheme in ("s3", "file") else scheme
+
+
+def is_location(results: str) -> bool:
+    """A local directory or an ``s3://`` prefix (not a database URL)."""
+    return results.startswith("s3://") or ("://" not in results and bool(results))
+
+
+def sink_kind_for(results: str, results_url: str, results_format: str | None) -> SinkKind:
+    """The kind a run's results go to: ``results_format``'s, else the one claiming the database URL's
+    scheme, else :data:`DEFAULT_LOCATION_KIND` for a location. ``results`` is as given, for messages."""
+    scheme = database_scheme(results_url)
+    if results_format is not None:
+        kind = sink_kind(results_format)
+        if scheme is not None and scheme not in kind.schemes:
+            raise ConfigError(
+                f"results_format {results_format!r} applies to results in {kind.label}, and {results!r} is "
+                "a database; drop --results-format"
+            )
+        if scheme is None and kind.schemes:
+            raise ConfigError(
+                f"results_format {results_format!r} takes a database URL ({', '.join(kind.schemes)}), and "
+                f"{results!r} is a location; give --results a database URL, or drop --results-format"
+            )
+        kind.require()
+        return kind
+    if scheme is not None:
+        for kind in sink_kinds().values():
+            if scheme in kind.schemes:
+                kind.require()
+                return kind
+        schemes = sorted({s for kind in sink_kinds().values() for s in kind.schemes})
+        raise ConfigError(
+            f"results {results!r} is neither a database URL ({', '.join(f'{s}://...' for s in schemes)}) "
+            "nor a location (a local directory or s3://bucket/prefix); give one of those"
+        )
+    if not is_location(results_url):
+        raise ConfigError(f"results {results!r} is empty; give a database URL or a location")
+    kind = sink_kind(DEFAULT_LOCATION_KIND)
+    kind.require()
+    return kind
+
+
+def flag_of(option: str) -> str:
+    """The command-line flag of a sink option: ``index_metric`` is ``--index-metric``."""
+    return "--" + option.replace("_", "-")
+
+
+def owner_of_option(option: str) -> SinkKind:
+    """The kind that declares ``option``; an option no kind declares is refused."""
+    for kind in sink_kinds().values():
+        if option in kind.options.model_fields:
+            return kind
+    known = sorted(o for kind in sink_kinds().values() for o in kind.options.model_fields)
+    raise ConfigError(
+        f"results option {option!r} is declared by no installed sink kind; known: {', '.join(known)}"
+    )
+
+
+def given_options(options: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{option: value}`` (flat, as a run spec holds them) grouped by the kind declaring each, each
+    group checked by that kind's options model: a bad value is refused naming the flag and the rule."""
+    grouped: dict[str, dict[str, Any]] = {}
+    for option, value in options.items():
+        grouped.setdefault(owner_of_option(option).name, {})[option] = value
+    for name, values in grouped.items():
+        _validated(sink_kind(name), values)
+    return grouped
+
+
+def options_for(kind: SinkKind, given: Mapping[str, Any], results: str) -> SinkOptions:
+    """The chosen kind's options from the run's given ones (the rest at their defaults); an option of
+    another kind is refused, naming its flag and the kind it belongs to."""
+    grouped = given_options(given)
+    for name, values in grouped.items():
+        owner = sink_kind(name)
+        changed = {o: v for o, v in values.items() if v != owner.options.model_fields[o].default}
+        if name != kind.name and changed:  # a default spelled out is not given
+            option, value = next(iter(changed.items()))
+            raise ConfigError(
+                f"{option} {value!r} applies to results in {owner.label}, and results go to {results!r} "
+                f"({kind.label}); drop {flag_of(option)}, or send the results there"
+            )
+    return _validated(kind, grouped.get(kind.name, {}))
+
+
+def _validated(kind: SinkKind, values: Mapping[str, Any]) -> SinkOptions:
+    try:
+        options = kind.options.model_validate(dict(values))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        option = str(error["loc"][0]) if error["loc"] else "?"
+        raise ConfigError(
+            f"{option} {values.get(option)!r} is not valid for results in {kind.label}: {error['msg']}; "
+            f"see {flag_of(option)} in shardwise run --help"
+        ) from None
+    options.check()
+    return options
