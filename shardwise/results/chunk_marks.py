@@ -8,7 +8,7 @@ retried or resumed attempt starts after the last mark (:class:`ChunkStart`).
 The shard's done-mark records the sum of its marks (:class:`ChunkTotals`),
 whichever attempts wrote them, the sums of the model's count outputs
 included (:mod:`shardwise.counts`). The DDL and queries are in ``sql/``
-(``chunks_schema.sql``, ``chunk_*.sql``, ``chunks_*.sql``).
+(``shardwise_chunks`` in ``ledger_schema.sql``, ``chunk_*.sql``, ``chunks_*.sql``).
 """
 
 from __future__ import annotations

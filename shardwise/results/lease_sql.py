@@ -29,8 +29,6 @@ __all__ = [
     "take_run_lease",
 ]
 
-_LEASE_COLUMNS = {"owner", "lease_expires_at"}
-
 
 def take_run_lease(
     conn: sa.Connection, run_id: str, owner: str, lease_s: float, now: datetime, take_from: str | None
@@ -105,11 +103,8 @@ def _pending_chunks(conn: sa.Connection, run_id: str | None) -> dict[str, dict[s
 
     A shard's rows are in its done counts only once it is done, but each
     committed chunk is in the results table already: a live count that left
-    them out would lag a big shard by up to all of it. A ledger from before
-    chunks has none.
+    them out would lag a big shard by up to all of it.
     """
-    if not sa.inspect(conn).has_table("shardwise_chunks"):
-        return {}
     found = conn.execute(statement(conn, "chunks_pending"), {"run_id": run_id}).mappings()
     return {r["run_id"]: {k: int(r[k]) for k in ("rows_in", "rows_out", "rows_failed")} for r in found}
 
@@ -121,32 +116,22 @@ def recent_runs(
     status: str | None = None,
     results_table: str | None = None,
 ) -> list[RunListing]:
-    """The latest ``limit`` runs, newest first: only those with ``status`` and ``results_table``, if given.
-
-    A ledger from before leases lists its runs without owners or leases.
-    """
-    params: dict[str, Any] = {"limit": limit, "status": status, "results_table": results_table}
+    """The latest ``limit`` runs, newest first: only those with ``status`` and ``results_table``, if given."""
+    params: dict[str, Any] = {
+        "limit": limit,
+        "status": status,
+        "results_table": results_table,
+        "now": bind_timestamp(conn, now),
+    }
     rows = conn.execute(statement(conn, "runs_recent"), params).mappings().all()
     pending = _pending_chunks(conn, None) if rows else {}
-    leases: dict[str, Any] = {}
-    columns = {c["name"] for c in sa.inspect(conn).get_columns("shardwise_runs")}
-    if columns >= _LEASE_COLUMNS:
-        found = conn.execute(
-            statement(conn, "runs_recent_leases"), {**params, "now": bind_timestamp(conn, now)}
-        ).mappings()
-        leases = {r["run_id"]: r for r in found}
-    return [_listing(row, leases.get(row["run_id"], {}), pending.get(row["run_id"], {})) for row in rows]
+    return [_listing(row, pending.get(row["run_id"], {})) for row in rows]
 
 
-def _listing(row: Any, lease: Any, pending: dict[str, int]) -> RunListing:
+def _listing(row: Any, pending: dict[str, int]) -> RunListing:
     """One listed run: counts as ints, with its pending chunks' rows; timestamps decoded (SQLite
     returns them as text)."""
-    fields = decode_row(row, timestamps=["started_at", "finished_at"])
+    fields = decode_row(row, timestamps=["started_at", "finished_at", "lease_expires_at"])
     counts: dict[str, Any] = {n: int(fields.pop(n)) + pending.get(n, 0) for n in RunCounts.counters()}
-    return RunListing(
-        **fields,
-        counts=RunCounts(**counts),
-        owner=lease.get("owner"),
-        lease_expires_at=decode_timestamp(lease.get("lease_expires_at")),
-        shards_running=int(lease.get("shards_running") or 0),
-    )
+    running = int(fields.pop("shards_running") or 0)
+    return RunListing(**fields, counts=RunCounts(**counts), shards_running=running)

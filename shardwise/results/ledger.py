@@ -4,7 +4,9 @@ The ledger is apart from any results table: watchers, redrives and resume
 checks read it without knowing a model's outputs, and a worker opens it
 before it knows which results table its run writes. Its tables have fixed
 names (``shardwise_runs``, ``shardwise_shards``, ``shardwise_errors``,
-``shardwise_objects``); their DDL and queries are in ``sql/``. A
+``shardwise_objects``, ...); their DDL and queries are in ``sql/``. A
+ledger of another schema version than this build's is refused on its first
+use (:func:`~shardwise.results.ledger_sql.check_version`). A
 :class:`~shardwise.results.store.ResultStore` writes results through a
 ledger, so a shard's rows and its done-mark share one transaction.
 """
@@ -45,6 +47,7 @@ class Ledger(Closing):
     def __init__(self, url: str, *, timeout_s: float = DEFAULT_DB_TIMEOUT_S) -> None:
         self.engine = make_engine(url, timeout_s=timeout_s)
         self.url = safe_url(url)
+        self._version_checked = False  # set once the ledger is found at this build's schema version
 
     def __repr__(self) -> str:
         return f"Ledger({self.url!r})"
@@ -57,13 +60,21 @@ class Ledger(Closing):
     def reading(self, action: str) -> Iterator[sa.Connection]:
         """A read transaction, database errors mapped onto :mod:`shardwise.errors`."""
         with mapped_errors(action, self.engine.url), self.engine.connect() as conn, conn.begin():
+            self._check_version(conn)
             yield conn
 
     @contextmanager
     def writing(self, action: str) -> Iterator[sa.Connection]:
         """A write transaction (``BEGIN IMMEDIATE`` on SQLite), database errors mapped."""
         with mapped_errors(action, self.engine.url), self.engine.connect() as conn, write_transaction(conn):
+            self._check_version(conn)
             yield conn
+
+    def _check_version(self, conn: sa.Connection) -> None:
+        """Refuse a ledger of another schema version before its first statement; once its tables are
+        found at this build's version, no later transaction of this ledger looks again."""
+        if not self._version_checked:
+            self._version_checked = ledger_sql.check_version(conn, self.url)
 
     def exists(self) -> bool:
         """Whether the ledger tables exist here (a dry run or a probe creates nothing)."""
@@ -71,14 +82,15 @@ class Ledger(Closing):
             return sa.inspect(conn).has_table(_RUNS)
 
     def ensure(self, conn: sa.Connection | None = None) -> None:
-        """Create the ledger tables if missing; idempotent, and safe from several processes at once."""
+        """Create the ledger tables and record their schema version if missing; idempotent, and safe
+        from several processes at once. A ledger of another schema version is refused."""
         if conn is None:
             with self.writing("create the ledger") as own:
                 self.ensure(own)
             return
         if conn.dialect.name == "postgresql":
             conn.execute(query("postgresql", "schema_lock"))
-        ledger_sql.create_ledger(conn)
+        ledger_sql.create_ledger(conn, self.url)
 
     def start_run(
         self,
@@ -180,7 +192,7 @@ class Ledger(Closing):
         shards. None when this ledger does not know the run.
 
         What a sink may delete of a run's unfinished writes hangs on this (see
-        :mod:`shardwise.sinks.parquet_leftovers`): a run whose flow process died
+        :mod:`shardwise.sinks.parquet.leftovers`): a run whose flow process died
         while a worker elsewhere still scores is not over.
         """
         summary = self.run_summary(run_id)

@@ -1,4 +1,5 @@
-"""The ledger's schema and the run-level statements: start, summarise and finish a run; seen objects.
+"""The ledger's schema and its version; the run-level statements: start, summarise and finish a run;
+seen objects.
 
 A shard's own statements (its attempts, progress, done-mark and dead
 letters) are in :mod:`shardwise.results.shard_sql`, leases in
@@ -21,102 +22,42 @@ from shardwise.results import lease_sql, shard_states
 from shardwise.results.codec import bind_timestamp, decode_json, decode_timestamp, encode_json
 from shardwise.results.outcomes import RunCounts, RunSummary
 from shardwise.results.records import RunRecord
-from shardwise.results.sqlfiles import load_script, load_sql, statement
+from shardwise.results.schema import LEDGER_SCHEMA_VERSION, LEDGER_TABLES, VERSION_TABLE, check_ledger_version
+from shardwise.results.sqlfiles import load_script, statement
 from shardwise.sources.base import SourcePlan
 
-__all__ = ["create_ledger", "finish_run", "record_objects", "run_summary", "seen_objects", "start_run"]
+__all__ = [
+    "check_version",
+    "create_ledger",
+    "finish_run",
+    "record_objects",
+    "run_summary",
+    "seen_objects",
+    "start_run",
+]
 
 
-_UPGRADES = {
-    "shardwise_runs": {
-        "precision": "runs_add_precision",
-        "precision_agreement": "runs_add_precision_agreement",
-        "precision_agreement_from": "runs_add_precision_agreement_from",
-        "owner": "runs_add_owner",
-        "lease_expires_at": "runs_add_lease",
-    },
-    "shardwise_shards": {
-        "progress_counts": "shards_add_progress_counts",
-        "progress_rows": "shards_add_progress_rows",
-        "progress_failed": "shards_add_progress_failed",
-        "progress_at": "shards_add_progress_at",
-        "owner": "shards_add_owner",
-        "lease_expires_at": "shards_add_lease",
-    },
-    "shardwise_chunks": {"counts": "chunks_add_counts"},
-}
-"""Columns each ledger table gained after its first release, and the file adding each to an older ledger."""
-
-
-def create_ledger(conn: sa.Connection) -> None:
-    """Create the ledger tables, and bring an older ledger up to date: the columns it lacks, and the
-    shard statuses running and retrying (:func:`_add_shard_states`)."""
+def create_ledger(conn: sa.Connection, shown: str) -> None:
+    """Create the ledger tables and record their schema version, in the caller's transaction (under
+    ``schema_lock.sql`` on PostgreSQL); a ledger made by another layout is refused first (see
+    :func:`check_version`), with ``shown``, its redacted URL. Idempotent: a ledger that exists is kept.
+    """
+    check_version(conn, shown)
     for stmt in load_script(conn.dialect.name, "ledger_schema"):
         conn.exec_driver_sql(stmt)
-    for stmt in load_script(conn.dialect.name, "chunks_schema"):  # shardwise.results.chunk_marks
-        conn.exec_driver_sql(stmt)
-    for stmt in load_script(conn.dialect.name, "shard_transitions_schema"):  # shard_states
-        conn.exec_driver_sql(stmt)
-    inspector = sa.inspect(conn)
-    for table, upgrades in _UPGRADES.items():
-        have = {c["name"] for c in inspector.get_columns(table)}
-        for column, upgrade in upgrades.items():
-            if column not in have:
-                conn.execute(statement(conn, upgrade))
-    _add_shard_states(conn)
-    _add_object_destination(conn)
+    conn.execute(statement(conn, "ledger_version_record"), {"version": LEDGER_SCHEMA_VERSION})
 
 
-def _add_object_destination(conn: sa.Connection) -> None:
-    """Key an older ledger's seen objects by destination too (see :func:`seen_objects`); a ledger that
-    has the column is left alone.
-
-    Each stored pair is filed under the results of the run that recorded it
-    (``shardwise_runs.results_table``): that run scored the object into those,
-    and only those, so the next only-new run into them skips it as before, and
-    one into another destination scores it. PostgreSQL adds the column and
-    changes the key in place; SQLite cannot change a primary key, so the table
-    is rebuilt in this transaction, as :func:`_add_shard_states` does.
-    """
-    if "destination" in {c["name"] for c in sa.inspect(conn).get_columns("shardwise_objects")}:
-        return
-    if conn.dialect.name == "postgresql":
-        for stmt in load_script("postgresql", "objects_add_destination"):
-            conn.exec_driver_sql(stmt)
-        return
-    conn.exec_driver_sql(load_sql("sqlite", "objects_add_destination"))
-    for stmt in load_script("sqlite", "ledger_schema"):  # creates shardwise_objects as it is now
-        conn.exec_driver_sql(stmt)
-    for stmt in load_script("sqlite", "objects_copy_destination"):
-        conn.exec_driver_sql(stmt)
-
-
-def _add_shard_states(conn: sa.Connection) -> None:
-    """Widen an older ledger's CHECK on ``shardwise_shards.status`` to the statuses of
-    :mod:`~shardwise.results.shard_states`; a ledger that has them is left alone.
-
-    PostgreSQL changes the constraint in place. SQLite cannot change a CHECK,
-    so the table is rebuilt, in this transaction: moved aside, created again
-    from ``ledger_schema.sql`` (the one definition), its rows copied over by
-    column name, and the old one dropped. Stored rows keep their statuses
-    (pending, done, failed), which the new CHECK allows.
-    """
-    found = conn.execute(statement(conn, "shards_status_check")).scalar()
-    if found is None or "retrying" in str(found):
-        return
-    if conn.dialect.name == "postgresql":
-        for stmt in load_script("postgresql", "shards_add_states"):
-            conn.exec_driver_sql(stmt)
-        return
-    for stmt in load_script("sqlite", "shards_add_states"):
-        conn.exec_driver_sql(stmt)
-    for stmt in load_script("sqlite", "ledger_schema"):  # creates shardwise_shards as it is now
-        conn.exec_driver_sql(stmt)
-    old = sa.Table("shardwise_shards_before_states", sa.MetaData(), autoload_with=conn)
-    new = sa.Table("shardwise_shards", sa.MetaData(), autoload_with=conn)
-    columns = [c.name for c in old.columns if c.name in new.columns]
-    conn.execute(new.insert().from_select(columns, sa.select(*(old.c[name] for name in columns))))
-    conn.exec_driver_sql(load_sql("sqlite", "shards_drop_old"))
+def check_version(conn: sa.Connection, shown: str) -> bool:
+    """Whether the ledger exists here: True when its tables do, at this build's schema version; False
+    when none does yet. A ledger whose tables exist at another version, or without one (a build
+    before versions made it), raises a :class:`ConfigError` naming ``shown`` and how to start anew."""
+    tables = set(sa.inspect(conn).get_table_names())
+    if not tables & set(LEDGER_TABLES):
+        return False
+    found = conn.execute(statement(conn, "ledger_version")).scalars().all() if VERSION_TABLE in tables else []
+    check_ledger_version(shown, [int(v) for v in found])
+    return True
 
 
 def start_run(
@@ -192,9 +133,9 @@ def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePla
         parameters=decode_json(row["parameters"]),
         model_name=row["model_name"],
         model_version=row["model_version"],
-        precision=row.get("precision") or "fp32",
-        precision_agreement=row.get("precision_agreement"),
-        precision_agreement_from=row.get("precision_agreement_from"),
+        precision=row["precision"],
+        precision_agreement=row["precision_agreement"],
+        precision_agreement_from=row["precision_agreement_from"],
         code_version=row["code_version"],
         source_identity=row["source_identity"],
         source_snapshot=row["source_snapshot"],
@@ -212,8 +153,8 @@ def run_summary(conn: sa.Connection, run_id: str) -> tuple[RunSummary, SourcePla
         started_at=decode_timestamp(row["started_at"]),
         finished_at=decode_timestamp(row["finished_at"]),
         counts=counts,
-        owner=row.get("owner"),
-        lease_expires_at=decode_timestamp(row.get("lease_expires_at")),
+        owner=row["owner"],
+        lease_expires_at=decode_timestamp(row["lease_expires_at"]),
     )
     return summary, SourcePlan.from_json(row["plan"])
 
@@ -248,17 +189,10 @@ def seen_objects(
     conn: sa.Connection, source_identity: str, destination: str | None
 ) -> frozenset[tuple[str, str]]:
     """(object key, ETag) pairs completed runs scored from ``source_identity`` into ``destination`` (a
-    run's ``results_table``); with None, those scored into every destination that read the source.
-
-    A ledger not upgraded yet (read by a dry run or a watcher, which change
-    nothing) files each pair under the results of the run that recorded it,
-    as the upgrade (:func:`_add_object_destination`) will.
-    """
-    upgraded = "destination" in {c["name"] for c in sa.inspect(conn).get_columns("shardwise_objects")}
+    run's ``results_table``); with None, those scored into every destination that read the source."""
     name = "objects_seen" if destination is not None else "objects_seen_everywhere"
-    query_name = name if upgraded else f"{name}_before_destination"
     where = {"source_identity": source_identity, "destination": destination}
-    rows = conn.execute(statement(conn, query_name), where)
+    rows = conn.execute(statement(conn, name), where)
     return frozenset((str(r[0]), str(r[1])) for r in rows)
 
 

@@ -2,9 +2,10 @@
 
 A ledger that cannot serve (a mistyped SQLite path, a directory, a file that
 is no SQLite database or is cut short, a read-only file or folder, a
-read-only PostgreSQL session) would otherwise be found inside the flow run:
-a failed Prefect flow run, a traceback, and a resume hint for a run that was
-never recorded. Here it is one :class:`~shardwise.errors.ConfigError` line.
+read-only PostgreSQL session, a ledger of another schema version) would
+otherwise be found inside the flow run: a failed Prefect flow run, a
+traceback, and a resume hint for a run that was never recorded. Here it is
+one :class:`~shardwise.errors.ConfigError` line.
 
 What a command needs of it:
 
@@ -35,6 +36,8 @@ import sqlalchemy as sa
 
 from shardwise.dberrors import mapped_errors, safe_url
 from shardwise.errors import ConfigError
+from shardwise.results.schema import LEDGER_TABLES, VERSION_TABLE, check_ledger_version
+from shardwise.results.sqlfiles import load_sql
 
 __all__ = ["LedgerNeed", "check_ledger"]
 
@@ -75,20 +78,24 @@ def _check_sqlite(path: Path, shown: str, need: LedgerNeed, makes_folders: bool)
     if not path.is_file():
         raise ConfigError(f"the ledger {shown} is not a regular file; name an SQLite file")
     try:
-        _read_sqlite(path)
+        _read_sqlite(path, shown)
         if need == "writable":
             _lock_sqlite(path)
     except sqlite3.Error as exc:
         raise ConfigError(_sqlite_why(exc, shown, need)) from exc
 
 
-def _read_sqlite(path: Path) -> None:
-    """Read the schema and the runs table, as ``shardwise runs`` would: a damaged file fails here."""
+def _read_sqlite(path: Path, shown: str) -> None:
+    """Read the schema and the runs table, as ``shardwise runs`` would: a damaged file fails here, and
+    a ledger of another schema version is refused (:func:`~shardwise.results.schema.check_ledger_version`)."""
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
     try:
         tables = {name for (name,) in conn.execute("select name from sqlite_master where type = 'table'")}
         if _RUNS in tables:
             conn.execute(f"select count(*) from {_RUNS}").fetchone()
+        if tables & set(LEDGER_TABLES):
+            found = conn.execute(load_sql("sqlite", "ledger_version")) if VERSION_TABLE in tables else []
+            check_ledger_version(shown, [int(version) for (version,) in found])
     finally:
         conn.close()
 
@@ -149,12 +156,15 @@ def _check_creatable(path: Path, shown: str, makes_folders: bool) -> None:
 
 
 def _check_server(url: str, need: LedgerNeed) -> None:
-    """A server database answers (errors mapped as everywhere); a run's session must be able to write."""
+    """A server database answers (errors mapped as everywhere), its ledger, if any, is of this build's
+    schema version; a run's session must be able to write."""
     from shardwise.results.connect import make_engine
+    from shardwise.results.ledger_sql import check_version
 
     engine = make_engine(url)
     try:
         with mapped_errors("open the ledger", engine.url), engine.connect() as conn:
+            check_version(conn, safe_url(url))
             if need == "writable" and conn.dialect.name == "postgresql":
                 read_only = conn.exec_driver_sql("show transaction_read_only").scalar()
                 if read_only == "on":

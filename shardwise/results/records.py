@@ -33,7 +33,7 @@ class RunRecord:
     source_snapshot: str | None
     results_table: str
     precision: str = "fp32"
-    """What the model computed in (see :mod:`shardwise.precision`); a ledger from before it says fp32."""
+    """What the model computed in (see :mod:`shardwise.precision`)."""
     precision_agreement: float | None = None
     """The accuracy guard's agreement with float32 when it was measured (reduced precision, or a fallback)."""
     precision_agreement_from: str | None = None

@@ -1,13 +1,18 @@
-"""The results table's layout, built in code, and the check that an existing table matches it.
+"""The results table's layout, built in code, and the check that an existing table matches it; the
+ledger's schema version, and the check that an existing ledger has it.
 
 The results table is named by the user and its columns follow the model's
 outputs, so it is a ``sa.Table`` (SQLAlchemy quotes every identifier). The
-fixed-name ledger tables are created from ``sql/common/ledger_schema.sql``.
+fixed-name ledger tables are created from ``sql/common/ledger_schema.sql``,
+with their layout's version (:data:`LEDGER_SCHEMA_VERSION`) in
+``shardwise_schema``. A ledger of another version is refused, never altered:
+nothing was released before version 1, so no build upgrades a ledger.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -19,12 +24,15 @@ from shardwise.results.codec import Float32Vector, UtcTimestamp
 from shardwise.sources.base import KeyType
 
 __all__ = [
+    "LEDGER_SCHEMA_VERSION",
     "LEDGER_TABLES",
     "LINEAGE_COLUMNS",
     "SINK_TABLES",
     "STAGE_TABLE",
+    "VERSION_TABLE",
     "VectorStorage",
     "check_layout",
+    "check_ledger_version",
     "check_outputs",
     "expected_layout",
     "parse_table_name",
@@ -34,7 +42,11 @@ __all__ = [
 
 VectorStorage = Literal["array", "vector", "halfvec"]
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+LEDGER_SCHEMA_VERSION = 1
+"""The layout of the ledger tables this build creates and reads; a ledger records it when created."""
+VERSION_TABLE = "shardwise_schema"
 LEDGER_TABLES = (
+    VERSION_TABLE,
     "shardwise_runs",
     "shardwise_shards",
     "shardwise_chunks",
@@ -58,6 +70,27 @@ LINEAGE_COLUMNS = (
     "scored_at",
 )
 _FIXED = {"source_key", *LINEAGE_COLUMNS}
+
+
+def check_ledger_version(shown: str, found: Sequence[int]) -> None:
+    """Refuse a ledger whose tables exist but whose recorded schema version (``found``, the rows of
+    ``shardwise_schema``; none when a build before versions made it) is not this build's."""
+    if list(found) == [LEDGER_SCHEMA_VERSION]:
+        return
+    if not found:
+        what = "has no schema version (an older build of shardwise made it)"
+    else:
+        what = f"has schema version {', '.join(str(v) for v in found)}"
+    fix = (
+        "start a new one: give --ledger a new database URL or SQLite file, or drop the shardwise_* "
+        "tables there"
+    )
+    if found and max(found) > LEDGER_SCHEMA_VERSION:
+        fix = f"use the newer shardwise that made it, or {fix}"
+    raise ConfigError(
+        f"the ledger {shown} {what}, and this build needs schema version {LEDGER_SCHEMA_VERSION} (it "
+        f"upgrades no ledger); {fix}"
+    )
 
 
 def parse_table_name(name: str) -> tuple[str | None, str]:

@@ -235,8 +235,6 @@ def reset_failed(conn: sa.Connection, run_id: str, now: datetime) -> list[int]:
 
 def transitions(conn: sa.Connection, run_id: str, shard_id: int | None = None) -> list[ShardTransition]:
     """The run's shard transitions (one shard's, with ``shard_id``) in the order they happened."""
-    if not sa.inspect(conn).has_table("shardwise_shard_transitions"):
-        return []  # a ledger from before shard states, not opened for writing since
     rows = conn.execute(
         statement(conn, "shard_transitions_select"), {"run_id": run_id, "shard_id": shard_id}
     ).mappings()

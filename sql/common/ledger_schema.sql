@@ -1,6 +1,15 @@
--- The run ledger: runs, their shards, dead letters, and the Parquet objects scored.
--- Every statement is idempotent; ensure_schema runs this under schema_lock.sql on PostgreSQL,
--- in a BEGIN IMMEDIATE transaction on SQLite. {WORDS} are the dialect's types (sqlfiles.py).
+-- The run ledger, every table of it: the schema version, runs, their shards, each shard's status
+-- changes and committed chunks, dead letters, and the Parquet objects scored. A new ledger is made by
+-- these statements and ledger_version_record.sql in one transaction (ledger_sql.create_ledger), under
+-- schema_lock.sql on PostgreSQL, in a BEGIN IMMEDIATE transaction on SQLite; every statement is
+-- idempotent. A ledger made by another layout is refused, never altered (schema.check_ledger_version).
+-- {WORDS} are the dialect's types (sqlfiles.py).
+
+-- The layout's version, one row (ledger_version_record.sql writes it; LEDGER_SCHEMA_VERSION in schema.py).
+CREATE TABLE IF NOT EXISTS shardwise_schema (
+    id       integer PRIMARY KEY CHECK (id = 1),
+    version  integer NOT NULL
+);
 
 CREATE TABLE IF NOT EXISTS shardwise_runs (
     run_id           text PRIMARY KEY,
@@ -9,7 +18,7 @@ CREATE TABLE IF NOT EXISTS shardwise_runs (
     parameters       {JSON} NOT NULL,
     model_name       text NOT NULL,
     model_version    text NOT NULL,
-    precision        text,
+    precision        text NOT NULL,
     precision_agreement {DOUBLE},
     precision_agreement_from text,
     code_version     text NOT NULL,
@@ -86,3 +95,48 @@ CREATE TABLE IF NOT EXISTS shardwise_objects (
     seen_at          {TIMESTAMP} NOT NULL,
     PRIMARY KEY (source_identity, destination, object_key, etag)
 );
+
+-- A shard's committed chunks: one row per chunk, inserted in the transaction that merges the
+-- chunk's rows and dead letters, so the row is the chunk's done-mark. A retried or racing writer
+-- that finds it merges nothing. position says where the next chunk starts: {"rows": rows of the
+-- shard up to and including this chunk, "key": the key of its last row (SQL sources)}. counts
+-- holds the sums of the model's count outputs over the chunk's scored rows ({"completion_tokens": 72,
+-- ...}; NULL for a model that declares none), so a shard's and a run's totals are sums of marks.
+CREATE TABLE IF NOT EXISTS shardwise_chunks (
+    run_id          text NOT NULL,
+    shard_id        integer NOT NULL,
+    chunk           integer NOT NULL,
+    attempt         integer NOT NULL,
+    rows_in         bigint NOT NULL,
+    rows_out        bigint NOT NULL,
+    rows_failed     bigint NOT NULL,
+    rows_truncated  bigint NOT NULL,
+    rows_inserted   bigint NOT NULL,
+    rows_updated    bigint NOT NULL,
+    rows_unchanged  bigint NOT NULL,
+    position        {JSON} NOT NULL,
+    committed_at    {TIMESTAMP} NOT NULL,
+    counts          {JSON},
+    PRIMARY KEY (run_id, shard_id, chunk),
+    FOREIGN KEY (run_id, shard_id) REFERENCES shardwise_shards (run_id, shard_id)
+);
+
+-- Every change of a shard's status, one row each, written by shardwise/results/shard_states.py in
+-- the transaction that changes it: from which status to which, by which attempt, when, by which
+-- worker, with the error of a try that failed. shardwise_shards keeps the current status, the
+-- attempt count and the last error; this table keeps the history (a run's retries, how long each
+-- attempt ran).
+CREATE TABLE IF NOT EXISTS shardwise_shard_transitions (
+    id           {ID_KEY},
+    run_id       text NOT NULL,
+    shard_id     integer NOT NULL,
+    attempt      integer NOT NULL,
+    from_status  text NOT NULL,
+    to_status    text NOT NULL,
+    at           {TIMESTAMP} NOT NULL,
+    worker       text,
+    error        text
+);
+
+CREATE INDEX IF NOT EXISTS shardwise_shard_transitions_run_shard
+    ON shardwise_shard_transitions (run_id, shard_id);

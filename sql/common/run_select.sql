@@ -1,5 +1,4 @@
--- Every column, so that a ledger made before a column was added (see ledger_sql._UPGRADES)
--- still reads; the code takes what it knows and defaults the rest.
+-- A run's row, every column: a run's summary reads them all.
 SELECT *
 FROM shardwise_runs
 WHERE run_id = :run_id

@@ -112,24 +112,6 @@ def test_a_worker_whose_device_cannot_run_the_runs_precision_refuses(sqlite_url:
     assert execute(sqlite_url, "select count(*) from scores") == [(0,)]
 
 
-@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_a_ledger_from_before_precision_is_upgraded_and_its_results_stay_current(
-    db: str, request: pytest.FixtureRequest, pipeline
-) -> None:
-    url = request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url")
-    make_docs(url, 30, bad=False)
-    pipeline.run(_spec(url, precision="fp32"), "old")
-    execute(url, "alter table shardwise_runs drop column precision")
-    execute(url, "alter table shardwise_runs drop column precision_agreement")
-    old = Ledger(url).load_run("old")
-    assert old is not None and old.precision == "fp32", "a run recorded before precision was fp32"
-    planned, _ = pipeline.run(_spec(url, precision="fp32"), "new")
-    assert planned.record.precision == "fp32"
-    assert Ledger(url).load_run("new").precision == "fp32"  # type: ignore[union-attr]
-    merged = Ledger(url).shards("new")
-    assert sum(s.rows_unchanged or 0 for s in merged) == 30, "same weights, same precision: same version"
-
-
 def test_a_later_process_reads_the_guard_from_the_calibration_cache_and_lineage_says_so(
     sqlite_url: str, native_bf16, tmp_path, caplog: pytest.LogCaptureFixture, pipeline
 ) -> None:
@@ -155,17 +137,6 @@ def test_a_later_process_reads_the_guard_from_the_calibration_cache_and_lineage_
     assert (second.precision, second.precision_agreement_from) == ("bf16", "cache")
     assert second.precision_agreement == first.precision_agreement
     assert second.model_version == first.model_version
-
-
-def test_a_ledger_from_before_the_agreement_source_is_upgraded(
-    sqlite_url: str, pipeline, native_bf16
-) -> None:
-    make_docs(sqlite_url, 30, bad=False)
-    pipeline.run(_spec(sqlite_url), "old")
-    execute(sqlite_url, "alter table shardwise_runs drop column precision_agreement_from")
-    assert Ledger(sqlite_url).load_run("old").precision_agreement_from is None  # type: ignore[union-attr]
-    pipeline.run(_spec(sqlite_url), "new")
-    assert Ledger(sqlite_url).load_run("new").precision_agreement_from == "measured"  # type: ignore[union-attr]
 
 
 def test_an_int8_run_records_its_precision_version_and_agreement(sqlite_url: str, pipeline) -> None:

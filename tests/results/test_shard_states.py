@@ -1,13 +1,11 @@
-"""The shard state machine: every legal move, every illegal one, the history it keeps, and an older
-ledger opened by this release; each on SQLite and on real PostgreSQL (see conftest.py)."""
+"""The shard state machine: every legal move, every illegal one, and the history it keeps; each on
+SQLite and on real PostgreSQL (see conftest.py)."""
 
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from results_helpers import (
     make_plan,
     make_report,
@@ -18,10 +16,8 @@ from results_helpers import (
 )
 
 from shardwise.errors import ShardStateError
-from shardwise.results import SHARD_STATUSES, Ledger, ResultStore, ledger_sql
-from shardwise.results.codec import bind_timestamp, utc_now
+from shardwise.results import SHARD_STATUSES, Ledger, ResultStore
 from shardwise.results.shard_states import TRANSITIONS, check_transition
-from shardwise.results.sqlfiles import load_script, statement
 
 
 def _status(ledger: Ledger, run_id: str, shard_id: int) -> tuple[str, int, str | None]:
@@ -177,65 +173,3 @@ def test_runs_and_the_tally_show_the_states(store: ResultStore) -> None:
         "pending": 1,
         "retried": 1,
     }
-
-
-def _ledger_before_states(url: str) -> None:
-    """The ledger as the release before shard states made it: statuses pending, done and failed only,
-    and no transitions table; with a run that has a done, a failed (with a chunk mark) and a pending
-    shard."""
-    new_check = "CHECK (status IN ('pending', 'running', 'retrying', 'done', 'failed'))"
-    run, engine = make_run(), sa.create_engine(url)
-    with engine.begin() as conn:
-        for stmt in load_script(conn.dialect.name, "ledger_schema"):
-            conn.exec_driver_sql(stmt.replace(new_check, "CHECK (status IN ('pending', 'done', 'failed'))"))
-        for stmt in load_script(conn.dialect.name, "chunks_schema"):
-            conn.exec_driver_sql(stmt)
-        now = utc_now()
-        ledger_sql.start_run(conn, run, make_plan(3), now)  # no failed shard yet: no transition written
-        for shard_id, status in ((0, "done"), (1, "failed")):
-            conn.execute(
-                sa.text("UPDATE shardwise_shards SET status = :s, attempts = 1 WHERE shard_id = :i"),
-                {"s": status, "i": shard_id},
-            )
-        conn.execute(
-            sa.text(
-                "INSERT INTO shardwise_chunks (run_id, shard_id, chunk, attempt, rows_in, rows_out, "
-                "rows_failed, rows_truncated, rows_inserted, rows_updated, rows_unchanged, position, "
-                "committed_at) VALUES (:r, 1, 0, 1, 10, 10, 0, 0, 10, 0, 0, :p, :t)"
-            ),
-            {"r": run.run_id, "p": '{"rows": 10, "key": 9}', "t": bind_timestamp(conn, now)},
-        )
-    engine.dispose()
-
-
-def _check_text(ledger: Ledger) -> Any:
-    with ledger.reading("read the shards' CHECK") as conn:
-        return conn.execute(statement(conn, "shards_status_check")).scalar()
-
-
-def test_an_older_ledger_opens_keeps_its_shards_and_gains_the_new_states(db_url: str) -> None:
-    _ledger_before_states(db_url)
-    run = make_run()
-    with Ledger(db_url) as ledger:
-        assert "retrying" not in str(_check_text(ledger))
-        ledger.ensure()
-        ledger.ensure()  # idempotent
-        assert "retrying" in str(_check_text(ledger))
-        assert [(s.shard_id, s.status, s.attempts) for s in ledger.shards(run.run_id)] == [
-            (0, "done", 1),
-            (1, "failed", 1),
-            (2, "pending", 0),
-        ]
-        with ledger.reading("inspect") as conn:
-            assert not sa.inspect(conn).has_table("shardwise_shards_before_states")
-            (marks,) = conn.execute(sa.text("SELECT count(*) FROM shardwise_chunks")).one()
-            assert marks == 1
-            if conn.dialect.name == "sqlite":  # the chunks' foreign key still names the shards table
-                ddl = conn.execute(sa.text("SELECT sql FROM sqlite_master WHERE name = 'shardwise_chunks'"))
-                assert "REFERENCES shardwise_shards (" in ddl.scalar_one()
-        assert ledger.record_attempt(run.run_id, 2) == 1
-        assert ledger.mark_shard_retrying(run.run_id, 2, "reset")
-        ledger.start_run(run, make_plan(3))  # a resume of the older release's failed run
-        assert ledger.record_attempt(run.run_id, 1) == 2
-        assert _moves(ledger, run.run_id, 1) == [("failed", "pending", 1), ("pending", "running", 2)]
-        assert ledger.recent_runs()[0].shard_states == {"done": 1, "running": 1, "retrying": 1}

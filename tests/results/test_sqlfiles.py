@@ -8,6 +8,7 @@ import pytest
 
 from shardwise.errors import ConfigError
 from shardwise.results import sqlfiles
+from shardwise.results.schema import LEDGER_TABLES
 from shardwise.results.sqlfiles import DIALECT_WORDS, SQL_DIR, load_script, load_sql
 
 
@@ -29,11 +30,12 @@ def test_every_common_file_loads_for_both_dialects_with_its_words_filled(dialect
     assert ("INTEGER PRIMARY KEY" in schema) == (dialect == "sqlite")
 
 
-def test_the_shared_schema_creates_the_ledger_on_sqlite() -> None:
+def test_the_shared_schema_creates_the_whole_ledger_on_sqlite() -> None:
     conn = sqlite3.connect(":memory:")
-    for name in ("ledger_schema", "chunks_schema"):
-        for stmt in load_script("sqlite", name):
-            conn.execute(stmt)
+    for stmt in load_script("sqlite", "ledger_schema"):
+        conn.execute(stmt)
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == set(LEDGER_TABLES)
     types = {row[1]: row[2] for row in conn.execute("PRAGMA table_info(shardwise_runs)")}
     assert types["started_at"].lower() == types["parameters"].lower() == "text"
 

@@ -13,7 +13,6 @@ from results_helpers import make_plan, make_rows, make_run, write_shard
 from shardwise.errors import ConfigError, RunTakenOverError
 from shardwise.results import Ledger, ResultStore
 from shardwise.results.codec import decode_timestamp, utc_now
-from shardwise.results.sqlfiles import load_script
 
 
 def _lease(ledger: Ledger, table: str, where: str, params: dict) -> tuple:
@@ -140,29 +139,6 @@ def test_a_running_runs_counts_are_summed_from_its_shards_now(store: ResultStore
     assert (counts.shards_total, counts.shards_done, counts.shards_failed, counts.rows_out) == (3, 1, 1, 10)
     assert ledger.recent_runs(status="completed") == []
     assert [r.run_id for r in ledger.recent_runs(results_table=run.results_table)] == [run.run_id]
-
-
-def _pre_lease_ledger(url: str) -> None:
-    """The ledger as a release before leases made it: the same DDL without owners and lease expiries."""
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        for stmt in load_script(conn.dialect.name, "ledger_schema"):
-            kept = [ln for ln in stmt.splitlines() if "owner" not in ln and "lease_expires_at" not in ln]
-            conn.exec_driver_sql("\n".join(kept).replace("DEFAULT 0,\n)", "DEFAULT 0\n)"))
-    engine.dispose()
-
-
-def test_a_ledger_from_before_leases_lists_its_runs_and_gains_the_columns(db_url: str) -> None:
-    _pre_lease_ledger(db_url)
-    run = make_run()
-    with Ledger(db_url) as ledger:
-        ledger.start_run(run, make_plan(2))  # a run an older release started, without a lease
-        (listed,) = ledger.recent_runs()
-        assert (listed.state(), listed.owner, listed.lease_expires_at) == ("running", None, None)
-        ledger.ensure()
-        ledger.start_run(run, make_plan(2), owner="new:1/0")  # resumed by this release: no lease to respect
-        (listed,) = ledger.recent_runs()
-        assert (listed.state(), listed.owner) == ("running", "new:1/0")
 
 
 def test_a_run_is_over_once_neither_it_nor_any_shard_attempt_holds_a_live_lease(store: ResultStore) -> None:

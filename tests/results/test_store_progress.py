@@ -9,45 +9,7 @@ import sqlalchemy as sa
 from results_helpers import make_plan, make_rows, make_run, write_shard
 
 from shardwise.errors import TransientError
-from shardwise.results import Ledger, ResultStore, ShardProgress
-from shardwise.results.sqlfiles import load_script
-
-PROGRESS_COLUMNS = {"progress_rows", "progress_failed", "progress_at", "progress_counts"}
-
-
-def _old_ledger(url: str) -> None:
-    """The ledger as a release before live progress made it: the same DDL without the progress columns,
-    and chunk marks without the sums of count outputs."""
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        for stmt in load_script(conn.dialect.name, "ledger_schema"):
-            conn.exec_driver_sql("\n".join(ln for ln in stmt.splitlines() if "progress_" not in ln))
-        for stmt in load_script(conn.dialect.name, "chunks_schema"):
-            conn.exec_driver_sql(
-                "\n".join(ln for ln in stmt.splitlines() if not ln.strip().startswith("counts"))
-            )
-        assert not PROGRESS_COLUMNS & {c["name"] for c in sa.inspect(conn).get_columns("shardwise_shards")}
-        assert "counts" not in {c["name"] for c in sa.inspect(conn).get_columns("shardwise_chunks")}
-    engine.dispose()
-
-
-def test_an_old_ledger_gains_the_progress_columns_and_its_runs_report(db_url: str) -> None:
-    _old_ledger(db_url)
-    run = make_run()
-    with Ledger(db_url) as ledger:
-        ledger.start_run(run, make_plan(2))  # a run the older release started
-        ledger.ensure()
-        ledger.ensure()  # idempotent
-        with ledger.reading("inspect") as conn:
-            columns = {c["name"] for c in sa.inspect(conn).get_columns("shardwise_shards")}
-            chunk_columns = {c["name"] for c in sa.inspect(conn).get_columns("shardwise_chunks")}
-        assert columns >= PROGRESS_COLUMNS and "counts" in chunk_columns
-        assert ledger.record_attempt(run.run_id, 0) == 1
-        assert ledger.record_progress(run.run_id, 0, 1, rows=7, failed=1, counts={"completion_tokens": 40})
-        assert ledger.shard_progress(run.run_id) == [
-            ShardProgress(0, "running", 10, None, None, 7, 1, {"completion_tokens": 40}),
-            ShardProgress(1, "pending", 10, None, None, None, None),
-        ]
+from shardwise.results import Ledger, ResultStore
 
 
 def test_progress_belongs_to_the_current_attempt_of_a_running_shard(store: ResultStore) -> None:

@@ -1,2 +1,0 @@
--- Upgrade: a ledger made before runs recorded their precision (NULL there means fp32).
-ALTER TABLE shardwise_runs ADD COLUMN precision text

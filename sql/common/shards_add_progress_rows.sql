@@ -1,2 +1,0 @@
--- Upgrade: a ledger made before running shards reported their progress.
-ALTER TABLE shardwise_shards ADD COLUMN progress_rows bigint
