@@ -114,6 +114,9 @@ def _prepare_window(index: int, chunk: list[Row], model: Model) -> tuple[Window,
 
 def _outcomes(chunk: list[Row], model: Model) -> Iterator[Item | InputError]:
     """Each row's item or the InputError that kept it from one, in input order."""
+    if any(isinstance(value, InputError) for _, value in chunk):
+        yield from _with_unreadable(chunk, model)
+        return
     many = getattr(model, "prepare_many", None)  # optional: see Model in shardwise.model
     if many is None:
         for _, value in chunk:
@@ -129,3 +132,12 @@ def _outcomes(chunk: list[Row], model: Model) -> Iterator[Item | InputError]:
             "it must give one item or InputError per value, in input order"
         )
     yield from outcomes
+
+
+def _with_unreadable(chunk: list[Row], model: Model) -> Iterator[Item | InputError]:
+    """A source hands over a row it could not read (an unparsable line) as the InputError saying why:
+    that is the row's outcome, a dead letter, and the model prepares the others."""
+    readable = [(key, value) for key, value in chunk if not isinstance(value, InputError)]
+    prepared = iter(list(_outcomes(readable, model)))
+    for _, value in chunk:
+        yield value if isinstance(value, InputError) else next(prepared)

@@ -69,7 +69,7 @@ def check_run(
         source.check()
         values = source.value_kind()
         check_model_inputs(model, values)
-        _check_source_options(spec, values.kind, is_sql_url(resolve(spec.source)))
+        _check_source_options(spec, values.kind, source.runs_queries)
         check_destination(spec, results_url)
         # A --ledger that is no database URL, or a ledger that cannot serve this run, is refused here.
         check_ledger(ledger_url(spec, resolve), _ledger_need(spec, dry_run), makes_folders=not spec.ledger)
@@ -90,11 +90,11 @@ def check_run(
     return idle
 
 
-def _check_source_options(spec: RunSpec, kind: str, sql: bool) -> None:
+def _check_source_options(spec: RunSpec, kind: str, runs_queries: bool) -> None:
     """Options of one kind of source, given for another, where they would do nothing: a query timeout
     for a source that runs no query, an image byte cap for a source that reads no pictures. Only a value
     other than the default is given (a deployment's defaults are never refused)."""
-    if spec.query_timeout_s != DEFAULT_QUERY_TIMEOUT_S and not sql:
+    if spec.query_timeout_s != DEFAULT_QUERY_TIMEOUT_S and not runs_queries:
         raise ConfigError(
             f"query_timeout_s {spec.query_timeout_s:g} bounds the queries of a database source, and source "
             f"{spec.source!r} runs none; drop --query-timeout"

@@ -287,7 +287,8 @@ def _agreement_from(choice: PrecisionChoice) -> str | None:
 
 
 def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
-    """Close the run in the ledger and release its lease; on success, remember the Parquet objects scored.
+    """Close the run in the ledger and release its lease; on success, remember the objects scored
+    (a plan that reads objects: Parquet, CSV, an image folder).
 
     A run another process took over meanwhile (a forced resume) is that
     process's to finish: a :class:`~shardwise.errors.RunTakenOverError` says so.
@@ -298,7 +299,7 @@ def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
         planned.keeper.stop()  # no renewal may land after the lease is released
     counts = planned.ledger.finish_run(record.run_id, status, owner=planned.owner)
     # A keyed (redrive) plan read some rows of its objects, not the objects: they are not "seen".
-    if status == "completed" and plan.kind == "parquet" and not is_keyed(plan):
+    if status == "completed" and plan.by_objects and not is_keyed(plan):
         planned.ledger.record_objects(record.run_id, record.source_identity, plan_objects(plan))
     return counts
 

@@ -75,7 +75,7 @@ def null_key_warning(plan: SourcePlan) -> str | None:
     if not nulls:
         return None
     key, one = plan.params.get("key", "key"), nulls == 1
-    if plan.kind == "parquet":
+    if plan.by_objects:
         where = plan.params.get("null_key_objects") or []
         found = f" (in {', '.join(where)}{' and more' if len(where) >= 5 else ''})" if where else ""
         fix = f"write the key {key!r} of every row and rewrite the files"

@@ -8,8 +8,9 @@ Only-new works against every sink, three ways:
 * a SQL source whose results table is in the same database: the plan and
   every shard's read anti-join the results table (the cheapest: nothing
   leaves the database);
-* a Parquet source: objects whose (key, ETag) a completed run of the
-  ledger already scored are skipped;
+* a source that plans by objects (Parquet, CSV and JSON Lines files, an
+  image folder: ``Source.plans_by_objects``): objects whose (key, ETag) a
+  completed run of the ledger already scored are skipped;
 * a SQL source with results elsewhere (another database, Delta, Parquet),
   or one reading an image column of references, whose fingerprint is the
   MD5 of the fetched bytes (``Source.fingerprints_in_database`` is False):
@@ -65,7 +66,7 @@ def plan_source(
     :func:`~shardwise.pipeline.destination.results_target`): only-new over a
     Parquet source skips the objects scored into it, not into another.
     """
-    if spec.only_new and source.kind == "sql" and sink is not None:
+    if spec.only_new and not source.plans_by_objects and sink is not None:
         keys, skipped = _new_keys(source, sink, model_version)
         keyed = KeyedSource(source, keys, kind_label="only-new", extra_params=skipped)
         return keyed.plan(shards=spec.shards, rows_per_shard=spec.rows_per_shard, min_shards=min_shards)
@@ -82,9 +83,9 @@ def _new_only(
 ) -> NewOnly | None:
     if not spec.only_new:
         return None
-    if source.kind == "parquet":
+    if source.plans_by_objects:
         if target is None:
-            raise ConfigError("only-new over a Parquet source needs the run's destination (target=...)")
+            raise ConfigError("only-new over a source of files needs the run's destination (target=...)")
         # The ledger alone answers "which objects were seen into this destination": under the name runs
         # record the source by (see shardwise.by_reference), or in clear, as runs before recorded a
         # source given by reference.

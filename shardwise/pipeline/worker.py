@@ -44,12 +44,9 @@ from shardwise.results import Ledger, ResultStore, RunRecord
 from shardwise.retry_policy import Outage, retry_step
 from shardwise.sinks import Layout
 from shardwise.sources import (
-    ImageFolderSource,
     KeyedSource,
-    ParquetSource,
     Source,
     SourcePlan,
-    SqlSource,
     is_keyed,
     open_source,
 )
@@ -63,12 +60,9 @@ Catalogue = Callable[[str], ModelSpec]
 _MAX_RUNS = 4
 
 
-def open_spec_source(
-    spec: RunSpec, resolve: Resolver, plan: SourcePlan | None = None
-) -> SqlSource | ParquetSource | ImageFolderSource:
-    """The spec's source adapter (a SQL table, a Parquet dataset or an image folder), its connection
-    resolved here. With the run's stored ``plan``, a location's kind comes from it instead of a listing."""
-    folder = None if plan is None or plan.kind != "parquet" else bool(plan.param("images"))
+def open_spec_source(spec: RunSpec, resolve: Resolver, plan: SourcePlan | None = None) -> Source:
+    """The spec's source adapter (of the registered kind that claims it), its connection resolved here.
+    With the run's stored ``plan``, the kind is the plan's instead of one found by listing the location."""
     return open_source(
         resolve(spec.source),
         table=spec.table,
@@ -78,7 +72,7 @@ def open_spec_source(
         where=spec.where,
         image_column=spec.image_column,
         image_access=spec.image_access,
-        image_folder=folder,
+        kind=None if plan is None else plan.kind,
         query_timeout_s=spec.query_timeout_s,  # the run's own: a resume may raise it
         retry=spec.retry,
     )

@@ -82,7 +82,9 @@ class NewOnly:
 class SourcePlan:
     """The stored shard plan of a run."""
 
-    kind: Literal["sql", "parquet"]
+    kind: str
+    """The registry name of the source kind that made it (``sql``, ``parquet``, ``images``, ``csv``...): a
+    worker reopens that kind (see :mod:`shardwise.sources.registry`)."""
     identity: str
     """Where the rows come from, with any password or secret removed, e.g. ``postgresql://root@host/db#public.docs``."""
     snapshot: str | None
@@ -90,6 +92,9 @@ class SourcePlan:
     shards: tuple[Shard, ...]
     params: Mapping[str, Any] = field(default_factory=dict)
     """The plan parameters (key and text columns, filter, shard sizing, only-new) as given."""
+    by_objects: bool = False
+    """Whether the plan reads whole objects (files) named in its shards' spans, so that a completed run
+    records them as seen and only-new skips them (:func:`~shardwise.sources.plan_objects`)."""
 
     @property
     def expected_rows(self) -> int:
@@ -107,6 +112,7 @@ class SourcePlan:
         return json.dumps(
             {
                 "kind": self.kind,
+                "by_objects": self.by_objects,
                 "identity": self.identity,
                 "snapshot": self.snapshot,
                 "params": dict(self.params),
@@ -119,7 +125,14 @@ class SourcePlan:
     def from_json(cls, text: str) -> SourcePlan:
         data = json.loads(text)
         shards = tuple(Shard(s["shard_id"], s["expected_rows"], s["bounds"]) for s in data["shards"])
-        return cls(data["kind"], data["identity"], data["snapshot"], shards, data["params"])
+        kind, params = data["kind"], data["params"]
+        # Plans stored before the source registry: an image folder planned as a Parquet plan with an
+        # ``images`` param, and only Parquet plans read objects.
+        legacy = "by_objects" not in data
+        if legacy and kind == "parquet" and params.get("images"):
+            kind = "images"
+        by_objects = data.get("by_objects", legacy and kind in ("parquet", "images"))
+        return cls(kind, data["identity"], data["snapshot"], shards, params, by_objects)
 
 
 ValueKind = Literal["text", "image", "bytes"]
@@ -179,8 +192,14 @@ class Source(Closing):
     that closes itself.
     """
 
-    kind: Literal["sql", "parquet"]
+    kind: str
+    """The registry name of this source's kind (:mod:`shardwise.sources.registry`); its plans carry it."""
     identity: str
+    plans_by_objects: bool = False
+    """Whether plans read whole objects (files) and only-new skips the objects a completed run saw (by key
+    and ETag), instead of comparing rows' results."""
+    runs_queries: bool = False
+    """Whether reading runs database queries, which a query timeout bounds."""
     fingerprints_in_database: bool = True
     """Whether a SQL source's only-new can compare input fingerprints in its database (an anti-join).
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from itertools import islice, pairwise
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from shardwise.errors import ConfigError
 from shardwise.sources.base import (
@@ -83,7 +83,7 @@ class KeyedSource(Source):
     ``extra_params`` (for a redrive: which run, forced or not, what was skipped).
     """
 
-    kind: Literal["sql", "parquet"]
+    kind: str
 
     def __init__(
         self,
@@ -98,6 +98,7 @@ class KeyedSource(Source):
         self._inner, self._keys, self._label = inner, _sorted_keys(keys), kind_label
         self._extra = dict(extra_params or {})
         self.kind, self.identity = inner.kind, inner.identity
+        self.plans_by_objects, self.runs_queries = inner.plans_by_objects, inner.runs_queries
 
     @property
     def keys(self) -> tuple[Key, ...]:

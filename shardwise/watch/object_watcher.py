@@ -21,8 +21,9 @@ from typing import Any
 
 from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError
-from shardwise.sources.parquet.objects import ObjectInfo, is_image_name, is_parquet_name
+from shardwise.sources.parquet.objects import ObjectInfo
 from shardwise.sources.parquet.stores import open_store
+from shardwise.sources.registry import file_suffixes
 from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
 from shardwise.watch.spec import WatchSpec
@@ -35,8 +36,8 @@ Seen = Callable[[], frozenset[tuple[str, str]]]
 
 
 def _landed_name(name: str) -> bool:
-    """The objects a watcher announces: Parquet files and image files."""
-    return is_parquet_name(name) or is_image_name(name)
+    """The objects a watcher announces: files of a registered file kind (Parquet, CSV, images...)."""
+    return name.lower().endswith(file_suffixes())
 
 
 def _nothing_seen() -> frozenset[tuple[str, str]]:

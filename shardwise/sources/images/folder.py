@@ -13,12 +13,11 @@ objects and no Parquet objects. With ``--image-column`` it is a Parquet
 dataset whose column holds the images; a listing holding both Parquet and
 image objects without ``--image-column`` is refused as ambiguous.
 
-The plan is a Parquet-kind plan (``SourcePlan.kind == "parquet"``, with
-``params["images"] = True``) whose shards use the Parquet span bounds, one
-span per object (``row_groups`` ``[0, 1]``): sorted objects cut into runs, the
-snapshot the listing's digest. So only-new (the ledger's seen (key, ETag)
-pairs) and :func:`~shardwise.sources.plan_objects` work as for Parquet, with
-no new plan kind for the rest of the engine to switch on. A resumed shard
+The plan is an ``images`` plan that reads objects (``SourcePlan.by_objects``)
+whose shards use the Parquet span bounds, one span per object (``row_groups``
+``[0, 1]``): sorted objects cut into runs, the snapshot the listing's digest.
+So only-new (the ledger's seen (key, ETag) pairs) and
+:func:`~shardwise.sources.plan_objects` work as for Parquet. A resumed shard
 skips its first ``ReadFrom.rows`` objects. An object deleted or replaced after
 planning (its ETag changed) is that row's error, a dead letter; see
 :mod:`~shardwise.sources.images.folder_fetch`.
@@ -37,7 +36,7 @@ import os
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.image_value import ImageValue
@@ -76,7 +75,8 @@ __all__ = ["ImageFolderSource", "own_folder"]
 class ImageFolderSource(Source):
     """Plans and reads the image objects under a folder or S3 prefix; safe to share between threads."""
 
-    kind: Literal["sql", "parquet"] = "parquet"  # Parquet span plans: see the module docstring
+    kind = "images"
+    plans_by_objects = True
 
     def __init__(
         self,
@@ -121,7 +121,8 @@ class ImageFolderSource(Source):
             "skipped_objects": len(listing.objects) - len(planned),
             "new_only": None if new_only is None else {"model_version": new_only.model_version},
         }
-        return SourcePlan("parquet", self.identity, listing_digest(listing.objects), shards, params)
+        digest = listing_digest(listing.objects)
+        return SourcePlan(self.kind, self.identity, digest, shards, params, by_objects=True)
 
     @contextmanager
     def open_reader(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.retry_policy import RetryPolicy
@@ -83,8 +83,8 @@ class ParquetSource(Source):
     nothing new has nothing to do.
     """
 
-    # Source declares the full Literal; a narrower one would not match its settable attribute.
-    kind: Literal["sql", "parquet"] = "parquet"
+    kind = "parquet"
+    plans_by_objects = True
 
     def __init__(
         self,
@@ -150,7 +150,8 @@ class ParquetSource(Source):
         runs = cut(groups, sizing)
         params = self._params(listing, planned, skipped, groups, sizing, new_only)
         planned_shards = tuple(to_shard(i, run) for i, run in enumerate(runs))
-        return SourcePlan("parquet", self.identity, listing_digest(listing.objects), planned_shards, params)
+        digest = listing_digest(listing.objects)
+        return SourcePlan(self.kind, self.identity, digest, planned_shards, params, by_objects=True)
 
     @contextmanager
     def open_reader(
@@ -301,12 +302,14 @@ def _key_type(planned: Sequence[Footer]) -> str | None:
 
 
 def plan_objects(plan: SourcePlan) -> list[tuple[str, str]]:
-    """The (object key, ETag) pairs a Parquet plan reads, sorted.
+    """The (object key, ETag) pairs a plan that reads objects (``plan.by_objects``) reads, sorted.
 
     Record them as seen once the run has succeeded, so the next only-new plan skips them.
     """
-    if plan.kind != "parquet":
-        raise ConfigError(f"plan_objects needs a Parquet plan, got a {plan.kind!r} plan of {plan.identity!r}")
+    if not plan.by_objects:
+        raise ConfigError(
+            f"plan_objects needs a plan that reads objects, got a {plan.kind!r} plan of {plan.identity!r}"
+        )
     return sorted({(obj.key, obj.etag) for shard in plan.shards for obj, _, _ in shard_spans(shard)})
 
 

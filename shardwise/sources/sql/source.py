@@ -130,7 +130,8 @@ class SqlSource(Source):
     between threads: reads take their own connection from one engine's pool.
     """
 
-    kind: Literal["sql", "parquet"] = "sql"  # Source's type: a narrower one would not match it
+    kind = "sql"
+    runs_queries = True
 
     def __init__(
         self,

@@ -1,0 +1,37 @@
+"""The ``parquet`` source kind: Parquet files in a local folder, glob or file, or an ``s3://`` prefix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardwise.sources.base import Source
+from shardwise.sources.registry import SourceOptions, refuse_table_where
+
+__all__ = ["KIND", "ParquetKind"]
+
+
+@dataclass(frozen=True)
+class ParquetKind:
+    """Opens :class:`~shardwise.sources.parquet.source.ParquetSource`; ``--image-column`` reads pictures."""
+
+    name: str = "parquet"
+    extra: str | None = None
+    schemes: tuple[str, ...] = ()
+    suffixes: tuple[str, ...] = (".parquet",)
+    whole_files: bool = False
+
+    def open(self, location: str, options: SourceOptions) -> Source:
+        from shardwise.sources.parquet.source import ParquetSource
+
+        refuse_table_where(options, "a Parquet source")
+        more = dict(options.more)
+        for name in ("s3_client", "retry"):
+            if getattr(options, name) is not None:
+                more[name] = getattr(options, name)
+        return ParquetSource(
+            location, options.key, options.text_column, input_columns=options.input_columns,
+            image_column=options.image_column, image_access=options.image_access, **more,
+        )  # fmt: skip
+
+
+KIND = ParquetKind()

@@ -1,0 +1,246 @@
+"""Source kinds, looked up by name, URL scheme or file suffix: the ``shardwise.sources`` entry points.
+
+A source kind is a small object (:class:`SourceKind`) that says how a
+location is recognised (the URL schemes of a database, the file suffixes of
+a dataset) and opens a :class:`~shardwise.sources.base.Source` for it.
+Shardwise registers its own kinds (SQL, Parquet, image folders, CSV and JSON
+Lines) in its ``pyproject.toml`` exactly as another package would::
+
+    [project.entry-points."shardwise.sources"]
+    parquet = "shardwise.sources.parquet.kind:KIND"
+
+Listing the names imports nothing (:func:`kind_names`); a kind's module is
+imported when a location is matched against the kinds, so it should import its
+heavy packages in ``open``: a missing one is then one line saying which
+extra installs it (``pip install 'shardwise[NAME]'``).
+
+A plan stores its kind's name (``SourcePlan.kind``), so a worker reopens the
+same kind without listing the location again (:func:`open_kind`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from shardwise.errors import ConfigError, SourceError
+from shardwise.sources.base import Source
+
+if TYPE_CHECKING:
+    from shardwise.retry_policy import RetryPolicy
+    from shardwise.sources.images.access import ImageAccess
+
+__all__ = [
+    "DEFAULT_FILE_KIND",
+    "ENTRY_POINT_GROUP",
+    "SourceKind",
+    "SourceOptions",
+    "clear_cache",
+    "file_suffixes",
+    "kind_names",
+    "load_kinds",
+    "open_kind",
+    "open_location",
+    "refuse_table_where",
+    "source_kind",
+]
+
+ENTRY_POINT_GROUP = "shardwise.sources"
+DEFAULT_FILE_KIND = "parquet"
+"""The kind a location goes to when its listing holds no file any kind claims (or cannot be listed): its
+check says why in its own words (``no Parquet objects at ...``)."""
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What a run asks of its source, whatever its kind; each kind takes what applies and refuses the rest."""
+
+    table: str | None = None
+    key: str = "id"
+    text_column: str = "text"
+    input_columns: Mapping[str, str] | None = None
+    where: str | None = None
+    image_column: str | None = None
+    image_access: ImageAccess | None = None
+    query_timeout_s: float | None = None
+    s3_client: Any | None = None
+    retry: RetryPolicy | None = None
+    more: Mapping[str, Any] = field(default_factory=dict)
+    """Further keyword options for the kind's source class (a database source's pool settings, ...)."""
+
+    @property
+    def reads_columns(self) -> bool:
+        """Whether a key, text or input column other than the defaults was asked for."""
+        return self.key != "id" or self.text_column != "text" or bool(self.input_columns)
+
+
+@runtime_checkable
+class SourceKind(Protocol):
+    """One kind of source, as its entry point gives it: an object, never a callable to call."""
+
+    name: str
+    """Its registry name, stored in plans (``sql``, ``parquet``, ``images``, ``csv``)."""
+    extra: str | None
+    """The extra of ``shardwise`` that installs its packages (``pip install 'shardwise[NAME]'``), or None."""
+    schemes: tuple[str, ...]
+    """The URL schemes of the databases it reads (``postgresql``, ``sqlite``); empty for a file kind."""
+    suffixes: tuple[str, ...]
+    """The file suffixes it reads, lower case (``.parquet``); empty for a database kind."""
+    whole_files: bool
+    """Whether each file is one row (an image folder), so that no column of it can be named."""
+
+    def open(self, location: str, options: SourceOptions) -> Source:
+        """The source for ``location`` (a URL of its scheme, or a path, ``s3://`` prefix or glob)."""
+        ...
+
+
+def kind_names() -> list[str]:
+    """Names registered under ``shardwise.sources`` by installed packages, sorted; nothing is imported."""
+    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+@functools.cache
+def load_kinds() -> dict[str, SourceKind | ConfigError]:
+    """Every registered kind by name, imported (cached); a kind that cannot be loaded maps to why."""
+    found: dict[str, list[EntryPoint]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, []).append(ep)
+    return {name: _load(name, eps) for name, eps in sorted(found.items())}
+
+
+def file_suffixes() -> tuple[str, ...]:
+    """Every suffix a registered file kind reads (``.parquet``, ``.csv``, ``.png``...), lower case."""
+    return tuple(s for k in _usable(load_kinds()) for s in k.suffixes)
+
+
+def clear_cache() -> None:
+    """Forget the loaded kinds, so that packages installed since are seen (tests, a long-lived process)."""
+    load_kinds.cache_clear()
+
+
+def source_kind(name: str) -> SourceKind:
+    """The kind registered as ``name``; a name no package registers is a :class:`ConfigError`."""
+    kinds = load_kinds()
+    found = kinds.get(name)
+    if found is None:
+        raise ConfigError(
+            f"source kind {name!r} is not registered; known kinds: {', '.join(kinds) or 'none'} (a plan "
+            f"made by a kind is read by that kind: install the package that registers {name!r})"
+        )
+    if isinstance(found, ConfigError):
+        raise found
+    return found
+
+
+def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source:
+    """``kind.open``, with a missing package said in one line naming the extra that installs it."""
+    try:
+        return kind.open(location, options)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(_missing_package(kind, exc)) from exc
+
+
+def open_location(location: str, options: SourceOptions, listed: Callable[[str], list[str]]) -> Source:
+    """The source for ``location``: a database URL goes to the kind claiming its scheme; a path,
+    ``file://`` or ``s3://`` location to the kind whose suffixes its files have.
+
+    ``listed(path)`` lists the location's file names once (the names every file kind claims); it raises
+    :class:`SourceError` when the location cannot be listed, which leaves it to :data:`DEFAULT_FILE_KIND`.
+    """
+    scheme = location.split("://", 1)[0].split("+", 1)[0].lower() if "://" in location else ""
+    kinds = _usable(load_kinds())
+    if scheme and scheme not in ("s3", "file"):
+        for kind in kinds:
+            if scheme in kind.schemes:
+                return open_kind(kind, location, options)
+        raise ConfigError(_unknown_scheme(location.split("://", 1)[0], kinds))
+    path = location.removeprefix("file://")
+    files = [k for k in kinds if k.suffixes and not (k.whole_files and options.image_column is not None)]
+    return open_kind(_by_suffix(path, files, listed), path, options)
+
+
+def refuse_table_where(options: SourceOptions, what: str) -> None:
+    """A file source is read whole: ``--table`` and ``--where`` are refused, naming ``what`` it is."""
+    if options.table is not None or options.where is not None:
+        raise ConfigError(
+            f"table and where apply to SQL sources only; {what} is read whole (drop --table/--where)"
+        )
+
+
+def _by_suffix(path: str, kinds: list[SourceKind], listed: Callable[[str], list[str]]) -> SourceKind:
+    """The one kind whose suffixes the listed files have; files of two kinds are refused in one line."""
+    default = next((k for k in kinds if k.name == DEFAULT_FILE_KIND), None)
+    try:
+        names = listed(path)
+    except SourceError:
+        names = []  # the default kind's own check says why the location cannot be read
+    counts: dict[str, int] = {}
+    for name in names:
+        owner = next((k for k in kinds if name.lower().endswith(k.suffixes)), None)
+        if owner is not None:
+            counts[owner.name] = counts.get(owner.name, 0) + 1
+    if len(counts) > 1:
+        raise ConfigError(_mixture(path, counts, {k.name: k for k in kinds}))
+    if counts:
+        return next(k for k in kinds if k.name in counts)
+    if default is None:
+        raise ConfigError(f"no source kind reads the files at {path!r}; known kinds: {_known(kinds)}")
+    return default
+
+
+def _mixture(path: str, counts: Mapping[str, int], kinds: Mapping[str, SourceKind]) -> str:
+    if set(counts) == {"parquet", "images"}:
+        return (
+            f"source {path!r} holds both Parquet files ({counts['parquet']}) and image files "
+            f"({counts['images']}); to score the Parquet files' image column pass --image-column NAME, to "
+            "score the image files give a folder or prefix that holds only them"
+        )
+    held = ", ".join(f"{n} {name} files ({' '.join(kinds[name].suffixes)})" for name, n in counts.items())
+    return f"source {path!r} holds {held}; give a folder, glob or prefix that holds files of one kind"
+
+
+def _usable(kinds: Mapping[str, SourceKind | ConfigError]) -> list[SourceKind]:
+    return [k for k in kinds.values() if not isinstance(k, ConfigError)]
+
+
+def _known(kinds: list[SourceKind]) -> str:
+    parts = []
+    for kind in kinds:
+        claims = [f"{s}://" for s in kind.schemes] + list(kind.suffixes)
+        parts.append(f"{kind.name} ({' '.join(claims)})")
+    return "; ".join(parts) or "none"
+
+
+def _unknown_scheme(scheme: str, kinds: list[SourceKind]) -> str:
+    return (
+        f"source scheme {scheme!r} is not supported; use postgresql+psycopg://, sqlite:///, "
+        f"s3://bucket/prefix, or a local path. Known kinds: {_known(kinds)}; a package that registers a "
+        f"{ENTRY_POINT_GROUP!r} entry point for {scheme!r} adds it"
+    )
+
+
+def _missing_package(kind: SourceKind, exc: ModuleNotFoundError) -> str:
+    fix = f"pip install 'shardwise[{kind.extra}]'" if kind.extra else f"pip install {exc.name or 'it'}"
+    return f"source kind {kind.name!r} needs package {exc.name!r}, which is not installed; {fix}"
+
+
+def _load(name: str, eps: list[EntryPoint]) -> SourceKind | ConfigError:
+    if len({ep.value for ep in eps}) > 1:
+        both = "; ".join(ep.value for ep in eps)
+        return ConfigError(f"source kind {name!r} is registered {len(eps)} times ({both}); uninstall one")
+    ep = eps[0]
+    try:
+        kind = ep.load()
+    except ModuleNotFoundError as exc:
+        return ConfigError(f"source kind {name!r} ({ep.value}) needs package {exc.name!r}; install it")
+    except Exception as exc:
+        return ConfigError(f"source kind {name!r} ({ep.value}) cannot be loaded: {type(exc).__name__}: {exc}")
+    if callable(kind) or not isinstance(kind, SourceKind) or kind.name != name:
+        return ConfigError(
+            f"source kind {name!r} ({ep.value}) must be a SourceKind object named {name!r} (name, extra, "
+            "schemes, suffixes, whole_files, open), not a class or function; fix the entry point"
+        )
+    return kind

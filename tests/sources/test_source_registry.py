@@ -1,0 +1,152 @@
+"""The source registry: kinds found through the ``shardwise.sources`` entry points, built-ins included,
+a location dispatched by scheme or by its files' suffixes, and one line for what no kind reads."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardwise.errors import ConfigError
+from shardwise.sources import open_source, registry
+from shardwise.sources.base import SourcePlan
+
+THIRD_PARTY = """
+from dataclasses import dataclass
+
+from shardwise.sources.parquet.source import ParquetSource
+
+
+@dataclass(frozen=True)
+class TsvKind:
+    name: str = "tsv"
+    extra: str | None = None
+    schemes: tuple[str, ...] = ("tsvdb",)
+    suffixes: tuple[str, ...] = (".tsv",)
+    whole_files: bool = False
+
+    def open(self, location, options):
+        OPENED.append((location, options.key))
+        return ParquetSource(location if "://" not in location else ".", options.key, options.text_column)
+
+
+OPENED = []
+KIND = TsvKind()
+
+
+@dataclass(frozen=True)
+class NeedsPackageKind:
+    name: str = "needy"
+    extra: str | None = "needy"
+    schemes: tuple[str, ...] = ("needy",)
+    suffixes: tuple[str, ...] = ()
+    whole_files: bool = False
+
+    def open(self, location, options):
+        import shardwise_missing_package  # noqa: F401
+
+
+NEEDY = NeedsPackageKind()
+"""
+
+
+@pytest.fixture
+def third_party(tmp_path: Path) -> Iterator[object]:
+    """An installed package that registers two source kinds, as ``pip install`` would leave it."""
+    site = tmp_path / "site"
+    (site / "tsv_source").mkdir(parents=True)
+    (site / "tsv_source" / "__init__.py").write_text(THIRD_PARTY)
+    info = site / "tsv_source-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tsv-source\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[shardwise.sources]\ntsv = tsv_source:KIND\nneedy = tsv_source:NEEDY\n"
+    )
+    sys.path.insert(0, str(site))
+    registry.clear_cache()
+    try:
+        import tsv_source
+
+        yield tsv_source
+    finally:
+        sys.path.remove(str(site))
+        sys.modules.pop("tsv_source", None)
+        registry.clear_cache()
+
+
+def test_the_built_in_kinds_are_registered_as_entry_points() -> None:
+    assert {"sql", "parquet", "images"} <= set(registry.kind_names())
+    sql = registry.source_kind("sql")
+    assert isinstance(sql, registry.SourceKind) and "postgresql" in sql.schemes and sql.suffixes == ()
+    assert registry.source_kind("parquet").suffixes == (".parquet",)
+    assert ".png" in registry.source_kind("images").suffixes
+
+
+def test_an_unknown_scheme_names_the_known_kinds() -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_source("mysql://root@db/app", table="docs")
+    message = str(caught.value)
+    assert "source scheme 'mysql' is not supported" in message and "\n" not in message
+    assert "sql (postgresql:// postgres:// sqlite://)" in message and "parquet (.parquet)" in message
+
+
+def test_an_unknown_kind_in_a_plan_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"source kind 'orc' is not registered; known kinds: .*parquet"):
+        registry.source_kind("orc")
+
+
+def test_a_table_of_a_database_is_still_required() -> None:
+    with pytest.raises(ConfigError, match=r"sqlite://\.\.\. is a database, so a table is needed"):
+        open_source("sqlite:///x.db")
+
+
+def test_a_third_party_kind_is_found_by_scheme_and_by_suffix(third_party: object, tmp_path: Path) -> None:
+    assert {"tsv", "needy"} <= set(registry.kind_names())
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.tsv").write_text("id\ttext\n1\thello\n")
+    with open_source(str(folder), key="k") as source:
+        assert source.kind == "parquet"  # the plug-in's own choice of source class
+    with open_source("tsvdb://host/db", key="k2") as source:
+        pass
+    assert [(str(folder), "k"), ("tsvdb://host/db", "k2")] == third_party.OPENED  # type: ignore[attr-defined]
+
+
+def test_a_missing_package_names_the_extra_that_installs_it(third_party: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_source("needy://somewhere")
+    assert str(caught.value) == (
+        "source kind 'needy' needs package 'shardwise_missing_package', which is not installed; "
+        "pip install 'shardwise[needy]'"
+    )
+
+
+def test_files_of_two_kinds_are_refused_in_one_line(third_party: object, tmp_path: Path) -> None:
+    pq.write_table(pa.table({"id": [1], "text": ["a"]}), tmp_path / "a.parquet")
+    (tmp_path / "b.tsv").write_text("id\ttext\n2\tb\n")
+    with pytest.raises(ConfigError) as caught:
+        open_source(str(tmp_path))
+    message = str(caught.value)
+    assert "holds 1 parquet files (.parquet), 1 tsv files (.tsv)" in message and "\n" not in message
+
+
+def test_a_location_of_no_known_files_goes_to_parquet_whose_check_says_why(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("nothing to read")
+    with open_source(str(tmp_path)) as source:
+        assert source.kind == "parquet"
+
+
+def test_a_plan_stored_before_the_registry_reopens_an_image_folder() -> None:
+    stored = (
+        '{"kind": "parquet", "identity": "/p", "snapshot": null, "params": {"images": true}, "shards": []}'
+    )
+    plan = SourcePlan.from_json(stored)
+    assert plan.kind == "images" and plan.by_objects
+    old_parquet = SourcePlan.from_json(stored.replace('"images": true', '"key": "id"'))
+    assert old_parquet.kind == "parquet" and old_parquet.by_objects
+    assert not SourcePlan.from_json(stored.replace('"parquet"', '"sql"')).by_objects
+    assert SourcePlan.from_json(plan.to_json()) == plan
