@@ -77,7 +77,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     :data:`~flows.outcome.SIGINT_EXIT` (130); ``run`` and ``redrive`` stop on SIGINT and SIGTERM
     within seconds, naming the run to resume (:mod:`flows.interrupts`).
     """
-    args = _parser().parse_args(argv)
+    from shardwise.errors import ConfigError
+
+    try:
+        parser = _parser()
+    except ConfigError as exc:  # an installed plug-in that cannot be listed (two kinds claiming one flag)
+        from shardwise.flows.outcome import code_for, say_error
+
+        say_error(exc)
+        return code_for(exc)
+    args = parser.parse_args(argv)
     from shardwise.flows.timeline import mark
 
     mark("parsed")

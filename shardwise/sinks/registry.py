@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -134,7 +134,8 @@ def sink_kinds() -> dict[str, SinkKind]:
     another kind holds already is refused (one ``--flag`` per option)."""
     kinds: dict[str, SinkKind] = {}
     owners: dict[str, str] = {}
-    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+    points = entry_points(group=ENTRY_POINT_GROUP)
+    for point in sorted(points, key=lambda p: (_distribution(p) != "shardwise", p.name)):  # built-ins first
         if point.name in kinds:
             continue  # the same distribution seen twice on sys.path
         kind = point.load()
@@ -183,6 +184,12 @@ def flat_options(options: BaseModel) -> dict[str, Any]:
             if value != info.default:
                 flat[option] = value
     return flat
+
+
+def _distribution(point: EntryPoint) -> str | None:
+    """The name of the distribution that registers ``point``, None when unknown."""
+    dist = getattr(point, "dist", None)
+    return None if dist is None else str(dist.metadata["Name"])
 
 
 def sink_kind(name: str) -> SinkKind:

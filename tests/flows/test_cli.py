@@ -274,9 +274,10 @@ def test_every_flow_parameter_is_an_option_with_help_and_its_default() -> None:
         for flag in action.option_strings
     }
     internal = {"dry_run", "triggered_by", "source_name"}  # set by `plan`, by triggers, or by deployments
-    for name, field in ScoreParams.model_fields.items():
-        if name in internal:
-            continue
+    fields = [(n, f) for n, f in ScoreParams.model_fields.items() if n not in internal | {"results_options"}]
+    sections = ScoreParams.model_fields["results_options"].annotation.model_fields  # a section per sink kind
+    fields += [(n, f) for part in sections.values() for n, f in part.annotation.model_fields.items()]
+    for name, field in fields:
         action = flags[flag_for(name)]
         assert action.help and field.description and field.description in action.help.replace("%%", "%")
         if field.default not in (None, False) and not field.is_required():
