@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from shardwise.db_timeouts import CONNECT_TIMEOUT_S
 from shardwise.errors import ConfigError
 from shardwise.redact import remember
 from shardwise.sinks.lake import S3Settings, s3_storage_options
@@ -108,6 +109,9 @@ def catalog_url(given: str | None, location: str) -> str:
             )
         if "timeout" not in parsed.query:
             parsed = parsed.update_query_dict({"timeout": _SQLITE_WAIT_S})
+    elif "connect_timeout" not in parsed.query:
+        # A try at a host that does not answer is cut short, so the sink's retries check their deadline.
+        parsed = parsed.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT_S)})
     return parsed.render_as_string(hide_password=False)
 
 
