@@ -36,7 +36,7 @@ from shardwise.pipeline.worker import Catalogue, open_spec_source
 from shardwise.precision import resolve_precision
 from shardwise.results import Ledger
 from shardwise.results.probe import LedgerNeed, check_ledger
-from shardwise.results.schema import parse_table_name
+from shardwise.sinks.naming import parse_table_name
 from shardwise.sources import Source, is_sql_url
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S

@@ -1,6 +1,6 @@
 """Where a run's results and its ledger go: the sink for ``--results``, the ledger for ``--ledger``.
 
-``--results`` is a database URL (a results table, :class:`~shardwise.sinks.sql.SqlSink`)
+``--results`` is a database URL (a results table, :class:`~shardwise.sinks.sql.sink.SqlSink`)
 or a location, a local directory or ``s3://bucket/prefix``, that holds a
 Delta table (the default), Parquet files, an Iceberg table or another
 installed kind's results at ``LOCATION/RESULTS_TABLE`` (``--results-format``).

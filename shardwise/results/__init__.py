@@ -27,7 +27,6 @@ if TYPE_CHECKING:
         StoredShard,
     )
     from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
-    from shardwise.results.schema import parse_table_name
     from shardwise.results.shard_states import SHARD_STATUSES, ShardStatus, ShardTransition
     from shardwise.results.store import ResultStore
     from shardwise.sinks.base import Lineage
@@ -56,7 +55,6 @@ __all__ = [
     "ShardTransition",
     "StoredDeadLetter",
     "StoredShard",
-    "parse_table_name",
     "read_marks",
 ]
 
@@ -78,7 +76,6 @@ __getattr__ = lazy_exports(
             "StoredShard",
         ),
         ".records": ("DeadLetter", "ResultRow", "RunRecord", "ShardReport"),
-        ".schema": ("parse_table_name",),
         ".shard_states": ("SHARD_STATUSES", "ShardStatus", "ShardTransition"),
         ".store": ("ResultStore",),
         "shardwise.sinks.base": ("Lineage",),

@@ -54,10 +54,9 @@ from shardwise.counts import count_columns, counts_of_rows
 from shardwise.results import chunk_marks, shard_sql, shard_states
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals
 from shardwise.results.codec import check_key, utc_now
-from shardwise.results.merge import MergeCounts
 from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.retry_policy import Outage, RetryPolicy, retry_step
-from shardwise.sinks.base import Lineage, Sink, SinkChunk, SinkCommit
+from shardwise.sinks.base import Lineage, MergeCounts, Sink, SinkChunk, SinkCommit
 
 if TYPE_CHECKING:
     from shardwise.results.ledger import Ledger

@@ -37,7 +37,7 @@ class ResultStore(Closing):
         cls, url: str, results_table: str, outputs: tuple[OutputColumn, ...], key_type: KeyType
     ) -> ResultStore:
         """Ledger and results table in one database, ``url``: the embedded default's shape."""
-        from shardwise.sinks.sql import SqlSink
+        from shardwise.sinks.sql.sink import SqlSink
 
         ledger = Ledger(url)
         try:

@@ -47,12 +47,12 @@ from shardwise.sources.base import KeyType
 if TYPE_CHECKING:
     from shardwise.results.records import ResultRow
 
-__all__ = ["Layout", "Lineage", "Sink", "SinkChunk", "SinkCommit", "last_per_key"]
+__all__ = ["Layout", "Lineage", "MergeCounts", "Sink", "SinkChunk", "SinkCommit", "last_per_key"]
 
 
 @dataclass(frozen=True, slots=True)
 class Lineage:
-    """The lineage columns every row of one chunk commit shares (see :mod:`shardwise.results.merge`)."""
+    """The lineage columns every row of one chunk commit shares (see :mod:`shardwise.sinks.sql.merge`)."""
 
     model_name: str
     model_version: str
@@ -61,6 +61,15 @@ class Lineage:
     run_id: str
     shard_id: int
     scored_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MergeCounts:
+    """What merging one chunk did: rows inserted, rows updated (their input changed), rows left as stored."""
+
+    inserted: int
+    updated: int
+    unchanged: int
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,8 @@ from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.model import OutputColumn
 from shardwise.results.codec import as_vector, check_key
 from shardwise.results.records import ResultRow
-from shardwise.results.schema import check_outputs
 from shardwise.sinks.base import Layout, Lineage
+from shardwise.sinks.naming import check_outputs
 
 __all__ = [
     "FORMAT_MARKERS",

@@ -17,7 +17,7 @@ from results_helpers import OUTPUTS, attempt_writer, brief, make_plan, make_repo
 
 from shardwise.results import ChunkCommit, Ledger, ResultStore
 from shardwise.sinks import Layout, Sink
-from shardwise.sinks.sql import SqlSink
+from shardwise.sinks.sql.sink import SqlSink
 
 LAYOUT = Layout(OUTPUTS, "int")
 
@@ -27,13 +27,13 @@ def _sql(tmp: Path) -> Sink:
 
 
 def _delta(tmp: Path) -> Sink:
-    from shardwise.sinks.delta import DeltaSink
+    from shardwise.sinks.delta.sink import DeltaSink
 
     return DeltaSink(str(tmp / "lake"), "docs_emb", LAYOUT)
 
 
 def _parquet(tmp: Path) -> Sink:
-    from shardwise.sinks.parquet_files import ParquetSink
+    from shardwise.sinks.parquet.sink import ParquetSink
 
     return ParquetSink(str(tmp / "lake"), "docs_emb", LAYOUT)
 

@@ -10,7 +10,8 @@ from results_helpers import OUTPUTS, TABLE, make_plan, make_rows, make_run, make
 
 from shardwise.errors import ConfigError, TransientError
 from shardwise.model import OutputColumn
-from shardwise.results import ResultStore, parse_table_name
+from shardwise.results import ResultStore
+from shardwise.sinks.naming import parse_table_name
 
 LEDGER = {"shardwise_runs", "shardwise_shards", "shardwise_errors", "shardwise_objects"}
 

@@ -23,7 +23,7 @@ from results_helpers import (
 
 from shardwise.results import Ledger, ResultStore, read_marks
 from shardwise.sinks import Layout, SinkChunk
-from shardwise.sinks.sql import SqlSink
+from shardwise.sinks.sql.sink import SqlSink
 
 LAYOUT = Layout(OUTPUTS, "int")
 

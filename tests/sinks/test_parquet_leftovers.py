@@ -28,8 +28,8 @@ from shardwise.models import get_spec
 from shardwise.pipeline import RunSpec, finish_results
 from shardwise.sinks.base import Layout
 from shardwise.sinks.lake_files import temp_name, temp_target
-from shardwise.sinks.parquet.sink import ParquetSink
 from shardwise.sinks.parquet.leftovers import ORPHAN_AGE_S
+from shardwise.sinks.parquet.sink import ParquetSink
 
 HERE = Path(__file__).parent
 ROWS, CHUNK = 300, 50

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.sinks.pgvector import (
+from shardwise.sinks.sql.pgvector import (
     HalfVec,
     Vector,
     copy_type_name,
@@ -250,7 +250,7 @@ def test_the_index_is_built_once_then_left_alone(
     with vec_engine.begin() as conn:
         table.create(conn)
     _copy_rows(vec_engine, table, _vectors(100))
-    with caplog.at_level(logging.INFO, logger="shardwise.sinks.pgvector_index"):
+    with caplog.at_level(logging.INFO, logger="shardwise.sinks.sql.pgvector_index"):
         first = create_ann_index(vec_engine, table, column, kind, "cosine")  # type: ignore[arg-type]
     again = create_ann_index(vec_engine, table, column, kind, "cosine")  # type: ignore[arg-type]
     assert first.created and first.name == f"docs_embeddings_{column}_hnsw_cosine"

@@ -84,7 +84,7 @@ def _resolve_schema(insp: sa.Inspector, schema: str | None) -> str:
 
 
 def _reflect(conn: sa.Connection, schema: str, table: str) -> sa.Table:
-    from shardwise.sinks.pgvector import recognise_vector_types
+    from shardwise.sinks.sql.pgvector import recognise_vector_types
 
     recognise_vector_types(conn.dialect)  # a source or results table may hold pgvector columns
     return sa.Table(table, sa.MetaData(), schema=schema, autoload_with=conn)
@@ -150,7 +150,7 @@ def reflect_results(conn: sa.Connection, name: str) -> sa.Table | None:
     (the first of PostgreSQL's ``search_path``), whichever schema the source
     table is in.
     """
-    from shardwise.results.schema import parse_table_name
+    from shardwise.sinks.naming import parse_table_name
 
     named_schema, table = parse_table_name(name)
     insp = sa.inspect(conn)

@@ -24,9 +24,9 @@ from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.results.codec import as_vector, check_key, pg_binary_float4_array
 from shardwise.results.records import ResultRow
-from shardwise.results.schema import VectorStorage
 from shardwise.results.sqlfiles import load_sql, query
-from shardwise.sinks.pgvector import copy_type_name, register_vector_dumpers
+from shardwise.sinks.sql.pgvector import copy_type_name, register_vector_dumpers
+from shardwise.sinks.sql.table import VectorStorage
 from shardwise.sources.base import KeyType
 
 __all__ = ["Staging"]

@@ -13,24 +13,16 @@ ledger row, and marks the shard done in the same transaction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from shardwise.results.codec import UtcTimestamp
-from shardwise.results.schema import LINEAGE_COLUMNS
-from shardwise.sinks.base import Lineage
+from shardwise.sinks.base import Lineage, MergeCounts
+from shardwise.sinks.naming import LINEAGE_COLUMNS
 
-__all__ = ["MergeCounts", "merge_rows", "merge_statement"]
-
-
-@dataclass(frozen=True, slots=True)
-class MergeCounts:
-    inserted: int
-    updated: int
-    unchanged: int
+__all__ = ["merge_rows", "merge_statement"]
 
 
 def _lineage_columns(lineage: Lineage) -> list[sa.ColumnElement[Any]]:

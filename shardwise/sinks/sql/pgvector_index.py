@@ -22,11 +22,11 @@ import sqlalchemy as sa
 from shardwise.db_timeouts import unbounded
 from shardwise.dberrors import mapped_errors
 from shardwise.errors import ConfigError
-from shardwise.sinks.pgvector_types import HNSW_MAX_DIMS, reflected_vector_family
+from shardwise.sinks.sql import IndexMetric
+from shardwise.sinks.sql.pgvector_types import HNSW_MAX_DIMS, reflected_vector_family
 
 __all__ = ["IndexBuild", "IndexMetric", "create_ann_index", "hnsw_index_name"]
 
-IndexMetric = Literal["cosine", "l2", "ip"]
 
 _log = logging.getLogger(__name__)
 _OPS = {"cosine": "cosine_ops", "l2": "l2_ops", "ip": "ip_ops"}

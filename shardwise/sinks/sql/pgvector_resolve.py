@@ -27,11 +27,11 @@ import sqlalchemy as sa
 
 from shardwise.dberrors import safe_url
 from shardwise.errors import ConfigError
-from shardwise.sinks.pgvector_types import MAX_DIMS
+from shardwise.sinks.sql import EmbeddingType
+from shardwise.sinks.sql.pgvector_types import MAX_DIMS
 
 __all__ = ["EmbeddingType", "ResolvedEmbeddingType", "resolve_embedding_type"]
 
-EmbeddingType = Literal["auto", "array", "vector", "halfvec"]
 ResolvedEmbeddingType = Literal["array", "vector", "halfvec"]
 
 _log = logging.getLogger(__name__)

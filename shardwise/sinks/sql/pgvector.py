@@ -14,15 +14,15 @@ See docs/how-to/pgvector.md for the user's side.
 
 from __future__ import annotations
 
-from shardwise.sinks.pgvector_copy import (
+from shardwise.sinks.sql.pgvector_copy import (
     copy_type_name,
     pg_binary_halfvec,
     pg_binary_vector,
     register_vector_dumpers,
 )
-from shardwise.sinks.pgvector_index import IndexBuild, IndexMetric, create_ann_index, hnsw_index_name
-from shardwise.sinks.pgvector_resolve import EmbeddingType, ResolvedEmbeddingType, resolve_embedding_type
-from shardwise.sinks.pgvector_types import (
+from shardwise.sinks.sql.pgvector_index import IndexBuild, IndexMetric, create_ann_index, hnsw_index_name
+from shardwise.sinks.sql.pgvector_resolve import EmbeddingType, ResolvedEmbeddingType, resolve_embedding_type
+from shardwise.sinks.sql.pgvector_types import (
     HNSW_MAX_DIMS,
     MAX_DIMS,
     HalfVec,

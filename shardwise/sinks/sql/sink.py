@@ -1,11 +1,11 @@
 """The SQL sink: a results table in PostgreSQL or SQLite, merged chunk by chunk, exactly once.
 
 A chunk's rows are staged in a connection-private TEMP table (binary ``COPY``
-on PostgreSQL, :mod:`shardwise.results.staging`), then one transaction
+on PostgreSQL, :mod:`shardwise.sinks.sql.staging`), then one transaction
 claims the chunk's commit record in ``shardwise_commits`` (an ``INSERT ... ON
 CONFLICT DO NOTHING``: no row back means it landed before, or a racing writer
 holds it and this one waits for its commit), merges the rows by the rule of
-:mod:`shardwise.results.merge` and records the merge's split. The record and
+:mod:`shardwise.sinks.sql.merge` and records the merge's split. The record and
 the rows commit together, so the record exists exactly when the rows do,
 whichever database holds the ledger. A shard's seal (:meth:`SqlSink.seal`)
 claims the record of the chunk after its last with the position
@@ -15,23 +15,21 @@ claims the record of the chunk after its last with the position
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
-from pydantic import Field
 
 from shardwise.closing import Closing
 from shardwise.dberrors import mapped_errors, safe_url
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.results.codec import Float32Vector, bind_timestamp, decode_json, encode_json, utc_now
 from shardwise.results.connect import make_engine, write_transaction
-from shardwise.results.merge import merge_rows
-from shardwise.results.schema import VectorStorage, check_layout, parse_table_name, results_table, stage_table
 from shardwise.results.sqlfiles import load_script, query, statement
-from shardwise.results.staging import Staging
 from shardwise.retry_policy import DEFAULT_DB_TIMEOUT_S
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit
-from shardwise.sinks.pgvector import (
+from shardwise.sinks.naming import parse_table_name
+from shardwise.sinks.sql.merge import merge_rows
+from shardwise.sinks.sql.pgvector import (
     EmbeddingType,
     IndexMetric,
     create_ann_index,
@@ -39,14 +37,11 @@ from shardwise.sinks.pgvector import (
     reflected_vector_family,
     resolve_embedding_type,
 )
-from shardwise.sinks.registry import Destination, SinkOptions
+from shardwise.sinks.sql.staging import Staging
+from shardwise.sinks.sql.table import VectorStorage, check_layout, results_table, stage_table
 from shardwise.sources.base import KeyType
 
-if TYPE_CHECKING:
-    from shardwise.model import OutputColumn
-    from shardwise.retry_policy import RetryPolicy
-
-__all__ = ["KIND", "SqlKind", "SqlOptions", "SqlSink", "existing_key_type"]
+__all__ = ["SqlSink", "existing_key_type"]
 
 _SEALED = {"sealed": True}
 """The position a shard's seal records in ``shardwise_commits``; no chunk's position is this."""
@@ -72,7 +67,7 @@ class SqlSink(Closing):
     ``vector`` where the extension is installed or may be created, else
     ``real[]``; ``vector``/``halfvec`` create the extension alike, and are
     refused where it cannot be had (not on the server, or the role may not
-    create it; see :func:`~shardwise.sinks.pgvector.resolve_embedding_type`). With
+    create it; see :func:`~shardwise.sinks.sql.pgvector.resolve_embedding_type`). With
     ``index="hnsw"``, :meth:`finish` builds an HNSW index on each vector
     output with ``metric``, if it is absent (``CREATE INDEX CONCURRENTLY``:
     writers are not blocked), and logs its build time. On PostgreSQL a statement may run or wait for a
@@ -305,96 +300,3 @@ class SqlSink(Closing):
             stmt = stmt.where(self.table.c.model_version == model_version)
         with mapped_errors(f"read {self.target}", self.engine.url), self.engine.connect() as conn:
             return [dict(row) for row in conn.execute(stmt).mappings()]
-
-
-class SqlOptions(SinkOptions):
-    """A results table's own options: how PostgreSQL stores vectors, and the ANN index built after."""
-
-    embedding_type: EmbeddingType = Field(
-        "auto",
-        description="How PostgreSQL stores vector outputs: vector or halfvec (pgvector; halfvec halves "
-        "the storage), array (real[]), or auto: an existing table's type, else vector where the pgvector "
-        "extension is (or may be created), else real[].",
-    )
-    index: Literal["none", "hnsw"] = Field(
-        "none",
-        description="hnsw: build a pgvector HNSW index on each vector output once the run committed "
-        "(if absent; its build time is logged).",
-    )
-    index_metric: IndexMetric = Field(
-        "cosine",
-        description="The HNSW index's distance: cosine, l2 (Euclidean) or ip (inner product); another than "
-        "cosine is refused without index hnsw.",
-    )
-
-    def check(self) -> None:
-        if self.index_metric != "cosine" and self.index == "none":
-            raise ConfigError(
-                f"index_metric {self.index_metric!r} is the distance of an HNSW index, and index is 'none', "
-                "so no index is built; give --index hnsw, or drop --index-metric"
-            )
-        if self.index != "none" and self.embedding_type == "array":
-            raise ConfigError(
-                "index hnsw needs pgvector columns, and embedding_type 'array' stores real[]; give "
-                "--embedding-type vector, halfvec or auto, or drop --index"
-            )
-
-
-class SqlKind:
-    """Results in a database table: PostgreSQL (with pgvector for vectors) or SQLite."""
-
-    name = "sql"
-    label = "a database table (PostgreSQL, pgvector, SQLite)"
-    extra = None
-    schemes = ("postgresql", "postgres", "sqlite")
-    options = SqlOptions
-
-    def require(self) -> None:
-        """SQLAlchemy and psycopg are core dependencies."""
-
-    def target(self, dest: Destination) -> str:
-        return dest.table
-
-    def check(self, dest: Destination, options: SinkOptions) -> None:
-        parse_table_name(dest.table)
-
-    def check_outputs(self, options: SinkOptions, model: str, outputs: tuple[OutputColumn, ...]) -> None:
-        assert isinstance(options, SqlOptions)
-        given = [
-            f"--{name.replace('_', '-')} {getattr(options, name)}"
-            for name, unset in (("embedding_type", "auto"), ("index", "none"))
-            if getattr(options, name) != unset
-        ]
-        if given and not any(column.kind == "vector" for column in outputs):
-            shown, verb = ", ".join(column.name for column in outputs), "store" if given[1:] else "stores"
-            raise ConfigError(
-                f"{' and '.join(given)} {verb} vector outputs, and model {model!r} writes none "
-                f"({shown}); drop {' and '.join(g.split()[0] for g in given)}, or give an embedding model"
-            )
-
-    def same_database(self, dest: Destination, url: str) -> bool:
-        if "://" not in url or url.split("://", 1)[0].split("+", 1)[0].lower() not in self.schemes:
-            return False
-        return _database_of(dest.location) == _database_of(url)
-
-    def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> SqlSink:
-        assert isinstance(options, SqlOptions)
-        return SqlSink(
-            dest.location,
-            dest.table,
-            layout,
-            embedding=options.embedding_type,
-            index=options.index,
-            metric=options.index_metric,
-            timeout_s=retry.db_timeout_s,
-        )
-
-
-def _database_of(url: str) -> str:
-    """A URL without its credentials and query, to compare which database two URLs name."""
-    parsed = sa.engine.make_url(url)
-    return f"{parsed.get_backend_name()}://{parsed.host or ''}:{parsed.port or ''}/{parsed.database or ''}"
-
-
-KIND = SqlKind()
-"""The ``sql`` entry of the ``shardwise.sinks`` entry-point group."""

@@ -21,7 +21,7 @@ from psycopg.adapt import AdaptersMap, Dumper
 from psycopg.types import TypeInfo
 
 from shardwise.errors import ConfigError
-from shardwise.sinks.pgvector_types import VectorKind
+from shardwise.sinks.sql.pgvector_types import VectorKind
 
 __all__ = ["copy_type_name", "pg_binary_halfvec", "pg_binary_vector", "register_vector_dumpers"]
 

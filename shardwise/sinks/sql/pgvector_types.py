@@ -5,7 +5,7 @@ values (2 bytes each: half the storage, about three significant digits).
 Both hold up to 16000 dimensions; an HNSW index covers a ``vector`` of up to
 2000 and a ``halfvec`` of up to 4000 (pgvector 0.7+). Values travel as
 pgvector's text form ``[1,2.5,-3]`` on this path; bulk loads use binary COPY
-(:mod:`shardwise.sinks.pgvector_copy`).
+(:mod:`shardwise.sinks.sql.pgvector_copy`).
 
 SQLAlchemy reflects a type it does not know as ``NullType`` with a warning, so
 :func:`recognise_vector_types` teaches one dialect the two names, and
