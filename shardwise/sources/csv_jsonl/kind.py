@@ -1,0 +1,43 @@
+"""The ``csv`` source kind: CSV and JSON Lines files (``.csv``, ``.jsonl``, ``.ndjson``), read by pyarrow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardwise.errors import ConfigError
+from shardwise.sources.base import Source
+from shardwise.sources.csv_jsonl.parse import SUFFIXES
+from shardwise.sources.registry import SourceOptions, refuse_table_where
+
+__all__ = ["KIND", "CsvJsonlKind"]
+
+
+@dataclass(frozen=True)
+class CsvJsonlKind:
+    """Opens :class:`~shardwise.sources.csv_jsonl.source.CsvJsonlSource`, with a Parquet source's options."""
+
+    name: str = "csv"
+    extra: str | None = None  # pyarrow, a core dependency, reads both formats
+    schemes: tuple[str, ...] = ()
+    suffixes: tuple[str, ...] = SUFFIXES
+    whole_files: bool = False
+
+    def open(self, location: str, options: SourceOptions) -> Source:
+        from shardwise.sources.csv_jsonl.source import CsvJsonlSource
+
+        refuse_table_where(options, "a CSV or JSON Lines source")
+        if options.image_column is not None:
+            raise ConfigError(
+                f"image_column {options.image_column!r} reads pictures from Parquet files or a database; "
+                "a CSV or JSON Lines source reads text: drop --image-column"
+            )
+        more = dict(options.more)
+        for name in ("s3_client", "retry"):
+            if getattr(options, name) is not None:
+                more[name] = getattr(options, name)
+        return CsvJsonlSource(
+            location, options.key, options.text_column, input_columns=options.input_columns, **more
+        )
+
+
+KIND = CsvJsonlKind()
