@@ -108,10 +108,10 @@ def _check_outputs(outputs: object, where: str) -> None:
                 f"{where}: {out.kind} output {out.name!r} has count {out.count!r}; count=True marks an int "
                 "output whose sum over rows a run reports (tokens generated): leave it False otherwise"
             )
-    from shardwise.results.schema import results_table
+    from shardwise.sinks.naming import check_outputs
 
-    try:  # the results table's own rules for column names, so the two cannot drift apart
-        results_table("plugin_check", outputs, "text")
+    try:  # the sinks' own rules for column names, so the two cannot drift apart
+        check_outputs(outputs)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
