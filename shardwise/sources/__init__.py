@@ -98,12 +98,10 @@ def open_source(
 
 
 def _listed(path: str, s3_client: Any | None) -> list[str]:
-    """The names of the files at ``path`` that some registered file kind reads; one listing."""
+    """The names of the files at ``path``; one listing."""
     from shardwise.sources.parquet.stores import open_store
-    from shardwise.sources.registry import file_suffixes
 
-    suffixes = file_suffixes()
-    store = open_store(path, s3_client, names=lambda n: n.lower().endswith(suffixes))
+    store = open_store(path, s3_client, names=lambda _: True)
     try:
         return [o.key for o in store.listing().objects]
     finally:

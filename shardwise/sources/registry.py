@@ -21,6 +21,7 @@ same kind without listing the location again (:func:`open_kind`).
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -147,8 +148,9 @@ def open_location(location: str, options: SourceOptions, listed: Callable[[str],
     """The source for ``location``: a database URL goes to the kind claiming its scheme; a path,
     ``file://`` or ``s3://`` location to the kind whose suffixes its files have.
 
-    ``listed(path)`` lists the location's file names once (the names every file kind claims); it raises
-    :class:`SourceError` when the location cannot be listed, which leaves it to :data:`DEFAULT_FILE_KIND`.
+    ``listed(path)`` lists the location's file names once; it raises :class:`SourceError` when the
+    location cannot be listed, which leaves it to :data:`DEFAULT_FILE_KIND`, as does a listing with no
+    file at all. Files of which no kind claims the suffix are an unknown format, refused in one line.
     """
     scheme = location.split("://", 1)[0].split("+", 1)[0].lower() if "://" in location else ""
     kinds = _usable(load_kinds())
@@ -158,8 +160,10 @@ def open_location(location: str, options: SourceOptions, listed: Callable[[str],
                 return open_kind(kind, location, options)
         raise ConfigError(_unknown_scheme(location.split("://", 1)[0], kinds))
     path = location.removeprefix("file://")
-    files = [k for k in kinds if k.suffixes and not (k.whole_files and options.image_column is not None)]
-    return open_kind(_by_suffix(path, files, listed), path, options)
+    files = [k for k in kinds if k.suffixes]
+    # An image column is a column of a table: a folder of images is then no candidate.
+    candidates = [k for k in files if not (k.whole_files and options.image_column is not None)]
+    return open_kind(_by_suffix(path, candidates, files, listed), path, options)
 
 
 def refuse_table_where(options: SourceOptions, what: str) -> None:
@@ -170,14 +174,19 @@ def refuse_table_where(options: SourceOptions, what: str) -> None:
         )
 
 
-def _by_suffix(path: str, kinds: list[SourceKind], listed: Callable[[str], list[str]]) -> SourceKind:
-    """The one kind whose suffixes the listed files have; files of two kinds are refused in one line."""
+def _by_suffix(
+    path: str, kinds: list[SourceKind], files: list[SourceKind], listed: Callable[[str], list[str]]
+) -> SourceKind:
+    """The one kind of ``kinds`` whose suffixes the listed files have; files of two kinds are refused in
+    one line, as are files that none of ``files`` (every file kind) reads."""
     default = next((k for k in kinds if k.name == DEFAULT_FILE_KIND), None)
     try:
         names = listed(path)
     except SourceError:
         names = []  # the default kind's own check says why the location cannot be read
     counts: dict[str, int] = {}
+    known = tuple(s for k in files for s in k.suffixes)
+    others = [name for name in names if not name.lower().endswith(known)]
     for name in names:
         owner = next((k for k in kinds if name.lower().endswith(k.suffixes)), None)
         if owner is not None:
@@ -186,6 +195,11 @@ def _by_suffix(path: str, kinds: list[SourceKind], listed: Callable[[str], list[
         raise ConfigError(_mixture(path, counts, {k.name: k for k in kinds}))
     if counts:
         return next(k for k in kinds if k.name in counts)
+    # One file named outright is read by the default kind whatever its name (a Parquet file without
+    # a suffix); a listing of files that no kind reads is an unknown format.
+    single = len(names) == 1 and names[0].rstrip("/") in (path, os.path.abspath(path))
+    if others and len(others) == len(names) and not single:
+        raise ConfigError(_unknown_files(others, files))
     if default is None:
         raise ConfigError(f"no source kind reads the files at {path!r}; known kinds: {_known(kinds)}")
     return default
@@ -200,6 +214,15 @@ def _mixture(path: str, counts: Mapping[str, int], kinds: Mapping[str, SourceKin
         )
     held = ", ".join(f"{n} {name} files ({' '.join(kinds[name].suffixes)})" for name, n in counts.items())
     return f"source {path!r} holds {held}; give a folder, glob or prefix that holds files of one kind"
+
+
+def _unknown_files(others: list[str], kinds: list[SourceKind]) -> str:
+    example = others[0].rstrip("/").rsplit("/", 1)[-1]
+    return (
+        f"the source location holds no file that a source kind reads ({len(others)} other files, such as "
+        f"{example!r}); known kinds: {_known(kinds)}; give the location of the data files, or install a "
+        f"package that registers a {ENTRY_POINT_GROUP!r} kind for that format"
+    )
 
 
 def _usable(kinds: Mapping[str, SourceKind | ConfigError]) -> list[SourceKind]:

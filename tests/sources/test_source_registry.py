@@ -134,9 +134,18 @@ def test_files_of_two_kinds_are_refused_in_one_line(third_party: object, tmp_pat
     assert "holds 1 parquet files (.parquet), 1 tsv files (.tsv)" in message and "\n" not in message
 
 
-def test_a_location_of_no_known_files_goes_to_parquet_whose_check_says_why(tmp_path: Path) -> None:
-    (tmp_path / "notes.txt").write_text("nothing to read")
-    with open_source(str(tmp_path)) as source:
+def test_files_of_an_unknown_format_name_the_known_kinds(tmp_path: Path) -> None:
+    (tmp_path / "part-0.orc").write_text("not a format any kind reads")
+    with pytest.raises(ConfigError) as caught:
+        open_source(str(tmp_path))
+    message = str(caught.value)
+    assert message.startswith(
+        "the source location holds no file that a source kind reads (1 other files, such"
+    )
+    assert "'part-0.orc'" in message and "parquet (.parquet)" in message and str(tmp_path) not in message
+    with open_source(str(tmp_path / "part-0.orc")) as source:  # one file named outright: read as Parquet
+        assert source.kind == "parquet"
+    with open_source(str(tmp_path / "missing")) as source:  # the Parquet source's check says why
         assert source.kind == "parquet"
 
 
