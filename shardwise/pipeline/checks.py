@@ -15,7 +15,6 @@ written, and no database file is created.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from shardwise.device import resolve_device
 from shardwise.errors import ConfigError
@@ -37,7 +36,7 @@ from shardwise.precision import resolve_precision
 from shardwise.results import Ledger
 from shardwise.results.probe import LedgerNeed, check_ledger
 from shardwise.sinks.naming import parse_table_name
-from shardwise.sources import Source, is_sql_url
+from shardwise.sources import Source
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 
@@ -73,8 +72,7 @@ def check_run(
         check_destination(spec, results_url)
         # A --ledger that is no database URL, or a ledger that cannot serve this run, is refused here.
         check_ledger(ledger_url(spec, resolve), _ledger_need(spec, dry_run), makes_folders=not spec.ledger)
-        if not is_sql_url(results_url) or _database_exists(results_url):
-            _check_results_table(spec, results_url, model, source)
+        _check_results_table(spec, results_url, model, source)
         if spec.resume is not None or spec.redrive is not None:
             with Ledger(ledger_url(spec, resolve)) as ledger:
                 if spec.resume is not None:
@@ -111,14 +109,6 @@ def _ledger_need(spec: RunSpec, dry_run: bool) -> LedgerNeed:
     if spec.resume is not None or spec.redrive is not None:
         return "existing"
     return "readable" if dry_run else "writable"
-
-
-def _database_exists(url: str) -> bool:
-    """False for an SQLite file not made yet (connecting would make it); True for any server database."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    return parsed.get_backend_name() != "sqlite" or os.path.exists(parsed.database or "")
 
 
 def _check_results_table(spec: RunSpec, results_url: str, model: ModelInfo, source: Source) -> None:

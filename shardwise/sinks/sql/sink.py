@@ -14,6 +14,7 @@ claims the record of the chunk after its last with the position
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -130,7 +131,15 @@ class SqlSink(Closing):
             return "halfvec" if stored == {"halfvec"} else "vector" if stored == {"vector"} else "array"
         return resolve_embedding_type(conn, self.embedding, max(dims), create=create)
 
+    def _made(self) -> bool:
+        """False for an SQLite file not made yet: connecting would make it, and checking creates nothing.
+        A server's database is there to ask."""
+        url = self.engine.url
+        return url.get_backend_name() != "sqlite" or os.path.exists(url.database or "")
+
     def check(self) -> None:
+        if not self._made():
+            return  # no database yet, so no table of another layout; ensure() makes both
         action = "inspect the results table"
         with mapped_errors(action, self.engine.url), self.engine.connect() as conn, conn.begin():
             # The answer the run will get: pgvector tried (and rolled back) where it is not created yet.
@@ -171,7 +180,7 @@ class SqlSink(Closing):
             )
 
     def stored_key_type(self) -> KeyType | None:
-        return existing_key_type(self.engine, self.target)
+        return existing_key_type(self.engine, self.target) if self._made() else None
 
     def commit(self, chunk: SinkChunk) -> SinkCommit:
         what = f"chunk {chunk.number} of shard {chunk.shard_id}"
