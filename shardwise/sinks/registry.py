@@ -303,8 +303,8 @@ def _validated(kind: SinkKind, values: Mapping[str, Any]) -> SinkOptions:
         error = exc.errors()[0]
         option = str(error["loc"][0]) if error["loc"] else "?"
         raise ConfigError(
-            f"{option} {values.get(option)!r} is not valid for results in {kind.label}: {error['msg']}; "
-            f"see {flag_of(option)} in shardwise run --help"
+            f"{option} is not valid for results in {kind.label}: "
+            f"{str(error['msg']).removeprefix('Value error, ')}; see {flag_of(option)} in shardwise run --help"
         ) from None
     options.check()
     return options

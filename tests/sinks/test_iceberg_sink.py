@@ -273,3 +273,15 @@ def test_the_sink_opened_through_the_kind_stores_either_key_type(tmp_path, key_t
     assert sink.stored_key_type() == key_type
     assert [r["source_key"] for r in sink.read()] == keys
     sink.close()
+
+
+def test_a_catalog_url_with_a_password_is_refused_without_showing_it() -> None:
+    from shardwise.pipeline import RunSpec
+
+    with pytest.raises(ConfigError) as err:
+        RunSpec(
+            source="sqlite:///x.db", results="/tmp/wh", results_table="t", results_format="iceberg",
+            results_options={"iceberg_catalog": "postgresql+psycopg://app:s3cr3t@db/cat"},
+        )  # fmt: skip
+    assert "holds a password" in str(err.value) and "PGPASSWORD" in str(err.value)
+    assert "s3cr3t" not in str(err.value), "a refused value is never echoed"
