@@ -302,9 +302,10 @@ def _validated(kind: SinkKind, values: Mapping[str, Any]) -> SinkOptions:
     except ValidationError as exc:
         error = exc.errors()[0]
         option = str(error["loc"][0]) if error["loc"] else "?"
+        rule = str(error["msg"]).removeprefix("Value error, ")
         raise ConfigError(
-            f"{option} is not valid for results in {kind.label}: "
-            f"{str(error['msg']).removeprefix('Value error, ')}; see {flag_of(option)} in shardwise run --help"
+            f"{option} is not valid for results in {kind.label}: {rule}; see {flag_of(option)} in "
+            "shardwise run --help"
         ) from None
     options.check()
     return options
