@@ -23,6 +23,7 @@ _KINDS: tuple[str, ...] = get_args(get_type_hints(OutputColumn)["kind"])
 _MODEL_METHODS = ("prepare", "collate", "run", "to_columns")
 """The model contract's steps (:class:`~shardwise.model.Model`): what the engine calls, in this order."""
 _MODEL_MEMBERS = ("name", "version", "max_length", "device", "outputs", *_MODEL_METHODS)
+_SELF_BATCHING_MEMBERS = ("name", "version", "max_length", "device", "outputs", "score_window")
 _HASH_HINT = (
     "a model version must be a content hash of its weights, config and tokenizer (shardwise.hashing."
     "hash_files or hash_state make one), the same on every call and every worker: not a timestamp, a "
@@ -133,18 +134,21 @@ def check_stable(first: ModelInfo, second: ModelInfo, where: str) -> None:
 
 
 def check_loaded(model: object, info: ModelInfo, where: str) -> None:
-    """The loaded model implements the contract (prepare, collate, run, to_columns) and says what
-    ``describe()`` said of it."""
-    missing = [n for n in _MODEL_MEMBERS if not hasattr(model, n)]
+    """The loaded model implements the contract (prepare, collate, run, to_columns; or score_window, a
+    model that batches by itself) and says what ``describe()`` said of it."""
+    members = _SELF_BATCHING_MEMBERS if hasattr(model, "score_window") else _MODEL_MEMBERS
+    missing = [n for n in members if not hasattr(model, n)]
     if missing:
         raise ConfigError(
             f"{where}: load() returned {what(model)}, not a Model (it lacks {', '.join(missing)})"
         )
-    not_methods = [n for n in _MODEL_METHODS if not callable(getattr(model, n))]
+    methods = ("score_window",) if members is _SELF_BATCHING_MEMBERS else _MODEL_METHODS
+    not_methods = [n for n in methods if not callable(getattr(model, n))]
     if not_methods:
         raise ConfigError(
             f"{where}: the loaded model has no method {', '.join(not_methods)}; a model implements "
-            "prepare(value), collate(items, multiple), run(batch) and to_columns(outputs)"
+            "prepare(value), collate(items, multiple), run(batch) and to_columns(outputs), or, batching "
+            "by itself, score_window(values)"
         )
     for name in ("name", "version", "outputs", "max_length"):
         loaded, described = getattr(model, name), getattr(info, name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import torch
@@ -19,10 +20,10 @@ import torch
 from shardwise.batching import CostBudget
 from shardwise.closing import Closing
 from shardwise.config import EngineConfig
-from shardwise.counts import count_columns, counts_of_columns
-from shardwise.errors import InputError
+from shardwise.counts import count_columns, counts_of_columns, counts_of_rows
+from shardwise.errors import InputError, ShardwiseError
 from shardwise.forward import Forward
-from shardwise.model import REJECTED, Model
+from shardwise.model import REJECTED, Model, SelfBatching
 from shardwise.prefetch import Prefetcher
 from shardwise.stats import BatchStats, EngineStats
 from shardwise.windows import Batch, Row, Window, produce_batches
@@ -48,7 +49,7 @@ class RowResult:
 class Engine:
     """Scores rows with one loaded model. Orchestrator-free: usable from a notebook or a worker."""
 
-    def __init__(self, model: Model, config: EngineConfig | None = None) -> None:
+    def __init__(self, model: Model | SelfBatching, config: EngineConfig | None = None) -> None:
         self.model = model
         defaults = getattr(model, "engine_defaults", None)  # optional: see Model in shardwise.model
         self.config = (config or EngineConfig()).for_device(model.device, model.outputs, defaults)
@@ -73,7 +74,10 @@ class EngineRun(Closing):
         self._engine = engine
         self._on_batch = on_batch
         self._counted = count_columns(engine.model.outputs)
-        self._results = self._loop(rows)
+        model = engine.model
+        self._results = (
+            self._self_batched(rows, model) if isinstance(model, SelfBatching) else self._loop(rows)
+        )
 
     def __iter__(self) -> Iterator[RowResult]:
         return self._results
@@ -83,6 +87,7 @@ class EngineRun(Closing):
 
     def _loop(self, rows: Iterable[Row]) -> Generator[RowResult, None, None]:
         model, cfg = self._engine.model, self._engine.config
+        assert not isinstance(model, SelfBatching)  # the self-batched loop takes those
         assert cfg.max_tokens and cfg.max_batch_size and cfg.pad_to_multiple  # filled by for_device
         assert cfg.precision != "auto"  # resolved by for_device
         budget = CostBudget(cfg.max_tokens)
@@ -110,6 +115,40 @@ class EngineRun(Closing):
         finally:
             self.stats.wall_s = time.perf_counter() - started
 
+    def _self_batched(self, rows: Iterable[Row], model: SelfBatching) -> Generator[RowResult, None, None]:
+        """The loop of a model that batches by itself: a window of values at a time, given to it whole;
+        a value the source already refused (an :class:`InputError`) is not given and stays a dead letter."""
+        it, started = iter(rows), time.perf_counter()
+        try:
+            while window := list(islice(it, self._engine.config.window_rows)):
+                asked = [i for i, (_, value) in enumerate(window) if not isinstance(value, InputError)]
+                scored = time.perf_counter()
+                outcomes = model.score_window([window[i][1] for i in asked]) if asked else []
+                if len(outcomes) != len(asked):
+                    raise ShardwiseError(
+                        f"model {model.name!r} gave {len(outcomes)} outcomes for {len(asked)} rows; a "
+                        "self-batching model gives one per value, in input order"
+                    )
+                by_row: dict[int, Mapping[str, Any] | InputError] = dict(zip(asked, outcomes, strict=True))
+                results = [_outcome(key, by_row.get(i, value)) for i, (key, value) in enumerate(window)]
+                ok = [r.values for r in results if r.values is not None]
+                stats = BatchStats(  # costs are the model's own business: none is counted here
+                    rows=len(asked),
+                    real_tokens=0,
+                    padded_tokens=0,
+                    wait_s=0.0,
+                    compute_s=time.perf_counter() - scored,
+                    counts=counts_of_rows(ok, self._counted),
+                )
+                self.stats.add(stats)
+                if self._on_batch is not None:
+                    self._on_batch(stats)
+                for result in results:
+                    self._count(result)
+                    yield result
+        finally:
+            self.stats.wall_s = time.perf_counter() - started
+
     def _score(self, batch: Batch, waited: float, forward: Forward, assembler: _Assembler) -> None:
         assert batch.inputs is not None
         splits_before = forward.oom_splits
@@ -134,6 +173,14 @@ class EngineRun(Closing):
         self.stats.rows += 1
         self.stats.rows_failed += not result.ok
         self.stats.rows_truncated += result.truncated
+
+
+def _outcome(key: Hashable, outcome: object) -> RowResult:
+    """One row's result from a self-batching model's outcome (or the source's refusal of its value)."""
+    if isinstance(outcome, InputError):
+        return RowResult(key, None, error=outcome)
+    assert isinstance(outcome, Mapping)
+    return RowResult(key, dict(outcome))
 
 
 class _Assembler:

@@ -34,6 +34,17 @@ makes the row a dead letter, per value, in input order). Image models use it
 to decode in a pool of threads; without it the engine calls ``prepare`` row by
 row.
 
+A model kind that batches, schedules and pads by itself (an inference engine
+such as vLLM, a remote endpoint taking many requests at once) implements
+:class:`SelfBatching` instead of the four steps: it is given a whole window
+of rows' values at once (a chunk's worth: the rows one commit holds) and
+returns one outcome per value, in input order: the row's output values, or
+the :class:`~shardwise.errors.InputError` that makes it a dead letter. The
+engine then does no preparing, ordering, padding or prefetching of its own;
+everything around the model (shards, chunks committed exactly once, dead
+letters, lineage, counts) is the same. Such a kind arrives as one folder
+under ``models/`` or as a plug-in.
+
 A catalogue entry is a :class:`ModelSpec`; loading it gives a :class:`Model`
 bound to one device. :meth:`ModelSpec.describe` gives its :class:`ModelInfo`
 without loading the weights onto a device, so a CPU-only flow process can
@@ -49,7 +60,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, InputError
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
     import numpy as np
@@ -69,6 +80,7 @@ __all__ = [
     "ModelInputs",
     "ModelSpec",
     "OutputColumn",
+    "SelfBatching",
     "TextInput",
 ]
 
@@ -273,6 +285,27 @@ class Model(Protocol):
 
 
 @runtime_checkable
+class SelfBatching(Protocol):
+    """A model that batches by itself: given a window of values, one outcome per value, in input order."""
+
+    name: str
+    version: str
+    max_length: int
+    device: torch.device
+    outputs: tuple[OutputColumn, ...]
+
+    def score_window(self, values: Sequence[object]) -> Sequence[Mapping[str, Any] | InputError]:
+        """Score ``values`` (texts, :class:`~shardwise.text.Inputs`, ...) together.
+
+        Returns as many outcomes as values, in their order: a mapping with a value for each declared
+        output column, or the :class:`~shardwise.errors.InputError` saying why that row cannot be scored
+        (it becomes a dead letter; the others are committed). An error that concerns every row (the
+        engine or endpoint is down) is raised, and the window is retried by the run's policy.
+        """
+        ...
+
+
+@runtime_checkable
 class ModelSpec(Protocol):
     """A catalogue entry: a name, and how to load the model onto a device."""
 
@@ -285,6 +318,6 @@ class ModelSpec(Protocol):
         """Name, version, outputs and max length, read without putting weights on a device."""
         ...
 
-    def load(self, device: torch.device) -> Model:
+    def load(self, device: torch.device) -> Model | SelfBatching:
         """Load weights onto ``device`` in eval mode."""
         ...
