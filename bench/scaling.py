@@ -134,20 +134,20 @@ def one_run(url: str, args: argparse.Namespace, workers: int, table: str) -> dic
     database = sa.make_url(url).database or ""
     started = time.perf_counter()
     with Sampler(os.getpid(), 0.5, root_role="flow", memory=False, also=database_backends(database)) as seen:
-        summary = run_and_report(params).summary
+        result = run_and_report(params).result
     wall = time.perf_counter() - started
-    if summary is None:
+    if result is None:
         raise SystemExit(f"the {workers}-worker run failed")
-    scoring, loads = scoring_seconds(url, summary["run_id"])
-    steps = timeline(url, summary["run_id"])
+    scoring, loads = scoring_seconds(url, result.run_id)
+    steps = timeline(url, result.run_id)
     return {
-        "rows": summary["rows_in"],
-        "rows_per_s": summary["rows_in"] / scoring,
+        "rows": result.totals.rows_in,
+        "rows_per_s": result.totals.rows_in / scoring,
         "scoring_s": scoring,
         "wall_s": wall,
         "fixed_s": wall - scoring,
         "model_load_s": loads,
-        "workers_used": summary["workers_used"],
+        "workers_used": result.fanout.workers_used,
         "cpu_s": {role: round(seconds, 1) for role, seconds in sorted(seen.cpu_by_role().items())},
         "timeline": {name: round(value, 2) for name, value in steps.items() if name != "span"},
         "cpu_scoring_s": {role: round(s, 1) for role, s in sorted(seen.cpu_between(*steps["span"]).items())},

@@ -117,7 +117,7 @@ def _classify_photos(database: Path, device: str, shown: dict[str, object]) -> i
         query = "select name, label, score from photos join photo_labels on source_key = cast(id as text)"
         for name, label, score in conn.execute(query + " order by id"):
             print(f"  {name}: ImageNet class {label} ({score:.0%})")
-        this_run = (run.summary or {}).get("run_id")
+        this_run = run.result.run_id if run.result else None
         errors = conn.execute("select message from shardwise_errors where run_id = ?", (this_run,))
         for (message,) in errors:
             print(f"  dead letter: {message}")

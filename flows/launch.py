@@ -17,6 +17,7 @@ from shardwise.flows.timeline import mark
 from shardwise.flows.totals import closing_lines
 from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import RunSpec, check_run
+from shardwise.pipeline.run_result import RunResult
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
@@ -64,10 +65,10 @@ def check_api(*, required: bool = False) -> None:
 
 @dataclass(frozen=True)
 class Report:
-    """How a run ended, for the command line: its exit code, and its summary when it got that far."""
+    """How a run ended, for the command line: its exit code, and its result when it got that far."""
 
     code: int
-    summary: dict[str, Any] | None = None
+    result: RunResult | None = None
 
 
 def run_and_report(
@@ -104,23 +105,23 @@ def run_and_report(
     flow = score.with_options(on_running=[note_flow_run])  # its id, for the line a signal prints
     with api.serving(), before_exit(api.stop, late=True), showing(pick_mode(progress), progress_every):
         state = run_in_thread(lambda: flow(params, return_state=True))
-    summary = state.result(raise_on_failure=False)
-    if not isinstance(summary, dict):
-        if verbose and isinstance(summary, BaseException):
-            print_traceback(summary)
-        say_error(summary if isinstance(summary, BaseException) else str(summary))
-        code = code_for(summary) if isinstance(summary, BaseException) else RUN_FAILED
+    result = state.result(raise_on_failure=False)
+    if not isinstance(result, RunResult):
+        if verbose and isinstance(result, BaseException):
+            print_traceback(result)
+        say_error(result if isinstance(result, BaseException) else str(result))
+        code = code_for(result) if isinstance(result, BaseException) else RUN_FAILED
         if code != TAKEN_OVER:  # the process that took it over finishes it: nothing to resume
             _say_how_to_finish(params, str(state.state_details.flow_run_id or ""))
         return Report(code)
     failed = not state.is_completed()
-    for line in [*closing_lines(summary, failed=failed), *summary.get("finished", [])]:
+    for line in [*closing_lines(result, failed=failed), *result.finished]:
         print(line)
     if failed:
         say_error(state.message or "run failed")
-        print(f"finish it later with: shardwise run ... --resume {summary['run_id']}", file=sys.stderr)
-        return Report(RUN_FAILED, summary)
-    return Report(OK, summary)
+        print(f"finish it later with: shardwise run ... --resume {result.run_id}", file=sys.stderr)
+        return Report(RUN_FAILED, result)
+    return Report(OK, result)
 
 
 def _warm(warm_here: Callable[[RunSpec], None], spec: RunSpec) -> None:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
-from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
@@ -15,13 +13,11 @@ from shardwise.flows.home import calibration_cache
 from shardwise.flows.interrupts import hold, let_go
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
-from shardwise.flows.totals import closing_lines, this_invocation
+from shardwise.flows.totals import closing_lines
 from shardwise.flows.where_policy import refuse_forbidden_where
-from shardwise.pipeline import PlannedRun, ShardOutcome, finish_results, finish_run
-from shardwise.pipeline.skipped import Skipped
+from shardwise.pipeline import finish_results, finish_run
+from shardwise.pipeline.run_result import run_result
 from shardwise.redact import redact_mapping
-from shardwise.results import RunCounts
-from shardwise.stats import EngineStats
 from shardwise.tasks import plan_run
 from shardwise.tasks.artifacts import publish_run, worker_rows
 from shardwise.tasks.connections import resolve
@@ -31,7 +27,6 @@ from shardwise.tasks.fanout import run_shards
 from shardwise.tasks.infer_shard import release_run, worker_cache
 from shardwise.tasks.progress import ProgressPublisher
 from shardwise.tasks.retry import task_retries
-from shardwise.tasks.runners import Fanout
 from shardwise.tasks.sanitize import sanitized
 from shardwise.tasks.superseded import crash_superseded_flow_run
 from shardwise.waiting import record_wait_s, until_back
@@ -96,11 +91,18 @@ def _score(params: ScoreParams) -> State:
         let_go(planned)
         planned.close()
         release_run(planned.ref.run_id)
-    summary = _summary(planned, fanout, outcomes, dataclasses.asdict(counts), time.perf_counter() - started)
-    summary["finished"] = finished
-    summary["shard_states"] = states
-    publish_run(summary, outcomes, failed)
-    emit_run_finished(summary, params.event_name())
+    result = run_result(
+        planned,
+        outcomes,
+        counts,
+        time.perf_counter() - started,
+        runner=fanout.runner,
+        workers=fanout.workers,
+        finished=finished,
+        shard_states=states,
+    )
+    publish_run(result, outcomes, failed)
+    emit_run_finished(result, params.event_name())
     for worker in worker_rows(outcomes):
         logger.info(
             "worker %s on %s: %s, %s, busy %s s (model load %s s)",
@@ -115,9 +117,9 @@ def _score(params: ScoreParams) -> State:
         listed = _listed(failed)
         failures = f"{plural(len(failed), 'shard')} failed after retries: {listed}"
         logger.error("run %s failed: %s", run_id, failures)
-        return Failed(message=failures, data=summary)
-    logger.info("%s", "; ".join(closing_lines(summary, failed=False)))
-    return Completed(message=f"scored {plural(summary['rows_out'], 'row')}", data=summary)
+        return Failed(message=failures, data=result)
+    logger.info("%s", "; ".join(closing_lines(result, failed=False)))
+    return Completed(message=f"scored {plural(result.totals.rows_out, 'row')}", data=result)
 
 
 def _listed(failed: dict[int, str]) -> str:
@@ -130,50 +132,3 @@ def _listed(failed: dict[int, str]) -> str:
         for message, ids in by_error.items()
     )
 
-
-def _summary(
-    planned: PlannedRun, fanout: Fanout, outcomes: list[ShardOutcome], counts: dict[str, Any], wall_s: float
-) -> dict[str, Any]:
-    record, skipped = planned.record, Skipped.of(planned.plan)
-    total = EngineStats(  # this invocation's rows and tokens over its attempts; rates are EngineStats' own
-        rows=sum(int(o.engine.get("rows", 0)) for o in outcomes),  # not rows_in: earlier chunks count there
-        real_tokens=sum(int(o.engine.get("real_tokens", 0)) for o in outcomes),
-        padded_tokens=sum(int(o.engine.get("padded_tokens", 0)) for o in outcomes),
-        oom_splits=sum(int(o.engine.get("oom_splits", 0)) for o in outcomes),
-        wall_s=wall_s,
-    )
-    return {
-        "run_id": record.run_id,
-        "status": "failed" if counts["shards_failed"] else "completed",
-        "started_by": record.started_by,
-        "owner": planned.owner,
-        "took_over": planned.took_over.describe() if planned.took_over else None,
-        "resumed": planned.took_over is not None,
-        "this_invocation": this_invocation(dataclasses.asdict(planned.before or RunCounts()), counts),
-        "results_table": record.results_table,
-        "source": record.source_identity,
-        "snapshot": record.source_snapshot,
-        "model": planned.model.name,
-        "model_version": record.model_version,
-        "precision": record.precision,
-        "precision_agreement": record.precision_agreement,
-        "precision_agreement_from": record.precision_agreement_from,
-        "code_version": record.code_version,
-        "runner": fanout.runner,
-        "workers": fanout.workers,
-        "workers_used": len(worker_rows(outcomes)),
-        "shards": len(planned.plan.shards),
-        "shards_skipped": len(planned.done_before) + sum(o.skipped for o in outcomes),
-        **counts,
-        "rows_skipped": skipped.total,
-        "skipped": skipped.as_dict(),
-        "inserted": sum(o.merge.inserted for o in outcomes if o.merge),
-        "updated": sum(o.merge.updated for o in outcomes if o.merge),
-        "unchanged": sum(o.merge.unchanged for o in outcomes if o.merge),
-        "rows_truncated": sum(o.rows_truncated for o in outcomes),
-        "oom_splits": total.oom_splits,
-        "padding_efficiency": total.padding_efficiency,
-        "rows_per_s": total.rows_per_s,
-        "tokens_per_s": total.tokens_per_s,
-        "wall_s": wall_s,
-    }

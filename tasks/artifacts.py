@@ -13,6 +13,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from shardwise.counts import in_words
 from shardwise.pipeline import ShardOutcome
+from shardwise.pipeline.run_result import LeaseHeld, PrecisionUsed, RunResult
 from shardwise.pipeline.skipped import Skipped
 from shardwise.precision_guard import shown
 from shardwise.tasks.markdown import code, text
@@ -69,73 +70,71 @@ def worker_rows(outcomes: Sequence[ShardOutcome]) -> list[dict[str, Any]]:
     return sorted(by_worker.values(), key=lambda r: r["worker"])
 
 
-def publish_run(
-    summary: Mapping[str, Any], outcomes: Sequence[ShardOutcome], failed: Mapping[int, str]
-) -> None:
+def publish_run(result: RunResult, outcomes: Sequence[ShardOutcome], failed: Mapping[int, str]) -> None:
     """The run's markdown summary and its per-shard table."""
     rows = shard_rows(outcomes)
     create_table_artifact(key="shardwise-shards", table=rows, description="One row per shard")
     create_markdown_artifact(
-        key="shardwise-run", markdown=run_markdown(summary, rows, worker_rows(outcomes), failed)
+        key="shardwise-run", markdown=run_markdown(result, rows, worker_rows(outcomes), failed)
     )
 
 
-def _retried(summary: dict[str, Any]) -> str:
+def _retried(result: RunResult) -> str:
     """``; 3 failed tries were tried again`` (from the shard transitions), or nothing."""
-    retried = int(summary.get("shard_states", {}).get("retried", 0))
+    retried = int(result.shards.states.get("retried", 0))
     return f"; {retried} failed {'try was' if retried == 1 else 'tries were'} tried again" if retried else ""
 
 
-def _precision(summary: Mapping[str, Any]) -> str:
+def _precision(used: PrecisionUsed) -> str:
     """The run's precision, and what the accuracy guard measured."""
-    found = summary.get("precision_agreement")
+    found = used.agreement
     if found is None:
-        return str(summary["precision"])
-    if summary["precision"] == "fp32":
+        return used.name
+    if used.name == "fp32":
         return f"fp32 (the reduced precision agreed with fp32 only to {shown(found)}: fell back)"
-    cached = ", from the calibration cache" if summary.get("precision_agreement_from") == "cache" else ""
-    return f"{summary['precision']} (agreement with fp32 {shown(found)} on calibration texts{cached})"
+    cached = ", from the calibration cache" if used.agreement_from == "cache" else ""
+    return f"{used.name} (agreement with fp32 {shown(found)} on calibration texts{cached})"
 
 
-def _lease_rows(summary: Mapping[str, Any]) -> list[str]:
+def _lease_rows(lease: LeaseHeld) -> list[str]:
     """Who held the run's lease, and for a resumed run whom it was taken from (an abandoned run's
     process, or a live one by force)."""
     rows = []
-    if summary.get("owner"):
-        rows.append(f"| Lease held by | {code(summary['owner'])} |")
-    if summary.get("took_over"):
-        rows.append(f"| Resumed a run | {text(summary['took_over'])} |")
+    if lease.owner:
+        rows.append(f"| Lease held by | {code(lease.owner)} |")
+    if lease.took_over:
+        rows.append(f"| Resumed a run | {text(lease.took_over)} |")
     return rows
 
 
-def _scored_rows(summary: Mapping[str, Any]) -> list[str]:
+def _scored_rows(result: RunResult) -> list[str]:
     """Rows scored, dead letters and token totals (whole run): of the run, and for a resumed run, labelled,
     of the whole run and of this invocation (see ``flows/totals.py``: the new/updated/unchanged split
     fits neither)."""
-    if not summary.get("resumed"):
+    totals, merge = result.totals, result.merge
+    if not result.resumed:
         return [
-            f"| Rows scored | {summary['rows_out']} ({summary['inserted']} new, {summary['updated']} "
-            f"updated, {summary['unchanged']} unchanged) |",
-            f"| Dead letters | {summary['rows_failed']} |",
-            *_count_rows(summary),
-            _skipped_row(Skipped.from_dict(summary.get("skipped"))),
+            f"| Rows scored | {totals.rows_out} ({merge.inserted} new, {merge.updated} "
+            f"updated, {merge.unchanged} unchanged) |",
+            f"| Dead letters | {totals.rows_failed} |",
+            *_count_rows(totals.counts),
+            _skipped_row(result.skipped),
         ]
-    now = summary["this_invocation"]
+    now = result.this_invocation
     return [
-        f"| Rows scored, whole run | {summary['rows_out']} |",
-        f"| Dead letters, whole run | {summary['rows_failed']} |",
-        *_count_rows(summary),
-        _skipped_row(Skipped.from_dict(summary.get("skipped")), ", whole run"),
-        f"| Rows scored by this invocation (resumed) | {now['rows_out']} |",
-        f"| Dead letters of this invocation | {now['rows_failed']} |",
-        f"| Shards finished by this invocation | {now['shards_done']} |",
+        f"| Rows scored, whole run | {totals.rows_out} |",
+        f"| Dead letters, whole run | {totals.rows_failed} |",
+        *_count_rows(totals.counts),
+        _skipped_row(result.skipped, ", whole run"),
+        f"| Rows scored by this invocation (resumed) | {now.rows_out} |",
+        f"| Dead letters of this invocation | {now.rows_failed} |",
+        f"| Shards finished by this invocation | {now.shards_done} |",
     ]
 
 
-def _count_rows(summary: Mapping[str, Any]) -> list[str]:
+def _count_rows(counts: Mapping[str, int]) -> list[str]:
     """The run's count outputs (a generator's tokens), summed over the whole run: every committed chunk,
     resumed or not. None for a model that declares no counts (an encoder)."""
-    counts = summary.get("counts") or {}
     return [f"| {text(in_words(name).capitalize())}, whole run | {counts[name]} |" for name in sorted(counts)]
 
 
@@ -147,7 +146,7 @@ def _skipped_row(skipped: Skipped, scope: str = "") -> str:
 
 
 def run_markdown(
-    summary: Mapping[str, Any],
+    result: RunResult,
     rows: Sequence[Mapping[str, Any]],
     workers: Sequence[Mapping[str, Any]],
     failed: Mapping[int, str],
@@ -159,30 +158,30 @@ def run_markdown(
 
     Every value passes through :mod:`tasks.markdown`, so none can break the tables.
     """
-    run_id, table = summary["run_id"], summary["results_table"]
+    run_id, table, totals, engine = result.run_id, result.results_table, result.totals, result.engine
     lines = [
         f"# Shardwise run {code(run_id)}",
         "",
         "| | |",
         "|---|---|",
-        f"| Status | **{text(summary['status'])}** |",
-        *_scored_rows(summary),
-        f"| Truncated rows | {summary['rows_truncated']} (longer than the model's limit: scored on their "
+        f"| Status | **{text(result.status)}** |",
+        *_scored_rows(result),
+        f"| Truncated rows | {result.rows_truncated} (longer than the model's limit: scored on their "
         "start) |",
-        f"| Shards | {summary['shards_done']}/{summary['shards_total']} done, "
-        f"{summary['shards_failed']} failed{_retried(summary)} |",
-        f"| Padding efficiency | {summary['padding_efficiency']:.3f} |",
-        f"| Rows/s | {summary['rows_per_s']:.1f} |",
-        f"| Tokens/s | {summary['tokens_per_s']:.1f} (unpadded batch cost; for a generator, prompt plus "
+        f"| Shards | {totals.shards_done}/{totals.shards_total} done, "
+        f"{totals.shards_failed} failed{_retried(result)} |",
+        f"| Padding efficiency | {engine.padding_efficiency:.3f} |",
+        f"| Rows/s | {engine.rows_per_s:.1f} |",
+        f"| Tokens/s | {engine.tokens_per_s:.1f} (unpadded batch cost; for a generator, prompt plus "
         "max new tokens per row) |",
-        f"| OOM splits | {summary['oom_splits']} |",
-        f"| Model | {text(summary['model'])} {code(summary['model_version'][:16])} |",
-        f"| Precision | {text(_precision(summary))} |",
-        f"| Code version | {code(summary['code_version'])} |",
-        f"| Source | {code(summary['source'])} (snapshot {code(summary['snapshot'] or 'none')}) |",
-        f"| Started by | {text(summary['started_by'])} |",
-        *_lease_rows(summary),
-        f"| Runner | {text(summary['runner'])}, {plural(summary['workers'], 'worker')} |",
+        f"| OOM splits | {engine.oom_splits} |",
+        f"| Model | {text(result.model)} {code(result.model_version[:16])} |",
+        f"| Precision | {text(_precision(result.precision))} |",
+        f"| Code version | {code(result.code_version)} |",
+        f"| Source | {code(result.source)} (snapshot {code(result.snapshot or 'none')}) |",
+        f"| Started by | {text(result.started_by)} |",
+        *_lease_rows(result.lease),
+        f"| Runner | {text(result.fanout.runner)}, {plural(result.fanout.workers, 'worker')} |",
         "",
         "## Workers",
         "",

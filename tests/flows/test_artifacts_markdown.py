@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Mapping
+from typing import Any
 
+from shardwise.pipeline.run_result import (
+    EngineFigures,
+    FanoutUsed,
+    InvocationCounts,
+    LeaseHeld,
+    MergeTotals,
+    PrecisionUsed,
+    RunResult,
+)
+from shardwise.pipeline.skipped import Skipped
+from shardwise.results import RunCounts
 from shardwise.tasks.artifacts import plan_markdown, run_markdown
 from shardwise.tasks.markdown import code, text
 
@@ -16,36 +30,26 @@ def _cells(row: str) -> list[str]:
     return re.split(r"(?<!\\)\|", row.strip())[1:-1]
 
 
-def _summary(**overrides: object) -> dict:
-    summary = {
-        "run_id": "run-1",
-        "status": "completed",
-        "rows_out": 10,
-        "inserted": 10,
-        "updated": 0,
-        "unchanged": 0,
-        "rows_failed": 1,
-        "rows_truncated": 2,
-        "shards_done": 1,
-        "shards_total": 1,
-        "shards_failed": 0,
-        "padding_efficiency": 0.9,
-        "rows_per_s": 100.0,
-        "tokens_per_s": 1000.0,
-        "oom_splits": 0,
-        "model": "my_model*v2",
-        "model_version": "abc|def",
-        "precision": "fp32",
-        "precision_agreement": None,
-        "code_version": "1.0",
-        "source": SOURCE,
-        "snapshot": SNAPSHOT,
-        "started_by": "user:ops@example",
-        "runner": "thread",
-        "workers": 1,
-        "results_table": "shardwise_results",
-    }
-    return {**summary, **overrides}
+def _summary(counts: Mapping[str, int] | None = None, **overrides: Any) -> RunResult:
+    summary = RunResult(
+        run_id="run-1",
+        status="completed",
+        results_table="shardwise_results",
+        source=SOURCE,
+        snapshot=SNAPSHOT,
+        model="my_model*v2",
+        model_version="abc|def",
+        code_version="1.0",
+        started_by="user:ops@example",
+        totals=RunCounts(rows_out=10, rows_failed=1, shards_done=1, shards_total=1, shards_failed=0,
+                         counts=counts or {}),
+        merge=MergeTotals(inserted=10, updated=0, unchanged=0),
+        rows_truncated=2,
+        engine=EngineFigures(padding_efficiency=0.9, rows_per_s=100.0, tokens_per_s=1000.0, oom_splits=0),
+        precision=PrecisionUsed("fp32", agreement=None),
+        fanout=FanoutUsed(runner="thread", workers=1),
+    )  # fmt: skip
+    return dataclasses.replace(summary, **overrides)
 
 
 SHARD = {
@@ -111,7 +115,7 @@ def test_text_and_code_give_one_line() -> None:
 
 def test_the_run_report_says_who_held_the_run_and_whom_a_resume_took_it_from() -> None:
     took_over = "abandoned by gpu|1:42/0 (lease expired 2025-05-01 12:00:03 UTC)"
-    markdown = run_markdown(_summary(owner="node|b:7/0", took_over=took_over), [], [], {})
+    markdown = run_markdown(_summary(lease=LeaseHeld(owner="node|b:7/0", took_over=took_over)), [], [], {})
     rows = [line for line in markdown.splitlines() if line.startswith(("| Lease held by", "| Resumed a run"))]
     assert [len(_cells(row)) for row in rows] == [2, 2], rows
     assert "abandoned by gpu\\|1:42/0" in rows[1]
@@ -139,14 +143,14 @@ def test_a_generators_report_gives_its_token_totals_over_the_whole_run_and_an_en
 
 
 def test_the_report_says_how_many_rows_were_skipped_and_why() -> None:
-    skipped = {"null_key": 2, "already_scored": 5}
-    lines = run_markdown(_summary(rows_skipped=7, skipped=skipped), [SHARD], [], {}).splitlines()
+    skipped = Skipped(null_key=2, already_scored=5)
+    lines = run_markdown(_summary(skipped=skipped), [SHARD], [], {}).splitlines()
     assert "| Skipped | 7 (2 with a NULL key, 5 already scored) |" in lines
     assert "| Skipped | 0 |" in run_markdown(_summary(), [SHARD], [], {}).splitlines()
 
 
 def test_a_resumed_runs_report_labels_the_whole_run_and_this_invocation() -> None:
-    now = {"rows_in": 4, "rows_out": 4, "rows_failed": 0, "shards_done": 1}
+    now = InvocationCounts(rows_in=4, rows_out=4, rows_failed=0, shards_done=1)
     summary = _summary(resumed=True, this_invocation=now, counts={"completion_tokens": 30})
     rows = [line for line in run_markdown(summary, [SHARD], [], {}).splitlines() if "whole run" in line or
             "invocation" in line]  # fmt: skip

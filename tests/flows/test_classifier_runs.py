@@ -26,6 +26,7 @@ from shardwise import Engine, EngineConfig
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
 from shardwise.models import get_spec
+from shardwise.pipeline.run_result import RunResult
 from shardwise.text import Inputs
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
@@ -50,14 +51,14 @@ def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
-def _run(model: Path, **params: Any) -> dict[str, Any]:
+def _run(model: Path, **params: Any) -> RunResult:
     state = score(
         ScoreParams(model=str(model), results_table=TABLE, precision="fp32", **params),  # type: ignore[arg-type]
         return_state=True,
     )
     summary = state.result(raise_on_failure=False)
     assert state.is_completed(), summary
-    return dict(summary)
+    return summary
 
 
 def _expected(model: Path, rows: list[tuple[int, Any]]) -> dict[int, dict[str, Any]]:
@@ -91,19 +92,19 @@ def _unchanged_on_repeat(url: str, model: Path, rows: int, dead: int, **params: 
     """A repeated run changes nothing; ``--only-new`` then retries the ``dead`` letters only."""
     before = execute(url, f"select * from {TABLE} order by source_key")
     again = _run(model, **params)
-    assert (again["inserted"], again["updated"], again["unchanged"]) == (0, 0, rows)
+    assert (again.merge.inserted, again.merge.updated, again.merge.unchanged) == (0, 0, rows)
     assert execute(url, f"select * from {TABLE} order by source_key") == before
     fresh = _run(model, only_new=True, **params)
-    assert (fresh["rows_in"], fresh["rows_out"], fresh["rows_failed"]) == (dead, 0, dead)
+    assert (fresh.totals.rows_in, fresh.totals.rows_out, fresh.totals.rows_failed) == (dead, 0, dead)
     assert execute(url, f"select * from {TABLE} order by source_key") == before
 
 
-def _first_run(url: str, classifier_dir: Path, shards: int) -> tuple[list[tuple[int, Any]], dict[str, Any]]:
+def _first_run(url: str, classifier_dir: Path, shards: int) -> tuple[list[tuple[int, Any]], RunResult]:
     """Make the docs table, score it with the classifier once, check its counts; the rows and run options."""
     rows = make_docs(url, ROWS)
     common = {"source": url, "table": "docs", "shards": shards}
     first = _run(classifier_dir, **common)
-    assert (first["rows_out"], first["rows_failed"]) == (ROWS, len(BAD_ROWS))
+    assert (first.totals.rows_out, first.totals.rows_failed) == (ROWS, len(BAD_ROWS))
     return rows, common
 
 
@@ -155,7 +156,7 @@ def test_postgres_classifier_run_has_typed_columns_and_only_new_rescoring(
     )
     execute(pg_url, "update docs set text = text || ' (edited)' where id < 5")
     second = _run(classifier_dir, only_new=True, **common)
-    assert (second["rows_in"], second["inserted"], second["updated"]) == (25 + len(BAD_ROWS), 20, 5)
+    assert (second.totals.rows_in, second.merge.inserted, second.merge.updated) == (25 + len(BAD_ROWS), 20, 5)
     good = execute(pg_url, "select id, text from docs where id < :bad", {"bad": min(k for k, _ in BAD_ROWS)})
     assert len(good) == ROWS + 20
     _check_labels(pg_url, classifier_dir, [(int(k), t) for k, t in good])
@@ -183,7 +184,7 @@ def test_cross_encoder_scores_pairs(db_url: str, cross_encoder_dir: Path) -> Non
     rows = _make_pairs(db_url, 120)
     params = {"source": db_url, "table": "pairs", "text_column": "query", "text_pair_column": "text"}
     first = _run(cross_encoder_dir, shards=2, **params)
-    assert (first["rows_out"], first["rows_failed"]) == (len(rows), 1)
+    assert (first.totals.rows_out, first.totals.rows_failed) == (len(rows), 1)
     stored = execute(db_url, f"select source_key, score from {TABLE} order by source_key")
     expected = _expected(cross_encoder_dir, rows)
     assert [int(k) for k, _ in stored] == sorted(expected)
@@ -212,7 +213,7 @@ def test_multi_label_and_regression_heads_end_to_end(db_url: str, head: str, tmp
     rows = make_docs(db_url, 150)
     good = [text for key, text in rows if key < min(k for k, _ in BAD_ROWS)]
     first = _run(model, source=db_url, table="docs", shards=2)
-    assert (first["rows_out"], first["rows_failed"]) == (len(good), len(BAD_ROWS))
+    assert (first.totals.rows_out, first.totals.rows_failed) == (len(good), len(BAD_ROWS))
     logits = reference_logits(model, good)
     if head == "multi-label":
         stored = execute(db_url, f"select labels, probabilities from {TABLE} order by source_key")

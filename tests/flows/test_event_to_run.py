@@ -69,10 +69,10 @@ def test_inserted_rows_become_one_event_and_an_only_new_run(
     params = _trigger_params(event_id, payload, resource)
     state = score(params, return_state=True)
     summary = state.result()
-    assert state.is_completed() and (summary["inserted"], summary["updated"]) == (2, 1)
-    assert summary["started_by"] == f"event:{event_id}"
+    assert state.is_completed() and (summary.merge.inserted, summary.merge.updated) == (2, 1)
+    assert summary.started_by == f"event:{event_id}"
     assert execute(
-        pg_url, "select triggered_by from shardwise_runs where run_id = :r", {"r": summary["run_id"]}
+        pg_url, "select triggered_by from shardwise_runs where run_id = :r", {"r": summary.run_id}
     ) == [(str(event_id),)]
 
 
@@ -102,6 +102,6 @@ def test_events_during_a_run_collapse_into_one_follow_up(pg_url: str, pipeline) 
         ).result()
         for i in range(3)
     ]
-    assert [f["rows_out"] for f in follow_ups] == [30, 0, 0]
-    assert [f["shards"] for f in follow_ups] == [1, 0, 0]
+    assert [f.totals.rows_out for f in follow_ups] == [30, 0, 0]
+    assert [f.shards.planned for f in follow_ups] == [1, 0, 0]
     assert execute(pg_url, "select count(*) from shardwise_results") == [(130,)]

@@ -152,7 +152,7 @@ def test_an_event_triggered_run_generates_only_the_new_and_changed_rows(
     monkeypatch.setenv("SHARDWISE_SOURCE_URL", pg_url)
     rows = make_docs(pg_url, ROWS, bad=False)
     first = _trigger_params(lm, uuid.uuid4(), SETTINGS["prompt"])
-    assert score(first, return_state=True).result()["rows_out"] == ROWS
+    assert score(first, return_state=True).result().totals.rows_out == ROWS
     before = execute(pg_url, "select source_key, run_id from shardwise_results order by source_key")
 
     new = [(1001, "a new row about shards"), (1002, "another new row")]
@@ -161,13 +161,13 @@ def test_an_event_triggered_run_generates_only_the_new_and_changed_rows(
     event_id = uuid.uuid4()
     state = score(_trigger_params(lm, event_id, SETTINGS["prompt"]), return_state=True)
     summary = state.result()
-    assert state.is_completed() and (summary["inserted"], summary["updated"]) == (2, 1)
-    assert (summary["rows_in"], summary["started_by"]) == (3, f"event:{event_id}")
+    assert state.is_completed() and (summary.merge.inserted, summary.merge.updated) == (2, 1)
+    assert (summary.totals.rows_in, summary.started_by) == (3, f"event:{event_id}")
 
     after = dict(execute(pg_url, "select source_key, run_id from shardwise_results"))
     untouched = {k: r for k, r in before if int(k) != 3}
     assert all(after[k] == r for k, r in untouched.items()), "a row that did not change was generated again"
-    assert {int(k) for k, r in after.items() if r == summary["run_id"]} == {3, 1001, 1002}
+    assert {int(k) for k, r in after.items() if r == summary.run_id} == {3, 1001, 1002}
     current = [*[(3, "an edited row") if k == 3 else (k, t) for k, t in rows], *new]
     assert _stored(pg_url) == generated(lm, current, **SETTINGS)
 

@@ -26,6 +26,7 @@ from hf_builders import tiny_causal_lm
 
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
+from shardwise.pipeline.run_result import RunResult
 from shardwise.results.owners import Owner
 
 pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("prefect_harness")]
@@ -61,7 +62,7 @@ def by_thread(docs: str, lm: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 def _generate(
     url: str, lm: Path, runner: str, table: str, kind: str, **extra: Any
-) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+) -> tuple[list[tuple[Any, ...]], RunResult]:
     """Generate into ``table`` on ``runner``; its rows in key order, and the run's summary."""
     fields = {"shards": 4, "workers": 2, **DECODING[kind], **extra}
     params = ScoreParams(
@@ -71,8 +72,8 @@ def _generate(
     state = score(params, return_state=True)
     summary = state.result(raise_on_failure=False)
     assert state.is_completed(), state.message
-    assert (summary["rows_out"], summary["rows_failed"]) == (ROWS, len(BAD_ROWS))
-    return execute(url, f"select {COLUMNS} from {table} order by source_key"), dict(summary)
+    assert (summary.totals.rows_out, summary.totals.rows_failed) == (ROWS, len(BAD_ROWS))
+    return execute(url, f"select {COLUMNS} from {table} order by source_key"), summary
 
 
 def _worker_pids(url: str, run_id: str) -> set[int]:
@@ -105,11 +106,11 @@ def test_the_batches_a_row_falls_in_do_not_change_its_text(
     docs: str, lm: Path, by_thread: dict[str, list[tuple[Any, ...]]], kind: str
 ) -> None:
     alone, single = _generate(docs, lm, "thread", f"alone_{kind}", kind, workers=1, max_tokens=1)
-    assert _worker_pids(docs, single["run_id"]) == {os.getpid()}, "the thread runner generates here"
+    assert _worker_pids(docs, single.run_id) == {os.getpid()}, "the thread runner generates here"
     together, whole = _generate(docs, lm, "thread", f"together_{kind}", kind, workers=1, shards=1)
     assert alone == by_thread[kind] and together == by_thread[kind]
-    assert _batches(docs, single["run_id"]) == ROWS, "a token budget of 1 puts each row in a batch alone"
-    assert _batches(docs, whole["run_id"]) < ROWS
+    assert _batches(docs, single.run_id) == ROWS, "a token budget of 1 puts each row in a batch alone"
+    assert _batches(docs, whole.run_id) < ROWS
 
 
 @pytest.mark.slow
@@ -119,7 +120,7 @@ def test_the_process_runner_generates_the_same_rows(
 ) -> None:
     rows, summary = _generate(docs, lm, "process", f"process_{kind}", kind)
     assert rows == by_thread[kind]
-    assert os.getpid() not in _worker_pids(docs, summary["run_id"]), "worker processes generated"
+    assert os.getpid() not in _worker_pids(docs, summary.run_id), "worker processes generated"
 
 
 @pytest.fixture(scope="module")
@@ -152,8 +153,8 @@ def test_the_dask_runner_generates_the_same_rows(
 ) -> None:
     rows, summary = _generate(docs, lm, "dask", f"dask_{kind}", kind, workers=None, address=dask_cluster)
     assert rows == by_thread[kind]
-    assert summary["workers"] == 2, "the cluster's two workers, found at its address"
-    assert os.getpid() not in _worker_pids(docs, summary["run_id"])
+    assert summary.fanout.workers == 2, "the cluster's two workers, found at its address"
+    assert os.getpid() not in _worker_pids(docs, summary.run_id)
 
 
 @pytest.mark.slow
@@ -163,4 +164,4 @@ def test_the_ray_runner_generates_the_same_rows(
 ) -> None:
     rows, summary = _generate(docs, lm, "ray", f"ray_{kind}", kind)
     assert rows == by_thread[kind]
-    assert os.getpid() not in _worker_pids(docs, summary["run_id"])
+    assert os.getpid() not in _worker_pids(docs, summary.run_id)

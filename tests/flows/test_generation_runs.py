@@ -25,6 +25,7 @@ from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
 from shardwise.generation import GenerationSettings
 from shardwise.models.hf_causal import HFCausalSpec
+from shardwise.pipeline.run_result import RunResult
 from shardwise.text import Inputs
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
@@ -48,7 +49,7 @@ def _cli(url: str, lm: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _run(url: str, lm: Path, **params: Any) -> dict[str, Any]:
+def _run(url: str, lm: Path, **params: Any) -> RunResult:
     fields = {"max_new_tokens": 6, "chat": "off", "precision": "fp32", "shards": 2, "prompt": PROMPT}
     state = score(
         ScoreParams(source=url, table="docs", model=str(lm), results_table=TABLE, **{**fields, **params}),
@@ -56,7 +57,7 @@ def _run(url: str, lm: Path, **params: Any) -> dict[str, Any]:
     )
     summary = state.result(raise_on_failure=False)
     assert state.is_completed(), summary
-    return dict(summary)
+    return summary
 
 
 def _expected(lm: Path, rows: list[tuple[int, Any]], prompt: str) -> dict[int, tuple[Any, ...]]:
@@ -85,9 +86,13 @@ def _settings(prompt: str = PROMPT) -> GenerationSettings:
 def _only_new_then_new_prompt(url: str, lm: Path) -> None:
     """``--only-new`` retries only the dead letters; a new prompt rescores every row under a new version."""
     again = _run(url, lm, only_new=True)
-    assert (again["rows_in"], again["rows_out"], again["rows_failed"]) == (len(BAD_ROWS), 0, len(BAD_ROWS))
+    assert (again.totals.rows_in, again.totals.rows_out, again.totals.rows_failed) == (
+        len(BAD_ROWS),
+        0,
+        len(BAD_ROWS),
+    )
     other = _run(url, lm, only_new=True, prompt="Title: {text}")
-    assert other["rows_out"] == ROWS
+    assert other.totals.rows_out == ROWS
     versions = execute(url, f"select model_version, count(*) from {TABLE} group by model_version")
     assert sorted(n for _, n in versions) == [ROWS, ROWS]  # each prompt's outputs under its own version
     new = HFCausalSpec(lm, generation=_settings("Title: {text}")).describe().version
@@ -110,7 +115,7 @@ def test_sqlite_cli_run_writes_generated_text_with_lineage(
 def test_postgres_run_writes_text_and_int_columns(pg_url: str, lm: Path) -> None:
     rows = make_docs(pg_url, ROWS)
     first = _run(pg_url, lm)
-    assert (first["rows_out"], first["rows_failed"]) == (ROWS, len(BAD_ROWS))
+    assert (first.totals.rows_out, first.totals.rows_failed) == (ROWS, len(BAD_ROWS))
     types = execute(
         pg_url,
         "select column_name, data_type from information_schema.columns where table_name = :t "
@@ -204,14 +209,14 @@ def test_postgres_json_schema_run_stores_jsonb_and_dead_letters_invalid_outputs(
     """Unconstrained, the tiny model's noise is dead-lettered as OutputError; constrained, jsonb values."""
     make_docs(pg_url, ROWS)
     free = _run(pg_url, lm, json_schema=json.dumps(SCHEMA), unconstrained=True)
-    assert (free["rows_out"], free["rows_failed"]) == (0, ROWS + len(BAD_ROWS))
+    assert (free.totals.rows_out, free.totals.rows_failed) == (0, ROWS + len(BAD_ROWS))
     errors = execute(
         pg_url, "select error_class, message from shardwise_errors where error_class = 'OutputError'"
     )
     assert len(errors) == ROWS
     assert all(message.startswith(("not JSON: ", "schema: ")) for _, message in errors)
     held = _run(pg_url, lm, json_schema=json.dumps(SCHEMA), max_new_tokens=40)
-    assert (held["rows_out"], held["rows_failed"]) == (ROWS, len(BAD_ROWS))
+    assert (held.totals.rows_out, held.totals.rows_failed) == (ROWS, len(BAD_ROWS))
     types = execute(
         pg_url,
         "select data_type from information_schema.columns where table_name = :t and column_name = 'parsed'",

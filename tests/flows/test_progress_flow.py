@@ -10,6 +10,7 @@ from flow_data import BAD_ROWS, make_docs, slow_tiny_shards
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
 from shardwise.pipeline import ProgressReading
+from shardwise.pipeline.run_result import RunResult
 from shardwise.tasks.progress import listening
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -26,7 +27,7 @@ def slow_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress, "POLL_EVERY_S", 0.1)
 
 
-def _watched_run(url: str) -> tuple[dict, list[ProgressReading]]:
+def _watched_run(url: str) -> tuple[RunResult, list[ProgressReading]]:
     make_docs(url, ROWS)
     seen: list[ProgressReading] = []
     with listening(seen.append):
@@ -38,9 +39,9 @@ def _watched_run(url: str) -> tuple[dict, list[ProgressReading]]:
     return state.result(), seen
 
 
-def _check(summary: dict, seen: list[ProgressReading]) -> None:
+def _check(summary: RunResult, seen: list[ProgressReading]) -> None:
     total = ROWS + len(BAD_ROWS)
-    assert {s.run_id for s in seen} == {summary["run_id"]}
+    assert {s.run_id for s in seen} == {summary.run_id}
     running = [s for s in seen if not s.final and 0 < s.rows_done < s.rows_total]
     assert running, f"no snapshot caught the shard mid-way: {seen}"
     assert all(s.shards_done == 0 and s.shards_total == 1 and s.rows_total == total for s in running)

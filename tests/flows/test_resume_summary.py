@@ -9,6 +9,7 @@ not shard 1's whole count and not the run's.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
@@ -17,6 +18,8 @@ from flow_data import BAD_ROWS, execute, make_docs
 
 from shardwise.flows.cli import main
 from shardwise.flows.totals import closing_lines
+from shardwise.pipeline.run_result import InvocationCounts, MergeTotals, RunResult
+from shardwise.results import RunCounts
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -60,21 +63,23 @@ def test_a_resumed_runs_summary_labels_this_invocation_and_the_whole_run(
 
 
 def test_a_fresh_runs_summary_is_one_line_and_a_resumed_generators_states_its_tokens() -> None:
-    summary = {
-        "run_id": "r", "results_table": "t", "rows_out": 10, "rows_failed": 1, "shards_done": 2,
-        "shards_total": 2, "inserted": 9, "updated": 1, "unchanged": 0, "counts": {},
-    }  # fmt: skip
+    summary = RunResult(
+        run_id="r", status="completed", results_table="t", source="s", snapshot=None, model="m",
+        model_version="v", code_version="c", started_by="cli",
+        totals=RunCounts(rows_out=10, rows_failed=1, shards_done=2, shards_total=2, counts={}),
+        merge=MergeTotals(inserted=9, updated=1, unchanged=0),
+    )  # fmt: skip
     assert closing_lines(summary, failed=False) == [
         "run r completed: 10 rows scored (9 new, 1 updated, 0 unchanged), 1 dead letter, 0 skipped, "
         "2/2 shards done "
         "-> table t"
     ]
-    resumed = {
-        **summary,
-        "resumed": True,
-        "this_invocation": {"rows_in": 4, "rows_out": 4, "rows_failed": 0, "shards_done": 1},
-        "counts": {"completion_tokens": 30, "prompt_tokens": 70},
-    }
+    resumed = dataclasses.replace(
+        summary,
+        resumed=True,
+        this_invocation=InvocationCounts(rows_in=4, rows_out=4, rows_failed=0, shards_done=1),
+        totals=dataclasses.replace(summary.totals, counts={"completion_tokens": 30, "prompt_tokens": 70}),
+    )
     assert closing_lines(resumed, failed=True) == [
         "run r FAILED (resumed) -> table t",
         "this invocation: 4 rows scored, 0 dead letters, 1 shard finished",

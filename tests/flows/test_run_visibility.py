@@ -50,9 +50,9 @@ def test_artifacts_hold_the_run_figures_and_events_carry_counts(sqlite_url: str,
 
     markdown = artifacts["shardwise-run"].data
     assert "| Rows scored | 240 (240 new" in markdown and "| Dead letters | 3 |" in markdown
-    assert f"{summary['padding_efficiency']:.3f}" in markdown and "| OOM splits | 0 |" in markdown
-    assert summary["model_version"][:16] in markdown and summary["code_version"] in markdown
-    assert f"WHERE run_id = '{summary['run_id']}'" in markdown
+    assert f"{summary.engine.padding_efficiency:.3f}" in markdown and "| OOM splits | 0 |" in markdown
+    assert summary.model_version[:16] in markdown and summary.code_version in markdown
+    assert f"WHERE run_id = '{summary.run_id}'" in markdown
     assert "| Runner | thread, 1 worker |" in markdown and "## Workers" in markdown
     host = socket.gethostname()
     worker_lines = [line for line in markdown.splitlines() if line.startswith(f"| `{host}:")]
@@ -67,7 +67,7 @@ def test_artifacts_hold_the_run_figures_and_events_carry_counts(sqlite_url: str,
 
     (event,) = events
     assert event["event"] == "shardwise.run.completed"
-    assert event["resource"]["prefect.resource.id"] == f"shardwise.run.{summary['run_id']}"
+    assert event["resource"]["prefect.resource.id"] == f"shardwise.run.{summary.run_id}"
     assert event["related"][0]["prefect.resource.id"] == "shardwise.source.docs"
     assert (event["payload"]["rows_out"], event["payload"]["rows_failed"]) == (240, 3)
     assert event["payload"]["rows_skipped"] == 0

@@ -13,6 +13,7 @@ from flow_data import checksum, execute, synthetic_docs
 from shardwise.errors import ConfigError
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
+from shardwise.pipeline.run_result import RunResult
 from shardwise.tasks.runners import Fanout, cores
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -38,7 +39,7 @@ def _params(url: str, runner: str, **extra: object) -> ScoreParams:
     return ScoreParams(runner=runner, **fields)  # type: ignore[arg-type]
 
 
-def _run_on(url: str, runner: str, table: str, **extra: object) -> dict:
+def _run_on(url: str, runner: str, table: str, **extra: object) -> RunResult:
     state = score(_params(url, runner, results_table=table, workers=2, **extra), return_state=True)
     summary = state.result()
     assert state.is_completed(), state.message
@@ -55,23 +56,23 @@ def test_the_thread_runner_scores_every_valid_row(docs: str, thread_checksum: tu
 def test_the_process_runner_gives_the_same_results(docs: str, thread_checksum: tuple[int, str]) -> None:
     summary = _run_on(docs, "process", "by_process")
     assert checksum(docs, "by_process") == thread_checksum
-    assert (summary["runner"], summary["workers"], summary["workers_used"]) == ("process", 2, 2)
+    assert (summary.fanout.runner, summary.fanout.workers, summary.fanout.workers_used) == ("process", 2, 2)
     hosts = execute(
         docs,
         "select count(distinct engine->>'worker'), count(*) filter (where host is null or device is null) "
         "from shardwise_shards where run_id = :r",
-        {"r": summary["run_id"]},
+        {"r": summary.run_id},
     )
     assert hosts == [(2, 0)], "two worker processes, and every shard names its host and device"
     loads = execute(
         docs,
         "select engine->>'worker', count(*) filter (where (engine->>'model_load_s')::float > 0) "
         "from shardwise_shards where run_id = :r group by 1",
-        {"r": summary["run_id"]},
+        {"r": summary.run_id},
     )
     assert sorted(n for _, n in loads) == [1, 1], "each worker process loaded the model once"
     snapshots = execute(docs, "select distinct input_snapshot from by_process")
-    assert snapshots == [(summary["snapshot"],)], "worker processes imported the planner's snapshot"
+    assert snapshots == [(summary.snapshot,)], "worker processes imported the planner's snapshot"
 
 
 @pytest.mark.postgres
@@ -81,7 +82,7 @@ def test_the_dask_runner_gives_the_same_results(
 ) -> None:
     summary = _run_on(docs, "dask", "by_dask")
     assert checksum(docs, "by_dask") == thread_checksum
-    assert summary["workers_used"] == 2
+    assert summary.fanout.workers_used == 2
 
 
 @pytest.mark.postgres
@@ -91,7 +92,7 @@ def test_the_ray_runner_gives_the_same_results(
 ) -> None:
     summary = _run_on(docs, "ray", "by_ray")
     assert checksum(docs, "by_ray") == thread_checksum
-    assert summary["workers_used"] >= 1
+    assert summary.fanout.workers_used >= 1
 
 
 def test_local_runners_share_the_cores_out() -> None:

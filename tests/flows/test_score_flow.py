@@ -11,11 +11,12 @@ from flow_data import BAD_ROWS, LINEAGE, execute, make_docs, parquet_bytes, text
 from shardwise.errors import TransientError
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
+from shardwise.pipeline.run_result import RunResult
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
-def _run(**params: object) -> tuple[bool, dict]:
+def _run(**params: object) -> tuple[bool, RunResult]:
     state = score(ScoreParams(model="tiny", **params), return_state=True)  # type: ignore[arg-type]
     return state.is_completed(), state.result(raise_on_failure=False)
 
@@ -28,7 +29,11 @@ def test_sqlite_end_to_end_with_dead_letters_and_lineage(sqlite_url: str) -> Non
     make_docs(sqlite_url, 300)
     ok, summary = _run(source=sqlite_url, table="docs", shards=3)
     assert ok, summary
-    assert (summary["rows_out"], summary["rows_failed"], summary["shards_done"]) == (300, len(BAD_ROWS), 3)
+    assert (summary.totals.rows_out, summary.totals.rows_failed, summary.totals.shards_done) == (
+        300,
+        len(BAD_ROWS),
+        3,
+    )
     assert execute(sqlite_url, "select count(*) from shardwise_results") == [(300,)]
     nulls = " or ".join(f"{c} is null" for c in LINEAGE)
     assert execute(sqlite_url, f"select count(*) from shardwise_results where {nulls}") == [(0,)]
@@ -36,9 +41,9 @@ def test_sqlite_end_to_end_with_dead_letters_and_lineage(sqlite_url: str) -> Non
         sqlite_url, "select source_key, error_class, run_id from shardwise_errors order by source_key"
     )
     assert sorted(int(k) for k, _, _ in errors) == sorted(k for k, _ in BAD_ROWS)
-    assert {c for _, c, _ in errors} == {"InputError"} and {r for _, _, r in errors} == {summary["run_id"]}
+    assert {c for _, c, _ in errors} == {"InputError"} and {r for _, _, r in errors} == {summary.run_id}
     run = execute(sqlite_url, "select status, started_by, code_version, model_version from shardwise_runs")
-    assert run == [("completed", "cli", run[0][2], summary["model_version"])]
+    assert run == [("completed", "cli", run[0][2], summary.model_version)]
     assert run[0][2].startswith("shardwise ")
 
 
@@ -69,13 +74,17 @@ def test_the_summary_states_results_dead_letters_and_skipped_rows_adding_up(sqli
     assert any("2 rows have NULL in key column 'id', so they are skipped" in w for w in warnings.seen), (
         warnings
     )
-    assert (summary["rows_out"], summary["rows_failed"], summary["rows_skipped"]) == (40, len(BAD_ROWS), 2)
-    assert summary["skipped"] == {"null_key": 2, "already_scored": 0}
+    assert (summary.totals.rows_out, summary.totals.rows_failed, summary.skipped.total) == (
+        40,
+        len(BAD_ROWS),
+        2,
+    )
+    assert summary.skipped.as_dict() == {"null_key": 2, "already_scored": 0}
     inputs = execute(sqlite_url, "select count(*) from docs")[0][0]
-    assert summary["rows_out"] + summary["rows_failed"] + summary["rows_skipped"] == inputs
+    assert summary.totals.rows_out + summary.totals.rows_failed + summary.skipped.total == inputs
     ok, again = _run(source=sqlite_url, table="docs", shards=2, only_new=True)
-    assert ok and again["skipped"] == {"null_key": 2, "already_scored": 40}
-    assert again["rows_out"] + again["rows_failed"] + again["rows_skipped"] == inputs
+    assert ok and again.skipped.as_dict() == {"null_key": 2, "already_scored": 40}
+    assert again.totals.rows_out + again.totals.rows_failed + again.skipped.total == inputs
 
 
 def test_repeating_a_run_adds_and_changes_nothing(sqlite_url: str) -> None:
@@ -83,7 +92,7 @@ def test_repeating_a_run_adds_and_changes_nothing(sqlite_url: str) -> None:
     assert _run(source=sqlite_url, table="docs", shards=2)[0]
     before = _results(sqlite_url)
     ok, summary = _run(source=sqlite_url, table="docs", shards=2)
-    assert ok and (summary["inserted"], summary["updated"], summary["unchanged"]) == (0, 0, 200)
+    assert ok and (summary.merge.inserted, summary.merge.updated, summary.merge.unchanged) == (0, 0, 200)
     assert _results(sqlite_url) == before
 
 
@@ -91,7 +100,7 @@ def test_repeating_a_run_adds_and_changes_nothing(sqlite_url: str) -> None:
 def test_postgres_only_new_scores_inserted_and_updated_rows_only(pg_url: str) -> None:
     make_docs(pg_url, 1000, bad=False)
     ok, first = _run(source=pg_url, table="docs", shards=4)
-    assert ok and first["rows_out"] == 1000
+    assert ok and first.totals.rows_out == 1000
     new = texts(1030, seed=7)[1000:]
     execute(
         pg_url,
@@ -101,14 +110,14 @@ def test_postgres_only_new_scores_inserted_and_updated_rows_only(pg_url: str) ->
     execute(pg_url, "update docs set text = text || ' (edited)' where id < 5")
     ok, second = _run(source=pg_url, table="docs", shards=4, only_new=True)
     assert ok, second
-    assert (second["rows_in"], second["inserted"], second["updated"]) == (35, 30, 5)
+    assert (second.totals.rows_in, second.merge.inserted, second.merge.updated) == (35, 30, 5)
     assert execute(pg_url, "select count(*) from shardwise_results") == [(1030,)]
     rescored = execute(
-        pg_url, "select count(*) from shardwise_results where run_id = :r", {"r": second["run_id"]}
+        pg_url, "select count(*) from shardwise_results where run_id = :r", {"r": second.run_id}
     )
     assert rescored == [(35,)]
     ok, third = _run(source=pg_url, table="docs", shards=4, only_new=True)
-    assert ok and third["rows_in"] == 0 and third["shards"] == 0
+    assert ok and third.totals.rows_in == 0 and third.shards.planned == 0
 
 
 @pytest.mark.s3
@@ -122,12 +131,12 @@ def test_parquet_on_s3_end_to_end_and_only_new_objects(s3_env, sqlite_url: str) 
     )
     common = {"source": "s3://landing/docs/", "results": sqlite_url, "rows_per_shard": 100}
     ok, first = _run(**common)
-    assert ok and first["rows_out"] == 250
+    assert ok and first.totals.rows_out == 250
     ok, again = _run(only_new=True, **common)
-    assert ok and again["rows_in"] == 0
+    assert ok and again.totals.rows_in == 0
     s3.put_object(Bucket="landing", Key="docs/c.parquet", Body=parquet_bytes([900, 901], ["new one", None]))
     ok, fresh = _run(only_new=True, **common)
-    assert ok and (fresh["rows_out"], fresh["rows_failed"]) == (1, 1)
+    assert ok and (fresh.totals.rows_out, fresh.totals.rows_failed) == (1, 1)
     assert execute(sqlite_url, "select count(*) from shardwise_results") == [(251,)]
 
 
@@ -148,7 +157,7 @@ def test_permanent_shard_error_fails_the_run_fast_and_resume_finishes_it(
     monkeypatch.setattr(infer, "score_shard", broken)
     ok, summary = _run(source=sqlite_url, table="docs", shards=3)
     assert not ok
-    assert (summary["shards_done"], summary["shards_failed"]) == (2, 1)
+    assert (summary.totals.shards_done, summary.totals.shards_failed) == (2, 1)
     shard = execute(
         sqlite_url, "select status, attempts, last_error from shardwise_shards where shard_id = 1"
     )
@@ -158,9 +167,9 @@ def test_permanent_shard_error_fails_the_run_fast_and_resume_finishes_it(
     assert execute(sqlite_url, moves) == [("pending", "running"), ("running", "failed")]
 
     monkeypatch.setattr(infer, "score_shard", real)
-    ok, resumed = _run(source=sqlite_url, table="docs", shards=3, resume=summary["run_id"])
-    assert ok and resumed["run_id"] == summary["run_id"]
-    assert (resumed["shards_skipped"], resumed["shards_done"], resumed["rows_out"]) == (2, 3, 300)
+    ok, resumed = _run(source=sqlite_url, table="docs", shards=3, resume=summary.run_id)
+    assert ok and resumed.run_id == summary.run_id
+    assert (resumed.shards.skipped, resumed.totals.shards_done, resumed.totals.rows_out) == (2, 3, 300)
     assert execute(sqlite_url, "select count(*) from shardwise_results") == [(300,)]
 
 
@@ -178,7 +187,7 @@ def test_transient_error_is_retried(sqlite_url: str, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(shard, "Engine", flaky)
     ok, summary = _run(source=sqlite_url, table="docs", shards=1)
-    assert ok and summary["rows_out"] == 100
+    assert ok and summary.totals.rows_out == 100
     assert calls == [1, 2]
     assert execute(sqlite_url, "select status, attempts from shardwise_shards") == [("done", 2)]
     moves = "select from_status, to_status, attempt, error from shardwise_shard_transitions order by id"
@@ -188,7 +197,7 @@ def test_transient_error_is_retried(sqlite_url: str, monkeypatch: pytest.MonkeyP
         ("retrying", "running", 2, None),
         ("running", "done", 2, None),
     ]
-    assert summary["shard_states"] == {"done": 1, "retried": 1}
+    assert summary.shards.states == {"done": 1, "retried": 1}
 
 
 def test_local_parquet_folder_end_to_end(tmp_path, sqlite_url: str) -> None:
@@ -201,5 +210,5 @@ def test_local_parquet_folder_end_to_end(tmp_path, sqlite_url: str) -> None:
     )
     (folder / "_SUCCESS").write_text("")
     ok, summary = _run(source=str(folder), results=sqlite_url, shards=3)
-    assert ok and (summary["rows_out"], summary["rows_failed"], summary["shards"]) == (179, 1, 3)
+    assert ok and (summary.totals.rows_out, summary.totals.rows_failed, summary.shards.planned) == (179, 1, 3)
     assert execute(sqlite_url, "select count(distinct shard_id) from shardwise_results") == [(3,)]

@@ -25,6 +25,7 @@ from shardwise.errors import TransientError
 from shardwise.flows.cli import main
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
+from shardwise.pipeline.run_result import RunResult
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 pytest.importorskip("transformers")
@@ -151,7 +152,7 @@ def test_live_progress_counts_the_tokens_of_each_finished_batch(
     assert seen[-1].counts == {"completion_tokens": completion, "prompt_tokens": prompt}
 
 
-def _generate(url: str, lm: Path, **params: Any) -> tuple[bool, dict[str, Any]]:
+def _generate(url: str, lm: Path, **params: Any) -> tuple[bool, RunResult]:
     fields = {"max_new_tokens": 6, "chat": "off", "precision": "fp32", "shards": 2}
     state = score(
         ScoreParams(source=url, table="docs", model=str(lm), results_table=TABLE, **{**fields, **params}),
@@ -189,16 +190,21 @@ def test_totals_stay_the_tables_sums_across_a_retried_shard_and_a_resume(
     monkeypatch.setattr(chunks, "_commit", dropped)
     monkeypatch.setattr(worker, "score_shard", shard_1_broken)
     ok, first = _generate(url, lm)
-    assert not ok and broke == [1] and first["shards_failed"] == 1
+    assert not ok and broke == [1] and first.totals.shards_failed == 1
     attempts = execute(url, "select attempt from shardwise_chunks where shard_id = 0 order by chunk")
     assert attempts[:2] == [(1,), (2,)], "the retry started after the chunk its first attempt committed"
     ((completion, prompt, rows),) = execute(url, TOTALS)
-    assert 0 < rows < ROWS and first["counts"] == {"completion_tokens": completion, "prompt_tokens": prompt}
+    assert 0 < rows < ROWS and first.totals.counts == {
+        "completion_tokens": completion,
+        "prompt_tokens": prompt,
+    }
 
     monkeypatch.setattr(worker, "score_shard", real_score)
-    ok, resumed = _generate(url, lm, resume=first["run_id"])
-    assert ok and resumed["run_id"] == first["run_id"] and resumed["shards_skipped"] == 1
+    ok, resumed = _generate(url, lm, resume=first.run_id)
+    assert ok and resumed.run_id == first.run_id and resumed.shards.skipped == 1
     ((completion, prompt, rows),) = execute(url, TOTALS)
-    assert rows == ROWS and resumed["rows_failed"] == len(BAD_ROWS)
-    assert resumed["counts"] == {"completion_tokens": completion, "prompt_tokens": prompt}, "the whole run"
-    assert resumed["counts"]["prompt_tokens"] > first["counts"]["prompt_tokens"]
+    assert rows == ROWS and resumed.totals.rows_failed == len(BAD_ROWS)
+    assert resumed.totals.counts == {"completion_tokens": completion, "prompt_tokens": prompt}, (
+        "the whole run"
+    )
+    assert resumed.totals.counts["prompt_tokens"] > first.totals.counts["prompt_tokens"]

@@ -93,7 +93,7 @@ def test_a_dask_worker_killed_mid_shard_loses_and_duplicates_nothing(pg_url: str
     attempts = execute(
         pg_url,
         "select sum(attempts), count(*) from shardwise_shards where run_id = :r",
-        {"r": summary["run_id"]},
+        {"r": summary.run_id},
     )
     assert attempts[0][0] > SHARDS == attempts[0][1], "the killed worker's shard ran again"
     assert execute(pg_url, "select count(*), count(distinct source_key) from faulted") == [(expected[0],) * 2]
