@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shardwise.by_reference import is_reference
 from shardwise.errors import ConfigError
-from shardwise.sinks.registry import Destination
+from shardwise.sinks.registry import Destination, SinkOptions
 
-__all__ = ["check_local", "location_target"]
+if TYPE_CHECKING:
+    from shardwise.model import OutputColumn
+
+__all__ = ["LocationKind", "check_local", "location_target"]
 
 
 def location_target(kind: str, dest: Destination) -> str:
@@ -39,3 +43,25 @@ def check_local(dest: Destination) -> None:
             f"results {shown} is not a directory (a regular file, or a link to none), so results cannot "
             "be written under it; give --results a directory, or a path whose existing part is a directory"
         )
+
+
+class LocationKind:
+    """What a kind whose results go to a location does unless it says otherwise: no database scheme of its
+    own, the target ``KIND:LOCATION/TABLE``, a local location checked to be a directory, every output kind
+    stored, and never the source's database. A kind subclasses it and gives ``name``, ``label``,
+    ``extra``, ``options``, ``require()`` and ``open()``."""
+
+    name: str
+    schemes: tuple[str, ...] = ()
+
+    def target(self, dest: Destination) -> str:
+        return location_target(self.name, dest)
+
+    def check(self, dest: Destination, options: SinkOptions) -> None:
+        check_local(dest)
+
+    def check_outputs(self, options: SinkOptions, model: str, outputs: tuple[OutputColumn, ...]) -> None:
+        """A lake table stores every output kind."""
+
+    def same_database(self, dest: Destination, url: str) -> bool:
+        return False

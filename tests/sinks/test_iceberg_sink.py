@@ -244,7 +244,7 @@ def test_the_kind_is_registered_with_its_option_and_target(tmp_path) -> None:
         ("a.b.c", None, "{tmp}", "not namespace.table of plain identifiers"),
         ("bad-name", None, "{tmp}", "not namespace.table of plain identifiers"),
         ("docs", None, "s3://b/wh", "give --iceberg-catalog"),
-        ("docs", "mysql://u:secret@h/db", "{tmp}", "uses driver 'mysql'"),
+        ("docs", "mysql://u@h/db", "{tmp}", "uses driver 'mysql'"),
         ("docs", "sqlite://", "{tmp}", "in memory"),
         ("docs", "not a url", "{tmp}", "not a SQLAlchemy URL"),
     ],

@@ -10,24 +10,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shardwise.errors import ConfigError
-from shardwise.sinks.location import check_local, location_target
+from shardwise.sinks.location import LocationKind
 from shardwise.sinks.registry import Destination, SinkOptions
 
 if TYPE_CHECKING:
-    from shardwise.model import OutputColumn
     from shardwise.retry_policy import RetryPolicy
     from shardwise.sinks.base import Layout, Sink
 
 __all__ = ["KIND", "DeltaKind"]
 
 
-class DeltaKind:
+class DeltaKind(LocationKind):
     """Results in a Delta table at ``LOCATION/TABLE``: one Delta commit per chunk, exactly once."""
 
     name = "delta"
     label = "a Delta Lake table"
     extra = "delta"
-    schemes: tuple[str, ...] = ()
     options = SinkOptions
 
     def require(self) -> None:
@@ -38,18 +36,6 @@ class DeltaKind:
                 f"results in Delta Lake need the deltalake package ({exc}); pip install 'shardwise[delta]', "
                 "or give --results-format parquet"
             ) from exc
-
-    def target(self, dest: Destination) -> str:
-        return location_target(self.name, dest)
-
-    def check(self, dest: Destination, options: SinkOptions) -> None:
-        check_local(dest)
-
-    def check_outputs(self, options: SinkOptions, model: str, outputs: tuple[OutputColumn, ...]) -> None:
-        """A Delta table stores every output kind."""
-
-    def same_database(self, dest: Destination, url: str) -> bool:
-        return False
 
     def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
         self.require()

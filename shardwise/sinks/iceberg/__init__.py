@@ -26,11 +26,10 @@ from pydantic import Field, field_validator
 
 from shardwise.errors import ConfigError
 from shardwise.sinks.iceberg.catalog import DEFAULT_CATALOG_FILE, DEFAULT_NAMESPACE, catalog_url, table_name
-from shardwise.sinks.location import check_local, location_target
+from shardwise.sinks.location import LocationKind, check_local
 from shardwise.sinks.registry import Destination, SinkOptions
 
 if TYPE_CHECKING:
-    from shardwise.model import OutputColumn
     from shardwise.retry_policy import RetryPolicy
     from shardwise.sinks.base import Layout, Sink
 
@@ -63,13 +62,12 @@ class IcebergOptions(SinkOptions):
         return url
 
 
-class IcebergKind:
+class IcebergKind(LocationKind):
     """Results in an Iceberg table ``namespace.table`` of a SQL catalog: one snapshot per chunk, once."""
 
     name = "iceberg"
     label = "an Apache Iceberg table"
     extra = "iceberg"
-    schemes: tuple[str, ...] = ()
     options = IcebergOptions
 
     def require(self) -> None:
@@ -81,9 +79,6 @@ class IcebergKind:
                 f"results in Apache Iceberg need the pyiceberg package ({exc}); pip install "
                 "'shardwise[iceberg]', or give --results-format delta"
             ) from exc
-
-    def target(self, dest: Destination) -> str:
-        return location_target(self.name, dest)
 
     def check(self, dest: Destination, options: SinkOptions) -> None:
         assert isinstance(options, IcebergOptions)
@@ -97,12 +92,6 @@ class IcebergKind:
             )
         if options.iceberg_catalog is not None:
             catalog_url(options.iceberg_catalog, dest.location)
-
-    def check_outputs(self, options: SinkOptions, model: str, outputs: tuple[OutputColumn, ...]) -> None:
-        """An Iceberg table stores every output kind."""
-
-    def same_database(self, dest: Destination, url: str) -> bool:
-        return False
 
     def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
         assert isinstance(options, IcebergOptions)

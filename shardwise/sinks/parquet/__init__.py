@@ -8,40 +8,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shardwise.sinks.location import check_local, location_target
+from shardwise.sinks.location import LocationKind
 from shardwise.sinks.registry import Destination, SinkOptions
 
 if TYPE_CHECKING:
-    from shardwise.model import OutputColumn
     from shardwise.retry_policy import RetryPolicy
     from shardwise.sinks.base import Layout, Sink
 
 __all__ = ["KIND", "ParquetKind"]
 
 
-class ParquetKind:
+class ParquetKind(LocationKind):
     """Results as Parquet files under ``LOCATION/TABLE``, one per chunk, listed in its ``_manifest``."""
 
     name = "parquet"
     label = "Parquet files"
     extra = None
-    schemes: tuple[str, ...] = ()
     options = SinkOptions
 
     def require(self) -> None:
         """pyarrow is a core dependency."""
-
-    def target(self, dest: Destination) -> str:
-        return location_target(self.name, dest)
-
-    def check(self, dest: Destination, options: SinkOptions) -> None:
-        check_local(dest)
-
-    def check_outputs(self, options: SinkOptions, model: str, outputs: tuple[OutputColumn, ...]) -> None:
-        """Parquet stores every output kind."""
-
-    def same_database(self, dest: Destination, url: str) -> bool:
-        return False
 
     def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
         from shardwise.sinks.parquet.sink import ParquetSink
