@@ -209,7 +209,7 @@ def with_model(model: str) -> Path:
             *[t["parameters"] for t in deployment.get("triggers") or []],
         ]:
             if "params" in block:
-                block["params"]["model"] = model
+                block["params"]["model"] = {"name": model}
     out = Path(tempfile.mkdtemp(prefix="lat-yaml-")) / "prefect.yaml"
     out.write_text(yaml.safe_dump(data))
     return out

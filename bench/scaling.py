@@ -118,18 +118,21 @@ def timeline(url: str, run_id: str) -> dict[str, Any]:
 
 def one_run(url: str, args: argparse.Namespace, workers: int, table: str) -> dict[str, Any]:
     from shardwise.flows.launch import run_and_report
-    from shardwise.flows.params import ScoreParams
+    from shardwise.flows.params import (
+        FanoutParams,
+        ModelParams,
+        ResultsParams,
+        RunParams,
+        ScoreParams,
+        SourceParams,
+    )
 
     params = ScoreParams(
-        source=url,
-        table="docs",
-        model=args.model,
-        results_table=table,
-        shards=args.shards or 4 * args.workers,
-        runner=args.runner,
-        workers=workers,
-        threads=1,
-        device=args.device,
+        source=SourceParams(location=url, table="docs"),
+        model=ModelParams(name=args.model),
+        results=ResultsParams(table=table),
+        run=RunParams(shards=args.shards or 4 * args.workers, device=args.device),
+        fanout=FanoutParams(runner=args.runner, workers=workers, threads=1),
     )
     database = sa.make_url(url).database or ""
     started = time.perf_counter()

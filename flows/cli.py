@@ -147,12 +147,7 @@ _EXAMPLE_DB = "sqlite:///shardwise-work/shardwise.db"
 
 
 def _parser() -> argparse.ArgumentParser:
-    from shardwise.flows.cli_options import (
-        FANOUT_OPTIONS,
-        SOURCE_OPTIONS,
-        add_param_options,
-        add_sink_options,
-    )
+    from shardwise.flows.cli_options import add_score_options
     from shardwise.flows.cli_services import add_service_commands
     from shardwise.flows.outcome import exit_codes_help
 
@@ -183,9 +178,7 @@ def _parser() -> argparse.ArgumentParser:
         name: str, summary: str, about: str, example: str, own: tuple[str, ...], required: Sequence[str] = ()
     ) -> None:
         parser = command(name, summary, about, example, parents=[verbose])
-        add_param_options(parser, (*SOURCE_OPTIONS, *own))
-        add_sink_options(parser)
-        add_param_options(_fanout_group(parser), FANOUT_OPTIONS)
+        add_score_options(parser, own)
         _progress_options(parser)
         for action in parser._actions:
             if action.dest in required:  # optional in the flow's parameters, never on this command
@@ -202,7 +195,14 @@ def _parser() -> argparse.ArgumentParser:
         "(abandoned in shardwise runs; at once when it ran on this host). Resuming a run that a live\n"
         "process still holds is refused (exit 2) unless --force takes it over.",
         f"shardwise run --source {_EXAMPLE_DB} --table docs --model minilm --only-new",
-        ("max_tokens", "resume", "force", "lease_s", "retry_deadline_s", "retry_attempts"),
+        (
+            "run.max_tokens",
+            "run.resume",
+            "run.force",
+            "run.lease_s",
+            "run.retry_deadline_s",
+            "run.retry_attempts",
+        ),
     )
     scoring(
         "redrive",
@@ -211,8 +211,8 @@ def _parser() -> argparse.ArgumentParser:
         "rows whose input changed since they failed are taken: someone fixed them. --force takes them\n"
         "all. With nothing changed it says so and exits 0.",
         f"shardwise redrive --source {_EXAMPLE_DB} --table docs --run RUN_ID",
-        ("redrive", "force", "lease_s", "retry_deadline_s", "retry_attempts"),
-        required=("redrive",),  # without a run, a redrive would be a run over the whole table
+        ("run.redrive", "run.force", "run.lease_s", "run.retry_deadline_s", "run.retry_attempts"),
+        required=("run.redrive",),  # without a run, a redrive would be a run over the whole table
     )
 
     plan = command(
@@ -223,9 +223,7 @@ def _parser() -> argparse.ArgumentParser:
         f"shardwise plan --source {_EXAMPLE_DB} --table docs --rows-per-shard 5000",
         parents=[verbose],
     )
-    add_param_options(plan, SOURCE_OPTIONS)
-    add_sink_options(plan)
-    add_param_options(_fanout_group(plan), FANOUT_OPTIONS)
+    add_score_options(plan)
     plan.set_defaults(handler=cli_commands.plan)
 
     runs = command(
@@ -273,10 +271,6 @@ def _parser() -> argparse.ArgumentParser:
     _progress_options(demo)
     demo.set_defaults(handler=cli_commands.demo)
     return parser
-
-
-def _fanout_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    return parser.add_argument_group("fan-out", "what runs the shards (README: Scaling out)")
 
 
 def _progress_options(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ def score(args: argparse.Namespace) -> int:
 
     params = score_params(args)
     # From here a signal stops the command within seconds, with one line naming the run to resume.
-    with stopping_on_signals(params.resume, lambda run_id: was_recorded(params, run_id)):
+    with stopping_on_signals(params.run.resume, lambda run_id: was_recorded(params, run_id)):
         idle = preflight(params)
         if idle is not None:
             print(idle)

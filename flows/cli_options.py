@@ -18,106 +18,140 @@ from pydantic_core import PydanticUndefined
 
 __all__ = [
     "FANOUT_OPTIONS",
-    "GENERATION_OPTIONS",
+    "MODEL_OPTIONS",
+    "RESULTS_OPTIONS",
+    "RUN_OPTIONS",
     "SOURCE_OPTIONS",
     "add_param_options",
+    "add_score_options",
     "add_sink_options",
+    "flag_at",
     "flag_for",
     "refuse_unencoded_urls",
     "score_params",
     "watch_spec",
 ]
 
-
-GENERATION_OPTIONS = (
-    "prompt",
-    "system",
-    "chat",
-    "max_new_tokens",
-    "temperature",
-    "top_p",
-    "seed",
-    "json_schema",
-    "unconstrained",
+# Options name fields of :class:`ScoreParams` by their dotted path (``source.table``, ``run.shards``);
+# a path that names a section stands for each of its fields, in the model's order, but the internal ones.
+SOURCE_OPTIONS = ("source",)
+"""Where the rows are: the ``source`` section, in ``--help`` order."""
+MODEL_OPTIONS = ("model",)
+"""The model and a generator's settings (``model.generation``)."""
+RESULTS_OPTIONS = ("results.location", "results.table", "results.format", "ledger")
+"""Where the results and the ledger go; each sink kind's options follow in a group of their own."""
+RUN_OPTIONS = (
+    "run.shards",
+    "run.rows_per_shard",
+    "run.only_new",
+    "run.device",
+    "run.precision",
+    "run.min_agreement",
 )
-"""The fields that only a generator (a causal language model) takes; part of its model version."""
-SOURCE_OPTIONS = (
-    "source",
-    "table",
-    "key",
-    "text_column",
-    "text_pair_column",
-    "image_column",
-    "image_roots",
-    "image_buckets",
-    "image_max_bytes",
-    "where",
-    "query_timeout_s",
-    "model",
-    *GENERATION_OPTIONS,
-    "results",
-    "results_table",
-    "results_format",
-    "ledger",
-    "shards",
-    "rows_per_shard",
-    "only_new",
-    "device",
-    "precision",
-    "min_agreement",
-)
-"""The :class:`ScoreParams` fields that ``run``, ``redrive`` and ``plan`` all take, in ``--help`` order."""
-FANOUT_OPTIONS = ("runner", "workers", "address", "threads", "deployment")
-"""The fields that choose what runs the shards; their own ``--help`` group."""
+"""The ``run`` fields that ``run``, ``redrive`` and ``plan`` all take; each command adds its own."""
+FANOUT_OPTIONS = ("fanout",)
+"""The fields that choose what runs the shards."""
+_INTERNAL = frozenset({"source.source_name", "run.dry_run", "triggered_by"})
+"""Fields no option sets: ``plan`` implies a dry run, deployments name the source, triggers the event."""
 _FLAGS = {
-    "redrive": "--run",
-    "query_timeout_s": "--query-timeout",
-    "retry_deadline_s": "--retry-deadline",
-    "image_roots": "--image-root",  # repeated, one folder each
-    "image_buckets": "--image-bucket",
+    "source.location": "--source",
+    "model.name": "--model",
+    "results.location": "--results",
+    "results.table": "--results-table",
+    "results.format": "--results-format",
+    "run.redrive": "--run",
+    "source.query_timeout_s": "--query-timeout",
+    "run.retry_deadline_s": "--retry-deadline",
+    "source.image_roots": "--image-root",  # repeated, one folder each
+    "source.image_buckets": "--image-bucket",
 }
-"""Fields whose option is not simply ``--field-name``."""
+"""Fields whose option is not ``--`` and the field's own name (``text_column`` is ``--text-column``)."""
 _METAVARS = {
-    "source": "URL|PATH|env:NAME",
-    "results": "URL|DIR|s3://...|env:NAME",
+    "source.location": "URL|PATH|env:NAME",
+    "results.location": "URL|DIR|s3://...|env:NAME",
     "ledger": "URL|env:NAME",
-    "table": "TABLE",
-    "key": "COLUMN",
-    "text_column": "COLUMN",
-    "text_pair_column": "COLUMN",
-    "image_column": "COLUMN",
-    "image_roots": "DIR",
-    "image_buckets": "BUCKET",
-    "image_max_bytes": "BYTES",
-    "where": "SQL",
-    "model": "NAME|DIR|MODULE:ATTR",
-    "prompt": "TEMPLATE",
-    "system": "TEXT",
-    "max_new_tokens": "N",
-    "temperature": "T",
-    "top_p": "P",
-    "seed": "S",
-    "json_schema": "FILE",
-    "results_table": "TABLE",
-    "shards": "N",
-    "rows_per_shard": "N",
-    "min_agreement": "COSINE",
-    "max_tokens": "N",
-    "workers": "N",
-    "threads": "N",
-    "deployment": "FLOW/NAME",
-    "resume": "RUN_ID",
-    "redrive": "RUN_ID",
-    "lease_s": "SECONDS",
-    "query_timeout_s": "SECONDS",
-    "retry_deadline_s": "SECONDS",
-    "retry_attempts": "N",
+    "source.table": "TABLE",
+    "source.key": "COLUMN",
+    "source.text_column": "COLUMN",
+    "source.text_pair_column": "COLUMN",
+    "source.image_column": "COLUMN",
+    "source.image_roots": "DIR",
+    "source.image_buckets": "BUCKET",
+    "source.image_max_bytes": "BYTES",
+    "source.where": "SQL",
+    "model.name": "NAME|DIR|MODULE:ATTR",
+    "model.generation.prompt": "TEMPLATE",
+    "model.generation.system": "TEXT",
+    "model.generation.max_new_tokens": "N",
+    "model.generation.temperature": "T",
+    "model.generation.top_p": "P",
+    "model.generation.seed": "S",
+    "model.generation.json_schema": "FILE",
+    "results.table": "TABLE",
+    "run.shards": "N",
+    "run.rows_per_shard": "N",
+    "run.min_agreement": "COSINE",
+    "run.max_tokens": "N",
+    "fanout.workers": "N",
+    "fanout.threads": "N",
+    "fanout.deployment": "FLOW/NAME",
+    "run.resume": "RUN_ID",
+    "run.redrive": "RUN_ID",
+    "run.lease_s": "SECONDS",
+    "source.query_timeout_s": "SECONDS",
+    "run.retry_deadline_s": "SECONDS",
+    "run.retry_attempts": "N",
 }
 
 
-def flag_for(field: str) -> str:
-    """The command-line option of a :class:`ScoreParams` field: ``text_column`` is ``--text-column``."""
-    return _FLAGS.get(field, "--" + field.replace("_", "-"))
+def flag_for(path: str) -> str:
+    """The command-line option of a :class:`ScoreParams` field, by its dotted path: ``source.text_column``
+    is ``--text-column``, ``source.location`` is ``--source`` (a sink option's path ends in its name)."""
+    return _FLAGS.get(path, "--" + path.rsplit(".", 1)[-1].replace("_", "-"))
+
+
+def flag_at(loc: Sequence[int | str]) -> str | None:
+    """The option of the field a validation error's location names (``("run", "shards")`` is
+    ``--shards``); None when it names a section, whose rule spans options, or nothing known."""
+    from shardwise.flows.params import ScoreParams
+
+    model: Any = ScoreParams
+    path: list[str] = []
+    for part in loc:
+        if isinstance(part, int):  # an item of a list: the list's option
+            break
+        info = model.model_fields.get(part)
+        if info is None:
+            return None
+        path.append(part)
+        if not _is_section(info.annotation):
+            return flag_for(".".join(path))
+        model = info.annotation
+    return None
+
+
+def _is_section(annotation: Any) -> bool:
+    from pydantic import BaseModel
+
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _leaves(path: str) -> list[tuple[str, Any]]:
+    """``(dotted path, field info)`` of the field ``path`` names, or of each field of the section it names
+    (nested sections flattened, internal fields left out)."""
+    from shardwise.flows.params import ScoreParams
+
+    model: Any = ScoreParams
+    info: Any = None
+    for part in path.split("."):
+        info = model.model_fields[part]
+        model = info.annotation
+    if not _is_section(model):
+        return [(path, info)]
+    found: list[tuple[str, Any]] = []
+    for name in model.model_fields:
+        found += [leaf for leaf in _leaves(f"{path}.{name}") if leaf[0] not in _INTERNAL]
+    return found
 
 
 def add_param_options(
@@ -126,20 +160,37 @@ def add_param_options(
     """One option per :class:`ScoreParams` field, its help and default taken from the model.
 
     The model is the one definition: the Prefect UI's form, these options and
-    their ``--help`` all come from it, so they cannot drift. Options that are
-    left out are left out of the model's input too, so the model's defaults
-    apply, and its validators check every value given.
+    their ``--help`` all come from it, so they cannot drift. Each option's
+    dest is its field's dotted path, which :func:`score_params` nests.
+    Options that are left out are left out of the model's input too, so the
+    model's defaults apply, and its validators check every value given.
     """
-    from shardwise.flows.params import ScoreParams
+    for path in fields:
+        for leaf, info in _leaves(path):
+            parser.add_argument(flag_for(leaf), dest=leaf, **_typed(leaf, info))
 
-    for name in fields:
-        parser.add_argument(flag_for(name), dest=name, **_typed(name, ScoreParams.model_fields[name]))
+
+def add_score_options(parser: argparse.ArgumentParser, run: Sequence[str] = ()) -> None:
+    """The options of ``run``, ``redrive`` and ``plan``: a ``--help`` group per section of
+    :class:`ScoreParams` (each sink kind's options in a group of their own after the results), and
+    ``run`` the command's own fields of the run section, after the common ones."""
+    from shardwise.flows.params import FanoutParams, ModelParams, ResultsParams, RunParams, SourceParams
+
+    def group(title: str, section: Any) -> argparse._ArgumentGroup:
+        return parser.add_argument_group(title, str(section.__doc__).rstrip("."))
+
+    add_param_options(group("source", SourceParams), SOURCE_OPTIONS)
+    add_param_options(group("model and generation", ModelParams), MODEL_OPTIONS)
+    add_param_options(group("results", ResultsParams), RESULTS_OPTIONS)
+    add_sink_options(parser)
+    add_param_options(group("run", RunParams), (*RUN_OPTIONS, *run))
+    add_param_options(group("fan-out", FanoutParams), FANOUT_OPTIONS)
 
 
 def add_sink_options(parser: argparse.ArgumentParser) -> None:
     """The options of each installed sink kind, a ``--help`` group per kind (one flag per option: their
     names are unique across kinds, see :mod:`shardwise.sinks.registry`). Each option's dest is
-    ``results_options.KIND.OPTION``, which :func:`score_params` nests as the flow's parameter."""
+    ``results.options.KIND.OPTION``, which :func:`score_params` nests as the flow's parameter."""
     from shardwise.sinks.registry import sink_kinds
 
     for name, kind in sink_kinds().items():
@@ -150,9 +201,8 @@ def add_sink_options(parser: argparse.ArgumentParser) -> None:
             f"options of the {name} sink kind; refused for results of another kind",
         )
         for option, info in kind.options.model_fields.items():
-            group.add_argument(
-                flag_for(option), dest=f"results_options.{name}.{option}", **_typed(option, info)
-            )
+            path = f"results.options.{name}.{option}"
+            group.add_argument(flag_for(path), dest=path, **_typed(path, info))
 
 
 def _typed(name: str, info: Any) -> dict[str, Any]:
@@ -163,13 +213,13 @@ def _typed(name: str, info: Any) -> dict[str, Any]:
         options["action"] = "store_true"
         return options
     if any(get_origin(k) is list for k in kinds):
-        options.update(action="append", metavar=_METAVARS.get(name, name.upper()))  # one per use
+        options.update(action="append", metavar=_metavar(name))  # one per use
         return options
     literals = [a for k in kinds if get_origin(k) is Literal for a in get_args(k)]
     if literals:
         options["choices"] = literals
     else:
-        options["metavar"] = _METAVARS.get(name, name.upper())
+        options["metavar"] = _metavar(name)
     number = int if int in kinds else float if float in kinds else None
     if number is not None:
         options["type"] = _number(number)
@@ -177,6 +227,10 @@ def _typed(name: str, info: Any) -> dict[str, Any]:
         options["type"] = _FILE_READERS[name]
     options["required"] = info.is_required()
     return options
+
+
+def _metavar(path: str) -> str:
+    return _METAVARS.get(path, path.rsplit(".", 1)[-1].upper())
 
 
 def _kinds(annotation: Any) -> set[Any]:
@@ -187,7 +241,7 @@ def _kinds(annotation: Any) -> set[Any]:
 
 def _help(name: str, info: Any) -> str:
     text = str(info.description or "")
-    if name == "model":
+    if name == "model.name":
         text += _known_models()
     if info.default == []:  # a repeatable option given no value
         text += " (default: none)"
@@ -243,35 +297,70 @@ def _json_schema_file(path: str) -> str:
     return text
 
 
-_FILE_READERS = {"json_schema": _json_schema_file}
+_FILE_READERS = {"model.generation.json_schema": _json_schema_file}
 """Fields whose option names a file, and what reads it: the value the field gets is what it returns."""
 
 
-def score_params(args: argparse.Namespace, **extra: object):  # -> ScoreParams
-    """The flow's parameters from the options given; ``extra`` holds what the subcommand implies.
+def score_params(args: argparse.Namespace, **extra: Any):  # -> ScoreParams
+    """The flow's parameters from the options given, each nested by its dest's dotted path (see
+    :func:`add_param_options`); ``extra`` holds what the subcommand implies, by section.
 
     A URL holding a password travels as an ``env:`` name (see :func:`_by_name`).
     """
     from shardwise.flows.params import ScoreParams
 
     refuse_unencoded_urls(args)
-    given = {name: getattr(args, name) for name in ScoreParams.model_fields if hasattr(args, name)}
-    sections: dict[str, dict[str, Any]] = {}
+    given: dict[str, Any] = {}
     for dest, value in vars(args).items():
-        if dest.startswith("results_options."):
-            _, kind, option = dest.split(".")
-            sections.setdefault(kind, {})[option] = value
-    if sections:
-        given["results_options"] = sections
-    given.update(extra)
-    if given.get("image_roots"):  # relative to where the command is typed; a blank one is refused after
-        given["image_roots"] = [os.path.abspath(r) if r.strip() else r for r in given["image_roots"]]
-    runner = given.get("runner", "thread")
-    remote = runner == "deployment" or (given.get("address") is not None and runner in ("dask", "ray"))
-    for name in ("source", "results", "ledger"):
-        if isinstance(given.get(name), str):
-            given[name] = _by_name(given[name], name, remote)
+        path = dest.split(".")
+        if path[0] in ScoreParams.model_fields and (len(path) > 1 or not _is_section_name(dest)):
+            _put(given, path, value)
+    _merge(given, extra)
+    source, fanout = given.setdefault("source", {}), given.get("fanout", {})
+    if source.get("image_roots"):  # relative to where the command is typed; a blank one is refused after
+        source["image_roots"] = [os.path.abspath(r) if r.strip() else r for r in source["image_roots"]]
+    runner = fanout.get("runner", "thread")
+    remote = runner == "deployment" or (fanout.get("address") is not None and runner in ("dask", "ray"))
+    for where, section, name in (
+        (source, "source", "location"),
+        (given.get("results", {}), "results", "location"),
+    ):
+        if isinstance(where.get(name), str):
+            where[name] = _by_name(where[name], section, remote)
+    if isinstance(given.get("ledger"), str):
+        given["ledger"] = _by_name(given["ledger"], "ledger", remote)
     return ScoreParams(**given)
+
+
+def _is_section_name(name: str) -> bool:
+    from shardwise.flows.params import ScoreParams
+
+    return _is_section(ScoreParams.model_fields[name].annotation)
+
+
+def _put(tree: dict[str, Any], path: Sequence[str], value: Any) -> None:
+    for part in path[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[path[-1]] = value
+
+
+def _merge(tree: dict[str, Any], extra: dict[str, Any]) -> None:
+    """``extra``'s values into ``tree``, section by section."""
+    for name, value in extra.items():
+        if isinstance(value, dict) and isinstance(tree.get(name), dict):
+            _merge(tree[name], value)
+        else:
+            tree[name] = value
+
+
+_URL_OPTIONS = {
+    "source": "--source",
+    "source.location": "--source",
+    "results": "--results",
+    "results.location": "--results",
+    "ledger": "--ledger",
+}
+"""The dests that may hold a URL (``watch`` and ``runs`` name theirs ``source`` and ``results``)."""
 
 
 def refuse_unencoded_urls(args: argparse.Namespace) -> None:
@@ -280,10 +369,10 @@ def refuse_unencoded_urls(args: argparse.Namespace) -> None:
     other code reads it. A name such as ``env:DB_URL`` is checked when it is resolved."""
     from shardwise.url_syntax import refuse_unencoded
 
-    for name in ("source", "results", "ledger"):
-        value = getattr(args, name, None)
+    for dest, flag in _URL_OPTIONS.items():
+        value = getattr(args, dest, None)
         if isinstance(value, str):
-            refuse_unencoded(value, flag_for(name))
+            refuse_unencoded(value, flag)
 
 
 def watch_spec(args: argparse.Namespace):  # -> WatchSpec

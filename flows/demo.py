@@ -27,7 +27,14 @@ import polars as pl
 
 from shardwise.corpus import harvest_docstrings
 from shardwise.flows.launch import run_and_report
-from shardwise.flows.params import ScoreParams
+from shardwise.flows.params import (
+    GenerationParams,
+    ModelParams,
+    ResultsParams,
+    RunParams,
+    ScoreParams,
+    SourceParams,
+)
 
 __all__ = ["run_demo"]
 
@@ -55,17 +62,28 @@ def run_demo(
     print(f"        and {parquet}/ as Parquet files")
 
     url = f"sqlite:///{database}"
-    common = {"model": model, "device": device, "rows_per_shard": max(100, rows // 4)}
+    model_params = ModelParams(name=model)
+    run_params = RunParams(device=device, rows_per_shard=max(100, rows // 4))
     shown = {"progress": progress, "progress_every": every}
     sql_run = run_and_report(
-        ScoreParams(source=url, table="docs", results_table="docs_scores", **common),  # type: ignore[arg-type]
-        **shown,
-    )  # type: ignore[arg-type]
+        ScoreParams(
+            source=SourceParams(location=url, table="docs"),
+            model=model_params,
+            results=ResultsParams(table="docs_scores"),
+            run=run_params,
+        ),
+        **shown,  # type: ignore[arg-type]
+    )
     if sql_run.code:
         return sql_run.code
     parquet_run = run_and_report(
-        ScoreParams(source=str(parquet), results=url, results_table="docs_parquet_scores", **common),  # type: ignore[arg-type]
-        **shown,
+        ScoreParams(
+            source=SourceParams(location=str(parquet)),
+            model=model_params,
+            results=ResultsParams(location=url, table="docs_parquet_scores"),
+            run=run_params,
+        ),
+        **shown,  # type: ignore[arg-type]
     )
     if parquet_run.code:
         return parquet_run.code
@@ -103,12 +121,10 @@ def _classify_photos(database: Path, device: str, shown: dict[str, object]) -> i
     conn.close()
     url = f"sqlite:///{database}"
     params = ScoreParams(
-        source=url,
-        table="photos",
-        image_column="img",
-        model="mobilenet-v2",
-        device=device,
-        results_table="photo_labels",
+        source=SourceParams(location=url, table="photos", image_column="img"),
+        model=ModelParams(name="mobilenet-v2"),
+        results=ResultsParams(table="photo_labels"),
+        run=RunParams(device=device),
     )
     run = run_and_report(params, **shown)  # type: ignore[arg-type]
     if run.code:
@@ -156,14 +172,13 @@ def _summarise(url: str, device: str, shown: dict[str, object]) -> int:
         )
         return 0
     params = ScoreParams(
-        source=url,
-        table="docs",
-        where=f"id >= 0 and id < {SUMMARISED}",
-        model=str(model),
-        prompt="Summarise in one sentence: {text}",
-        max_new_tokens=48,
-        results_table="docs_summaries",
-        device=device,
+        source=SourceParams(location=url, table="docs", where=f"id >= 0 and id < {SUMMARISED}"),
+        model=ModelParams(
+            name=str(model),
+            generation=GenerationParams(prompt="Summarise in one sentence: {text}", max_new_tokens=48),
+        ),
+        results=ResultsParams(table="docs_summaries"),
+        run=RunParams(device=device),
     )
     run = run_and_report(params, **shown)  # type: ignore[arg-type]
     if run.code:

@@ -32,10 +32,10 @@ def preflight(params: ScoreParams) -> str | None:
     """
     from shardwise.models import get_spec
 
-    refuse_forbidden_where(params.where)
-    spec, fanout = params.to_spec(), params.fanout()
-    check_api(required=params.runner == "deployment")
-    idle = check_run(spec, resolve, get_spec, local_workers=not fanout.remote, dry_run=params.dry_run)
+    refuse_forbidden_where(params.source.where)
+    spec, fanout = params.to_spec(), params.fanout_plan()
+    check_api(required=params.fanout.runner == "deployment")
+    idle = check_run(spec, resolve, get_spec, local_workers=not fanout.remote, dry_run=params.run.dry_run)
     fanout.check_reachable(spec, resolve)
     return idle
 
@@ -89,7 +89,7 @@ def run_and_report(
     stops the command within seconds, with one line naming the run to resume.
     """
     api = TemporaryApi().start()  # first: the server's start is the longest step before the flow
-    if params.runner == "thread" and not params.dry_run:
+    if params.fanout.runner == "thread" and not params.run.dry_run:
         from shardwise.flows.home import calibration_cache
         from shardwise.tasks.infer_shard import warm_here, worker_cache
 
@@ -135,8 +135,8 @@ def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:
     The run id is the flow run's id, or the resumed run's. If the ledger cannot be read (the
     database is the likely cause of the error), the hint is given anyway.
     """
-    run_id = params.resume or run_id
-    if not run_id or params.dry_run:
+    run_id = params.run.resume or run_id
+    if not run_id or params.run.dry_run:
         return
     recorded = was_recorded(params, run_id)
     if recorded is False:
@@ -152,7 +152,9 @@ def was_recorded(params: ScoreParams, run_id: str) -> bool | None:
     from shardwise.results import Ledger
 
     try:
-        found = find_ledger(params.ledger, params.results or params.source, params.source, resolve)
+        found = find_ledger(
+            params.ledger, params.results.location or params.source.location, params.source.location, resolve
+        )
         with Ledger(found) as ledger:
             return ledger.load_run(run_id) is not None
     except ShardwiseError:
@@ -166,7 +168,7 @@ def print_plan(params: ScoreParams) -> None:
     from shardwise.pipeline import plan_report
     from shardwise.tasks.connections import resolve
 
-    report = plan_report(params.to_spec(), get_spec, resolve, params.fanout().workers)
+    report = plan_report(params.to_spec(), get_spec, resolve, params.fanout_plan().workers)
     print(f"source {report['source']} (snapshot {report['snapshot']})")
     print(f"{plural(report['shards'], 'shard')}, {plural(report['rows'], 'row')} to score")
     if report["shards"]:

@@ -191,13 +191,13 @@ def one_line(exc: BaseException | str) -> str:
 
 def _validation_message(error: object) -> str:
     assert isinstance(error, dict)
-    from shardwise.flows.cli_options import flag_for
+    from shardwise.flows.cli_options import flag_at
 
-    loc = [str(p) for p in error.get("loc", ())]
+    flag = flag_at(error.get("loc", ()))
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-    if not loc:  # a rule across options
+    if flag is None:  # a rule across options (of a section, or of the whole)
         return message
-    return f"{flag_for(loc[0])} {error.get('input')!r}: {message}"
+    return f"{flag} {error.get('input')!r}: {message}"
 
 
 def say_error(exc: BaseException | str) -> None:

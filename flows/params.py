@@ -1,4 +1,12 @@
-"""The score flow's parameters: one pydantic model, so the Prefect UI renders a typed form."""
+"""The score flow's parameters: one nested pydantic model, so the Prefect UI renders a typed form in sections.
+
+:class:`ScoreParams` holds a section each for the source, the model (its
+generation settings nested in it, declared once here), the results, the
+run and the fan-out, plus the ledger. The command line's options are made
+from the same fields (:mod:`shardwise.flows.cli_options`), a ``--help``
+group per section. A rule between fields of one section lives on that
+section; a rule across sections lives on :class:`ScoreParams`.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +32,15 @@ from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 from shardwise.structured import MAX_SCHEMA_DEPTH, JsonSchema
 from shardwise.tasks.runners import Fanout, RunnerName
 
-__all__ = ["ScoreParams"]
+__all__ = [
+    "FanoutParams",
+    "GenerationParams",
+    "ModelParams",
+    "ResultsParams",
+    "RunParams",
+    "ScoreParams",
+    "SourceParams",
+]
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 _DEPLOYMENT = "score-shard/per-shard"
@@ -42,12 +58,24 @@ ResultsOptions = results_options_model()
 ResultsOptions.__module__ = __name__  # pickles and shows as this module's
 
 
-class ScoreParams(BaseModel):
-    """What to score, with which model, and where the results go."""
+class _Section(BaseModel):
+    """A section of the parameters: unknown keys are refused, and no text field is blank."""
 
     model_config = ConfigDict(extra="forbid")
 
-    source: str = Field(
+    @field_validator("*")
+    @classmethod
+    def _not_blank(cls, value: object) -> object:
+        """Every text field names something: empty or blank is a mistake (``--model ""`` is not "here")."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty; give a value, or leave the option out for its default")
+        return value
+
+
+class SourceParams(_Section):
+    """Where the rows are and how to read them."""
+
+    location: str = Field(
         description="Where the rows are: a database URL (postgresql+psycopg://..., sqlite:///...), a "
         "Parquet folder, glob or s3://bucket/prefix, or a connection name: env:NAME (an environment "
         "variable holding the URL) or secret:NAME (a Prefect Secret block)."
@@ -109,12 +137,30 @@ class ScoreParams(BaseModel):
         "planning or the shard, naming the limit, without retries. 0: no limit. A resume may raise it "
         "(docs: how-to/where-filter.md). Refused, unless the default, for a source that runs no query.",
     )
-    model: str = Field(
-        DEFAULT_MODEL,
-        description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier, "
-        "cross-encoder or causal language model, which generates text), or a plug-in's "
-        "package.module:attribute.",
+    source_name: str | None = Field(
+        None,
+        description="Name of the source in events (shardwise.source.NAME); defaults to the table "
+        "or the last path component.",
     )
+
+    @model_validator(mode="after")
+    def _image_options_apply(self) -> SourceParams:
+        """Image roots and buckets without an image column would do nothing, so they are refused, not
+        ignored (an image folder reads its own folder)."""
+        for flag, given in (("--image-root", self.image_roots), ("--image-bucket", self.image_buckets)):
+            if given and self.image_column is None:
+                raise ValueError(
+                    f"{flag} {given[0]!r} would do nothing: it says where an image column's references may "
+                    f"point, and no image_column is given (an image folder reads its own folder); drop "
+                    f"{flag}, or give --image-column"
+                )
+        return self
+
+
+class GenerationParams(_Section):
+    """Generators only: how a causal language model turns a row into a prompt and picks tokens; part of
+    the model version. A field left empty keeps the generator's default."""
+
     prompt: str | None = Field(
         None,
         description="Generators only: the prompt template, with {column} placeholders naming source "
@@ -161,35 +207,78 @@ class ScoreParams(BaseModel):
         description="Generators only, with json_schema: only validate the outputs, without holding "
         "decoding to the schema (no structured extra needed; invalid outputs become dead letters).",
     )
-    results: str | None = Field(
+
+    @field_validator("json_schema", mode="before")
+    @classmethod
+    def _schema_text(cls, value: object) -> object:
+        """The schema travels as JSON text, never as an object: Prefect resolves every ``{"$ref": ...}``
+        in an object parameter as a block reference (a local ``#/$defs/...`` failed the run, and a
+        ``block_document_id`` loaded that block), while it leaves text alone."""
+        if value is not None and not isinstance(value, str):
+            raise ValueError(
+                f"must be the schema's JSON text, not a JSON {type(value).__name__}: give json.dumps(schema) "
+                "(an object's $ref would be taken by Prefect for a block reference)"
+            )
+        return value
+
+    @field_validator("json_schema")
+    @classmethod
+    def _a_schema(cls, value: str | None) -> str | None:
+        """A valid JSON Schema: refused here, in the form or before the command line starts a flow run."""
+        if value is not None:
+            try:
+                JsonSchema.from_text(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+
+class ModelParams(_Section):
+    """The model, and a generator's settings."""
+
+    name: str = Field(
+        DEFAULT_MODEL,
+        description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier, "
+        "cross-encoder or causal language model, which generates text), or a plug-in's "
+        "package.module:attribute.",
+    )
+    generation: GenerationParams = Field(
+        default_factory=GenerationParams,
+        description="Generators only: the prompt and the sampling settings, part of the model version.",
+    )
+
+
+class ResultsParams(_Section):
+    """Where the results go, and the options of their kind."""
+
+    location: str | None = Field(
         None,
         description="Where results go: a database URL or connection name (a results table; defaults to "
         "the source database), or a location, a local directory or s3://bucket/prefix, holding a Delta "
         "table, Parquet files or another kind's results (results_format) at LOCATION/RESULTS_TABLE "
         "(required for a Parquet source).",
     )
-    results_table: str = Field(
+    table: str = Field(
         "shardwise_results", description="Results table name (in a location: the table's folder name)."
     )
-    results_format: ResultsFormat | None = Field(  # type: ignore[valid-type]
+    format: ResultsFormat | None = Field(  # type: ignore[valid-type]
         None,
         description="The kind of results, by its installed name: for a location, delta (the default; one "
         "Delta commit per chunk, exactly once), parquet (one file per chunk, visible once listed in the "
         "_manifest folder), or another installed sink kind (iceberg with the iceberg extra, a plug-in's); "
         "a database URL's results are a table (sql).",
     )
-    ledger: str | None = Field(
-        None,
-        description="Where the run ledger (runs, shards, dead letters) lives: a database URL or "
-        "connection name. Default: the results database, else the source database, else an SQLite file "
-        "(LOCATION/shardwise_ledger.db beside local results, ~/.shardwise/ledger.db for S3).",
-    )
-    results_options: ResultsOptions = Field(  # type: ignore[valid-type]
+    options: ResultsOptions = Field(  # type: ignore[valid-type]
         default_factory=ResultsOptions,
         description="Options of the sink kinds, a section each (sql: pgvector's column type and index; "
         "others as installed); only the section of the results' kind applies, and an option set in "
         "another is refused. On the command line, each is its own flag (--index, --embedding-type, ...).",
     )
+
+
+class RunParams(_Section):
+    """How the run is planned, scored, retried and resumed."""
+
     shards: int | None = Field(None, ge=1, description="Exactly this many shards (else by rows_per_shard).")
     rows_per_shard: int | None = Field(None, ge=1, description="Rows per shard (default 10000).")
     only_new: bool = Field(
@@ -217,34 +306,6 @@ class ScoreParams(BaseModel):
         "calibration texts, else auto falls back to fp32 and an explicit choice fails. Default "
         f"{DEFAULT_MIN_AGREEMENT} for bf16 and fp16, {INT8_MIN_AGREEMENT} for int8; refused with precision "
         "fp32, which the guard never checks.",
-    )
-    runner: RunnerName = Field(
-        "thread",
-        description="What runs the shard tasks: thread (this process), process (a pool of worker "
-        "processes), dask, ray, or deployment (one flow run per shard on the score-shard deployment's "
-        "work pool).",
-    )
-    workers: int | None = Field(
-        None,
-        ge=1,
-        description="Workers scoring at once (default: one per visible GPU, else 1). With address it "
-        "only sizes the default shard count; with the deployment runner it caps the child runs in flight.",
-    )
-    address: str | None = Field(
-        None,
-        description="An existing cluster to use instead of a local one: dask tcp://host:8786, or a Ray "
-        "address (host:6379 or ray://host:10001). Its workers must reach the source and results.",
-    )
-    threads: int | None = Field(
-        None,
-        ge=1,
-        description="Torch threads per worker (default: this host's cores shared among local workers; "
-        "the workers' own default on a cluster at address).",
-    )
-    deployment: str = Field(
-        _DEPLOYMENT,
-        description="With the deployment runner: the per-shard flow's deployment, FLOW/NAME (refused with "
-        "another runner).",
     )
     resume: str | None = Field(
         None,
@@ -291,49 +352,6 @@ class ScoreParams(BaseModel):
     dry_run: bool = Field(
         False, description="Only plan: report shards, rows, estimated tokens and what only-new skips."
     )
-    source_name: str | None = Field(
-        None,
-        description="Name of the source in events (shardwise.source.NAME); defaults to the table "
-        "or the last path component.",
-    )
-    triggered_by: str | None = Field(
-        None,
-        title="triggered_by (internal)",
-        description="Internal: the id of the event that started the run, set by event triggers. Leave it "
-        "empty.",
-    )
-
-    @field_validator("*")
-    @classmethod
-    def _not_blank(cls, value: object) -> object:
-        """Every text field names something: empty or blank is a mistake (``--model ""`` is not "here")."""
-        if isinstance(value, str) and not value.strip():
-            raise ValueError("is empty; give a value, or leave the option out for its default")
-        return value
-
-    @field_validator("json_schema", mode="before")
-    @classmethod
-    def _schema_text(cls, value: object) -> object:
-        """The schema travels as JSON text, never as an object: Prefect resolves every ``{"$ref": ...}``
-        in an object parameter as a block reference (a local ``#/$defs/...`` failed the run, and a
-        ``block_document_id`` loaded that block), while it leaves text alone."""
-        if value is not None and not isinstance(value, str):
-            raise ValueError(
-                f"must be the schema's JSON text, not a JSON {type(value).__name__}: give json.dumps(schema) "
-                "(an object's $ref would be taken by Prefect for a block reference)"
-            )
-        return value
-
-    @field_validator("json_schema")
-    @classmethod
-    def _a_schema(cls, value: str | None) -> str | None:
-        """A valid JSON Schema: refused here, in the form or before the command line starts a flow run."""
-        if value is not None:
-            try:
-                JsonSchema.from_text(value)
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from None
-        return value
 
     @field_validator("device", mode="before")
     @classmethod
@@ -343,7 +361,7 @@ class ScoreParams(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _one_sizing(self) -> ScoreParams:
+    def _one_sizing(self) -> RunParams:
         """The sizing rule of :class:`~shardwise.sources.sizing.Sizing`, as a form error."""
         try:
             Sizing(self.shards, self.rows_per_shard)
@@ -351,18 +369,43 @@ class ScoreParams(BaseModel):
             raise ValueError(str(exc)) from exc
         return self
 
+
+class FanoutParams(_Section):
+    """What runs the shards (README: Scaling out)."""
+
+    runner: RunnerName = Field(
+        "thread",
+        description="What runs the shard tasks: thread (this process), process (a pool of worker "
+        "processes), dask, ray, or deployment (one flow run per shard on the score-shard deployment's "
+        "work pool).",
+    )
+    workers: int | None = Field(
+        None,
+        ge=1,
+        description="Workers scoring at once (default: one per visible GPU, else 1). With address it "
+        "only sizes the default shard count; with the deployment runner it caps the child runs in flight.",
+    )
+    address: str | None = Field(
+        None,
+        description="An existing cluster to use instead of a local one: dask tcp://host:8786, or a Ray "
+        "address (host:6379 or ray://host:10001). Its workers must reach the source and results.",
+    )
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="Torch threads per worker (default: this host's cores shared among local workers; "
+        "the workers' own default on a cluster at address).",
+    )
+    deployment: str = Field(
+        _DEPLOYMENT,
+        description="With the deployment runner: the per-shard flow's deployment, FLOW/NAME (refused with "
+        "another runner).",
+    )
+
     @model_validator(mode="after")
-    def _options_that_apply(self) -> ScoreParams:
-        """Options given where they would do nothing are refused, not ignored: image roots and buckets
-        without an image column (an image folder reads its own folder), a deployment without the
-        deployment runner. A default value is not given, so a deployment's defaults pass."""
-        for flag, given in (("--image-root", self.image_roots), ("--image-bucket", self.image_buckets)):
-            if given and self.image_column is None:
-                raise ValueError(
-                    f"{flag} {given[0]!r} would do nothing: it says where an image column's references may "
-                    f"point, and no image_column is given (an image folder reads its own folder); drop "
-                    f"{flag}, or give --image-column"
-                )
+    def _deployment_applies(self) -> FanoutParams:
+        """A deployment without the deployment runner would do nothing, so it is refused, not ignored. A
+        default value is not given, so a deployment's defaults pass."""
         if self.deployment != _DEPLOYMENT and self.runner != "deployment":
             raise ValueError(
                 f"--deployment {self.deployment!r} would do nothing: it names the deployment runner's "
@@ -370,73 +413,103 @@ class ScoreParams(BaseModel):
             )
         return self
 
+
+class ScoreParams(_Section):
+    """What to score, with which model, where the results go, and how the run goes: a section each."""
+
+    source: SourceParams = Field(description="Where the rows are and how to read them.")
+    model: ModelParams = Field(
+        default_factory=ModelParams, description="The model, and a generator's settings."
+    )
+    results: ResultsParams = Field(
+        default_factory=ResultsParams, description="Where the results go, and the options of their kind."
+    )
+    run: RunParams = Field(
+        default_factory=RunParams, description="How the run is planned, scored, retried and resumed."
+    )
+    fanout: FanoutParams = Field(
+        default_factory=FanoutParams, description="What runs the shards (README: Scaling out)."
+    )
+    ledger: str | None = Field(
+        None,
+        description="Where the run ledger (runs, shards, dead letters) lives: a database URL or "
+        "connection name. Default: the results database, else the source database, else an SQLite file "
+        "(LOCATION/shardwise_ledger.db beside local results, ~/.shardwise/ledger.db for S3).",
+    )
+    triggered_by: str | None = Field(
+        None,
+        title="triggered_by (internal)",
+        description="Internal: the id of the event that started the run, set by event triggers. Leave it "
+        "empty.",
+    )
+
     def event_name(self) -> str:
         """The source's name in events: ``source_name``, else the table, else the location's last part."""
-        if self.source_name:
-            return self.source_name
-        if self.table:
+        source = self.source
+        if source.source_name:
+            return source.source_name
+        if source.table:
             try:
-                return split_table_name(self.table)[1].lower()  # app."Docs" is docs
+                return split_table_name(source.table)[1].lower()  # app."Docs" is docs
             except ConfigError:  # refused where the source opens; a name is still owed here
-                return self.table.lower()
-        tail = self.source.rstrip("/").rsplit("/", 1)[-1]
+                return source.table.lower()
+        tail = source.location.rstrip("/").rsplit("/", 1)[-1]
         return tail.split(":", 1)[-1].lower() or "source"
 
     def to_spec(self) -> RunSpec:
         """The engine-level :class:`RunSpec`; connection names stay names, resolved where they are used."""
+        source, results, run, generation = self.source, self.results, self.run, self.model.generation
         return RunSpec(
-            source=self.source,
-            results=self.results or self.source,
-            results_table=self.results_table,
-            results_format=self.results_format,
-            results_options=flat_options(self.results_options),
+            source=source.location,
+            results=results.location or source.location,
+            results_table=results.table,
+            results_format=results.format,
+            results_options=flat_options(results.options),
             ledger=self.ledger,
-            model=self.model,
-            table=self.table,
-            key=self.key,
-            text_column=self.text_column,
-            text_pair_column=self.text_pair_column,
-            image_column=self.image_column,
+            model=self.model.name,
+            table=source.table,
+            key=source.key,
+            text_column=source.text_column,
+            text_pair_column=source.text_pair_column,
+            image_column=source.image_column,
             image_access=self.image_access(),
-            where=self.where,
-            query_timeout_s=self.query_timeout_s,
-            shards=self.shards,
-            rows_per_shard=self.rows_per_shard,
-            only_new=self.only_new,
-            max_tokens=self.max_tokens,
-            device=self.device,
-            precision=self.precision,
-            min_agreement=self.min_agreement,
-            resume=self.resume,
-            redrive=self.redrive,
-            force=self.force,
-            lease_s=self.lease_s,
-            retry=RetryPolicy(deadline_s=self.retry_deadline_s, attempts=self.retry_attempts),
-            prompt=self.prompt,
-            system=self.system,
-            chat=self.chat,
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            seed=self.seed,
-            json_schema=self.json_schema,
-            unconstrained=self.unconstrained,
+            where=source.where,
+            query_timeout_s=source.query_timeout_s,
+            shards=run.shards,
+            rows_per_shard=run.rows_per_shard,
+            only_new=run.only_new,
+            max_tokens=run.max_tokens,
+            device=run.device,
+            precision=run.precision,
+            min_agreement=run.min_agreement,
+            resume=run.resume,
+            redrive=run.redrive,
+            force=run.force,
+            lease_s=run.lease_s,
+            retry=RetryPolicy(deadline_s=run.retry_deadline_s, attempts=run.retry_attempts),
+            **generation.model_dump(),
         )
 
     def image_access(self) -> ImageAccess:
         """Which references the run's image column may read: the options, then the environment of this
         process (see :mod:`shardwise.flows.image_access`); each root must be a folder here when the
         shards run on this host."""
-        remote = self.runner == "deployment" or (self.address is not None and self.runner in ("dask", "ray"))
-        return declared_access(self.image_roots, self.image_buckets, self.image_max_bytes, here=not remote)
+        source, fanout = self.source, self.fanout
+        remote = fanout.runner == "deployment" or (
+            fanout.address is not None and fanout.runner in ("dask", "ray")
+        )
+        return declared_access(
+            source.image_roots, source.image_buckets, source.image_max_bytes, here=not remote
+        )
 
-    def fanout(self) -> Fanout:
+    def fanout_plan(self) -> Fanout:
         """The runner, its worker count and threads per worker (an existing cluster is asked its size)."""
+        fanout = self.fanout
         return Fanout.of(
-            self.runner,
-            workers=self.workers,
-            address=self.address,
-            threads=self.threads,
-            device=self.device,
-            deployment=self.deployment,
+            fanout.runner,
+            workers=fanout.workers,
+            address=fanout.address,
+            threads=fanout.threads,
+            device=self.run.device,
+            deployment=fanout.deployment,
         )

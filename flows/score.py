@@ -40,7 +40,7 @@ def score(params: ScoreParams) -> State:
     """Score a source table into a results table, each shard exactly once.
 
     The plan, and on PostgreSQL its snapshot, stay in this process; the shards
-    go to the workers of ``params.runner``. The run ends Failed, naming its
+    go to the workers of ``params.fanout.runner``. The run ends Failed, naming its
     failed shards, if any shard still fails after its retries; finished shards
     stay merged, and ``resume`` finishes the rest. An error that ends it is
     redacted first (:func:`~shardwise.tasks.sanitize.sanitized`): Prefect
@@ -56,15 +56,15 @@ def score(params: ScoreParams) -> State:
 
 
 def _score(params: ScoreParams) -> State:
-    check_model_for_origin(params.model)
-    refuse_forbidden_where(params.where)
-    if params.dry_run:
-        report = dry_run(params.to_spec(), params.fanout().workers)
+    check_model_for_origin(params.model.name)
+    refuse_forbidden_where(params.source.where)
+    if params.run.dry_run:
+        report = dry_run(params.to_spec(), params.fanout_plan().workers)
         return Completed(message=f"dry run: {report['shards']} shards, {report['rows']} rows", data=report)
     logger = get_run_logger()
     started = time.perf_counter()
     worker_cache().calibration = calibration_cache()  # the guard's figures of this host, between runs
-    spec, fanout = params.to_spec(), params.fanout()
+    spec, fanout = params.to_spec(), params.fanout_plan()
     fanout.check_reachable(spec, resolve)
     run_id = str(flow_run.id or uuid.uuid4())
     parameters = redact_mapping(params.model_dump())
@@ -131,4 +131,3 @@ def _listed(failed: dict[int, str]) -> str:
         f"shard{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}: {message}"
         for message, ids in by_error.items()
     )
-

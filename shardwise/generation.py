@@ -173,7 +173,11 @@ def _check_number(
 
 def settings_given(parameters: Mapping[str, Any]) -> str:
     """The generation settings among a run's parameters, as ``prompt='Q: {text}', seed=3`` ('' if none):
-    what a resume of that run must give again, since they are part of its model version."""
+    what a resume of that run must give again, since they are part of its model version. The flow's
+    parameters nest them as ``model.generation``; a flat mapping holds them at its top."""
+    model = parameters.get("model")
+    if isinstance(model, Mapping):
+        parameters = model.get("generation") or {}
     given = [name for name in SETTINGS if parameters.get(name) not in (None, False)]
     return ", ".join(f"{name}={parameters[name]!r}" for name in given)
 

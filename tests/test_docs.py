@@ -17,8 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from shardwise.flows.params import ScoreParams
 
@@ -84,13 +86,29 @@ def test_the_cli_reference_names_every_option_of_every_subcommand(cli_reference:
     assert not missing, f"shardwise {command} options missing from the docs' reference: {missing}"
 
 
+def _fields(model: type[BaseModel], prefix: str = "") -> list[tuple[str, Any, bool]]:
+    """Every field of the parameters by its dotted path, sections first, and whether it is a section."""
+    found = []
+    for name, info in model.model_fields.items():
+        nested = isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+        found.append((f"{prefix}{name}", info, nested))
+        if nested:
+            found += _fields(info.annotation, f"{prefix}{name}.")
+    return found
+
+
 def test_the_parameter_reference_names_every_field_with_its_default(parameters_reference: str) -> None:
-    for name, info in ScoreParams.model_fields.items():
-        heading = f"## `{name}`"
-        assert heading in parameters_reference, f"ScoreParams.{name} is missing from the docs' reference"
-        section = parameters_reference.split(heading, 1)[1].split("\n## ", 1)[0]
-        default = "required" if info.is_required() else f"default `{info.default}`"
-        assert default in section, (name, section)
+    for name in ScoreParams.model_fields:
+        assert f"\n## `{name}`" in parameters_reference, f"section {name} is missing from the docs' reference"
+    for path, info, nested in _fields(ScoreParams):
+        heading = f"# `{path}`"
+        assert heading in parameters_reference, f"ScoreParams.{path} is missing from the docs' reference"
+        text = parameters_reference.split(heading, 1)[1].split("\n#", 1)[0]
+        if nested:
+            assert ("required" if info.is_required() else "each field at its default") in text, (path, text)
+        else:
+            default = "required" if info.is_required() else f"default `{info.default}`"
+            assert default in text, (path, text)
     assert "option `--lease-s` of `shardwise run`" in parameters_reference
     assert "## `triggered_by` (internal)" in parameters_reference, "the form's title marks it internal"
 
@@ -99,7 +117,7 @@ def test_the_hook_replaces_each_marker_with_its_reference() -> None:
     hook = _hook()
     page = "# Flow parameters\n\n<!-- generated: parameters -->\n"
     rendered = hook.on_page_markdown(page, page=None, config=None, files=None)
-    assert "<!-- generated" not in rendered and "## `lease_s`" in rendered
+    assert "<!-- generated" not in rendered and "### `run.lease_s`" in rendered
     pages = CHECKOUT / "docs" / "reference"
     assert "<!-- generated: cli -->" in (pages / "cli.md").read_text()
     assert "<!-- generated: parameters -->" in (pages / "parameters.md").read_text()

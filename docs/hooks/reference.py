@@ -5,8 +5,8 @@ line (``<!-- generated: cli -->`` or ``<!-- generated: parameters -->``) that
 this hook replaces with markdown written from the ``shardwise`` parser
 (``shardwise.flows.cli._parser()``: every subcommand, every option with its
 help, default and choices) and from the flow's parameter model
-(``shardwise.flows.params.ScoreParams``: every field with its type, default,
-limits and description). Nothing in those pages is copied by hand, so they
+(``shardwise.flows.params.ScoreParams``: every section, and every field in it
+with its type, default, limits and description). Nothing in those pages is copied by hand, so they
 cannot drift from ``--help`` and the Prefect UI's form. ``tests/test_docs.py``
 calls :func:`cli_reference` and :func:`parameters_reference` directly.
 """
@@ -47,33 +47,39 @@ def cli_reference() -> str:
 
 
 def parameters_reference() -> str:
-    """Markdown for every field of :class:`ScoreParams`: name, type, default, limits, option, description."""
+    """Markdown for every field of :class:`ScoreParams`, section by section: name, type, default, limits,
+    option, description. A section's heading is one level above its fields' (``## source``, then
+    ``### source.table``); each field is named by its dotted path, as a deployment's YAML nests it."""
     from shardwise.flows.cli import _parser
     from shardwise.flows.params import ScoreParams
 
     options = _param_options(_parser())
     lines = [_text(ScoreParams.__doc__ or ""), ""]
     for name, info in ScoreParams.model_fields.items():
-        nested = isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
-        if nested:
-            lines += [f"## `{name}`", "", _text(info.description or ""), ""]
-            for section, part in info.annotation.model_fields.items():
-                lines += [f"### `{name}.{section}`", "", _text(part.annotation.__doc__ or ""), ""]
-                for field, inner in part.annotation.model_fields.items():
-                    dotted = f"{name}.{section}.{field}"
-                    lines += [f"#### `{dotted}`", "", _facts(inner, options.get(dotted)), ""]
-                    lines += [_text(inner.description or ""), ""]
-            continue
-        title = _title(name, info.title)
-        lines += [
-            f"## `{name}`{title}",
-            "",
-            _facts(info, options.get(name)),
-            "",
-            _text(info.description or ""),
-            "",
-        ]
+        lines += _field_reference(name, info, 2, options)
     return "\n".join(lines)
+
+
+def _field_reference(
+    path: str, info: Any, level: int, options: dict[str, tuple[str, list[str]]]
+) -> list[str]:
+    """A field's heading (``level`` deep, at most 6), facts and description; a section's fields follow it,
+    one level deeper."""
+    heading = "#" * min(level, 6) + f" `{path}`{_title(path.rsplit('.', 1)[-1], info.title)}"
+    annotation = info.annotation
+    if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return [heading, "", _facts(info, options.get(path)), "", _text(info.description or ""), ""]
+    about = info.description or annotation.__doc__ or ""
+    lines = [heading, "", _section_facts(info), "", _text(" ".join(about.split())), ""]
+    for name, inner in annotation.model_fields.items():
+        lines += _field_reference(f"{path}.{name}", inner, level + 1, options)
+    return lines
+
+
+def _section_facts(info: Any) -> str:
+    """A section's one sentence: required, or what its fields default to."""
+    kind = f"section `{info.annotation.__name__}`"
+    return f"{kind}; required." if info.is_required() else f"{kind}; each field at its default unless given."
 
 
 def _facts(info: Any, option: tuple[str, list[str]] | None) -> str:
@@ -144,7 +150,7 @@ def _param_options(parser: argparse.ArgumentParser) -> dict[str, tuple[str, list
 
     found: dict[str, tuple[str, list[str]]] = {}
     for name, sub in _subcommands(parser).items():
-        for action in sub._actions:
+        for action in sub._actions:  # a parameter's option has its field's dotted path as its dest
             field = action.dest.split(".", 1)[0]
             if field in ScoreParams.model_fields and action.default is argparse.SUPPRESS:
                 found.setdefault(action.dest, (action.option_strings[-1], []))[1].append(name)

@@ -51,11 +51,15 @@ def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
-def _run(model: Path, **params: Any) -> RunResult:
-    state = score(
-        ScoreParams(model=str(model), results_table=TABLE, precision="fp32", **params),  # type: ignore[arg-type]
-        return_state=True,
-    )
+def _run(model: Path, source: dict[str, Any], **run: Any) -> RunResult:
+    """Score the ``source`` section's rows with ``model`` into TABLE; ``run`` adds to the run section."""
+    params = {
+        "source": source,
+        "model": {"name": str(model)},
+        "results": {"table": TABLE},
+        "run": {"precision": "fp32", **run},
+    }
+    state = score(ScoreParams.model_validate(params), return_state=True)
     summary = state.result(raise_on_failure=False)
     assert state.is_completed(), summary
     return summary
@@ -102,7 +106,7 @@ def _unchanged_on_repeat(url: str, model: Path, rows: int, dead: int, **params: 
 def _first_run(url: str, classifier_dir: Path, shards: int) -> tuple[list[tuple[int, Any]], RunResult]:
     """Make the docs table, score it with the classifier once, check its counts; the rows and run options."""
     rows = make_docs(url, ROWS)
-    common = {"source": url, "table": "docs", "shards": shards}
+    common = {"source": {"location": url, "table": "docs"}, "shards": shards}
     first = _run(classifier_dir, **common)
     assert (first.totals.rows_out, first.totals.rows_failed) == (ROWS, len(BAD_ROWS))
     return rows, common
@@ -182,7 +186,9 @@ def db_url(request: pytest.FixtureRequest) -> str:
 
 def test_cross_encoder_scores_pairs(db_url: str, cross_encoder_dir: Path) -> None:
     rows = _make_pairs(db_url, 120)
-    params = {"source": db_url, "table": "pairs", "text_column": "query", "text_pair_column": "text"}
+    params = {
+        "source": {"location": db_url, "table": "pairs", "text_column": "query", "text_pair_column": "text"}
+    }
     first = _run(cross_encoder_dir, shards=2, **params)
     assert (first.totals.rows_out, first.totals.rows_failed) == (len(rows), 1)
     stored = execute(db_url, f"select source_key, score from {TABLE} order by source_key")
@@ -212,7 +218,7 @@ def test_multi_label_and_regression_heads_end_to_end(db_url: str, head: str, tmp
         model = tiny_classifier(tmp_path, None, num_labels=1, seed=32)
     rows = make_docs(db_url, 150)
     good = [text for key, text in rows if key < min(k for k, _ in BAD_ROWS)]
-    first = _run(model, source=db_url, table="docs", shards=2)
+    first = _run(model, source={"location": db_url, "table": "docs"}, shards=2)
     assert (first.totals.rows_out, first.totals.rows_failed) == (len(good), len(BAD_ROWS))
     logits = reference_logits(model, good)
     if head == "multi-label":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flow_data import execute, make_docs
@@ -263,6 +264,8 @@ def _subcommands() -> dict:
 
 
 def test_every_flow_parameter_is_an_option_with_help_and_its_default() -> None:
+    from pydantic import BaseModel
+
     from shardwise.flows.cli_options import flag_for
     from shardwise.flows.params import ScoreParams
 
@@ -273,12 +276,21 @@ def test_every_flow_parameter_is_an_option_with_help_and_its_default() -> None:
         for action in commands[name]._actions
         for flag in action.option_strings
     }
-    internal = {"dry_run", "triggered_by", "source_name"}  # set by `plan`, by triggers, or by deployments
-    fields = [(n, f) for n, f in ScoreParams.model_fields.items() if n not in internal | {"results_options"}]
-    sections = ScoreParams.model_fields["results_options"].annotation.model_fields  # a section per sink kind
-    fields += [(n, f) for part in sections.values() for n, f in part.annotation.model_fields.items()]
+    # set by `plan`, by triggers, or by deployments
+    internal = {"run.dry_run", "triggered_by", "source.source_name"}
+
+    def leaves(model: type[BaseModel], prefix: str = "") -> list[tuple[str, Any]]:
+        """Every field of every section (the sink kinds' sections too), by its dotted path."""
+        found = []
+        for n, f in model.model_fields.items():
+            nested = isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+            found += leaves(f.annotation, f"{prefix}{n}.") if nested else [(f"{prefix}{n}", f)]
+        return found
+
+    fields = [(n, f) for n, f in leaves(ScoreParams) if n not in internal]
     for name, field in fields:
         action = flags[flag_for(name)]
+        assert action.dest == name  # the option's dest is the field's path: the flow's parameter nests by it
         assert action.help and field.description and field.description in action.help.replace("%%", "%")
         if field.default not in (None, False) and not field.is_required():
             shown = "none" if field.default == [] else field.default  # a repeatable option, not given

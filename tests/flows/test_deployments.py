@@ -12,7 +12,7 @@ import pytest
 from cronsim import CronSim
 
 from shardwise.flows.deployments import load_deployment_configs, load_entrypoint
-from shardwise.flows.params import ScoreParams
+from shardwise.flows.params import FanoutParams, ResultsParams, ScoreParams
 from shardwise.flows.score import score
 
 ALL = {d["name"]: d for d in load_deployment_configs()}
@@ -38,10 +38,10 @@ def test_the_per_shard_deployment_is_the_one_the_deployment_runner_starts() -> N
 
     config = ALL["per-shard"]
     assert load_entrypoint(config["entrypoint"]) is score_shard
-    assert f"{score_shard.name}/{config['name']}" == ScoreParams.model_fields["deployment"].default
+    assert f"{score_shard.name}/{config['name']}" == FanoutParams.model_fields["deployment"].default
     assert config["work_pool"]["name"] == "shardwise-local" and not config.get("parameters")
     for name in ("nightly", "manual"):
-        assert DEPLOYMENTS[name]["parameters"]["params"]["runner"] == "thread"
+        assert DEPLOYMENTS[name]["parameters"]["params"]["fanout"]["runner"] == "thread"
 
 
 @pytest.mark.parametrize("name", ["nightly", "manual", "on-new-data"])
@@ -52,20 +52,39 @@ def test_parameters_match_the_flow_schema(name: str) -> None:
     ScoreParams.model_validate(params["params"])
 
 
+SECTIONS = ("ScoreParams", "SourceParams", "ModelParams", "GenerationParams", "ResultsParams", "RunParams")
+
+
+def _form_fields() -> dict[str, dict]:
+    """Every field of every section of the form, as ``Section.field``; a section's own field is shown
+    with its section's description (Prefect's schema keeps a bare ``$ref`` there)."""
+    definitions = _flow_schema()["definitions"]
+    fields = {}
+    for section in (*SECTIONS, "FanoutParams"):
+        for name, field in definitions[section]["properties"].items():
+            ref = field.get("$ref", "").rsplit("/", 1)[-1]
+            if ref in definitions and "description" not in field:
+                field = {**field, "description": definitions[ref].get("description")}
+            fields[f"{section}.{name}"] = field
+    return fields
+
+
 def test_every_form_field_is_described() -> None:
-    properties = _flow_schema()["definitions"]["ScoreParams"]["properties"]
+    properties = _form_fields()
     missing = [name for name, field in properties.items() if not field.get("description")]
     assert not missing, f"fields without a description in the UI form: {missing}"
-    for wanted in ("source", "model", "shards", "max_tokens", "only_new", "dry_run"):
+    for wanted in ("ScoreParams.source", "ScoreParams.model", "ScoreParams.run", "SourceParams.location"):
         assert wanted in properties
+    for wanted in ("shards", "max_tokens", "only_new", "dry_run"):
+        assert f"RunParams.{wanted}" in properties
 
 
 def test_the_form_renders_its_descriptions_and_marks_internal_fields() -> None:
-    properties = _flow_schema()["definitions"]["ScoreParams"]["properties"]
+    properties = _form_fields()
     # The UI renders descriptions as Markdown and HTML: a <word> would vanish.
     swallowed = {name: f["description"] for name, f in properties.items() if "<" in f["description"]}
     assert not swallowed, swallowed
-    assert "internal" in properties["triggered_by"]["title"].lower()
+    assert "internal" in properties["ScoreParams.triggered_by"]["title"].lower()
 
 
 @pytest.mark.parametrize("name", ["nightly", "manual", "on-new-data"])
@@ -73,8 +92,9 @@ def test_deployments_write_where_the_cli_writes(name: str) -> None:
     """After the walk-through, `shardwise plan --only-new` must see what the deployments scored."""
     config = DEPLOYMENTS[name]
     params = config["triggers"][0]["parameters"] if name == "on-new-data" else config["parameters"]
-    table = params["params"].get("results_table", ScoreParams.model_fields["results_table"].default)
-    assert table == ScoreParams.model_fields["results_table"].default == "shardwise_results"
+    default = ResultsParams.model_fields["table"].default
+    table = params["params"].get("results", {}).get("table", default)
+    assert table == default == "shardwise_results"
 
 
 def test_nightly_runs_at_two_in_a_named_timezone_and_incrementally() -> None:
@@ -84,7 +104,7 @@ def test_nightly_runs_at_two_in_a_named_timezone_and_incrementally() -> None:
     tz = ZoneInfo(schedule["timezone"])
     first = next(CronSim(schedule["cron"], datetime(2026, 1, 1, 12, tzinfo=tz)))
     assert (first.hour, first.minute) == (2, 0)
-    assert nightly["parameters"]["params"]["only_new"] is True
+    assert nightly["parameters"]["params"]["run"]["only_new"] is True
     assert nightly["concurrency_limit"] == 1
 
 
@@ -92,7 +112,7 @@ def test_manual_has_no_schedule_and_form_friendly_defaults() -> None:
     manual = DEPLOYMENTS["manual"]
     assert not manual.get("schedules") and not manual.get("triggers")
     params = manual["parameters"]["params"]
-    assert params["only_new"] is False and params["dry_run"] is False
+    assert params["run"]["only_new"] is False and params["run"]["dry_run"] is False
 
 
 def test_on_new_data_trigger_renders_to_an_only_new_run() -> None:
@@ -123,7 +143,7 @@ def test_on_new_data_trigger_renders_to_an_only_new_run() -> None:
     )
     json.dumps(rendered)  # the action sends them as JSON: a bare {{ event.id }} would fail here
     params = ScoreParams.model_validate(rendered["params"])
-    assert params.only_new and params.triggered_by == str(event.id)
+    assert params.run.only_new and params.triggered_by == str(event.id)
     assert params.event_name() == resource_id.removeprefix("shardwise.source.")
 
 
@@ -131,10 +151,16 @@ def test_no_deployment_holds_a_connection_url() -> None:
     for config in ALL.values():
         blocks = [config.get("parameters", {})] + [t["parameters"] for t in config.get("triggers", [])]
         for block in blocks:
-            for field in ("source", "results"):
-                value = block.get("params", {}).get(field)
+            params = block.get("params", {})
+            found = {
+                "source.location": params.get("source", {}).get("location"),
+                "results.location": params.get("results", {}).get("location"),
+                "ledger": params.get("ledger"),
+            }
+            for field, value in found.items():
                 if value is not None:
                     assert value.startswith(("env:", "secret:")), f"{config['name']}.{field} holds {value!r}"
+            assert not params or found["source.location"], "the check reads where the source is"
 
 
 def test_deployments_build_for_serve() -> None:

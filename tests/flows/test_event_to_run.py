@@ -38,7 +38,7 @@ def _trigger_params(event_id: uuid.UUID, payload: dict, resource: dict) -> Score
     rendered = hydrate(
         parameters, HydrationContext(raise_on_error=True, render_jinja=True, jinja_context={"event": event})
     )
-    return ScoreParams.model_validate({**rendered["params"], "model": "tiny"})
+    return ScoreParams.model_validate({**rendered["params"], "model": {"name": "tiny"}})
 
 
 def test_inserted_rows_become_one_event_and_an_only_new_run(
@@ -46,7 +46,9 @@ def test_inserted_rows_become_one_event_and_an_only_new_run(
 ) -> None:
     monkeypatch.setenv("SHARDWISE_SOURCE_URL", pg_url)
     make_docs(pg_url, 150, bad=False)
-    base = ScoreParams(source=pg_url, table="docs", model="tiny")  # the table the deployments write
+    base = ScoreParams.model_validate(  # the table the deployments write
+        {"source": {"location": pg_url, "table": "docs"}, "model": {"name": "tiny"}}
+    )
     assert score(base, return_state=True).is_completed()
     install_trigger(pg_url, "docs", "id")
 
@@ -97,7 +99,14 @@ def test_events_during_a_run_collapse_into_one_follow_up(pg_url: str, pipeline) 
 
     follow_ups = [
         score(
-            ScoreParams(source=pg_url, table="docs", model="tiny", only_new=True, triggered_by=f"e{i}"),
+            ScoreParams.model_validate(
+                {
+                    "source": {"location": pg_url, "table": "docs"},
+                    "model": {"name": "tiny"},
+                    "run": {"only_new": True},
+                    "triggered_by": f"e{i}",
+                }
+            ),
             return_state=True,
         ).result()
         for i in range(3)

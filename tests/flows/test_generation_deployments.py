@@ -53,9 +53,11 @@ def _flow_schema() -> dict[str, Any]:
 
 def _form(lm: Path, **changes: Any) -> dict[str, Any]:
     """What the form submits for ``manual``: the deployment's parameters, a model directory and
-    generation settings typed in, float32 for a precision that is the same on every CPU."""
+    generation settings typed in (``changes`` among them), float32 for a precision that is the same on
+    every CPU."""
     params = copy.deepcopy(CONFIGS["manual"]["parameters"]["params"])
-    return {**params, "model": str(lm), "precision": "fp32", **SETTINGS, **changes}
+    model = {"name": str(lm), "generation": {**SETTINGS, **changes}}
+    return {**params, "model": model, "run": {**params["run"], "precision": "fp32"}}
 
 
 def _stored(url: str, table: str = "shardwise_results") -> dict[int, tuple[Any, ...]]:
@@ -64,7 +66,7 @@ def _stored(url: str, table: str = "shardwise_results") -> dict[int, tuple[Any, 
 
 def test_the_form_offers_every_generation_setting_and_refuses_bad_values(lm: Path) -> None:
     schema = _flow_schema()
-    fields = schema["definitions"]["ScoreParams"]["properties"]
+    fields = schema["definitions"]["GenerationParams"]["properties"]
     for name in ("prompt", "system", "chat", "max_new_tokens", "temperature", "top_p", "seed"):
         assert fields[name].get("description", "").startswith("Generators only"), name
     jsonschema.validate({"params": _form(lm)}, schema)
@@ -116,7 +118,8 @@ def _trigger_params(lm: Path, event_id: uuid.UUID, prompt: str) -> ScoreParams:
 
     (trigger,) = CONFIGS["on-new-data"]["triggers"]
     parameters = copy.deepcopy(trigger["parameters"])
-    parameters["params"].update(model=str(lm), precision="fp32", **{**SETTINGS, "prompt": prompt})
+    parameters["params"]["model"] = {"name": str(lm), "generation": {**SETTINGS, "prompt": prompt}}
+    parameters["params"]["run"]["precision"] = "fp32"
     RunDeployment._upgrade_v1_templates(parameters)
     event = ReceivedEvent(
         id=event_id,
@@ -140,7 +143,7 @@ def test_a_literal_brace_in_a_triggered_prompt_needs_jinja_raw(lm: Path) -> None
 
     event = uuid.uuid4()
     wanted = 'Answer as {{"summary": ...}}: {text}'
-    assert _trigger_params(lm, event, "{% raw %}" + wanted + "{% endraw %}").prompt == wanted
+    assert _trigger_params(lm, event, "{% raw %}" + wanted + "{% endraw %}").model.generation.prompt == wanted
     with pytest.raises(InvalidJinja):
         _trigger_params(lm, event, wanted)
 
@@ -174,7 +177,7 @@ def test_an_event_triggered_run_generates_only_the_new_and_changed_rows(
 
 def test_the_cli_and_the_engine_name_the_same_generation_settings() -> None:
     """The CLI's option list is written out (importing the engine's would load torch before parsing)."""
-    from shardwise.flows.cli_options import GENERATION_OPTIONS
+    from shardwise.flows.params import GenerationParams
     from shardwise.generation import SETTINGS
 
-    assert GENERATION_OPTIONS == SETTINGS
+    assert tuple(GenerationParams.model_fields) == SETTINGS

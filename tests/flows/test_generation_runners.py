@@ -61,14 +61,31 @@ def by_thread(docs: str, lm: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def _generate(
-    url: str, lm: Path, runner: str, table: str, kind: str, **extra: Any
+    url: str,
+    lm: Path,
+    runner: str,
+    table: str,
+    kind: str,
+    *,
+    workers: int | None = 2,
+    shards: int = 4,
+    seed: int | None = None,
+    max_tokens: int | None = None,
+    address: str | None = None,
 ) -> tuple[list[tuple[Any, ...]], RunResult]:
     """Generate into ``table`` on ``runner``; its rows in key order, and the run's summary."""
-    fields = {"shards": 4, "workers": 2, **DECODING[kind], **extra}
-    params = ScoreParams(
-        source=url, table="docs", model=str(lm), results_table=table, runner=runner,  # type: ignore[arg-type]
-        prompt="Summarise: {text}", max_new_tokens=8, precision="fp32", threads=1, **fields,
-    )  # fmt: skip
+    generation = {"prompt": "Summarise: {text}", "max_new_tokens": 8, **DECODING[kind]}
+    if seed is not None:
+        generation["seed"] = seed
+    params = ScoreParams.model_validate(
+        {
+            "source": {"location": url, "table": "docs"},
+            "model": {"name": str(lm), "generation": generation},
+            "results": {"table": table},
+            "run": {"shards": shards, "max_tokens": max_tokens, "precision": "fp32"},
+            "fanout": {"runner": runner, "workers": workers, "address": address, "threads": 1},
+        }
+    )
     state = score(params, return_state=True)
     summary = state.result(raise_on_failure=False)
     assert state.is_completed(), state.message

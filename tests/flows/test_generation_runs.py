@@ -49,12 +49,16 @@ def _cli(url: str, lm: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _run(url: str, lm: Path, **params: Any) -> RunResult:
-    fields = {"max_new_tokens": 6, "chat": "off", "precision": "fp32", "shards": 2, "prompt": PROMPT}
-    state = score(
-        ScoreParams(source=url, table="docs", model=str(lm), results_table=TABLE, **{**fields, **params}),
-        return_state=True,
-    )
+def _run(url: str, lm: Path, *, only_new: bool = False, **generation: Any) -> RunResult:
+    """Generate from ``url``'s docs with ``lm`` into TABLE; ``generation`` adds to its settings."""
+    settings = {"max_new_tokens": 6, "chat": "off", "prompt": PROMPT, **generation}
+    params = {
+        "source": {"location": url, "table": "docs"},
+        "model": {"name": str(lm), "generation": settings},
+        "results": {"table": TABLE},
+        "run": {"precision": "fp32", "shards": 2, "only_new": only_new},
+    }
+    state = score(ScoreParams.model_validate(params), return_state=True)
     summary = state.result(raise_on_failure=False)
     assert state.is_completed(), summary
     return summary

@@ -34,7 +34,7 @@ def test_the_options_and_the_environment_become_one_image_access(
     monkeypatch.setenv("SHARDWISE_IMAGE_BUCKETS", "exported-bucket")
     args = _parsed("--image-root", "typed", "--image-bucket", "typed-bucket", "--image-max-bytes", "1000")
     params = score_params(args)
-    assert params.image_roots == [str(tmp_path / "typed")]  # made absolute where it was typed
+    assert params.source.image_roots == [str(tmp_path / "typed")]  # made absolute where it was typed
     assert params.to_spec().image_access == ImageAccess(
         roots=(str(tmp_path / "typed"), str(tmp_path / "exported")),
         buckets=("typed-bucket", "exported-bucket"),
@@ -48,18 +48,17 @@ def test_by_default_no_root_no_bucket_and_64_mib() -> None:
 
 def test_roots_are_looked_for_only_where_the_shards_run() -> None:
     """A cluster elsewhere has its own disks: a root this host lacks is theirs to have."""
-    remote = ScoreParams(
-        source="sqlite:///x.db",
-        image_column="img",
-        image_roots=["/mnt/pictures-on-the-workers"],
-        runner="dask",
-        address="tcp://w:8786",
+    source = {
+        "location": "sqlite:///x.db",
+        "image_column": "img",
+        "image_roots": ["/mnt/pictures-on-the-workers"],
+    }
+    remote = ScoreParams.model_validate(
+        {"source": source, "fanout": {"runner": "dask", "address": "tcp://w:8786"}}
     )
     assert remote.image_access().roots == ("/mnt/pictures-on-the-workers",)
     with pytest.raises(ValueError, match="does not exist on this host"):
-        ScoreParams(
-            source="sqlite:///x.db", image_column="img", image_roots=["/mnt/pictures-on-the-workers"]
-        ).image_access()
+        ScoreParams.model_validate({"source": source}).image_access()
 
 
 def _bad(tmp_path: Path) -> list[tuple[list[str], dict[str, str], str]]:

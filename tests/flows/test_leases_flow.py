@@ -61,7 +61,14 @@ def test_a_live_run_is_refused_until_forced_and_its_old_flow_run_ends_crashed(
     assert execute(sqlite_url, "select max(attempts) from shardwise_shards") == [(0,)]
 
     state = score(
-        ScoreParams(source=sqlite_url, table="docs", model="tiny", resume=str(old)), return_state=True
+        ScoreParams.model_validate(
+            {
+                "source": {"location": sqlite_url, "table": "docs"},
+                "model": {"name": "tiny"},
+                "run": {"resume": str(old)},
+            }
+        ),
+        return_state=True,
     )
     assert state.is_failed() and "still running on" in str(state.result(raise_on_failure=False))
 

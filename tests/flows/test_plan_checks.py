@@ -129,10 +129,14 @@ def test_a_run_started_as_the_ui_starts_it_meets_a_broken_template_while_plannin
     from shardwise.flows.score import score
 
     broken = tiny_causal_lm(tmp_path / "broken", chat_template=TEMPLATES["syntax"][0])
-    params = ScoreParams(
-        source=docs, table="docs", model=str(broken), results_table="generated", max_new_tokens=8,
-        precision="fp32", shards=1,
-    )  # fmt: skip
+    params = ScoreParams.model_validate(
+        {
+            "source": {"location": docs, "table": "docs"},
+            "model": {"name": str(broken), "generation": {"max_new_tokens": 8}},
+            "results": {"table": "generated"},
+            "run": {"precision": "fp32", "shards": 1},
+        }
+    )
     state = score(params, return_state=True)
     assert state.is_failed()
     assert "TemplateSyntaxError" in str(state.message) and "--chat off" in str(state.message)

@@ -55,7 +55,7 @@ def test_a_deployment_run_naming_an_unlisted_module_fails_before_anything_runs(
 ) -> None:
     make_docs(sqlite_url, 10)
     monkeypatch.delenv(ALLOW_MODULES_SETTING, raising=False)
-    params = {"source": sqlite_url, "table": "docs", "model": f"{plugin_module}:spec"}
+    params = {"source": {"location": sqlite_url, "table": "docs"}, "model": {"name": f"{plugin_module}:spec"}}
     state = _run_from_deployment(params)()
     assert state.is_failed(), state  # type: ignore[attr-defined]
     message = str(state.message)  # type: ignore[attr-defined]
@@ -68,7 +68,7 @@ def test_a_module_the_operator_allows_runs_from_a_deployment(
 ) -> None:
     make_docs(sqlite_url, 10)
     monkeypatch.setenv(ALLOW_MODULES_SETTING, f"some_other_pkg, {plugin_module}")
-    params = {"source": sqlite_url, "table": "docs", "model": f"{plugin_module}:spec"}
+    params = {"source": {"location": sqlite_url, "table": "docs"}, "model": {"name": f"{plugin_module}:spec"}}
     state = _run_from_deployment(params)()
     assert state.is_completed(), state  # type: ignore[attr-defined]
     assert execute(sqlite_url, "select min(model_name), count(*) from shardwise_results") == [

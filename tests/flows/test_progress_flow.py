@@ -32,7 +32,14 @@ def _watched_run(url: str) -> tuple[RunResult, list[ProgressReading]]:
     seen: list[ProgressReading] = []
     with listening(seen.append):
         state = score(
-            ScoreParams(model="tiny", source=url, table="docs", shards=1, runner="thread", precision="fp32"),
+            ScoreParams.model_validate(
+                {
+                    "source": {"location": url, "table": "docs"},
+                    "model": {"name": "tiny"},
+                    "run": {"shards": 1, "precision": "fp32"},
+                    "fanout": {"runner": "thread"},
+                }
+            ),
             return_state=True,
         )
     assert state.is_completed(), state.message
@@ -66,7 +73,12 @@ def test_the_progress_artifact_ends_at_the_runs_counts(sqlite_url: str) -> None:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     make_docs(sqlite_url, 50, bad=False)
-    state = score(ScoreParams(model="tiny", source=sqlite_url, table="docs", shards=2), return_state=True)
+    params = {
+        "source": {"location": sqlite_url, "table": "docs"},
+        "model": {"name": "tiny"},
+        "run": {"shards": 2},
+    }
+    state = score(ScoreParams.model_validate(params), return_state=True)
     assert state.is_completed(), state.message
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(

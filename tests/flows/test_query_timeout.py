@@ -49,9 +49,10 @@ def test_a_runaway_filter_fails_planning_in_one_line_naming_the_limit(
 
 def test_the_option_reaches_the_workers_source_and_defaults_to_300_s(sqlite_url: str) -> None:
     execute(sqlite_url, "create table docs (id integer primary key, text text)")
-    params = ScoreParams(source=sqlite_url, table="docs", model="tiny")
-    assert params.query_timeout_s == 300 and params.to_spec().query_timeout_s == 300
-    spec = ScoreParams(source=sqlite_url, table="docs", model="tiny", query_timeout_s=12.5).to_spec()
+    params = ScoreParams.model_validate({"source": {"location": sqlite_url, "table": "docs"}})
+    assert params.source.query_timeout_s == 300 and params.to_spec().query_timeout_s == 300
+    source = {"location": sqlite_url, "table": "docs", "query_timeout_s": 12.5}
+    spec = ScoreParams.model_validate({"source": source, "model": {"name": "tiny"}}).to_spec()
     with open_spec_source(spec, resolve) as source:
         assert source.params["query_timeout_s"] == 12.5
 

@@ -16,6 +16,14 @@ from shardwise.flows.score import score
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
+
+def _params(url: str, **run: object) -> ScoreParams:
+    """Score the table ``docs`` of ``url`` with the tiny model; ``run`` is the run section."""
+    return ScoreParams.model_validate(
+        {"source": {"location": url, "table": "docs"}, "model": {"name": "tiny"}, "run": run}
+    )
+
+
 SECRET = "topsecret-pw"
 
 
@@ -43,7 +51,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
 
 def test_artifacts_hold_the_run_figures_and_events_carry_counts(sqlite_url: str, events: list[dict]) -> None:
     make_docs(sqlite_url, 240)
-    state = score(ScoreParams(source=sqlite_url, table="docs", model="tiny", shards=3), return_state=True)
+    state = score(_params(sqlite_url, shards=3), return_state=True)
     summary = state.result()
     artifacts = _artifacts(state.state_details.flow_run_id)
     assert {"shardwise-run", "shardwise-shards", "shardwise-progress"} <= set(artifacts)
@@ -80,7 +88,7 @@ def test_a_failed_run_emits_failed(
     infer = importlib.import_module("shardwise.pipeline.worker")
     make_docs(sqlite_url, 50, bad=False)
     monkeypatch.setattr(infer, "score_shard", lambda **kw: (_ for _ in ()).throw(ValueError("boom")))
-    state = score(ScoreParams(source=sqlite_url, table="docs", model="tiny", shards=1), return_state=True)
+    state = score(_params(sqlite_url, shards=1), return_state=True)
     assert state.is_failed()
     assert [e["event"] for e in events] == ["shardwise.run.failed"]
     assert events[0]["payload"]["shards_failed"] == 1
@@ -102,7 +110,7 @@ def test_no_secret_reaches_logs_artifacts_ledger_or_errors(
 
     monkeypatch.setattr(infer, "score_shard", leaky)
     caplog.set_level(logging.DEBUG)
-    state = score(ScoreParams(source=secret_url, table="docs", model="tiny", shards=2), return_state=True)
+    state = score(_params(secret_url, shards=2), return_state=True)
     assert state.is_failed()
     seen = [state.message or "", caplog.text, repr(events)]
     seen += [str(a.data) for a in _artifacts(state.state_details.flow_run_id).values()]
@@ -118,9 +126,7 @@ def test_no_secret_reaches_logs_artifacts_ledger_or_errors(
 
 def test_dry_run_writes_nothing(sqlite_url: str, events: list[dict]) -> None:
     make_docs(sqlite_url, 80)
-    state = score(
-        ScoreParams(source=sqlite_url, table="docs", model="tiny", shards=2, dry_run=True), return_state=True
-    )
+    state = score(_params(sqlite_url, shards=2, dry_run=True), return_state=True)
     report = state.result()
     assert (report["shards"], report["rows"]) == (2, 83) and report["estimated_tokens"] > 0
     assert report["rows_already_scored"] == "0"

@@ -29,18 +29,31 @@ def docs(pg_module_url: str) -> str:
 
 @pytest.fixture(scope="module")
 def thread_checksum(docs: str) -> tuple[int, str]:
-    state = score(_params(docs, "thread", results_table="by_thread", workers=1), return_state=True)
+    state = score(_params(docs, "thread", table="by_thread", workers=1), return_state=True)
     assert state.is_completed(), state.message
     return checksum(docs, "by_thread")
 
 
-def _params(url: str, runner: str, **extra: object) -> ScoreParams:
-    fields = {"source": url, "table": "docs", "model": "tiny", "shards": 8, "threads": 1, **extra}
-    return ScoreParams(runner=runner, **fields)  # type: ignore[arg-type]
+def _params(
+    url: str,
+    runner: str,
+    table: str = "shardwise_results",
+    workers: int | None = None,
+    results: str | None = None,
+) -> ScoreParams:
+    return ScoreParams.model_validate(
+        {
+            "source": {"location": url, "table": "docs"},
+            "model": {"name": "tiny"},
+            "results": {"location": results, "table": table},
+            "run": {"shards": 8},
+            "fanout": {"runner": runner, "workers": workers, "threads": 1},
+        }
+    )
 
 
 def _run_on(url: str, runner: str, table: str, **extra: object) -> RunResult:
-    state = score(_params(url, runner, results_table=table, workers=2, **extra), return_state=True)
+    state = score(_params(url, runner, table=table, workers=2), return_state=True)
     summary = state.result()
     assert state.is_completed(), state.message
     return summary
@@ -160,7 +173,7 @@ def test_a_flow_run_with_a_remote_runner_refuses_sqlite_results_before_planning(
     state = score(params, return_state=True)
     assert state.is_failed() and "are on this host (an SQLite file" in (state.message or "")
     if execute(docs, "select to_regclass('shardwise_runs') is not null")[0][0]:
-        recorded = "select count(*) from shardwise_runs where parameters->>'runner' = 'deployment'"
+        recorded = "select count(*) from shardwise_runs where parameters->'fanout'->>'runner' = 'deployment'"
         assert execute(docs, recorded) == [(0,)], "refused before anything was recorded"
 
 

@@ -164,12 +164,22 @@ def test_a_local_ref_schema_generates_held_to_it_and_validated(
 def test_the_schema_travels_as_its_text_never_as_an_object() -> None:
     """An object would reach Prefect's parameter handling, which loads a block for every {"$ref": ...}."""
     text = json.dumps(REF_SCHEMA)
-    params = ScoreParams(source="sqlite:///x.db", model="tiny", json_schema=text)
-    assert params.json_schema == text and params.model_dump()["json_schema"] == text
-    field = ScoreParams.model_json_schema()["properties"]["json_schema"]
+    params = _params("sqlite:///x.db", "tiny", text)
+    generation = params.model.generation
+    assert (
+        generation.json_schema == text and params.model_dump()["model"]["generation"]["json_schema"] == text
+    )
+    field = ScoreParams.model_json_schema()["$defs"]["GenerationParams"]["properties"]["json_schema"]
     assert {"type": "string"} in field["anyOf"]  # the form shows a text box, never an object editor
     with pytest.raises(ValidationError, match="must be the schema's JSON text, not a JSON dict"):
-        ScoreParams(source="sqlite:///x.db", model="tiny", json_schema=REF_SCHEMA)
+        _params("sqlite:///x.db", "tiny", REF_SCHEMA)
+
+
+def _params(source: str, model: str, schema: object) -> ScoreParams:
+    """What the form or the API gives: a source, a model and a JSON Schema for its outputs."""
+    return ScoreParams.model_validate(
+        {"source": {"location": source}, "model": {"name": model, "generation": {"json_schema": schema}}}
+    )
 
 
 @pytest.fixture
@@ -216,7 +226,7 @@ def test_a_block_reference_standing_for_a_schema_is_refused_and_never_loaded(
     assert flow_runs() == before
     assert execute(sqlite_url, "select name from sqlite_master where name = 'shardwise_runs'") == []
     with pytest.raises(ValidationError) as caught:  # the form's and the API's way in: the same refusal
-        ScoreParams(source=sqlite_url, model=str(lm), json_schema=json.dumps(schema))
+        _params(sqlite_url, str(lm), json.dumps(schema))
     seen = {
         "terminal": err,
         "form": str(caught.value),

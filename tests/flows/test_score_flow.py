@@ -16,8 +16,17 @@ from shardwise.pipeline.run_result import RunResult
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
-def _run(**params: object) -> tuple[bool, RunResult]:
-    state = score(ScoreParams(model="tiny", **params), return_state=True)  # type: ignore[arg-type]
+def _run(
+    source: str, table: str | None = None, results: str | None = None, **run: object
+) -> tuple[bool, RunResult]:
+    """Score ``source`` (its ``table``) into ``results`` with the tiny model; ``run`` is the run section."""
+    params = {
+        "source": {"location": source, "table": table},
+        "model": {"name": "tiny"},
+        "results": {"location": results},
+        "run": run,
+    }
+    state = score(ScoreParams.model_validate(params), return_state=True)
     return state.is_completed(), state.result(raise_on_failure=False)
 
 

@@ -217,6 +217,13 @@ REF_PASSWORD = "Canary8-pw"
 REF_FOLDER = "lake-Canary8Dir"
 
 
+def _at(params: dict, path: tuple[str, ...]) -> object:
+    """The value at ``path`` in nested parameters (None where a section lacks it)."""
+    for part in path:
+        params = params.get(part) if isinstance(params, dict) else None  # type: ignore[assignment]
+    return params
+
+
 def _prefect_records(flow_run_id: str) -> str:
     """What Prefect holds about the runs given by name (the two given a URL itself hold it, as typed): their
     parameters and states, and the run's artifacts."""
@@ -229,9 +236,11 @@ def _prefect_records(flow_run_id: str) -> str:
     async def read() -> str:
         async with get_client() as client:
             latest = await client.read_flow_runs(sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=10)
-            by_name = {"source": "env:SW8_SOURCE", "ledger": None}
+            by_name = [(("source", "location"), "env:SW8_SOURCE"), (("ledger",), None)]
             runs = [
-                (r.parameters, r.state) for r in latest if by_name.items() <= r.parameters["params"].items()
+                (r.parameters, r.state)
+                for r in latest
+                if all(_at(r.parameters["params"], path) == value for path, value in by_name)
             ]
             assert len(runs) == 2, "the run and its resume by name"
             artifacts = await client.read_artifacts(

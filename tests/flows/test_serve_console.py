@@ -68,7 +68,10 @@ def test_a_bad_run_from_the_api_is_one_line_in_the_serve_terminal(tmp_path: Path
     serving, served = start(["serve", "--cold"], env)
     try:
         served.wait_for("Ctrl-C to stop", serving)
-        bad = {"source": "env:SHARDWISE_SOURCE_URL", "table": "nosuch", "model": "tiny"}
+        bad = {
+            "source": {"location": "env:SHARDWISE_SOURCE_URL", "table": "nosuch"},
+            "model": {"name": "tiny"},
+        }
         run = run_deployment("score/manual", parameters={"params": bad}, timeout=240)
         assert run.state is not None and run.state.is_failed()
         deadline = time.monotonic() + 60

@@ -78,13 +78,17 @@ def test_an_unknown_kind_is_refused_naming_the_installed_ones() -> None:
 
 
 def test_the_flows_parameters_nest_each_kinds_options_in_a_section() -> None:
-    params = ScoreParams(source="sqlite:///x.db", table="docs", results_options={"sql": {"index": "hnsw"}})
+    source = {"location": "sqlite:///x.db", "table": "docs"}
+    params = ScoreParams.model_validate(
+        {"source": source, "results": {"options": {"sql": {"index": "hnsw"}}}}
+    )
     assert params.to_spec().sink_options() == {"index": "hnsw"}
-    assert ScoreParams(source="sqlite:///x.db", table="docs").to_spec().sink_options() == {}
+    assert ScoreParams.model_validate({"source": source}).to_spec().sink_options() == {}
     schema = ScoreParams.model_json_schema()
     assert "sql" in schema["$defs"]["ResultsOptions"]["properties"]
+    assert schema["$defs"]["ResultsParams"]["properties"]["options"]["$ref"] == "#/$defs/ResultsOptions"
     with pytest.raises(ValueError, match="index"):
-        ScoreParams(source="sqlite:///x.db", table="docs", results_options={"sql": {"index": "ivf"}})
+        ScoreParams.model_validate({"source": source, "results": {"options": {"sql": {"index": "ivf"}}}})
 
 
 _PLUGIN = """

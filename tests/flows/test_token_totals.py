@@ -152,12 +152,15 @@ def test_live_progress_counts_the_tokens_of_each_finished_batch(
     assert seen[-1].counts == {"completion_tokens": completion, "prompt_tokens": prompt}
 
 
-def _generate(url: str, lm: Path, **params: Any) -> tuple[bool, RunResult]:
-    fields = {"max_new_tokens": 6, "chat": "off", "precision": "fp32", "shards": 2}
-    state = score(
-        ScoreParams(source=url, table="docs", model=str(lm), results_table=TABLE, **{**fields, **params}),
-        return_state=True,
-    )
+def _generate(url: str, lm: Path, **run: Any) -> tuple[bool, RunResult]:
+    """Generate from ``url``'s docs with ``lm`` into TABLE; ``run`` adds to the run section."""
+    params = {
+        "source": {"location": url, "table": "docs"},
+        "model": {"name": str(lm), "generation": {"max_new_tokens": 6, "chat": "off"}},
+        "results": {"table": TABLE},
+        "run": {"precision": "fp32", "shards": 2, **run},
+    }
+    state = score(ScoreParams.model_validate(params), return_state=True)
     return state.is_completed(), state.result(raise_on_failure=False)
 
 

@@ -57,4 +57,4 @@ def test_only_the_triggered_deployment_runs_warm_and_its_parameters_prewarm() ->
     flow, parameters = warm["on-new-data"]
     assert flow.name == "score"
     params = ScoreParams.model_validate(parameters["params"])
-    assert params.only_new and params.model == "minilm"
+    assert params.run.only_new and params.model.name == "minilm"

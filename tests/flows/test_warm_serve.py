@@ -37,7 +37,7 @@ def _deployments_for(model: Path, folder: Path) -> Path:
             *[t["parameters"] for t in deployment.get("triggers") or []],
         ]:
             if "params" in block:
-                block["params"]["model"] = str(model)
+                block["params"]["model"] = {"name": str(model)}
     path = folder / "prefect.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

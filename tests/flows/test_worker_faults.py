@@ -26,18 +26,17 @@ ROWS = 32_000
 SHARDS = 8
 
 
-def _params(url: str, table: str, **extra: object) -> ScoreParams:
+def _params(url: str, table: str, **fanout: object) -> ScoreParams:
     # fp32: shards long enough (about 2 s each) for the killer to catch both workers inside one.
-    fields = {
-        "source": url,
-        "table": "docs",
-        "model": "tiny",
-        "shards": SHARDS,
-        "threads": 1,
-        "precision": "fp32",
-        **extra,
-    }
-    return ScoreParams(results_table=table, **fields)  # type: ignore[arg-type]
+    return ScoreParams.model_validate(
+        {
+            "source": {"location": url, "table": "docs"},
+            "model": {"name": "tiny"},
+            "results": {"table": table},
+            "run": {"shards": SHARDS, "precision": "fp32"},
+            "fanout": {"threads": 1, **fanout},
+        }
+    )
 
 
 def _kill_one_mid_shard(url: str, pids: list[int], killed: list[int], stop: threading.Event) -> None:

@@ -54,9 +54,9 @@ def test_an_image_column_is_not_the_key() -> None:
 
 
 def test_the_cli_option_reaches_the_spec() -> None:
-    assert "image_column" in SOURCE_OPTIONS
     parser = argparse.ArgumentParser()
     add_param_options(parser, SOURCE_OPTIONS)
+    assert "source.image_column" in {action.dest for action in parser._actions}
     args = parser.parse_args(["--source", "sqlite:///x.db", "--table", "docs", "--image-column", "img"])
     assert score_params(args).to_spec().image_column == "img"
     bad = parser.parse_args(["--source", "sqlite:///x.db", "--image-column", "img", "--text-column", "t"])

@@ -1,0 +1,49 @@
+"""The flow's parameters are a few typed sections, so the Prefect UI's form shows them as such."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from shardwise.flows.params import ScoreParams
+
+SECTIONS = {
+    "source": "SourceParams",
+    "model": "ModelParams",
+    "results": "ResultsParams",
+    "run": "RunParams",
+    "fanout": "FanoutParams",
+}
+
+
+def test_the_parameters_are_at_most_eight_fields_with_a_nested_model_per_section() -> None:
+    assert len(ScoreParams.model_fields) <= 8, list(ScoreParams.model_fields)
+    for name, section in SECTIONS.items():
+        annotation = ScoreParams.model_fields[name].annotation
+        assert isinstance(annotation, type) and issubclass(annotation, BaseModel), name
+        assert annotation.__name__ == section
+    generation = ScoreParams.model_fields["model"].annotation.model_fields["generation"].annotation  # type: ignore[union-attr]
+    assert generation.__name__ == "GenerationParams"
+
+
+def test_the_json_schema_has_the_sections() -> None:
+    schema = ScoreParams.model_json_schema()
+    for name, section in SECTIONS.items():
+        assert section in schema["$defs"], section
+        assert f"#/$defs/{section}" in str(schema["properties"][name]), schema["properties"][name]
+    assert schema["required"] == ["source"]
+    assert "generation" in schema["$defs"]["ModelParams"]["properties"]
+    assert "options" in schema["$defs"]["ResultsParams"]["properties"]
+
+
+def test_a_flat_parameter_is_refused_not_ignored() -> None:
+    """A deployment written for the flat parameters fails loudly, naming the key."""
+    with pytest.raises(ValidationError, match="table"):
+        ScoreParams.model_validate({"source": {"location": "sqlite:///x.db"}, "table": "docs"})
+
+
+def test_a_rule_within_a_section_and_one_across_keep_their_messages() -> None:
+    with pytest.raises(ValidationError, match="--deployment 'x/y' would do nothing"):
+        ScoreParams.model_validate({"source": {"location": "s"}, "fanout": {"deployment": "x/y"}})
+    with pytest.raises(ValidationError, match="--image-root '/a' would do nothing"):
+        ScoreParams.model_validate({"source": {"location": "s", "image_roots": ["/a"]}})
