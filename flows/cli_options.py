@@ -174,14 +174,15 @@ def add_score_options(parser: argparse.ArgumentParser, run: Sequence[str] = ()) 
     """The options of ``run``, ``redrive`` and ``plan``: a ``--help`` group per section of
     :class:`ScoreParams` (each sink kind's options in a group of their own after the results), and
     ``run`` the command's own fields of the run section, after the common ones."""
-    from shardwise.flows.params import FanoutParams, ModelParams, ResultsParams, RunParams, SourceParams
+    from shardwise.flows.params import FanoutParams, ModelParams, RunParams, SourceParams
 
     def group(title: str, section: Any) -> argparse._ArgumentGroup:
         return parser.add_argument_group(title, str(section.__doc__).rstrip("."))
 
     add_param_options(group("source", SourceParams), SOURCE_OPTIONS)
     add_param_options(group("model and generation", ModelParams), MODEL_OPTIONS)
-    add_param_options(group("results", ResultsParams), RESULTS_OPTIONS)
+    results = "Where the results and the run ledger go; each results kind's options follow, a group each"
+    add_param_options(parser.add_argument_group("results", results), RESULTS_OPTIONS)
     add_sink_options(parser)
     add_param_options(group("run", RunParams), (*RUN_OPTIONS, *run))
     add_param_options(group("fan-out", FanoutParams), FANOUT_OPTIONS)

@@ -232,4 +232,5 @@ def test_multi_label_and_regression_heads_end_to_end(db_url: str, head: str, tmp
         stored = execute(db_url, f"select score from {TABLE} order by source_key")
         assert all(isinstance(value, float) for (value,) in stored)
         np.testing.assert_allclose([value for (value,) in stored], logits[:, 0], atol=1e-5)
-    _unchanged_on_repeat(db_url, model, len(good), len(BAD_ROWS), source=db_url, table="docs", shards=2)
+    source = {"location": db_url, "table": "docs"}
+    _unchanged_on_repeat(db_url, model, len(good), len(BAD_ROWS), source=source, shards=2)
