@@ -255,7 +255,7 @@ class ResultsParams(_Section):
         None,
         description="Where results go: a database URL or connection name (a results table; defaults to "
         "the source database), or a location, a local directory or s3://bucket/prefix, holding a Delta "
-        "table, Parquet files or another kind's results (results_format) at LOCATION/RESULTS_TABLE "
+        "table, Parquet files or another kind's results (format) at LOCATION/TABLE "
         "(required for a Parquet source).",
     )
     table: str = Field(
