@@ -51,6 +51,7 @@ import torch
 from shardwise import Engine, EngineConfig, resolve_device
 from shardwise.corpus import harvest_docstrings
 from shardwise.model import Model, ModelInputs
+from shardwise.model.text_model import TextModel
 from shardwise.models import HFEncoderSpec, MiniLMSpec, get_spec
 from shardwise.precision import (
     Precision,
@@ -60,8 +61,7 @@ from shardwise.precision import (
     for_precision,
     resolve_precision,
 )
-from shardwise.precision_guard import agreement
-from shardwise.text_model import TextModel
+from shardwise.precision.guard import agreement
 
 KEYS = (
     "rows",

@@ -56,10 +56,10 @@ import torch
 
 from bench.engine import load_texts
 from shardwise import Engine, EngineConfig, resolve_device
-from shardwise.generation import GenerationSettings, with_generation
+from shardwise.model.generation import GenerationSettings, with_generation
 from shardwise.models import get_spec
 from shardwise.models.hf_gguf import SMOLLM2_INSTALL, smollm2_file
-from shardwise.precision_guard import agreement, minimum_agreement, shown
+from shardwise.precision.guard import agreement, minimum_agreement, shown
 
 KEYS = (
     "rows",

@@ -2,7 +2,7 @@
 
     python bench/h2d_overlap.py --batches 24 --rows 64 --json
 
-The batches are picture batches (:class:`~shardwise.image_model.PixelBatch`,
+The batches are picture batches (:class:`~shardwise.model.image_model.PixelBatch`,
 float32 ``(rows, 3, 224, 224)``, about 600 KB a picture) of random values in
 pageable host memory, as a collate leaves them: the heavy host-to-device
 case (a text batch is a few hundred KB of token ids). The stand-in forward
@@ -18,7 +18,7 @@ engine copies each batch's outputs back. Each timing is the median of
 - ``compute_ms``: the forward passes alone, on batches already on the device;
 - ``serial_ms``: a plain loop, each batch copied (pageable, so synchronous)
   and then computed;
-- ``prefetched_ms``: the same loop through :class:`~shardwise.prefetch.Prefetcher`
+- ``prefetched_ms``: the same loop through :class:`~shardwise.batch.prefetch.Prefetcher`
   (depth 2): batch N+1 is pinned and copied on its side stream while batch N
   computes.
 
@@ -50,9 +50,9 @@ set_defaults(prefect=False)
 
 import torch
 
-from shardwise.image_model import PixelBatch
-from shardwise.prefetch import Prefetcher
-from shardwise.windows import Batch, Window
+from shardwise.batch.prefetch import Prefetcher
+from shardwise.batch.windows import Batch, Window
+from shardwise.model.image_model import PixelBatch
 
 __all__ = ["KEYS", "iterations_for", "main", "overlap_fraction"]
 

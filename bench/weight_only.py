@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from shardwise.quantize import linears
+from shardwise.precision.quantize import linears
 
 __all__ = ["DECODE_ROWS", "WeightInt8Linear", "weight_int8_copy"]
 

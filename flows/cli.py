@@ -37,8 +37,8 @@ def entry() -> None:
     """
     code = [1]  # an exception escaping main exits 1, after its traceback
     atexit.register(_exit_now, code)
-    from shardwise.cmdline import wipe_typed_passwords
     from shardwise.flows.temp_server import start_early
+    from shardwise.process.cmdline import wipe_typed_passwords
 
     argv = sys.argv[1:]  # main parses this copy: a URL's password is wiped from the process's own
     wipe_typed_passwords(argv)  # before any child is forked (ps, and a child until it execs, show them)

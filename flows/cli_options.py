@@ -276,15 +276,15 @@ def _number(kind: type) -> Any:
 def _json_schema_file(path: str) -> str:
     """The JSON Schema in the file ``path`` (``--json-schema FILE``), as its text, checked.
 
-    The file must be a regular file of at most :data:`~shardwise.structured.MAX_SCHEMA_BYTES` (a
+    The file must be a regular file of at most :data:`~shardwise.model.structured.MAX_SCHEMA_BYTES` (a
     FIFO or ``/dev/zero`` is refused before a byte is read, see :mod:`shardwise.bounded_read`), and
-    hold a JSON Schema within the bounds of :mod:`shardwise.structured`. The text
+    hold a JSON Schema within the bounds of :mod:`shardwise.model.structured`. The text
     travels as it is: Prefect leaves a string parameter alone, where it would take a ``$ref`` in an
     object parameter for a block reference.
     """
     from shardwise.bounded_read import read_regular_file
     from shardwise.errors import ConfigError
-    from shardwise.structured import MAX_SCHEMA_BYTES, JsonSchema
+    from shardwise.model.structured import MAX_SCHEMA_BYTES, JsonSchema
 
     try:
         data = read_regular_file(path, what="the schema file", max_bytes=MAX_SCHEMA_BYTES)
@@ -366,9 +366,9 @@ _URL_OPTIONS = {
 
 def refuse_unencoded_urls(args: argparse.Namespace) -> None:
     """Refuse a ``--source``, ``--results`` or ``--ledger`` URL whose password is not percent-encoded,
-    naming the option and showing nothing of the URL (see :mod:`shardwise.url_syntax`), before any
+    naming the option and showing nothing of the URL (see :mod:`shardwise.secrets.url_syntax`), before any
     other code reads it. A name such as ``env:DB_URL`` is checked when it is resolved."""
-    from shardwise.url_syntax import refuse_unencoded
+    from shardwise.secrets.url_syntax import refuse_unencoded
 
     for dest, flag in _URL_OPTIONS.items():
         value = getattr(args, dest, None)
@@ -394,7 +394,7 @@ def _by_name(url: str | None, name: str, remote: bool = False) -> str | None:
     refused.
     """
     from shardwise.errors import ConfigError
-    from shardwise.redact import has_password, redact_url
+    from shardwise.secrets.redact import has_password, redact_url
     from shardwise.tasks.connections import hold
 
     if url is None or not has_password(url):  # the URL parser decides, as the engine will read it

@@ -1,7 +1,7 @@
 """Where the command line and the flows keep what a host learns between runs: ``~/.shardwise``.
 
 ``SHARDWISE_HOME`` moves it. It holds ``calibration.json``, the precision
-guard's figures (see :mod:`shardwise.calibration`): delete it to have the next
+guard's figures (see :mod:`shardwise.precision.calibration`): delete it to have the next
 run measure again; nothing else depends on it.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shardwise.calibration import CalibrationCache
+from shardwise.precision.calibration import CalibrationCache
 
 __all__ = ["HOME", "calibration_cache", "shardwise_home"]
 

@@ -28,7 +28,7 @@ Ending the process at once is safe because the ledger is: every chunk
 commits in one transaction with its results, so the chunk a blocked or
 running worker had not committed is simply not there, and a resume scores
 it (as after SIGKILL, which the kill-point tests check). Worker processes die
-with this one (:mod:`shardwise.lifeline`, :mod:`shardwise.reaper`), and the
+with this one (:mod:`shardwise.process.lifeline`, :mod:`shardwise.process.reaper`), and the
 temporary server's guard stops it if step 4 had no time to. A second signal
 while stopping ends the process at once, after the line. What cannot be
 done within :data:`STOP_S` (a database that does not answer) is skipped:

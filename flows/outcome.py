@@ -178,7 +178,7 @@ def one_line(exc: BaseException | str) -> str:
     is joined on, a traceback never appears."""
     from pydantic import ValidationError
 
-    from shardwise.redact import redact
+    from shardwise.secrets.redact import redact
 
     if isinstance(exc, ValidationError):
         text = "; ".join(_validation_message(e) for e in exc.errors())
@@ -206,14 +206,15 @@ def say_error(exc: BaseException | str) -> None:
 
 
 def print_traceback(exc: BaseException) -> None:
-    """Print ``exc``'s traceback on stderr, redacted like every other line (see :mod:`shardwise.redact`).
+    """Print ``exc``'s traceback on stderr, redacted like every other line (see
+    :mod:`shardwise.secrets.redact`).
 
     Python's own printing of an escaping exception would show a value reached
     through ``env:NAME`` in its message, so tracebacks are always printed here.
     """
     import traceback
 
-    from shardwise.redact import redact
+    from shardwise.secrets.redact import redact
 
     sys.stderr.write(redact("".join(traceback.format_exception(exc))))
     sys.stderr.flush()

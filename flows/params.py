@@ -17,10 +17,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from shardwise.errors import ConfigError
 from shardwise.flows.image_access import declared_access
+from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.spec import DEFAULT_MODEL
 from shardwise.precision import Requested
-from shardwise.precision_guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
+from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
 from shardwise.sinks.registry import flat_options, results_options_model, sink_kinds
@@ -29,7 +30,6 @@ from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, ch
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.names import split_table_name
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
-from shardwise.structured import MAX_SCHEMA_DEPTH, JsonSchema
 from shardwise.tasks.runners import Fanout, RunnerName
 
 __all__ = [

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from shardwise.pipeline.destination import find_ledger
-from shardwise.redact import redact
 from shardwise.results import Ledger, RunListing
 from shardwise.results.codec import utc_now
 from shardwise.results.leases import abandoned_why, lease_live
 from shardwise.results.probe import check_ledger
+from shardwise.secrets.redact import redact
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 

@@ -17,7 +17,7 @@ from shardwise.flows.totals import closing_lines
 from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import finish_results, finish_run
 from shardwise.pipeline.run_result import run_result
-from shardwise.redact import redact_mapping
+from shardwise.secrets.redact import redact_mapping
 from shardwise.tasks import plan_run
 from shardwise.tasks.artifacts import publish_run, worker_rows
 from shardwise.tasks.connections import resolve

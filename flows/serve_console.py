@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
-from shardwise.redact import redact
+from shardwise.secrets.redact import redact
 
 __all__ = ["RunLines", "run_line", "runs_quiet_on_console"]
 

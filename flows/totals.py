@@ -25,7 +25,7 @@ whole run's are its ``totals``.
 
 from __future__ import annotations
 
-from shardwise.counts import said
+from shardwise.model.counts import said
 from shardwise.pipeline.run_result import RunResult
 from shardwise.words import plural
 

@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from typing import Any
 from uuid import UUID
 
-from shardwise.redact import redact
+from shardwise.secrets.redact import redact
 
 __all__ = ["CodeStamp", "WarmRuns", "prewarm"]
 

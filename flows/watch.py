@@ -78,13 +78,13 @@ def watch(spec: WatchSpec, *, results: str | None = None, install: bool = False)
 
 def _ledger_seen(ledger_url: str, location: str, named_by: str | None) -> Any:
     """The ledger's scored (object key, ETag) pairs for ``location``, read fresh on every listing: under
-    the name runs record it by (``named_by``, see :mod:`shardwise.by_reference`), or in clear.
+    the name runs record it by (``named_by``, see :mod:`shardwise.secrets.by_reference`), or in clear.
 
     A watcher does not know where the runs it starts write, so a pair counts as scored once every
     destination that ever read ``location`` scored it: an object one destination still lacks is
     announced (the run's only-new skips it where it is already scored), and none is missed."""
-    from shardwise.by_reference import by_reference
     from shardwise.results import Ledger
+    from shardwise.secrets.by_reference import by_reference
     from shardwise.sources.parquet.stores import open_store
 
     identity = open_store(location).identity

@@ -1,6 +1,6 @@
 """Any local Hugging Face causal language model directory (``…ForCausalLM``), as a text generator.
 
-Each row's text fills the prompt template (:mod:`shardwise.generation`); with
+Each row's text fills the prompt template (:mod:`shardwise.model.generation`); with
 the chat template on (``chat``: ``auto`` uses it when the tokenizer has one)
 the prompt is the user's message, after the system text if any, and the
 template's string already holds the special tokens; with it off the system
@@ -19,7 +19,7 @@ end-of-sequence token, ``length`` at ``max_new_tokens``), ``prompt_tokens``
 and ``completion_tokens`` (the end-of-sequence token not counted). With a
 JSON Schema (``json_schema``) there is also ``parsed``, the completion's JSON
 value; a completion that is not valid JSON under the schema makes its row a
-dead letter (:mod:`shardwise.structured`), and with ``constrained`` decoding
+dead letter (:mod:`shardwise.model.structured`), and with ``constrained`` decoding
 is held to the schema (:mod:`models.hf_grammar`). The version hashes the
 directory's files and the generation settings.
 
@@ -40,9 +40,11 @@ import numpy as np
 import torch
 
 from shardwise.errors import ConfigError, InputError, OutputError
-from shardwise.generation import GenerationSettings, placeholders
 from shardwise.hashing import hash_files
 from shardwise.model import REJECTED, TEXT, ModelInfo
+from shardwise.model.generation import GenerationSettings, placeholders
+from shardwise.model.structured import JsonSchema
+from shardwise.model.text import Inputs, coerce_text
 from shardwise.models.hf_causal_source import (
     OUTPUTS,
     PARSED,
@@ -58,8 +60,6 @@ from shardwise.models.hf_files import VERSIONED, check_layout, read_json
 from shardwise.models.hf_grammar import JsonGuide
 from shardwise.models.hf_loaded import require_transformers
 from shardwise.models.hf_prompt import Prompt, PromptBatch, row_seed
-from shardwise.structured import JsonSchema
-from shardwise.text import Inputs, coerce_text
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
     from typing_extensions import Self

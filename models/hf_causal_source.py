@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shardwise.errors import ConfigError
-from shardwise.generation import GenerationSettings
 from shardwise.model import ModelInfo, OutputColumn
+from shardwise.model.generation import GenerationSettings
 from shardwise.models.hf_grammar import require_xgrammar
 
 __all__ = ["OUTPUTS", "PARSED", "CausalSource", "causal_outputs", "causal_version", "chat_on", "check_room"]

@@ -1,6 +1,6 @@
 """A loaded CLIP or SigLIP model: pictures and texts scored into one embedding space.
 
-A row's value is a picture (an :class:`~shardwise.image_value.ImageValue` or
+A row's value is a picture (an :class:`~shardwise.model.image_value.ImageValue` or
 bytes), which the vision tower embeds, or a text (``str``), which the text
 tower embeds; both towers' outputs are L2-normalised, as CLIP does before
 comparing them, so the inner product and the cosine distance (pgvector's
@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardwise.collate import collate_encodings
+from shardwise.batch.collate import collate_encodings
 from shardwise.errors import InputError
-from shardwise.image_model import PixelItem, stack_pixels
 from shardwise.model import Encoding, ModelInputs
+from shardwise.model.image_model import PixelItem, stack_pixels
+from shardwise.model.text import coerce_text
 from shardwise.models.hf_files import encode, load_tokenizer, pad_id, read_json
 from shardwise.models.hf_image_loaded import ImageLoaded, load_checked
-from shardwise.text import coerce_text
 
 __all__ = ["DualBatch", "HFClip"]
 

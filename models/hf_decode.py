@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from shardwise.generation import GenerationSettings
+from shardwise.model.generation import GenerationSettings
 from shardwise.models.hf_kv import joinable, keep_rows, stack, trim
 
 __all__ = ["decode"]

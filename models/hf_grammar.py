@@ -12,7 +12,7 @@ end-of-sequence token, so the row stops there (``finish_reason`` ``stop``).
 Whitespace between JSON tokens is not allowed (``any_whitespace=False``):
 xgrammar's default lets a model fill ``max_new_tokens`` with spaces and
 newlines. The decoded text is still validated afterwards
-(:mod:`shardwise.structured`): a grammar cannot rule out everything strict
+(:mod:`shardwise.model.structured`): a grammar cannot rule out everything strict
 JSON and ``jsonb`` refuse.
 """
 

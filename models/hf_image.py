@@ -15,7 +15,7 @@ decision, from ``config.json``:
   and no tokenizer (ViT, DINOv2, ConvNeXt) gives ``embedding``: the model's
   pooled output, else its first (CLS) token.
 
-Every picture goes through :func:`shardwise.images.decode` (pixel limit
+Every picture goes through :func:`shardwise.model.images.decode` (pixel limit
 ``max_pixels``, EXIF orientation, RGB with transparency on white), then the
 directory's image processor. The version is a SHA-256 over the directory's
 files (:data:`~models.hf_image_files.IMAGE_VERSIONED`), tagged with the kind.
@@ -46,7 +46,8 @@ from shardwise.models.hf_image_files import (
 __all__ = ["DEFAULT_MAX_PIXELS", "HFClipSpec", "HFImageClassifierSpec", "HFImageEncoderSpec"]
 
 DEFAULT_MAX_PIXELS = 50_000_000
-"""The default ``max_pixels`` (as :data:`shardwise.images.DEFAULT_MAX_PIXELS`, without importing Pillow)."""
+"""The default ``max_pixels`` (as :data:`shardwise.model.images.DEFAULT_MAX_PIXELS`, without importing
+Pillow)."""
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
 """Loaded image models: decode and process pictures in a pool of threads, stack them, run the network.
 
 :class:`ImageLoaded` is what every image model shares: ``prepare`` decodes a
-row's bytes (:func:`shardwise.images.decode`) and runs the directory's image
+row's bytes (:func:`shardwise.model.images.decode`) and runs the directory's image
 processor on the picture; ``prepare_many`` does that for a window's rows on a
-:class:`~shardwise.image_model.DecodePool`; ``collate`` stacks. The image
+:class:`~shardwise.model.image_model.DecodePool`; ``collate`` stacks. The image
 classifier and the image encoder add their network and their outputs; CLIP
 (:mod:`models.hf_clip`) adds a text tower.
 
 Batches are budgeted in pixels: the engine's ``max_tokens`` defaults, for an
 image model, to :data:`ROWS_PER_BATCH` pictures' worth of pixels per device kind.
-Importing this module imports Pillow (:mod:`shardwise.images`), and
+Importing this module imports Pillow (:mod:`shardwise.model.images`), and
 transformers is imported only when a model loads, after it: transformers looks
 for Pillow when it is first imported.
 """
@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from shardwise.errors import ConfigError, InputError
-from shardwise.image_model import DecodePool, PixelBatch, PixelItem, stack_pixels
-from shardwise.images import check_max_pixels, decode
 from shardwise.model import Item, ModelInfo
+from shardwise.model.image_model import DecodePool, PixelBatch, PixelItem, stack_pixels
+from shardwise.model.images import check_max_pixels, decode
 from shardwise.models.hf_image_files import load_image_processor, processed_pixels
 
 __all__ = ["ROWS_PER_BATCH", "HFImageClassifier", "HFImageEncoder", "ImageLoaded", "load_checked"]

@@ -2,7 +2,7 @@
 
 :class:`HFLoaded` holds the fields :meth:`describe` gave, the directory's
 tokenizer with its pad id and segment-id rule (:mod:`models.hf_files`), which
-give it ``prepare`` and ``collate`` (:class:`~shardwise.text_model.TextModel`),
+give it ``prepare`` and ``collate`` (:class:`~shardwise.model.text_model.TextModel`),
 and builds a transformers forward pass's keyword arguments. The encoder
 (:mod:`models.hf`) and the classifier (:mod:`models.hf_classifier`) add their
 network and their outputs.
@@ -17,8 +17,8 @@ import torch
 
 from shardwise.errors import ConfigError
 from shardwise.model import Encoding, ModelInfo, ModelInputs, TextInput
+from shardwise.model.text_model import TextModel
 from shardwise.models.hf_files import encode, load_tokenizer, pad_id, read_json, uses_segments
-from shardwise.text_model import TextModel
 
 __all__ = ["HFLoaded", "require_transformers"]
 

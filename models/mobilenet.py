@@ -10,7 +10,7 @@ transformers:
 * ``describe()`` reads no weights into a network: the version is a SHA-256
   of the weights file and of this module's preprocessing tag.
 * ``prepare(value)``, on the decoding pool's threads: decode and check the
-  picture (:func:`shardwise.images.decode`: pixel limit, EXIF orientation,
+  picture (:func:`shardwise.model.images.decode`: pixel limit, EXIF orientation,
   RGB on white), then torchvision's ImageNet evaluation transform, written
   with Pillow and numpy: the shorter side resized to 256 (bilinear, with
   antialiasing), the centre 224x224 cropped, scaled to [0, 1] and normalised
@@ -47,8 +47,8 @@ import torch
 
 from shardwise.errors import ConfigError, InputError
 from shardwise.hashing import hash_file
-from shardwise.image_model import DecodePool, PixelBatch, PixelItem, stack_pixels
 from shardwise.model import IMAGES, Item, ModelInfo
+from shardwise.model.image_model import DecodePool, PixelBatch, PixelItem, stack_pixels
 from shardwise.models.hf_heads import Head
 from shardwise.models.hf_image import DEFAULT_MAX_PIXELS
 
@@ -134,7 +134,7 @@ class MobileNetV2:
     """The loaded network on ``device`` with the contract's four steps (see the module docstring)."""
 
     def __init__(self, spec: MobileNetV2Spec, device: torch.device) -> None:
-        from shardwise.images import check_max_pixels
+        from shardwise.model.images import check_max_pixels
         from shardwise.models.mobilenet_net import MobileNetV2Net
 
         info = spec.describe()
@@ -160,7 +160,7 @@ class MobileNetV2:
         self._pool = DecodePool(self.prepare)
 
     def prepare(self, value: object) -> PixelItem:
-        from shardwise.images import decode
+        from shardwise.model.images import decode
 
         return PixelItem(imagenet_pixels(decode(value, self.max_pixels)))
 

@@ -18,8 +18,8 @@ from torch import nn
 
 from shardwise.hashing import hash_state
 from shardwise.model import TEXT, Encoding, ModelInfo, ModelInputs, OutputColumn, TextInput
+from shardwise.model.text_model import TextModel
 from shardwise.models.pooling import pool
-from shardwise.text_model import TextModel
 
 __all__ = ["TinyModel", "TinySpec"]
 

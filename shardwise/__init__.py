@@ -12,9 +12,10 @@ from importlib.metadata import version as _version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from shardwise.config import EngineConfig
-    from shardwise.device import resolve_device
-    from shardwise.engine import Engine, EngineRun, RowResult
+    from shardwise.batch.config import EngineConfig
+    from shardwise.batch.device import resolve_device
+    from shardwise.batch.engine import Engine, EngineRun, RowResult
+    from shardwise.batch.stats import BatchStats, EngineStats
     from shardwise.errors import (
         ConfigError,
         DeviceOutOfMemoryError,
@@ -28,14 +29,13 @@ if TYPE_CHECKING:
     )
     from shardwise.model import DeviceBatch, Encoding, Item, Model, ModelSpec, OutputColumn
     from shardwise.retry_policy import RetryPolicy
-    from shardwise.stats import BatchStats, EngineStats
 
 # Imported on first use (PEP 562): ``import shardwise.environment`` or a helper process such as
 # ``python -m shardwise.flows.server_guard`` must not pay torch's import (1-3 s on two cores).
 _LAZY = {
-    "EngineConfig": "shardwise.config",
-    "resolve_device": "shardwise.device",
-    **dict.fromkeys(("Engine", "EngineRun", "RowResult"), "shardwise.engine"),
+    "EngineConfig": "shardwise.batch.config",
+    "resolve_device": "shardwise.batch.device",
+    **dict.fromkeys(("Engine", "EngineRun", "RowResult"), "shardwise.batch.engine"),
     **dict.fromkeys(
         (
             "ConfigError",
@@ -54,7 +54,7 @@ _LAZY = {
         ("DeviceBatch", "Encoding", "Item", "Model", "ModelSpec", "OutputColumn"), "shardwise.model"
     ),
     "RetryPolicy": "shardwise.retry_policy",
-    **dict.fromkeys(("BatchStats", "EngineStats"), "shardwise.stats"),
+    **dict.fromkeys(("BatchStats", "EngineStats"), "shardwise.batch.stats"),
 }
 
 

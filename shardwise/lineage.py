@@ -7,8 +7,8 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from shardwise.image_value import ImageValue
-from shardwise.text import Inputs
+from shardwise.model.image_value import ImageValue
+from shardwise.model.text import Inputs
 
 __all__ = ["code_version", "value_fingerprint"]
 
@@ -39,9 +39,9 @@ def value_fingerprint(value: object) -> str | None:
     """The input fingerprint of a value as stored, which notices when a row's input changed.
 
     Text has the hex MD5 of its UTF-8 bytes, bytes the MD5 of the bytes, a
-    :class:`~shardwise.text.Inputs` (a text pair, a prompt's columns) the MD5 of
+    :class:`~shardwise.model.text.Inputs` (a text pair, a prompt's columns) the MD5 of
     its members' fingerprints concatenated (None when any has none), an
-    :class:`~shardwise.image_value.ImageValue` the MD5 of its bytes (inline or
+    :class:`~shardwise.model.image_value.ImageValue` the MD5 of its bytes (inline or
     fetched through a reference; None when it has none); anything else has None. MD5
     because PostgreSQL computes the same in SQL (``md5(text)``), so
     ``--only-new`` compares fingerprints inside the database

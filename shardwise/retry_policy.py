@@ -31,7 +31,7 @@ A try that hangs is bounded by its layer's own timeouts (PostgreSQL's
 most one such timeout after its deadline. A statement of the ledger or a SQL
 sink on PostgreSQL is bounded by ``db_timeout_s`` (the server's
 ``statement_timeout`` and ``lock_timeout``), and a connection whose server
-stops answering by a little more (:mod:`shardwise.db_timeouts`): a hung
+stops answering by a little more (:mod:`shardwise.db.timeouts`): a hung
 connection fails its try, which is retried on a new connection.
 """
 
@@ -89,7 +89,7 @@ class RetryPolicy:
     db_timeout_s: float = DEFAULT_DB_TIMEOUT_S
     """Seconds one statement of the ledger or a SQL sink on PostgreSQL may run or wait for a lock before
     its try fails (transient, so it is tried again); a connection whose server stops answering is given
-    up a little later (:mod:`shardwise.db_timeouts`). 0: no bounds."""
+    up a little later (:mod:`shardwise.db.timeouts`). 0: no bounds."""
 
     def __post_init__(self) -> None:
         for name in ("deadline_s", "backoff_s", "backoff_cap_s", "db_timeout_s"):

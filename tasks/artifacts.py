@@ -11,11 +11,11 @@ from typing import Any
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from shardwise.counts import in_words
+from shardwise.model.counts import in_words
 from shardwise.pipeline import ShardOutcome
 from shardwise.pipeline.run_result import LeaseHeld, PrecisionUsed, RunResult
 from shardwise.pipeline.skipped import Skipped
-from shardwise.precision_guard import shown
+from shardwise.precision.guard import shown
 from shardwise.tasks.markdown import code, text
 from shardwise.words import plural
 

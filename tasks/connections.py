@@ -18,12 +18,12 @@ process (a process pool's workers, a local Dask or Ray) would inherit it in
 instead (:class:`Held`, pickled over the runner's own channel: the process
 pool's pipe, Dask's loopback connection, Ray's object store), and the worker
 keeps it in memory. Its password is wiped from the command's own command line
-as it is held (:mod:`shardwise.cmdline`): a worker is forked from the command
+as it is held (:mod:`shardwise.process.cmdline`): a worker is forked from the command
 and shows the command's arguments until it execs, and ``multiprocessing``
 hands every worker the command's ``sys.argv``. The CLI refuses a password for
 workers on other hosts.
 Whatever the kind, the value reached through a name is shown nowhere: see
-:func:`shardwise.redact.remember_reference`.
+:func:`shardwise.secrets.redact.remember_reference`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from shardwise.cmdline import wipe_password, written_password
 from shardwise.errors import ConfigError
-from shardwise.redact import remember_reference, url_password
-from shardwise.url_syntax import refuse_unencoded
+from shardwise.process.cmdline import wipe_password, written_password
+from shardwise.secrets.redact import remember_reference, url_password
+from shardwise.secrets.url_syntax import refuse_unencoded
 
 __all__ = ["Held", "hold", "resolve"]
 
@@ -46,13 +46,13 @@ _held: dict[str, str] = {}
 def resolve(value: str) -> str:
     """The URL or path behind ``value``; a plain value comes back unchanged.
 
-    A password in the URL is remembered by :mod:`shardwise.redact`, so it is
+    A password in the URL is remembered by :mod:`shardwise.secrets.redact`, so it is
     masked in every message and log line of this process, however it is
     spelled. A value reached through a name is remembered whole: from then on
     every message and log line of this process shows the name (``<env:NAME>``)
     where the value would be, whatever it is. A URL reached through a name whose
     password is not percent-encoded is refused naming the reference
-    (:mod:`shardwise.url_syntax`).
+    (:mod:`shardwise.secrets.url_syntax`).
     """
     found = _lookup(value)
     if value.startswith(_NAMES):
@@ -100,7 +100,7 @@ def hold(name: str, url: str) -> str:
     """Keep ``url`` in this process's memory under ``name``; the connection to pass instead: ``held:NAME``.
 
     Its password is wiped from this process's command line at once
-    (:func:`~shardwise.cmdline.wipe_password`), so neither ``ps`` nor a child
+    (:func:`~shardwise.process.cmdline.wipe_password`), so neither ``ps`` nor a child
     forked from now on (a pool's worker between its fork and its exec) shows it.
     """
     _held[name] = url

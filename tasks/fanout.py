@@ -24,7 +24,7 @@ from prefect.utilities.annotations import unmapped
 
 from shardwise.errors import ShardwiseError, WorkerPreempted
 from shardwise.pipeline import PlannedRun, RunRef, ShardOutcome
-from shardwise.redact import redact
+from shardwise.secrets.redact import redact
 from shardwise.tasks.connections import Held
 from shardwise.tasks.infer_shard import infer_shard
 from shardwise.tasks.retry import task_retries

@@ -26,16 +26,16 @@ from prefect import get_run_logger, task
 from prefect.context import TaskRunContext
 from prefect.runtime import task_run
 
-from shardwise.counts import said
 from shardwise.errors import ShardwiseError, TransientError, WorkerPreempted
+from shardwise.model.counts import said
 from shardwise.models import get_spec
 from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score_ref_shard, warm
 from shardwise.pipeline.destination import ledger_url
 from shardwise.pipeline.preemption import shard_in_hand
 from shardwise.pipeline.shard import this_worker
-from shardwise.redact import redact
 from shardwise.results import Ledger
 from shardwise.retry_policy import Outage
+from shardwise.secrets.redact import redact
 from shardwise.tasks.connections import Held, resolve
 from shardwise.tasks.retry import TRANSIENT_RETRIES
 from shardwise.tasks.sanitize import sanitized

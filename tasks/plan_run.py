@@ -12,7 +12,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-from shardwise.generation import PromptChecked, with_generation
+from shardwise.model.generation import PromptChecked, with_generation
 from shardwise.models import get_spec
 from shardwise.pipeline import PlannedRun, RunSpec, prepare_run
 from shardwise.tasks.connections import resolve

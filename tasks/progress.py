@@ -27,7 +27,7 @@ from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from shardwise.counts import said_per_s
+from shardwise.model.counts import said_per_s
 from shardwise.pipeline import ProgressReading, ShardOutcome, read_progress
 from shardwise.results import Ledger
 from shardwise.words import plural

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from shardwise.errors import ConfigError, TransientError
-from shardwise.lifeline import die_with_parent
 from shardwise.pipeline import Resolver, RunSpec
 from shardwise.pipeline.preemption import drain_on_sigterm
-from shardwise.reaper import reaping
+from shardwise.process.lifeline import die_with_parent
+from shardwise.process.reaper import reaping
 from shardwise.sources import is_sql_url
 from shardwise.words import plural
 
@@ -160,8 +160,9 @@ class Fanout:
         if self.runner == "process":
             from prefect.task_runners import ProcessPoolTaskRunner
 
-            # Its workers die with this process: a killed run leaves none behind (see shardwise.lifeline);
-            # one told to stop lets its shard go and exits 0 (see shardwise.pipeline.preemption).
+            # Its workers die with this process: a killed run leaves none behind (see
+            # shardwise.process.lifeline); one told to stop lets its shard go and exits 0 (see
+            # shardwise.pipeline.preemption).
             return ProcessPoolTaskRunner(
                 max_workers=self.workers, initializer=_pool_worker_start, initargs=(os.getpid(),)
             )
@@ -175,8 +176,8 @@ class Fanout:
         """Around :meth:`task_runner`: what ends the local processes a killed run would leave running.
 
         A local Ray node's agents outlive the raylet by a minute, so a local
-        Ray runs under a reaper (:mod:`shardwise.reaper`). The process pool's
-        workers die with this process by themselves (:mod:`shardwise.lifeline`),
+        Ray runs under a reaper (:mod:`shardwise.process.reaper`). The process pool's
+        workers die with this process by themselves (:mod:`shardwise.process.lifeline`),
         a local Dask cluster's by Dask's own watch; a cluster at ``address``
         is not this run's to end.
         """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceback
 
 from shardwise.errors import RunTakenOverError, ShardwiseError, TransientError
-from shardwise.redact import redact
+from shardwise.secrets.redact import redact
 
 __all__ = ["sanitized"]
 

@@ -212,7 +212,7 @@ def generated(root: Path, rows: Sequence[tuple[Any, Any]], **settings: Any) -> d
     what any run with these generation ``settings`` must write, whatever its batches (sampling is seeded
     per row)."""
     from shardwise import Engine, EngineConfig
-    from shardwise.generation import GenerationSettings
+    from shardwise.model.generation import GenerationSettings
     from shardwise.models.hf_causal import HFCausalSpec
 
     model = HFCausalSpec(root, generation=GenerationSettings(**settings)).load(torch.device("cpu"))

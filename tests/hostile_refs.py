@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardwise.image_value import ImageValue
+from shardwise.model.image_value import ImageValue
 from shardwise.sources.base import Source
 
 __all__ = [

@@ -4,7 +4,7 @@ Each directory is a model of two small layers or stages with random weights from
 saved with ``save_pretrained`` with its image processor (Pillow backend) and,
 for CLIP and SigLIP, a byte-level BPE tokenizer trained here on this package's
 docstrings. Nothing is downloaded. :func:`reference_picture` opens bytes as a
-plain Pillow user would, with the decoding rules ``shardwise.images``
+plain Pillow user would, with the decoding rules ``shardwise.model.images``
 documents (EXIF orientation, transparency on white), for the agreement tests.
 """
 

@@ -10,7 +10,7 @@ import torch
 
 from shardwise.errors import InputError
 from shardwise.model import TEXT, ModelInfo, OutputColumn
-from shardwise.text import coerce_text
+from shardwise.model.text import coerce_text
 
 OUTPUTS = (OutputColumn("shout", "text"), OutputColumn("letters", "int", count=True))
 

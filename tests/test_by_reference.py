@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from shardwise.by_reference import by_reference, same_location
-from shardwise.redact import redact
+from shardwise.secrets.by_reference import by_reference, same_location
+from shardwise.secrets.redact import redact
 from shardwise.tasks.connections import resolve
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from shardwise.cmdline import written_password
+from shardwise.process.cmdline import written_password
 
 _CHILD = """
 import os, subprocess, sys
-from shardwise.cmdline import wipe_typed_passwords
+from shardwise.process.cmdline import wipe_typed_passwords
 kept = sys.argv[1:]
 wipe_typed_passwords(kept)
 # What another process reads: the kernel's copy, through a child that execs cat.

@@ -2,7 +2,7 @@
 
 Each test makes one failure happen for real (a lock timeout, a terminated
 backend, a locked SQLite file ...) six times: under each layer's entry point
-(the store's and ledger's :func:`~shardwise.dberrors.mapped_errors`, a
+(the store's and ledger's :func:`~shardwise.db.errors.mapped_errors`, a
 source's :meth:`~shardwise.sources.sql.db.Database.errors`, and the same
 ``Database.errors`` as a watcher holds it), once through SQLAlchemy and once
 straight from the driver, as the store's COPY and a watcher's LISTEN and DDL
@@ -24,7 +24,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from shardwise.dberrors import mapped_errors, safe_url
+from shardwise.db.errors import mapped_errors, safe_url
 from shardwise.errors import ConfigError, ShardwiseError, SourceError, TransientError
 from shardwise.sources.sql.db import Database
 

@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 from tcp_stall import StallingProxy
 
-from shardwise.db_timeouts import answer_bound, check_db_timeout, unbounded
-from shardwise.dberrors import mapped_errors
+from shardwise.db.errors import mapped_errors
+from shardwise.db.timeouts import answer_bound, check_db_timeout, unbounded
 from shardwise.errors import ConfigError, TransientError
 from shardwise.results.connect import make_engine
 from shardwise.retry_policy import RetryPolicy

@@ -1,4 +1,4 @@
-"""shardwise.images: a picture too large gets the one message the docs quote, however large it is.
+"""shardwise.model.images: a picture too large gets the one message the docs quote, however large it is.
 
 Pillow's guard (``Image.MAX_IMAGE_PIXELS``, set to ``PILLOW_LIMIT``) warns of
 a picture over it and refuses one over twice it inside ``Image.open``, in its
@@ -23,7 +23,7 @@ from image_builders import encoded, gif_header, picture, png_header
 from PIL import Image
 
 from shardwise.errors import InputError
-from shardwise.images import DEFAULT_MAX_PIXELS, PILLOW_LIMIT, decode
+from shardwise.model.images import DEFAULT_MAX_PIXELS, PILLOW_LIMIT, decode
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "images.md"
 

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from shardwise import lifeline
+from shardwise.process import lifeline
 
 # The child loads lifeline.py by path: importing the shardwise package would load torch (seconds).
 _CHILD = textwrap.dedent(

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from shardwise import procfs, reaper
+from shardwise.process import procfs, reaper
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -11,8 +11,8 @@ import pytest
 from jsonschema.validators import Draft202012Validator
 
 from shardwise.errors import ConfigError
-from shardwise.generation import GenerationSettings
-from shardwise.structured import JsonSchema
+from shardwise.model.generation import GenerationSettings
+from shardwise.model.structured import JsonSchema
 
 EMPTY: list[tuple[Any, str]] = [
     (False, "at #, the schema false admits no value"),

@@ -1,5 +1,5 @@
-"""A URL's password must be percent-encoded (shardwise.url_syntax): the engine refuses one that is not,
-unread and unshown, wherever a database URL enters it; an encoded one is read as it always was."""
+"""A URL's password must be percent-encoded (shardwise.secrets.url_syntax): the engine refuses one that is
+not, unread and unshown, wherever a database URL enters it; an encoded one is read as it always was."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from urllib.parse import quote
 import pytest
 
 from shardwise.errors import ConfigError
-from shardwise.url_syntax import refuse_unencoded
+from shardwise.secrets.url_syntax import refuse_unencoded
 
 REFUSED = [
     "postgresql://app:pa/ss word@db/prod",

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from shardwise.device import resolve_device
+from shardwise.batch.device import resolve_device
 from shardwise.errors import ConfigError
-from shardwise.generation import PromptChecked, with_generation
 from shardwise.model import ModelInfo
+from shardwise.model.generation import PromptChecked, with_generation
 from shardwise.pipeline.destination import (
     check_destination,
     ledger_url,

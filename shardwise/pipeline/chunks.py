@@ -26,15 +26,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from shardwise.config import EngineConfig
-from shardwise.counts import added
+from shardwise.batch.config import EngineConfig
 from shardwise.errors import ConfigError, TransientError
 from shardwise.lineage import value_fingerprint
+from shardwise.model.counts import added
 from shardwise.results.records import DeadLetter, ResultRow
 from shardwise.sources.base import Key, SourceRow
 
 if TYPE_CHECKING:
-    from shardwise.engine import RowResult
+    from shardwise.batch.engine import RowResult
     from shardwise.results import Chunk, ChunkStart, ChunkWriter
 
 __all__ = [

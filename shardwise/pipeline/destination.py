@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.results.connect import is_database_url
+from shardwise.secrets.by_reference import by_reference
 from shardwise.sinks.base import Layout, Sink
 from shardwise.sinks.registry import Destination, SinkKind, is_location, options_for, sink_kind_for
 from shardwise.sources import Source, SourcePlan
@@ -116,7 +116,7 @@ def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
     retries its calls on the store on ``spec.retry``, the run's one policy.
 
     Results given as ``env:NAME`` or ``secret:NAME`` are targeted by that name
-    (:mod:`shardwise.by_reference`): the ledger records the target so, and the summary, the artifacts,
+    (:mod:`shardwise.secrets.by_reference`): the ledger records the target so, and the summary, the artifacts,
     the events and the sink's own messages show it so, never the location it resolved to."""
     kind, dest = _destination(spec, results_url)
     sink = kind.open(dest, layout, options_for(kind, spec.sink_options(), spec.results), spec.retry)

@@ -15,10 +15,9 @@ from typing import Any
 
 import torch
 
-from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError, InputError
-from shardwise.generation import PromptChecked, with_generation
-from shardwise.model import Model
+from shardwise.model import Loaded, SelfBatching
+from shardwise.model.generation import PromptChecked, with_generation
 from shardwise.pipeline.destination import (
     check_destination,
     ledger_url,
@@ -31,11 +30,12 @@ from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, open_spec_source
 from shardwise.precision import versioned
-from shardwise.redact import redact
 from shardwise.results import Ledger
 from shardwise.results.codec import utc_now
 from shardwise.results.leases import abandoned_why, when
 from shardwise.results.probe import check_ledger
+from shardwise.secrets.by_reference import by_reference
+from shardwise.secrets.redact import redact
 from shardwise.sources import Source, SourcePlan
 
 __all__ = ["PlanPreview", "plan_report", "preview_plan"]
@@ -56,12 +56,15 @@ class PlanPreview:
         return round(self.tokens_per_row * self.plan.expected_rows)
 
 
-def preview_plan(source: Source, plan: SourcePlan, model: Model) -> PlanPreview:
+def preview_plan(source: Source, plan: SourcePlan, model: Loaded) -> PlanPreview:
     """Estimate tokens (the model's item cost) from the first rows of a few evenly spaced shards.
 
     Each sampled row goes through the model's ``prepare``, as in a run; rows
-    it refuses are left out. Nothing is written.
+    it refuses are left out. Nothing is written. A model that batches by itself
+    has no item cost to sample: no estimate.
     """
+    if isinstance(model, SelfBatching):
+        return PlanPreview(plan, 0.0, 0)
     shards = plan.shards
     step = max(1, len(shards) // _SAMPLE_SHARDS)
     costs: list[int] = []
@@ -148,7 +151,7 @@ def _unfinished(ledger: Ledger, *results_tables: str) -> list[str]:
     """Runs into the same results table still marked running: live ones, and abandoned ones to resume.
 
     The table as runs record it now, and in clear as runs recorded a location given by reference before
-    (see :mod:`shardwise.by_reference`)."""
+    (see :mod:`shardwise.secrets.by_reference`)."""
     now, found = utc_now(), []
     running = [
         run

@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shardwise.by_reference import by_reference
 from shardwise.errors import ShardwiseError
 from shardwise.lineage import code_version
 from shardwise.model import ModelInfo
@@ -55,8 +54,9 @@ from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source, redri
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
 from shardwise.precision import cpu_int8_kernel, emulated_int8_warning, versioned
-from shardwise.precision_guard import minimum_agreement, shown
+from shardwise.precision.guard import minimum_agreement, shown
 from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord
+from shardwise.secrets.by_reference import by_reference
 from shardwise.sinks import Sink
 from shardwise.sources import Source, SourcePlan, is_keyed, plan_objects
 from shardwise.words import plural

@@ -6,7 +6,7 @@ ledger (see :mod:`~shardwise.pipeline.reporter`): a done shard counts its
 the engine. Shards done before a resume count as done.
 
 The sums of the model's count outputs (a generator's tokens, see
-:mod:`shardwise.counts`) are read the same way: a done shard's totals, a
+:mod:`shardwise.model.counts`) are read the same way: a done shard's totals, a
 running shard's sums so far. They come from the rows' own outputs, so the
 rate of ``completion_tokens`` is the tokens generated per second.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from shardwise.counts import added
+from shardwise.model.counts import added
 from shardwise.results import ShardProgress
 
 __all__ = ["ProgressReading", "read_progress"]

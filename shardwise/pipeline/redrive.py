@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shardwise.by_reference import same_location
 from shardwise.errors import ConfigError
 from shardwise.lineage import value_fingerprint
 from shardwise.results import Ledger, StoredDeadLetter
+from shardwise.secrets.by_reference import same_location
 from shardwise.sources import Source
 from shardwise.sources.base import Key
 from shardwise.sources.keyed import KeyedSource
@@ -74,7 +74,7 @@ def redrive_keys(
     """Read run ``run_id``'s dead letters from ``ledger`` and pick the keys whose input changed since.
 
     The run must have read ``source`` into ``results_table``. ``identity`` is how runs of ``source``
-    are recorded (:func:`~shardwise.by_reference.by_reference`; its own identity when None), which
+    are recorded (:func:`~shardwise.secrets.by_reference.by_reference`; its own identity when None), which
     finds the run's earlier redrives.
     ``source`` must be the source the run read. Each dead-lettered key's
     current rows are read (``read_keys``) and fingerprinted as the pipeline

@@ -11,7 +11,7 @@ Rows are counted as the forward pass finishes them (:class:`BatchStats`),
 not as the engine releases them: it releases whole windows of thousands of
 rows at once. Dead letters never reach a batch, so they come from the
 engine's running totals (:class:`EngineStats`), as do the sums of the
-model's count outputs (:mod:`shardwise.counts`), which it adds per batch.
+model's count outputs (:mod:`shardwise.model.counts`), which it adds per batch.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
-from shardwise.counts import Counts
-from shardwise.stats import BatchStats, EngineStats
+from shardwise.batch.stats import BatchStats, EngineStats
+from shardwise.model.counts import Counts
 
 __all__ = ["ProgressReporter"]
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from shardwise.by_reference import by_reference, same_location
 from shardwise.errors import ConfigError
-from shardwise.generation import settings_given
 from shardwise.model import ModelInfo
+from shardwise.model.generation import settings_given
 from shardwise.pipeline.destination import results_target
 from shardwise.pipeline.lease import Takeover, takeover_from
 from shardwise.pipeline.spec import Resolver, RunSpec
@@ -22,6 +21,7 @@ from shardwise.pipeline.worker import open_spec_source
 from shardwise.precision import versioned
 from shardwise.results import Ledger, RunRecord
 from shardwise.retry_policy import RetryPolicy
+from shardwise.secrets.by_reference import by_reference, same_location
 from shardwise.sources import SourcePlan
 
 __all__ = ["recorded_retry", "resume_run"]

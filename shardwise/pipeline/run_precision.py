@@ -3,7 +3,7 @@
 ``auto`` takes the fastest precision the device computes natively
 (:func:`~shardwise.precision.resolve_precision`), then the guard compares it
 with float32 on a few calibration texts; below ``spec.min_agreement`` (or
-the precision's default, :func:`~shardwise.precision_guard.minimum_agreement`) an
+the precision's default, :func:`~shardwise.precision.guard.minimum_agreement`) an
 ``auto`` run falls back to float32 (with a warning), an explicit one is
 refused. The model the guard needs is loaded into the process's
 :class:`~shardwise.pipeline.worker.WorkerCache`, where the shards of a
@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
-from shardwise.device import resolve_device
+from shardwise.batch.device import resolve_device
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.pipeline.spec import RunSpec
 from shardwise.pipeline.worker import WorkerCache
 from shardwise.precision import Precision, has_labels, resolve_precision
-from shardwise.precision_guard import minimum_agreement, shown
+from shardwise.precision.guard import minimum_agreement, shown
 
 __all__ = ["PrecisionChoice", "choose_precision", "hardware_precision", "warm"]
 

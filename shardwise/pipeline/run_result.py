@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from shardwise.batch.stats import EngineStats
 from shardwise.pipeline.skipped import Skipped
 from shardwise.results import RunCounts
-from shardwise.stats import EngineStats
 
 if TYPE_CHECKING:
     from shardwise.pipeline.prepare import PlannedRun

@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardwise.config import EngineConfig
-from shardwise.engine import Engine
-from shardwise.model import Model
+from shardwise.batch.config import EngineConfig
+from shardwise.batch.engine import Engine
+from shardwise.batch.stats import BatchStats
+from shardwise.model import Loaded
 from shardwise.pipeline.chunks import ChunkConfig, InputFingerprints, commit_chunks, progress_after
 from shardwise.pipeline.lease import LEASE_S, shard_lease_keeper
 from shardwise.pipeline.preemption import refuse_if_draining, until_preempted
@@ -35,7 +36,6 @@ from shardwise.results.codec import utc_now
 from shardwise.results.owners import owner_of
 from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sources.base import ReadFrom, Shard, ShardReader, Source, SourcePlan
-from shardwise.stats import BatchStats
 
 _log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def score_shard(
     source: Source,
     plan: SourcePlan,
     shard: Shard,
-    model: Model,
+    model: Loaded,
     store: ResultStore,
     run: RunRecord,
     config: EngineConfig | None = None,

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import logging
 
-from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError
 from shardwise.lineage import value_fingerprint
 from shardwise.pipeline.redrive import redrive_source
 from shardwise.pipeline.spec import RunSpec
 from shardwise.results import Ledger
+from shardwise.secrets.by_reference import by_reference
 from shardwise.sinks import Sink
 from shardwise.sources import Source, SourcePlan
 from shardwise.sources.base import Key, NewOnly, ReadFrom
@@ -87,7 +87,7 @@ def _new_only(
         if target is None:
             raise ConfigError("only-new over a source of files needs the run's destination (target=...)")
         # The ledger alone answers "which objects were seen into this destination": under the name runs
-        # record the source by (see shardwise.by_reference), or in clear, as runs before recorded a
+        # record the source by (see shardwise.secrets.by_reference), or in clear, as runs before recorded a
         # source given by reference.
         names = {by_reference(spec.source, source.identity), source.identity}
         seen = frozenset().union(*(ledger.seen_objects(name, target) for name in names))

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.generation import ChatMode, GenerationSettings, placeholders
 from shardwise.model import ModelInfo
+from shardwise.model.generation import ChatMode, GenerationSettings, placeholders
 from shardwise.pipeline.chunks import ChunkConfig
 from shardwise.precision import Requested, check_precision
-from shardwise.precision_guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
+from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.registry import given_options, sink_kind
@@ -74,7 +74,7 @@ class RunSpec:
     image_column: str | None = None
     """A column of images, read instead of the text column: bytes (``bytea``, BLOB, Parquet binary) or a
     reference (a path, ``file://`` or ``s3://`` URI) the source fetches; each row's value is an
-    :class:`~shardwise.image_value.ImageValue` (see :mod:`shardwise.sources.images`)."""
+    :class:`~shardwise.model.image_value.ImageValue` (see :mod:`shardwise.sources.images`)."""
     image_access: ImageAccess = field(default_factory=ImageAccess)
     """Which references an image column (or an image folder) may read, and how much of each: the roots
     local paths must lie under, the buckets besides an S3 source's own, the byte cap. Plain data the
@@ -95,7 +95,7 @@ class RunSpec:
     :mod:`shardwise.precision`)."""
     min_agreement: float | None = None
     """The accuracy guard's threshold: minimum cosine to float32 (or share of equal labels); None takes
-    the precision's default (:func:`~shardwise.precision_guard.minimum_agreement`)."""
+    the precision's default (:func:`~shardwise.precision.guard.minimum_agreement`)."""
     resume: str | None = None
     redrive: str | None = None
     """A run id: score again only the keys that run dead-lettered (see :mod:`shardwise.pipeline.redrive`)."""
@@ -113,7 +113,7 @@ class RunSpec:
     None: the model's default, :data:`~shardwise.pipeline.chunks.DEFAULT_CHUNK_ROWS`, or
     :data:`~shardwise.pipeline.chunks.GENERATION_CHUNK_ROWS` for a generator."""
     prompt: str | None = None
-    """Generation settings (see :mod:`shardwise.generation`): None leaves the generator's default.
+    """Generation settings (see :mod:`shardwise.model.generation`): None leaves the generator's default.
     Given for a model that does not generate, they are refused."""
     system: str | None = None
     chat: ChatMode | None = None

@@ -27,21 +27,21 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from shardwise.by_reference import same_location
-from shardwise.calibration import CalibrationCache, measured_agreement
-from shardwise.config import EngineConfig
-from shardwise.device_lease import leased_device
+from shardwise.batch.config import EngineConfig
+from shardwise.batch.device_lease import leased_device
 from shardwise.errors import ConfigError, TransientError
-from shardwise.generation import GenerationSettings, Generative, with_generation
-from shardwise.model import Model, ModelInfo, ModelSpec
+from shardwise.model import Loaded, ModelInfo, ModelSpec
+from shardwise.model.generation import GenerationSettings, Generative, with_generation
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, IMAGE_CHUNK_ROWS, ChunkConfig
 from shardwise.pipeline.destination import ledger_url, open_sink
 from shardwise.pipeline.shard import ShardOutcome, score_shard
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker_checks import check_outputs, check_precision, check_version
 from shardwise.precision import Precision
+from shardwise.precision.calibration import CalibrationCache, measured_agreement
 from shardwise.results import Ledger, ResultStore, RunRecord
 from shardwise.retry_policy import Outage, retry_step
+from shardwise.secrets.by_reference import same_location
 from shardwise.sinks import Layout
 from shardwise.sources import (
     KeyedSource,
@@ -119,7 +119,7 @@ class WorkerCache:
         self.calibration = calibration
         """Where the guard's figures are kept between processes (None: measured once per process)."""
         self._lock = threading.Lock()
-        self._models: dict[tuple[str, str, GenerationSettings | None], Model] = {}
+        self._models: dict[tuple[str, str, GenerationSettings | None], Loaded] = {}
         self._agreements: dict[tuple[str, str, str, bool], tuple[float, bool]] = {}
         self._infos: dict[tuple[str, GenerationSettings | None], ModelInfo] = {}
         self._runs: OrderedDict[tuple[str, RunSpec], _Run] = OrderedDict()
@@ -127,7 +127,7 @@ class WorkerCache:
 
     def model(
         self, name: str, device: torch.device, generation: GenerationSettings | None = None
-    ) -> tuple[Model, float]:
+    ) -> tuple[Loaded, float]:
         """The model on ``device``, and the seconds spent loading it now (0.0 when it was loaded already).
 
         ``generation`` is the run's generation settings (:meth:`RunSpec.generation`); a generator loads
@@ -169,12 +169,12 @@ class WorkerCache:
         """The catalogue's spec for ``name``, generating with ``generation`` when given."""
         return with_generation(self._catalogue(name), generation)
 
-    def agreement(self, model: Model, precision: Precision, pairs: bool = False) -> float:
+    def agreement(self, model: Loaded, precision: Precision, pairs: bool = False) -> float:
         """The guard's agreement of ``model`` in ``precision`` with float32, measured once per process,
         or read from :attr:`calibration` where an earlier process stored it."""
         return self.guarded(model, precision, pairs)[0]
 
-    def guarded(self, model: Model, precision: Precision, pairs: bool = False) -> tuple[float, bool]:
+    def guarded(self, model: Loaded, precision: Precision, pairs: bool = False) -> tuple[float, bool]:
         """:meth:`agreement`, and whether it came from :attr:`calibration` rather than a measurement."""
         key = (f"{model.name}@{model.version}", str(model.device), precision, pairs)
         with self._lock:
@@ -182,7 +182,7 @@ class WorkerCache:
                 self._agreements[key] = measured_agreement(self.calibration, model, precision, pairs)
             return self._agreements[key]
 
-    def run(self, ref: RunRef, model: Model, resolve: Resolver) -> _Run:
+    def run(self, ref: RunRef, model: Loaded, resolve: Resolver) -> _Run:
         """The open run behind ``ref``, built on first use from the ledger in the run's results database."""
         key = (ref.run_id, ref.spec)
         with self._lock:
@@ -213,7 +213,7 @@ class WorkerCache:
             run.close()
 
 
-def _open_run(ref: RunRef, model: Model, resolve: Resolver) -> _Run:
+def _open_run(ref: RunRef, model: Loaded, resolve: Resolver) -> _Run:
     ledger = Ledger(ledger_url(ref.spec, resolve), timeout_s=ref.spec.retry.db_timeout_s)
     try:
         record, plan = ledger.load(ref.run_id)
@@ -251,7 +251,7 @@ def score_ref_shard(
     """Score shard ``shard_id`` of the run behind ``ref`` on this worker, exactly once.
 
     The device comes from a host-wide lease (one worker per GPU, see
-    :mod:`shardwise.device_lease`); the model and the run come from
+    :mod:`shardwise.batch.device_lease`); the model and the run come from
     ``cache``. A shard the ledger says is done is skipped.
 
     ``outage`` is the shard's retry clock on the run's policy

@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import Protocol
 
 from shardwise.errors import ConfigError
-from shardwise.model import Model, ModelInfo
+from shardwise.model import Loaded, ModelInfo
 from shardwise.pipeline.shard import this_worker
 from shardwise.pipeline.spec import RunSpec
 from shardwise.precision import Precision, resolve_precision, versioned
-from shardwise.precision_guard import minimum_agreement, shown
+from shardwise.precision.guard import minimum_agreement, shown
 from shardwise.results import RunRecord
 
 __all__ = ["Agreements", "check_outputs", "check_precision", "check_version"]
@@ -29,10 +29,10 @@ __all__ = ["Agreements", "check_outputs", "check_precision", "check_version"]
 class Agreements(Protocol):
     """Where a worker's guard figures come from (its :class:`~shardwise.pipeline.worker.WorkerCache`)."""
 
-    def agreement(self, model: Model, precision: Precision, pairs: bool = False) -> float: ...
+    def agreement(self, model: Loaded, precision: Precision, pairs: bool = False) -> float: ...
 
 
-def check_version(record: RunRecord, model: Model) -> None:
+def check_version(record: RunRecord, model: Loaded) -> None:
     """The loaded model is the version the run was planned with (its precision included)."""
     if versioned(model.version, record.precision) != record.model_version:  # type: ignore[arg-type]
         raise ConfigError(
@@ -42,7 +42,7 @@ def check_version(record: RunRecord, model: Model) -> None:
         )
 
 
-def check_outputs(model: Model, described: ModelInfo) -> None:
+def check_outputs(model: Loaded, described: ModelInfo) -> None:
     """The loaded model writes the columns its description promised: the results table was made from those."""
     if tuple(model.outputs) != described.outputs:
         raise ConfigError(
@@ -51,7 +51,7 @@ def check_outputs(model: Model, described: ModelInfo) -> None:
         )
 
 
-def check_precision(record: RunRecord, model: Model, spec: RunSpec, cache: Agreements) -> None:
+def check_precision(record: RunRecord, model: Loaded, spec: RunSpec, cache: Agreements) -> None:
     """This worker's device computes the run's precision, and the guard holds here too."""
     precision = resolve_precision(record.precision, model.device)
     if precision == "fp32":

@@ -7,7 +7,7 @@ table: a retried or racing writer that finds it merges nothing, and a
 retried or resumed attempt starts after the last mark (:class:`ChunkStart`).
 The shard's done-mark records the sum of its marks (:class:`ChunkTotals`),
 whichever attempts wrote them, the sums of the model's count outputs
-included (:mod:`shardwise.counts`). The DDL and queries are in ``sql/``
+included (:mod:`shardwise.model.counts`). The DDL and queries are in ``sql/``
 (``shardwise_chunks`` in ``ledger_schema.sql``, ``chunk_*.sql``, ``chunks_*.sql``).
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from shardwise.counts import Counts, added
+from shardwise.model.counts import Counts, added
 from shardwise.results.codec import bind_timestamp, decode_json, decode_row, encode_json
 from shardwise.results.sqlfiles import statement
 from shardwise.sources.base import Key

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
-from shardwise.counts import count_columns, counts_of_rows
+from shardwise.model.counts import count_columns, counts_of_rows
 from shardwise.results import chunk_marks, shard_sql, shard_states
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals
 from shardwise.results.codec import check_key, utc_now

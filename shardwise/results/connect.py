@@ -18,12 +18,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shardwise.db_timeouts import CONNECT_TIMEOUT_S, DEFAULT_DB_TIMEOUT_S, bound_engine
-from shardwise.dberrors import safe_url
+from shardwise.db.errors import safe_url
+from shardwise.db.timeouts import CONNECT_TIMEOUT_S, DEFAULT_DB_TIMEOUT_S, bound_engine
 from shardwise.errors import ConfigError
-from shardwise.redact import redact, remember
 from shardwise.results.sqlfiles import load_script, load_sql
-from shardwise.url_syntax import refuse_unencoded
+from shardwise.secrets.redact import redact, remember
+from shardwise.secrets.url_syntax import refuse_unencoded
 
 __all__ = ["CONNECT_TIMEOUT_S", "brief_waits", "is_database_url", "make_engine", "write_transaction"]
 
@@ -45,8 +45,8 @@ def make_engine(url: str, *, timeout_s: float = DEFAULT_DB_TIMEOUT_S) -> sa.Engi
     """An engine for ``url``; plain ``postgresql://`` URLs are pointed at psycopg 3.
 
     On PostgreSQL, each statement may run or wait for a lock ``timeout_s`` seconds, and a connection whose
-    server stops answering is given up a little later (:mod:`shardwise.db_timeouts`; 0: no bounds).
-    A URL whose password is not percent-encoded is refused unread (:mod:`shardwise.url_syntax`).
+    server stops answering is given up a little later (:mod:`shardwise.db.timeouts`; 0: no bounds).
+    A URL whose password is not percent-encoded is refused unread (:mod:`shardwise.secrets.url_syntax`).
     """
     refuse_unencoded(url, "the results or ledger database URL")
     try:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
-from shardwise.dberrors import mapped_errors, safe_url
+from shardwise.db.errors import mapped_errors, safe_url
 from shardwise.errors import ConfigError
 from shardwise.results import chunk_marks, lease_sql, ledger_sql, outcomes, shard_sql, shard_states
 from shardwise.results.codec import utc_now
@@ -41,7 +41,7 @@ class Ledger(Closing):
 
     On PostgreSQL a statement may run or wait for a lock ``timeout_s`` seconds (a run passes its
     :attr:`~shardwise.retry_policy.RetryPolicy.db_timeout_s`), and a connection that stops answering is
-    given up a little later: the try fails as transient (see :mod:`shardwise.db_timeouts`).
+    given up a little later: the try fails as transient (see :mod:`shardwise.db.timeouts`).
     """
 
     def __init__(self, url: str, *, timeout_s: float = DEFAULT_DB_TIMEOUT_S) -> None:

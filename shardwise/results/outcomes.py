@@ -56,7 +56,7 @@ class RunCounts:
     """The model's count outputs (a generator's tokens) summed over the whole run: every chunk
     committed, by this process or an earlier one it resumed. :meth:`Ledger.finish_run` fills it;
     empty where the counts were read back from ``shardwise_runs`` or live, and for a model that
-    declares no counts (see :mod:`shardwise.counts`)."""
+    declares no counts (see :mod:`shardwise.model.counts`)."""
 
     @classmethod
     def counters(cls) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ default), which is the only sign of a dead owner on another host. On the
 owner's own host there is a better one: the process is not there any more.
 So an owner names the process exactly: its host, its pid, the worker
 thread's number in it, and after ``@`` the process's start (see
-:mod:`shardwise.procfs`: a pid alone may have been reused), preceded by its
+:mod:`shardwise.process.procfs`: a pid alone may have been reused), preceded by its
 pid namespace on Linux (``gpu1:4242/0@4026531836:98765432``).
 
 :func:`owner_gone` says whether an owner is a process of this host that has
@@ -26,7 +26,7 @@ import re
 import socket
 from dataclasses import dataclass
 
-from shardwise import procfs
+from shardwise.process import procfs
 
 __all__ = ["Owner", "owner_gone", "owner_of"]
 

@@ -34,7 +34,7 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from shardwise.dberrors import mapped_errors, safe_url
+from shardwise.db.errors import mapped_errors, safe_url
 from shardwise.errors import ConfigError
 from shardwise.results.schema import LEDGER_TABLES, VERSION_TABLE, check_ledger_version
 from shardwise.results.sqlfiles import load_sql

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.by_reference import same_location
 from shardwise.closing import Closing
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
@@ -19,6 +18,7 @@ from shardwise.results.chunk_writer import ChunkWriter
 from shardwise.results.ledger import Ledger
 from shardwise.results.records import RunRecord
 from shardwise.retry_policy import Outage
+from shardwise.secrets.by_reference import same_location
 from shardwise.sinks.base import Layout, Sink
 from shardwise.sources.base import KeyType
 
@@ -79,7 +79,8 @@ class ResultStore(Closing):
         deadline (the shard's clock; a fresh one with the default policy when
         None), then the attempt fails (see :mod:`shardwise.retry_policy`).
         """
-        # The same target recorded by reference or in clear (shardwise.by_reference) is the same target.
+        # The same target recorded by reference or in clear (shardwise.secrets.by_reference) is the same
+        # target.
         if not same_location(run.results_table, self.sink.target):
             raise ConfigError(
                 f"run {run.run_id!r} writes to {run.results_table!r} but this store's sink is "

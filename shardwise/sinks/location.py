@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shardwise.by_reference import is_reference
 from shardwise.errors import ConfigError
+from shardwise.secrets.by_reference import is_reference
 from shardwise.sinks.registry import Destination, SinkOptions
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def check_local(dest: Destination) -> None:
             continue
         if os.path.isdir(path):
             return  # the nearest existing folder: what is under it is made as the run needs it
-        # A location given as env:NAME is named so, never by its value (shardwise.by_reference).
+        # A location given as env:NAME is named so, never by its value (shardwise.secrets.by_reference).
         shown = repr(dest.given) if is_reference(dest.given) else f"{dest.given!r}: {str(path)!r}"
         raise ConfigError(
             f"results {shown} is not a directory (a regular file, or a link to none), so results cannot "

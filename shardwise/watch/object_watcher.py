@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError
+from shardwise.secrets.by_reference import by_reference
 from shardwise.sources.parquet.objects import ObjectInfo
 from shardwise.sources.parquet.stores import open_store
 from shardwise.sources.registry import file_suffixes

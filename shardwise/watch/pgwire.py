@@ -4,7 +4,7 @@ LISTEN and the composed trigger DDL talk to psycopg 3 itself (``notifies()``,
 ``execute`` of a :mod:`psycopg.sql` composition), so their errors arrive
 unwrapped by SQLAlchemy. The watchers run them inside their source's
 :meth:`~shardwise.sources.sql.db.Database.errors`, which reads raw driver
-errors and wrapped ones by the same table (:mod:`shardwise.dberrors`): a
+errors and wrapped ones by the same table (:mod:`shardwise.db.errors`): a
 watcher classifies an error exactly as a source and the store do.
 """
 

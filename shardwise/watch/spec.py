@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from shardwise.db_timeouts import check_db_timeout
+from shardwise.db.timeouts import check_db_timeout
 from shardwise.errors import ConfigError
 from shardwise.sources import is_sql_url
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
@@ -62,10 +62,10 @@ class WatchSpec:
     named_by: str | None = None
     """The reference ``source`` was resolved from (``env:NAME``, ``secret:NAME``), if it was: events and
     the watcher's stored state then name the source by it, never by its value
-    (:mod:`shardwise.by_reference`)."""
+    (:mod:`shardwise.secrets.by_reference`)."""
     timeout_s: float = DEFAULT_QUERY_TIMEOUT_S
     """How long a SQL watcher's look at the table may wait for the database's answer, plus a margin,
-    before the connection is given up as stalled and made anew (:mod:`shardwise.db_timeouts`); 0: for
+    before the connection is given up as stalled and made anew (:mod:`shardwise.db.timeouts`); 0: for
     ever. Long, because a watermark's ``count(*)`` over a big table may rightly take minutes."""
 
     def __post_init__(self) -> None:

@@ -21,8 +21,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shardwise.by_reference import same_location
 from shardwise.results.sqlfiles import query
+from shardwise.secrets.by_reference import same_location
 
 __all__ = ["Mark", "WatchState"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shardwise.by_reference import by_reference
 from shardwise.errors import ConfigError, SourceError
+from shardwise.secrets.by_reference import by_reference
 from shardwise.sources.sql.db import Database
 from shardwise.sources.sql.schema import SourceTable, reflect_source
 
@@ -35,7 +35,7 @@ class WatchedTable:
     """The watermark column: ``updated_at`` when given, else the key."""
     identity: str
     """``<url without password>#<schema>.<table>``, or by the reference the URL was given by
-    (:mod:`shardwise.by_reference`): safe to put in an event."""
+    (:mod:`shardwise.secrets.by_reference`): safe to put in an event."""
 
     @property
     def label(self) -> str:

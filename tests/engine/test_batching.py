@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardwise.batching import CostBudget, cut_batches, order_by_cost, padded_length
+from shardwise.batch.batching import CostBudget, cut_batches, order_by_cost, padded_length
 from shardwise.errors import ConfigError
 
 

@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardwise import calibration as calibration_mod
-from shardwise.calibration import CalibrationCache, calibration_key, device_identity, measured_agreement
+from shardwise.precision import calibration as calibration_mod
+from shardwise.precision.calibration import (
+    CalibrationCache,
+    calibration_key,
+    device_identity,
+    measured_agreement,
+)
 
 
 @pytest.fixture

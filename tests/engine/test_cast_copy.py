@@ -13,11 +13,11 @@ from hf_builders import tiny_causal_lm
 from torch import nn
 
 from shardwise import Engine, EngineConfig
-from shardwise.cast_copy import cast_copy
 from shardwise.corpus import harvest_docstrings
 from shardwise.models.hf_causal import HFCausalSpec
 from shardwise.models.tiny import TinyModel
 from shardwise.precision import autocast, for_precision
+from shardwise.precision.cast_copy import cast_copy
 
 
 def _tensors(net: nn.Module) -> dict[str, torch.Tensor]:

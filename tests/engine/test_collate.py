@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from shardwise.collate import collate
+from shardwise.batch.collate import collate
 
 
 def test_pads_to_own_longest_with_mask() -> None:

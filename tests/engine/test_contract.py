@@ -11,8 +11,8 @@ import torch
 from engine_fakes import OOMAbove, PixelModel
 
 from shardwise import BatchStats, Engine, EngineConfig, InputError, OutputColumn
-from shardwise.batching import CostBudget
-from shardwise.forward import Forward
+from shardwise.batch.batching import CostBudget
+from shardwise.batch.forward import Forward
 
 
 def _images(sides: list[int], seed: int = 0) -> list[tuple[int, np.ndarray]]:

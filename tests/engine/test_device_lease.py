@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from shardwise.device_lease import leased_device
+from shardwise.batch.device_lease import leased_device
 
 
 def fake(lock_dir: Path, gpus: int = 2) -> dict:

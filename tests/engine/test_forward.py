@@ -8,8 +8,8 @@ import torch
 from engine_fakes import OOMAbove
 
 from shardwise import DeviceOutOfMemoryError, Engine, EngineConfig, TransientError
-from shardwise.batching import CostBudget
-from shardwise.forward import Forward
+from shardwise.batch.batching import CostBudget
+from shardwise.batch.forward import Forward
 from shardwise.model import Encoding
 
 

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from shardwise import Engine, EngineConfig
+from shardwise.batch.prefetch import Prefetcher
+from shardwise.batch.windows import Batch, Window
 from shardwise.corpus import harvest_docstrings
 from shardwise.model import ModelInputs
 from shardwise.models import TinySpec
-from shardwise.prefetch import Prefetcher
-from shardwise.windows import Batch, Window
 
 pytestmark = pytest.mark.gpu
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from shardwise import Engine, InputError
-from shardwise.text import PREVIEW_CHARS, UndecodableText, coerce_text, preview
+from shardwise.model.text import PREVIEW_CHARS, UndecodableText, coerce_text, preview
 
 SECRET = "card 4111-1111-1111-1111, ssn 078-05-1120"
 JSONB = {"customer": {"name": "Ada Lovelace", "notes": "x" * 500}, "payment": SECRET}

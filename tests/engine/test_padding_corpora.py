@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from shardwise import EngineConfig
-from shardwise.batching import CostBudget, cut_batches, padded_length
+from shardwise.batch.batching import CostBudget, cut_batches, padded_length
 
 # A small input, where lengths are sparse and padding is hardest to avoid, and a large one.
 SIZES = (600, 2000)

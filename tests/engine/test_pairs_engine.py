@@ -6,12 +6,12 @@ import numpy as np
 import torch
 from engine_fakes import OOMAbove
 
-from shardwise.batching import CostBudget
-from shardwise.collate import collate_encodings
-from shardwise.engine import Engine
-from shardwise.forward import Forward
+from shardwise.batch.batching import CostBudget
+from shardwise.batch.collate import collate_encodings
+from shardwise.batch.engine import Engine
+from shardwise.batch.forward import Forward
 from shardwise.model import Encoding, ModelInputs
-from shardwise.text import Inputs
+from shardwise.model.text import Inputs
 
 
 def test_segment_ids_are_padded_with_zeros_and_absent_without_pairs() -> None:

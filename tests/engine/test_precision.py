@@ -12,7 +12,7 @@ from shardwise.corpus import harvest_docstrings
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.precision import check_precision, resolve_precision, versioned
-from shardwise.precision_guard import INT8_MIN_AGREEMENT, agreement, minimum_agreement, shown
+from shardwise.precision.guard import INT8_MIN_AGREEMENT, agreement, minimum_agreement, shown
 
 CPU = torch.device("cpu")
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from shardwise.batch.prefetch import Prefetcher
+from shardwise.batch.windows import Batch, Window
 from shardwise.model import ModelInputs
-from shardwise.prefetch import Prefetcher
-from shardwise.windows import Batch, Window
 
 CPU = torch.device("cpu")
 

@@ -18,8 +18,8 @@ from shardwise.errors import ConfigError
 from shardwise.models.hf_classifier import HFClassifierSpec
 from shardwise.models.tiny import TinyModel
 from shardwise.precision import for_precision, resolve_precision
-from shardwise.precision_guard import INT8_MIN_AGREEMENT, agreement
-from shardwise.quantize import Int8Linear, int8_copy, int8_kernel
+from shardwise.precision.guard import INT8_MIN_AGREEMENT, agreement
+from shardwise.precision.quantize import Int8Linear, int8_copy, int8_kernel
 
 
 def test_the_int8_copy_quantizes_linear_layers_once_and_leaves_the_original(tiny_model: TinyModel) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from self_batching_model import Shouter
 
-from shardwise.config import EngineConfig
-from shardwise.engine import Engine
+from shardwise.batch.config import EngineConfig
+from shardwise.batch.engine import Engine
 from shardwise.errors import InputError
 from shardwise.model import SelfBatching
 

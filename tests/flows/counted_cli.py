@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from shardwise.engine import EngineRun
+from shardwise.batch.engine import EngineRun
 
 
 def _counting(counts: str, rows_per_s: float) -> None:

@@ -25,9 +25,9 @@ from hf_builders import SIGMOID, reference_logits, tiny_classifier
 from shardwise import Engine, EngineConfig
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
+from shardwise.model.text import Inputs
 from shardwise.models import get_spec
 from shardwise.pipeline.run_result import RunResult
-from shardwise.text import Inputs
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 pytest.importorskip("transformers")

@@ -1,8 +1,8 @@
 """``shardwise run`` SIGKILLed while its local workers score: none of the processes it started outlives it.
 
-The process pool's workers die with the command (``shardwise.lifeline``), a
+The process pool's workers die with the command (``shardwise.process.lifeline``), a
 local Dask cluster's workers by Dask's own watch on their nanny, a local
-Ray's by Ray's fate sharing and the reaper (``shardwise.reaper``) for the
+Ray's by Ray's fate sharing and the reaper (``shardwise.process.reaper``) for the
 node's agents, and the temporary Prefect server by its guard.
 """
 

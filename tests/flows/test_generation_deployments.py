@@ -28,7 +28,7 @@ from hf_builders import GENERATED, generated, tiny_causal_lm
 from shardwise.flows.deployments import load_deployment_configs, runner_deployments
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
-from shardwise.generation import GenerationSettings
+from shardwise.model.generation import GenerationSettings
 from shardwise.models.hf_causal import HFCausalSpec
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -178,6 +178,6 @@ def test_an_event_triggered_run_generates_only_the_new_and_changed_rows(
 def test_the_cli_and_the_engine_name_the_same_generation_settings() -> None:
     """The CLI's option list is written out (importing the engine's would load torch before parsing)."""
     from shardwise.flows.params import GenerationParams
-    from shardwise.generation import SETTINGS
+    from shardwise.model.generation import SETTINGS
 
     assert tuple(GenerationParams.model_fields) == SETTINGS

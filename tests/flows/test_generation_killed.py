@@ -50,7 +50,7 @@ def lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """What ``counted_cli.py`` does to the command it runs, for a command run in this process: each
     forward pass's row count, and a chunk every :data:`CHUNK` rows."""
-    from shardwise.engine import EngineRun
+    from shardwise.batch.engine import EngineRun
     from shardwise.pipeline import worker
     from shardwise.pipeline.chunks import ChunkConfig
 

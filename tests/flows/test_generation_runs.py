@@ -23,10 +23,10 @@ from shardwise import Engine, EngineConfig
 from shardwise.flows.cli import main
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
-from shardwise.generation import GenerationSettings
+from shardwise.model.generation import GenerationSettings
+from shardwise.model.text import Inputs
 from shardwise.models.hf_causal import HFCausalSpec
 from shardwise.pipeline.run_result import RunResult
-from shardwise.text import Inputs
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 pytest.importorskip("transformers")

@@ -21,7 +21,7 @@ from hf_builders import tiny_causal_lm
 
 from shardwise import Engine, EngineConfig
 from shardwise.flows.cli import main
-from shardwise.generation import GenerationSettings
+from shardwise.model.generation import GenerationSettings
 from shardwise.models.hf_gguf import GGUFCausalSpec
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]

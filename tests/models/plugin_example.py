@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from transformers import AutoModel
 
-from shardwise.collate import collate_encodings
+from shardwise.batch.collate import collate_encodings
 from shardwise.hashing import hash_files
 from shardwise.model import TEXT, Encoding, ModelInfo, ModelInputs, OutputColumn
-from shardwise.text import coerce_text
+from shardwise.model.text import coerce_text
 
 FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json")
 """The files that decide the output; the version is a hash of their bytes."""

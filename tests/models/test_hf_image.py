@@ -40,9 +40,9 @@ from image_builders import (
 from PIL import Image
 
 from shardwise import Engine, EngineConfig, InputError
-from shardwise.image_value import ImageValue
-from shardwise.images import decode
 from shardwise.model import Model
+from shardwise.model.image_value import ImageValue
+from shardwise.model.images import decode
 from shardwise.models import HFClipSpec, HFImageClassifierSpec, HFImageEncoderSpec, get_spec
 
 CPU = torch.device("cpu")

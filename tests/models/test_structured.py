@@ -20,11 +20,11 @@ import torch
 from hf_builders import tiny_causal_lm
 
 from shardwise import ConfigError, Engine, EngineConfig
-from shardwise.engine import RowResult
+from shardwise.batch.engine import RowResult
 from shardwise.errors import OutputError
-from shardwise.generation import GenerationSettings
+from shardwise.model.generation import GenerationSettings
+from shardwise.model.structured import MAX_SCHEMA_BYTES, JsonSchema
 from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
-from shardwise.structured import MAX_SCHEMA_BYTES, JsonSchema
 
 pytest.importorskip("transformers")
 

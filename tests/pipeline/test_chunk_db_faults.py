@@ -19,6 +19,7 @@ import pytest
 from flow_data import make_docs
 from pg_faults import BackendKiller
 
+from shardwise.batch.stats import BatchStats
 from shardwise.errors import TransientError
 from shardwise.model import Model
 from shardwise.pipeline import ChunkConfig, score_shard
@@ -26,7 +27,6 @@ from shardwise.results import ResultStore, RunCounts, RunRecord, read_marks
 from shardwise.retry_policy import Outage, RetryPolicy
 from shardwise.sources import SqlSource
 from shardwise.sources.base import SourcePlan
-from shardwise.stats import BatchStats
 
 pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -20,14 +20,14 @@ import pyarrow.parquet as pq
 import pytest
 from flow_data import make_docs, texts
 
-from shardwise.config import EngineConfig
+from shardwise.batch.config import EngineConfig
+from shardwise.batch.stats import BatchStats
 from shardwise.errors import ConfigError
 from shardwise.model import Model
 from shardwise.pipeline import ChunkConfig, ShardOutcome, score_shard
 from shardwise.results import ResultStore, RunCounts, RunRecord, read_marks
 from shardwise.sources import ParquetSource, SqlSource
 from shardwise.sources.base import Source, SourcePlan
-from shardwise.stats import BatchStats
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

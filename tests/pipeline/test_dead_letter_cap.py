@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from flow_data import execute
 
+from shardwise.model.text import PREVIEW_CHARS
 from shardwise.pipeline import RunSpec
-from shardwise.text import PREVIEW_CHARS
 
 SECRET = "ssn 078-05-1120, card 4111-1111-1111-1111"
 

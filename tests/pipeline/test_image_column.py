@@ -16,8 +16,8 @@ from image_builders import tiny_vit_classifier
 
 from shardwise.errors import ConfigError, RetryDeadlineError
 from shardwise.flows.cli_options import SOURCE_OPTIONS, add_param_options, score_params
-from shardwise.image_value import ImageValue
 from shardwise.lineage import value_fingerprint
+from shardwise.model.image_value import ImageValue
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.source_plan import plan_source
 from shardwise.pipeline.spec import as_is

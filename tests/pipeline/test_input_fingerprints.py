@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shardwise.config import EngineConfig
-from shardwise.engine import Engine, RowResult
+from shardwise.batch.config import EngineConfig
+from shardwise.batch.engine import Engine, RowResult
 from shardwise.lineage import value_fingerprint
 from shardwise.pipeline.chunks import InputFingerprints
 from shardwise.sources.base import SourceRow

@@ -14,8 +14,8 @@ from flow_data import execute
 from shardwise.errors import ConfigError, SourceError
 from shardwise.lineage import value_fingerprint
 from shardwise.model import ModelInputs
+from shardwise.model.text import Inputs
 from shardwise.pipeline import RunSpec
-from shardwise.text import Inputs
 
 QUERIES = ["how do I sort a list", "what is a shard", "retry a failed merge", "pad each batch"]
 DOCS = [

@@ -115,7 +115,7 @@ def test_a_worker_whose_device_cannot_run_the_runs_precision_refuses(sqlite_url:
 def test_a_later_process_reads_the_guard_from_the_calibration_cache_and_lineage_says_so(
     sqlite_url: str, native_bf16, tmp_path, caplog: pytest.LogCaptureFixture, pipeline
 ) -> None:
-    from shardwise.calibration import CalibrationCache
+    from shardwise.precision.calibration import CalibrationCache
 
     local_pipeline = type(pipeline)  # LocalPipeline: `from conftest import` may find another conftest
 

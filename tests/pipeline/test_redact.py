@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardwise.redact import redact, redact_mapping
+from shardwise.secrets.redact import redact, redact_mapping
 
 
 def test_url_password_is_masked() -> None:
@@ -34,7 +34,7 @@ def test_text_without_secrets_is_unchanged() -> None:
 def test_url_passwords_are_found_by_the_parser_whatever_they_hold(password: str) -> None:
     from urllib.parse import quote
 
-    from shardwise.redact import has_password, redact, redact_url
+    from shardwise.secrets.redact import has_password, redact, redact_url
 
     # @ and % must be percent-encoded to be part of any URL; / and space are read as written
     written = quote(password, safe="/ ") if set(password) & {"@", "%"} else password

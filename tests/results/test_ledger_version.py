@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from flow_data import execute, make_docs
 from results_helpers import make_plan, make_run
 
-from shardwise.dberrors import safe_url
+from shardwise.db.errors import safe_url
 from shardwise.errors import ConfigError
 from shardwise.flows.cli import main
 from shardwise.results import Ledger

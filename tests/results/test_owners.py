@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from shardwise import procfs
+from shardwise.process import procfs
 from shardwise.results.owners import Owner, owner_gone, owner_of
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -110,6 +110,6 @@ def test_delta_error_text_loses_its_colours_and_the_location_and_keeps_its_cause
     raw = OSError(
         "Generic S3 error\n          \x1b[31m\u21b3\x1b[0m Error performing GET http://h/b/secret-path "
         "in 5ms - HTTP error\n           \x1b[31m\u21b3\x1b[0m end of file before message length reached\n"
-        "             \x1b[31m\u21b3\x1b[0m <?xml version=\"1.0\"?><Error><Key>secret-path</Key></Error>\n"
+        '             \x1b[31m\u21b3\x1b[0m <?xml version="1.0"?><Error><Key>secret-path</Key></Error>\n'
     )
     assert delta_text(raw) == "Generic S3 error <- end of file before message length reached"

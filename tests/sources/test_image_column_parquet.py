@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardwise.errors import SourceError
-from shardwise.image_value import ImageValue
 from shardwise.lineage import value_fingerprint
+from shardwise.model.image_value import ImageValue
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.parquet.source import ParquetSource
 

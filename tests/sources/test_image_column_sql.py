@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from sql_tables import writer
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.image_value import ImageValue
 from shardwise.lineage import value_fingerprint
+from shardwise.model.image_value import ImageValue
 from shardwise.sources.base import NewOnly
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.sql.source import SqlSource

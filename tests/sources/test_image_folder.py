@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.image_value import ImageValue
+from shardwise.model.image_value import ImageValue
 from shardwise.sources import ImageFolderSource, ParquetSource, open_source, plan_objects
 from shardwise.sources.base import NewOnly, ReadFrom, SourcePlan
 

@@ -13,8 +13,8 @@ import pytest
 from hostile_refs import PICTURE, fifo_unblocked, no_reader_left, read_all
 
 from shardwise.errors import InputError, SourceError
-from shardwise.image_value import ImageValue
 from shardwise.lineage import value_fingerprint
+from shardwise.model.image_value import ImageValue
 from shardwise.sources import ImageFolderSource
 from shardwise.sources.base import SourceRow
 from shardwise.sources.images import ImageAccess, ImageColumn

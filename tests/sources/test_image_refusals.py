@@ -31,8 +31,8 @@ from hostile_refs import (
 )
 from sql_tables import writer
 
-from shardwise.image_value import ImageValue
 from shardwise.lineage import value_fingerprint
+from shardwise.model.image_value import ImageValue
 from shardwise.sources.base import Source
 from shardwise.sources.images import ImageAccess, ImageColumn
 from shardwise.sources.parquet.source import ParquetSource

@@ -20,10 +20,10 @@ from flow_data import execute
 
 from shardwise.errors import InputError, SourceError
 from shardwise.lineage import value_fingerprint
+from shardwise.model.text import UndecodableText, coerce_text
 from shardwise.pipeline import RunSpec
 from shardwise.sources.parquet.source import ParquetSource
 from shardwise.sources.parquet.text import text_values
-from shardwise.text import UndecodableText, coerce_text
 
 BAD = {3: b"caf\xe9 au lait", 7: b"\xff\xfe half a BOM", 12: b"cut in the middle \xe2\x82"}
 """Keys whose text is Latin-1 or cut mid-character: what a writer that never checks UTF-8 stores."""

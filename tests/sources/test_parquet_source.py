@@ -318,7 +318,7 @@ def test_string_keys_are_read_as_str(tmp_path: Path) -> None:
 def test_more_input_columns_come_as_named_inputs(tmp_path: Path) -> None:
     """A prompt's other columns are read beside the text: each row's value names them, in order."""
     from shardwise.lineage import value_fingerprint
-    from shardwise.text import Inputs
+    from shardwise.model.text import Inputs
 
     write(tmp_path / "a.parquet", [1, 2], title=pa.array(["One", None]))
     source = ParquetSource(str(tmp_path), input_columns={"title": "prompt"})

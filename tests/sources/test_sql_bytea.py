@@ -11,10 +11,10 @@ from sql_tables import writer
 
 from shardwise.errors import InputError
 from shardwise.lineage import value_fingerprint
+from shardwise.model.text import coerce_text
 from shardwise.pipeline import RunSpec
 from shardwise.sources.base import NewOnly
 from shardwise.sources.sql.source import SqlSource
-from shardwise.text import coerce_text
 
 any_url = sql_tables.any_url  # the SQLite/PostgreSQL fixture, shared by the SQL source tests
 

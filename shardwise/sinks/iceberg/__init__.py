@@ -52,7 +52,7 @@ class IcebergOptions(SinkOptions):
     @classmethod
     def _no_password(cls, url: str | None) -> str | None:
         """The catalog URL travels in the run's parameters and spec, so it may not hold a secret."""
-        from shardwise.redact import has_password
+        from shardwise.secrets.redact import has_password
 
         if url is not None and has_password(url):
             raise ValueError(

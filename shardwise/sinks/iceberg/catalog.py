@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from shardwise.db_timeouts import CONNECT_TIMEOUT_S
+from shardwise.db.timeouts import CONNECT_TIMEOUT_S
 from shardwise.errors import ConfigError
-from shardwise.redact import remember
+from shardwise.secrets.redact import remember
+from shardwise.secrets.url_syntax import refuse_unencoded
 from shardwise.sinks.lake import S3Settings, s3_storage_options
-from shardwise.url_syntax import refuse_unencoded
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog

@@ -38,7 +38,7 @@ chunk is, so a stale attempt's chunk there is answered ``sealed``.
 :class:`~shardwise.retry_policy.RetryPolicy`: a storage failure (a cut S3
 answer) unless the bucket is missing or refused
 (:func:`~shardwise.sinks.lake.bucket_refusal`, a :class:`ConfigError`), and
-a catalog database failure as :mod:`shardwise.dberrors` classifies it. A
+a catalog database failure as :mod:`shardwise.db.errors` classifies it. A
 commit that keeps losing to other writers (:attr:`IcebergSink.commit_tries`
 tries, with backoff) becomes a :class:`TransientError`, retried the same way.
 
@@ -74,7 +74,7 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.types import LongType
 
-from shardwise.dberrors import classify, safe_url
+from shardwise.db.errors import classify, safe_url
 from shardwise.errors import ConfigError, TransientError
 from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
@@ -252,7 +252,7 @@ class IcebergSink:
     def _boundary(self, what: str) -> Iterator[None]:
         """Map the failures of a step (``what``) onto the error tree: a lost commit race and a storage
         failure are transient (unless the bucket is missing or refused); a catalog database failure is
-        what :func:`shardwise.dberrors.classify` says, transient when it cannot tell."""
+        what :func:`shardwise.db.errors.classify` says, transient when it cannot tell."""
         try:
             yield
         except CommitFailedException as exc:

@@ -6,7 +6,7 @@ blocked while it builds. Its name is fixed by (table, column, metric), so a
 second run finds it and leaves it be. A concurrent build that was killed or
 failed leaves an INVALID index of that name behind (``pg_index.indisvalid``
 false): it is dropped, concurrently too, and built again. The build is the one
-statement of the sink with no time bound (:func:`~shardwise.db_timeouts.unbounded`).
+statement of the sink with no time bound (:func:`~shardwise.db.timeouts.unbounded`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Literal, get_args
 
 import sqlalchemy as sa
 
-from shardwise.db_timeouts import unbounded
-from shardwise.dberrors import mapped_errors
+from shardwise.db.errors import mapped_errors
+from shardwise.db.timeouts import unbounded
 from shardwise.errors import ConfigError
 from shardwise.sinks.sql import IndexMetric
 from shardwise.sinks.sql.pgvector_types import HNSW_MAX_DIMS, reflected_vector_family

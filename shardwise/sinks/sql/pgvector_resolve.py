@@ -25,7 +25,7 @@ from typing import Literal, get_args
 
 import sqlalchemy as sa
 
-from shardwise.dberrors import safe_url
+from shardwise.db.errors import safe_url
 from shardwise.errors import ConfigError
 from shardwise.sinks.sql import EmbeddingType
 from shardwise.sinks.sql.pgvector_types import MAX_DIMS

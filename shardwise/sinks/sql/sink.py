@@ -21,7 +21,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
-from shardwise.dberrors import mapped_errors, safe_url
+from shardwise.db.errors import mapped_errors, safe_url
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.results.codec import Float32Vector, bind_timestamp, decode_json, encode_json, utc_now
 from shardwise.results.connect import make_engine, write_transaction
@@ -73,7 +73,7 @@ class SqlSink(Closing):
     output with ``metric``, if it is absent (``CREATE INDEX CONCURRENTLY``:
     writers are not blocked), and logs its build time. On PostgreSQL a statement may run or wait for a
     lock ``timeout_s`` seconds, and a connection that stops answering is given up a little later (see
-    :mod:`shardwise.db_timeouts`); the index build alone is not bounded.
+    :mod:`shardwise.db.timeouts`); the index build alone is not bounded.
     """
 
     def __init__(

@@ -33,8 +33,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from shardwise.errors import ConfigError, InputError, SourceError
+from shardwise.model.text import row_value
 from shardwise.sources.base import Key
-from shardwise.text import row_value
 
 __all__ = ["FORMATS", "SUFFIXES", "ParsedFile", "Record", "file_format", "is_csv_jsonl_name", "parse_file"]
 

@@ -1,4 +1,4 @@
-"""A source's image column: rows whose values become :class:`~shardwise.image_value.ImageValue` s.
+"""A source's image column: rows whose values become :class:`~shardwise.model.image_value.ImageValue` s.
 
 Inline bytes are wrapped where they are; references are fetched a few rows
 ahead on ``threads`` threads, in row order (see
@@ -21,7 +21,7 @@ from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.image_value import ImageValue
+from shardwise.model.image_value import ImageValue
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import SourceRow
 from shardwise.sources.images.access import ImageAccess

@@ -30,7 +30,7 @@ from queue import Empty, SimpleQueue
 from typing import TypeVar
 
 from shardwise.errors import SourceError
-from shardwise.image_value import ImageValue
+from shardwise.model.image_value import ImageValue
 
 __all__ = ["Fetch", "fetched_in_order"]
 

@@ -1,7 +1,7 @@
 """One listed image object's bytes, checked against the ETag it was planned with.
 
 A missing object, or one replaced since the plan listed it, is the row's
-:class:`~shardwise.image_value.ImageValue` ``error`` (a dead letter), not a
+:class:`~shardwise.model.image_value.ImageValue` ``error`` (a dead letter), not a
 failed shard: one image deleted or rewritten while a run goes on must not stop
 the others, and a redrive of the dead letters reads the object as it is then.
 A local file is opened only under the folder's own root (or a declared one)
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shardwise.errors import InputError
-from shardwise.image_value import ImageValue
+from shardwise.model.image_value import ImageValue
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.capped import too_large
 from shardwise.sources.images.local_read import open_under_roots, read_open_file

@@ -5,7 +5,7 @@ A value is read as the column holds it: bytes (PostgreSQL ``bytea``, SQLite
 path (absolute, or relative to the worker's working directory), a
 ``file://`` URI, or an ``s3://bucket/key`` URI, read only where the run's
 :class:`~shardwise.sources.images.access.ImageAccess` allows. Everything
-else, NULL included, becomes an :class:`~shardwise.image_value.ImageValue`
+else, NULL included, becomes an :class:`~shardwise.model.image_value.ImageValue`
 with an ``error``, which the model dead-letters: one bad row never fails a
 shard.
 """
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from urllib.parse import unquote, urlsplit
 
 from shardwise.errors import InputError
-from shardwise.image_value import ImageValue
+from shardwise.model.image_value import ImageValue
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.local_read import open_under_roots, read_open_file
 

@@ -8,7 +8,7 @@ by :func:`~shardwise.sources.parquet.s3_objects.retried` until the run's
 retry deadline, and still failing is a
 :class:`~shardwise.errors.RetryDeadlineError`, which fails the shard. A
 missing object or bucket is an answer, not a failure: the row's
-:class:`~shardwise.image_value.ImageValue` says so. So is an object over the
+:class:`~shardwise.model.image_value.ImageValue` says so. So is an object over the
 run's byte cap (its ``Content-Length`` is checked before the body is read,
 and the body is read no further than the cap) or one whose body takes longer
 than the read's time bound.
@@ -21,7 +21,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from shardwise.errors import InputError
-from shardwise.image_value import ImageValue
+from shardwise.model.image_value import ImageValue
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.capped import read_capped

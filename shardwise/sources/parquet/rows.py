@@ -61,10 +61,10 @@ class ShardRows(Iterator[SourceRow]):
     The first ``skip`` rows that have a key are not yielded; ``skipped``
     counts them (row groups passed over whole count no null keys).
     ``inputs`` names the text column, then any other input columns (each
-    row's value is then a :class:`~shardwise.text.Inputs`).
+    row's value is then a :class:`~shardwise.model.text.Inputs`).
     Text values pass through untouched (``str``, ``bytes`` for a binary
     column, ``None``), except that one that is not UTF-8 in a text column
-    comes as an :class:`~shardwise.text.UndecodableText`: the engine decides
+    comes as an :class:`~shardwise.model.text.UndecodableText`: the engine decides
     what is usable.
     """
 

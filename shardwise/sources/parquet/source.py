@@ -17,7 +17,7 @@ letters) scans the key column of the current listing: see
 :mod:`shardwise.sources.parquet.keys`.
 
 An image column (``image_column``) gives each row an
-:class:`~shardwise.image_value.ImageValue`: a binary column's bytes, or the
+:class:`~shardwise.model.image_value.ImageValue`: a binary column's bytes, or the
 file or S3 object a string column's reference names, fetched as the shard is
 read (see :mod:`shardwise.sources.images`).
 

@@ -6,7 +6,7 @@ an invalid value only fails when it becomes a Python ``str``, and then it
 fails the whole batch with a bare ``UnicodeDecodeError``. So the batch is
 converted as usual, and only when that fails is it read again as the bytes
 it holds, value by value: each bad value becomes an
-:class:`~shardwise.text.UndecodableText` naming its key and where it was
+:class:`~shardwise.model.text.UndecodableText` naming its key and where it was
 read, which the engine turns into a dead letter, and the other rows are
 scored.
 """
@@ -18,13 +18,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardwise.text import UndecodableText, row_value
+from shardwise.model.text import UndecodableText, row_value
 
 __all__ = ["input_values", "text_values"]
 
 
 def input_values(batch: pa.RecordBatch, columns: Sequence[str], keys: Sequence[Any], where: str) -> list[Any]:
-    """Each row's value from its input ``columns``: the text, or :class:`~shardwise.text.Inputs`
+    """Each row's value from its input ``columns``: the text, or :class:`~shardwise.model.text.Inputs`
     (see :func:`text_values`)."""
     per_column = [text_values(batch.column(name), keys, where) for name in columns]
     if len(per_column) == 1:

@@ -2,9 +2,9 @@
 
 Every SQLAlchemy or driver error a SQL source or a watcher meets passes
 through :meth:`Database.errors`, which maps it onto :mod:`shardwise.errors`
-with ``raise ... from exc`` by the table in :mod:`shardwise.dberrors`, the
+with ``raise ... from exc`` by the table in :mod:`shardwise.db.errors`, the
 one the results store uses too. A URL whose password is not percent-encoded is
-refused before it is parsed (:mod:`shardwise.url_syntax`). What that table does not classify (a broken
+refused before it is parsed (:mod:`shardwise.secrets.url_syntax`). What that table does not classify (a broken
 filter, a write refused by a read-only transaction) is a
 :class:`SourceError`. The password in the URL is removed from every message
 and from the identity.
@@ -25,11 +25,11 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
-from shardwise.db_timeouts import CONNECT_TIMEOUT_S, bound_engine
-from shardwise.dberrors import mapped_errors, without_secrets
+from shardwise.db.errors import mapped_errors, without_secrets
+from shardwise.db.timeouts import CONNECT_TIMEOUT_S, bound_engine
 from shardwise.errors import ConfigError, SourceError
+from shardwise.secrets.url_syntax import refuse_unencoded
 from shardwise.sources.sql.timeout import QueryLimit
-from shardwise.url_syntax import refuse_unencoded
 
 __all__ = ["Database"]
 
@@ -67,8 +67,8 @@ class Database:
 
     On PostgreSQL a connection whose server stops answering is given up a little after
     ``answer_timeout_s`` (by default the query timeout; 0: never) and the read fails as transient
-    (:mod:`shardwise.db_timeouts`: the answer bound only; the query timeout is the source's own
-    server-side limit). A new connection may take :data:`~shardwise.db_timeouts.CONNECT_TIMEOUT_S` to
+    (:mod:`shardwise.db.timeouts`: the answer bound only; the query timeout is the source's own
+    server-side limit). A new connection may take :data:`~shardwise.db.timeouts.CONNECT_TIMEOUT_S` to
     open unless the URL says otherwise.
     """
 
@@ -115,7 +115,7 @@ class Database:
         """Map driver and SQLAlchemy errors raised inside the block onto the Shardwise tree.
 
         A source's SQL carries an operator's table, columns and filter, so an
-        error :mod:`shardwise.dberrors` does not classify is a :class:`SourceError`.
+        error :mod:`shardwise.db.errors` does not classify is a :class:`SourceError`.
         A query the query timeout stopped is a :class:`SourceError` naming the limit
         (:meth:`~shardwise.sources.sql.timeout.QueryLimit.error`), never a transient one.
         """

@@ -27,7 +27,7 @@ is per column type, by what a read returns:
   with ``json.loads``: :data:`SQLITE_JSON_FINGERPRINT` does the same.
 * **binary** (PostgreSQL ``bytea``, SQLite ``BLOB``): hex MD5 of the stored
   bytes. A binary text column is scored as the UTF-8 text those bytes encode
-  (:func:`shardwise.text.coerce_text` decodes it; invalid UTF-8 is a dead
+  (:func:`shardwise.model.text.coerce_text` decodes it; invalid UTF-8 is a dead
   letter), and for valid UTF-8 the MD5 of the bytes *is* the MD5 of the UTF-8
   text, so one rule covers both sides. Nothing is decoded in SQL: decoding
   (``convert_from``) would fail the whole query on one bad row, where Python

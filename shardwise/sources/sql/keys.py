@@ -15,11 +15,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shardwise.model.text import row_value
 from shardwise.sources.base import Key, SourceRow
 from shardwise.sources.keys import key_chunks
 from shardwise.sources.sql.query import Selection
 from shardwise.sources.sql.snapshot import read_only
-from shardwise.text import row_value
 
 __all__ = ["begin_keyed_read", "keyed_query", "keyed_rows"]
 

@@ -44,7 +44,7 @@ What a run sees, and its limits:
   samples it, so that a text model is refused a column of pictures before a
   run (see :mod:`shardwise.sources.binary`).
 * **An image column** (``image_column``): every row's value is an
-  :class:`~shardwise.image_value.ImageValue`, its bytes stored inline or
+  :class:`~shardwise.model.image_value.ImageValue`, its bytes stored inline or
   fetched through the reference the column holds (see
   :mod:`shardwise.sources.images`). Only-new anti-joins a binary image column
   in SQL as above (``md5(bytea)`` is the MD5 of the image). A reference's
@@ -89,6 +89,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError, SourceError
+from shardwise.model.text import row_value
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import (
     Key,
@@ -115,7 +116,6 @@ from shardwise.sources.sql.schema import reflect_results, reflect_source
 from shardwise.sources.sql.snapshot import begin_planned_read, export_snapshot, idle_limit_s, read_only
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 from shardwise.sources.sql.unique import check_unique_key
-from shardwise.text import row_value
 
 if TYPE_CHECKING:
     from shardwise.sources.sql.where import SqlFilter

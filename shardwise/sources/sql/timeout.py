@@ -22,7 +22,7 @@ A query stopped so is a :class:`~shardwise.errors.SourceError`, never
 retried (the same query would run as long again): the shard, or the
 planning, fails with one line naming the limit and how to raise it. A
 ``statement_timeout`` of the server's own (with ``--query-timeout 0``) is
-still the transient error :mod:`shardwise.dberrors` makes of it.
+still the transient error :mod:`shardwise.db.errors` makes of it.
 
 The run records its limit in the plan (``query_timeout_s``). A worker reads
 with the limit of the run it works for, so ``--resume`` with a higher

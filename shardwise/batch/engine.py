@@ -17,16 +17,16 @@ from typing import Any
 
 import torch
 
-from shardwise.batching import CostBudget
+from shardwise.batch.batching import CostBudget
+from shardwise.batch.config import EngineConfig
+from shardwise.batch.forward import Forward
+from shardwise.batch.prefetch import Prefetcher
+from shardwise.batch.stats import BatchStats, EngineStats
+from shardwise.batch.windows import Batch, Row, Window, produce_batches
 from shardwise.closing import Closing
-from shardwise.config import EngineConfig
-from shardwise.counts import count_columns, counts_of_columns, counts_of_rows
 from shardwise.errors import InputError, ShardwiseError
-from shardwise.forward import Forward
 from shardwise.model import REJECTED, Model, SelfBatching
-from shardwise.prefetch import Prefetcher
-from shardwise.stats import BatchStats, EngineStats
-from shardwise.windows import Batch, Row, Window, produce_batches
+from shardwise.model.counts import count_columns, counts_of_columns, counts_of_rows
 
 __all__ = ["Engine", "EngineRun", "RowResult"]
 

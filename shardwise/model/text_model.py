@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shardwise.collate import collate_encodings
+from shardwise.batch.collate import collate_encodings
 from shardwise.errors import InputError
 from shardwise.model import Encoding, ModelInputs, TextInput
-from shardwise.text import coerce_input
+from shardwise.model.text import coerce_input
 
 __all__ = ["TextModel"]
 
@@ -34,7 +34,7 @@ class TextModel:
         raise NotImplementedError
 
     def prepare(self, value: object) -> Encoding:
-        """Check a row's value (text, or a :class:`~shardwise.text.Inputs`) and tokenise it.
+        """Check a row's value (text, or a :class:`~shardwise.model.text.Inputs`) and tokenise it.
 
         A value that is not usable text, or that gives no tokens, raises an
         :class:`InputError` saying why: its row becomes a dead letter.

@@ -38,7 +38,7 @@ class EngineConfig:
     is what memory and compute scale with. ``pad_slack`` is the fixed cost of one
     more batch, in tokens: rows go into another batch only where that saves
     more than ``pad_slack`` tokens of padding (see
-    :func:`~shardwise.batching.cut_batches`). ``window_rows`` is how many rows
+    :func:`~shardwise.batch.batching.cut_batches`). ``window_rows`` is how many rows
     are read, sorted by length and scored before the next rows are read:
     memory is bounded by it however large the input is. ``precision`` is ``fp32``,
     ``bf16``, ``fp16``, ``int8`` (CPU only) or ``auto`` (the fastest the device computes natively,

@@ -49,7 +49,7 @@ def wipe_password(password: str) -> bool:
     """Overwrite ``password`` wherever it stands as ``:PASSWORD@`` in this process's arguments.
 
     ``password`` is the password as written in the URL (percent-encoded, as
-    :mod:`shardwise.url_syntax` requires). Returns whether the kernel's copy
+    :mod:`shardwise.secrets.url_syntax` requires). Returns whether the kernel's copy
     was found and wiped (False elsewhere than Linux, or where it was not there).
     """
     if not password:

@@ -11,7 +11,7 @@ classifier) reports no counts at all. For a generator the counts mean:
 Both are summed from each scored row's own outputs, never from the cost a
 batch is budgeted by (prompt plus ``max_new_tokens``). Sums travel as plain
 ``{column: total}`` dicts: the engine adds up each batch's
-(:class:`~shardwise.stats.BatchStats`), which live progress reports; and each
+(:class:`~shardwise.batch.stats.BatchStats`), which live progress reports; and each
 chunk mark stores its chunk's, written in the transaction that merges the
 chunk, so a shard's and a run's totals are sums of chunk marks, exact across
 retries, resumes and runners: every stored row is counted once, whichever

@@ -6,7 +6,7 @@ binary), or the bytes a reference (a local path, ``file://`` or ``s3://`` URI)
 points at, fetched by the source. A reference it could not resolve (a missing
 file or object) still becomes a row, with ``error`` saying why, so the model
 turns it into a dead letter and the run goes on. Decoding is the model's
-(see :mod:`shardwise.images`); nothing here imports Pillow.
+(see :mod:`shardwise.model.images`); nothing here imports Pillow.
 """
 
 from __future__ import annotations

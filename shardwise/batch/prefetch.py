@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
+from shardwise.batch.windows import Batch
 from shardwise.closing import Closing
-from shardwise.windows import Batch
 
 __all__ = ["Prefetcher"]
 

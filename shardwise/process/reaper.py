@@ -1,7 +1,7 @@
 """Kill what a killed process started and left running: a guard process beside a local cluster.
 
 Most processes a run starts die with it: the process pool's workers by
-:mod:`shardwise.lifeline`, a local Dask cluster's by Dask's watch on their
+:mod:`shardwise.process.lifeline`, a local Dask cluster's by Dask's watch on their
 nanny, a local Ray node's raylet and workers by Ray's own fate sharing. A
 local Ray node's **agents** (the dashboard agent, the runtime-env agent) do
 not: they are the raylet's children, and once it is gone they try for 60 s
@@ -12,7 +12,7 @@ as such a cluster runs. Every :data:`POLL_S` seconds the guard notes the
 processes below PARENT that were not there when it started. When PARENT
 ends without standing it down (PARENT's end of the guard's stdin closes
 with it), the guard SIGKILLs each noted process that still runs with the
-same start (see :mod:`shardwise.procfs`: a pid may have been reused). A
+same start (see :mod:`shardwise.process.procfs`: a pid may have been reused). A
 normal end stands the guard down: it reads ``stop`` and exits, killing
 nothing. What existed before it started (Prefect's temporary server, which
 its own guard stops gently) is left alone.
@@ -97,9 +97,9 @@ def guard(parent: int, orders: IO[bytes], ready: IO[bytes]) -> None:
 
 
 def _procfs() -> Any:
-    """:mod:`shardwise.procfs`: by package when imported, by path when this file runs as the guard."""
+    """:mod:`shardwise.process.procfs`: by package when imported, by path when this file runs as the guard."""
     if __package__:
-        from shardwise import procfs
+        from shardwise.process import procfs
 
         return procfs
     spec = importlib.util.spec_from_file_location("_shardwise_procfs", Path(__file__).with_name("procfs.py"))

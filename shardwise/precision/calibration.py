@@ -1,6 +1,6 @@
 """The precision guard's measurements, kept in a small JSON file so that later runs on this host reuse them.
 
-The guard (:func:`~shardwise.precision_guard.agreement`) scores its calibration
+The guard (:func:`~shardwise.precision.guard.agreement`) scores its calibration
 texts twice, in float32 and in the reduced precision: on two CPU cores a
 second or more of every run, for a figure that only changes when something
 it depends on changes. Its key holds all of those: the model's name and
@@ -33,10 +33,10 @@ from typing import Any
 
 import torch
 
-from shardwise.calibration_texts import CALIBRATION_TEXTS
-from shardwise.model import Model
+from shardwise.model import Loaded
 from shardwise.precision import Precision
-from shardwise.precision_guard import agreement
+from shardwise.precision.calibration_texts import CALIBRATION_TEXTS
+from shardwise.precision.guard import agreement
 
 __all__ = ["CalibrationCache", "calibration_key", "device_identity", "measured_agreement"]
 
@@ -58,7 +58,7 @@ _CPU_FLAGS = (
 
 
 def measured_agreement(
-    store: CalibrationCache | None, model: Model, precision: Precision, pairs: bool = False
+    store: CalibrationCache | None, model: Loaded, precision: Precision, pairs: bool = False
 ) -> tuple[float, bool]:
     """The guard's agreement of ``model`` in ``precision``, and whether it was read from ``store`` (True)
     or measured now (False, and stored there)."""
@@ -73,7 +73,7 @@ def measured_agreement(
     return measured, False
 
 
-def calibration_key(model: Model, precision: Precision, pairs: bool) -> dict[str, Any]:
+def calibration_key(model: Loaded, precision: Precision, pairs: bool) -> dict[str, Any]:
     """Everything the guard's figure for ``model`` in ``precision`` depends on."""
     return {
         "model": model.name,

@@ -10,7 +10,7 @@ plain stack and nothing is padded.
 :class:`DecodePool` is what ``prepare_many`` runs a window's rows in: a
 bounded pool of threads, since Pillow releases the GIL while it decodes and
 resizes. ``prepare_many`` runs on the engine's prefetch thread
-(:mod:`shardwise.prefetch`), so a window's decoding overlaps the forward
+(:mod:`shardwise.batch.prefetch`), so a window's decoding overlaps the forward
 passes of the batches already queued: at most ``prefetch_depth`` batches of
 the window before. A window's pictures are held processed, in float32 (about
 600 KB each at 224x224), until its last batch is scored: a smaller

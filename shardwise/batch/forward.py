@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from shardwise.batching import CostBudget
-from shardwise.device import to_host
+from shardwise.batch.batching import CostBudget
+from shardwise.batch.device import to_host
 from shardwise.errors import DeviceOutOfMemoryError
 from shardwise.model import DeviceBatch, Item, Model
 from shardwise.precision import Precision, autocast, for_precision

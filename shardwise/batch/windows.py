@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from shardwise.batching import CostBudget, cut_batches, order_by_cost
+from shardwise.batch.batching import CostBudget, cut_batches, order_by_cost
 from shardwise.errors import InputError, ShardwiseError
 from shardwise.model import DeviceBatch, Item, Model
 
 __all__ = ["Batch", "Window", "produce_batches"]
 
 Row = tuple[Hashable, Any]
-"""An input row: its key, and the value to score (normally text, or a :class:`~shardwise.text.Inputs`)."""
+"""An input row: its key, and the value to score (normally text, or a
+:class:`~shardwise.model.text.Inputs`)."""
 
 
 @dataclass(slots=True)

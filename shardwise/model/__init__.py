@@ -75,6 +75,7 @@ __all__ = [
     "Encoding",
     "InputKind",
     "Item",
+    "Loaded",
     "Model",
     "ModelInfo",
     "ModelInputs",
@@ -194,7 +195,7 @@ class OutputColumn:
 
     ``count`` marks an ``int`` column whose sum over rows means something, such
     as a generator's ``prompt_tokens`` and ``completion_tokens``: runs then
-    report its total and its rate per second (see :mod:`shardwise.counts`).
+    report its total and its rate per second (see :mod:`shardwise.model.counts`).
     """
 
     name: str
@@ -205,7 +206,7 @@ class OutputColumn:
 
 InputKind = Literal["text", "image"]
 """What a model scores: texts (``str``, or bytes holding UTF-8 text), or pictures (an
-:class:`~shardwise.image_value.ImageValue`, or the bytes of an image file)."""
+:class:`~shardwise.model.image_value.ImageValue`, or the bytes of an image file)."""
 
 TEXT: frozenset[InputKind] = frozenset({"text"})
 IMAGES: frozenset[InputKind] = frozenset({"image"})
@@ -252,7 +253,7 @@ class Model(Protocol):
     outputs: tuple[OutputColumn, ...]
 
     def prepare(self, value: object) -> Item:
-        """One row's value (a text, a :class:`~shardwise.text.Inputs`, bytes...) as an item, on the CPU.
+        """One row's value (a text, a :class:`~shardwise.model.text.Inputs`, bytes...) as an item, on the CPU.
 
         Raises :class:`~shardwise.errors.InputError`, saying why, for a value
         it cannot score: that row becomes a dead letter and the run goes on.
@@ -295,7 +296,7 @@ class SelfBatching(Protocol):
     outputs: tuple[OutputColumn, ...]
 
     def score_window(self, values: Sequence[object]) -> Sequence[Mapping[str, Any] | InputError]:
-        """Score ``values`` (texts, :class:`~shardwise.text.Inputs`, ...) together.
+        """Score ``values`` (texts, :class:`~shardwise.model.text.Inputs`, ...) together.
 
         Returns as many outcomes as values, in their order: a mapping with a value for each declared
         output column, or the :class:`~shardwise.errors.InputError` saying why that row cannot be scored
@@ -303,6 +304,10 @@ class SelfBatching(Protocol):
         engine or endpoint is down) is raised, and the window is retried by the run's policy.
         """
         ...
+
+
+Loaded = Model | SelfBatching
+"""A model loaded onto a device: one the engine batches (:class:`Model`), or one that batches itself."""
 
 
 @runtime_checkable
@@ -318,6 +323,6 @@ class ModelSpec(Protocol):
         """Name, version, outputs and max length, read without putting weights on a device."""
         ...
 
-    def load(self, device: torch.device) -> Model | SelfBatching:
+    def load(self, device: torch.device) -> Loaded:
         """Load weights onto ``device`` in eval mode."""
         ...

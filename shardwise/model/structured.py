@@ -37,7 +37,7 @@ from functools import cached_property
 from typing import Any
 
 from shardwise.errors import ConfigError, OutputError
-from shardwise.schema_empty import empty_reason
+from shardwise.model.schema_empty import empty_reason
 
 __all__ = ["MAX_OUTPUT_DEPTH", "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "JsonSchema", "json_depth"]
 
@@ -119,7 +119,8 @@ class JsonSchema:
         return validator
 
     def _check_not_empty(self) -> None:
-        """Refuse a schema that admits no value (see :mod:`shardwise.schema_empty`): every row would fail."""
+        """Refuse a schema that admits no value (see :mod:`shardwise.model.schema_empty`): every row
+        would fail."""
         validator = self._validator
 
         def valid(part: Mapping[str, Any], value: Any) -> bool:

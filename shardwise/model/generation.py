@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from shardwise.errors import ConfigError
 from shardwise.model import ModelSpec
-from shardwise.structured import JsonSchema
+from shardwise.model.structured import JsonSchema
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
@@ -93,7 +93,7 @@ class GenerationSettings:
     ``top_p`` (nucleus sampling) applies only when sampling.
 
     ``json_schema`` (a JSON Schema, as text) makes every completion one JSON
-    value checked against it (:mod:`shardwise.structured`); with
+    value checked against it (:mod:`shardwise.model.structured`); with
     ``constrained`` (the default) decoding itself is held to the schema by a
     grammar (the ``structured`` extra, xgrammar), so a valid model emits no
     invalid output before ``max_new_tokens``. Without ``constrained`` the

@@ -12,13 +12,13 @@
   AVX512-BF16 CPU (torch 2.13) agreed with float32 to a cosine of 0.999999, and
   took 3.7 times as long as fp32 and 6 times as long as bf16.
 * **int8** (CPU only, never chosen by ``auto``): a copy of the model whose
-  Linear layers compute in int8 (:mod:`shardwise.quantize`: per-row
+  Linear layers compute in int8 (:mod:`shardwise.precision.quantize`: per-row
   activations, per-channel weights, SmoothQuant-style smoothing calibrated on
   the built-in texts). It moves embeddings further than bf16 does (MiniLM's
   minimum cosine to float32 about 0.996 on 1,000 texts, against 0.99994 for
   bf16), and its speed-up is erratic on a busy multi-threaded CPU, so it is
   only ever an explicit choice, behind its own guard minimum
-  (:data:`~shardwise.precision_guard.INT8_MIN_AGREEMENT`, 0.99). On CUDA it is refused: use bf16.
+  (:data:`~shardwise.precision.guard.INT8_MIN_AGREEMENT`, 0.99). On CUDA it is refused: use bf16.
 * **Label outputs**: a model with a ``text`` or ``int`` output (a classifier's
   ``label``) stays in ``fp32`` under ``auto``, on any device. A label is a step
   function of the logits: reduced precision moves the logits a little, which
@@ -30,7 +30,7 @@ Reduced floating precision runs under ``torch.autocast``: matrix products in bf1
 fp16, normalisations and softmax in float32. The loaded model keeps its float32
 weights and serves float32 runs and the guard's reference; bf16 and fp16 run a
 copy of it whose Linear weights are stored cast, so autocast need not cast them
-on every pass (:mod:`shardwise.cast_copy`), and int8 a quantized copy; each copy
+on every pass (:mod:`shardwise.precision.cast_copy`), and int8 a quantized copy; each copy
 is made once per loaded model (:func:`for_precision`).
 
 Results of different precisions never mix: :func:`versioned` makes the
@@ -38,7 +38,7 @@ precision part of the model version that keys the results table (float32 keeps
 the bare weights hash, so tables written before precision existed stay valid).
 
 The accuracy guard that checks a reduced precision against float32 is
-:mod:`shardwise.precision_guard`.
+:mod:`shardwise.precision.guard`.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
-from shardwise.calibration_texts import calibration_items
 from shardwise.errors import ConfigError
+from shardwise.precision.calibration_texts import calibration_items
 
 if TYPE_CHECKING:
     import torch
@@ -111,7 +111,7 @@ def _cpu_flags() -> frozenset[str]:
 
 def cpu_int8_kernel() -> str:
     """The int8 instructions this CPU offers (``amx-int8``, ``avx512-vnni``, ``avx-vnni`` or ``none``)."""
-    from shardwise.quantize import int8_kernel
+    from shardwise.precision.quantize import int8_kernel
 
     return int8_kernel(_cpu_flags())
 
@@ -224,14 +224,15 @@ def autocast(device: torch.device, precision: Precision) -> contextlib.AbstractC
 def for_precision(model: Model, precision: Precision) -> Model:
     """The model that computes in ``precision``, made once per loaded model: ``model`` itself for fp32,
     its copy with Linear weights cast for bf16 and fp16 (run it under :func:`autocast`; see
-    :mod:`shardwise.cast_copy`), its int8 copy for int8 (see :mod:`shardwise.quantize`)."""
+    :mod:`shardwise.precision.cast_copy`), its int8 copy for int8 (see
+    :mod:`shardwise.precision.quantize`)."""
     if precision == "fp32":
         return model
     if precision == "int8":
-        from shardwise.quantize import int8_copy
+        from shardwise.precision.quantize import int8_copy
 
         return int8_copy(model, _calibrate)
-    from shardwise.cast_copy import cast_copy
+    from shardwise.precision.cast_copy import cast_copy
 
     return cast_copy(model, _dtype(precision))
 

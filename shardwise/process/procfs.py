@@ -3,7 +3,7 @@
 A pid alone does not name a process: once it ends, the kernel may give its
 pid to a new one. A pid and the process's **start** do, and both the lease
 owners (:mod:`shardwise.results.owners`) and the reaper
-(:mod:`shardwise.reaper`) compare them. :func:`started` gives the start as an
+(:mod:`shardwise.process.reaper`) compare them. :func:`started` gives the start as an
 opaque token, compared only for equality and only on the host that made it:
 
 - on Linux, the clock ticks from boot to the process's start (field 22 of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import Item, Model
-from shardwise.text import Inputs
+from shardwise.model.text import Inputs
 
 __all__ = ["CALIBRATION_TEXTS", "calibration_items"]
 

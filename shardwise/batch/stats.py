@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shardwise.counts import Counts, added
+from shardwise.model.counts import Counts, added
 
 __all__ = ["BatchStats", "EngineStats"]
 
@@ -32,7 +32,8 @@ class BatchStats:
     """Forward pass, the copy of outputs back to the host and their conversion to columns."""
     oom_splits: int = 0
     counts: Mapping[str, int] = field(default_factory=dict)
-    """The batch's count outputs summed over its rows (a generator's tokens; see :mod:`shardwise.counts`)."""
+    """The batch's count outputs summed over its rows (a generator's tokens; see
+    :mod:`shardwise.model.counts`)."""
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from shardwise.batching import padded_length
+from shardwise.batch.batching import padded_length
 from shardwise.model import Encoding, ModelInputs
 
 __all__ = ["collate", "collate_encodings"]

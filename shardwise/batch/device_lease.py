@@ -29,7 +29,7 @@ from typing import IO
 
 import torch
 
-from shardwise.device import resolve_device
+from shardwise.batch.device import resolve_device
 
 __all__ = ["DEFAULT_LOCK_DIR", "device_uuid", "leased_device"]
 

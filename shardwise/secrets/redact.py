@@ -4,7 +4,7 @@ A URL is read with a URL parser, never a pattern: a password may hold ``/``,
 a space, ``@``, ``:``, ``%`` or any other character once decoded, so a pattern
 that stops at ``/`` or a space would let the rest of the password through.
 (A URL whose password is not percent-encoded is refused before anything
-reads it, see :mod:`shardwise.url_syntax`; masking still assumes nothing.)
+reads it, see :mod:`shardwise.secrets.url_syntax`; masking still assumes nothing.)
 Three layers, each catching what the one before cannot:
 
 1. :func:`url_password` and :func:`redact_url` parse one URL: the CLI asks
@@ -21,7 +21,7 @@ remembered whole (:func:`remember_reference`), and with it every rendering of
 it as a location (a URL with its password hidden or left out, a path made
 absolute), and shown as ``<env:NAME>`` wherever it appears: the reference is
 named, never its value, whatever the value is (a URL, a path, or a key
-someone passed by mistake). :mod:`shardwise.by_reference` stores such a
+someone passed by mistake). :mod:`shardwise.secrets.by_reference` stores such a
 location by the same rule. Once a process
 holds such a value, every log record it makes is redacted as it is made
 (:func:`redact_log_records`), tracebacks included, so Prefect's log handlers
@@ -155,7 +155,7 @@ def _url_renderings(value: str) -> set[str]:
     try:
         import sqlalchemy as sa
 
-        from shardwise.dberrors import without_secrets
+        from shardwise.db.errors import without_secrets
 
         parsed = sa.make_url(value)
     except Exception:  # not a URL SQLAlchemy reads: its own text is all there is to mask

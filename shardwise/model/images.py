@@ -3,7 +3,7 @@
 Every image model decodes through :func:`decode`, so every model reads the
 same pixels from the same bytes:
 
-* **What is accepted**: an :class:`~shardwise.image_value.ImageValue` or raw
+* **What is accepted**: an :class:`~shardwise.model.image_value.ImageValue` or raw
   ``bytes`` holding any format Pillow reads (PNG, JPEG, WebP, GIF, BMP,
   TIFF...). An animated image gives its first frame.
 * **Size first**: the header's width x height is checked against
@@ -46,7 +46,7 @@ import struct
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from shardwise.errors import ConfigError, InputError
-from shardwise.image_value import ImageValue
+from shardwise.model.image_value import ImageValue
 
 __all__ = ["DEFAULT_MAX_PIXELS", "PILLOW_LIMIT", "WHITE", "check_max_pixels", "decode", "to_rgb"]
 

@@ -11,7 +11,7 @@ typed, so it is what is shown (STYLE habit 19).
 
 :func:`by_reference` turns such a text into what may be stored and shown:
 every rendering of the reference's value in it is replaced by
-``<env:NAME>`` (the renderings :func:`shardwise.redact.remember_reference`
+``<env:NAME>`` (the renderings :func:`shardwise.secrets.redact.remember_reference`
 registered when the reference was resolved in this process), and a
 fingerprint of the whole text is appended, ``(sha256:<16 hex digits>)``, so
 that a resume or a redrive still matches a run to the source it read and
@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from shardwise.redact import redact
+from shardwise.secrets.redact import redact
 
 __all__ = ["REFERENCES", "by_reference", "is_reference", "same_location"]
 

@@ -7,7 +7,7 @@
    and the SQL sink's sessions get ``statement_timeout`` and ``lock_timeout``
    (:func:`bound_engine`, set once per connection as it opens), so the
    statement fails with SQLSTATE 57014 or 55P03: a
-   :class:`~shardwise.errors.TransientError` (:mod:`shardwise.dberrors`),
+   :class:`~shardwise.errors.TransientError` (:mod:`shardwise.db.errors`),
    and the step is tried again on a connection from the pool, under the
    shard's one retry deadline (:mod:`shardwise.retry_policy`).
 2. **A connection whose server stops answering**: a frozen server, or a

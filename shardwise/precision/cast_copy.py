@@ -17,7 +17,7 @@ precision guard's reference; the Linear weights in the reduced precision add
 half of their float32 size. It is made once per loaded model and precision,
 and kept as long as the model is (:func:`cast_copy`). A model without a Linear
 layer is its own copy. The Linear that ``nn.MultiheadAttention`` reads
-directly keeps its float32 weight, as with int8 (:func:`~shardwise.quantize.linears`).
+directly keeps its float32 weight, as with int8 (:func:`~shardwise.precision.quantize.linears`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from shardwise.model import Model
-from shardwise.quantize import linears
+from shardwise.precision.quantize import linears
 
 __all__ = ["cast_copy"]
 

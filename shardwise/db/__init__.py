@@ -1,0 +1,1 @@
+"""What every database layer shares: its errors mapped onto shardwise.errors, and its timeouts."""
