@@ -4,7 +4,7 @@ A sink kind is an object (:class:`SinkKind`) that knows one kind of
 destination: which ``--results`` it takes (database URLs of its schemes, or
 a location: a local directory or ``s3://bucket/prefix``), the options it
 owns (a :class:`SinkOptions` model: each field is a ``--flag`` of ``run``,
-``plan`` and ``redrive`` and a field of the flow's ``results_options``
+``plan`` and ``redrive`` and a field of the flow's ``results.options``
 section, under the kind's name), the checks that need nothing but those,
 and how to open its :class:`~shardwise.sinks.base.Sink`.
 
@@ -158,7 +158,7 @@ def sink_kinds() -> dict[str, SinkKind]:
 @functools.cache
 def results_options_model() -> type[BaseModel]:
     """The options of every installed kind that has any, one section each under the kind's name: the
-    flow's ``results_options`` parameter, which the Prefect form shows as a section per kind."""
+    flow's ``results.options`` parameter, which the Prefect form shows as a section per kind."""
     sections: dict[str, Any] = {
         name: (kind.options, kind.options())
         for name, kind in sink_kinds().items()
