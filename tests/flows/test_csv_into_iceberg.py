@@ -45,10 +45,10 @@ def _csv_folder(folder: Path, rows: int, files: int = 3) -> set[int]:
     return valid
 
 
-def _argv(source: Path, warehouse: str, table: str, *extra: str) -> list[str]:
+def _argv(source: Path, warehouse: str, table: str, *extra: str, shards: int = 2) -> list[str]:
     return [
         sys.executable, "-m", "shardwise.flows.cli", "run", "--source", str(source), "--model", "tiny",
-        "--precision", "fp32", "--threads", "1", "--shards", "2", "--results", warehouse,
+        "--precision", "fp32", "--threads", "1", "--shards", str(shards), "--results", warehouse,
         "--results-format", "iceberg", "--results-table", table, *extra,
     ]  # fmt: skip
 
@@ -93,11 +93,11 @@ def _killed_then_resumed(tmp: Path, warehouse: str, extra: list[str], env: dict[
     resume it: the same keys and embeddings; then ``--only-new`` commits nothing new."""
     valid = _csv_folder(tmp / "csv", 20_000)
     clean_at = str(tmp / "clean")
-    _run([*_argv(tmp / "csv", clean_at, "docs"), "--progress", "none"], env)
+    _run([*_argv(tmp / "csv", clean_at, "docs", shards=1), "--progress", "none"], env)
     clean = _rows(clean_at, "docs")
     assert clean.keys() == valid
 
-    argv = _argv(tmp / "csv", warehouse, "lake.killed", *extra)
+    argv = _argv(tmp / "csv", warehouse, "lake.killed", *extra, shards=1)  # the killer reads "0/1 shard"
     paced = [sys.executable, str(COUNTED), str(tmp / "counts"), str(ROWS_PER_S), *argv[3:]]
     _kill_mid_shard([*paced, "--lease-s", "2", "--progress", "lines", "--progress-every", "0.2"], env)
     ledger = extra[extra.index("--ledger") + 1]
@@ -138,12 +138,16 @@ def test_killed_mid_shard_then_resumed_from_csv_into_a_local_warehouse(tmp_path:
 
 @pytest.mark.slow
 @pytest.mark.s3
-def test_killed_mid_shard_then_resumed_from_csv_into_a_warehouse_on_s3(tmp_path: Path, moto_url: str) -> None:
+def test_killed_mid_shard_then_resumed_from_csv_into_a_warehouse_on_s3(
+    tmp_path: Path, moto_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import boto3
 
     bucket = f"sw-{uuid.uuid4().hex[:12]}"
     aws = {"AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     aws["AWS_DEFAULT_REGION"] = "us-east-1"
+    for name, value in aws.items():
+        monkeypatch.setenv(name, value)  # this process creates the bucket and reads the table too
     boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1").create_bucket(Bucket=bucket)
     extra = ["--iceberg-catalog", f"sqlite:///{tmp_path / 'catalog.db'}"]
     extra += ["--ledger", f"sqlite:///{tmp_path / 'ledger.db'}"]
