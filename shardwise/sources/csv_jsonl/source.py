@@ -45,6 +45,7 @@ from shardwise.sources.base import (
     SourcePlan,
     SourceRow,
     SourceValues,
+    check_column_names,
 )
 from shardwise.sources.csv_jsonl.parse import SUFFIXES, ParsedFile, Record, is_csv_jsonl_name, parse_file
 from shardwise.sources.parquet.objects import Listing, ObjectInfo, listing_digest, relative_key
@@ -81,14 +82,7 @@ class CsvJsonlSource(Source):
         retry: RetryPolicy | None = None,
         block_rows: int = DEFAULT_BLOCK_ROWS,
     ) -> None:
-        named = (
-            ("key", key),
-            ("text_column", text_column),
-            *(("input_columns", c) for c in input_columns or {}),
-        )
-        for name, value in named:
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{name} must name a column of the CSV or JSON Lines files, got {value!r}")
+        check_column_names(key, text_column, input_columns or {}, "CSV or JSON Lines files")
         if isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1:
             raise ConfigError(f"block_rows must be a positive integer; got {block_rows!r}")
         self.key, self.text_column = key, text_column

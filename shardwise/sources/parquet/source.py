@@ -45,6 +45,7 @@ from shardwise.sources.base import (
     SourcePlan,
     SourceRow,
     SourceValues,
+    check_column_names,
 )
 from shardwise.sources.images import ImageAccess, image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
@@ -102,14 +103,7 @@ class ParquetSource(Source):
             image_column, text_column, input_columns, s3_client, retry, image_access
         )
         text_column = text_column if image_column is None else image_column
-        named = (
-            ("key", key),
-            ("text_column", text_column),
-            *(("input_columns", c) for c in input_columns or {}),
-        )
-        for name, value in named:
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{name} must name a column of the Parquet files, got {value!r}")
+        check_column_names(key, text_column, input_columns or {}, "Parquet files")
         self.key, self.text_column = key, text_column
         self.input_columns = list(input_columns or {})
         self.image_column = image_column
