@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_PROMPT",
     "SETTINGS",
     "ChatMode",
+    "Engine",
     "GenerationSettings",
     "Generative",
     "PromptChecked",
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 ChatMode = Literal["auto", "on", "off"]
+Engine = Literal["hf", "vllm"]
+"""What runs a causal language model: ``hf``, Shardwise's own loop over the Hugging Face module (any
+device, no extra), or ``vllm``, the vLLM engine (paged attention, prefix caching; the ``vllm`` package)."""
 DEFAULT_PROMPT = "{text}"
 DEFAULT_MAX_NEW_TOKENS = 128
 SETTINGS = (
@@ -50,6 +54,8 @@ SETTINGS = (
     "seed",
     "json_schema",
     "unconstrained",
+    "engine",
+    "engine_options",
 )
 """The generation settings' names as run parameters (``unconstrained`` is :class:`GenerationSettings`'s
 ``constrained`` turned off)."""
@@ -109,6 +115,11 @@ class GenerationSettings:
     seed: int = 0
     json_schema: str | None = None
     constrained: bool = True
+    engine: Engine = "hf"
+    engine_options: tuple[tuple[str, Any], ...] = ()
+    """The engine's own settings, by name, as pairs sorted by name (a mapping is taken too, and stored
+    so: settings are hashable). Each engine checks its own (``vllm``: ``max_num_seqs``,
+    ``gpu_memory_utilization``, ...); ``hf`` takes none."""
 
     def __post_init__(self) -> None:
         if not placeholders(self.prompt):
@@ -131,10 +142,31 @@ class GenerationSettings:
             object.__setattr__(self, "json_schema", self.schema().text)  # type: ignore[union-attr]
         if not isinstance(self.constrained, bool):
             raise ConfigError(f"constrained must be true or false; got {self.constrained!r}")
+        if self.engine not in get_args(Engine):
+            raise ConfigError(
+                f"engine must be one of {', '.join(get_args(Engine))}; got {self.engine!r} (hf: Shardwise's "
+                "own loop, any device; vllm: the vLLM engine, pip install vllm)"
+            )
+        try:
+            pairs = tuple(sorted(dict(self.engine_options).items()))
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"engine_options must map setting names to values; got {self.engine_options!r}"
+            ) from None
+        if pairs and self.engine == "hf":
+            raise ConfigError(
+                f"engine_options {dict(pairs)!r} are settings of an engine, and engine hf takes none; "
+                "give --engine vllm, or drop --engine-option"
+            )
+        object.__setattr__(self, "engine_options", pairs)
 
     def schema(self) -> JsonSchema | None:
         """The checked JSON Schema outputs must follow, or None."""
         return None if self.json_schema is None else JsonSchema.from_text(self.json_schema)
+
+    def engine_settings(self) -> dict[str, Any]:
+        """The engine's own settings given, ``{name: value}``."""
+        return dict(self.engine_options)
 
     @property
     def greedy(self) -> bool:
@@ -145,13 +177,19 @@ class GenerationSettings:
 
         Greedy decoding draws nothing, so its text leaves out ``top_p`` and ``seed``: changing them
         then changes no output, and must not make ``--only-new`` generate every row again. Without a
-        schema, ``constrained`` means nothing and is left out too.
+        schema, ``constrained`` means nothing and is left out too. Another engine computes otherwise, so
+        ``engine`` is in it (``hf``, the default, is left out); the engine's own settings are not.
         """
         fields = asdict(self)
         if self.greedy:
             del fields["top_p"], fields["seed"]
         if self.json_schema is None:
             del fields["json_schema"], fields["constrained"]
+        # The engine's own settings are mostly throughput (batch sizes, memory shares): the engine says
+        # which of them change outputs (a dtype, a quantization) and adds those to the version itself.
+        del fields["engine_options"]
+        if self.engine == "hf":  # the default engine: versions made before there was a choice still hold
+            del fields["engine"]
         return json.dumps(fields, sort_keys=True, ensure_ascii=True)
 
 

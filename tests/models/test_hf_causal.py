@@ -162,6 +162,7 @@ def test_settings_are_part_of_the_version(lm: Path) -> None:
         GenerationSettings(temperature=0.7),
         GenerationSettings(temperature=0.7, top_p=0.9),
         GenerationSettings(temperature=0.7, seed=3),
+        GenerationSettings(engine="vllm"),  # another engine computes otherwise
     ]
     versions = {HFCausalSpec(lm, generation=s).describe().version for s in variants}
     assert len(versions) == len(variants)
@@ -172,6 +173,15 @@ def test_settings_are_part_of_the_version(lm: Path) -> None:
     )  # greedy draws nothing: top_p and seed change nothing
     spec = with_generation(HFCausalSpec(lm), GenerationSettings(prompt="Say: {text}"))
     assert spec.describe().version == HFCausalSpec(lm, generation=variants[1]).describe().version
+
+
+def test_an_engine_s_own_settings_are_kept_sorted_and_left_to_it_for_the_version() -> None:
+    settings = GenerationSettings(engine="vllm", engine_options={"max_num_seqs": 8, "dtype": "float32"})
+    assert settings.engine_options == (("dtype", "float32"), ("max_num_seqs", 8))
+    assert settings.engine_settings() == {"dtype": "float32", "max_num_seqs": 8}
+    assert hash(settings) == hash(GenerationSettings(engine="vllm", engine_options=settings.engine_options))
+    assert settings.token() == GenerationSettings(engine="vllm").token()  # the engine adds what matters
+    assert "engine" not in GenerationSettings().token()  # versions made before the choice still hold
 
 
 def test_an_integer_temperature_or_top_p_is_the_same_setting_as_its_float(lm: Path) -> None:
@@ -225,6 +235,9 @@ def test_nul_characters_are_stripped(lm: Path) -> None:
         ({"temperature": -1.0}, "temperature must be a number at least 0"),
         ({"top_p": 0.0}, "top_p must be a number above 0"),
         ({"seed": -1}, "seed must be an integer at least 0"),
+        ({"engine": "tgi"}, "engine must be one of hf, vllm; got 'tgi'"),
+        ({"engine_options": {"max_num_seqs": 8}}, "engine hf takes none; give --engine vllm"),
+        ({"engine": "vllm", "engine_options": [1]}, "engine_options must map setting names to values"),
     ],
 )
 def test_bad_settings_are_refused(settings: dict[str, Any], message: str) -> None:
