@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from shardwise.db.codec import utc_now
 from shardwise.pipeline.destination import find_ledger
 from shardwise.results import Ledger, RunListing
-from shardwise.results.codec import utc_now
 from shardwise.results.leases import abandoned_why, lease_live
 from shardwise.results.probe import check_ledger
 from shardwise.secrets.redact import redact

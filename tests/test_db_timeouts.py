@@ -14,10 +14,10 @@ import pytest
 import sqlalchemy as sa
 from tcp_stall import StallingProxy
 
+from shardwise.db.connect import make_engine
 from shardwise.db.errors import mapped_errors
 from shardwise.db.timeouts import answer_bound, check_db_timeout, unbounded
 from shardwise.errors import ConfigError, TransientError
-from shardwise.results.connect import make_engine
 from shardwise.retry_policy import RetryPolicy
 from shardwise.watch import WatchSpec
 

@@ -30,7 +30,7 @@ import pytest
 
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
-from shardwise.results.records import ResultRow
+from shardwise.records import ResultRow
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.base import Layout, Lineage, Sink, SinkChunk, SinkCommit
 from shardwise.sinks.registry import Destination, SinkKind

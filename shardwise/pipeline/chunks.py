@@ -30,7 +30,7 @@ from shardwise.batch.config import EngineConfig
 from shardwise.errors import ConfigError, TransientError
 from shardwise.lineage import value_fingerprint
 from shardwise.model.counts import added
-from shardwise.results.records import DeadLetter, ResultRow
+from shardwise.records import DeadLetter, ResultRow
 from shardwise.sources.base import Key, SourceRow
 
 if TYPE_CHECKING:

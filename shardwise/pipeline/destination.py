@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from shardwise.db.connect import is_database_url
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
 from shardwise.pipeline.spec import Resolver, RunSpec
-from shardwise.results.connect import is_database_url
 from shardwise.secrets.by_reference import by_reference
 from shardwise.sinks.base import Layout, Sink
 from shardwise.sinks.registry import Destination, SinkKind, is_location, options_for, sink_kind_for

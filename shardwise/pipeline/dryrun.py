@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from shardwise.db.codec import utc_now
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import Loaded, SelfBatching
 from shardwise.model.generation import PromptChecked, with_generation
@@ -31,7 +32,6 @@ from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, open_spec_source
 from shardwise.precision import versioned
 from shardwise.results import Ledger
-from shardwise.results.codec import utc_now
 from shardwise.results.leases import abandoned_why, when
 from shardwise.results.probe import check_ledger
 from shardwise.secrets.by_reference import by_reference

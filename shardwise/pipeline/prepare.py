@@ -55,7 +55,8 @@ from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
 from shardwise.precision import cpu_int8_kernel, emulated_int8_warning, versioned
 from shardwise.precision.guard import minimum_agreement, shown
-from shardwise.results import Ledger, ResultStore, RunCounts, RunRecord
+from shardwise.records import RunRecord
+from shardwise.results import Ledger, ResultStore, RunCounts
 from shardwise.secrets.by_reference import by_reference
 from shardwise.sinks import Sink
 from shardwise.sources import Source, SourcePlan, is_keyed, plan_objects

@@ -19,7 +19,8 @@ from shardwise.pipeline.lease import Takeover, takeover_from
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import open_spec_source
 from shardwise.precision import versioned
-from shardwise.results import Ledger, RunRecord
+from shardwise.records import RunRecord
+from shardwise.results import Ledger
 from shardwise.retry_policy import RetryPolicy
 from shardwise.secrets.by_reference import by_reference, same_location
 from shardwise.sources import SourcePlan

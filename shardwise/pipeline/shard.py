@@ -19,20 +19,14 @@ from typing import Any
 from shardwise.batch.config import EngineConfig
 from shardwise.batch.engine import Engine
 from shardwise.batch.stats import BatchStats
+from shardwise.db.codec import utc_now
 from shardwise.model import Loaded
 from shardwise.pipeline.chunks import ChunkConfig, InputFingerprints, commit_chunks, progress_after
 from shardwise.pipeline.lease import LEASE_S, shard_lease_keeper
 from shardwise.pipeline.preemption import refuse_if_draining, until_preempted
 from shardwise.pipeline.reporter import ProgressReporter
-from shardwise.results import (
-    ChunkTotals,
-    MergeOutcome,
-    ResultStore,
-    RunRecord,
-    ShardReport,
-    StoredShard,
-)
-from shardwise.results.codec import utc_now
+from shardwise.records import RunRecord, ShardReport
+from shardwise.results import ChunkTotals, MergeOutcome, ResultStore, StoredShard
 from shardwise.results.owners import owner_of
 from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sources.base import ReadFrom, Shard, ShardReader, Source, SourcePlan

@@ -39,7 +39,8 @@ from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker_checks import check_outputs, check_precision, check_version
 from shardwise.precision import Precision
 from shardwise.precision.calibration import CalibrationCache, measured_agreement
-from shardwise.results import Ledger, ResultStore, RunRecord
+from shardwise.records import RunRecord
+from shardwise.results import Ledger, ResultStore
 from shardwise.retry_policy import Outage, retry_step
 from shardwise.secrets.by_reference import same_location
 from shardwise.sinks import Layout

@@ -21,7 +21,7 @@ from shardwise.pipeline.shard import this_worker
 from shardwise.pipeline.spec import RunSpec
 from shardwise.precision import Precision, resolve_precision, versioned
 from shardwise.precision.guard import minimum_agreement, shown
-from shardwise.results import RunRecord
+from shardwise.records import RunRecord
 
 __all__ = ["Agreements", "check_outputs", "check_precision", "check_version"]
 

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
         StoredDeadLetter,
         StoredShard,
     )
-    from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
     from shardwise.results.shard_states import SHARD_STATUSES, ShardStatus, ShardTransition
     from shardwise.results.store import ResultStore
     from shardwise.sinks.base import Lineage
@@ -39,18 +38,14 @@ __all__ = [
     "ChunkStart",
     "ChunkTotals",
     "ChunkWriter",
-    "DeadLetter",
     "Ledger",
     "Lineage",
     "MergeOutcome",
-    "ResultRow",
     "ResultStore",
     "RunCounts",
     "RunListing",
-    "RunRecord",
     "RunSummary",
     "ShardProgress",
-    "ShardReport",
     "ShardStatus",
     "ShardTransition",
     "StoredDeadLetter",
@@ -59,7 +54,7 @@ __all__ = [
 ]
 
 # Each name's module loads on first use: the ledger and the chunk writer bring SQLAlchemy and psycopg,
-# and the run spec reads only the lease limits (shardwise.results.leases) and result records.
+# and the run spec reads only the lease limits (shardwise.results.leases).
 __getattr__ = lazy_exports(
     __name__,
     {
@@ -75,7 +70,6 @@ __getattr__ = lazy_exports(
             "StoredDeadLetter",
             "StoredShard",
         ),
-        ".records": ("DeadLetter", "ResultRow", "RunRecord", "ShardReport"),
         ".shard_states": ("SHARD_STATUSES", "ShardStatus", "ShardTransition"),
         ".store": ("ResultStore",),
         "shardwise.sinks.base": ("Lineage",),

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from shardwise.db.codec import bind_timestamp, decode_json, decode_row, encode_json
+from shardwise.db.sqlfiles import statement
 from shardwise.model.counts import Counts, added
-from shardwise.results.codec import bind_timestamp, decode_json, decode_row, encode_json
-from shardwise.results.sqlfiles import statement
 from shardwise.sources.base import Key
 
 __all__ = [

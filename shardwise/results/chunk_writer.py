@@ -50,11 +50,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
+from shardwise.db.codec import check_key, utc_now
 from shardwise.model.counts import count_columns, counts_of_rows
+from shardwise.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.results import chunk_marks, shard_sql, shard_states
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals
-from shardwise.results.codec import check_key, utc_now
-from shardwise.results.records import DeadLetter, ResultRow, RunRecord, ShardReport
 from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sinks.base import Lineage, MergeCounts, Sink, SinkChunk, SinkCommit
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shardwise.db.codec import bind_timestamp, decode_row, decode_timestamp
+from shardwise.db.sqlfiles import statement
 from shardwise.errors import ConfigError
-from shardwise.results.codec import bind_timestamp, decode_row, decode_timestamp
 from shardwise.results.leases import expiry, lease_held
 from shardwise.results.outcomes import RunCounts, RunListing
 from shardwise.results.owners import owner_gone
-from shardwise.results.sqlfiles import statement
 
 __all__ = [
     "live_counts",

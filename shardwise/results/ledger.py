@@ -20,14 +20,14 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
+from shardwise.db.codec import utc_now
+from shardwise.db.connect import brief_waits, make_engine, write_transaction
 from shardwise.db.errors import mapped_errors, safe_url
+from shardwise.db.sqlfiles import query
 from shardwise.errors import ConfigError
+from shardwise.records import RunRecord, RunStatus
 from shardwise.results import chunk_marks, lease_sql, ledger_sql, outcomes, shard_sql, shard_states
-from shardwise.results.codec import utc_now
-from shardwise.results.connect import brief_waits, make_engine, write_transaction
 from shardwise.results.leases import LEASE_S
-from shardwise.results.records import RunRecord, RunStatus
-from shardwise.results.sqlfiles import query
 from shardwise.retry_policy import DEFAULT_DB_TIMEOUT_S
 from shardwise.sources.base import SourcePlan
 

@@ -6,7 +6,7 @@ letters) are in :mod:`shardwise.results.shard_sql`, leases in
 :mod:`shardwise.results.lease_sql`, chunk marks in
 :mod:`shardwise.results.chunk_marks`. Every function takes a connection
 inside a transaction the caller opened
-(:func:`shardwise.results.connect.write_transaction` for writes).
+(:func:`shardwise.db.connect.write_transaction` for writes).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shardwise.db.codec import bind_timestamp, decode_json, decode_timestamp, encode_json
+from shardwise.db.sqlfiles import load_script, statement
 from shardwise.errors import ConfigError, RunTakenOverError
+from shardwise.records import RunRecord
 from shardwise.results import lease_sql, shard_states
-from shardwise.results.codec import bind_timestamp, decode_json, decode_timestamp, encode_json
 from shardwise.results.outcomes import RunCounts, RunSummary
-from shardwise.results.records import RunRecord
 from shardwise.results.schema import LEDGER_SCHEMA_VERSION, LEDGER_TABLES, VERSION_TABLE, check_ledger_version
-from shardwise.results.sqlfiles import load_script, statement
 from shardwise.sources.base import SourcePlan
 
 __all__ = [

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shardwise.records import RunRecord, RunStatus
 from shardwise.results.leases import RunState, run_state
-from shardwise.results.records import RunRecord, RunStatus
 
 __all__ = [
     "MergeOutcome",

@@ -35,9 +35,9 @@ from typing import Literal
 import sqlalchemy as sa
 
 from shardwise.db.errors import mapped_errors, safe_url
+from shardwise.db.sqlfiles import load_sql
 from shardwise.errors import ConfigError
 from shardwise.results.schema import LEDGER_TABLES, VERSION_TABLE, check_ledger_version
-from shardwise.results.sqlfiles import load_sql
 
 __all__ = ["LedgerNeed", "check_ledger"]
 
@@ -158,7 +158,7 @@ def _check_creatable(path: Path, shown: str, makes_folders: bool) -> None:
 def _check_server(url: str, need: LedgerNeed) -> None:
     """A server database answers (errors mapped as everywhere), its ledger, if any, is of this build's
     schema version; a run's session must be able to write."""
-    from shardwise.results.connect import make_engine
+    from shardwise.db.connect import make_engine
     from shardwise.results.ledger_sql import check_version
 
     engine = make_engine(url)

@@ -15,11 +15,11 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
+from shardwise.db.codec import bind_timestamp, decode_row, encode_json, key_text
+from shardwise.db.sqlfiles import statement
 from shardwise.errors import ConfigError
-from shardwise.results.codec import bind_timestamp, decode_row, encode_json, key_text
+from shardwise.records import DeadLetter
 from shardwise.results.outcomes import ShardProgress, StoredDeadLetter, StoredShard
-from shardwise.results.records import DeadLetter
-from shardwise.results.sqlfiles import statement
 
 __all__ = [
     "dead_letters",

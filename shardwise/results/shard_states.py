@@ -56,11 +56,11 @@ from typing import Any, Literal, get_args
 
 import sqlalchemy as sa
 
+from shardwise.db.codec import bind_timestamp, decode_row, encode_json
+from shardwise.db.sqlfiles import statement
 from shardwise.errors import ConfigError, ShardStateError
-from shardwise.results.codec import bind_timestamp, decode_row, encode_json
+from shardwise.records import ShardReport
 from shardwise.results.leases import expiry
-from shardwise.results.records import ShardReport
-from shardwise.results.sqlfiles import statement
 
 __all__ = [
     "SHARD_STATUSES",

@@ -14,9 +14,9 @@ from typing import Any
 from shardwise.closing import Closing
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
+from shardwise.records import RunRecord
 from shardwise.results.chunk_writer import ChunkWriter
 from shardwise.results.ledger import Ledger
-from shardwise.results.records import RunRecord
 from shardwise.retry_policy import Outage
 from shardwise.secrets.by_reference import same_location
 from shardwise.sinks.base import Layout, Sink

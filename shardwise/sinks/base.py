@@ -45,7 +45,7 @@ from shardwise.model import OutputColumn
 from shardwise.sources.base import KeyType
 
 if TYPE_CHECKING:
-    from shardwise.results.records import ResultRow
+    from shardwise.records import ResultRow
 
 __all__ = ["Layout", "Lineage", "MergeCounts", "Sink", "SinkChunk", "SinkCommit", "last_per_key"]
 

@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from shardwise.db.codec import as_vector, check_key
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.model import OutputColumn
-from shardwise.results.codec import as_vector, check_key
-from shardwise.results.records import ResultRow
+from shardwise.records import ResultRow
 from shardwise.sinks.base import Layout, Lineage
 from shardwise.sinks.naming import check_outputs
 

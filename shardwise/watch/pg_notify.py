@@ -40,8 +40,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shardwise.db.sqlfiles import query
 from shardwise.errors import ConfigError
-from shardwise.results.sqlfiles import query
 from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
 from shardwise.watch.marks import CounterTracker, Tracker, WatermarkTracker

@@ -21,7 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from shardwise.results.sqlfiles import query
+from shardwise.db.sqlfiles import query
 from shardwise.secrets.by_reference import same_location
 
 __all__ = ["Mark", "WatchState"]

@@ -26,8 +26,8 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from psycopg import sql
 
+from shardwise.db.sqlfiles import load_sql, query
 from shardwise.errors import ConfigError, SourceError
-from shardwise.results.sqlfiles import load_sql, query
 from shardwise.watch.pgwire import driver
 from shardwise.watch.table import WatchedTable, open_table
 

@@ -15,7 +15,7 @@ import pytest
 from flow_data import BAD_ROWS, docs_spec, execute, make_docs
 from kill_helpers import cli, kill_once_scoring, survivors
 
-from shardwise.results.codec import decode_timestamp, utc_now
+from shardwise.db.codec import decode_timestamp, utc_now
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,8 @@ from shardwise.batch.stats import BatchStats
 from shardwise.errors import TransientError
 from shardwise.model import Model
 from shardwise.pipeline import ChunkConfig, score_shard
-from shardwise.results import ResultStore, RunCounts, RunRecord, read_marks
+from shardwise.records import RunRecord
+from shardwise.results import ResultStore, RunCounts, read_marks
 from shardwise.retry_policy import Outage, RetryPolicy
 from shardwise.sources import SqlSource
 from shardwise.sources.base import SourcePlan

@@ -25,7 +25,8 @@ from shardwise.batch.stats import BatchStats
 from shardwise.errors import ConfigError
 from shardwise.model import Model
 from shardwise.pipeline import ChunkConfig, ShardOutcome, score_shard
-from shardwise.results import ResultStore, RunCounts, RunRecord, read_marks
+from shardwise.records import RunRecord
+from shardwise.results import ResultStore, RunCounts, read_marks
 from shardwise.sources import ParquetSource, SqlSource
 from shardwise.sources.base import Source, SourcePlan
 

@@ -13,11 +13,11 @@ import pytest
 import sqlalchemy as sa
 from flow_data import execute, make_docs, slow_tiny_shards
 
+from shardwise.db.codec import decode_timestamp, utc_now
 from shardwise.errors import ConfigError
 from shardwise.pipeline import RunSpec, this_worker
 from shardwise.process import procfs
 from shardwise.results import Ledger
-from shardwise.results.codec import decode_timestamp, utc_now
 from shardwise.results.owners import Owner
 
 ROWS = 300

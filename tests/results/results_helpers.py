@@ -14,17 +14,8 @@ import numpy as np
 import sqlalchemy as sa
 
 from shardwise.model import OutputColumn
-from shardwise.results import (
-    Chunk,
-    ChunkStart,
-    ChunkWriter,
-    DeadLetter,
-    MergeOutcome,
-    ResultRow,
-    ResultStore,
-    RunRecord,
-    ShardReport,
-)
+from shardwise.records import DeadLetter, ResultRow, RunRecord, ShardReport
+from shardwise.results import Chunk, ChunkStart, ChunkWriter, MergeOutcome, ResultStore
 from shardwise.retry_policy import Outage, RetryPolicy
 from shardwise.sources.base import Key, Shard, SourcePlan
 

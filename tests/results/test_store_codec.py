@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from results_helpers import DIM, make_plan, make_rows, make_run, make_store, write_shard
 
+from shardwise.db.codec import decode_timestamp, timestamp_param
 from shardwise.model import OutputColumn
-from shardwise.results import ResultRow
-from shardwise.results.codec import decode_timestamp, timestamp_param
+from shardwise.records import ResultRow
 
 
 def _awkward_vectors() -> list[np.ndarray]:

@@ -11,7 +11,8 @@ import pytest
 from results_helpers import attempt_writer, make_report, make_run, whole_chunk
 
 from shardwise.model import OutputColumn
-from shardwise.results import ChunkStart, ResultRow, ResultStore
+from shardwise.records import ResultRow
+from shardwise.results import ChunkStart, ResultStore
 from shardwise.sources.base import Shard, SourcePlan
 
 ROWS, DIM, CHUNK = 50_000, 384, 1_000

@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 from results_helpers import make_plan, make_rows, make_run, write_shard
 
+from shardwise.db.codec import decode_timestamp, utc_now
 from shardwise.errors import ConfigError, RunTakenOverError
 from shardwise.results import Ledger, ResultStore
-from shardwise.results.codec import decode_timestamp, utc_now
 
 
 def _lease(ledger: Ledger, table: str, where: str, params: dict) -> tuple:

@@ -8,7 +8,8 @@ import pytest
 from results_helpers import TABLE, attempt_writer, make_plan, make_rows, make_run, whole_chunk, write_shard
 
 from shardwise.errors import ConfigError
-from shardwise.results import DeadLetter, ResultStore
+from shardwise.records import DeadLetter
+from shardwise.results import ResultStore
 
 
 def test_unknown_runs_load_as_none(store: ResultStore) -> None:

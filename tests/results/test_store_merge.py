@@ -11,7 +11,8 @@ import sqlalchemy as sa
 from results_helpers import attempt_writer, make_plan, make_rows, make_run, snapshot, whole_chunk, write_shard
 
 from shardwise.errors import ConfigError
-from shardwise.results import Chunk, DeadLetter, ResultRow, ResultStore
+from shardwise.records import DeadLetter, ResultRow
+from shardwise.results import Chunk, ResultStore
 
 
 def test_commit_merges_rows_and_marks_the_shard_done(store: ResultStore) -> None:

@@ -28,7 +28,8 @@ from results_helpers import (
 )
 
 from shardwise.errors import RetryDeadlineError, TransientError
-from shardwise.results import DeadLetter, MergeOutcome, ResultStore, read_marks
+from shardwise.records import DeadLetter
+from shardwise.results import MergeOutcome, ResultStore, read_marks
 
 
 def test_two_writers_racing_on_one_shard_commit_once(store: ResultStore) -> None:

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from shardwise.model import OutputColumn
-from shardwise.results.records import ResultRow
+from shardwise.records import ResultRow
 from shardwise.sinks import Lineage
 from shardwise.sinks.base import Layout, SinkChunk
 

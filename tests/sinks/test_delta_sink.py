@@ -154,7 +154,7 @@ def test_a_chunk_of_8192_wide_vectors_converts_fast() -> None:
     from lake_rows import lineage as make_lineage
 
     from shardwise.model import OutputColumn
-    from shardwise.results.records import ResultRow
+    from shardwise.records import ResultRow
     from shardwise.sinks.base import Layout
     from shardwise.sinks.lake import arrow_schema, rows_table
 

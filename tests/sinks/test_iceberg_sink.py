@@ -22,7 +22,7 @@ from lake_rows import LAYOUT, OTHER_LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
 from pyiceberg.catalog.sql import SqlCatalog
 
 from shardwise.errors import ConfigError
-from shardwise.results.records import ResultRow
+from shardwise.records import ResultRow
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.base import SinkChunk, SinkCommit
 from shardwise.sinks.iceberg import DEFAULT_CATALOG_FILE, KIND, IcebergOptions

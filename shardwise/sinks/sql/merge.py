@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from shardwise.results.codec import UtcTimestamp
+from shardwise.db.codec import UtcTimestamp
 from shardwise.sinks.base import Lineage, MergeCounts
 from shardwise.sinks.naming import LINEAGE_COLUMNS
 

@@ -3,7 +3,7 @@
 pgvector's binary form is a big-endian int16 dimension count, an int16 that
 must be 0, then each value as a big-endian float4 (``vector``) or float2
 (``halfvec``). numpy writes the values in one pass per row, as
-:func:`shardwise.results.codec.pg_binary_float4_array` does for ``real[]``:
+:func:`shardwise.db.codec.pg_binary_float4_array` does for ``real[]``:
 no Python float per element. The types come from an extension, so their oids
 differ between databases and are looked up on the connection.
 """

@@ -21,11 +21,11 @@ from typing import Any, Literal
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
+from shardwise.db.codec import Float32Vector, bind_timestamp, decode_json, encode_json, utc_now
+from shardwise.db.connect import make_engine, write_transaction
 from shardwise.db.errors import mapped_errors, safe_url
+from shardwise.db.sqlfiles import load_script, query, statement
 from shardwise.errors import ConfigError, ShardwiseError
-from shardwise.results.codec import Float32Vector, bind_timestamp, decode_json, encode_json, utc_now
-from shardwise.results.connect import make_engine, write_transaction
-from shardwise.results.sqlfiles import load_script, query, statement
 from shardwise.retry_policy import DEFAULT_DB_TIMEOUT_S
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit
 from shardwise.sinks.naming import parse_table_name

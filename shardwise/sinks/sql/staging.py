@@ -20,11 +20,11 @@ from psycopg import postgres, pq
 from psycopg import sql as psql
 from psycopg.adapt import Dumper
 
+from shardwise.db.codec import as_vector, check_key, pg_binary_float4_array
+from shardwise.db.sqlfiles import load_sql, query
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
-from shardwise.results.codec import as_vector, check_key, pg_binary_float4_array
-from shardwise.results.records import ResultRow
-from shardwise.results.sqlfiles import load_sql, query
+from shardwise.records import ResultRow
 from shardwise.sinks.sql.pgvector import copy_type_name, register_vector_dumpers
 from shardwise.sinks.sql.table import VectorStorage
 from shardwise.sources.base import KeyType

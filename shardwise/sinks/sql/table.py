@@ -11,9 +11,9 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from shardwise.db.codec import Float32Vector, UtcTimestamp
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
-from shardwise.results.codec import Float32Vector, UtcTimestamp
 from shardwise.sinks.naming import LINEAGE_COLUMNS, STAGE_TABLE, check_outputs, parse_table_name
 from shardwise.sources.base import KeyType
 

@@ -19,9 +19,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from shardwise.db.errors import safe_url
+from shardwise.db.sqlfiles import load_script, load_sql
 from shardwise.db.timeouts import CONNECT_TIMEOUT_S, DEFAULT_DB_TIMEOUT_S, bound_engine
 from shardwise.errors import ConfigError
-from shardwise.results.sqlfiles import load_script, load_sql
 from shardwise.secrets.redact import redact, remember
 from shardwise.secrets.url_syntax import refuse_unencoded
 

@@ -6,10 +6,10 @@ import sqlite3
 
 import pytest
 
+from shardwise.db import sqlfiles
+from shardwise.db.sqlfiles import DIALECT_WORDS, SQL_DIR, load_script, load_sql
 from shardwise.errors import ConfigError
-from shardwise.results import sqlfiles
 from shardwise.results.schema import LEDGER_TABLES
-from shardwise.results.sqlfiles import DIALECT_WORDS, SQL_DIR, load_script, load_sql
 
 
 def test_no_statement_is_written_twice_for_the_two_dialects() -> None:
