@@ -39,12 +39,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from shardwise.errors import ConfigError, InputError, OutputError
+from shardwise.errors import ConfigError, OutputError
 from shardwise.hashing import hash_files
 from shardwise.model import REJECTED, TEXT, ModelInfo
 from shardwise.model.generation import GenerationSettings, placeholders
 from shardwise.model.structured import JsonSchema
-from shardwise.model.text import Inputs, coerce_text
 from shardwise.models.hf_causal_source import (
     OUTPUTS,
     PARSED,
@@ -59,10 +58,12 @@ from shardwise.models.hf_decode import decode
 from shardwise.models.hf_files import VERSIONED, check_layout, read_json
 from shardwise.models.hf_grammar import JsonGuide
 from shardwise.models.hf_loaded import require_transformers
-from shardwise.models.hf_prompt import Prompt, PromptBatch, row_seed
+from shardwise.models.hf_prompt import Prompt, PromptBatch, PromptRenderer, chat_messages, load_tokenizer
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
     from typing_extensions import Self
+
+    from shardwise.models.vllm_engine import VllmGenerator
 
 __all__ = [
     "OUTPUTS",
@@ -95,13 +96,6 @@ def _context_of(root: Path, config: Mapping[str, Any]) -> int:
     return int(limit) if isinstance(limit, int) and 0 < limit < 10**7 else 2048
 
 
-def chat_messages(system: str | None, body: str) -> list[dict[str, str]]:
-    """The messages a row's prompt becomes with the chat template on: the system text, then the user's."""
-    messages = [] if system is None else [{"role": "system", "content": system}]
-    messages.append({"role": "user", "content": body})
-    return messages
-
-
 def _has_chat_template(root: Path) -> bool:
     return bool(read_json(root / "tokenizer_config.json").get("chat_template")) or (
         (root / "chat_template.jinja").is_file()
@@ -132,7 +126,12 @@ class LocalCausalSpec:
         context = self.context()  # first: it says what is wrong with the files, before hashing them
         return ModelInfo(self.name, self._version(), causal_outputs(self.generation), context, inputs=TEXT)
 
-    def load(self, device: torch.device) -> HFGenerator:
+    def load(self, device: torch.device) -> HFGenerator | VllmGenerator:
+        """The generator on ``device``: Shardwise's own loop (engine ``hf``), or vLLM's (``vllm``)."""
+        if self.generation.engine == "vllm":
+            from shardwise.models.vllm_engine import VllmGenerator
+
+            return VllmGenerator(self, device)
         return HFGenerator(self, device)
 
     def generating(self, settings: GenerationSettings) -> Self:
@@ -218,18 +217,15 @@ class HFGenerator:
 
     def __init__(self, spec: CausalSource, device: torch.device) -> None:
         require_transformers(spec.name)
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         info = spec.describe()
         self.name, self.version, self.outputs = spec.name, info.version, info.outputs
         self.max_length, self.device = info.max_length, device
         self.settings = spec.generation
-        self._fields = placeholders(self.settings.prompt)
-        self._chat = spec.chat()
         folder, pretrained = spec.pretrained()
-        self._tokenizer: Any = AutoTokenizer.from_pretrained(folder, **pretrained)
-        # prepare() refuses a prompt without room itself; transformers would only warn of its length.
-        self._tokenizer.model_max_length = 10**9
+        self._tokenizer: Any = load_tokenizer(folder, pretrained)
+        self.prompts = PromptRenderer(self.name, self.settings, spec.chat(), self._tokenizer, self.max_length)
         net: Any = AutoModelForCausalLM.from_pretrained(folder, **pretrained)
         self._net: Any = net.eval().to(device)
         eos = self._net.generation_config.eos_token_id
@@ -246,39 +242,16 @@ class HFGenerator:
             self._guide = JsonGuide(self.name, self._tokenizer, vocab, eos_ids, self._schema.text)
 
     def fields(self, value: object) -> dict[str, str]:
-        """The prompt's placeholders filled from a row: by column name from :class:`Inputs`, or all with
-        a single text. A null, empty or non-text value is a dead letter naming its column."""
-        if not isinstance(value, Inputs):
-            return dict.fromkeys(self._fields, coerce_text(value))
-        given = value.by_name()
-        missing = [name for name in self._fields if name not in given]
-        if missing:
-            raise InputError(f"the row has no column {', '.join(missing)} for the prompt's placeholders")
-        return {name: coerce_text(given[name], f"column {name!r}") for name in self._fields}
+        """The prompt's placeholders filled from a row (see :meth:`PromptRenderer.fields`)."""
+        return self.prompts.fields(value)
 
     def render(self, value: object) -> str:
         """The prompt for a row, as a string (the chat template applied when on)."""
-        body = self.settings.prompt.format_map(self.fields(value))
-        system = self.settings.system
-        if not self._chat:
-            return body if system is None else f"{system}\n\n{body}"
-        messages = chat_messages(system, body)
-        rendered = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return str(rendered)
+        return self.prompts.render(value)
 
     def prepare(self, value: object) -> Prompt:
         """Render and tokenise a row's text; a dead letter when it leaves no room for the new tokens."""
-        ids: list[int] = self._tokenizer(self.render(value), add_special_tokens=not self._chat)["input_ids"]
-        room = self.max_length - self.settings.max_new_tokens
-        if not ids:
-            raise InputError(f"prompt gives no tokens under model {self.name!r}; the text holds nothing")
-        if len(ids) > room:
-            raise InputError(
-                f"prompt has {len(ids)} tokens, and with max_new_tokens {self.settings.max_new_tokens} the "
-                f"model's context of {self.max_length} leaves room for {room}; shorten the text or the "
-                "prompt, or lower max_new_tokens"
-            )
-        return Prompt(ids, self.settings.max_new_tokens, row_seed(self.settings.seed, ids))
+        return self.prompts.prompt(value)
 
     def collate(self, items: Sequence[Prompt], multiple: int = 1) -> PromptBatch:
         """Pad the prompts on the left to their longest (rounded up to ``multiple``), so all end together."""

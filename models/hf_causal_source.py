@@ -2,9 +2,11 @@
 
 A causal LM comes as a Hugging Face directory (:mod:`models.hf_causal`) or a
 GGUF file (:mod:`models.hf_gguf`). Both load through transformers'
-``from_pretrained``, with other arguments, into the one generator; both refuse
-chat ``on`` without a chat template and a ``max_new_tokens`` that leaves no
-room for a prompt in the same words, and make their version the same way.
+``from_pretrained``, with other arguments, into the one generator, or, with
+engine ``vllm``, into vLLM's (:mod:`models.vllm_engine`); both refuse chat
+``on`` without a chat template, a ``max_new_tokens`` that leaves no room for a
+prompt, and engine ``vllm`` without vLLM or with an option it lacks, in the
+same words, and make their version the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo, OutputColumn
 from shardwise.model.generation import GenerationSettings
 from shardwise.models.hf_grammar import require_xgrammar
+from shardwise.models.vllm_engine.options import VllmOptions, require_vllm, version_token
 
 __all__ = ["OUTPUTS", "PARSED", "CausalSource", "causal_outputs", "causal_version", "chat_on", "check_room"]
 
@@ -46,8 +49,12 @@ def chat_on(settings: GenerationSettings, has_template: bool, where: str) -> boo
 
 
 def check_room(name: str, settings: GenerationSettings, context: int) -> int:
-    """``context``, once ``max_new_tokens`` is known to leave room in it for a prompt, and the
-    ``structured`` extra to be there when decoding is held to a JSON Schema."""
+    """``context``, once ``max_new_tokens`` is known to leave room in it for a prompt, the
+    ``structured`` extra to be there when decoding is held to a JSON Schema, and vLLM (with valid
+    options) when the engine is ``vllm``."""
+    if settings.engine == "vllm":
+        VllmOptions.of(settings)
+        require_vllm(name)
     if settings.json_schema is not None and settings.constrained:
         require_xgrammar(name)
     if settings.max_new_tokens >= context:
@@ -59,8 +66,12 @@ def check_room(name: str, settings: GenerationSettings, context: int) -> int:
 
 
 def causal_version(tag: str, files: str, chat: bool, settings: GenerationSettings) -> str:
-    """A generator's version: its kind, its files' hash, whether it chats, and its settings."""
+    """A generator's version: its kind, its files' hash, whether it chats, and its settings (with the
+    engine's options that change outputs, :func:`~models.vllm_engine.options.version_token`)."""
     text = f"{tag}\0{files}\0{'chat' if chat else 'plain'}\0{settings.token()}"
+    engine = version_token(settings)
+    if engine:  # only another engine's versions get it: hf versions stay as they were
+        text += f"\0{engine}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -1,20 +1,30 @@
-"""A text generator's item and batch: a prompt's token ids with its sampling seed, and prompts padded left.
+"""A text generator's prompts: how a row becomes one, and the item and batch the ``hf`` engine runs.
 
-The generator (:class:`models.hf_causal.HFGenerator`) makes them in
-``prepare`` and ``collate``; the engine orders items by :attr:`Prompt.cost`
-and moves batches to the device; the decoding loop
-(:mod:`models.hf_decode`) reads them.
+:class:`PromptRenderer` renders a row's prompt (template, system text, chat
+template) and tokenises it, for every engine: the HF generator
+(:class:`models.hf_causal.HFGenerator`) and the vLLM one
+(:mod:`models.vllm_engine`) share it, so a row gets the same tokens from
+both. :class:`Prompt` is the HF generator's item (made in ``prepare``) and
+:class:`PromptBatch` its batch, padded left (made in ``collate``); the engine
+orders items by :attr:`Prompt.cost` and moves batches to the device; the
+decoding loop (:mod:`models.hf_decode`) reads them.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
-__all__ = ["Prompt", "PromptBatch", "row_seed"]
+from shardwise.errors import InputError
+from shardwise.model.generation import GenerationSettings, placeholders
+from shardwise.model.text import Inputs, coerce_text
+
+__all__ = ["Prompt", "PromptBatch", "PromptRenderer", "chat_messages", "load_tokenizer", "row_seed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +74,80 @@ def row_seed(seed: int, ids: Sequence[int]) -> int:
     whatever batch or worker they land in."""
     digest = hashlib.sha256(f"{seed}\0{','.join(map(str, ids))}".encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 1  # a non-negative int64
+
+
+def chat_messages(system: str | None, body: str) -> list[dict[str, str]]:
+    """The messages a row's prompt becomes with the chat template on: the system text, then the user's."""
+    messages = [] if system is None else [{"role": "system", "content": system}]
+    messages.append({"role": "user", "content": body})
+    return messages
+
+
+def load_tokenizer(folder: Path, pretrained: Mapping[str, Any]) -> Any:
+    """The tokenizer a causal LM's files hold (``from_pretrained(folder, **pretrained)``), with no length
+    limit of its own: :meth:`PromptRenderer.ids` refuses a prompt without room itself, where transformers
+    would only warn of its length."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, **pretrained)
+    tokenizer.model_max_length = 10**9
+    return tokenizer
+
+
+class PromptRenderer:
+    """How every generator of a causal LM turns a row into its prompt's token ids: one implementation,
+    so the ``hf`` and ``vllm`` engines give a row the same tokens.
+
+    The template's placeholders are filled from the row's columns; with the chat template on
+    (``chat``) the filled template is the user's message, after the system text if any, rendered by the
+    tokenizer's chat template (which already holds the special tokens); with it off the system text and
+    the prompt are joined by a blank line and tokenised with the tokenizer's special tokens (a BOS). A
+    prompt that leaves fewer than ``max_new_tokens`` of the context (``max_length``) is refused.
+    """
+
+    def __init__(
+        self, name: str, settings: GenerationSettings, chat: bool, tokenizer: Any, max_length: int
+    ) -> None:
+        self.name, self.settings, self.chat, self.max_length = name, settings, chat, max_length
+        self._tokenizer = tokenizer
+        self._fields = placeholders(settings.prompt)
+
+    def fields(self, value: object) -> dict[str, str]:
+        """The prompt's placeholders filled from a row: by column name from :class:`Inputs`, or all with
+        a single text. A null, empty or non-text value is a dead letter naming its column."""
+        if not isinstance(value, Inputs):
+            return dict.fromkeys(self._fields, coerce_text(value))
+        given = value.by_name()
+        missing = [name for name in self._fields if name not in given]
+        if missing:
+            raise InputError(f"the row has no column {', '.join(missing)} for the prompt's placeholders")
+        return {name: coerce_text(given[name], f"column {name!r}") for name in self._fields}
+
+    def render(self, value: object) -> str:
+        """The prompt for a row, as a string (the chat template applied when on)."""
+        body = self.settings.prompt.format_map(self.fields(value))
+        system = self.settings.system
+        if not self.chat:
+            return body if system is None else f"{system}\n\n{body}"
+        messages = chat_messages(system, body)
+        rendered = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return str(rendered)
+
+    def ids(self, rendered: str) -> list[int]:
+        """A rendered prompt's token ids; a dead letter when it leaves no room for the new tokens."""
+        ids: list[int] = self._tokenizer(rendered, add_special_tokens=not self.chat)["input_ids"]
+        room = self.max_length - self.settings.max_new_tokens
+        if not ids:
+            raise InputError(f"prompt gives no tokens under model {self.name!r}; the text holds nothing")
+        if len(ids) > room:
+            raise InputError(
+                f"prompt has {len(ids)} tokens, and with max_new_tokens {self.settings.max_new_tokens} the "
+                f"model's context of {self.max_length} leaves room for {room}; shorten the text or the "
+                "prompt, or lower max_new_tokens"
+            )
+        return ids
+
+    def prompt(self, value: object) -> Prompt:
+        """A row's :class:`Prompt`: its token ids and its sampling seed (:func:`row_seed`)."""
+        ids = self.ids(self.render(value))
+        return Prompt(ids, self.settings.max_new_tokens, row_seed(self.settings.seed, ids))
