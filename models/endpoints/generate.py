@@ -1,0 +1,259 @@
+"""A remote chat model as a text generator: ``--model openai:NAME`` or ``--model anthropic:NAME``.
+
+:class:`EndpointSpec` is plain data (provider, model name, options,
+generation settings, retry policy, resolver): it pickles to any worker.
+Loaded, it is an :class:`EndpointGenerator`, a
+:class:`~shardwise.model.SelfBatching` model: the engine gives it a window
+of rows, it sends them all at once (bounded by ``max_concurrency``, paced by
+the host's budgets, retried under the run's deadline,
+:mod:`models.endpoints.calls`) and gives one outcome per row, in input order.
+
+Each row's text fills the prompt template (``{column}`` placeholders, filled
+from the row's columns by name) with plain ``str.format_map``; with chat
+``auto`` or ``on`` the system text and the prompt are the messages of a chat
+request, with chat ``off`` (OpenAI-compatible servers only) the system text
+and the prompt joined by a blank line are a plain completion's prompt.
+Sampling is the run's: greedy at temperature 0; above it ``top_p`` and a
+per-row seed drawn from ``seed`` and the row's prompt (OpenAI-compatible
+servers; Anthropic takes no seed). With a JSON Schema it is sent as the
+endpoint's structured-output format (OpenAI's ``response_format``,
+Anthropic's ``output_config.format``) unless ``unconstrained``, and every
+answer is validated on return: one that is not JSON under the schema is the
+row's dead letter with the reason.
+
+Outputs: ``generated_text``, ``finish_reason`` (``stop``, ``length``, or the
+server's own word such as ``content_filter``), ``prompt_tokens``,
+``completion_tokens`` and ``cached_tokens`` (from the answer's usage; a
+server that reports none counts 0), ``system_fingerprint`` (the server's
+build, per row, when it sends one), and ``parsed`` with a schema.
+
+The version hashes the provider, the endpoint's address (no credentials),
+the model name, chat or plain, and the generation settings: another server,
+model or prompt is another version; limits and keys are not part of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from shardwise.errors import ConfigError, InputError
+from shardwise.model import TEXT, ModelInfo, OutputColumn
+from shardwise.model.generation import GenerationSettings, placeholders
+from shardwise.model.text import Inputs, coerce_text
+from shardwise.models.endpoints.budget import Budgets
+from shardwise.models.endpoints.calls import Caller
+from shardwise.models.endpoints.options import EndpointOptions, Provider, check_provider
+from shardwise.models.endpoints.wire import Reply, Wire, make_client
+from shardwise.retry_policy import RetryPolicy
+
+if TYPE_CHECKING:
+    import torch
+
+    from shardwise.pipeline.spec import Resolver
+
+__all__ = ["ENDPOINT_MAX_LENGTH", "OUTPUTS", "PARSED", "EndpointGenerator", "EndpointSpec"]
+
+OUTPUTS = (
+    OutputColumn("generated_text", "text"),
+    OutputColumn("finish_reason", "text"),
+    OutputColumn("prompt_tokens", "int", count=True),
+    OutputColumn("completion_tokens", "int", count=True),
+    OutputColumn("cached_tokens", "int", count=True),
+    OutputColumn("system_fingerprint", "text"),
+)
+PARSED = OutputColumn("parsed", "json")
+ENDPOINT_MAX_LENGTH = 1 << 20
+"""What :attr:`ModelInfo.max_length` says of a remote model: its context is the server's business, and a
+prompt longer than it is refused by the server, for that row (a dead letter with the server's reason)."""
+
+
+def _no_resolver(connection: str) -> str:
+    raise ConfigError(
+        f"the endpoint's API key is named {connection!r}, and this caller gave no resolver to read it; "
+        "run through the flow, or give the spec a resolver (spec.resolving(resolve))"
+    )
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    """A remote chat model: which provider, which model, where, and how it generates."""
+
+    provider: Provider
+    model_name: str
+    options: EndpointOptions = field(default_factory=EndpointOptions)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
+    retry: RetryPolicy = field(default_factory=RetryPolicy, compare=False)
+    resolve: Resolver = field(default=_no_resolver, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_provider(self.provider)
+        if not isinstance(self.model_name, str) or not self.model_name.strip():
+            raise ConfigError(f"{self.provider}: give a model name, as {self.provider}:MODEL_NAME")
+        check_generation(self.generation, self.provider)
+
+    @property
+    def name(self) -> str:
+        return f"{self.provider}:{self.model_name}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.options.endpoint(self.provider)} model {self.model_name!r}"
+
+    def generating(self, settings: GenerationSettings) -> EndpointSpec:
+        """The same endpoint generating with ``settings``."""
+        return replace(self, generation=settings)
+
+    def configured(self, options: EndpointOptions) -> EndpointSpec:
+        """The same model reached with ``options`` (address, key reference, limits, timeout)."""
+        return replace(self, options=options)
+
+    def retrying(self, policy: RetryPolicy) -> EndpointSpec:
+        """The same model, its requests retried under ``policy`` (the run's: its ``deadline_s`` bounds an
+        outage of the endpoint as it bounds one of the database)."""
+        return replace(self, retry=policy)
+
+    def resolving(self, resolve: Resolver) -> EndpointSpec:
+        """The same model, its key reference read through ``resolve`` (the run's resolver)."""
+        return replace(self, resolve=resolve)
+
+    def chat(self) -> bool:
+        """Whether rows go as chat messages; chat off is a plain completion, which Anthropic lacks."""
+        return self.generation.chat != "off"
+
+    def describe(self) -> ModelInfo:
+        outputs = OUTPUTS if self.generation.json_schema is None else (*OUTPUTS, PARSED)
+        return ModelInfo(self.name, self._version(), outputs, ENDPOINT_MAX_LENGTH, inputs=TEXT)
+
+    def check_prompts(self) -> None:
+        """Nothing to render ahead: the prompt is a plain template, checked with the settings."""
+
+    def check_reachable(self) -> None:
+        """Before anything runs: the endpoint answers, takes the key, and serves the model.
+
+        Raises a :class:`~shardwise.errors.ConfigError` (a refused key, an unknown model) or
+        :class:`~models.endpoints.failures.EndpointUnreachable` (nothing answers), in one line naming the
+        endpoint, never the key.
+        """
+        from shardwise.models.endpoints.preflight import check_reachable
+
+        check_reachable(self.provider, self.model_name, self.options, self.resolve)
+
+    def load(self, device: torch.device) -> EndpointGenerator:
+        return EndpointGenerator(self, device)
+
+    def _version(self) -> str:
+        text = "\0".join(
+            (
+                "endpoint",
+                self.options.endpoint(self.provider),
+                self.model_name,
+                "chat" if self.chat() else "plain",
+                self.generation.token(),
+            )
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_generation(settings: GenerationSettings, provider: Provider) -> None:
+    """Refuse settings an endpoint cannot honour, in one line naming the fix."""
+    if settings.engine != "hf" or settings.engine_options:
+        raise ConfigError(
+            f"engine {settings.engine!r} runs a local model, and {provider}: models run on the endpoint; "
+            "drop --engine and --engine-option"
+        )
+    if provider == "anthropic" and settings.chat == "off":
+        raise ConfigError(
+            "chat off sends a plain completion, and Anthropic's Messages API takes chat messages only; "
+            "use chat auto or on"
+        )
+
+
+class EndpointGenerator:
+    """An :class:`EndpointSpec` ready to send requests: a :class:`~shardwise.model.SelfBatching` model."""
+
+    def __init__(self, spec: EndpointSpec, device: torch.device) -> None:
+        self.spec = spec
+        info = spec.describe()
+        self.name, self.version, self.max_length, self.outputs = (
+            info.name,
+            info.version,
+            info.max_length,
+            info.outputs,
+        )
+        self.device = device
+        self.settings = spec.generation
+        self._fields = placeholders(self.settings.prompt)
+        self._schema = self.settings.schema()
+        self._wire = Wire(spec.provider, spec.model_name, self.settings, spec.chat())
+        options, provider = spec.options, spec.provider
+        key_reference = options.key_reference(provider)
+        key = spec.resolve(key_reference)  # never kept beyond the client, never shown
+        identity = f"{options.endpoint(provider)}\0{spec.model_name}\0{key_reference}"
+        self.caller = Caller(
+            spec.endpoint,
+            lambda: make_client(provider, options.base(provider), key, options.timeout),
+            Budgets(identity, options.requests_per_minute, options.tokens_per_minute, None),
+            options.max_concurrency,
+            spec.retry,
+        )
+
+    def fields(self, value: object) -> dict[str, str]:
+        """The prompt's placeholders filled from a row: by column name from :class:`Inputs`, or all with
+        a single text. A null, empty or non-text value is a dead letter naming its column."""
+        if not isinstance(value, Inputs):
+            return dict.fromkeys(self._fields, coerce_text(value))
+        given = value.by_name()
+        missing = [name for name in self._fields if name not in given]
+        if missing:
+            raise InputError(f"the row has no column {', '.join(missing)} for the prompt's placeholders")
+        return {name: coerce_text(given[name], f"column {name!r}") for name in self._fields}
+
+    def render(self, value: object) -> str:
+        """A row's prompt body: the template filled from its columns."""
+        return self.settings.prompt.format_map(self.fields(value))
+
+    def score_window(self, values: Sequence[object]) -> list[Mapping[str, Any] | InputError]:
+        """Every row's answer, requested together; one outcome per value, in input order."""
+        bodies: list[str | InputError] = []
+        for value in values:
+            try:
+                bodies.append(self.render(value))
+            except InputError as exc:
+                bodies.append(exc)
+        asked = [b for b in bodies if isinstance(b, str)]
+        replies = iter(self.caller.run(self.caller.each(asked, self._send, self._estimate)))
+        return [b if isinstance(b, InputError) else self._outcome(next(replies)) for b in bodies]
+
+    async def _send(self, body: str) -> Reply:
+        return await self._wire.generate(await self.caller.client(), body)
+
+    def _estimate(self, body: str) -> int:
+        """Tokens a request may cost, guessed before sending: 4 characters a token, plus the reply cap."""
+        system = len(self.settings.system or "")
+        return (len(body) + system) // 4 + 1 + self.settings.max_new_tokens
+
+    def _outcome(self, reply: Reply | InputError) -> Mapping[str, Any] | InputError:
+        if isinstance(reply, InputError):
+            return reply
+        values: dict[str, Any] = {
+            "generated_text": reply.text.replace("\0", ""),
+            "finish_reason": reply.finish_reason,
+            # Counts are summed by the run: a server that reports no usage counts 0, never null.
+            "prompt_tokens": reply.prompt_tokens or 0,
+            "completion_tokens": reply.completion_tokens or 0,
+            "cached_tokens": reply.cached_tokens or 0,
+            "system_fingerprint": reply.system_fingerprint,
+        }
+        if self._schema is not None:
+            try:
+                values["parsed"] = self._schema.parse(values["generated_text"])
+            except InputError as exc:  # an OutputError: the row ran, and its answer broke the schema
+                return exc
+        return values
+
+    def close(self) -> None:
+        """Close the connections and the loop thread."""
+        self.caller.close()
