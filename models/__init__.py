@@ -2,7 +2,8 @@
 
 ``tiny`` (built in code, for tests), ``minilm`` (all-MiniLM-L6-v2), the path
 of any local Hugging Face model directory or GGUF causal LM file (``.gguf``),
-either optionally written ``hf:/path``, a plug-in written
+either optionally written ``hf:/path``, a remote model written ``openai:NAME``,
+``anthropic:NAME`` or ``openai-embed:NAME`` (see :mod:`shardwise.models.endpoints`), a plug-in written
 ``package.module:attribute``, or the name an installed package registers in
 the entry-point group ``shardwise.models`` (see :mod:`shardwise.models.plugins`).
 Runs started from a deployment take only the names that import no module the
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from shardwise.errors import ConfigError, UnknownModelError
 from shardwise.lazy import lazy_exports
 from shardwise.model import ModelSpec
+from shardwise.models.endpoints import endpoint_spec, is_endpoint_name
 from shardwise.models.plugins import (
     ALLOW_MODULES_SETTING,
     ENTRY_POINT_GROUP,
@@ -108,7 +110,9 @@ def known_models() -> list[str]:
 def get_spec(name: str) -> ModelSpec:
     """Look a model up by name, local directory or ``.gguf`` file path, or ``package.module:attribute``.
 
-    In this order: a built-in name, an installed plug-in's name, a directory,
+    In this order: a built-in name, a remote model (``openai:NAME``, ``anthropic:NAME``,
+    ``openai-embed:NAME``, reached with default options: the run gives its own with the spec's
+    ``configured``), an installed plug-in's name, a directory,
     a path ending in ``.gguf`` (whose :meth:`describe` says if the file is
     missing), a module reference. A built-in name always wins: an installed
     package that registers ``tiny`` or ``minilm`` is not reachable by that
@@ -118,6 +122,8 @@ def get_spec(name: str) -> ModelSpec:
     """
     if name in CATALOGUE:
         return CATALOGUE[name]
+    if is_endpoint_name(name):
+        return endpoint_spec(name)
     plugin = entry_point_spec(name)
     if plugin is not None:
         return plugin
@@ -133,7 +139,8 @@ def get_spec(name: str) -> ModelSpec:
         return reference_spec(name)
     raise UnknownModelError(
         f"model {name!r} is not in the catalogue and is not a local directory; known models: "
-        f"{', '.join(known_models())}, or the path of a Hugging Face model directory or .gguf file, or a "
+        f"{', '.join(known_models())}, or the path of a Hugging Face model directory or .gguf file, a remote "
+        "model as openai:NAME, anthropic:NAME or openai-embed:NAME, or a "
         "plug-in's package.module:attribute (docs: how-to/models.md, Your own model)"
     )
 
@@ -148,8 +155,8 @@ def check_deployment_model(name: str, allowed_modules: str | None) -> None:
     only when the worker's operator lists its module in ``allowed_modules``
     (the setting :data:`ALLOW_MODULES_SETTING`). Nothing is imported to decide.
     """
-    if name in CATALOGUE or name in entry_point_names() or not is_reference(name):
-        return
+    if name in CATALOGUE or is_endpoint_name(name) or name in entry_point_names() or not is_reference(name):
+        return  # a remote model imports no module: its name picks a provider, its model is the server's
     if Path(name.removeprefix("hf:")).expanduser().is_dir():
         return
     module = name.split(":", 1)[0]
