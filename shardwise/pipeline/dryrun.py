@@ -90,7 +90,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     is the hardware's choice; the run's accuracy guard may still send it back
     to fp32 (and so to the fp32 version's already-scored rows).
     """
-    spec_of = with_generation(catalogue(spec.model), spec.generation())
+    spec_of = with_generation(catalogue(spec.model), spec.generation)
     if isinstance(spec_of, PromptChecked):
         spec_of.check_prompts()  # as a run does, before the preview renders prompts of its own
     model = spec_of.load(torch.device("cpu"))

@@ -59,7 +59,7 @@ def resume_run(
         # A generator's settings are part of its version: a resume must give them again, all of them.
         settings = settings_given(record.parameters)
         same = "model"
-        if settings or spec.generation() is not None:
+        if settings or spec.generation is not None:
             same = f"model and generation settings ({settings or 'none'})"
         raise ConfigError(
             f"run {spec.resume!r} was started with model version {record.model_version[:12]}; it cannot "

@@ -77,18 +77,18 @@ def warm(spec: RunSpec, cache: WorkerCache) -> None:
     Whoever starts a run in this process can call it on a thread while the
     orchestrator starts up; planning and the shards then find both in ``cache``.
     """
-    precision, device = hardware_precision(spec, cache.info(spec.model, spec.generation()).outputs)
-    model, _ = cache.model(spec.model, device, spec.generation())
+    precision, device = hardware_precision(spec, cache.info(spec.model, spec.generation).outputs)
+    model, _ = cache.model(spec.model, device, spec.generation)
     if precision != "fp32":
         cache.agreement(model, precision, pairs=spec.text_pair_column is not None)
 
 
 def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
     """The precision a new run of ``spec`` records: the hardware's choice, checked by the accuracy guard."""
-    precision, device = hardware_precision(spec, cache.info(spec.model, spec.generation()).outputs)
+    precision, device = hardware_precision(spec, cache.info(spec.model, spec.generation).outputs)
     if precision == "fp32":
         return PrecisionChoice("fp32")
-    model, _ = cache.model(spec.model, device, spec.generation())
+    model, _ = cache.model(spec.model, device, spec.generation)
     found, cached = cache.guarded(model, precision, pairs=spec.text_pair_column is not None)
     least = minimum_agreement(precision, spec.min_agreement)
     if found >= least:

@@ -10,13 +10,13 @@ where the work runs. The engine reads no environment itself: whoever runs it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo
-from shardwise.model.generation import ChatMode, GenerationSettings, placeholders
+from shardwise.model.generation import GenerationSettings, placeholders
 from shardwise.pipeline.chunks import ChunkConfig
 from shardwise.precision import Requested, check_precision
 from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
@@ -112,19 +112,11 @@ class RunSpec:
     """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`).
     None: the model's default, :data:`~shardwise.pipeline.chunks.DEFAULT_CHUNK_ROWS`, or
     :data:`~shardwise.pipeline.chunks.GENERATION_CHUNK_ROWS` for a generator."""
-    prompt: str | None = None
-    """Generation settings (see :mod:`shardwise.model.generation`): None leaves the generator's default.
-    Given for a model that does not generate, they are refused."""
-    system: str | None = None
-    chat: ChatMode | None = None
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    json_schema: str | None = None
-    """A JSON Schema, as JSON text: generated outputs must be JSON valid under it (else dead letters)."""
-    unconstrained: bool = False
-    """With ``json_schema``: only validate the outputs; decoding is not held to the schema."""
+    generation: GenerationSettings | None = None
+    """A generator's settings (prompt template, sampling, JSON Schema, engine; see
+    :mod:`shardwise.model.generation`), or None: the model's own (a generator's defaults). Given for a
+    model that does not generate, they are refused. A mapping of them is taken too (a spec read back
+    from JSON)."""
     ledger: str | None = None
     """Where the run ledger lives (a database URL or name); None: the default of
     :mod:`shardwise.pipeline.destination` (the results database, else the source's, else a file)."""
@@ -139,6 +131,10 @@ class RunSpec:
     results' is refused (see :meth:`sink_options`)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.generation, Mapping):
+            object.__setattr__(self, "generation", GenerationSettings(**self.generation))
+        if self.generation is not None and not isinstance(self.generation, GenerationSettings):
+            raise ConfigError(f"generation must be GenerationSettings or None; got {self.generation!r}")
         self._check_prompt()
         self._check_image()
         check_precision(self.precision)
@@ -200,22 +196,6 @@ class RunSpec:
         """The sink options given, ``{option: value}``."""
         return dict(self.results_options)
 
-    def generation(self) -> GenerationSettings | None:
-        """The generation settings the run gives (defaults for those left out), or None if it gives none."""
-        given = {
-            "prompt": self.prompt,
-            "system": self.system,
-            "chat": self.chat,
-            "max_new_tokens": self.max_new_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "seed": self.seed,
-            "json_schema": self.json_schema,
-            "constrained": False if self.unconstrained else None,
-        }
-        given = {name: value for name, value in given.items() if value is not None}
-        return GenerationSettings(**given) if given else None  # type: ignore[arg-type]
-
     def input_columns(self) -> dict[str, str]:
         """The columns read after the text column, each with its role in messages: the text pair
         column, or the other columns the prompt's placeholders name (in the template's order).
@@ -224,34 +204,19 @@ class RunSpec:
         """
         if self.text_pair_column is not None:
             return {self.text_pair_column: "text pair"}
-        if self.prompt is None:
+        if self.generation is None:
             return {}
-        return {name: "prompt" for name in placeholders(self.prompt) if name != self.text_column}
+        return {name: "prompt" for name in placeholders(self.generation.prompt) if name != self.text_column}
 
     def _check_prompt(self) -> None:
-        """Generation settings in range; a prompt takes no text pair and names no key column."""
-        self.generation()  # every setting in range
-        drawn = [
-            f"{name} {getattr(self, name)!r}" for name in ("top_p", "seed") if getattr(self, name) is not None
-        ]
-        if drawn and not self.temperature:
-            raise ConfigError(
-                f"{' and '.join(drawn)} {'apply' if drawn[1:] else 'applies'} when sampling, and temperature "
-                f"is {self.temperature or 0!r}: "
-                "greedy decoding draws nothing; give --temperature above 0, or drop "
-                f"{' and '.join('--' + d.split()[0].replace('_', '-') for d in drawn)}"
-            )
-        if self.unconstrained and self.json_schema is None:
-            raise ConfigError(
-                "unconstrained applies to decoding held to a JSON Schema, and no json_schema is given; "
-                "give --json-schema FILE, or drop --unconstrained"
-            )
-        if self.prompt is None:
+        """A prompt takes no text pair and names no key column."""
+        if self.generation is None:
             return
-        named = placeholders(self.prompt)
+        prompt = self.generation.prompt
+        named = placeholders(prompt)
         if self.key in named:
             raise ConfigError(
-                f"prompt {self.prompt!r} names the key column {{{self.key}}}; a prompt names the columns "
+                f"prompt {prompt!r} names the key column {{{self.key}}}; a prompt names the columns "
                 "that hold a row's text and context, and a key is an identifier: drop it from the prompt"
             )
         if self.text_pair_column is not None:
@@ -276,7 +241,7 @@ class RunSpec:
             for flag, value, unset in (
                 ("--text-column", self.text_column, "text"),
                 ("--text-pair-column", self.text_pair_column, None),
-                ("--prompt", self.prompt, None),
+                ("--prompt", None if self.generation is None else self.generation.prompt, None),
             )
             if value != unset
         ]

@@ -240,7 +240,7 @@ def _open_run(ref: RunRef, model: Loaded, resolve: Resolver) -> _Run:
 def _chunk_rows(cache: WorkerCache, spec: RunSpec) -> int:
     """The model's default chunk: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`), and an
     image model holds fewer rows at once (:data:`IMAGE_CHUNK_ROWS`, a spec's ``images = True``)."""
-    found = cache.spec(spec.model, spec.generation())
+    found = cache.spec(spec.model, spec.generation)
     if isinstance(found, Generative):
         return GENERATION_CHUNK_ROWS
     return IMAGE_CHUNK_ROWS if getattr(found, "images", False) else DEFAULT_CHUNK_ROWS
@@ -278,7 +278,7 @@ def _score_ref_shard(
     if ref.threads is not None and torch.get_num_threads() != ref.threads:
         torch.set_num_threads(ref.threads)  # a share of the host's cores: workers must not oversubscribe
     with leased_device(ref.spec.device) as device:
-        model, load_s = cache.model(ref.spec.model, device, ref.spec.generation())
+        model, load_s = cache.model(ref.spec.model, device, ref.spec.generation)
         # The first attempt of a process reads the run's record and plan from the ledger.
         run = retry_step(lambda: cache.run(ref, model, resolve), what=f"open run {ref.run_id}", outage=outage)
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():

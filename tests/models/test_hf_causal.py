@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -190,10 +191,12 @@ def test_an_integer_temperature_or_top_p_is_the_same_setting_as_its_float(lm: Pa
 
     as_int = GenerationSettings(temperature=1, top_p=1)
     assert as_int.token() == GenerationSettings(temperature=1.0, top_p=1.0).token()
-    spec = RunSpec(source="sqlite:///x.db", results="sqlite:///x.db", results_table="r", temperature=2)
+    spec = RunSpec(
+        source="sqlite:///x.db", results="sqlite:///x.db", results_table="r", generation={"temperature": 2}
+    )
     versions = {
         HFCausalSpec(lm, generation=settings).describe().version
-        for settings in (spec.generation(), GenerationSettings(temperature=2.0))
+        for settings in (spec.generation, GenerationSettings(temperature=2.0))
     }
     assert len(versions) == 1
 
@@ -273,19 +276,21 @@ def test_run_spec_threads_the_settings_and_checks_the_prompt() -> None:
     from shardwise.pipeline import RunSpec
 
     base = {"source": "sqlite:///x.db", "results": "sqlite:///x.db", "results_table": "r"}
-    assert RunSpec(**base).generation() is None
-    spec = RunSpec(**base, text_column="body", prompt="Q: {body}", temperature=0.5)
-    assert spec.generation() == GenerationSettings(prompt="Q: {body}", temperature=0.5)
-    assert RunSpec(**base, text_column="body", prompt="{title}: {body}").input_columns() == {
-        "title": "prompt"
-    }
+    assert RunSpec(**base).generation is None
+    settings = GenerationSettings(prompt="Q: {body}", temperature=0.5)
+    spec = RunSpec(**base, text_column="body", generation=settings)
+    assert spec.generation == settings
+    assert RunSpec(**base, generation=asdict(settings), text_column="body") == spec  # read back from JSON
+    assert RunSpec(
+        **base, text_column="body", generation=GenerationSettings(prompt="{title}: {body}")
+    ).input_columns() == {"title": "prompt"}
     assert RunSpec(**base, text_pair_column="doc").input_columns() == {"doc": "text pair"}
     with pytest.raises(ConfigError, match=re.escape("names the key column {id}")):
-        RunSpec(**base, prompt="{id}: {text}")
+        RunSpec(**base, generation=GenerationSettings(prompt="{id}: {text}"))
     with pytest.raises(ConfigError, match="prompt and text_pair_column 'doc' both given"):
-        RunSpec(**base, prompt="{text}", text_pair_column="doc")
+        RunSpec(**base, generation=GenerationSettings(), text_pair_column="doc")
     with pytest.raises(ConfigError, match="top_p must be"):
-        RunSpec(**base, top_p=2.0)
+        RunSpec(**base, generation={"top_p": 2.0})
 
 
 def test_a_generator_commits_in_smaller_chunks(lm: Path) -> None:

@@ -17,6 +17,7 @@ from image_builders import tiny_vit_classifier
 from shardwise.errors import ConfigError, RetryDeadlineError
 from shardwise.flows.cli_options import SOURCE_OPTIONS, add_param_options, score_params
 from shardwise.lineage import value_fingerprint
+from shardwise.model.generation import GenerationSettings
 from shardwise.model.image_value import ImageValue
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.source_plan import plan_source
@@ -36,10 +37,10 @@ BASE = {"source": "sqlite:///x.db", "results": "sqlite:///x.db", "results_table"
     [
         ({"text_column": "body"}, "--text-column 'body'"),
         ({"text_pair_column": "pair"}, "--text-pair-column 'pair'"),
-        ({"prompt": "Describe {text}"}, "--prompt 'Describe {text}'"),
+        ({"generation": GenerationSettings(prompt="Describe {text}")}, "--prompt 'Describe {text}'"),
     ],
 )
-def test_an_image_column_refuses_text_options_in_one_line(given: dict[str, str], named: str) -> None:
+def test_an_image_column_refuses_text_options_in_one_line(given: dict[str, object], named: str) -> None:
     with pytest.raises(ConfigError) as caught:
         RunSpec(**BASE, image_column="img", **given)  # type: ignore[arg-type]
     message = str(caught.value)

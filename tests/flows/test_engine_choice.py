@@ -1,0 +1,64 @@
+"""A generator's engine is one of its settings: ``--engine`` and ``--engine-option`` on the command line,
+``model.generation.engine`` and ``engine_options`` in the flow's parameters (the UI form)."""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import ledger_runs, one_line
+from pydantic import ValidationError
+
+from shardwise.flows.cli import _parser, main
+from shardwise.flows.cli_options import score_params
+from shardwise.flows.params import ScoreParams
+
+
+def _spec(*options: str):  # -> RunSpec
+    args = _parser().parse_args(["run", "--source", "sqlite:///x.db", "--table", "docs", *options])
+    return score_params(args).to_spec()
+
+
+def test_the_engine_and_its_options_reach_the_generation_settings() -> None:
+    spec = _spec(
+        "--engine", "vllm", "--engine-option", "max_num_seqs=8", "--engine-option", " dtype = float32"
+    )
+    assert spec.generation is not None and spec.generation.engine == "vllm"
+    assert spec.generation.engine_settings() == {"dtype": "float32", "max_num_seqs": "8"}
+    assert _spec().generation is None  # nothing given: a generator keeps its own settings
+    assert _spec("--engine", "hf").generation.engine == "hf"  # type: ignore[union-attr]
+
+
+def test_the_form_takes_them_nested_under_the_model() -> None:
+    params = ScoreParams.model_validate(
+        {
+            "source": {"location": "sqlite:///x.db"},
+            "model": {"name": "m", "generation": {"engine": "vllm", "engine_options": ["max_model_len=512"]}},
+        }
+    )
+    assert params.to_spec().generation.engine_options == (("max_model_len", "512"),)  # type: ignore[union-attr]
+    with pytest.raises(ValidationError, match="engine option 'max_model_len' is not NAME=VALUE"):
+        ScoreParams.model_validate(
+            {
+                "source": {"location": "sqlite:///x.db"},
+                "model": {"generation": {"engine": "vllm", "engine_options": ["max_model_len"]}},
+            }
+        )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ["--engine-option", "max_num_seqs=8"],
+            "engine hf takes none; give --engine vllm, or drop --engine-option",
+        ),
+        (["--engine", "vllm", "--engine-option", "=8"], "engine option '=8' is not NAME=VALUE"),
+    ],
+)
+def test_a_bad_engine_option_is_one_line_before_anything_runs(
+    docs: str, options: list[str], message: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["run", "--source", docs, "--table", "docs", "--model", "tiny", *options])
+    err = one_line(capfd)
+    assert code == 2, err
+    assert message in err, err
+    assert ledger_runs(docs) == 0
