@@ -86,10 +86,23 @@ class EmbeddingSpec:
 
     def check_reachable(self) -> None:
         """Before anything runs: the endpoint answers, takes the key, and serves the model (see
-        :mod:`models.endpoints.preflight`)."""
+        :mod:`models.endpoints.preflight`); with ``dimensions``, it also shortens vectors to them."""
         from shardwise.models.endpoints.preflight import check_reachable
 
         check_reachable("openai", self.model_name, self.options, self.resolve)
+        if self.dimensions is not None:
+            self._probe()  # a server that cannot shorten its vectors would refuse every row
+
+    def _probe(self) -> int:
+        """Embed one short text; its vector's width, or a ConfigError with the server's reason."""
+        encoder = EndpointEncoder(self, None, width=0)
+        try:
+            outcome = encoder.score_window([_PROBE])[0]
+        finally:
+            encoder.close()
+        if isinstance(outcome, InputError):
+            raise ConfigError(f"{self.endpoint} would not embed a short text: {outcome}")
+        return len(outcome["embedding"])
 
     def describe(self) -> ModelInfo:
         outputs = (OutputColumn("embedding", "vector", self.width()),)
@@ -101,14 +114,7 @@ class EmbeddingSpec:
             return self.dimensions
         known = (self.options.endpoint("openai"), self.model_name, self.dimensions)
         if known not in _widths:
-            encoder = EndpointEncoder(self, None, width=0)
-            try:
-                outcome = encoder.score_window([_PROBE])[0]
-            finally:
-                encoder.close()
-            if isinstance(outcome, InputError):
-                raise ConfigError(f"{self.endpoint} would not embed a short text: {outcome}")
-            _widths[known] = len(outcome["embedding"])
+            _widths[known] = self._probe()
         return _widths[known]
 
     def load(self, device: torch.device) -> EndpointEncoder:
