@@ -80,6 +80,6 @@ def test_throttling_and_cut_connections_change_no_vector(origin: str) -> None:
 
 
 def test_dimensions_a_model_cannot_shorten_to_are_refused_before_the_run(origin: str) -> None:
-    with pytest.raises(ConfigError, match="would not embed a short text.*dimensions") as refused:
+    with pytest.raises(ConfigError, match=r"would not embed a short text.*dimensions") as refused:
         spec(origin, dimensions=16).check_reachable()
     assert "\n" not in str(refused.value)
