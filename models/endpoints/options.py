@@ -14,10 +14,11 @@ the limits or the key.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shardwise.errors import ConfigError
 
@@ -37,7 +38,19 @@ DEFAULT_KEYS: dict[Provider, str] = {"openai": "env:OPENAI_API_KEY", "anthropic"
 class EndpointOptions(BaseModel):
     """An endpoint's address, key reference, limits and timeout; frozen, plain data (it pickles)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A value typed where a reference belongs may be a key: pydantic's messages never quote inputs here.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> EndpointOptions:
+        """Options from run parameters; a refused one is a ConfigError naming the option, never its value."""
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            option = str(error["loc"][0]) if error["loc"] else "?"
+            message = str(error["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"endpoint option {option} is not valid: {message}") from None
 
     api_base: str | None = Field(
         None,
