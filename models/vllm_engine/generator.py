@@ -87,6 +87,14 @@ class VllmGenerator:
         self._key = EngineKey(model, tokenizer, self.options.engine_key(), str(device))
         engine_for(self._key, self.options)
 
+    def counters(self) -> dict[str, int]:
+        """Running totals of what vLLM reported for this generator's rows: prompt tokens given, and those
+        its prefix cache served. A caller takes their change over a window (their ratio is the hit rate)."""
+        return {
+            "prefix_cache_prompt_tokens": self.prefix_cache.prompt_tokens,
+            "prefix_cache_hit_tokens": self.prefix_cache.cached_tokens,
+        }
+
     @property
     def engine_key(self) -> EngineKey:
         """Which of this process's engines it generates with."""
@@ -106,7 +114,9 @@ class VllmGenerator:
             except InputError as exc:
                 outcomes[row] = exc
         order = sorted(prompts, key=lambda row: prompts[row][0])  # shared prefixes run together
-        requests = [Request(str(row), prompts[row][1], self._params(prompts[row][1])) for row in order]
+        requests = [
+            Request(str(row), prompts[row][1], self.sampling_params(prompts[row][1])) for row in order
+        ]
         engine = engine_for(self._key, self.options) if requests else None
         finished = {} if engine is None else engine.generate(requests, self.options.stall_timeout_s)
         for row in order:
@@ -114,7 +124,7 @@ class VllmGenerator:
         assert all(outcome is not None for outcome in outcomes)  # every row was refused or generated
         return outcomes  # type: ignore[return-value]
 
-    def _params(self, ids: Sequence[int]) -> Any:
+    def sampling_params(self, ids: Sequence[int]) -> Any:
         """A row's ``vllm.SamplingParams``: Shardwise's settings, this model's stop ids, no detokenizing
         (the text is decoded here, whole, as the ``hf`` engine decodes it)."""
         from vllm import SamplingParams
@@ -140,20 +150,25 @@ class VllmGenerator:
             **sampling,
         )
 
-    def _outcome(self, output: Any, prompt_tokens: int) -> Mapping[str, Any] | InputError:
+    def completion(self, output: Any) -> tuple[str, int, str]:
+        """A finished ``RequestOutput``'s text (decoded whole, special tokens and NULs removed), its
+        completion tokens (the end-of-sequence token not counted) and its finish reason."""
         completion = output.outputs[0]
-        ids, reason = list(completion.token_ids), completion.finish_reason
-        self.prefix_cache.add(prompt_tokens, int(output.num_cached_tokens or 0))
-        if reason not in ("stop", "length"):
-            return InputError(f"vLLM ended the row's generation with finish reason {reason!r}")
+        ids, reason = list(completion.token_ids), str(completion.finish_reason)
         if reason == "stop" and ids and ids[-1] in self._eos:
             ids = ids[:-1]
-        text = self._tokenizer.decode(ids, skip_special_tokens=True).replace("\x00", "")
+        return self._tokenizer.decode(ids, skip_special_tokens=True).replace("\x00", ""), len(ids), reason
+
+    def _outcome(self, output: Any, prompt_tokens: int) -> Mapping[str, Any] | InputError:
+        self.prefix_cache.add(prompt_tokens, int(output.num_cached_tokens or 0))
+        text, tokens, reason = self.completion(output)
+        if reason not in ("stop", "length"):
+            return InputError(f"vLLM ended the row's generation with finish reason {reason!r}")
         values: dict[str, Any] = {
             "generated_text": text,
             "finish_reason": reason,
             "prompt_tokens": prompt_tokens,
-            "completion_tokens": len(ids),
+            "completion_tokens": tokens,
         }
         if self._schema is not None:
             try:
