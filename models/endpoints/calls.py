@@ -130,7 +130,7 @@ class Caller:
                     outcome = self._failed(failure, exc, tries)
                     if outcome is not None:
                         return outcome
-                    wait = self._wait(failure, exc)
+                    wait = self._wait(failure, tries)
                 else:
                     self._outage.recovered()
                     self.counts.ok += 1
@@ -150,15 +150,20 @@ class Caller:
         _log.warning("%s: request failed on try %d: %s", self.endpoint, tries, failure.reason)
         return None
 
-    def _wait(self, failure: Failure, exc: Exception) -> float:
-        """Seconds to wait before the next try; past the deadline, the error the shard fails with."""
-        failures, elapsed = self._outage.failed()
+    def _wait(self, failure: Failure, tries: int) -> float:
+        """Seconds to wait before this request's next try; past the deadline, the error the shard fails with.
+
+        The backoff doubles with the request's own tries, not the endpoint's failures: many requests in
+        flight fail together under throttling, and one request's first retry should not wait as if it
+        had failed a dozen times. The deadline is the endpoint's outage clock.
+        """
+        _, elapsed = self._outage.failed()
         left = self._outage.policy.deadline_s - elapsed
         if left <= 0:
             raise self._outage.give_up(
                 f"requests to {self.endpoint}", ShardwiseError(failure.reason)
             ) from None
-        wait = self._outage.policy.delay(failures)
+        wait = self._outage.policy.delay(tries)
         if failure.retry_after is not None:
             wait = max(wait, failure.retry_after)
             self._budgets.pause(min(failure.retry_after, left))

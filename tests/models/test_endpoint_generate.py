@@ -191,3 +191,74 @@ def test_preflight_refuses_a_bad_key_an_unknown_model_and_nothing_listening(orig
         line = str(error.value)
         assert "\n" not in line and API_KEY not in line and "sk-wrong" not in line
         assert "env:" in line  # the key is named by its reference
+
+
+@pytest.fixture(scope="module")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory):
+    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    storage = tmp_path_factory.mktemp("prefect-results")
+    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
+        yield
+
+
+def _run(url: str, model_spec: EndpointSpec, table: str) -> float:
+    """A ``shardwise run`` of ``docs`` with ``model_spec`` as a plug-in; its wall time."""
+    import sys
+    import types
+    import uuid
+
+    from shardwise.flows.cli import main
+
+    name = f"endpoint_plugin_{uuid.uuid4().hex[:8]}"
+    module = types.ModuleType(name)
+    module.spec = model_spec  # type: ignore[attr-defined]
+    sys.modules[name] = module
+    argv = ["run", "--source", url, "--table", "docs", "--model", f"{name}:spec", "--progress", "none"]
+    started = time.monotonic()
+    try:
+        assert main([*argv, "--results-table", table, "--shards", "2"]) == 0
+    finally:
+        del sys.modules[name]
+    return time.monotonic() - started
+
+
+def test_a_run_through_429s_and_500s_writes_each_row_once_with_the_clean_texts(
+    origin: str, tmp_path, prefect_harness: None
+) -> None:
+    import sqlalchemy as sa
+    from flow_data import make_docs
+
+    url = f"sqlite:///{tmp_path / 'docs.db'}"
+    rows = make_docs(url, 200)
+    clean_s = _run(url, spec(f"{origin}/v1", max_concurrency=8), "clean")
+    with FaultProxy(origin, every(n429=5, n500=20)) as proxy:  # 20% 429s, 5% 500s
+        faulty_s = _run(url, spec(f"{proxy.origin}/v1", max_concurrency=8), "faulty")
+
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        results = {
+            table: dict(conn.execute(sa.text(f"select source_key, generated_text from {table}")).all())
+            for table in ("clean", "faulty")
+        }
+        tokens = conn.execute(sa.text("select min(prompt_tokens), min(completion_tokens) from faulty")).one()
+        dead = dict(
+            conn.execute(
+                sa.text("select source_key, message from shardwise_errors where results_table like '%faulty'")
+            ).all()
+        )
+    engine.dispose()
+    assert results["faulty"] == results["clean"] and results["clean"]
+    written = {str(key) for key in results["faulty"]}
+    assert written | set(dead) == {str(key) for key, _ in rows}, "a row or a dead letter per row"
+    assert not written & set(dead)
+    assert all("refused the request: 400" in m or "text" in m for m in dead.values()), dead
+    assert tokens[0] > 0 and tokens[1] > 0
+    assert proxy.counts["429"] >= 40 and proxy.counts["500"] >= 10
+    print(
+        f"\n200 rows + {len(rows) - 200} bad: clean {len(rows) / clean_s:.1f} rows/s ({clean_s:.1f} s); "
+        f"behind the proxy {len(rows) / faulty_s:.1f} rows/s ({faulty_s:.1f} s), "
+        f"requests {dict(proxy.counts)}; "
+        f"{len(results['faulty'])} results, {len(set(dead))} dead letters"
+    )
