@@ -57,5 +57,6 @@ def endpoint_spec(name: str, options: EndpointOptions | None = None) -> ModelSpe
 
         return EmbeddingSpec(model, options)
     from shardwise.models.endpoints.generate import EndpointSpec
+    from shardwise.models.endpoints.options import check_provider
 
-    return EndpointSpec(kind, model, options)  # type: ignore[arg-type]
+    return EndpointSpec(check_provider(kind), model, options)

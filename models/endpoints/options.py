@@ -15,7 +15,7 @@ the limits or the key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -147,4 +147,4 @@ def check_provider(provider: str) -> Provider:
     """``provider`` if it is one Shardwise speaks to, else a ConfigError naming them."""
     if provider not in PROVIDERS:
         raise ConfigError(f"endpoint provider must be one of {', '.join(PROVIDERS)}; got {provider!r}")
-    return provider  # type: ignore[return-value]
+    return cast(Provider, provider)
