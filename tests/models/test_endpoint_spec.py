@@ -9,7 +9,7 @@ import pytest
 from shardwise.errors import ConfigError, UnknownModelError
 from shardwise.model.generation import GenerationSettings
 from shardwise.models import check_deployment_model, get_spec
-from shardwise.models.endpoints import EmbeddingSpec, EndpointOptions, EndpointSpec, is_endpoint_name
+from shardwise.models.endpoints import EmbeddingSpec, EndpointOptions, EndpointSpec, bound, is_endpoint_name
 from shardwise.models.endpoints.options import endpoint_address
 from shardwise.retry_policy import RetryPolicy
 
@@ -113,3 +113,13 @@ def test_sdk_errors_are_sorted_by_status() -> None:
     dropped = classify(openai.APIConnectionError(request=request))
     assert dropped is not None and dropped.kind == "transient"
     assert classify(ValueError("not the SDK's")) is None
+
+
+def test_a_run_binds_its_options_resolver_and_policy_to_a_remote_spec_only() -> None:
+    options = EndpointOptions(api_base="http://127.0.0.1:9/v1", api_key="env:K", max_concurrency=2)
+    policy = RetryPolicy(deadline_s=7)
+    for name in ("openai:m", "anthropic:m", "openai-embed:m"):
+        spec = bound(get_spec(name), options=options, resolve=_resolve, retry=policy)
+        assert spec.options == options and spec.retry == policy and spec.resolve is _resolve  # type: ignore[attr-defined]
+    tiny = get_spec("tiny")
+    assert bound(tiny, options=options, resolve=_resolve, retry=policy) is tiny
