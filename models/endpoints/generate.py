@@ -254,6 +254,63 @@ class EndpointGenerator:
                 return exc
         return values
 
+    def submit_batch(self, rows: Sequence[tuple[str, object]]) -> tuple[str | None, dict[str, InputError]]:
+        """Submit ``(key, value)`` rows as one provider batch (the Batch API, half price, asynchronous).
+
+        Gives the batch id, to be recorded before anything waits on it (None when no row could be sent),
+        and the rows refused before sending (a null text, a missing column) by key. The rows must fit
+        one batch: cut them with :func:`models.endpoints.batches.cut` first.
+        """
+        batches = self._batches()
+        bodies: list[tuple[str, str]] = []
+        refused: dict[str, InputError] = {}
+        for key, value in rows:
+            try:
+                bodies.append((key, self.render(value)))
+            except InputError as exc:
+                refused[key] = exc
+        if not bodies:
+            return None, refused
+
+        async def submit() -> str:
+            return await batches.submit(await self.caller.client(), batches.lines(bodies))
+
+        return self.caller.run(submit()), refused
+
+    def collect_batch(
+        self, batch_id: str, keys: Sequence[str]
+    ) -> dict[str, Mapping[str, Any] | InputError] | None:
+        """The outcomes of a batch submitted earlier, by key, once it has ended; None while it runs.
+
+        A key with no line in the batch's files (it expired or was cancelled first) is a dead letter
+        naming the batch and its status. Polling is the caller's: it waits between calls (a flow may
+        pause), so a crash between two polls loses nothing.
+        """
+        batches = self._batches()
+
+        async def collect() -> dict[str, Reply | InputError] | None:
+            client = await self.caller.client()
+            state = await batches.state(client, batch_id)
+            if not state.ended:
+                return None
+            found = await batches.collect(client, state)
+            missing = InputError(f"batch {batch_id} ended {state.status} before this row ran")
+            return {key: found.get(key, missing) for key in keys}
+
+        replies = self.caller.run(collect())
+        return None if replies is None else {key: self._outcome(reply) for key, reply in replies.items()}
+
+    def _batches(self) -> Any:
+        from shardwise.models.endpoints.batches import OpenAIBatches
+
+        if self.spec.provider != "openai" or not self.spec.chat():
+            raise ConfigError(
+                f"the Batch API is implemented for OpenAI-compatible chat models, and {self.spec.name} is "
+                f"{'an Anthropic model' if self.spec.provider == 'anthropic' else 'plain completions'}; "
+                "drop --batch-api"
+            )
+        return OpenAIBatches(self._wire)
+
     def close(self) -> None:
         """Close the connections and the loop thread."""
         self.caller.close()

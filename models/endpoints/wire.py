@@ -21,7 +21,7 @@ from shardwise.errors import ConfigError
 from shardwise.model.generation import GenerationSettings
 from shardwise.models.endpoints.options import Provider
 
-__all__ = ["Prompt", "Reply", "Wire", "make_client", "row_seed"]
+__all__ = ["Prompt", "Reply", "Wire", "chat_reply", "make_client", "row_seed"]
 
 
 @dataclass(frozen=True)
@@ -98,31 +98,27 @@ class Wire:
             return {"temperature": 0.0}
         return {"temperature": s.temperature, "top_p": s.top_p}
 
-    async def _chat(self, client: Any, body: str) -> Reply:
+    def chat_request(self, body: str) -> dict[str, Any]:
+        """The body of one row's ``/v1/chat/completions`` request (also a Batch API line's ``body``)."""
         s = self.settings
         messages = ([{"role": "system", "content": s.system}] if s.system is not None else []) + [
             {"role": "user", "content": body}
         ]
-        extra: dict[str, Any] = self._sampling(body)
+        request: dict[str, Any] = {"model": self.model, "messages": messages}
+        request["max_completion_tokens"] = s.max_new_tokens
+        request.update(self._sampling(body))
         if not s.greedy:
-            extra["seed"] = row_seed(s.seed, body)
+            request["seed"] = row_seed(s.seed, body)
         if self._schema is not None:
-            extra["response_format"] = {
+            request["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": "row", "schema": self._schema},
             }
-        raw = await client.chat.completions.with_raw_response.create(
-            model=self.model, messages=messages, max_completion_tokens=s.max_new_tokens, **extra
-        )
-        answer = await _parsed(raw)
-        choice = answer.choices[0]
-        return Reply(
-            text=choice.message.content or "",
-            finish_reason=str(choice.finish_reason or "stop"),
-            system_fingerprint=getattr(answer, "system_fingerprint", None),
-            headers=dict(raw.headers),
-            **_openai_usage(answer.usage),
-        )
+        return request
+
+    async def _chat(self, client: Any, body: str) -> Reply:
+        raw = await client.chat.completions.with_raw_response.create(**self.chat_request(body))
+        return chat_reply(await _parsed(raw), dict(raw.headers))
 
     async def _completion(self, client: Any, body: str) -> Reply:
         s = self.settings
@@ -186,6 +182,18 @@ class Wire:
         answer = await _parsed(raw)
         ordered = sorted(answer.data, key=lambda d: d.index)
         return [list(d.embedding) for d in ordered], dict(raw.headers)
+
+
+def chat_reply(answer: Any, headers: Mapping[str, str]) -> Reply:
+    """A chat completion (the SDK's object) as a :class:`Reply`."""
+    choice = answer.choices[0]
+    return Reply(
+        text=choice.message.content or "",
+        finish_reason=str(choice.finish_reason or "stop"),
+        system_fingerprint=getattr(answer, "system_fingerprint", None),
+        headers=dict(headers),
+        **_openai_usage(answer.usage),
+    )
 
 
 async def _parsed(raw: Any) -> Any:

@@ -242,3 +242,138 @@ class FaultProxy:
                 self.wfile.write(payload)
 
         return Handler
+
+
+class BatchServer:
+    """OpenAI's Files and Batches endpoints on loopback, running each batch's lines against ``upstream``.
+
+    No open-source server speaks this protocol, so this one stands in at the protocol boundary only:
+    uploads (``POST /v1/files``, multipart), ``POST /v1/batches``, ``GET /v1/batches/ID`` and
+    ``GET /v1/files/ID/content``, with output and error files as OpenAI writes them. Each line is sent
+    to the real server; a batch ends once ``hold`` is cleared (so a test can kill its client first).
+    ``creates`` counts the batches created.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.creates = 0
+        self.hold = threading.Event()
+        self.hold.set()
+        self.files: dict[str, bytes] = {}
+        self.batches: dict[str, dict[str, object]] = {}
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> BatchServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.hold.clear()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _new_file(self, data: bytes, purpose: str) -> dict[str, object]:
+        with self._lock:
+            file_id = f"file-{len(self.files) + 1}"
+            self.files[file_id] = data
+        return {
+            "id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+            "filename": f"{file_id}.jsonl", "purpose": purpose, "status": "processed",
+        }  # fmt: skip
+
+    def _create(self, request: dict[str, object], authorization: str) -> dict[str, object]:
+        with self._lock:
+            self.creates += 1
+            batch_id = f"batch-{self.creates}"
+            batch: dict[str, object] = {
+                "id": batch_id, "object": "batch", "endpoint": request["endpoint"],
+                "input_file_id": request["input_file_id"], "completion_window": request["completion_window"],
+                "status": "in_progress", "created_at": int(time.time()),
+            }  # fmt: skip
+            self.batches[batch_id] = batch
+        threading.Thread(target=self._work, args=(batch_id, authorization), daemon=True).start()
+        return batch
+
+    def _work(self, batch_id: str, authorization: str) -> None:
+        batch = self.batches[batch_id]
+        output, errors = [], []
+        for line in self.files[str(batch["input_file_id"])].decode().splitlines():
+            item = json.loads(line)
+            request = urllib.request.Request(
+                self.upstream + str(item["url"]), data=json.dumps(item["body"]).encode(), method="POST"
+            )
+            request.add_header("content-type", "application/json")
+            request.add_header("authorization", authorization)
+            try:
+                with urllib.request.urlopen(request, timeout=120) as answer:
+                    status, body = answer.status, json.loads(answer.read())
+            except urllib.error.HTTPError as error:
+                status, body = error.code, json.loads(error.read() or b"{}")
+            record = {"id": f"req-{item['custom_id']}", "custom_id": item["custom_id"], "error": None,
+                      "response": {"status_code": status, "request_id": "r", "body": body}}  # fmt: skip
+            (output if status == 200 else errors).append(json.dumps(record).encode())
+        self.hold.wait(120)
+        done = {"status": "completed", "output_file_id": None, "error_file_id": None}
+        if output:
+            done["output_file_id"] = self._new_file(b"\n".join(output) + b"\n", "batch_output")["id"]
+        if errors:
+            done["error_file_id"] = self._new_file(b"\n".join(errors) + b"\n", "batch_output")["id"]
+        with self._lock:
+            batch.update(done)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                parts = self.path.strip("/").split("/")
+                if parts[:2] == ["v1", "batches"] and len(parts) == 3 and parts[2] in server.batches:
+                    with server._lock:
+                        self._json(200, dict(server.batches[parts[2]]))
+                elif parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content":
+                    self._answer(200, server.files[parts[2]], "application/octet-stream")
+                else:
+                    self._json(404, {"error": {"message": f"no {self.path}"}})
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                if self.path == "/v1/files":
+                    import email.parser
+                    import email.policy
+
+                    head = f"content-type: {self.headers['content-type']}\r\n\r\n".encode()
+                    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+                    parts = {
+                        p.get_param("name", header="content-disposition"): p for p in message.iter_parts()
+                    }
+                    data = parts["file"].get_payload(decode=True)
+                    purpose = parts["purpose"].get_payload(decode=True).decode()
+                    self._json(200, server._new_file(data, purpose))
+                elif self.path == "/v1/batches":
+                    self._json(200, server._create(json.loads(body), self.headers.get("authorization", "")))
+                else:
+                    self._json(404, {"error": {"message": f"no {self.path}"}})
+
+            def _json(self, status: int, document: dict[str, object]) -> None:
+                self._answer(status, json.dumps(document).encode(), "application/json")
+
+            def _answer(self, status: int, payload: bytes, kind: str) -> None:
+                self.send_response(status)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        return Handler

@@ -16,6 +16,7 @@ from endpoint_servers import (
     API_KEY,
     KEY_REFERENCE,
     SERVED_NAME,
+    BatchServer,
     FaultProxy,
     every,
     free_port,
@@ -262,3 +263,30 @@ def test_a_run_through_429s_and_500s_writes_each_row_once_with_the_clean_texts(
         f"requests {dict(proxy.counts)}; "
         f"{len(results['faulty'])} results, {len(set(dead))} dead letters"
     )
+
+
+def test_the_batch_api_submits_once_and_a_new_process_collects_by_the_recorded_id(origin: str) -> None:
+    rows: list[tuple[str, object]] = [(f"k{i}", text) for i, text in enumerate(TEXTS[:8])]
+    rows += [("null", None), ("long", "word " * 2000)]
+    clean, _ = scored(spec(f"{origin}/v1"), TEXTS[:8])
+    with BatchServer(origin) as server:
+        server.hold.clear()  # the batch runs, and does not end until the first process is gone
+        first = spec(f"{server.origin}/v1").load(torch.device("cpu"))
+        batch_id, refused = first.submit_batch(rows)
+        assert batch_id == "batch-1" and set(refused) == {"null"} and "null" in str(refused["null"])
+        sent = [key for key, _ in rows if key not in refused]
+        assert first.collect_batch(batch_id, sent) is None  # still running
+        first.close()  # the process that submitted is gone; the ledger kept batch_id
+
+        server.hold.set()
+        second = spec(f"{server.origin}/v1").load(torch.device("cpu"))
+        deadline = time.monotonic() + 60
+        while (outcomes := second.collect_batch(batch_id, sent)) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        second.close()
+    assert server.creates == 1, "collected, never submitted again"
+    assert outcomes is not None
+    assert [outcomes[f"k{i}"]["generated_text"] for i in range(8)] == [o["generated_text"] for o in clean]
+    assert all(outcomes[f"k{i}"]["completion_tokens"] > 0 for i in range(8))
+    long = outcomes["long"]
+    assert isinstance(long, InputError) and "batch batch-1 line failed (400)" in str(long)
