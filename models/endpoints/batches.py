@@ -18,8 +18,9 @@ pays twice.
   :class:`~shardwise.errors.InputError` with the provider's reason for a
   line that errored or expired.
 
-Only the OpenAI-compatible protocol is implemented here; Anthropic's Message
-Batches (``/v1/messages/batches``) are not yet.
+:class:`OpenAIBatches` speaks OpenAI's Files and Batches endpoints,
+:class:`AnthropicBatches` Anthropic's Message Batches
+(``/v1/messages/batches``, whose requests travel inline, no file).
 """
 
 from __future__ import annotations
@@ -30,15 +31,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from shardwise.errors import InputError
-from shardwise.models.endpoints.wire import Reply, Wire, chat_reply
+from shardwise.models.endpoints.wire import Reply, Wire, chat_reply, messages_reply
 
-__all__ = ["LIMITS", "BatchState", "OpenAIBatches", "cut"]
+__all__ = ["LIMITS", "AnthropicBatches", "BatchState", "OpenAIBatches", "cut"]
 
 T = TypeVar("T")
 
 LIMITS = {"openai": (50_000, 200 * 1024 * 1024), "anthropic": (100_000, 256 * 1024 * 1024)}
 """Per provider: the most requests, and bytes, one batch may hold."""
 _ENDED = {"completed", "failed", "expired", "cancelled", "ended"}
+"""Statuses after which a batch runs no more lines (OpenAI's, and Anthropic's ``ended``)."""
 
 
 def cut(items: Sequence[T], size: Callable[[T], int], provider: str) -> list[list[T]]:
@@ -142,3 +144,37 @@ def _outcome(record: dict[str, Any], batch_id: str) -> Reply | InputError:
     from openai.types.chat import ChatCompletion
 
     return chat_reply(ChatCompletion.model_validate(response["body"]), {})
+
+
+class AnthropicBatches:
+    """Anthropic's Message Batches, for one generator's messages."""
+
+    def __init__(self, wire: Wire) -> None:
+        self.wire = wire
+
+    def lines(self, rows: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+        """The batch's requests for ``(custom_id, prompt body)`` rows: one message each."""
+        return [{"custom_id": key, "params": self.wire.messages_request(body)} for key, body in rows]
+
+    async def submit(self, client: Any, lines: list[dict[str, Any]]) -> str:
+        """Create the batch; its id (record it before waiting on it)."""
+        batch = await client.messages.batches.create(requests=lines)
+        return str(batch.id)
+
+    async def state(self, client: Any, batch_id: str) -> BatchState:
+        batch = await client.messages.batches.retrieve(batch_id)
+        return BatchState(batch_id, str(batch.processing_status))
+
+    async def collect(self, client: Any, state: BatchState) -> dict[str, Reply | InputError]:
+        """Each request's outcome by ``custom_id``: a reply, or why it has none (errored, expired,
+        canceled)."""
+        outcomes: dict[str, Reply | InputError] = {}
+        async for item in await client.messages.batches.results(state.batch_id):
+            result = item.result
+            if result.type == "succeeded":
+                outcomes[item.custom_id] = messages_reply(result.message, {})
+                continue
+            detail = getattr(getattr(getattr(result, "error", None), "error", None), "message", None)
+            reason = f"{result.type}: {detail}" if detail else str(result.type)
+            outcomes[item.custom_id] = InputError(f"batch {state.batch_id} request {reason}")
+        return outcomes

@@ -301,15 +301,14 @@ class EndpointGenerator:
         return None if replies is None else {key: self._outcome(reply) for key, reply in replies.items()}
 
     def _batches(self) -> Any:
-        from shardwise.models.endpoints.batches import OpenAIBatches
+        from shardwise.models.endpoints.batches import AnthropicBatches, OpenAIBatches
 
-        if self.spec.provider != "openai" or not self.spec.chat():
+        if not self.spec.chat():
             raise ConfigError(
-                f"the Batch API is implemented for OpenAI-compatible chat models, and {self.spec.name} is "
-                f"{'an Anthropic model' if self.spec.provider == 'anthropic' else 'plain completions'}; "
-                "drop --batch-api"
+                f"the Batch API sends chat requests, and {self.spec.name} sends plain completions (chat "
+                "off); use chat auto or on, or drop --batch-api"
             )
-        return OpenAIBatches(self._wire)
+        return OpenAIBatches(self._wire) if self.spec.provider == "openai" else AnthropicBatches(self._wire)
 
     def close(self) -> None:
         """Close the connections and the loop thread."""

@@ -21,7 +21,7 @@ from shardwise.errors import ConfigError
 from shardwise.model.generation import GenerationSettings
 from shardwise.models.endpoints.options import Provider
 
-__all__ = ["Prompt", "Reply", "Wire", "chat_reply", "make_client", "row_seed"]
+__all__ = ["Prompt", "Reply", "Wire", "chat_reply", "make_client", "messages_reply", "row_seed"]
 
 
 @dataclass(frozen=True)
@@ -139,37 +139,31 @@ class Wire:
             **_openai_usage(answer.usage),
         )
 
-    async def _anthropic(self, client: Any, body: str) -> Reply:
+    def messages_request(self, body: str) -> dict[str, Any]:
+        """The body of one row's Anthropic ``/v1/messages`` request (also a Message Batch's ``params``).
+
+        Anthropic takes no seed (sampled rows vary).
+        """
         s = self.settings
-        # Anthropic takes no seed (sampled rows vary), and this SDK no longer lists the sampling fields
-        # among its arguments: they go in the body as the Messages API reads them.
-        extra: dict[str, Any] = {"extra_body": self._sampling(body)}
+        request: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": s.max_new_tokens,
+            "messages": [{"role": "user", "content": body}],
+            **self._sampling(body),
+        }
         if s.system is not None:
-            extra["system"] = s.system
+            request["system"] = s.system
         if self._schema is not None:
-            extra["output_config"] = {"format": {"type": "json_schema", "schema": self._schema}}
-        raw = await client.messages.with_raw_response.create(
-            model=self.model,
-            max_tokens=s.max_new_tokens,
-            messages=[{"role": "user", "content": body}],
-            **extra,
-        )
-        answer = await _parsed(raw)
-        text = "".join(block.text for block in answer.content if getattr(block, "type", None) == "text")
-        usage = answer.usage
-        cached = _int(getattr(usage, "cache_read_input_tokens", None))
-        # Anthropic counts cache reads and writes apart from input_tokens; OpenAI's prompt_tokens holds all.
-        parts = [getattr(usage, name, None) for name in ("input_tokens", "cache_creation_input_tokens")]
-        prompt = sum(_int(p) or 0 for p in parts) + (cached or 0)
-        return Reply(
-            text=text,
-            finish_reason=_anthropic_finish(answer.stop_reason),
-            prompt_tokens=prompt if usage is not None else None,
-            completion_tokens=_int(getattr(usage, "output_tokens", None)),
-            cached_tokens=cached,
-            system_fingerprint=None,
-            headers=dict(raw.headers),
-        )
+            request["output_config"] = {"format": {"type": "json_schema", "schema": self._schema}}
+        return request
+
+    async def _anthropic(self, client: Any, body: str) -> Reply:
+        request = self.messages_request(body)
+        # This SDK no longer lists the sampling fields among its arguments: they go in the body as the
+        # Messages API reads them.
+        sampling = {name: request.pop(name) for name in ("temperature", "top_p") if name in request}
+        raw = await client.messages.with_raw_response.create(**request, extra_body=sampling)
+        return messages_reply(await _parsed(raw), dict(raw.headers))
 
     async def embed(
         self, client: Any, texts: Sequence[str], dimensions: int | None
@@ -182,6 +176,25 @@ class Wire:
         answer = await _parsed(raw)
         ordered = sorted(answer.data, key=lambda d: d.index)
         return [list(d.embedding) for d in ordered], dict(raw.headers)
+
+
+def messages_reply(answer: Any, headers: Mapping[str, str]) -> Reply:
+    """An Anthropic message (the SDK's object) as a :class:`Reply`."""
+    text = "".join(block.text for block in answer.content if getattr(block, "type", None) == "text")
+    usage = answer.usage
+    cached = _int(getattr(usage, "cache_read_input_tokens", None))
+    # Anthropic counts cache reads and writes apart from input_tokens; OpenAI's prompt_tokens holds all.
+    parts = [getattr(usage, name, None) for name in ("input_tokens", "cache_creation_input_tokens")]
+    prompt = sum(_int(p) or 0 for p in parts) + (cached or 0)
+    return Reply(
+        text=text,
+        finish_reason=_anthropic_finish(answer.stop_reason),
+        prompt_tokens=prompt if usage is not None else None,
+        completion_tokens=_int(getattr(usage, "output_tokens", None)),
+        cached_tokens=cached,
+        system_fingerprint=None,
+        headers=dict(headers),
+    )
 
 
 def chat_reply(answer: Any, headers: Mapping[str, str]) -> Reply:

@@ -377,3 +377,126 @@ class BatchServer:
                 self.wfile.write(payload)
 
         return Handler
+
+
+class AnthropicBatchServer:
+    """Anthropic's Message Batches on loopback, running each request against ``upstream``'s ``/v1/messages``.
+
+    ``POST /v1/messages/batches``, ``GET /v1/messages/batches/ID`` and its ``results_url`` (JSON Lines
+    of succeeded or errored results, as Anthropic writes them). Stands in at the protocol boundary only:
+    every message comes from the real server. A batch ends once ``hold`` is set; ``creates`` counts
+    the batches created.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.creates = 0
+        self.hold = threading.Event()
+        self.hold.set()
+        self.batches: dict[str, dict[str, object]] = {}
+        self.results: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> AnthropicBatchServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _create(self, requests: list[dict[str, object]], key: str) -> dict[str, object]:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with self._lock:
+            self.creates += 1
+            batch_id = f"msgbatch_{self.creates}"
+            batch: dict[str, object] = {
+                "id": batch_id, "type": "message_batch", "processing_status": "in_progress",
+                "request_counts": {"processing": len(requests), "succeeded": 0, "errored": 0, "canceled": 0,
+                                   "expired": 0},
+                "created_at": now, "expires_at": now, "ended_at": None, "archived_at": None,
+                "cancel_initiated_at": None, "results_url": None,
+            }  # fmt: skip
+            self.batches[batch_id] = batch
+        threading.Thread(target=self._work, args=(batch_id, requests, key), daemon=True).start()
+        return batch
+
+    def _work(self, batch_id: str, requests: list[dict[str, object]], key: str) -> None:
+        lines = []
+        for item in requests:
+            request = urllib.request.Request(
+                self.upstream + "/v1/messages", data=json.dumps(item["params"]).encode(), method="POST"
+            )
+            request.add_header("content-type", "application/json")
+            request.add_header("x-api-key", key)
+            request.add_header("authorization", f"Bearer {key}")
+            try:
+                with urllib.request.urlopen(request, timeout=120) as answer:
+                    result = {"type": "succeeded", "message": json.loads(answer.read())}
+            except urllib.error.HTTPError as error:
+                found = json.loads(error.read() or b"{}").get("error")
+                message = found.get("message") if isinstance(found, dict) else found or str(error.code)
+                inner = {"type": "invalid_request_error", "message": message}
+                result = {"type": "errored", "error": {"type": "error", "error": inner}}
+            lines.append(json.dumps({"custom_id": item["custom_id"], "result": result}).encode())
+        self.hold.wait(120)
+        with self._lock:
+            self.results[batch_id] = b"\n".join(lines) + b"\n"
+            self.batches[batch_id].update(
+                processing_status="ended",
+                results_url=f"{self.origin}/v1/messages/batches/{batch_id}/results",
+                ended_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            )
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                parts = self.path.split("?")[0].strip("/").split("/")
+                found = (
+                    len(parts) >= 4
+                    and parts[:3] == ["v1", "messages", "batches"]
+                    and parts[3] in server.batches
+                )
+                if found and len(parts) == 4:
+                    with server._lock:
+                        self._answer(200, json.dumps(server.batches[parts[3]]).encode(), "application/json")
+                elif found and parts[4:] == ["results"] and parts[3] in server.results:
+                    self._answer(200, server.results[parts[3]], "application/binary")
+                else:
+                    self._answer(
+                        404, b'{"type": "error", "error": {"type": "not_found_error"}}', "application/json"
+                    )
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                if self.path.split("?")[0] == "/v1/messages/batches":
+                    key = self.headers.get("x-api-key") or self.headers.get("authorization", "")
+                    batch = server._create(body["requests"], key.removeprefix("Bearer "))
+                    self._answer(200, json.dumps(batch).encode(), "application/json")
+                else:
+                    self._answer(
+                        404, b'{"type": "error", "error": {"type": "not_found_error"}}', "application/json"
+                    )
+
+            def _answer(self, status: int, payload: bytes, kind: str) -> None:
+                self.send_response(status)
+                self.send_header("content-type", kind)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        return Handler

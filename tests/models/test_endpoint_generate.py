@@ -16,6 +16,7 @@ from endpoint_servers import (
     API_KEY,
     KEY_REFERENCE,
     SERVED_NAME,
+    AnthropicBatchServer,
     BatchServer,
     FaultProxy,
     every,
@@ -290,3 +291,26 @@ def test_the_batch_api_submits_once_and_a_new_process_collects_by_the_recorded_i
     assert all(outcomes[f"k{i}"]["completion_tokens"] > 0 for i in range(8))
     long = outcomes["long"]
     assert isinstance(long, InputError) and "batch batch-1 line failed (400)" in str(long)
+
+
+def test_anthropic_message_batches_collect_the_messages_texts_without_a_second_create(origin: str) -> None:
+    rows: list[tuple[str, object]] = [(f"k{i}", text) for i, text in enumerate(TEXTS[:5])]
+    rows.append(("long", "word " * 2000))
+    direct, _ = scored(spec(origin, provider="anthropic"), TEXTS[:5])
+    with AnthropicBatchServer(origin) as server:
+        server.hold.clear()
+        first = spec(server.origin, provider="anthropic").load(torch.device("cpu"))
+        batch_id, refused = first.submit_batch(rows)
+        keys = [key for key, _ in rows]
+        assert batch_id == "msgbatch_1" and not refused and first.collect_batch(batch_id, keys) is None
+        first.close()
+        server.hold.set()
+        second = spec(server.origin, provider="anthropic").load(torch.device("cpu"))
+        deadline = time.monotonic() + 60
+        while (outcomes := second.collect_batch(batch_id, keys)) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        second.close()
+    assert server.creates == 1 and outcomes is not None
+    assert [outcomes[f"k{i}"]["generated_text"] for i in range(5)] == [o["generated_text"] for o in direct]
+    long = outcomes["long"]
+    assert isinstance(long, InputError) and "batch msgbatch_1 request errored" in str(long)
