@@ -123,3 +123,14 @@ def test_a_run_binds_its_options_resolver_and_policy_to_a_remote_spec_only() -> 
         assert spec.options == options and spec.retry == policy and spec.resolve is _resolve  # type: ignore[attr-defined]
     tiny = get_spec("tiny")
     assert bound(tiny, options=options, resolve=_resolve, retry=policy) is tiny
+
+
+def test_a_chunk_is_cut_to_the_providers_batch_limits() -> None:
+    from shardwise.models.endpoints.batches import LIMITS, cut
+
+    most, most_bytes = LIMITS["openai"]
+    assert [len(run) for run in cut(list(range(most + 5)), lambda _: 10, "openai")] == [most, 5]
+    big = most_bytes // 3 + 1  # three of these do not fit one file
+    assert [len(run) for run in cut([0] * 7, lambda _: big, "openai")] == [2, 2, 2, 1]
+    assert [len(run) for run in cut(list(range(60_000)), lambda _: 10, "anthropic")] == [60_000]
+    assert cut([], lambda _: 1, "openai") == []
