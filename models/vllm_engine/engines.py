@@ -177,12 +177,14 @@ def engine_for(key: EngineKey, options: VllmOptions) -> VllmEngine:
         return engine
 
 
-def shutdown_all() -> None:
-    """Drop every engine of this process (their processes end in the background)."""
+def shutdown_all(timeout_s: float = 60.0) -> None:
+    """Drop every engine of this process and wait up to ``timeout_s`` for their processes to end."""
     with _LOCK:
         keys = list(_ENGINES)
-    for key in keys:
-        drop(key)
+    closing = [thread for key in keys if (thread := drop(key)) is not None]
+    deadline = time.monotonic() + timeout_s
+    for thread in closing:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def engine_pids(key: EngineKey) -> list[int]:
@@ -194,14 +196,16 @@ def engine_pids(key: EngineKey) -> list[int]:
     return [int(p.pid) for p in getattr(manager, "processes", ())]
 
 
-def drop(key: EngineKey) -> None:
-    """Forget ``key``'s engine and shut it down in the background (a hung one may not answer)."""
+def drop(key: EngineKey) -> threading.Thread | None:
+    """Forget ``key``'s engine and shut it down in the background (a hung one may not answer); the
+    thread shutting it down, or None when there was no engine."""
     with _LOCK:
         engine = _ENGINES.pop(key, None)
-    if engine is not None:
-        threading.Thread(
-            target=_shut, args=(engine.llm,), name="shardwise-vllm-shutdown", daemon=True
-        ).start()
+    if engine is None:
+        return None
+    closing = threading.Thread(target=_shut, args=(engine.llm,), name="shardwise-vllm-shutdown", daemon=True)
+    closing.start()
+    return closing
 
 
 def _shut(llm: Any) -> None:
