@@ -26,7 +26,11 @@ directory's files and the generation settings.
 :class:`HFGenerator` loads from any
 :class:`~models.hf_causal_source.CausalSource`: this module's directory spec,
 or a GGUF file (:mod:`models.hf_gguf`), which hands transformers other
-``from_pretrained`` arguments and then generates the same way.
+``from_pretrained`` arguments and then generates the same way. With engine
+``vllm`` in the settings a spec loads into
+:class:`~models.vllm_engine.VllmGenerator` instead, which renders prompts
+with the same :class:`~models.hf_prompt.PromptRenderer` and writes the same
+columns.
 """
 
 from __future__ import annotations
