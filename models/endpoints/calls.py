@@ -75,6 +75,7 @@ class Caller:
         self._client: Any = None
         self._budgets = budgets
         self._max_concurrency = max_concurrency
+        self._slots: asyncio.Semaphore | None = None
         self._outage = Outage(policy)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="shardwise-endpoint", daemon=True)
@@ -99,7 +100,9 @@ class Caller:
         An outcome is the call's result or the row's :class:`InputError`; an error that concerns every
         row (a refused key, the deadline passed) cancels the rest and is raised.
         """
-        slots = asyncio.Semaphore(self._max_concurrency)
+        if self._slots is None:  # made on the loop; shared by every window, whichever thread sent it
+            self._slots = asyncio.Semaphore(self._max_concurrency)
+        slots = self._slots
         tasks = [asyncio.ensure_future(self._one(item, call, estimate(item), slots)) for item in items]
         if not tasks:
             return []

@@ -150,8 +150,14 @@ def every(n429: int = 0, n500: int = 0, cut: int = 0) -> Plan:
 class FaultProxy:
     """A loopback HTTP/1.1 proxy to ``upstream`` answering some requests with a fault (see :data:`Plan`)."""
 
-    def __init__(self, upstream: str, plan: Plan | None = None, retry_after: str = "0.2") -> None:
+    def __init__(
+        self, upstream: str, plan: Plan | None = None, retry_after: str = "0.2", slow_s: float = 1.0
+    ) -> None:
         self.upstream = upstream
+        self.slow_s = slow_s
+        self.peak = 0
+        """The most POST requests in flight at once."""
+        self._in_flight = 0
         self.plan: Plan = plan or (lambda number, body: "pass")
         self.retry_after = retry_after
         self.counts: Counter[str] = Counter()
@@ -198,7 +204,14 @@ class FaultProxy:
                 self._forward(b"")
 
             def do_POST(self) -> None:
-                self._forward(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                with proxy._lock:
+                    proxy._in_flight += 1
+                    proxy.peak = max(proxy.peak, proxy._in_flight)
+                try:
+                    self._forward(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                finally:
+                    with proxy._lock:
+                        proxy._in_flight -= 1
 
             def _forward(self, body: bytes) -> None:
                 action = proxy._decide(body) if self.command == "POST" else "pass"
@@ -213,7 +226,7 @@ class FaultProxy:
                     self._answer(status, json.dumps({"error": {"message": message}}).encode(), headers)
                     return
                 if action == "slow":
-                    time.sleep(1.0)
+                    time.sleep(proxy.slow_s)
                 request = urllib.request.Request(
                     proxy.upstream + self.path, data=body or None, method=self.command
                 )

@@ -314,3 +314,17 @@ def test_anthropic_message_batches_collect_the_messages_texts_without_a_second_c
     assert [outcomes[f"k{i}"]["generated_text"] for i in range(5)] == [o["generated_text"] for o in direct]
     long = outcomes["long"]
     assert isinstance(long, InputError) and "batch msgbatch_1 request errored" in str(long)
+
+
+def test_max_concurrency_bounds_a_process_whichever_threads_send_windows(origin: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with FaultProxy(origin, lambda number, body: "slow", slow_s=0.3) as proxy:
+        model = spec(f"{proxy.origin}/v1", max_concurrency=3).load(torch.device("cpu"))
+        try:
+            with ThreadPoolExecutor(2) as pool:
+                windows = list(pool.map(model.score_window, [TEXTS[:8], TEXTS[8:16]]))
+        finally:
+            model.close()
+    assert all(isinstance(o, dict) for window in windows for o in window)
+    assert proxy.peak == 3, "three requests in flight at most, and three reached"
