@@ -37,7 +37,16 @@ import torch
 from bench.engine import load_texts
 from shardwise import Engine, EngineConfig, resolve_device
 from shardwise.models import get_spec
-from shardwise.pipeline import RunSpec, WorkerCache, prepare_run, score_pending
+from shardwise.pipeline import (
+    ModelChoice,
+    ResultsSpec,
+    RunSettings,
+    RunSpec,
+    SourceSpec,
+    WorkerCache,
+    prepare_run,
+    score_pending,
+)
 
 ADMIN_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
 
@@ -90,14 +99,10 @@ def run_pipeline(
     url: str, model: str, device: str, rows_per_shard: int | None, shards: int | None = None
 ) -> tuple[float, dict]:
     spec = RunSpec(
-        source=url,
-        results=url,
-        results_table="bench_results",
-        model=model,
-        table="docs",
-        rows_per_shard=rows_per_shard,
-        shards=shards,
-        device=device,
+        source=SourceSpec(url, table="docs"),
+        results=ResultsSpec(url, "bench_results"),
+        model=ModelChoice(model),
+        run=RunSettings(rows_per_shard=rows_per_shard, shards=shards, device=device),
     )
     cache = WorkerCache(get_spec)
     cache.model(model, resolve_device(device))  # loaded before the clock starts, as the engine's was

@@ -42,7 +42,17 @@ import sqlalchemy as sa
 from bench.engine import load_texts
 from bench.pipeline import load_table
 from shardwise.models import get_spec
-from shardwise.pipeline import RunSpec, WorkerCache, finish_results, prepare_run, score_pending
+from shardwise.pipeline import (
+    ModelChoice,
+    ResultsSpec,
+    RunSettings,
+    RunSpec,
+    SourceSpec,
+    WorkerCache,
+    finish_results,
+    prepare_run,
+    score_pending,
+)
 from shardwise.pipeline.destination import open_sink
 from shardwise.sinks import Layout
 
@@ -54,7 +64,7 @@ def _run(spec: RunSpec, cache: WorkerCache) -> tuple[float, int, list[str]]:
         run_id=str(uuid.uuid4()),
         started_by="bench",
         parameters={},
-        model=cache.info(spec.model),
+        model=cache.info(spec.model.name),
         cache=cache,
     )
     try:
@@ -66,7 +76,7 @@ def _run(spec: RunSpec, cache: WorkerCache) -> tuple[float, int, list[str]]:
 
 
 def _read(spec: RunSpec, cache: WorkerCache) -> dict[Any, np.ndarray]:
-    sink = open_sink(spec, spec.results, Layout(cache.info(spec.model).outputs, "int"))
+    sink = open_sink(spec, spec.results.location, Layout(cache.info(spec.model.name).outputs, "int"))
     try:
         rows = sink.read()
     finally:
@@ -146,16 +156,18 @@ def main() -> None:
     source = f"sqlite:///{folder / 'source.db'}"
     load_table(source, texts)
     cache = WorkerCache(get_spec)
-    common = {
-        "source": source,
-        "table": "docs",
-        "model": args.model,
-        "shards": args.shards,
-        "precision": "fp32",
-    }
-    _run(
-        RunSpec(**common, results=f"sqlite:///{folder / 'warm.db'}", results_table="warm"), cache
-    )  # load once
+
+    def spec_of(
+        results: str, table: str, fmt: str | None = None, only_new: bool = False, **options: Any
+    ) -> RunSpec:
+        return RunSpec(
+            source=SourceSpec(source, table="docs"),
+            results=ResultsSpec(results, table, fmt, tuple(sorted(options.items()))),
+            model=ModelChoice(args.model),
+            run=RunSettings(shards=args.shards, precision="fp32", only_new=only_new),
+        )
+
+    _run(spec_of(f"sqlite:///{folder / 'warm.db'}", "warm"), cache)  # load once
 
     report: list[dict[str, Any]] = []
     with _pgvector(folder) as pg, _moto() as s3:
@@ -164,22 +176,20 @@ def main() -> None:
         ]
         if pg:
             targets.append(("pgvector + hnsw", {"results": pg, "index": "hnsw"}))
-        targets.append(("delta (local)", {"results": str(folder / "lake"), "results_format": "delta"}))
-        targets.append(("parquet (local)", {"results": str(folder / "lake"), "results_format": "parquet"}))
+        targets.append(("delta (local)", {"results": str(folder / "lake"), "fmt": "delta"}))
+        targets.append(("parquet (local)", {"results": str(folder / "lake"), "fmt": "parquet"}))
         if s3:
-            targets.append(("delta (S3, moto)", {"results": s3, "results_format": "delta"}))
+            targets.append(("delta (S3, moto)", {"results": s3, "fmt": "delta"}))
         baseline: dict[Any, np.ndarray] = {}
         base_s = 0.0
         for name, where in targets:
             table = f"bench_{len(report)}"
-            spec = RunSpec(**common, **where, results_table=table)
+            spec = spec_of(table=table, **where)
             wall, rows_out, finished = _run(spec, cache)
             stored = _read(spec, cache)
             if not baseline:
                 baseline, base_s = stored, wall
-            again_s, again_rows, _ = _run(
-                RunSpec(**common, **where, results_table=table, only_new=True), cache
-            )
+            again_s, again_rows, _ = _run(spec_of(table=table, only_new=True, **where), cache)
             report.append(
                 {
                     "sink": name,

@@ -13,9 +13,9 @@ from typing import Any
 from shardwise.errors import TransientError
 from shardwise.flows.outcome import OK, RUN_FAILED, TAKEN_OVER, code_for, print_traceback, say_error
 from shardwise.flows.params import ScoreParams
+from shardwise.flows.resolved import hand_over, held_spec, resolve_run
 from shardwise.flows.timeline import mark
 from shardwise.flows.totals import closing_lines
-from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import RunSpec, check_run
 from shardwise.pipeline.run_result import RunResult
 from shardwise.tasks.connections import resolve
@@ -26,17 +26,18 @@ __all__ = ["Report", "TemporaryApi", "check_api", "preflight", "print_plan", "ru
 
 def preflight(params: ScoreParams) -> str | None:
     """Fail fast, before a flow run starts, on anything that can be checked now (see
-    :func:`~shardwise.pipeline.check_run`), the cluster and the Prefect API included.
+    :func:`~shardwise.pipeline.check_run`), the cluster and the Prefect API included. The parameters are
+    resolved once: the flow run that follows in this process reuses them (:mod:`flows.resolved`).
 
     Returns why the run would have nothing to do, when that is known already.
     """
     from shardwise.models import get_spec
 
-    refuse_forbidden_where(params.source.where)
-    spec, fanout = params.to_spec(), params.fanout_plan()
+    resolved = resolve_run(params)
     check_api(required=params.fanout.runner == "deployment")
-    idle = check_run(spec, resolve, get_spec, local_workers=not fanout.remote, dry_run=params.run.dry_run)
-    fanout.check_reachable(spec, resolve)
+    spec, remote = resolved.spec, resolved.fanout.remote
+    idle = check_run(spec, resolve, get_spec, local_workers=not remote, dry_run=params.run.dry_run)
+    hand_over(params, resolved)  # the flow run this process starts next takes it (see flows/resolved.py)
     return idle
 
 
@@ -95,7 +96,7 @@ def run_and_report(
 
         worker_cache().calibration = calibration_cache()
 
-        warming = threading.Thread(target=_warm, args=(warm_here, params.to_spec()), name="shardwise-warm")
+        warming = threading.Thread(target=_warm, args=(warm_here, held_spec(params)), name="shardwise-warm")
         warming.daemon = True
         warming.start()
     from shardwise.flows.interrupts import before_exit, note_flow_run, run_in_thread

@@ -19,8 +19,7 @@ from shardwise.errors import ConfigError
 from shardwise.flows.image_access import declared_access
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
-from shardwise.pipeline import RunSpec
-from shardwise.pipeline.spec import DEFAULT_MODEL
+from shardwise.pipeline.spec import DEFAULT_MODEL, ModelChoice, ResultsSpec, RunSettings, RunSpec, SourceSpec
 from shardwise.precision import Requested
 from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
@@ -516,36 +515,41 @@ class ScoreParams(_Section):
 
     def to_spec(self) -> RunSpec:
         """The engine-level :class:`RunSpec`; connection names stay names, resolved where they are used."""
-        source, results, run, generation = self.source, self.results, self.run, self.model.generation
+        source, results, run = self.source, self.results, self.run
         return RunSpec(
-            source=source.location,
-            results=results.location or source.location,
-            results_table=results.table,
-            results_format=results.format,
-            results_options=flat_options(results.options),
+            source=SourceSpec(
+                location=source.location,
+                table=source.table,
+                key=source.key,
+                text_column=source.text_column,
+                text_pair_column=source.text_pair_column,
+                image_column=source.image_column,
+                image_access=self.image_access(),
+                where=source.where,
+                query_timeout_s=source.query_timeout_s,
+            ),
+            results=ResultsSpec(
+                location=results.location or source.location,
+                table=results.table,
+                format=results.format,
+                options=tuple(sorted(flat_options(results.options).items())),
+            ),
+            model=ModelChoice(self.model.name, self.model.generation.settings()),
             ledger=self.ledger,
-            model=self.model.name,
-            table=source.table,
-            key=source.key,
-            text_column=source.text_column,
-            text_pair_column=source.text_pair_column,
-            image_column=source.image_column,
-            image_access=self.image_access(),
-            where=source.where,
-            query_timeout_s=source.query_timeout_s,
-            shards=run.shards,
-            rows_per_shard=run.rows_per_shard,
-            only_new=run.only_new,
-            max_tokens=run.max_tokens,
-            device=run.device,
-            precision=run.precision,
-            min_agreement=run.min_agreement,
-            resume=run.resume,
-            redrive=run.redrive,
-            force=run.force,
-            lease_s=run.lease_s,
-            retry=RetryPolicy(deadline_s=run.retry_deadline_s, attempts=run.retry_attempts),
-            generation=generation.settings(),
+            run=RunSettings(
+                shards=run.shards,
+                rows_per_shard=run.rows_per_shard,
+                only_new=run.only_new,
+                max_tokens=run.max_tokens,
+                device=run.device,
+                precision=run.precision,
+                min_agreement=run.min_agreement,
+                resume=run.resume,
+                redrive=run.redrive,
+                force=run.force,
+                lease_s=run.lease_s,
+                retry=RetryPolicy(deadline_s=run.retry_deadline_s, attempts=run.retry_attempts),
+            ),
         )
 
     def image_access(self) -> ImageAccess:

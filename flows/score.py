@@ -13,14 +13,13 @@ from shardwise.flows.home import calibration_cache
 from shardwise.flows.interrupts import hold, let_go
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
+from shardwise.flows.resolved import take_resolved
 from shardwise.flows.totals import closing_lines
-from shardwise.flows.where_policy import refuse_forbidden_where
 from shardwise.pipeline import finish_results, finish_run
 from shardwise.pipeline.run_result import run_result
 from shardwise.secrets.redact import redact_mapping
 from shardwise.tasks import plan_run
 from shardwise.tasks.artifacts import publish_run, worker_rows
-from shardwise.tasks.connections import resolve
 from shardwise.tasks.dry_run import dry_run
 from shardwise.tasks.events import emit_run_finished
 from shardwise.tasks.fanout import run_shards
@@ -57,18 +56,17 @@ def score(params: ScoreParams) -> State:
 
 def _score(params: ScoreParams) -> State:
     check_model_for_origin(params.model.name)
-    refuse_forbidden_where(params.source.where)
+    resolved = take_resolved(params)  # resolved by the command line's preflight, or now
+    spec, fanout = resolved.spec, resolved.fanout
     if params.run.dry_run:
-        report = dry_run(params.to_spec(), params.fanout_plan().workers)
+        report = dry_run(spec, fanout.workers)
         return Completed(message=f"dry run: {report['shards']} shards, {report['rows']} rows", data=report)
     logger = get_run_logger()
     started = time.perf_counter()
     worker_cache().calibration = calibration_cache()  # the guard's figures of this host, between runs
-    spec, fanout = params.to_spec(), params.fanout_plan()
-    fanout.check_reachable(spec, resolve)
     run_id = str(flow_run.id or uuid.uuid4())
     parameters = redact_mapping(params.model_dump())
-    planning = plan_run.with_options(**task_retries(spec.retry))
+    planning = plan_run.with_options(**task_retries(spec.run.retry))
     planned = planning(spec, run_id, started_by(params), parameters, fanout.workers, fanout.threads)
     hold(planned)  # a signal to the command releases the run's lease and names it (flows/interrupts.py)
     try:
@@ -81,7 +79,7 @@ def _score(params: ScoreParams) -> State:
             lambda: finish_run(planned, sorted(failed)),
             what=f"finishing run {run_id}",
             log=logger.warning,
-            wait_s=record_wait_s(planned.ref.spec.retry),
+            wait_s=record_wait_s(planned.ref.spec.run.retry),
         )
         states = planned.ledger.shard_tally(planned.ref.run_id)  # the database is back: finish_run wrote
         finished = [] if failed else finish_results(planned)  # an ANN index, with its build time

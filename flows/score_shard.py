@@ -23,5 +23,5 @@ __all__ = ["score_shard"]
 @flow(name="score-shard")
 def score_shard(ref: RunRef, shard_id: int) -> ShardOutcome:
     """Score shard ``shard_id`` of the run behind ``ref``; the shard task retries transient errors."""
-    check_model_for_origin(ref.spec.model)
-    return infer_shard.with_options(**task_retries(ref.spec.retry))(ref, shard_id)
+    check_model_for_origin(ref.spec.model.name)
+    return infer_shard.with_options(**task_retries(ref.spec.run.retry))(ref, shard_id)

@@ -87,9 +87,9 @@ def _round(
     lost: dict[int, BaseException] = {}
     with fanout.guarding(), fanout.task_runner() as runner, fanout.task_options():
         spec = planned.ref.spec
-        held = Held.of(spec.source, spec.results, *([spec.ledger] if spec.ledger else []))
+        held = Held.of(spec.source.location, spec.results.location, *([spec.ledger] if spec.ledger else []))
         futures = runner.map(
-            infer_shard.with_options(**task_retries(spec.retry)),  # the run's attempts and backoff
+            infer_shard.with_options(**task_retries(spec.run.retry)),  # the run's attempts and backoff
             {"ref": unmapped(planned.ref), "shard_id": shards, "held": unmapped(held)},
         )
         shard_of = dict(zip((f.task_run_id for f in futures), shards, strict=True))
@@ -163,7 +163,7 @@ def _record_failures(planned: PlannedRun, failed: dict[int, str]) -> None:
             functools.partial(planned.ledger.mark_shard_failed, planned.ref.run_id, shard_id, message),
             what=f"recording the failure of shard {shard_id}",
             log=logger.warning,
-            wait_s=record_wait_s(planned.ref.spec.retry),
+            wait_s=record_wait_s(planned.ref.spec.run.retry),
         )
 
 

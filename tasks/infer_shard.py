@@ -120,11 +120,11 @@ def _shard_clock(ref: RunRef) -> Iterator[Outage]:
     """This task run's retry clock: kept for its next try after a transient failure, else dropped."""
     context = TaskRunContext.get()
     if context is None:  # called as a plain function: one try
-        yield Outage(ref.spec.retry)
+        yield Outage(ref.spec.run.retry)
         return
     key = str(context.task_run.id)
     with _OUTAGES_LOCK:
-        outage = _OUTAGES.setdefault(key, Outage(ref.spec.retry))
+        outage = _OUTAGES.setdefault(key, Outage(ref.spec.run.retry))
     try:
         yield outage
     except BaseException as exc:
@@ -161,7 +161,7 @@ def warm_here(spec: RunSpec) -> None:
     try:
         warm(spec, WORKER)
     except Exception as exc:
-        logging.getLogger(__name__).debug("warming model %r failed: %s", spec.model, exc)
+        logging.getLogger(__name__).debug("warming model %r failed: %s", spec.model.name, exc)
 
 
 def release_run(run_id: str) -> None:

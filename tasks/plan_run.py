@@ -42,16 +42,16 @@ def plan_run(
     changed since it loaded them.
     """
     try:
-        model_spec = with_generation(get_spec(spec.model), spec.generation)
-        if spec.resume is None and isinstance(model_spec, PromptChecked):
+        model_spec = with_generation(get_spec(spec.model.name), spec.model.generation)
+        if spec.run.resume is None and isinstance(model_spec, PromptChecked):
             # A run started from the UI or the API had no command line's checks: a chat template that
             # cannot render a prompt is refused here, before the run is recorded or any row is read.
             model_spec.check_prompts()
         described = model_spec.describe()
-        if worker_cache().refresh(spec.model, described, spec.generation):
+        if worker_cache().refresh(spec.model.name, described, spec.model.generation):
             get_run_logger().warning(  # said where serve shows a run's warnings: files changed under it
                 "model %r changed since this process loaded it (now version %s): loading it again",
-                spec.model,
+                spec.model.name,
                 described.version[:12],
             )
         planned = prepare_run(

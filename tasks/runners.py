@@ -129,16 +129,16 @@ class Fanout:
             else f"the flow runs of deployment {self.deployment!r}"
         )
         local = "drop --address to use a local cluster, or use --runner thread or process"
-        source, results = resolve(spec.source), resolve(spec.results)
+        source, results = resolve(spec.source.location), resolve(spec.results.location)
         if _on_this_host(source):
             raise ConfigError(
-                f"source {spec.source!r} is a file on this host, and {where} may run on other hosts, "
-                f"which cannot read it; put the rows in PostgreSQL or on S3, or {local}"
+                f"source {spec.source.location!r} is a file on this host, and {where} may run on other "
+                f"hosts, which cannot read it; put the rows in PostgreSQL or on S3, or {local}"
             )
         if _on_this_host(results):
             raise ConfigError(
-                f"results {spec.results!r} are on this host (an SQLite file or a local directory), and "
-                f"{where} may run on other hosts, which cannot write them; pass --results "
+                f"results {spec.results.location!r} are on this host (an SQLite file or a local directory), "
+                f"and {where} may run on other hosts, which cannot write them; pass --results "
                 f"postgresql+psycopg://... or s3://..., or {local}"
             )
         # Imported here: the flow's parameters name the runners, and --help builds them without the

@@ -209,7 +209,7 @@ class LocalPipeline:
         from shardwise.models import get_spec
         from shardwise.pipeline import prepare_run
 
-        model = get_spec(spec.model).describe()
+        model = get_spec(spec.model.name).describe()
         return prepare_run(
             spec, run_id=run_id, started_by="test", parameters={}, model=model, cache=self.cache, **kwargs
         )

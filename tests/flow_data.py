@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 import sqlalchemy as sa
+from spec_builder import flat_spec
 
 from shardwise.corpus import harvest_docstrings
 
@@ -48,10 +49,9 @@ def make_docs(url: str, n: int, *, bad: bool = True, table: str = "docs") -> lis
 
 def docs_spec(url: str, **fields: Any) -> Any:  # -> RunSpec
     """The tiny model over ``docs`` in ``url``, results in ``scores`` beside it; ``fields`` override."""
-    from shardwise.pipeline import RunSpec
 
     defaults = {"model": "tiny", "source": url, "results": url, "results_table": "scores", "table": "docs"}
-    return RunSpec(**{**defaults, **fields})
+    return flat_spec(**{**defaults, **fields})
 
 
 def execute(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:

@@ -5,7 +5,7 @@ or another temperature write other text, so the settings go into the model's
 version (:meth:`GenerationSettings.token`), ``--only-new`` rescores rows when
 they change, and outputs of two prompts never mix under one version.
 
-A run gives them as :class:`~shardwise.pipeline.spec.RunSpec` fields; a model
+A run gives them in its model choice (:class:`~shardwise.pipeline.spec.ModelChoice`); a model
 spec that generates (a :class:`Generative`) takes them through
 :func:`with_generation`, and any other model refuses them. This module is
 plain data: it imports no model code.

@@ -22,7 +22,16 @@ if TYPE_CHECKING:
     from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision, hardware_precision, warm
     from shardwise.pipeline.shard import PROGRESS_EVERY_S, ShardOutcome, WorkerInfo, score_shard, this_worker
     from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
-    from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
+    from shardwise.pipeline.spec import (
+        ModelChoice,
+        Resolver,
+        ResultsSpec,
+        RunRef,
+        RunSettings,
+        RunSpec,
+        SourceSpec,
+        as_is,
+    )
     from shardwise.pipeline.worker import Catalogue, WorkerCache, open_spec_source, score_ref_shard
 
 __all__ = [
@@ -33,15 +42,19 @@ __all__ = [
     "Catalogue",
     "ChunkConfig",
     "LeaseKeeper",
+    "ModelChoice",
     "PlanPreview",
     "PlannedRun",
     "PrecisionChoice",
     "ProgressReading",
     "RedriveSelection",
     "Resolver",
+    "ResultsSpec",
     "RunRef",
+    "RunSettings",
     "RunSpec",
     "ShardOutcome",
+    "SourceSpec",
     "Takeover",
     "WorkerCache",
     "WorkerInfo",
@@ -80,7 +93,16 @@ __getattr__ = lazy_exports(
         ".run_precision": ("PrecisionChoice", "choose_precision", "hardware_precision", "warm"),
         ".shard": ("PROGRESS_EVERY_S", "ShardOutcome", "WorkerInfo", "score_shard", "this_worker"),
         ".source_plan": ("SHARDS_PER_WORKER", "plan_source"),
-        ".spec": ("Resolver", "RunRef", "RunSpec", "as_is"),
+        ".spec": (
+            "ModelChoice",
+            "Resolver",
+            "ResultsSpec",
+            "RunRef",
+            "RunSettings",
+            "RunSpec",
+            "SourceSpec",
+            "as_is",
+        ),
         ".worker": ("Catalogue", "WorkerCache", "open_spec_source", "score_ref_shard"),
     },
 )

@@ -56,13 +56,13 @@ def check_run(
     redrive whose dead letters did not change. ``dry_run``: the run only
     plans, so its ledger needs to be readable, not writable.
     """
-    model_spec = with_generation(catalogue(spec.model), spec.generation)
+    model_spec = with_generation(catalogue(spec.model.name), spec.model.generation)
     model = model_spec.describe()
     spec.check_model(model)
     if isinstance(model_spec, PromptChecked):
         model_spec.check_prompts()  # a chat template that cannot render a prompt, before any row
-    parse_table_name(spec.results_table)
-    results_url = resolve(spec.results)
+    parse_table_name(spec.results.table)
+    results_url = resolve(spec.results.location)
     source, idle = open_spec_source(spec, resolve), None
     try:
         source.check()
@@ -73,18 +73,18 @@ def check_run(
         # A --ledger that is no database URL, or a ledger that cannot serve this run, is refused here.
         check_ledger(ledger_url(spec, resolve), _ledger_need(spec, dry_run), makes_folders=not spec.ledger)
         _check_results_table(spec, results_url, model, source)
-        if spec.resume is not None or spec.redrive is not None:
+        if spec.run.resume is not None or spec.run.redrive is not None:
             with Ledger(ledger_url(spec, resolve)) as ledger:
-                if spec.resume is not None:
+                if spec.run.resume is not None:
                     _check_resume(ledger, spec)
-                if spec.redrive is not None:
+                if spec.run.redrive is not None:
                     target = results_target(spec, results_url)
-                    selection = redrive_keys(ledger, target, source, spec.redrive, spec.force)
+                    selection = redrive_keys(ledger, target, source, spec.run.redrive, spec.run.force)
                     idle = None if selection.keys else _nothing_to_redrive(selection)
     finally:
         source.close()
     if local_workers:
-        resolve_precision(spec.precision, resolve_device(spec.device), model.outputs)
+        resolve_precision(spec.run.precision, resolve_device(spec.run.device), model.outputs)
     return idle
 
 
@@ -92,21 +92,21 @@ def _check_source_options(spec: RunSpec, kind: str, runs_queries: bool) -> None:
     """Options of one kind of source, given for another, where they would do nothing: a query timeout
     for a source that runs no query, an image byte cap for a source that reads no pictures. Only a value
     other than the default is given (a deployment's defaults are never refused)."""
-    if spec.query_timeout_s != DEFAULT_QUERY_TIMEOUT_S and not runs_queries:
+    if spec.source.query_timeout_s != DEFAULT_QUERY_TIMEOUT_S and not runs_queries:
         raise ConfigError(
-            f"query_timeout_s {spec.query_timeout_s:g} bounds the queries of a database source, and source "
-            f"{spec.source!r} runs none; drop --query-timeout"
+            f"query_timeout_s {spec.source.query_timeout_s:g} bounds the queries of a database source, and "
+            f"source {spec.source.location!r} runs none; drop --query-timeout"
         )
-    if spec.image_access.max_bytes != DEFAULT_MAX_BYTES and kind != "image":
+    if spec.source.image_access.max_bytes != DEFAULT_MAX_BYTES and kind != "image":
         raise ConfigError(
-            f"image_max_bytes {spec.image_access.max_bytes} caps the pictures an image column or folder "
-            f"reads, and this run reads {kind}; drop --image-max-bytes, or give --image-column"
+            f"image_max_bytes {spec.source.image_access.max_bytes} caps the pictures an image column or "
+            f"folder reads, and this run reads {kind}; drop --image-max-bytes, or give --image-column"
         )
 
 
 def _ledger_need(spec: RunSpec, dry_run: bool) -> LedgerNeed:
     """A resume or redrive reads what a run recorded; a dry run reads; any other run writes."""
-    if spec.resume is not None or spec.redrive is not None:
+    if spec.run.resume is not None or spec.run.redrive is not None:
         return "existing"
     return "readable" if dry_run else "writable"
 
@@ -127,11 +127,11 @@ def _check_results_table(spec: RunSpec, results_url: str, model: ModelInfo, sour
 def _check_resume(ledger: Ledger, spec: RunSpec) -> None:
     """The run exists, and no other process holds it (unless forced); the ledger enforces it again,
     atomically, when the run starts."""
-    assert spec.resume is not None
-    ledger.load(spec.resume)
-    summary = ledger.run_summary(spec.resume)
+    assert spec.run.resume is not None
+    ledger.load(spec.run.resume)
+    summary = ledger.run_summary(spec.run.resume)
     assert summary is not None  # load() raised otherwise
-    takeover_from(summary, force=spec.force)
+    takeover_from(summary, force=spec.run.force)
 
 
 def _nothing_to_redrive(selection: RedriveSelection) -> str:

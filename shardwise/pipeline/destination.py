@@ -56,9 +56,9 @@ def _location(results: str) -> str:
 
 def _destination(spec: RunSpec, results_url: str) -> tuple[SinkKind, Destination]:
     """The sink kind the results go to (:func:`~shardwise.sinks.registry.sink_kind_for`), and where."""
-    kind = sink_kind_for(spec.results, results_url, spec.results_format)
+    kind = sink_kind_for(spec.results.location, results_url, spec.results.format)
     location = results_url if kind.schemes else _location(results_url)
-    return kind, Destination(spec.results, location, spec.results_table)
+    return kind, Destination(spec.results.location, location, spec.results.table)
 
 
 def results_target(spec: RunSpec, results_url: str) -> str:
@@ -72,13 +72,13 @@ def check_destination(spec: RunSpec, results_url: str) -> None:
     """The rules that need the resolved URL: which kind takes ``--results``, and that the options given
     are that kind's and fit the destination (the kind's own checks)."""
     kind, dest = _destination(spec, results_url)
-    kind.check(dest, options_for(kind, spec.sink_options(), spec.results))
+    kind.check(dest, options_for(kind, spec.results.sink_options(), spec.results.location))
 
 
 def ledger_url(spec: RunSpec, resolve: Resolver, *, create: bool = False) -> str:
     """The ledger's database URL (resolved), by the rule of the module docstring; ``create`` makes the
     embedded default's folder (a run does; a dry run and a check create nothing)."""
-    return find_ledger(spec.ledger, spec.results, spec.source, resolve, create=create)
+    return find_ledger(spec.ledger, spec.results.location, spec.source.location, resolve, create=create)
 
 
 def find_ledger(
@@ -113,14 +113,16 @@ def find_ledger(
 
 def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
     """The sink ``spec`` writes to, for rows of ``layout``; nothing is created until ``ensure()``. It
-    retries its calls on the store on ``spec.retry``, the run's one policy.
+    retries its calls on the store on ``spec.run.retry``, the run's one policy.
 
     Results given as ``env:NAME`` or ``secret:NAME`` are targeted by that name
     (:mod:`shardwise.secrets.by_reference`): the ledger records the target so, and the summary, the artifacts,
     the events and the sink's own messages show it so, never the location it resolved to."""
     kind, dest = _destination(spec, results_url)
-    sink = kind.open(dest, layout, options_for(kind, spec.sink_options(), spec.results), spec.retry)
-    sink.target = by_reference(spec.results, sink.target)
+    sink = kind.open(
+        dest, layout, options_for(kind, spec.results.sink_options(), spec.results.location), spec.run.retry
+    )
+    sink.target = by_reference(spec.results.location, sink.target)
     return sink
 
 
@@ -143,9 +145,9 @@ def sink_layout(
 def in_source_database(spec: RunSpec, resolve: Resolver) -> bool:
     """Whether the results are a table in the SQL source's own database (only-new then anti-joins it):
     the sink kind is asked."""
-    results_url = resolve(spec.results)
+    results_url = resolve(spec.results.location)
     kind, dest = _destination(spec, results_url)
-    return kind.same_database(dest, resolve(spec.source))
+    return kind.same_database(dest, resolve(spec.source.location))
 
 
 def only_new_sink(
@@ -155,5 +157,5 @@ def only_new_sink(
     results table is in the SQL source's own database, which anti-joins it in SQL. The caller closes it."""
     if in_source_database(spec, resolve) and source.fingerprints_in_database:
         return None
-    results_url = resolve(spec.results)
+    results_url = resolve(spec.results.location)
     return open_sink(spec, results_url, sink_layout(spec, results_url, outputs, None))

@@ -90,14 +90,14 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     is the hardware's choice; the run's accuracy guard may still send it back
     to fp32 (and so to the fp32 version's already-scored rows).
     """
-    spec_of = with_generation(catalogue(spec.model), spec.generation)
+    spec_of = with_generation(catalogue(spec.model.name), spec.model.generation)
     if isinstance(spec_of, PromptChecked):
         spec_of.check_prompts()  # as a run does, before the preview renders prompts of its own
     model = spec_of.load(torch.device("cpu"))
     info = spec_of.describe()
     precision, _ = hardware_precision(spec, info.outputs)
     version = versioned(info.version, precision)
-    results_url = resolve(spec.results)
+    results_url = resolve(spec.results.location)
     check_destination(spec, results_url)
     source = open_spec_source(spec, resolve)
     ledger_at = ledger_url(spec, resolve)
@@ -107,16 +107,16 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     try:
         check_model_inputs(info, source.value_kind())  # what the run would refuse, a plan refuses
         target = results_target(spec, results_url)
-        recorded = by_reference(spec.results, target)  # the destination as a run records it
+        recorded = by_reference(spec.results.location, target)  # the destination as a run records it
         plan = plan_source(
             spec, source, version, ledger, sink=asks, target=recorded, min_shards=SHARDS_PER_WORKER * workers
         )
         preview = preview_plan(source, plan, model)
         try:
-            new_only = dataclasses.replace(spec, only_new=True)
+            new_only = dataclasses.replace(spec, run=dataclasses.replace(spec.run, only_new=True))
             current = (
                 plan
-                if spec.only_new
+                if spec.run.only_new
                 else plan_source(new_only, source, version, ledger, sink=asks, target=recorded)
             )
             already = str(int(current.params.get("skipped_rows") or 0))
@@ -130,7 +130,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
             asks.close()
     sizes = [s.expected_rows for s in plan.shards]
     return {
-        "source": by_reference(spec.source, plan.identity),
+        "source": by_reference(spec.source.location, plan.identity),
         "snapshot": plan.snapshot or "none",
         "shards": len(sizes),
         "rows": plan.expected_rows,
@@ -140,7 +140,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
         "tokens_per_row": round(preview.tokens_per_row, 1),
         "model": f"{model.name} {model.version[:12]}",
         "precision": precision,
-        "only_new": spec.only_new,
+        "only_new": spec.run.only_new,
         "rows_already_scored": already,
         "rows_null_key": int(plan.params.get("null_keys") or 0),
         "unfinished_runs": unfinished,

@@ -101,7 +101,7 @@ class PlannedRun:
     def describe(self) -> str:
         """One line for the log: the shards over the source, rows expected, shards already done, model."""
         plan, record = self.plan, self.record
-        least = minimum_agreement(record.precision, self.ref.spec.min_agreement)  # type: ignore[arg-type]
+        least = minimum_agreement(record.precision, self.ref.spec.run.min_agreement)  # type: ignore[arg-type]
         found = record.precision_agreement
         cached = ", from the calibration cache" if record.precision_agreement_from == "cache" else ""
         # int8's speed depends on the CPU's int8 instructions (its results do not): say which it has.
@@ -177,17 +177,17 @@ def prepare_run(
     This process takes the run's lease, and renews it from a background
     thread until :func:`finish_run` or :meth:`PlannedRun.close`. Resuming a
     run whose lease another process holds raises a :class:`ConfigError`
-    unless ``spec.force``, or unless that process ran on this host and is
+    unless ``spec.run.force``, or unless that process ran on this host and is
     gone (see :func:`~shardwise.pipeline.lease.takeover_from`).
     """
-    results_url = resolve(spec.results)
+    results_url = resolve(spec.results.location)
     check_destination(spec, results_url)
     spec.check_model(model)
-    ledger = Ledger(ledger_url(spec, resolve, create=True), timeout_s=spec.retry.db_timeout_s)
+    ledger = Ledger(ledger_url(spec, resolve, create=True), timeout_s=spec.run.retry.db_timeout_s)
     owner, took_over = this_worker().worker, None
     sink: Sink | None = None
     try:
-        if spec.resume:
+        if spec.run.resume:
             record, plan, took_over = resume_run(spec, ledger, model, resolve, owner)
             source = None
             sink = open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, plan))
@@ -206,7 +206,7 @@ def prepare_run(
         raise
     todo = tuple(s.shard_id for s in plan.shards if s.shard_id not in done)
     ref = RunRef(record.run_id, recorded_retry(spec, plan, record.run_id), threads)
-    keeper = run_lease_keeper(ledger, record.run_id, owner, spec.lease_s).start()
+    keeper = run_lease_keeper(ledger, record.run_id, owner, spec.run.lease_s).start()
     return PlannedRun(
         ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink, before,
         tuple(tidied),
@@ -232,16 +232,18 @@ def _plan_new(
     workers: int,
     owner: str,
 ) -> tuple[RunRecord, SourcePlan, Source, Sink]:
-    results_url = resolve(spec.results)
+    results_url = resolve(spec.results.location)
     source: Source = open_spec_source(spec, resolve)
     sink: Sink | None = None
     try:
         check_model_inputs(model, source.value_kind())  # a run from the UI or the API skips check_run
-        target = by_reference(spec.results, results_target(spec, results_url))  # as the run records it
-        if spec.redrive is not None:
+        target = by_reference(
+            spec.results.location, results_target(spec, results_url)
+        )  # as the run records it
+        if spec.run.redrive is not None:
             source = redrive_plan_source(spec, source, ledger, run_id, target)
         version = versioned(model.version, choice.precision)
-        asker = only_new_sink(spec, resolve, source, model.outputs) if spec.only_new else None
+        asker = only_new_sink(spec, resolve, source, model.outputs) if spec.run.only_new else None
         try:
             shards = SHARDS_PER_WORKER * workers
             plan = plan_source(spec, source, version, ledger, sink=asker, target=target, min_shards=shards)
@@ -250,8 +252,8 @@ def _plan_new(
                 asker.close()
         # A source given as env:NAME is recorded by that name (and a fingerprint), never its value; the
         # workers read the stored plan with the identity they resolve (see worker.py).
-        identity = by_reference(spec.source, source.identity)
-        params = {**plan.params, "retry": spec.retry.to_params()}
+        identity = by_reference(spec.source.location, source.identity)
+        params = {**plan.params, "retry": spec.run.retry.to_params()}
         if params.get("location") == source.identity:  # a Parquet or image folder plan names it again
             params["location"] = identity
         plan = dataclasses.replace(plan, identity=identity, params=params)
@@ -272,7 +274,7 @@ def _plan_new(
             results_table=sink.target,
         )
         # A run id already stored (a retried flow run) keeps its stored record and plan.
-        record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.lease_s)
+        record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.run.lease_s)
     except BaseException:
         if sink is not None:
             sink.close()

@@ -33,63 +33,64 @@ _log = logging.getLogger(__name__)
 def resume_run(
     spec: RunSpec, ledger: Ledger, model: ModelInfo, resolve: Resolver, owner: str
 ) -> tuple[RunRecord, SourcePlan, Takeover]:
-    """The stored record and plan of run ``spec.resume``, checked against what this resume asks for,
+    """The stored record and plan of run ``spec.run.resume``, checked against what this resume asks for,
     and its lease taken (from whom: the :class:`Takeover`)."""
-    assert spec.resume is not None
-    summary = ledger.run_summary(spec.resume)
+    assert spec.run.resume is not None
+    summary = ledger.run_summary(spec.run.resume)
     if summary is None:
         raise ConfigError(
-            f"run {spec.resume!r} is not in the ledger of {ledger.url}; nothing to resume. Resume a run id "
-            "listed there (shardwise runs --results URL)"
+            f"run {spec.run.resume!r} is not in the ledger of {ledger.url}; nothing to resume. Resume a run "
+            "id listed there (shardwise runs --results URL)"
         )
-    took_over = takeover_from(summary, force=spec.force, owner=owner)
-    record, plan = ledger.load(spec.resume)
-    target = by_reference(spec.results, results_target(spec, resolve(spec.results)))
+    took_over = takeover_from(summary, force=spec.run.force, owner=owner)
+    record, plan = ledger.load(spec.run.resume)
+    target = by_reference(spec.results.location, results_target(spec, resolve(spec.results.location)))
     if not same_location(record.results_table, target):
         raise ConfigError(
-            f"run {spec.resume!r} wrote its results to {record.results_table!r}, not {target!r}; resume it "
-            "with the --results, --results-table and --results-format it was started with"
+            f"run {spec.run.resume!r} wrote its results to {record.results_table!r}, not {target!r}; resume "
+            "it with the --results, --results-table and --results-format it was started with"
         )
-    if spec.precision not in ("auto", record.precision):
+    if spec.run.precision not in ("auto", record.precision):
         raise ConfigError(
-            f"run {spec.resume!r} was started in precision {record.precision}; it cannot resume in "
-            f"{spec.precision}. Resume with --precision {record.precision} (or auto), or start a new run"
+            f"run {spec.run.resume!r} was started in precision {record.precision}; it cannot resume in "
+            f"{spec.run.precision}. Resume with --precision {record.precision} (or auto), or start a new run"
         )
     if record.model_version != versioned(model.version, record.precision):  # type: ignore[arg-type]
         # A generator's settings are part of its version: a resume must give them again, all of them.
         settings = settings_given(record.parameters)
         same = "model"
-        if settings or spec.generation is not None:
+        if settings or spec.model.generation is not None:
             same = f"model and generation settings ({settings or 'none'})"
         raise ConfigError(
-            f"run {spec.resume!r} was started with model version {record.model_version[:12]}; it cannot "
+            f"run {spec.run.resume!r} was started with model version {record.model_version[:12]}; it cannot "
             f"resume with {model.name!r} version {model.version[:12]}. Resume with the same {same}, or "
             "start a new run"
         )
     source = open_spec_source(spec, resolve, plan)
     try:
-        identity = by_reference(spec.source, source.identity)
+        identity = by_reference(spec.source.location, source.identity)
     finally:
         source.close()
     if not same_location(record.source_identity, identity):
         raise ConfigError(
-            f"run {spec.resume!r} read source {record.source_identity!r}, not {identity!r}; "
+            f"run {spec.run.resume!r} read source {record.source_identity!r}, not {identity!r}; "
             "resume it with the source it read"
         )
     ledger.ensure()  # a ledger from an older release gains the columns its workers now write
     # Forced, or from a gone process of this host: only from the owner seen (see takeover_from).
-    take_from = took_over.owner if spec.force or took_over.gone else None
-    record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.lease_s, take_from=take_from)
+    take_from = took_over.owner if spec.run.force or took_over.gone else None
+    record, plan = ledger.start_run(record, plan, owner=owner, lease_s=spec.run.lease_s, take_from=take_from)
     return record, plan, took_over
 
 
 def recorded_retry(spec: RunSpec, plan: SourcePlan, run_id: str) -> RunSpec:
     """``spec`` with the retry policy ``plan`` recorded (``spec``'s own for a plan recorded before)."""
-    recorded = RetryPolicy.from_params(plan.param("retry"), spec.retry)
-    if recorded != spec.retry:
+    given = spec.run.retry
+    recorded = RetryPolicy.from_params(plan.param("retry"), given)
+    if recorded != given:
         _log.warning(
             "run %s keeps the retry policy it was planned with (deadline %g s, %d attempts), not this "
             "resume's (deadline %g s, %d attempts); start a new run to change it",
-            run_id, recorded.deadline_s, recorded.attempts, spec.retry.deadline_s, spec.retry.attempts,
+            run_id, recorded.deadline_s, recorded.attempts, given.deadline_s, given.attempts,
         )  # fmt: skip
-    return dataclasses.replace(spec, retry=recorded)
+    return dataclasses.replace(spec, run=dataclasses.replace(spec.run, retry=recorded))

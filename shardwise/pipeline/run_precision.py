@@ -2,7 +2,7 @@
 
 ``auto`` takes the fastest precision the device computes natively
 (:func:`~shardwise.precision.resolve_precision`), then the guard compares it
-with float32 on a few calibration texts; below ``spec.min_agreement`` (or
+with float32 on a few calibration texts; below ``spec.run.min_agreement`` (or
 the precision's default, :func:`~shardwise.precision.guard.minimum_agreement`) an
 ``auto`` run falls back to float32 (with a warning), an explicit one is
 refused. The model the guard needs is loaded into the process's
@@ -56,11 +56,11 @@ def hardware_precision(spec: RunSpec, outputs: Sequence[OutputColumn]) -> tuple[
     format, which is the same on either device.
     """
     try:
-        device = resolve_device(spec.device)
+        device = resolve_device(spec.run.device)
     except ConfigError:
-        if not spec.device.startswith("cuda"):
+        if not spec.run.device.startswith("cuda"):
             raise
-        requested = spec.precision
+        requested = spec.run.precision
         if requested == "int8":  # refused here, not by each GPU worker after the run is recorded
             resolve_precision(requested, torch.device("cuda"))
         if requested == "auto":
@@ -68,7 +68,7 @@ def hardware_precision(spec: RunSpec, outputs: Sequence[OutputColumn]) -> tuple[
         return requested, torch.device("cpu")  # type: ignore[return-value]
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())  # the key a leased shard uses
-    return resolve_precision(spec.precision, device, outputs), device
+    return resolve_precision(spec.run.precision, device, outputs), device
 
 
 def warm(spec: RunSpec, cache: WorkerCache) -> None:
@@ -77,26 +77,26 @@ def warm(spec: RunSpec, cache: WorkerCache) -> None:
     Whoever starts a run in this process can call it on a thread while the
     orchestrator starts up; planning and the shards then find both in ``cache``.
     """
-    precision, device = hardware_precision(spec, cache.info(spec.model, spec.generation).outputs)
-    model, _ = cache.model(spec.model, device, spec.generation)
+    precision, device = hardware_precision(spec, cache.info(spec.model.name, spec.model.generation).outputs)
+    model, _ = cache.model(spec.model.name, device, spec.model.generation)
     if precision != "fp32":
-        cache.agreement(model, precision, pairs=spec.text_pair_column is not None)
+        cache.agreement(model, precision, pairs=spec.source.text_pair_column is not None)
 
 
 def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
     """The precision a new run of ``spec`` records: the hardware's choice, checked by the accuracy guard."""
-    precision, device = hardware_precision(spec, cache.info(spec.model, spec.generation).outputs)
+    precision, device = hardware_precision(spec, cache.info(spec.model.name, spec.model.generation).outputs)
     if precision == "fp32":
         return PrecisionChoice("fp32")
-    model, _ = cache.model(spec.model, device, spec.generation)
-    found, cached = cache.guarded(model, precision, pairs=spec.text_pair_column is not None)
-    least = minimum_agreement(precision, spec.min_agreement)
+    model, _ = cache.model(spec.model.name, device, spec.model.generation)
+    found, cached = cache.guarded(model, precision, pairs=spec.source.text_pair_column is not None)
+    least = minimum_agreement(precision, spec.run.min_agreement)
     if found >= least:
         return PrecisionChoice(precision, found, cached)
-    if spec.precision == "auto":
+    if spec.run.precision == "auto":
         _log.warning(
             "model %r in %s agrees with float32 to %.5f on %s, below the minimum %s: scoring in fp32",
-            spec.model,
+            spec.model.name,
             precision,
             found,
             device,
@@ -104,7 +104,7 @@ def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
         )
         return PrecisionChoice("fp32", found, cached)
     raise ConfigError(
-        f"model {spec.model!r} in {precision} agrees with float32 to {shown(found)} on {device} (worst of "
-        f"its calibration texts), below the minimum {least}; use --precision fp32, bf16 or auto "
+        f"model {spec.model.name!r} in {precision} agrees with float32 to {shown(found)} on {device} "
+        f"(worst of its calibration texts), below the minimum {least}; use --precision fp32, bf16 or auto "
         "(which falls back to fp32), or lower --min-agreement"
     )

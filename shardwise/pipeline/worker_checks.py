@@ -56,8 +56,8 @@ def check_precision(record: RunRecord, model: Loaded, spec: RunSpec, cache: Agre
     precision = resolve_precision(record.precision, model.device)
     if precision == "fp32":
         return
-    found = cache.agreement(model, precision, pairs=spec.text_pair_column is not None)
-    least = minimum_agreement(precision, spec.min_agreement)
+    found = cache.agreement(model, precision, pairs=spec.source.text_pair_column is not None)
+    least = minimum_agreement(precision, spec.run.min_agreement)
     if found < least:
         raise ConfigError(
             f"on worker {this_worker().worker} ({model.device}) model {model.name!r} in {precision} agrees "

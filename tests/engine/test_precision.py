@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from spec_builder import flat_spec
 
 from shardwise import Engine, EngineConfig
 from shardwise import precision as precision_mod
@@ -93,11 +94,10 @@ def test_int8_off_a_cpu_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch)
 
 def test_int8_for_gpu_workers_is_refused_by_a_cpu_only_planner() -> None:
     from shardwise.pipeline.run_precision import hardware_precision
-    from shardwise.pipeline.spec import RunSpec
 
     if torch.cuda.is_available():
         pytest.skip("this host has CUDA: the planner's own device check applies")
-    spec = RunSpec(
+    spec = flat_spec(
         source="x.db",
         results="x.db",
         results_table="r",

@@ -21,10 +21,10 @@ def test_the_engine_and_its_options_reach_the_generation_settings() -> None:
     spec = _spec(
         "--engine", "vllm", "--engine-option", "max_num_seqs=8", "--engine-option", " dtype = float32"
     )
-    assert spec.generation is not None and spec.generation.engine == "vllm"
-    assert spec.generation.engine_settings() == {"dtype": "float32", "max_num_seqs": "8"}
-    assert _spec().generation is None  # nothing given: a generator keeps its own settings
-    assert _spec("--engine", "hf").generation.engine == "hf"  # type: ignore[union-attr]
+    assert spec.model.generation is not None and spec.model.generation.engine == "vllm"
+    assert spec.model.generation.engine_settings() == {"dtype": "float32", "max_num_seqs": "8"}
+    assert _spec().model.generation is None  # nothing given: a generator keeps its own settings
+    assert _spec("--engine", "hf").model.generation.engine == "hf"  # type: ignore[union-attr]
 
 
 def test_the_form_takes_them_nested_under_the_model() -> None:
@@ -34,7 +34,7 @@ def test_the_form_takes_them_nested_under_the_model() -> None:
             "model": {"name": "m", "generation": {"engine": "vllm", "engine_options": ["max_model_len=512"]}},
         }
     )
-    assert params.to_spec().generation.engine_options == (("max_model_len", "512"),)  # type: ignore[union-attr]
+    assert params.to_spec().model.generation.engine_options == (("max_model_len", "512"),)  # type: ignore[union-attr]
     with pytest.raises(ValidationError, match="engine option 'max_model_len' is not NAME=VALUE"):
         ScoreParams.model_validate(
             {

@@ -9,12 +9,13 @@ from uuid import UUID
 
 import pytest
 from flow_data import execute, make_docs
+from spec_builder import flat_spec
 
 from shardwise.errors import RunTakenOverError
 from shardwise.flows.cli import main
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
-from shardwise.pipeline import RunSpec, finish_run
+from shardwise.pipeline import finish_run
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -44,7 +45,7 @@ def test_a_live_run_is_refused_until_forced_and_its_old_flow_run_ends_crashed(
 ) -> None:
     make_docs(sqlite_url, ROWS, bad=False)
     old = _running_flow_run()
-    spec = RunSpec(
+    spec = flat_spec(
         source=sqlite_url, results=sqlite_url, results_table="shardwise_results", table="docs",
         model="tiny", shards=2, lease_s=2,
     )  # fmt: skip

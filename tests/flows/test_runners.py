@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from flow_data import checksum, execute, synthetic_docs
+from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError
 from shardwise.flows.params import ScoreParams
@@ -156,9 +157,9 @@ def test_runner_settings_that_cannot_work_are_refused(kwargs: dict, match: str) 
 def test_local_files_are_refused_when_workers_may_be_elsewhere(
     source: str, results: str | None, match: str
 ) -> None:
-    from shardwise.pipeline import RunSpec, as_is
+    from shardwise.pipeline import as_is
 
-    spec = RunSpec(model="tiny", source=source, results=results or source, results_table="t", table=None)
+    spec = flat_spec(model="tiny", source=source, results=results or source, results_table="t", table=None)
     remote = Fanout("deployment", 1, None, deployment="score-shard/per-shard")
     with pytest.raises(ConfigError, match=match + r".*(PostgreSQL|postgresql)"):
         remote.check_reachable(spec, as_is)

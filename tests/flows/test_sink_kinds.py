@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import flow_runs, one_line
+from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError
 from shardwise.flows.cli import main
 from shardwise.flows.params import ScoreParams
-from shardwise.pipeline import RunSpec
 from shardwise.sinks.registry import sink_kinds
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
@@ -72,9 +72,9 @@ def test_an_unknown_kind_is_refused_naming_the_installed_ones() -> None:
     with pytest.raises(
         ConfigError, match=r"results format 'nope' is not an installed sink kind; known: .*delta"
     ):
-        RunSpec(source="s", results="r", results_table="t", results_format="nope")
+        flat_spec(source="s", results="r", results_table="t", results_format="nope")
     with pytest.raises(ConfigError, match=r"results option 'nope' is declared by no installed sink kind"):
-        RunSpec(source="s", results="r", results_table="t", results_options={"nope": 1})
+        flat_spec(source="s", results="r", results_table="t", results_options={"nope": 1})
 
 
 def test_the_flows_parameters_nest_each_kinds_options_in_a_section() -> None:
@@ -82,8 +82,8 @@ def test_the_flows_parameters_nest_each_kinds_options_in_a_section() -> None:
     params = ScoreParams.model_validate(
         {"source": source, "results": {"options": {"sql": {"index": "hnsw"}}}}
     )
-    assert params.to_spec().sink_options() == {"index": "hnsw"}
-    assert ScoreParams.model_validate({"source": source}).to_spec().sink_options() == {}
+    assert params.to_spec().results.sink_options() == {"index": "hnsw"}
+    assert ScoreParams.model_validate({"source": source}).to_spec().results.sink_options() == {}
     schema = ScoreParams.model_json_schema()
     assert "sql" in schema["$defs"]["ResultsOptions"]["properties"]
     assert schema["$defs"]["ResultsParams"]["properties"]["options"]["$ref"] == "#/$defs/ResultsOptions"

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 from flow_data import execute, make_docs
+from spec_builder import flat_spec
 
 from shardwise.models import get_spec
-from shardwise.pipeline import RunSpec
 from shardwise.pipeline.destination import open_sink
 from shardwise.sinks import Layout
 
@@ -69,7 +69,7 @@ def _run(argv: list[str], env: dict[str, str]) -> str:
 
 def _stored(results: str, table: str, fmt: str | None, env: dict[str, str]) -> dict[int, np.ndarray]:
     """The sink's rows, read through the sink itself: key → embedding."""
-    spec = RunSpec(source=results, results=results, results_table=table, results_format=fmt)  # type: ignore[arg-type]
+    spec = flat_spec(source=results, results=results, results_table=table, results_format=fmt)  # type: ignore[arg-type]
     saved = {k: os.environ.get(k) for k in env if k.startswith("AWS_")}
     os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
     try:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from hf_builders import CHAT_TEMPLATE, set_eos, tiny_causal_lm
+from spec_builder import flat_spec
 
 from shardwise import ConfigError, Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
@@ -187,16 +188,15 @@ def test_an_engine_s_own_settings_are_kept_sorted_and_left_to_it_for_the_version
 
 def test_an_integer_temperature_or_top_p_is_the_same_setting_as_its_float(lm: Path) -> None:
     """The engine's API takes ``temperature=1``; the form and the command line give 1.0: one version."""
-    from shardwise.pipeline import RunSpec
 
     as_int = GenerationSettings(temperature=1, top_p=1)
     assert as_int.token() == GenerationSettings(temperature=1.0, top_p=1.0).token()
-    spec = RunSpec(
+    spec = flat_spec(
         source="sqlite:///x.db", results="sqlite:///x.db", results_table="r", generation={"temperature": 2}
     )
     versions = {
         HFCausalSpec(lm, generation=settings).describe().version
-        for settings in (spec.generation, GenerationSettings(temperature=2.0))
+        for settings in (spec.model.generation, GenerationSettings(temperature=2.0))
     }
     assert len(versions) == 1
 
@@ -273,39 +273,37 @@ def test_generation_settings_are_refused_for_an_encoder() -> None:
 
 
 def test_run_spec_threads_the_settings_and_checks_the_prompt() -> None:
-    from shardwise.pipeline import RunSpec
 
     base = {"source": "sqlite:///x.db", "results": "sqlite:///x.db", "results_table": "r"}
-    assert RunSpec(**base).generation is None
+    assert flat_spec(**base).model.generation is None
     settings = GenerationSettings(prompt="Q: {body}", temperature=0.5)
-    spec = RunSpec(**base, text_column="body", generation=settings)
-    assert spec.generation == settings
-    assert RunSpec(**base, generation=asdict(settings), text_column="body") == spec  # read back from JSON
-    assert RunSpec(
+    spec = flat_spec(**base, text_column="body", generation=settings)
+    assert spec.model.generation == settings
+    assert flat_spec(**base, generation=asdict(settings), text_column="body") == spec  # read back from JSON
+    assert flat_spec(
         **base, text_column="body", generation=GenerationSettings(prompt="{title}: {body}")
     ).input_columns() == {"title": "prompt"}
-    assert RunSpec(**base, text_pair_column="doc").input_columns() == {"doc": "text pair"}
+    assert flat_spec(**base, text_pair_column="doc").input_columns() == {"doc": "text pair"}
     with pytest.raises(ConfigError, match=re.escape("names the key column {id}")):
-        RunSpec(**base, generation=GenerationSettings(prompt="{id}: {text}"))
+        flat_spec(**base, generation=GenerationSettings(prompt="{id}: {text}"))
     with pytest.raises(ConfigError, match="prompt and text_pair_column 'doc' both given"):
-        RunSpec(**base, generation=GenerationSettings(), text_pair_column="doc")
+        flat_spec(**base, generation=GenerationSettings(), text_pair_column="doc")
     with pytest.raises(ConfigError, match="top_p must be"):
-        RunSpec(**base, generation={"top_p": 2.0})
+        flat_spec(**base, generation={"top_p": 2.0})
 
 
 def test_a_generator_commits_in_smaller_chunks(lm: Path) -> None:
     """A generated row costs a pass per new token: its shards commit every 1024 rows, not 8192, unless
     the run says otherwise (a kill loses at most one chunk)."""
     from shardwise.models import get_spec
-    from shardwise.pipeline import RunSpec
     from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS
     from shardwise.pipeline.worker import WorkerCache, _chunk_rows
 
     cache = WorkerCache(get_spec)
     base = {"source": "sqlite:///x.db", "results": "sqlite:///x.db", "results_table": "r"}
-    assert _chunk_rows(cache, RunSpec(**base, model=str(lm))) == GENERATION_CHUNK_ROWS == 1024
-    assert _chunk_rows(cache, RunSpec(**base, model="tiny")) == DEFAULT_CHUNK_ROWS == 8192
-    assert RunSpec(**base, model=str(lm), chunk_rows=64).chunk_rows == 64
+    assert _chunk_rows(cache, flat_spec(**base, model=str(lm))) == GENERATION_CHUNK_ROWS == 1024
+    assert _chunk_rows(cache, flat_spec(**base, model="tiny")) == DEFAULT_CHUNK_ROWS == 8192
+    assert flat_spec(**base, model=str(lm), chunk_rows=64).run.chunk_rows == 64
 
 
 def test_a_generator_batches_by_cost_alone(lm: Path) -> None:

@@ -4,7 +4,6 @@ each row once. One engine serves the module (it starts in about a minute on two 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import torch
+from spec_builder import flat_spec, respec
 from vllm_lm import need_vllm, vllm_lm, vllm_settings
 
 from shardwise import Engine, EngineConfig
@@ -112,7 +112,7 @@ def test_sampling_is_seeded_per_row_whatever_the_window(lm: Path) -> None:
 def test_a_pipeline_run_commits_each_row_once_and_only_new_generates_nothing(
     lm: Path, tmp_path: Path
 ) -> None:
-    from shardwise.pipeline import RunSpec, WorkerCache, prepare_run, score_pending
+    from shardwise.pipeline import WorkerCache, prepare_run, score_pending
 
     url = f"sqlite:///{tmp_path / 'docs.db'}"
     rows = _rows(30)
@@ -123,11 +123,11 @@ def test_a_pipeline_run_commits_each_row_once_and_only_new_generates_nothing(
     settings = vllm_settings(prompt="Q: {text}", chat="off", max_new_tokens=10)
     spec = HFCausalSpec(lm, name="tiny-vllm", generation=settings)
     cache = WorkerCache(lambda name: spec)
-    run = RunSpec(source=url, table="docs", results=url, results_table="gen", model="tiny-vllm", shards=2)
+    run = flat_spec(source=url, table="docs", results=url, results_table="gen", model="tiny-vllm", shards=2)
     try:
         for only_new in (False, True):
             planned = prepare_run(
-                dataclasses.replace(run, only_new=only_new),
+                respec(run, only_new=only_new),
                 run_id=f"r{uuid.uuid4().hex[:8]}",
                 started_by="test",
                 parameters={},
@@ -155,3 +155,15 @@ def test_a_pipeline_run_commits_each_row_once_and_only_new_generates_nothing(
         k: (o["generated_text"], o["prompt_tokens"])  # type: ignore[index]
         for k, o in enumerate(direct)
     }
+
+
+def test_a_request_vllm_refuses_fails_the_window_in_one_line_and_keeps_the_engine(lm: Path) -> None:
+    from shardwise.errors import ConfigError
+
+    lookbehind = json.dumps({"type": "string", "pattern": "(?<=a)b"})  # no grammar backend compiles it
+    model = HFCausalSpec(lm, generation=vllm_settings(json_schema=lookbehind, max_new_tokens=4)).load(CPU)
+    built = engines_built()
+    with pytest.raises(ConfigError, match="vLLM refused a request for model"):
+        model.score_window(["one", "two"])
+    fine = HFCausalSpec(lm, generation=vllm_settings(max_new_tokens=4)).load(CPU).score_window(["one"])
+    assert isinstance(fine[0], Mapping) and engines_built() == built, "the same engine goes on"

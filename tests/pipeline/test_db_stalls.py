@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 from flow_data import make_docs
+from spec_builder import flat_spec
 from tcp_stall import StallingProxy
 
 from shardwise.errors import RetryDeadlineError
@@ -40,7 +41,7 @@ def source(tmp_path: Path) -> str:
 
 
 def _spec(source: str, results: str, table: str, retry: RetryPolicy, ledger: str | None = None) -> RunSpec:
-    return RunSpec(
+    return flat_spec(
         source=source,
         table="docs",
         model="tiny",

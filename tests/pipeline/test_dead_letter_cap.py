@@ -7,9 +7,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from flow_data import execute
+from spec_builder import flat_spec
 
 from shardwise.model.text import PREVIEW_CHARS
-from shardwise.pipeline import RunSpec
 
 SECRET = "ssn 078-05-1120, card 4111-1111-1111-1111"
 
@@ -21,7 +21,7 @@ def test_a_struct_text_column_is_dead_lettered_without_copying_it(
     data.mkdir()
     documents = [{"title": f"document {k}", "body": "lorem ipsum " * 80, "private": SECRET} for k in range(4)]
     pq.write_table(pa.table({"id": pa.array(range(4), pa.int64()), "text": documents}), data / "p.parquet")
-    spec = RunSpec(source=str(data), results=sqlite_url, results_table="scores", model="tiny")
+    spec = flat_spec(source=str(data), results=sqlite_url, results_table="scores", model="tiny")
     _, counts = pipeline.run(spec, "structs")
     assert (counts.rows_in, counts.rows_failed) == (4, 4)
     messages = [m for (m,) in execute(sqlite_url, "SELECT message FROM shardwise_errors")]

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from flow_data import make_docs
+from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError
-from shardwise.pipeline import RunSpec
 from shardwise.results import Ledger
 from shardwise.retry_policy import RetryPolicy
 
@@ -22,7 +22,7 @@ def test_a_log_corrupted_mid_run_fails_its_shard_in_one_line(
     make_docs(sqlite_url, 20)
     policy = RetryPolicy(deadline_s=600)
     lake = tmp_path / "lake"
-    spec = RunSpec(
+    spec = flat_spec(
         model="tiny", source=sqlite_url, table="docs", results=str(lake), results_table="scores", retry=policy
     )
     planned = pipeline.plan(spec, "run-1")  # the table is made, empty: version 0

@@ -13,13 +13,13 @@ import pytest
 import sqlalchemy as sa
 from botocore.exceptions import ClientError
 from image_builders import tiny_vit_classifier
+from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError, RetryDeadlineError
 from shardwise.flows.cli_options import SOURCE_OPTIONS, add_param_options, score_params
 from shardwise.lineage import value_fingerprint
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.image_value import ImageValue
-from shardwise.pipeline import RunSpec
 from shardwise.pipeline.source_plan import plan_source
 from shardwise.pipeline.spec import as_is
 from shardwise.pipeline.worker import open_spec_source
@@ -42,7 +42,7 @@ BASE = {"source": "sqlite:///x.db", "results": "sqlite:///x.db", "results_table"
 )
 def test_an_image_column_refuses_text_options_in_one_line(given: dict[str, object], named: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        RunSpec(**BASE, image_column="img", **given)  # type: ignore[arg-type]
+        flat_spec(**BASE, image_column="img", **given)  # type: ignore[arg-type]
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"--image-column 'img' replaces the text column, so it takes no {named}; drop ")
@@ -51,7 +51,7 @@ def test_an_image_column_refuses_text_options_in_one_line(given: dict[str, objec
 
 def test_an_image_column_is_not_the_key() -> None:
     with pytest.raises(ConfigError, match="not the key 'id'"):
-        RunSpec(**BASE, image_column="id")  # type: ignore[arg-type]
+        flat_spec(**BASE, image_column="id")  # type: ignore[arg-type]
 
 
 def test_the_cli_option_reaches_the_spec() -> None:
@@ -59,7 +59,7 @@ def test_the_cli_option_reaches_the_spec() -> None:
     add_param_options(parser, SOURCE_OPTIONS)
     assert "source.image_column" in {action.dest for action in parser._actions}
     args = parser.parse_args(["--source", "sqlite:///x.db", "--table", "docs", "--image-column", "img"])
-    assert score_params(args).to_spec().image_column == "img"
+    assert score_params(args).to_spec().source.image_column == "img"
     bad = parser.parse_args(["--source", "sqlite:///x.db", "--image-column", "img", "--text-column", "t"])
     with pytest.raises(ConfigError, match="drop --text-column, or drop --image-column"):
         score_params(bad).to_spec()
@@ -97,8 +97,8 @@ def test_only_new_compares_references_by_the_md5_of_the_fetched_bytes(
     sqlite_url: str, tmp_path: Path
 ) -> None:
     images = _refs_table(sqlite_url, tmp_path)
-    spec = RunSpec(**{**BASE, "source": sqlite_url, "results": sqlite_url}, image_column="img", only_new=True,
-                   image_access=ImageAccess(roots=(str(tmp_path),)))  # fmt: skip
+    spec = flat_spec(**{**BASE, "source": sqlite_url, "results": sqlite_url}, image_column="img",
+                     only_new=True, image_access=ImageAccess(roots=(str(tmp_path),)))  # fmt: skip
     held = {str(k): hashlib.md5(v).hexdigest() for k, v in images.items()}
     (tmp_path / "2.png").write_bytes(b"the second image, redrawn behind the same path")
     with open_spec_source(spec, as_is) as source:
@@ -114,7 +114,7 @@ def test_an_only_new_run_of_references_plans_in_python(sqlite_url: str, tmp_path
     _refs_table(sqlite_url, tmp_path)
     declared = ImageAccess(roots=(str(tmp_path),))
     model = str(tiny_vit_classifier(tmp_path / "vit"))  # an image model: a text model is refused
-    spec = RunSpec(model=model, **{**BASE, "source": sqlite_url, "results": sqlite_url},
+    spec = flat_spec(model=model, **{**BASE, "source": sqlite_url, "results": sqlite_url},
                    image_column="img", only_new=True, image_access=declared)  # fmt: skip
     planned, outcome = pipeline.run(spec, "first")
     assert planned.plan.params.get("keyed")  # the keyed plan of the Python-side comparison

@@ -8,7 +8,6 @@ as the dead letter's fingerprint.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,8 @@ import sqlalchemy as sa
 from flow_data import execute
 from hostile_refs import Hostile, fifo_unblocked, hostile_refs, no_reader_left
 from image_builders import encoded, picture, tiny_vit_classifier
+from spec_builder import flat_spec, respec
 
-from shardwise.pipeline import RunSpec
 from shardwise.sources.images import ImageAccess
 
 
@@ -54,7 +53,7 @@ def test_hostile_references_leave_only_their_reasons(
 ) -> None:
     results = f"sqlite:///{tmp_path / 'results.db'}"
     source = make(tmp_path, {**hostile.good, **hostile.refused})
-    spec = RunSpec(
+    spec = flat_spec(
         **source,
         model=str(tiny_vit_classifier(tmp_path / "vit")),
         image_column="img",
@@ -95,7 +94,7 @@ def test_without_a_root_the_good_pictures_are_refused_until_a_redrive_declares_o
 ) -> None:
     """The default is to read no local file: declaring a root is what lets a run read pictures."""
     results = f"sqlite:///{tmp_path / 'results.db'}"
-    spec = RunSpec(
+    spec = flat_spec(
         **_sqlite_source(tmp_path, hostile.good),
         model=str(tiny_vit_classifier(tmp_path / "vit")),
         image_column="img",
@@ -109,5 +108,5 @@ def test_without_a_root_the_good_pictures_are_refused_until_a_redrive_declares_o
         assert "refused: no image root is declared" in message and "--image-root DIR" in message
 
     declared = ImageAccess(roots=(str(hostile.root),))  # the fix the message names, then a redrive
-    _, counts = pipeline.run(dataclasses.replace(spec, redrive="no-root", image_access=declared), "redrive")
+    _, counts = pipeline.run(respec(spec, redrive="no-root", image_access=declared), "redrive")
     assert (counts.rows_out, counts.rows_failed) == (len(hostile.good), 0)  # read now: their input changed

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import sqlalchemy as sa
 from flow_data import execute, make_docs, slow_tiny_shards
+from spec_builder import flat_spec
 
 from shardwise.db.codec import decode_timestamp, utc_now
 from shardwise.errors import ConfigError
@@ -32,7 +33,7 @@ def _spec(url: str, **kw: object) -> RunSpec:
         "shards": 2,
         "model": "tiny",
     }
-    return RunSpec(**{**base, "precision": "fp32", **kw})  # type: ignore[arg-type]
+    return flat_spec(**{**base, "precision": "fp32", **kw})  # type: ignore[arg-type]
 
 
 def _leases(url: str, run_id: str) -> tuple[object, list[tuple[object, ...]]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hf_builders import tiny_causal_lm, tiny_classifier, tiny_encoder
 from image_builders import encoded, picture, tiny_clip, tiny_vit_classifier, tiny_vit_encoder
+from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError
 from shardwise.model import IMAGES, TEXT, ModelInfo, OutputColumn
@@ -124,7 +125,7 @@ def media(tmp_path: Path) -> str:
 
 
 def _spec(url: str, model: str, **fields: object) -> RunSpec:
-    return RunSpec(source=url, results=url, results_table="scores", table="media", model=model, **fields)  # type: ignore[arg-type]
+    return flat_spec(source=url, results=url, results_table="scores", table="media", model=model, **fields)  # type: ignore[arg-type]
 
 
 def _runs(url: str) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from spec_builder import flat_spec
 
 from shardwise.pipeline import RunSpec
 from shardwise.results import Ledger
@@ -30,10 +31,10 @@ def test_only_new_into_one_destination_leaves_another_its_own(
     data.mkdir()
     _write(data, "a.parquet", 0)
     _write(data, "b.parquet", 100)
-    into_a = RunSpec(model="tiny", source=str(data), results=sqlite_url, results_table="a", only_new=True)
-    into_b = RunSpec(model="tiny", source=str(data), results=sqlite_url, results_table="b", only_new=True)
+    into_a = flat_spec(model="tiny", source=str(data), results=sqlite_url, results_table="a", only_new=True)
+    into_b = flat_spec(model="tiny", source=str(data), results=sqlite_url, results_table="b", only_new=True)
     lake = tmp_path / "lake"
-    into_lake = RunSpec(
+    into_lake = flat_spec(
         model="tiny",
         source=str(data),
         results=str(lake),

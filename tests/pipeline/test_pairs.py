@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 import torch
 from flow_data import execute
+from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.lineage import value_fingerprint
@@ -58,7 +59,7 @@ def _spec(url: str, **overrides: Any) -> RunSpec:
         "shards": 2,
         "precision": "fp32",
     }
-    return RunSpec(**{**fields, **overrides})
+    return flat_spec(**{**fields, **overrides})
 
 
 def _pair_embedding(model: Any, query: str, doc: str) -> np.ndarray:

@@ -7,6 +7,7 @@ import re
 
 import pytest
 from flow_data import execute, make_docs
+from spec_builder import flat_spec
 
 from shardwise import precision as precision_mod
 from shardwise.errors import ConfigError
@@ -17,7 +18,7 @@ from shardwise.results import Ledger
 
 def _spec(url: str, **kwargs: object) -> RunSpec:
     kwargs = {"model": "tiny", **kwargs}
-    return RunSpec(source=url, results=url, results_table="scores", table="docs", shards=3, **kwargs)  # type: ignore[arg-type]
+    return flat_spec(source=url, results=url, results_table="scores", table="docs", shards=3, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture

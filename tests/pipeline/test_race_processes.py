@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 from flow_data import execute, make_docs
+from spec_builder import flat_spec
 
-from shardwise.pipeline import RunRef, RunSpec
+from shardwise.pipeline import RunRef
 
 
 def _score_at_the_barrier(ref: RunRef, barrier: Any, results: Any) -> None:
@@ -38,7 +39,7 @@ def test_two_processes_racing_on_one_shard_commit_it_once(
 ) -> None:
     url = str(request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url"))
     make_docs(url, 150)
-    spec = RunSpec(model="tiny", source=url, results=url, results_table="scores", table="docs", shards=1)
+    spec = flat_spec(model="tiny", source=url, results=url, results_table="scores", table="docs", shards=1)
     planned = pipeline.plan(spec, "raced")
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(2), ctx.Queue()

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from flow_data import execute
+from spec_builder import flat_spec, respec
 
 from shardwise.errors import ConfigError
 from shardwise.pipeline import RunSpec
@@ -53,7 +54,7 @@ def sql_spec(url: str, **kwargs: Any) -> RunSpec:
         "model": "tiny",
         **kwargs,
     }
-    return RunSpec(source=url, results=url, **settings)
+    return flat_spec(source=url, results=url, **settings)
 
 
 def count(url: str, sql: str) -> int:
@@ -139,7 +140,7 @@ def test_unknown_run_and_bad_specs_are_refused(url: str, run) -> None:
 def test_a_run_of_another_source_is_refused(url: str, run) -> None:
     run(sql_spec(url), "first")
     execute(url, "CREATE TABLE other (id BIGINT PRIMARY KEY, text TEXT)")
-    spec = RunSpec(
+    spec = flat_spec(
         model="tiny", source=url, results=url, results_table="scores", table="other", redrive="first"
     )
     with pytest.raises(ConfigError, match=r"run 'first' read source .*docs'.*other'"):
@@ -156,11 +157,11 @@ def test_parquet_redrive_after_the_file_was_rewritten(tmp_path: Path, sqlite_url
     data = tmp_path / "data"
     data.mkdir()
     write_parquet(data / "part-0.parquet", GOOD + BAD)
-    spec = RunSpec(model="tiny", source=str(data), results=sqlite_url, results_table="scores", shards=2)
+    spec = flat_spec(model="tiny", source=str(data), results=sqlite_url, results_table="scores", shards=2)
     _, counts = run(spec, "first")
     assert counts.rows_out == 12 and dead_keys(sqlite_url, "first") == ["100", "101", "102", "103"]
 
-    redrive = RunSpec(
+    redrive = flat_spec(
         model="tiny", source=str(data), results=sqlite_url, results_table="scores", redrive="first"
     )
     plan, _ = run(redrive, "nothing-changed")
@@ -174,6 +175,6 @@ def test_parquet_redrive_after_the_file_was_rewritten(tmp_path: Path, sqlite_url
     seen = execute(sqlite_url, "SELECT run_id FROM shardwise_objects")
     assert seen == [("first",)], "a redrive reads some rows of an object, so it does not mark it seen"
 
-    _, counts = run(RunSpec(**{**redrive.__dict__, "force": True}), "forced")
+    _, counts = run(respec(redrive, force=True), "forced")
     assert counts.rows_in == 4 and counts.rows_failed == 2
     assert dead_keys(sqlite_url, "forced") == ["100", "102"]

@@ -11,7 +11,6 @@ the rows the test wrote.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 from flow_data import execute
 from image_builders import tiny_vit_classifier
+from spec_builder import flat_spec, respec
 
 from shardwise.pipeline import RunSpec
 from shardwise.pipeline.skipped import Skipped
@@ -55,7 +55,7 @@ def _first_and_again(pipeline: Any, spec: RunSpec, results_url: str, by_object: 
     assert (counts.rows_out, counts.rows_failed, skipped) == (8, 3, Skipped(null_key=2))
     (warning,) = planned.warnings()
     assert warning.startswith("2 rows") and "have NULL in key column 'id', so they are skipped" in warning
-    again = dataclasses.replace(spec, only_new=True)
+    again = respec(spec, only_new=True)
     planned, counts = pipeline.run(again, "again")
     skipped = _accounted(planned, counts, results_url)
     if by_object:
@@ -72,7 +72,7 @@ def _table(url: str, unique: str = "") -> None:
 
 def _spec(source: str, results: str, **more: Any) -> RunSpec:
     table = {"table": "docs"} if "://" in source and not source.startswith("s3://") else {}
-    return RunSpec(model="tiny", source=source, results=results, results_table="scores", **table, **more)
+    return flat_spec(model="tiny", source=source, results=results, results_table="scores", **table, **more)
 
 
 def test_sqlite(sqlite_url: str, pipeline: Any) -> None:
@@ -130,7 +130,7 @@ def test_image_column(tmp_path: Path, sqlite_url: str, pipeline: Any) -> None:
         conn.execute(sa.text("insert into docs values (:k, :i)"), [{"k": k, "i": i} for k, i in rows])
     declared = ImageAccess(roots=(str(tmp_path),))  # the missing file is looked for, not refused
     spec = _spec(sqlite_url, sqlite_url, image_column="img", image_access=declared)
-    spec = dataclasses.replace(spec, model=str(tiny_vit_classifier(tmp_path / "vit")))  # an image model
+    spec = respec(spec, model=str(tiny_vit_classifier(tmp_path / "vit")))  # an image model
     planned, counts = pipeline.run(spec, "images")
     skipped = _accounted(planned, counts, sqlite_url, inputs=len(rows))
     assert (counts.rows_out, counts.rows_failed, skipped) == (0, 3, Skipped(null_key=1))

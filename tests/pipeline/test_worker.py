@@ -10,16 +10,17 @@ import polars as pl
 import pytest
 import torch
 from flow_data import docs_spec, execute, make_docs, texts
+from spec_builder import flat_spec, respec
 
 from shardwise.errors import ConfigError
 from shardwise.models import get_spec
-from shardwise.pipeline import RunRef, RunSpec, WorkerCache, score_ref_shard
+from shardwise.pipeline import RunRef, WorkerCache, score_ref_shard
 from shardwise.results import Ledger
 
 
 def test_a_run_ref_pickles_and_keeps_connection_names_unresolved(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCS_DB", "postgresql+psycopg://app:s3cret@db/prod")
-    spec = RunSpec(
+    spec = flat_spec(
         model="tiny", source="env:DOCS_DB", results="secret:results-db", results_table="t", table="docs"
     )
     ref = RunRef("run-1", spec, threads=2)
@@ -32,7 +33,7 @@ def test_a_run_ref_pickles_and_keeps_connection_names_unresolved(monkeypatch: py
 
 @pytest.mark.parametrize("bad", [{"run_id": ""}, {"threads": 0}])
 def test_a_run_ref_checks_itself(bad: dict) -> None:
-    spec = RunSpec(
+    spec = flat_spec(
         model="tiny", source="sqlite:///x.db", results="sqlite:///x.db", results_table="t", table="docs"
     )
     with pytest.raises(ConfigError):
@@ -40,7 +41,7 @@ def test_a_run_ref_checks_itself(bad: dict) -> None:
 
 
 def test_names_need_a_resolver_below_the_orchestrator(sqlite_url: str, pipeline) -> None:
-    spec = RunSpec(model="tiny", source="env:DOCS_DB", results=sqlite_url, results_table="t", table="docs")
+    spec = flat_spec(model="tiny", source="env:DOCS_DB", results=sqlite_url, results_table="t", table="docs")
     with pytest.raises(ConfigError, match="is a name, and this caller gave no resolver"):
         pipeline.plan(spec, "r")
 
@@ -115,7 +116,7 @@ def test_a_resumed_run_keeps_its_stored_plan_and_snapshot(
     body = texts(120)
     _write(folder, "a.parquet", list(range(60)), body[:60])
     _write(folder, "b.parquet", list(range(60, 120)), body[60:])
-    spec = RunSpec(model="tiny", source=str(folder), results=sqlite_url, results_table="scores", shards=3)
+    spec = flat_spec(model="tiny", source=str(folder), results=sqlite_url, results_table="scores", shards=3)
     planned = pipeline.plan(spec, "first")
     stored_digest = planned.record.source_snapshot
     real = worker_module.score_shard
@@ -132,7 +133,7 @@ def test_a_resumed_run_keeps_its_stored_plan_and_snapshot(
     monkeypatch.setattr(worker_module, "score_shard", real)
 
     _write(folder, "c.parquet", [500, 501], ["landed after the plan", "so not in it"])
-    resumed = pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "first"}), "ignored")
+    resumed = pipeline.plan(respec(spec, resume="first"), "ignored")
     assert resumed.record.run_id == "first" and resumed.record.source_snapshot == stored_digest
     assert resumed.plan == planned.plan and resumed.todo == (2,) and resumed.source is None
     pipeline.score(resumed)
@@ -149,12 +150,12 @@ def test_resume_checks_what_it_is_asked_against_the_stored_run(sqlite_url: str, 
     spec = docs_spec(sqlite_url, shards=2)
     pipeline.plan(spec, "first").close()
     with pytest.raises(ConfigError, match="run 'nope' is not in the ledger"):
-        pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "nope"}), "r")
+        pipeline.plan(respec(spec, resume="nope"), "r")
     with pytest.raises(ConfigError, match=r"wrote its results to 'scores', not 'other'"):
-        pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "first", "results_table": "other"}), "r")
+        pipeline.plan(respec(spec, resume="first", results_table="other"), "r")
     execute(sqlite_url, "create table docs2 (id integer primary key, text text)")
     with pytest.raises(ConfigError, match="resume it with the source it read"):
-        pipeline.plan(RunSpec(**{**spec.__dict__, "resume": "first", "table": "docs2"}), "r")
+        pipeline.plan(respec(spec, resume="first", table="docs2"), "r")
 
 
 def test_warming_loads_the_model_the_run_then_uses(sqlite_url: str, pipeline) -> None:

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from spec_builder import flat_spec
 
 from shardwise.models import get_spec
-from shardwise.pipeline import RunSpec, WorkerCache, finish_results, prepare_run, score_pending
+from shardwise.pipeline import WorkerCache, finish_results, prepare_run, score_pending
 from shardwise.sinks.lake_files import LocalFiles, S3Files
 
 HOLD = "s00000-c00002"
@@ -85,7 +86,7 @@ class _HeldClient:
 
 
 def main() -> None:
-    spec = RunSpec(**json.loads(sys.argv[1]))
+    spec = flat_spec(**json.loads(sys.argv[1]))
     run_id, point, gate = sys.argv[2], sys.argv[3], Path(sys.argv[4])
     torch.set_num_threads(1)
     install(point, gate)
@@ -95,7 +96,7 @@ def main() -> None:
         run_id=run_id,
         started_by="test",
         parameters={},
-        model=get_spec(spec.model).describe(),
+        model=get_spec(spec.model.name).describe(),
         cache=cache,
     )
     try:

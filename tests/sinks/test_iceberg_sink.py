@@ -20,6 +20,7 @@ from lake_contract import (
 )
 from lake_rows import LAYOUT, OTHER_LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
 from pyiceberg.catalog.sql import SqlCatalog
+from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError
 from shardwise.records import ResultRow
@@ -276,10 +277,9 @@ def test_the_sink_opened_through_the_kind_stores_either_key_type(tmp_path, key_t
 
 
 def test_a_catalog_url_with_a_password_is_refused_without_showing_it() -> None:
-    from shardwise.pipeline import RunSpec
 
     with pytest.raises(ConfigError) as err:
-        RunSpec(
+        flat_spec(
             source="sqlite:///x.db", results="/tmp/wh", results_table="t", results_format="iceberg",
             results_options={"iceberg_catalog": "postgresql+psycopg://app:s3cr3t@db/cat"},
         )  # fmt: skip

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,10 @@ import numpy as np
 import pytest
 from flow_data import make_docs
 from lake_rows import LAYOUT, chunk
+from spec_builder import flat_fields, flat_spec
 
 from shardwise.models import get_spec
-from shardwise.pipeline import RunSpec, finish_results
+from shardwise.pipeline import finish_results
 from shardwise.sinks.base import Layout
 from shardwise.sinks.lake_files import temp_name, temp_target
 from shardwise.sinks.parquet.leftovers import ORPHAN_AGE_S
@@ -127,7 +127,7 @@ def _spec(source: str, location: str, ledger: str, **fields: Any) -> dict[str, A
         "only_new": True,
         **fields,
     }
-    RunSpec(**spec)  # checks itself
+    flat_spec(**spec)  # checks itself
     return spec
 
 
@@ -137,7 +137,10 @@ class _Held:
     def __init__(self, spec: dict[str, Any], run_id: str, point: str, gate: Path) -> None:
         gate.mkdir()
         self.gate, self.run_id = gate, run_id
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+        }
         command = [
             sys.executable,
             str(HERE / "parquet_run_child.py"),
@@ -198,7 +201,7 @@ def test_the_next_run_deletes_what_killed_runs_left_and_the_results_are_exact(
 ) -> None:
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
     clean = str(tmp_path / "clean")
-    pipeline.run(RunSpec(**_spec(source, clean, ledger, only_new=False)), "clean")  # type: ignore[arg-type]
+    pipeline.run(flat_spec(**_spec(source, clean, ledger, only_new=False)), "clean")  # type: ignore[arg-type]
     expected = _embeddings(ParquetSink(clean, "res", _layout()))
 
     # Two runs killed mid-commit, one after the other: the first with its data file under _tmp/, the
@@ -216,7 +219,7 @@ def test_the_next_run_deletes_what_killed_runs_left_and_the_results_are_exact(
     assert [d for d in data if d not in listed] == [d for d in data if "killed-unlisted-s00000-c00002" in d]
     assert len(data) == len(listed) + 1
 
-    planned = pipeline.plan(RunSpec(**spec), "next")  # type: ignore[arg-type]
+    planned = pipeline.plan(flat_spec(**spec), "next")  # type: ignore[arg-type]
     try:
         data, temps = _files(sink)  # gone as the run starts, before it scores anything
         assert temps == [] and sorted(data) == sorted(listed)
@@ -252,7 +255,7 @@ def test_a_live_writers_files_are_never_deleted(
         assert [name.split("-s0")[0] for name in unlisted] == ["data/killed", "data/live"]
         assert len(temps) == 1 and "live-temp-s00000-c00002" in temps[0]
 
-        planned = pipeline.plan(RunSpec(**spec), "next")  # type: ignore[arg-type]
+        planned = pipeline.plan(flat_spec(**spec), "next")  # type: ignore[arg-type]
         planned.close()
         assert planned.tidied == (
             "deleted 1 data file(s) that no manifest entry lists, left by killed or finished writers "
@@ -273,4 +276,6 @@ def test_a_live_writers_files_are_never_deleted(
 def test_the_spec_fields_travel_as_json() -> None:
     # The child rebuilds its RunSpec from JSON: every field the tests set must survive the trip.
     spec = _spec("sqlite:///s.db", "lake", "sqlite:///l.db")
-    assert {k: v for k, v in asdict(RunSpec(**json.loads(json.dumps(spec)))).items() if k in spec} == spec
+    assert {
+        k: v for k, v in flat_fields(flat_spec(**json.loads(json.dumps(spec)))).items() if k in spec
+    } == spec

@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from flow_data import execute
+from spec_builder import flat_spec
 
 from shardwise.errors import InputError, SourceError
 from shardwise.lineage import value_fingerprint
 from shardwise.model.text import UndecodableText, coerce_text
-from shardwise.pipeline import RunSpec
 from shardwise.sources.parquet.source import ParquetSource
 from shardwise.sources.parquet.text import text_values
 
@@ -159,7 +159,7 @@ def test_a_run_dead_letters_the_bad_values_and_scores_the_rest(
 ) -> None:
     data = tmp_path / "data"
     path = write(data / "part-0.parquet", rows(24))
-    spec = RunSpec(source=str(data), results=sqlite_url, results_table="scores", model="tiny", shards=2)
+    spec = flat_spec(source=str(data), results=sqlite_url, results_table="scores", model="tiny", shards=2)
     _, counts = pipeline.run(spec, "first")
     assert (counts.rows_in, counts.rows_out, counts.rows_failed) == (24, 21, 3)
     scored = execute(sqlite_url, "SELECT source_key FROM scores ORDER BY source_key")
@@ -170,7 +170,7 @@ def test_a_run_dead_letters_the_bad_values_and_scores_the_rest(
         assert error_class == "InputError"
         assert f"key {key} in row group {int(key) // 8} of Parquet object {str(path)!r}" in message
 
-    redrive = RunSpec(
+    redrive = flat_spec(
         model="tiny", source=str(data), results=sqlite_url, results_table="scores", redrive="first"
     )
     planned, _ = pipeline.run(redrive, "again")
@@ -181,7 +181,7 @@ def test_a_run_over_a_garbled_page_fails_that_shard_only(tmp_path: Path, sqlite_
     data = tmp_path / "data"
     path = write(data / "part-0.parquet", rows(24), write_page_checksum=True)
     garble(path, 2)
-    spec = RunSpec(source=str(data), results=sqlite_url, results_table="scores", model="tiny", shards=3)
+    spec = flat_spec(source=str(data), results=sqlite_url, results_table="scores", model="tiny", shards=3)
     with pytest.raises(SourceError, match=at(path, 2)):
         pipeline.run(spec, "garbled")
     shards = execute(sqlite_url, "SELECT shard_id, status FROM shardwise_shards ORDER BY shard_id")

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError
 from shardwise.sources.base import NewOnly
@@ -157,11 +158,9 @@ def test_the_run_of_the_issue_is_refused_before_anything_is_scored(
 ) -> None:
     from flow_data import execute
 
-    from shardwise.pipeline import RunSpec
-
     write(tmp_path / "data" / "a.parquet", [1, 2, 3])
     write(tmp_path / "data" / "b.parquet", [3, 4])
-    spec = RunSpec(model="tiny", source=str(tmp_path / "data"), results=sqlite_url, results_table="scores")
+    spec = flat_spec(model="tiny", source=str(tmp_path / "data"), results=sqlite_url, results_table="scores")
     with pytest.raises(ConfigError, match="key 3 appears on more than one row"):
         pipeline.run(spec, "dup")
     assert execute(sqlite_url, "SELECT name FROM sqlite_master WHERE name = 'scores'") == []

@@ -20,9 +20,9 @@ import pytest
 from botocore.exceptions import IncompleteReadError, ResponseStreamingError
 from flow_data import execute, put_parquet
 from s3_proxy import FaultProxy, Seen, cut_first_tries, pass_all, seeded_cuts
+from spec_builder import flat_spec, respec
 
 from shardwise.errors import ConfigError, RetryDeadlineError, SourceError, TransientError
-from shardwise.pipeline import RunSpec
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.parquet.s3_errors import map_s3_error
 from shardwise.sources.parquet.s3_objects import S3ClientConfig, S3Store
@@ -124,14 +124,14 @@ def test_a_run_through_a_flaky_network_scores_what_a_clean_run_scores(
         )
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)  # the source's own client, from the AWS settings
     clean_db, flaky_db = (f"sqlite:///{tmp_path / name}.db" for name in ("clean", "flaky"))
-    spec = RunSpec(
+    spec = flat_spec(
         model="tiny", source=f"s3://{bucket}/docs/", results=clean_db, results_table="scores", shards=4
     )
 
     _, clean = pipeline.run(spec, "clean")
     assert proxy.actions()["cut"] == 0
     proxy.reset(seeded_cuts(0.10, seed=6))  # this seed cuts the listing, a footer and row-group reads
-    _, flaky = pipeline.run(replace(spec, results=flaky_db), "flaky")
+    _, flaky = pipeline.run(respec(spec, results=flaky_db), "flaky")
 
     cut = [seen for seen in proxy.log if seen.action == "cut"]
     assert any(s.range is None for s in cut) and sum(s.range is not None for s in cut) >= 3, cut

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 import sql_tables
 import sqlalchemy as sa
+from spec_builder import flat_spec
 from sql_tables import writer
 
 from shardwise.errors import InputError
 from shardwise.lineage import value_fingerprint
 from shardwise.model.text import coerce_text
-from shardwise.pipeline import RunSpec
 from shardwise.sources.base import NewOnly
 from shardwise.sources.sql.source import SqlSource
 
@@ -91,7 +91,7 @@ def test_a_sqlite_text_column_holding_blobs_is_fingerprinted_the_same(sqlite_url
 def test_only_new_runs_skip_unchanged_binary_rows(any_url: str, pipeline) -> None:  # type: ignore[no-untyped-def]
     """End to end with the tiny model: the second run scores only what changed, and the dead letters."""
     _make(any_url)
-    spec = RunSpec(model="tiny",
+    spec = flat_spec(model="tiny",
         source=any_url, results=any_url, results_table="scores", table="docs", text_column="body",
         only_new=True,
     )  # fmt: skip

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
+from spec_builder import flat_spec
 from sql_tables import writer
 
 from shardwise.lineage import value_fingerprint
-from shardwise.pipeline import RunSpec
 from shardwise.sources.base import Key, NewOnly
 from shardwise.sources.sql.source import SqlSource
 
@@ -136,7 +136,7 @@ def _json_docs(url: str, column_type: str) -> None:
 
 
 def _twice(url: str, pipeline: Any) -> tuple[Any, Any]:
-    spec = RunSpec(model="tiny",
+    spec = flat_spec(model="tiny",
         source=url, results=url, results_table="scores", table="docs", text_column="body", only_new=True,
     )  # fmt: skip
     return pipeline.run(spec, "first")[1], pipeline.run(spec, "second")[1]
@@ -186,7 +186,9 @@ def test_only_new_twice_on_parquet_reads_nothing_the_second_time(
     texts = ["héllo ✓ 🙂, a paragraph", "plain words", None, ""]
     column = pa.array(texts, pa.string()).cast(PARQUET_TYPES[name])
     pq.write_table(pa.table({"id": pa.array(range(4), pa.int64()), "text": column}), data / "p.parquet")
-    spec = RunSpec(model="tiny", source=str(data), results=sqlite_url, results_table="scores", only_new=True)
+    spec = flat_spec(
+        model="tiny", source=str(data), results=sqlite_url, results_table="scores", only_new=True
+    )
     _, first = pipeline.run(spec, "first")
     _, second = pipeline.run(spec, "second")
     assert (first.rows_in, first.rows_out, first.rows_failed) == (4, 2, 2)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import sql_tables
 import sqlalchemy as sa
+from spec_builder import flat_spec
 from sql_tables import create_docs, read_all, writer
 
 from shardwise.errors import ConfigError
@@ -130,11 +131,11 @@ def test_the_run_of_the_issue_is_refused_before_anything_is_scored(sqlite_url: s
     """100 rows over 50 keys once gave 50 results while the run said 100 were scored."""
     from flow_data import execute
 
-    from shardwise.pipeline import RunSpec
-
     with writer(sqlite_url) as eng:
         create_docs(eng, DOUBLED, primary=False)
-    spec = RunSpec(model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs")
+    spec = flat_spec(
+        model="tiny", source=sqlite_url, results=sqlite_url, results_table="scores", table="docs"
+    )
     with pytest.raises(ConfigError, match="is not unique: keys 1, 2, 3, 4, 5"):
         pipeline.run(spec, "dup")
     assert execute(sqlite_url, "SELECT name FROM sqlite_master WHERE name = 'scores'") == []

@@ -14,9 +14,9 @@ import time
 import pytest
 import sqlalchemy as sa
 from pg_cluster import OwnCluster
+from spec_builder import flat_spec
 from watch_helpers import Recorder, insert, make_docs
 
-from shardwise.pipeline import RunSpec
 from shardwise.watch import Backoff, PgNotifyWatcher, WatchSpec, install_trigger
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -64,7 +64,9 @@ def test_inserts_around_a_restart_are_all_announced_and_scored(own_pg_cluster: O
     assert max(int(p["max_key"]) for p in recorder.payloads) == 9
     assert any(p["catch_up"] for p in recorder.payloads), "the rows of the restart came by catch-up"
 
-    spec = RunSpec(source=url, results=url, results_table="scores", model="tiny", table="docs", only_new=True)
+    spec = flat_spec(
+        source=url, results=url, results_table="scores", model="tiny", table="docs", only_new=True
+    )
     for number, _ in enumerate(recorder.payloads):  # one only-new run per event, as the trigger would start
         pipeline.run(spec, f"event-{number}")
     engine = sa.create_engine(url)

@@ -1,0 +1,49 @@
+"""Run specs for tests, from the flat field names a test reads best (``table=``, ``shards=``, ``resume=``).
+
+:class:`~shardwise.pipeline.RunSpec` is nested by section (source, model, results, ledger, run); each
+flat name belongs to exactly one section, so a test names fields without spelling the sections out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from shardwise.pipeline.spec import ModelChoice, ResultsSpec, RunSettings, RunSpec, SourceSpec
+
+_SOURCE = {f.name for f in dataclasses.fields(SourceSpec)} - {"location"}
+_RUN = {f.name for f in dataclasses.fields(RunSettings)}
+_RESULTS = {"results_table": "table", "results_format": "format", "results_options": "options"}
+
+
+def flat_spec(**fields: Any) -> RunSpec:
+    """A :class:`RunSpec` from flat fields: ``source``, ``results`` and ``model`` name the location, the
+    results location and the model; ``generation``, ``ledger`` and each section's own fields by name."""
+    source = {"location": fields.pop("source")} | {k: fields.pop(k) for k in list(fields) if k in _SOURCE}
+    results = {"location": fields.pop("results"), "table": fields.pop("results_table")}
+    results |= {_RESULTS[k]: fields.pop(k) for k in list(fields) if k in _RESULTS}
+    if isinstance(results.get("options"), dict):
+        results["options"] = tuple(sorted(results["options"].items()))
+    model = ModelChoice(
+        **{"name": fields.pop("model")} if "model" in fields else {},
+        generation=fields.pop("generation", None),
+    )
+    run = {k: fields.pop(k) for k in list(fields) if k in _RUN}
+    ledger = fields.pop("ledger", None)
+    if fields:
+        raise TypeError(f"no RunSpec field named {sorted(fields)}")
+    return RunSpec(SourceSpec(**source), ResultsSpec(**results), model, ledger, RunSettings(**run))
+
+
+def flat_fields(spec: RunSpec) -> dict[str, Any]:
+    """``spec``'s fields by their flat names: what :func:`flat_spec` takes back."""
+    fields: dict[str, Any] = {"source": spec.source.location, "results": spec.results.location}
+    fields |= {k: getattr(spec.source, k) for k in _SOURCE}
+    fields |= {k: getattr(spec.results, v) for k, v in _RESULTS.items()}
+    fields |= {k: getattr(spec.run, k) for k in _RUN}
+    return fields | {"model": spec.model.name, "generation": spec.model.generation, "ledger": spec.ledger}
+
+
+def respec(spec: RunSpec, **changes: Any) -> RunSpec:
+    """``spec`` with ``changes``, by flat name."""
+    return flat_spec(**(flat_fields(spec) | changes))
