@@ -1,6 +1,6 @@
 """A loaded CLIP or SigLIP model: pictures and texts scored into one embedding space.
 
-A row's value is a picture (an :class:`~shardwise.model.image_value.ImageValue` or
+A row's value is a picture (an :class:`~shardwise.model.binary_value.BinaryValue` or
 bytes), which the vision tower embeds, or a text (``str``), which the text
 tower embeds; both towers' outputs are L2-normalised, as CLIP does before
 comparing them, so the inner product and the cosine distance (pgvector's

@@ -7,7 +7,7 @@ import hashlib
 import subprocess
 from pathlib import Path
 
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.model.text import Inputs
 
 __all__ = ["code_version", "value_fingerprint"]
@@ -41,7 +41,7 @@ def value_fingerprint(value: object) -> str | None:
     Text has the hex MD5 of its UTF-8 bytes, bytes the MD5 of the bytes, a
     :class:`~shardwise.model.text.Inputs` (a text pair, a prompt's columns) the MD5 of
     its members' fingerprints concatenated (None when any has none), an
-    :class:`~shardwise.model.image_value.ImageValue` the MD5 of its bytes (inline or
+    :class:`~shardwise.model.binary_value.BinaryValue` the MD5 of its bytes (inline or
     fetched through a reference; None when it has none); anything else has None. MD5
     because PostgreSQL computes the same in SQL (``md5(text)``), so
     ``--only-new`` compares fingerprints inside the database
@@ -51,7 +51,7 @@ def value_fingerprint(value: object) -> str | None:
     if isinstance(value, Inputs):
         members = [value_fingerprint(member) for member in value]
         return None if None in members else _md5("".join(members).encode())  # type: ignore[arg-type]
-    if isinstance(value, ImageValue):
+    if isinstance(value, BinaryValue):
         return None if value.data is None else _md5(value.data)
     if isinstance(value, str):
         try:

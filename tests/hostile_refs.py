@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.sources.base import Source
 
 __all__ = [
@@ -37,9 +37,9 @@ PICTURE = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 """Bytes only: the source reads and hands them on, it never decodes."""
 
 
-def read_all(source: Source, timeout_s: float = 30.0) -> dict[Any, ImageValue]:
+def read_all(source: Source, timeout_s: float = 30.0) -> dict[Any, BinaryValue]:
     """Every row's value, read on a daemon thread: a read that blocks fails the test instead of hanging it."""
-    values: dict[Any, ImageValue] = {}
+    values: dict[Any, BinaryValue] = {}
     failed: list[BaseException] = []
 
     def read() -> None:

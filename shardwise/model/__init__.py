@@ -206,7 +206,7 @@ class OutputColumn:
 
 InputKind = Literal["text", "image"]
 """What a model scores: texts (``str``, or bytes holding UTF-8 text), or pictures (an
-:class:`~shardwise.model.image_value.ImageValue`, or the bytes of an image file)."""
+:class:`~shardwise.model.binary_value.BinaryValue`, or the bytes of an image file)."""
 
 TEXT: frozenset[InputKind] = frozenset({"text"})
 IMAGES: frozenset[InputKind] = frozenset({"image"})

@@ -3,7 +3,7 @@
 Every image model decodes through :func:`decode`, so every model reads the
 same pixels from the same bytes:
 
-* **What is accepted**: an :class:`~shardwise.model.image_value.ImageValue` or raw
+* **What is accepted**: an :class:`~shardwise.model.binary_value.BinaryValue` or raw
   ``bytes`` holding any format Pillow reads (PNG, JPEG, WebP, GIF, BMP,
   TIFF...). An animated image gives its first frame.
 * **Size first**: the header's width x height is checked against
@@ -46,7 +46,7 @@ import struct
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from shardwise.errors import ConfigError, InputError
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 
 __all__ = ["DEFAULT_MAX_PIXELS", "PILLOW_LIMIT", "WHITE", "check_max_pixels", "decode", "to_rgb"]
 
@@ -71,7 +71,7 @@ def check_max_pixels(max_pixels: int) -> int:
 
 
 def decode(value: object, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
-    """The upright RGB picture in ``value`` (an :class:`ImageValue` or ``bytes``), decoded in full.
+    """The upright RGB picture in ``value`` (an :class:`BinaryValue` or ``bytes``), decoded in full.
 
     Raises :class:`InputError` naming the reason for a missing, empty,
     unreadable, truncated or too large image, or a value of another type.
@@ -149,7 +149,7 @@ def to_rgb(picture: Image.Image) -> Image.Image:
 
 
 def _bytes_of(value: object) -> bytes:
-    if isinstance(value, ImageValue):
+    if isinstance(value, BinaryValue):
         if value.error is not None:
             raise InputError(f"image {value.origin}: {value.error}")
         if value.data is None:
@@ -159,7 +159,7 @@ def _bytes_of(value: object) -> bytes:
         value = bytes(value)
     if not isinstance(value, bytes):
         raise InputError(
-            f"an image model takes image bytes or an ImageValue, got {type(value).__name__}; "
+            f"an image model takes image bytes or an BinaryValue, got {type(value).__name__}; "
             "give the model a binary column's bytes (PNG, JPEG, WebP...)"
         )
     if not value:

@@ -117,8 +117,8 @@ def _new_keys(source: Source, sink: Sink, model_version: str) -> tuple[list[Key]
 
 
 def redrive_plan_source(spec: RunSpec, source: Source, ledger: Ledger, run_id: str, target: str) -> Source:
-    """``source`` restricted to the dead-lettered keys of run ``spec.run.redrive`` that are to be scored again;
-    ``target`` is where results go, as the ledger records it (``RunRecord.results_table``)."""
+    """``source`` restricted to the dead-lettered keys of run ``spec.run.redrive`` that are to be scored
+    again; ``target`` is where results go, as the ledger records it (``RunRecord.results_table``)."""
     assert spec.run.redrive is not None
     if spec.run.redrive == run_id:
         raise ConfigError(f"a redrive of run {run_id!r} is a new run: give it another run id")

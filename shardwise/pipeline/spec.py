@@ -75,7 +75,7 @@ class SourceSpec:
     image_column: str | None = None
     """A column of images, read instead of the text column: bytes (``bytea``, BLOB, Parquet binary) or a
     reference (a path, ``file://`` or ``s3://`` URI) the source fetches; each row's value is an
-    :class:`~shardwise.model.image_value.ImageValue` (see :mod:`shardwise.sources.images`)."""
+    :class:`~shardwise.model.binary_value.BinaryValue` (see :mod:`shardwise.sources.images`)."""
     image_access: ImageAccess = field(default_factory=ImageAccess)
     """Which references an image column (or an image folder) may read, and how much of each: the roots
     local paths must lie under, the buckets besides an S3 source's own, the byte cap. Plain data the

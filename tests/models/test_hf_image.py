@@ -41,7 +41,7 @@ from PIL import Image
 
 from shardwise import Engine, EngineConfig, InputError
 from shardwise.model import Model
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.model.images import decode
 from shardwise.models import HFClipSpec, HFImageClassifierSpec, HFImageEncoderSpec, get_spec
 
@@ -86,7 +86,7 @@ def test_decoding_makes_upright_rgb_with_transparency_on_white() -> None:
     assert decode(encoded(clear, "PNG")).getpixel((0, 0)) == (255, 255, 255)
     for mode in ("L", "P", "LA", "RGBA", "CMYK", "I;16"):
         fmt = "JPEG" if mode == "CMYK" else "PNG"
-        assert decode(ImageValue(encoded(picture("RGB", (9, 7)).convert(mode), fmt))).mode == "RGB"
+        assert decode(BinaryValue(encoded(picture("RGB", (9, 7)).convert(mode), fmt))).mode == "RGB"
 
 
 def _bad_inputs() -> dict[str, tuple[object, str]]:
@@ -99,7 +99,7 @@ def _bad_inputs() -> dict[str, tuple[object, str]]:
         "empty": (b"", "empty"),
         "text file": (b"id,text\n1,hello\n", "not an image"),
         "png header, garbage": (png[:16] + b"\x00garbage" * 8, "image"),
-        "missing file": (ImageValue(None, "/data/x.png", error="no such file"), "no such file"),
+        "missing file": (BinaryValue(None, "/data/x.png", error="no such file"), "no such file"),
         "too large": (encoded(picture("RGB", (300, 200)), "PNG"), "over the limit of 50,000"),
         "a number": (42, "takes image bytes"),
     }

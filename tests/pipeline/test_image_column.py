@@ -18,8 +18,8 @@ from spec_builder import flat_spec
 from shardwise.errors import ConfigError, RetryDeadlineError
 from shardwise.flows.cli_options import SOURCE_OPTIONS, add_param_options, score_params
 from shardwise.lineage import value_fingerprint
+from shardwise.model.binary_value import BinaryValue
 from shardwise.model.generation import GenerationSettings
-from shardwise.model.image_value import ImageValue
 from shardwise.pipeline.source_plan import plan_source
 from shardwise.pipeline.spec import as_is
 from shardwise.pipeline.worker import open_spec_source
@@ -127,7 +127,7 @@ def test_fetches_keep_row_order_however_long_each_takes(tmp_path: Path) -> None:
         (tmp_path / f"{i}").write_bytes(str(i).encode())
     slow = column.value
 
-    def value(raw: object) -> ImageValue:
+    def value(raw: object) -> BinaryValue:
         time.sleep(0.01 * (hash(raw) % 3))  # later rows often finish first
         return slow(raw)
 
@@ -138,8 +138,8 @@ def test_fetches_keep_row_order_however_long_each_takes(tmp_path: Path) -> None:
 
 
 def test_image_fingerprints_are_the_md5_of_their_bytes() -> None:
-    assert value_fingerprint(ImageValue(b"abc", origin="s3://b/k")) == hashlib.md5(b"abc").hexdigest()
-    assert value_fingerprint(ImageValue(None, origin="/x.png", error="no such file /x.png")) is None
+    assert value_fingerprint(BinaryValue(b"abc", origin="s3://b/k")) == hashlib.md5(b"abc").hexdigest()
+    assert value_fingerprint(BinaryValue(None, origin="/x.png", error="no such file /x.png")) is None
 
 
 class _Failing:
@@ -167,6 +167,6 @@ def test_a_transient_s3_failure_outlasting_the_deadline_fails_the_read() -> None
 
 def test_a_missing_s3_object_is_the_rows_error_not_a_raise() -> None:
     value = get_image(_Failing("NoSuchKey", 404), "s3://b/k.png", RetryPolicy(backoff_s=0))
-    assert value == ImageValue(
+    assert value == BinaryValue(
         None, origin="s3://b/k.png", error="no such object s3://b/k.png (S3 answered NoSuchKey)"
     )

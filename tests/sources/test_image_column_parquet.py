@@ -13,7 +13,7 @@ import pytest
 
 from shardwise.errors import SourceError
 from shardwise.lineage import value_fingerprint
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.parquet.source import ParquetSource
 
@@ -39,9 +39,9 @@ def _rows(source: ParquetSource) -> list[tuple[Any, Any]]:
     return out
 
 
-def _expected_inline() -> list[tuple[int, ImageValue]]:
+def _expected_inline() -> list[tuple[int, BinaryValue]]:
     return [
-        (i, ImageValue(v) if v is not None else ImageValue(None, error="NULL image"))
+        (i, BinaryValue(v) if v is not None else BinaryValue(None, error="NULL image"))
         for i, v in enumerate(PICTURES, start=1)
     ]
 
@@ -73,7 +73,7 @@ def test_local_references_keep_their_order_and_a_missing_file_is_an_error(tmp_pa
     assert [k for k, _ in rows] == [1, 2, 3, 4, 5]
     assert [v.data for _, v in rows[:4]] == PICTURES
     assert rows[2][1].origin == refs[2]
-    assert rows[4][1] == ImageValue(None, origin=refs[4], error=f"no such file {refs[4]}")
+    assert rows[4][1] == BinaryValue(None, origin=refs[4], error=f"no such file {refs[4]}")
 
 
 def test_a_missing_image_column_is_refused_when_planning(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""A SQL image column: bytea/BLOB bytes and references (paths, file://, s3://) read as ImageValues."""
+"""A SQL image column: bytea/BLOB bytes and references (paths, file://, s3://) read as BinaryValues."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sql_tables import writer
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.lineage import value_fingerprint
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.sources.base import NewOnly
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.sql.source import SqlSource
@@ -57,7 +57,7 @@ def test_binary_image_columns_become_image_values_with_their_md5(any_url: str) -
         assert src.params["image_column"] == "img"
         assert src.fingerprints_in_database
         values = _values(src)
-    assert values == {k: ImageValue(v) if v is not None else ImageValue(None, error="NULL image")
+    assert values == {k: BinaryValue(v) if v is not None else BinaryValue(None, error="NULL image")
                       for k, v in IMAGES.items()}  # fmt: skip
     assert value_fingerprint(values[1]) == _md5(IMAGES[1])  # type: ignore[arg-type]
     assert value_fingerprint(values[3]) is None
@@ -119,10 +119,10 @@ def test_local_references_are_fetched_in_key_order(any_url: str, tmp_path: Path)
         rows = [(row.key, row.value) for shard in plan.shards for row in src.read(plan, shard)]
     assert [k for k, _ in rows] == [1, 2, 3, 4, 5]
     values = dict(rows)
-    assert values[1] == ImageValue(IMAGES[1], origin=refs[1])
-    assert values[2] == ImageValue(IMAGES[2], origin=refs[2])
-    assert values[3] == ImageValue(None, origin=refs[3], error=f"no such file {refs[3]}")
-    assert values[5] == ImageValue(None, error="NULL image")
+    assert values[1] == BinaryValue(IMAGES[1], origin=refs[1])
+    assert values[2] == BinaryValue(IMAGES[2], origin=refs[2])
+    assert values[3] == BinaryValue(None, origin=refs[3], error=f"no such file {refs[3]}")
+    assert values[5] == BinaryValue(None, error="NULL image")
     assert value_fingerprint(values[4]) == _md5(IMAGES[4])  # type: ignore[arg-type]  # the fetched bytes
     assert value_fingerprint(values[3]) is None
 
@@ -155,7 +155,7 @@ def test_s3_references_are_fetched_through_the_s3_client(pg_url: str, client: An
     with SqlSource(pg_url, "docs", "id", image_column="img", image_access=allowed, s3_client=client) as src:
         values = _values(src)
     assert list(values) == [1, 2, 3]
-    assert values[1] == ImageValue(IMAGES[1], origin=refs[1])
+    assert values[1] == BinaryValue(IMAGES[1], origin=refs[1])
     assert value_fingerprint(values[2]) == _md5(IMAGES[2])  # type: ignore[arg-type]
     assert values[3].data is None and values[3].origin == refs[3]
     assert values[3].error.startswith(f"no such object {refs[3]}")

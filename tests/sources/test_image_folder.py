@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.sources import ImageFolderSource, ParquetSource, open_source, plan_objects
 from shardwise.sources.base import NewOnly, ReadFrom, SourcePlan
 
@@ -27,7 +27,7 @@ def rows_of(source: ImageFolderSource, plan: SourcePlan) -> list[tuple[str, byte
     out = []
     for shard in plan.shards:
         for row in source.read(plan, shard):
-            assert isinstance(row.value, ImageValue)
+            assert isinstance(row.value, BinaryValue)
             out.append((row.key, row.value.data))
     return out
 

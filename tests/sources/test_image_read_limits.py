@@ -14,7 +14,7 @@ from hostile_refs import PICTURE, fifo_unblocked, no_reader_left, read_all
 
 from shardwise.errors import InputError, SourceError
 from shardwise.lineage import value_fingerprint
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.sources import ImageFolderSource
 from shardwise.sources.base import SourceRow
 from shardwise.sources.images import ImageAccess, ImageColumn
@@ -75,14 +75,14 @@ def test_a_read_hung_in_its_thread_is_given_up_and_the_rows_go_on() -> None:
     """A read stuck in the kernel (a hung mount) holds a daemon thread, never the rows behind it."""
     release = threading.Event()
 
-    def hung() -> ImageValue:
+    def hung() -> BinaryValue:
         release.wait(30)
-        return ImageValue(b"too late")
+        return BinaryValue(b"too late")
 
     items = [
-        (1, ImageValue(b"inline")),
+        (1, BinaryValue(b"inline")),
         (2, Fetch(hung, "/mnt/hung/a.png", 0.3)),
-        (3, Fetch(lambda: ImageValue(b"three"), "/b.png", 0.3)),
+        (3, Fetch(lambda: BinaryValue(b"three"), "/b.png", 0.3)),
     ]
     try:
         started = time.monotonic()
@@ -93,7 +93,7 @@ def test_a_read_hung_in_its_thread_is_given_up_and_the_rows_go_on() -> None:
     finally:
         release.set()
     assert [k for k, _ in out] == [1, 2, 3]
-    assert out[1][1] == ImageValue(
+    assert out[1][1] == BinaryValue(
         None,
         origin="/mnt/hung/a.png",
         error="refused: reading it hung for over 0.3 s, so it was given up; check the storage it is on, "
@@ -104,7 +104,7 @@ def test_a_read_hung_in_its_thread_is_given_up_and_the_rows_go_on() -> None:
 
 def test_more_hung_reads_than_threads_fail_the_read() -> None:
     release = threading.Event()
-    items = ((i, Fetch(lambda: ImageValue(b"x") if release.wait(30) else ImageValue(None), f"/h/{i}", 0.2))
+    items = ((i, Fetch(lambda: BinaryValue(b"x") if release.wait(30) else BinaryValue(None), f"/h/{i}", 0.2))
              for i in range(10))  # fmt: skip
     try:
         with pytest.raises(SourceError, match=r"^3 image reads hung for over 0\.2 s each .* not answering"):
@@ -147,7 +147,7 @@ def test_an_image_folder_refuses_a_symlink_out_of_it_and_a_fifo(tmp_path: Path) 
         ImageFolderSource(str(folder), access=ImageAccess(max_bytes=CAP)) as src,
     ):
         values = read_all(src)
-    assert values["a.png"] == ImageValue(PICTURE, origin=str(folder / "a.png"))
+    assert values["a.png"] == BinaryValue(PICTURE, origin=str(folder / "a.png"))
     assert str(values["leak.png"].error).startswith(
         f"refused: the path is outside the image roots ({folder.resolve()}) once symlinks and '..' are "
     )

@@ -32,17 +32,17 @@ from hostile_refs import (
 from sql_tables import writer
 
 from shardwise.lineage import value_fingerprint
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.sources.base import Source
 from shardwise.sources.images import ImageAccess, ImageColumn
 from shardwise.sources.parquet.source import ParquetSource
 from shardwise.sources.sql.source import SqlSource
 
 
-def assert_refused_unread(values: dict[Any, ImageValue], hostile: Hostile) -> None:
+def assert_refused_unread(values: dict[Any, BinaryValue], hostile: Hostile) -> None:
     """Every hostile row holds only its reason, which says what to do; the good rows hold the picture."""
     for key, ref in hostile.good.items():
-        assert values[key] == ImageValue(PICTURE, origin=ref)
+        assert values[key] == BinaryValue(PICTURE, origin=ref)
     for key, ref in hostile.refused.items():
         value = values[key]
         assert (value.data, value.origin) == (None, ref), value
@@ -159,7 +159,7 @@ def test_s3_references_only_in_the_sources_bucket_or_an_allowed_one(client: Any,
     location = f"s3://{bucket}/data/"
     with ParquetSource(location, image_column="img", s3_client=client) as source:
         values = read_all(source)
-    assert values[1] == ImageValue(PICTURE, origin=refs[1])
+    assert values[1] == BinaryValue(PICTURE, origin=refs[1])
     assert values[2].data is None and value_fingerprint(values[2]) is None
     assert str(values[2].error).startswith(
         f"refused: bucket {other!r} is neither the source's own bucket {bucket!r} nor an allowed image "
@@ -167,7 +167,7 @@ def test_s3_references_only_in_the_sources_bucket_or_an_allowed_one(client: Any,
     )
     allowed = ImageAccess(buckets=(other,))
     with ParquetSource(location, image_column="img", s3_client=client, image_access=allowed) as source:
-        assert read_all(source)[2] == ImageValue(PICTURE, origin=refs[2])
+        assert read_all(source)[2] == BinaryValue(PICTURE, origin=refs[2])
 
 
 @pytest.mark.s3
@@ -178,7 +178,7 @@ def test_a_sql_source_has_no_bucket_of_its_own(sqlite_url: str, client: Any, buc
         (value,) = read_all(source).values()
     assert value.data is None and "a source not on S3 has no bucket of its own" in str(value.error)
     with _sql(sqlite_url, refs, ImageAccess(buckets=(bucket,)), client) as source:
-        assert read_all(source) == {1: ImageValue(PICTURE, origin=refs[1])}
+        assert read_all(source) == {1: BinaryValue(PICTURE, origin=refs[1])}
 
 
 @pytest.mark.parametrize(

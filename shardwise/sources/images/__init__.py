@@ -1,4 +1,4 @@
-"""Image columns: each row's stored bytes, or the file or S3 object its reference names, as an ImageValue.
+"""Image columns: each row's stored bytes, or the file or S3 object its reference names, as an BinaryValue.
 
 :class:`ImageColumn` is what a SQL or Parquet source reading ``--image-column``
 wraps its rows in; see :mod:`shardwise.sources.images.column`. Which

@@ -17,7 +17,7 @@ column, so a reference is read only where the operator said it may be:
   (:func:`shardwise.sources.images.capped.read_capped`).
 
 A reference refused by these rules is never opened or fetched: its row's
-:class:`~shardwise.model.image_value.ImageValue` holds only the reason, so its dead
+:class:`~shardwise.model.binary_value.BinaryValue` holds only the reason, so its dead
 letter stores the reason and no fingerprint. The engine reads no environment:
 the flow layer builds an :class:`ImageAccess` from the options and the
 environment of the process that runs the flow, and it travels to the workers

@@ -1,4 +1,4 @@
-"""A source's image column: rows whose values become :class:`~shardwise.model.image_value.ImageValue` s.
+"""A source's image column: rows whose values become :class:`~shardwise.model.binary_value.BinaryValue` s.
 
 Inline bytes are wrapped where they are; references are fetched a few rows
 ahead on ``threads`` threads, in row order (see
@@ -21,7 +21,7 @@ from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import SourceRow
 from shardwise.sources.images.access import ImageAccess
@@ -43,7 +43,7 @@ def local_limit_s(access: ImageAccess) -> float:
 
 
 class ImageColumn:
-    """Turns a source's raw column values into ``ImageValue`` s, fetching references; thread-safe.
+    """Turns a source's raw column values into ``BinaryValue`` s, fetching references; thread-safe.
 
     ``access`` says which references may be read and how much of each (by
     default: no local path, no bucket but the source's own, 64 MiB). S3
@@ -82,8 +82,8 @@ class ImageColumn:
             self._store, self._owns_store = store, False
             self._own_bucket = str(store.identity).removeprefix("s3://").split("/", 1)[0]
 
-    def value(self, raw: object) -> ImageValue:
-        """One row's ``ImageValue``: inline bytes as they are, a reference fetched now if it may be."""
+    def value(self, raw: object) -> BinaryValue:
+        """One row's ``BinaryValue``: inline bytes as they are, a reference fetched now if it may be."""
         if not is_reference(raw):
             return inline_value(raw)
         ref = str(raw)
@@ -92,18 +92,18 @@ class ImageColumn:
 
             bucket = ref.removeprefix("s3://").split("/", 1)[0]
             if not bucket:
-                return ImageValue(
+                return BinaryValue(
                     None, origin=ref, error=f"no such object {ref} (the reference names no bucket)"
                 )
             refused = self.access.bucket_refusal(bucket, self._own_bucket)
             if refused is not None:
-                return ImageValue(None, origin=ref, error=refused)
+                return BinaryValue(None, origin=ref, error=refused)
             store = self._s3_store(bucket)
             return get_image(store.client(), ref, store.retry, self.access)
         return read_local(ref, self._resolved_roots(), self.access)
 
     def rows(self, rows: Iterator[SourceRow]) -> Generator[SourceRow, None, None]:
-        """``rows`` with ``ImageValue`` values, in the same order, references fetched ahead.
+        """``rows`` with ``BinaryValue`` values, in the same order, references fetched ahead.
 
         Closing the generator cancels the fetches not yet started.
         """
@@ -122,7 +122,7 @@ class ImageColumn:
         if store is not None and self._owns_store:
             store.close()
 
-    def _fetch(self, raw: object) -> Fetch | ImageValue:
+    def _fetch(self, raw: object) -> Fetch | BinaryValue:
         if not is_reference(raw):
             return inline_value(raw)
         ref = str(raw)

@@ -30,7 +30,7 @@ from queue import Empty, SimpleQueue
 from typing import TypeVar
 
 from shardwise.errors import SourceError
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 
 __all__ = ["Fetch", "fetched_in_order"]
 
@@ -43,10 +43,10 @@ _POLL_S = 0.25
 class Fetch:
     """One row's fetch: ``call`` gives its value; a run past ``limit_s`` seconds is given up (None: never)."""
 
-    call: Callable[[], ImageValue]
+    call: Callable[[], BinaryValue]
     origin: str
     limit_s: float | None
-    future: Future[ImageValue] = field(default_factory=Future)
+    future: Future[BinaryValue] = field(default_factory=Future)
     started: float | None = None
 
     def run(self) -> None:
@@ -74,7 +74,7 @@ class _Pool:
         if self._threads < self._size:
             self._start()
 
-    def result(self, fetch: Fetch) -> ImageValue:
+    def result(self, fetch: Fetch) -> BinaryValue:
         """The fetch's value, waiting for it, or a refusal once it has run past its limit."""
         while True:
             try:
@@ -96,7 +96,7 @@ class _Pool:
         for _ in range(self._threads):
             self._queue.put(None)
 
-    def _give_up(self, fetch: Fetch, limit: float) -> ImageValue:
+    def _give_up(self, fetch: Fetch, limit: float) -> BinaryValue:
         self._lost += 1
         if self._lost > self._size:
             raise SourceError(
@@ -105,7 +105,7 @@ class _Pool:
             )
         self._threads -= 1  # the stuck thread is left to its read; another takes its place
         self._start()
-        return ImageValue(
+        return BinaryValue(
             None,
             origin=fetch.origin,
             error=f"refused: reading it hung for over {limit:g} s, so it was given up; check the storage it "
@@ -123,16 +123,16 @@ class _Pool:
 
 
 def fetched_in_order(
-    items: Iterable[tuple[K, Fetch | ImageValue]], *, threads: int, name: str
-) -> Generator[tuple[K, ImageValue], None, None]:
+    items: Iterable[tuple[K, Fetch | BinaryValue]], *, threads: int, name: str
+) -> Generator[tuple[K, BinaryValue], None, None]:
     """Each item's key and value, in order: a :class:`Fetch` run on the pool, a value as it is.
 
     Closing the generator cancels the fetches not yet started.
     """
     pool = _Pool(threads, name)
-    pending: deque[tuple[K, Fetch | ImageValue]] = deque()
+    pending: deque[tuple[K, Fetch | BinaryValue]] = deque()
 
-    def done(entry: tuple[K, Fetch | ImageValue]) -> tuple[K, ImageValue]:
+    def done(entry: tuple[K, Fetch | BinaryValue]) -> tuple[K, BinaryValue]:
         key, item = entry
         return key, (pool.result(item) if isinstance(item, Fetch) else item)
 

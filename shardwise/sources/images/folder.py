@@ -4,7 +4,7 @@
 ``s3://bucket/prefix``. Its image objects, chosen by extension (``.jpg
 .jpeg .png .webp .gif .bmp .tif .tiff``, any case), are the rows: the key is
 the object's key relative to the location (text, ``cats/1.jpg``), the value an
-:class:`~shardwise.model.image_value.ImageValue` of its bytes, fetched as the shard
+:class:`~shardwise.model.binary_value.BinaryValue` of its bytes, fetched as the shard
 is read. Other names are ignored and counted in the plan's ``ignored_objects``.
 
 **When a location is an image folder** (:func:`shardwise.sources.open_source`):
@@ -39,7 +39,7 @@ from functools import partial
 from typing import Any
 
 from shardwise.errors import ConfigError, SourceError
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import (
     Key,
@@ -91,7 +91,7 @@ class ImageFolderSource(Source):
         self._access = access or ImageAccess()
         self._limit_s: float | None = None  # S3 reads are bounded by botocore and the retry deadline
         if self.identity.startswith("s3://"):
-            self._fetch: Callable[[ObjectInfo], ImageValue] = lambda obj: fetch_s3(
+            self._fetch: Callable[[ObjectInfo], BinaryValue] = lambda obj: fetch_s3(
                 self._store, obj, self._access
             )
         else:

@@ -1,7 +1,7 @@
 """One listed image object's bytes, checked against the ETag it was planned with.
 
 A missing object, or one replaced since the plan listed it, is the row's
-:class:`~shardwise.model.image_value.ImageValue` ``error`` (a dead letter), not a
+:class:`~shardwise.model.binary_value.BinaryValue` ``error`` (a dead letter), not a
 failed shard: one image deleted or rewritten while a run goes on must not stop
 the others, and a redrive of the dead letters reads the object as it is then.
 A local file is opened only under the folder's own root (or a declared one)
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shardwise.errors import InputError
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.capped import too_large
 from shardwise.sources.images.local_read import open_under_roots, read_open_file
@@ -34,8 +34,8 @@ _MISSING = frozenset({"NoSuchKey", "NoSuchBucket", "404", "NotFound"})
 _CHANGED = frozenset({"PreconditionFailed", "412"})
 
 
-def _changed(obj: ObjectInfo, now: str) -> ImageValue:
-    return ImageValue(
+def _changed(obj: ObjectInfo, now: str) -> BinaryValue:
+    return BinaryValue(
         None,
         origin=obj.key,
         error=f"object changed since it was planned (etag {obj.etag!r}, now {now}); "
@@ -43,7 +43,7 @@ def _changed(obj: ObjectInfo, now: str) -> ImageValue:
     )
 
 
-def fetch_local(obj: ObjectInfo, roots: Sequence[str], access: ImageAccess) -> ImageValue:
+def fetch_local(obj: ObjectInfo, roots: Sequence[str], access: ImageAccess) -> BinaryValue:
     """The file's bytes, if it is a regular file under ``roots`` (the folder's own, resolved, and any
     declared) that still has the size and mtime it was listed with, within ``access``'s limits."""
     try:
@@ -52,28 +52,28 @@ def fetch_local(obj: ObjectInfo, roots: Sequence[str], access: ImageAccess) -> I
             now = local_etag(os.fstat(fd))
             if now != obj.etag:
                 return _changed(obj, repr(now))
-            return ImageValue(read_open_file(fd, access), origin=obj.key)
+            return BinaryValue(read_open_file(fd, access), origin=obj.key)
         finally:
             os.close(fd)
     except InputError as exc:
-        return ImageValue(None, origin=obj.key, error=str(exc))
+        return BinaryValue(None, origin=obj.key, error=str(exc))
     except (FileNotFoundError, NotADirectoryError):
-        return ImageValue(
+        return BinaryValue(
             None, origin=obj.key, error=f"no such file {obj.key} (deleted since it was planned)"
         )
     except OSError as exc:
-        return ImageValue(None, origin=obj.key, error=f"cannot read file {obj.key}: {exc.strerror}")
+        return BinaryValue(None, origin=obj.key, error=f"cannot read file {obj.key}: {exc.strerror}")
 
 
 class _Answer(Exception):
     """S3 answered for the row (missing, or changed): becomes its error."""
 
-    def __init__(self, value: ImageValue) -> None:
+    def __init__(self, value: BinaryValue) -> None:
         super().__init__(value.error)
         self.value = value
 
 
-def fetch_s3(store: Any, obj: ObjectInfo, access: ImageAccess) -> ImageValue:
+def fetch_s3(store: Any, obj: ObjectInfo, access: ImageAccess) -> BinaryValue:
     """The object's bytes through ``store`` (an ``S3Store``), asked with ``If-Match`` its planned ETag;
     one listed over ``access``'s byte cap is refused without a GET."""
     from shardwise.sources.parquet.s3_objects import retried
@@ -87,8 +87,8 @@ def fetch_s3(store: Any, obj: ObjectInfo, access: ImageAccess) -> ImageValue:
     except _Answer as answer:
         return answer.value
     except InputError as exc:
-        return ImageValue(None, origin=obj.key, error=str(exc))
-    return ImageValue(data, origin=obj.key)
+        return BinaryValue(None, origin=obj.key, error=str(exc))
+    return BinaryValue(data, origin=obj.key)
 
 
 def _get_once(client: Any, obj: ObjectInfo, access: ImageAccess) -> bytes:
@@ -106,7 +106,7 @@ def _get_once(client: Any, obj: ObjectInfo, access: ImageAccess) -> bytes:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in _MISSING:
                 error = f"no such object {obj.key} (deleted since it was planned; S3 answered {code})"
-                raise _Answer(ImageValue(None, origin=obj.key, error=error)) from exc
+                raise _Answer(BinaryValue(None, origin=obj.key, error=error)) from exc
             if code in _CHANGED:
                 raise _Answer(_changed(obj, "another")) from exc
             raise

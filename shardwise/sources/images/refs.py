@@ -5,7 +5,7 @@ A value is read as the column holds it: bytes (PostgreSQL ``bytea``, SQLite
 path (absolute, or relative to the worker's working directory), a
 ``file://`` URI, or an ``s3://bucket/key`` URI, read only where the run's
 :class:`~shardwise.sources.images.access.ImageAccess` allows. Everything
-else, NULL included, becomes an :class:`~shardwise.model.image_value.ImageValue`
+else, NULL included, becomes an :class:`~shardwise.model.binary_value.BinaryValue`
 with an ``error``, which the model dead-letters: one bad row never fails a
 shard.
 """
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from urllib.parse import unquote, urlsplit
 
 from shardwise.errors import InputError
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.local_read import open_under_roots, read_open_file
 
@@ -31,15 +31,15 @@ def is_reference(raw: object) -> bool:
     return isinstance(raw, str) and bool(raw)
 
 
-def inline_value(raw: object) -> ImageValue:
-    """The :class:`ImageValue` of a value that is not a reference: its bytes, or why it is no image."""
+def inline_value(raw: object) -> BinaryValue:
+    """The :class:`BinaryValue` of a value that is not a reference: its bytes, or why it is no image."""
     if isinstance(raw, (bytes, bytearray, memoryview)):
-        return ImageValue(bytes(raw))
+        return BinaryValue(bytes(raw))
     if raw is None:
-        return ImageValue(None, error="NULL image")
+        return BinaryValue(None, error="NULL image")
     if isinstance(raw, str):
-        return ImageValue(None, error="empty image reference; give bytes, a path, file:// or s3:// URI")
-    return ImageValue(
+        return BinaryValue(None, error="empty image reference; give bytes, a path, file:// or s3:// URI")
+    return BinaryValue(
         None,
         error=f"image value of type {type(raw).__name__} is neither bytes nor a reference (a path, "
         "file:// or s3:// URI); store the image's bytes or where it is",
@@ -54,7 +54,7 @@ def local_path(ref: str) -> str | None:
     return None if "://" in ref else ref
 
 
-def read_local(ref: str, roots: Sequence[str], access: ImageAccess) -> ImageValue:
+def read_local(ref: str, roots: Sequence[str], access: ImageAccess) -> BinaryValue:
     """The bytes of the local file ``ref`` names, if it is a regular file under one of the resolved ``roots``.
 
     A refused, missing or unreadable file is the value's ``error`` (see
@@ -70,18 +70,18 @@ def read_local(ref: str, roots: Sequence[str], access: ImageAccess) -> ImageValu
             )
         else:
             error = f"image reference scheme {scheme!r} is not supported; use a local path, file:// or s3://"
-        return ImageValue(None, origin=ref, error=error)
+        return BinaryValue(None, origin=ref, error=error)
     if "\x00" in path:  # no file name holds one; the OS would refuse it with a ValueError
-        return ImageValue(None, origin=ref, error="refused: the path holds a NUL byte; fix the reference")
+        return BinaryValue(None, origin=ref, error="refused: the path holds a NUL byte; fix the reference")
     try:
         fd = open_under_roots(path, roots)
         try:
-            return ImageValue(read_open_file(fd, access), origin=ref)
+            return BinaryValue(read_open_file(fd, access), origin=ref)
         finally:
             os.close(fd)
     except InputError as exc:
-        return ImageValue(None, origin=ref, error=str(exc))
+        return BinaryValue(None, origin=ref, error=str(exc))
     except (FileNotFoundError, NotADirectoryError):
-        return ImageValue(None, origin=ref, error=f"no such file {path}")
+        return BinaryValue(None, origin=ref, error=f"no such file {path}")
     except OSError as exc:
-        return ImageValue(None, origin=ref, error=f"cannot read file {path}: {exc.strerror}")
+        return BinaryValue(None, origin=ref, error=f"cannot read file {path}: {exc.strerror}")

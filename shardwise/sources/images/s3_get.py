@@ -8,7 +8,7 @@ by :func:`~shardwise.sources.parquet.s3_objects.retried` until the run's
 retry deadline, and still failing is a
 :class:`~shardwise.errors.RetryDeadlineError`, which fails the shard. A
 missing object or bucket is an answer, not a failure: the row's
-:class:`~shardwise.model.image_value.ImageValue` says so. So is an object over the
+:class:`~shardwise.model.binary_value.BinaryValue` says so. So is an object over the
 run's byte cap (its ``Content-Length`` is checked before the body is read,
 and the body is read no further than the cap) or one whose body takes longer
 than the read's time bound.
@@ -21,7 +21,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from shardwise.errors import InputError
-from shardwise.model.image_value import ImageValue
+from shardwise.model.binary_value import BinaryValue
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.capped import read_capped
@@ -37,7 +37,7 @@ class _Missing(Exception):
     """The object is not there: becomes the row's error."""
 
 
-def get_image(client: Any, ref: str, retry: RetryPolicy, access: ImageAccess | None = None) -> ImageValue:
+def get_image(client: Any, ref: str, retry: RetryPolicy, access: ImageAccess | None = None) -> BinaryValue:
     """The bytes of the object ``ref`` (``s3://bucket/key``), within ``access``'s byte cap and time bound,
     or an ``error`` saying it does not exist or was refused (by default: over 64 MiB).
 
@@ -47,14 +47,14 @@ def get_image(client: Any, ref: str, retry: RetryPolicy, access: ImageAccess | N
     access = access or ImageAccess()
     bucket, key = parse_s3_url(ref)
     if not key:
-        return ImageValue(None, origin=ref, error=f"no such object {ref} (the reference names no key)")
+        return BinaryValue(None, origin=ref, error=f"no such object {ref} (the reference names no key)")
     try:
         data = retried(lambda: _get_once(client, bucket, key, ref, access), retry, f"reading image {ref}")
     except _Missing as exc:
-        return ImageValue(None, origin=ref, error=f"no such object {ref} (S3 answered {exc})")
+        return BinaryValue(None, origin=ref, error=f"no such object {ref} (S3 answered {exc})")
     except InputError as exc:
-        return ImageValue(None, origin=ref, error=str(exc))
-    return ImageValue(data, origin=ref)
+        return BinaryValue(None, origin=ref, error=str(exc))
+    return BinaryValue(data, origin=ref)
 
 
 def read_body(response: Any, access: ImageAccess) -> bytes:

@@ -17,7 +17,7 @@ letters) scans the key column of the current listing: see
 :mod:`shardwise.sources.parquet.keys`.
 
 An image column (``image_column``) gives each row an
-:class:`~shardwise.model.image_value.ImageValue`: a binary column's bytes, or the
+:class:`~shardwise.model.binary_value.BinaryValue`: a binary column's bytes, or the
 file or S3 object a string column's reference names, fetched as the shard is
 read (see :mod:`shardwise.sources.images`).
 
@@ -231,7 +231,7 @@ class ParquetSource(Source):
             self._images.close()
 
     def _values(self, rows: Iterator[SourceRow]) -> Generator[SourceRow, None, None]:
-        """``rows`` as they are, or with ``ImageValue`` values when this source reads an image column."""
+        """``rows`` as they are, or with ``BinaryValue`` values when this source reads an image column."""
         if self._images is None:
             yield from rows
         else:

@@ -44,7 +44,7 @@ What a run sees, and its limits:
   samples it, so that a text model is refused a column of pictures before a
   run (see :mod:`shardwise.sources.binary`).
 * **An image column** (``image_column``): every row's value is an
-  :class:`~shardwise.model.image_value.ImageValue`, its bytes stored inline or
+  :class:`~shardwise.model.binary_value.BinaryValue`, its bytes stored inline or
   fetched through the reference the column holds (see
   :mod:`shardwise.sources.images`). Only-new anti-joins a binary image column
   in SQL as above (``md5(bytea)`` is the MD5 of the image). A reference's
@@ -374,7 +374,7 @@ class SqlSource(Source):
         return Selection(self._src, self._db.dialect, self._filter, results, new_only.model_version)
 
     def _values(self, rows: Iterator[SourceRow]) -> Generator[SourceRow, None, None]:
-        """``rows`` as they are, or with ``ImageValue`` values when this source reads an image column."""
+        """``rows`` as they are, or with ``BinaryValue`` values when this source reads an image column."""
         if self._images is None:
             yield from rows
         else:
