@@ -328,3 +328,54 @@ def test_max_concurrency_bounds_a_process_whichever_threads_send_windows(origin:
             model.close()
     assert all(isinstance(o, dict) for window in windows for o in window)
     assert proxy.peak == 3, "three requests in flight at most, and three reached"
+
+
+def test_a_killed_run_resumed_requests_only_the_rows_it_had_not_committed(origin: str, tmp_path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import sqlalchemy as sa
+    from flow_data import execute, make_docs
+
+    url = f"sqlite:///{tmp_path / 'docs.db'}"
+    rows = make_docs(url, 96, bad=False)
+    child = Path(__file__).with_name("endpoint_run_child.py")
+    here = Path(__file__).parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    with FaultProxy(origin, lambda number, body: "slow", slow_s=0.3) as proxy:
+        command = [sys.executable, str(child), url, f"{proxy.origin}/v1", "killed"]
+        first = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        committed = 0
+        while committed < 32 and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.2)
+            try:
+                committed = execute(url, "select count(*) from gen")[0][0]
+            except sa.exc.OperationalError:
+                committed = 0  # the results table is not made yet
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        assert 32 <= committed < len(rows), "killed mid-run, after two chunks"
+        done = {str(k) for (k,) in execute(url, "select source_key from gen")}
+        done |= {str(k) for (k,) in execute(url, "select source_key from shardwise_errors")}
+        sent_before = sum(proxy.counts.values())
+        proxy.plan = lambda number, body: "pass"
+        resumed = subprocess.run([*command, "resume"], env=env, capture_output=True, text=True, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        sent_after = sum(proxy.counts.values()) - sent_before
+    print(f"\nkilled after {len(done)} rows committed, {sent_before} requests; the resume sent {sent_after}")
+    assert sent_after == len([k for k, _ in rows if str(k) not in done]), (
+        "committed rows were not asked again"
+    )
+    stored = execute(url, "select source_key, generated_text from gen order by source_key")
+    dead = {str(k) for (k,) in execute(url, "select distinct source_key from shardwise_errors")}
+    assert len(stored) + len(dead) == len(rows) and len({k for k, _ in stored}) == len(stored)
+    clean, _ = scored(spec(f"{origin}/v1"), [text for _, text in rows])
+    want = {k: o["generated_text"] for (k, _), o in zip(rows, clean, strict=True) if isinstance(o, dict)}
+    assert {int(k): text for k, text in stored} == want
