@@ -31,18 +31,33 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from shardwise.errors import ConfigError, InputError, ShardwiseError
-from shardwise.models.endpoints.budget import Budgets
 from shardwise.models.endpoints.failures import Failure, classify
 from shardwise.retry_policy import Outage, RetryPolicy
 
-__all__ = ["Caller", "RequestCounts"]
+if TYPE_CHECKING:
+    from shardwise.models.endpoints.budget import Budgets
+
+__all__ = ["Caller", "RequestCounts", "budgets"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 _log = logging.getLogger(__name__)
+
+
+def budgets(identity: str, requests_per_minute: int | None, tokens_per_minute: int | None) -> Budgets:
+    """The host's budgets for ``identity``; a ConfigError naming the extra when pyrate-limiter is missing
+    (imported here, when a remote model loads, so that naming one never needs it)."""
+    try:
+        from shardwise.models.endpoints.budget import Budgets
+    except ImportError as exc:
+        raise ConfigError(
+            f"remote models need the {exc.name or 'pyrate-limiter'} package, which is not installed; "
+            "pip install 'shardwise[endpoints]'"
+        ) from exc
+    return Budgets(identity, requests_per_minute, tokens_per_minute, None)
 
 
 class RequestCounts:

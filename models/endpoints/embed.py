@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import TEXT, ModelInfo, OutputColumn
 from shardwise.model.text import coerce_text
-from shardwise.models.endpoints.budget import Budgets
-from shardwise.models.endpoints.calls import Caller
+from shardwise.models.endpoints.calls import Caller, budgets
 from shardwise.models.endpoints.generate import ENDPOINT_MAX_LENGTH, _no_resolver
 from shardwise.models.endpoints.options import EndpointOptions
 from shardwise.models.endpoints.wire import Wire, make_client
@@ -146,7 +145,7 @@ class EndpointEncoder:
         self.caller = Caller(
             spec.endpoint,
             lambda: make_client("openai", options.base("openai"), key, options.timeout),
-            Budgets(identity, options.requests_per_minute, options.tokens_per_minute, None),
+            budgets(identity, options.requests_per_minute, options.tokens_per_minute),
             options.max_concurrency,
             spec.retry,
         )

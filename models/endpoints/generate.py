@@ -43,8 +43,7 @@ from shardwise.errors import ConfigError, InputError
 from shardwise.model import TEXT, ModelInfo, OutputColumn
 from shardwise.model.generation import GenerationSettings, placeholders
 from shardwise.model.text import Inputs, coerce_text
-from shardwise.models.endpoints.budget import Budgets
-from shardwise.models.endpoints.calls import Caller
+from shardwise.models.endpoints.calls import Caller, budgets
 from shardwise.models.endpoints.options import EndpointOptions, Provider, check_provider
 from shardwise.models.endpoints.wire import Reply, Wire, make_client
 from shardwise.retry_policy import RetryPolicy
@@ -195,7 +194,7 @@ class EndpointGenerator:
         self.caller = Caller(
             spec.endpoint,
             lambda: make_client(provider, options.base(provider), key, options.timeout),
-            Budgets(identity, options.requests_per_minute, options.tokens_per_minute, None),
+            budgets(identity, options.requests_per_minute, options.tokens_per_minute),
             options.max_concurrency,
             spec.retry,
         )
