@@ -92,6 +92,12 @@ class VllmEngine:
                 problem = self._problem(run, stall_timeout_s)
                 if problem is not None:
                     self._fail(problem)
+            if run.refused is not None:  # the engine is sound: only this window's requests were refused
+                raise ConfigError(
+                    f"vLLM refused a request for model {self.key.model!r}: {run.refused}; check the "
+                    "generation settings (a JSON Schema vLLM cannot compile, a max_new_tokens beyond "
+                    "max_model_len)"
+                ) from run.refused
             if run.error is not None:
                 self._fail(f"it raised {type(run.error).__name__}: {run.error}", run.error)
             return {name.split("/", 1)[1]: output for name, output in run.outputs.items()}
@@ -121,16 +127,25 @@ class _Stepping:
         self._engine, self._requests = engine, requests
         self.outputs: dict[str, Any] = {}
         self.error: BaseException | None = None
+        """What failed the engine (it died, or a step raised)."""
+        self.refused: Exception | None = None
+        """What vLLM said refusing one of the requests as it was added (the engine is unharmed)."""
         self.progressed = time.monotonic()
 
     def __call__(self) -> None:
+        from vllm.exceptions import VLLMClientError
         from vllm.sampling_params import RequestOutputKind
 
         try:
             for number, request in enumerate(self._requests):
                 request.params.output_kind = RequestOutputKind.FINAL_ONLY
                 prompt = {"prompt_token_ids": list(request.ids)}
-                self._engine.add_request(request.request_id, prompt, request.params)
+                try:
+                    self._engine.add_request(request.request_id, prompt, request.params)
+                except (ValueError, TypeError, VLLMClientError) as exc:
+                    self.refused = exc
+                    self._engine.abort_request([r.request_id for r in self._requests[:number]])
+                    return
                 if number == 0 and len(self._requests) > 1:
                     # The first prompt alone first: its prefill fills the prefix cache, which the rest
                     # (sorted, so mostly sharing its system text and template) then hit; prompts that

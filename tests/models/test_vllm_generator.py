@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 import torch
 from spec_builder import flat_spec, respec
-from vllm_lm import need_vllm, vllm_lm, vllm_settings
+from vllm_lm import ENGINE_OPTIONS, need_vllm, vllm_lm, vllm_settings
 
 from shardwise import Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
@@ -167,3 +167,47 @@ def test_a_request_vllm_refuses_fails_the_window_in_one_line_and_keeps_the_engin
         model.score_window(["one", "two"])
     fine = HFCausalSpec(lm, generation=vllm_settings(max_new_tokens=4)).load(CPU).score_window(["one"])
     assert isinstance(fine[0], Mapping) and engines_built() == built, "the same engine goes on"
+
+
+@pytest.fixture(scope="module")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    storage = tmp_path_factory.mktemp("prefect-results")
+    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
+        yield
+
+
+def test_shardwise_run_engine_vllm_writes_what_the_generator_gives_and_only_new_adds_nothing(
+    lm: Path, tmp_path: Path, prefect_harness: None
+) -> None:
+    from flow_data import BAD_ROWS, LINEAGE, execute, make_docs
+
+    from shardwise.flows.cli import main
+
+    url = f"sqlite:///{tmp_path / 'docs.db'}"
+    rows = make_docs(url, 40)
+    options = [f"--engine-option={name}={value}" for name, value in ENGINE_OPTIONS.items()]
+    argv = [
+        "run", "--source", url, "--table", "docs", "--model", str(lm), "--results-table", "gen",
+        "--prompt", "Q: {text}", "--chat", "off", "--max-new-tokens", "8", "--shards", "2",
+        "--engine", "vllm", *options, "--progress", "none",
+    ]  # fmt: skip
+    built = engines_built()
+    assert main(argv) == 0
+    assert main([*argv, "--only-new"]) == 0
+    assert engines_built() == built, "the CLI's options are the module's: its engine served both runs"
+    stored = execute(
+        url, f"select source_key, generated_text, completion_tokens, {', '.join(LINEAGE)} from gen"
+    )
+    dead = {k for (k,) in execute(url, "select distinct source_key from shardwise_errors")}
+    settings = vllm_settings(prompt="Q: {text}", chat="off", max_new_tokens=8)
+    direct = HFCausalSpec(lm, generation=settings).load(CPU).score_window([text for _, text in rows])
+    good = {k: o for (k, _), o in zip(rows, direct, strict=True) if isinstance(o, Mapping)}
+    assert {int(r[0]): (r[1], r[2]) for r in stored} == {
+        k: (o["generated_text"], o["completion_tokens"]) for k, o in good.items()
+    }, "each good row once, as the generator writes it, though the second run asked again"
+    assert dead == {k for k, _ in rows} - set(good) >= {k for k, _ in BAD_ROWS}
+    version = HFCausalSpec(lm, generation=settings).describe().version  # engine and dtype in it
+    assert {r[4] for r in stored} == {version}
