@@ -105,7 +105,8 @@ def run_pipeline(
         run=RunSettings(rows_per_shard=rows_per_shard, shards=shards, device=device),
     )
     cache = WorkerCache(get_spec)
-    cache.model(model, resolve_device(device))  # loaded before the clock starts, as the engine's was
+    # loaded before the clock starts, as the engine's was
+    cache.model(ModelChoice(model), resolve_device(device))
     started = time.perf_counter()
     planned = prepare_run(
         spec,

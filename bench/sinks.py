@@ -64,7 +64,7 @@ def _run(spec: RunSpec, cache: WorkerCache) -> tuple[float, int, list[str]]:
         run_id=str(uuid.uuid4()),
         started_by="bench",
         parameters={},
-        model=cache.info(spec.model.name),
+        model=cache.info(spec.model),
         cache=cache,
     )
     try:
@@ -76,7 +76,7 @@ def _run(spec: RunSpec, cache: WorkerCache) -> tuple[float, int, list[str]]:
 
 
 def _read(spec: RunSpec, cache: WorkerCache) -> dict[Any, np.ndarray]:
-    sink = open_sink(spec, spec.results.location, Layout(cache.info(spec.model.name).outputs, "int"))
+    sink = open_sink(spec, spec.results.location, Layout(cache.info(spec.model).outputs, "int"))
     try:
         rows = sink.read()
     finally:

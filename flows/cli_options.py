@@ -18,6 +18,7 @@ from pydantic_core import PydanticUndefined
 
 __all__ = [
     "FANOUT_OPTIONS",
+    "ENDPOINT_OPTIONS",
     "MODEL_OPTIONS",
     "RESULTS_OPTIONS",
     "RUN_OPTIONS",
@@ -36,8 +37,10 @@ __all__ = [
 # a path that names a section stands for each of its fields, in the model's order, but the internal ones.
 SOURCE_OPTIONS = ("source",)
 """Where the rows are: the ``source`` section, in ``--help`` order."""
-MODEL_OPTIONS = ("model",)
+MODEL_OPTIONS = ("model.name", "model.generation")
 """The model and a generator's settings (``model.generation``)."""
+ENDPOINT_OPTIONS = ("model.endpoint",)
+"""A remote model's endpoint, key reference and limits: a group of their own."""
 RESULTS_OPTIONS = ("results.location", "results.table", "results.format", "ledger")
 """Where the results and the ledger go; each sink kind's options follow in a group of their own."""
 RUN_OPTIONS = (
@@ -65,6 +68,7 @@ _FLAGS = {
     "source.image_roots": "--image-root",  # repeated, one folder each
     "source.image_buckets": "--image-bucket",
     "model.generation.engine_options": "--engine-option",  # repeated, one NAME=VALUE each
+    "model.endpoint.timeout": "--endpoint-timeout",
 }
 """Fields whose option is not ``--`` and the field's own name (``text_column`` is ``--text-column``)."""
 _METAVARS = {
@@ -89,6 +93,12 @@ _METAVARS = {
     "model.generation.seed": "S",
     "model.generation.json_schema": "FILE",
     "model.generation.engine_options": "NAME=VALUE",
+    "model.endpoint.api_base": "URL",
+    "model.endpoint.api_key": "env:NAME|secret:NAME",
+    "model.endpoint.max_concurrency": "N",
+    "model.endpoint.requests_per_minute": "N",
+    "model.endpoint.tokens_per_minute": "N",
+    "model.endpoint.timeout": "SECONDS",
     "results.table": "TABLE",
     "run.shards": "N",
     "run.rows_per_shard": "N",
@@ -183,6 +193,8 @@ def add_score_options(parser: argparse.ArgumentParser, run: Sequence[str] = ()) 
 
     add_param_options(group("source", SourceParams), SOURCE_OPTIONS)
     add_param_options(group("model and generation", ModelParams), MODEL_OPTIONS)
+    endpoint = ModelParams.model_fields["endpoint"].description
+    add_param_options(parser.add_argument_group("remote model", endpoint), ENDPOINT_OPTIONS)
     results = "Where the results and the run ledger go; each results kind's options follow, a group each"
     add_param_options(parser.add_argument_group("results", results), RESULTS_OPTIONS)
     add_sink_options(parser)

@@ -197,7 +197,14 @@ def _validation_message(error: object) -> str:
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
     if flag is None:  # a rule across options (of a section, or of the whole)
         return message
+    if tuple(error.get("loc", ()))[-1:] and error["loc"][-1] in _UNQUOTED:
+        return f"{flag}: {message}"
     return f"{flag} {error.get('input')!r}: {message}"
+
+
+_UNQUOTED = frozenset({"api_key"})
+"""Fields that name where a secret is: a value refused there may be the secret itself, typed by mistake,
+so the refusal never quotes it."""
 
 
 def say_error(exc: BaseException | str) -> None:

@@ -19,6 +19,8 @@ from shardwise.errors import ConfigError
 from shardwise.flows.image_access import declared_access
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
+from shardwise.models.endpoints import is_endpoint_name
+from shardwise.models.endpoints.options import EndpointOptions
 from shardwise.pipeline.spec import DEFAULT_MODEL, ModelChoice, ResultsSpec, RunSettings, RunSpec, SourceSpec
 from shardwise.precision import Requested
 from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
@@ -291,18 +293,52 @@ def _name_value(item: str) -> tuple[str, str]:
 
 
 class ModelParams(_Section):
-    """The model, and a generator's settings."""
+    """The model, a generator's settings, and a remote model's endpoint."""
 
     name: str = Field(
         DEFAULT_MODEL,
         description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier, "
-        "cross-encoder or causal language model, which generates text), or a plug-in's "
+        "cross-encoder or causal language model, which generates text), a remote model (openai:NAME or "
+        "anthropic:NAME, a chat model; openai-embed:NAME, embeddings), or a plug-in's "
         "package.module:attribute.",
     )
     generation: GenerationParams = Field(
         default_factory=GenerationParams,
         description="Generators only: the prompt and the sampling settings, part of the model version.",
     )
+    endpoint: EndpointOptions = Field(
+        default_factory=EndpointOptions,
+        description="Remote models only (openai:NAME, anthropic:NAME, openai-embed:NAME): where the "
+        "endpoint is, where its key is, and how hard it may be driven.",
+    )
+
+    @model_validator(mode="after")
+    def _endpoint_applies(self) -> ModelParams:
+        """Endpoint options for a local model would do nothing: refused, not ignored (a default spelled
+        out is not given)."""
+        given = self.endpoint_options()
+        if given and not is_endpoint_name(self.name):
+            flags = " and ".join(_ENDPOINT_FLAGS.get(name, "--" + name.replace("_", "-")) for name in given)
+            raise ValueError(
+                f"{flags} would do nothing: {'they apply' if given[1:] else 'it applies'} to remote models "
+                f"(openai:NAME, anthropic:NAME, openai-embed:NAME), and model is {self.name!r}; drop "
+                f"{flags}, or give a remote model"
+            )
+        return self
+
+    def endpoint_options(self) -> list[str]:
+        """The endpoint options set away from their defaults, by name."""
+        return sorted(self.endpoint.model_dump(exclude_defaults=True))
+
+    def choice(self) -> ModelChoice:
+        """The engine-level :class:`ModelChoice`: the name, the generation settings given, and the
+        endpoint options set away from their defaults (the model kind checks them)."""
+        options = self.endpoint.model_dump(exclude_defaults=True)
+        return ModelChoice(self.name, self.generation.settings(), tuple(sorted(options.items())))
+
+
+_ENDPOINT_FLAGS = {"timeout": "--endpoint-timeout"}
+"""Endpoint options whose flag is not ``--`` and the option's own name."""
 
 
 class ResultsParams(_Section):
@@ -534,7 +570,7 @@ class ScoreParams(_Section):
                 format=results.format,
                 options=tuple(sorted(flat_options(results.options).items())),
             ),
-            model=ModelChoice(self.model.name, self.model.generation.settings()),
+            model=self.model.choice(),
             ledger=self.ledger,
             run=RunSettings(
                 shards=run.shards,

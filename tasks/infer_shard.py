@@ -42,7 +42,7 @@ from shardwise.tasks.sanitize import sanitized
 
 __all__ = ["WORKER", "infer_shard", "release_run", "score_here", "warm_here", "worker_cache"]
 
-WORKER = WorkerCache(get_spec)
+WORKER = WorkerCache(get_spec, resolve=resolve)
 """This process's models and open runs, shared by every shard task it runs."""
 _OUTAGES: dict[str, Outage] = {}
 """The retry clock of each task run with a try still to come, by task run id."""

@@ -12,8 +12,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 
-from shardwise.model.generation import PromptChecked, with_generation
-from shardwise.models import get_spec
+from shardwise.model.generation import PromptChecked
 from shardwise.pipeline import PlannedRun, RunSpec, prepare_run
 from shardwise.tasks.connections import resolve
 from shardwise.tasks.infer_shard import worker_cache
@@ -42,13 +41,13 @@ def plan_run(
     changed since it loaded them.
     """
     try:
-        model_spec = with_generation(get_spec(spec.model.name), spec.model.generation)
+        model_spec = worker_cache().spec(spec.model, spec.run.retry)
         if spec.run.resume is None and isinstance(model_spec, PromptChecked):
             # A run started from the UI or the API had no command line's checks: a chat template that
             # cannot render a prompt is refused here, before the run is recorded or any row is read.
             model_spec.check_prompts()
         described = model_spec.describe()
-        if worker_cache().refresh(spec.model.name, described, spec.model.generation):
+        if worker_cache().refresh(spec.model, described):
             get_run_logger().warning(  # said where serve shows a run's warnings: files changed under it
                 "model %r changed since this process loaded it (now version %s): loading it again",
                 spec.model.name,

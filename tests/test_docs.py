@@ -192,10 +192,13 @@ def _registered(page: str) -> set[str]:
 def _model_problem(name: str, known: set[str]) -> str | None:
     """Why ``name`` would not work as ``--model``, or None: a known name (built-in, installed plug-in, or
     one the page registers), a path or ``hf:`` path (``/models/...``, ``$SMOLLM2``), a capitalised
-    placeholder (``PATH``), or a ``package.module:attribute`` reference."""
+    placeholder (``PATH``), a remote model (``openai:NAME``), or a ``package.module:attribute`` reference."""
+    from shardwise.models.endpoints import is_endpoint_name
     from shardwise.models.plugins import is_reference
 
     if name in known or name.startswith(_PATH_MARKS) or name.isupper() or is_reference(name):
+        return None
+    if is_endpoint_name(name):
         return None
     return f"not a known model ({', '.join(sorted(known))}), a path, a placeholder or a module:attribute"
 

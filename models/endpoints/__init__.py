@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from shardwise.model import ModelSpec
     from shardwise.models.endpoints.embed import EmbeddingSpec
     from shardwise.models.endpoints.generate import EndpointSpec
-    from shardwise.pipeline.spec import Resolver
-    from shardwise.retry_policy import RetryPolicy
 
 __all__ = [
     "EMBED_PREFIX",
@@ -31,7 +29,6 @@ __all__ = [
     "EmbeddingSpec",
     "EndpointOptions",
     "EndpointSpec",
-    "bound",
     "endpoint_spec",
     "is_endpoint_name",
 ]
@@ -63,21 +60,3 @@ def endpoint_spec(name: str, options: EndpointOptions | None = None) -> ModelSpe
     from shardwise.models.endpoints.options import check_provider
 
     return EndpointSpec(check_provider(kind), model, options)
-
-
-def bound(
-    spec: ModelSpec, *, options: EndpointOptions | None, resolve: Resolver, retry: RetryPolicy
-) -> ModelSpec:
-    """``spec`` as a run uses it: a remote model reached with the run's ``options``, its key read through
-    the run's resolver, its requests retried under the run's policy; any other spec unchanged.
-
-    This is the one call a worker's catalogue makes after :func:`~shardwise.models.get_spec`: the options
-    are plain data in the run's spec, the resolver and policy are the worker's.
-    """
-    from shardwise.models.endpoints.embed import EmbeddingSpec
-    from shardwise.models.endpoints.generate import EndpointSpec
-
-    if isinstance(spec, EndpointSpec | EmbeddingSpec):
-        configured = spec if options is None else spec.configured(options)
-        return configured.resolving(resolve).retrying(retry)
-    return spec

@@ -83,6 +83,12 @@ class EmbeddingSpec:
     def resolving(self, resolve: Resolver) -> EmbeddingSpec:
         return replace(self, resolve=resolve)
 
+    def bound(self, options: Mapping[str, Any], resolve: Resolver, retry: RetryPolicy) -> EmbeddingSpec:
+        """This model as a run uses it (:class:`~shardwise.model.run_bound.RunBound`): reached with the run's
+        endpoint ``options`` (refused in one line naming the option, never its value), its key read through
+        the run's resolver, its requests retried under the run's policy."""
+        return self.configured(EndpointOptions.of(options)).resolving(resolve).retrying(retry)
+
     def check_reachable(self) -> None:
         """Before anything runs: the endpoint answers, takes the key, and serves the model (see
         :mod:`models.endpoints.preflight`); with ``dimensions``, it also shortens vectors to them."""

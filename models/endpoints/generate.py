@@ -129,6 +129,12 @@ class EndpointSpec:
     def check_prompts(self) -> None:
         """Nothing to render ahead: the prompt is a plain template, checked with the settings."""
 
+    def bound(self, options: Mapping[str, Any], resolve: Resolver, retry: RetryPolicy) -> EndpointSpec:
+        """This model as a run uses it (:class:`~shardwise.model.run_bound.RunBound`): reached with the run's
+        endpoint ``options`` (refused in one line naming the option, never its value), its key read through
+        the run's resolver, its requests retried under the run's policy."""
+        return self.configured(EndpointOptions.of(options)).resolving(resolve).retrying(retry)
+
     def check_reachable(self) -> None:
         """Before anything runs: the endpoint answers, takes the key, and serves the model.
 

@@ -19,7 +19,8 @@ import dataclasses
 from shardwise.batch.device import resolve_device
 from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo
-from shardwise.model.generation import PromptChecked, with_generation
+from shardwise.model.generation import PromptChecked
+from shardwise.model.run_bound import Reachable
 from shardwise.pipeline.destination import (
     check_destination,
     ledger_url,
@@ -31,7 +32,7 @@ from shardwise.pipeline.lease import takeover_from
 from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys
 from shardwise.pipeline.spec import Resolver, RunSpec
-from shardwise.pipeline.worker import Catalogue, open_spec_source
+from shardwise.pipeline.worker import Catalogue, chosen_spec, open_spec_source
 from shardwise.precision import resolve_precision
 from shardwise.results import Ledger
 from shardwise.results.probe import LedgerNeed, check_ledger
@@ -56,11 +57,13 @@ def check_run(
     redrive whose dead letters did not change. ``dry_run``: the run only
     plans, so its ledger needs to be readable, not writable.
     """
-    model_spec = with_generation(catalogue(spec.model.name), spec.model.generation)
+    model_spec = chosen_spec(catalogue, spec.model, resolve, spec.run.retry)
     model = model_spec.describe()
     spec.check_model(model)
     if isinstance(model_spec, PromptChecked):
         model_spec.check_prompts()  # a chat template that cannot render a prompt, before any row
+    if isinstance(model_spec, Reachable):
+        model_spec.check_reachable()  # a remote model: a refused key or an unknown model, in one line
     parse_table_name(spec.results.table)
     results_url = resolve(spec.results.location)
     source, idle = open_spec_source(spec, resolve), None

@@ -18,7 +18,7 @@ import torch
 from shardwise.db.codec import utc_now
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import Loaded, SelfBatching
-from shardwise.model.generation import PromptChecked, with_generation
+from shardwise.model.generation import PromptChecked
 from shardwise.pipeline.destination import (
     check_destination,
     ledger_url,
@@ -29,7 +29,7 @@ from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
-from shardwise.pipeline.worker import Catalogue, open_spec_source
+from shardwise.pipeline.worker import Catalogue, chosen_spec, open_spec_source
 from shardwise.precision import versioned
 from shardwise.results import Ledger
 from shardwise.results.leases import abandoned_why, when
@@ -90,7 +90,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     is the hardware's choice; the run's accuracy guard may still send it back
     to fp32 (and so to the fp32 version's already-scored rows).
     """
-    spec_of = with_generation(catalogue(spec.model.name), spec.model.generation)
+    spec_of = chosen_spec(catalogue, spec.model, resolve, spec.run.retry)
     if isinstance(spec_of, PromptChecked):
         spec_of.check_prompts()  # as a run does, before the preview renders prompts of its own
     model = spec_of.load(torch.device("cpu"))

@@ -77,18 +77,18 @@ def warm(spec: RunSpec, cache: WorkerCache) -> None:
     Whoever starts a run in this process can call it on a thread while the
     orchestrator starts up; planning and the shards then find both in ``cache``.
     """
-    precision, device = hardware_precision(spec, cache.info(spec.model.name, spec.model.generation).outputs)
-    model, _ = cache.model(spec.model.name, device, spec.model.generation)
+    precision, device = hardware_precision(spec, cache.info(spec.model).outputs)
+    model, _ = cache.model(spec.model, device, spec.run.retry)
     if precision != "fp32":
         cache.agreement(model, precision, pairs=spec.source.text_pair_column is not None)
 
 
 def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
     """The precision a new run of ``spec`` records: the hardware's choice, checked by the accuracy guard."""
-    precision, device = hardware_precision(spec, cache.info(spec.model.name, spec.model.generation).outputs)
+    precision, device = hardware_precision(spec, cache.info(spec.model).outputs)
     if precision == "fp32":
         return PrecisionChoice("fp32")
-    model, _ = cache.model(spec.model.name, device, spec.model.generation)
+    model, _ = cache.model(spec.model, device, spec.run.retry)
     found, cached = cache.guarded(model, precision, pairs=spec.source.text_pair_column is not None)
     least = minimum_agreement(precision, spec.run.min_agreement)
     if found >= least:

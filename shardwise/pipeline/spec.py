@@ -129,18 +129,29 @@ def _image_refusal(column: str, given: list[str]) -> ConfigError:
 @dataclass(frozen=True)
 class ModelChoice:
     """The model, by name (:mod:`shardwise.models`), and the settings its kind declares: a generator's
-    :class:`~shardwise.model.generation.GenerationSettings` (prompt, sampling, JSON Schema, engine)."""
+    :class:`~shardwise.model.generation.GenerationSettings` (prompt, sampling, JSON Schema, engine), and
+    the kind's own options (a remote model's endpoint and limits)."""
 
     name: str = DEFAULT_MODEL
     generation: GenerationSettings | None = None
     """A generator's settings, or None: the model's own (a generator's defaults). Given for a model that
     does not generate, they are refused. A mapping of them is taken too (a spec read back from JSON)."""
+    options: tuple[tuple[str, Any], ...] = ()
+    """The model kind's own options, by name, as pairs sorted by name (a mapping is taken too): a remote
+    model's ``api_base``, ``api_key`` (a reference, never the key), ``max_concurrency``, ... The kind
+    checks them where the model is bound to the run (:mod:`shardwise.model.run_bound`); a kind without
+    options refuses any."""
 
     def __post_init__(self) -> None:
         if isinstance(self.generation, Mapping):
             object.__setattr__(self, "generation", GenerationSettings(**self.generation))
         if self.generation is not None and not isinstance(self.generation, GenerationSettings):
             raise ConfigError(f"generation must be GenerationSettings or None; got {self.generation!r}")
+        try:
+            pairs = tuple(sorted(dict(self.options).items()))
+        except (TypeError, ValueError):
+            raise ConfigError("model options must map option names to values") from None
+        object.__setattr__(self, "options", pairs)
 
 
 @dataclass(frozen=True)

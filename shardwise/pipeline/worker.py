@@ -31,17 +31,18 @@ from shardwise.batch.config import EngineConfig
 from shardwise.batch.device_lease import leased_device
 from shardwise.errors import ConfigError, TransientError
 from shardwise.model import Loaded, ModelInfo, ModelSpec
-from shardwise.model.generation import GenerationSettings, Generative, with_generation
+from shardwise.model.generation import Generative, with_generation
+from shardwise.model.run_bound import bind
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, IMAGE_CHUNK_ROWS, ChunkConfig
 from shardwise.pipeline.destination import ledger_url, open_sink
 from shardwise.pipeline.shard import ShardOutcome, score_shard
-from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
+from shardwise.pipeline.spec import ModelChoice, Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker_checks import check_outputs, check_precision, check_version
 from shardwise.precision import Precision
 from shardwise.precision.calibration import CalibrationCache, measured_agreement
 from shardwise.records import RunRecord
 from shardwise.results import Ledger, ResultStore
-from shardwise.retry_policy import Outage, retry_step
+from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.secrets.by_reference import same_location
 from shardwise.sinks import Layout
 from shardwise.sources import (
@@ -53,12 +54,14 @@ from shardwise.sources import (
 )
 from shardwise.sources.base import KeyType, Shard
 
-__all__ = ["Catalogue", "WorkerCache", "open_spec_source", "score_ref_shard"]
+__all__ = ["Catalogue", "WorkerCache", "chosen_spec", "open_spec_source", "score_ref_shard"]
 
 Catalogue = Callable[[str], ModelSpec]
 """Looks a model up by name (``models.get_spec``): the engine does not import the catalogue itself."""
 
 _MAX_RUNS = 4
+_DEFAULT_RETRY = RetryPolicy()
+"""The retry policy of a model loaded outside a run (a warm-up, a test): a run passes its own."""
 
 
 def open_spec_source(spec: RunSpec, resolve: Resolver, plan: SourcePlan | None = None) -> Source:
@@ -104,6 +107,15 @@ class _Run:
             self.store.close()
 
 
+def chosen_spec(
+    catalogue: Catalogue, choice: ModelChoice, resolve: Resolver, retry: RetryPolicy
+) -> ModelSpec:
+    """The catalogue's spec for ``choice``: generating with its settings when given, bound to its kind's
+    options, ``resolve`` for the secrets they name, and ``retry`` (see :mod:`shardwise.model.run_bound`)."""
+    spec = with_generation(catalogue(choice.name), choice.generation)
+    return bind(spec, dict(choice.options), resolve, retry)
+
+
 class WorkerCache:
     """Models and open runs of one worker process; safe to share between its threads.
 
@@ -113,48 +125,54 @@ class WorkerCache:
     """
 
     def __init__(
-        self, catalogue: Catalogue, max_runs: int = _MAX_RUNS, calibration: CalibrationCache | None = None
+        self,
+        catalogue: Catalogue,
+        max_runs: int = _MAX_RUNS,
+        calibration: CalibrationCache | None = None,
+        resolve: Resolver = as_is,
     ) -> None:
         self._catalogue = catalogue
+        self._resolve = resolve
+        """How this process reads the secrets a model's options name (a remote model's key reference)."""
         self._max_runs = max_runs
         self.calibration = calibration
         """Where the guard's figures are kept between processes (None: measured once per process)."""
         self._lock = threading.Lock()
-        self._models: dict[tuple[str, str, GenerationSettings | None], Loaded] = {}
+        self._models: dict[tuple[ModelChoice, str, RetryPolicy], Loaded] = {}
         self._agreements: dict[tuple[str, str, str, bool], tuple[float, bool]] = {}
-        self._infos: dict[tuple[str, GenerationSettings | None], ModelInfo] = {}
+        self._infos: dict[ModelChoice, ModelInfo] = {}
         self._runs: OrderedDict[tuple[str, RunSpec], _Run] = OrderedDict()
         self.loads = 0
 
     def model(
-        self, name: str, device: torch.device, generation: GenerationSettings | None = None
+        self, choice: ModelChoice, device: torch.device, retry: RetryPolicy = _DEFAULT_RETRY
     ) -> tuple[Loaded, float]:
         """The model on ``device``, and the seconds spent loading it now (0.0 when it was loaded already).
 
-        ``generation`` is the run's generation settings (``ModelChoice.generation``); a generator loads
-        once per settings, and any other model refuses them.
+        A generator loads once per generation settings, a remote model once per options and retry policy
+        (the run's, which bounds an outage of its endpoint); see :meth:`spec`.
         """
-        key = (name, str(device), generation)
-        described = self.info(name, generation)
+        key = (choice, str(device), retry)
+        described = self.info(choice)
         with self._lock:
             found = self._models.get(key)
             if found is not None and found.version == described.version:
                 return found, 0.0
             started = time.perf_counter()
-            model = self.spec(name, generation).load(device)
+            model = self.spec(choice, retry).load(device)
             check_outputs(model, described)
             self._models[key] = model
             self.loads += 1
             return model, time.perf_counter() - started
 
-    def info(self, name: str, generation: GenerationSettings | None = None) -> ModelInfo:
+    def info(self, choice: ModelChoice) -> ModelInfo:
         """The model's description (no weights on a device), read once per process."""
         with self._lock:
-            if (name, generation) not in self._infos:
-                self._infos[name, generation] = self.spec(name, generation).describe()
-            return self._infos[name, generation]
+            if choice not in self._infos:
+                self._infos[choice] = self.spec(choice).describe()
+            return self._infos[choice]
 
-    def refresh(self, name: str, described: ModelInfo, generation: GenerationSettings | None = None) -> bool:
+    def refresh(self, choice: ModelChoice, described: ModelInfo) -> bool:
         """Take ``described``, model ``name``'s description read just now, as current; True if it changed.
 
         Each run's planning calls this, so a long-lived process (``shardwise
@@ -162,13 +180,14 @@ class WorkerCache:
         loaded them: another version, and :meth:`model` loads it again.
         """
         with self._lock:
-            before = self._infos.get((name, generation))
-            self._infos[name, generation] = described
+            before = self._infos.get(choice)
+            self._infos[choice] = described
         return before is not None and before.version != described.version
 
-    def spec(self, name: str, generation: GenerationSettings | None = None) -> ModelSpec:
-        """The catalogue's spec for ``name``, generating with ``generation`` when given."""
-        return with_generation(self._catalogue(name), generation)
+    def spec(self, choice: ModelChoice, retry: RetryPolicy = _DEFAULT_RETRY) -> ModelSpec:
+        """The catalogue's spec for the chosen model: generating with its settings when given, bound to its
+        kind's options, this process's resolver and ``retry`` (see :mod:`shardwise.model.run_bound`)."""
+        return chosen_spec(self._catalogue, choice, self._resolve, retry)
 
     def agreement(self, model: Loaded, precision: Precision, pairs: bool = False) -> float:
         """The guard's agreement of ``model`` in ``precision`` with float32, measured once per process,
@@ -240,7 +259,7 @@ def _open_run(ref: RunRef, model: Loaded, resolve: Resolver) -> _Run:
 def _chunk_rows(cache: WorkerCache, spec: RunSpec) -> int:
     """The model's default chunk: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`), and an
     image model holds fewer rows at once (:data:`IMAGE_CHUNK_ROWS`, a spec's ``images = True``)."""
-    found = cache.spec(spec.model.name, spec.model.generation)
+    found = cache.spec(spec.model, spec.run.retry)
     if isinstance(found, Generative):
         return GENERATION_CHUNK_ROWS
     return IMAGE_CHUNK_ROWS if getattr(found, "images", False) else DEFAULT_CHUNK_ROWS
@@ -278,7 +297,7 @@ def _score_ref_shard(
     if ref.threads is not None and torch.get_num_threads() != ref.threads:
         torch.set_num_threads(ref.threads)  # a share of the host's cores: workers must not oversubscribe
     with leased_device(ref.spec.run.device) as device:
-        model, load_s = cache.model(ref.spec.model.name, device, ref.spec.model.generation)
+        model, load_s = cache.model(ref.spec.model, device, ref.spec.run.retry)
         # The first attempt of a process reads the run's record and plan from the ledger.
         run = retry_step(lambda: cache.run(ref, model, resolve), what=f"open run {ref.run_id}", outage=outage)
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():

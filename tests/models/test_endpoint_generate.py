@@ -205,38 +205,31 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory):
         yield
 
 
-def _run(url: str, model_spec: EndpointSpec, table: str) -> float:
-    """A ``shardwise run`` of ``docs`` with ``model_spec`` as a plug-in; its wall time."""
-    import sys
-    import types
-    import uuid
-
+def _run(url: str, base: str, table: str, *more: str) -> float:
+    """``shardwise run`` of ``docs`` through the endpoint at ``base``, by its flags; its wall time."""
     from shardwise.flows.cli import main
 
-    name = f"endpoint_plugin_{uuid.uuid4().hex[:8]}"
-    module = types.ModuleType(name)
-    module.spec = model_spec  # type: ignore[attr-defined]
-    sys.modules[name] = module
-    argv = ["run", "--source", url, "--table", "docs", "--model", f"{name}:spec", "--progress", "none"]
+    argv = [
+        "run", "--source", url, "--table", "docs", "--model", f"openai:{SERVED_NAME}", "--api-base", base,
+        "--api-key", KEY_REFERENCE, "--progress", "none", "--results-table", table, "--shards", "2", *more,
+    ]  # fmt: skip
     started = time.monotonic()
-    try:
-        assert main([*argv, "--results-table", table, "--shards", "2"]) == 0
-    finally:
-        del sys.modules[name]
+    assert main(argv) == 0
     return time.monotonic() - started
 
 
 def test_a_run_through_429s_and_500s_writes_each_row_once_with_the_clean_texts(
-    origin: str, tmp_path, prefect_harness: None
+    origin: str, tmp_path, prefect_harness: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import sqlalchemy as sa
     from flow_data import make_docs
 
+    monkeypatch.setenv(KEY_REFERENCE.removeprefix("env:"), API_KEY)  # the key, where --api-key names it
     url = f"sqlite:///{tmp_path / 'docs.db'}"
     rows = make_docs(url, 200)
-    clean_s = _run(url, spec(f"{origin}/v1", max_concurrency=8), "clean")
+    clean_s = _run(url, f"{origin}/v1", "clean", "--max-concurrency", "8")
     with FaultProxy(origin, every(n429=5, n500=20)) as proxy:  # 20% 429s, 5% 500s
-        faulty_s = _run(url, spec(f"{proxy.origin}/v1", max_concurrency=8), "faulty")
+        faulty_s = _run(url, f"{proxy.origin}/v1", "faulty", "--max-concurrency", "8")
 
     engine = sa.create_engine(url)
     with engine.connect() as conn:
@@ -379,3 +372,32 @@ def test_a_killed_run_resumed_requests_only_the_rows_it_had_not_committed(origin
     clean, _ = scored(spec(f"{origin}/v1"), [text for _, text in rows])
     want = {k: o["generated_text"] for (k, _), o in zip(rows, clean, strict=True) if isinstance(o, dict)}
     assert {int(k): text for k, text in stored} == want
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "said"),
+    [
+        (f"openai:{SERVED_NAME}", "sk-wrong-key-value", "refused"),
+        ("openai:no-such-model", API_KEY, "no-such-model"),
+    ],
+)
+def test_a_refused_key_or_an_unknown_model_is_one_line_before_anything_runs(
+    origin: str, tmp_path, model: str, key: str, said: str, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    import sqlalchemy as sa
+    from flow_data import make_docs
+
+    from shardwise.flows.cli import main
+
+    monkeypatch.setenv(KEY_REFERENCE.removeprefix("env:"), key)
+    url = f"sqlite:///{tmp_path / 'docs.db'}"
+    make_docs(url, 5, bad=False)
+    argv = ["run", "--source", url, "--table", "docs", "--model", model, "--api-base", f"{origin}/v1",
+            "--api-key", KEY_REFERENCE]  # fmt: skip
+    assert main(argv) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err and "sk-wrong" not in err and API_KEY not in err, err
+    engine = sa.create_engine(url)
+    tables = sa.inspect(engine).get_table_names()
+    engine.dispose()
+    assert "shardwise_runs" not in tables, "nothing ran: no ledger was even made"

@@ -8,8 +8,9 @@ import pytest
 
 from shardwise.errors import ConfigError, UnknownModelError
 from shardwise.model.generation import GenerationSettings
+from shardwise.model.run_bound import bind
 from shardwise.models import check_deployment_model, get_spec
-from shardwise.models.endpoints import EmbeddingSpec, EndpointOptions, EndpointSpec, bound, is_endpoint_name
+from shardwise.models.endpoints import EmbeddingSpec, EndpointOptions, EndpointSpec, is_endpoint_name
 from shardwise.models.endpoints.options import endpoint_address
 from shardwise.retry_policy import RetryPolicy
 
@@ -116,13 +117,20 @@ def test_sdk_errors_are_sorted_by_status() -> None:
 
 
 def test_a_run_binds_its_options_resolver_and_policy_to_a_remote_spec_only() -> None:
-    options = EndpointOptions(api_base="http://127.0.0.1:9/v1", api_key="env:K", max_concurrency=2)
+    given = {"api_base": "http://127.0.0.1:9/v1", "api_key": "env:K", "max_concurrency": 2}
     policy = RetryPolicy(deadline_s=7)
     for name in ("openai:m", "anthropic:m", "openai-embed:m"):
-        spec = bound(get_spec(name), options=options, resolve=_resolve, retry=policy)
-        assert spec.options == options and spec.retry == policy and spec.resolve is _resolve  # type: ignore[attr-defined]
+        spec = bind(get_spec(name), given, _resolve, policy)
+        assert spec.options == EndpointOptions(**given) and spec.retry == policy  # type: ignore[attr-defined]
+        assert spec.resolve is _resolve  # type: ignore[attr-defined]
     tiny = get_spec("tiny")
-    assert bound(tiny, options=options, resolve=_resolve, retry=policy) is tiny
+    assert bind(tiny, {}, _resolve, policy) is tiny
+    with pytest.raises(ConfigError, match=r"model 'tiny' takes no model options \(api_base, api_key"):
+        bind(tiny, given, _resolve, policy)
+    with pytest.raises(ConfigError) as refused:
+        bind(get_spec("openai:m"), {"api_key": "sk-secret-typed-here"}, _resolve, policy)
+    said = str(refused.value)
+    assert "sk-secret" not in said and "api_key must name where the key is" in said
 
 
 def test_a_chunk_is_cut_to_the_providers_batch_limits() -> None:

@@ -23,6 +23,7 @@ from hf_builders import tiny_encoder
 from shardwise import ConfigError, Engine, UnknownModelError
 from shardwise.model import Model, ModelInfo, OutputColumn
 from shardwise.models import CATALOGUE, PluginSpec, TinySpec, get_spec, known_models
+from shardwise.pipeline.spec import ModelChoice
 from shardwise.pipeline.worker import WorkerCache
 from shardwise.precision import versioned
 
@@ -317,8 +318,8 @@ def test_the_worker_checks_any_models_outputs_against_its_description() -> None:
 
     cache = WorkerCache(lambda name: Inconsistent())  # type: ignore[arg-type, return-value]
     with pytest.raises(ConfigError, match=r"model 'small' loaded with outputs .* but its describe\(\) gave"):
-        cache.model("small", CPU)
-    assert WorkerCache(lambda name: SMALL).model("small", CPU)[0].version == GOOD.version
+        cache.model(ModelChoice("small"), CPU)
+    assert WorkerCache(lambda name: SMALL).model(ModelChoice("small"), CPU)[0].version == GOOD.version
 
 
 # --- installed plug-ins: the entry-point group shardwise.models --------------------------------

@@ -1,0 +1,66 @@
+"""A remote model's options on the command line: its own group of flags, refused for a local model, and
+never a key in a message (issue 37). The runs themselves are in tests/models/test_endpoint_generate.py."""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import ledger_runs, one_line
+
+from shardwise.flows.cli import _parser, main
+from shardwise.flows.cli_options import score_params
+
+
+def _spec(*options: str):  # -> RunSpec
+    args = _parser().parse_args(["run", "--source", "sqlite:///x.db", "--table", "docs", *options])
+    return score_params(args).to_spec()
+
+
+def test_the_flags_reach_the_model_choice_as_the_kind_s_options() -> None:
+    spec = _spec(
+        "--model", "openai:m", "--api-base", "http://127.0.0.1:8000/v1", "--api-key", "env:MY_KEY",
+        "--max-concurrency", "4", "--requests-per-minute", "600", "--endpoint-timeout", "30",
+    )  # fmt: skip
+    assert spec.model.name == "openai:m"
+    assert dict(spec.model.options) == {
+        "api_base": "http://127.0.0.1:8000/v1",
+        "api_key": "env:MY_KEY",
+        "max_concurrency": 4,
+        "requests_per_minute": 600,
+        "timeout": 30.0,
+    }
+    assert _spec("--model", "openai:m").model.options == ()  # the kind's defaults
+    assert _spec("--model", "tiny", "--max-concurrency", "16").model.options == ()  # a default is not given
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (
+            ["--model", "tiny", "--api-base", "http://127.0.0.1:9/v1", "--endpoint-timeout", "5"],
+            "--api-base and --endpoint-timeout would do nothing: they apply to remote models (openai:NAME, "
+            "anthropic:NAME, openai-embed:NAME), and model is 'tiny'",
+        ),
+        (
+            ["--model", "openai:m", "--api-key", "sk-live-abcdef123456"],
+            "api_key must name where the key is, env:NAME or secret:NAME; the value given is not shown",
+        ),
+        (
+            ["--model", "openai:m", "--api-base", "http://user:pw-123@127.0.0.1:9/v1"],
+            "api_base 'http://127.0.0.1:9/v1' carries credentials or a query",
+        ),
+        (
+            ["--model", "openai:m", "--api-key", "env:SHARDWISE_NO_SUCH_KEY_VARIABLE"],
+            "SHARDWISE_NO_SUCH_KEY_VARIABLE",
+        ),
+    ],
+)
+def test_a_bad_endpoint_option_is_one_line_before_anything_runs_and_shows_no_key(
+    docs: str, options: list[str], said: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["run", "--source", docs, "--table", "docs", *options])
+    err = one_line(capfd)
+    assert code == 2, err
+    assert said in err, err
+    for secret in ("sk-live", "abcdef123456", "pw-123"):
+        assert secret not in err, err
+    assert ledger_runs(docs) == 0
