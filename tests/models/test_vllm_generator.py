@@ -194,16 +194,16 @@ def test_shardwise_run_engine_vllm_writes_what_the_generator_gives_and_only_new_
         "--prompt", "Q: {text}", "--chat", "off", "--max-new-tokens", "8", "--shards", "2",
         "--engine", "vllm", *options, "--progress", "none",
     ]  # fmt: skip
-    built = engines_built()
     assert main(argv) == 0
+    built = engines_built()
     assert main([*argv, "--only-new"]) == 0
-    assert engines_built() == built, "the CLI's options are the module's: its engine served both runs"
     stored = execute(
         url, f"select source_key, generated_text, completion_tokens, {', '.join(LINEAGE)} from gen"
     )
-    dead = {k for (k,) in execute(url, "select distinct source_key from shardwise_errors")}
+    dead = {int(k) for (k,) in execute(url, "select distinct source_key from shardwise_errors")}
     settings = vllm_settings(prompt="Q: {text}", chat="off", max_new_tokens=8)
     direct = HFCausalSpec(lm, generation=settings).load(CPU).score_window([text for _, text in rows])
+    assert engines_built() == built, "the second run and this load found the first run's engine"
     good = {k: o for (k, _), o in zip(rows, direct, strict=True) if isinstance(o, Mapping)}
     assert {int(r[0]): (r[1], r[2]) for r in stored} == {
         k: (o["generated_text"], o["completion_tokens"]) for k, o in good.items()
