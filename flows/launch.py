@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -36,9 +37,10 @@ def preflight(params: ScoreParams) -> str | None:
     resolved = resolve_run(params)
     check_api(required=params.fanout.runner == "deployment")
     spec, remote = resolved.spec, resolved.fanout.remote
-    idle = check_run(spec, resolve, get_spec, local_workers=not remote, dry_run=params.run.dry_run)
-    hand_over(params, resolved)  # the flow run this process starts next takes it (see flows/resolved.py)
-    return idle
+    checked = check_run(spec, resolve, get_spec, local_workers=not remote, dry_run=params.run.dry_run)
+    # The flow run this process starts next takes it, the model's description with it (flows/resolved.py).
+    hand_over(params, dataclasses.replace(resolved, model=checked.model))
+    return checked.idle
 
 
 def check_api(*, required: bool = False) -> None:

@@ -1,12 +1,14 @@
 """A run's parameters resolved once: its :class:`~shardwise.pipeline.RunSpec`, its fan-out, and the checks
-that need neither the ledger nor the model (the ``--where`` policy, whether the workers can reach the data).
+that need neither the ledger nor the model (the ``--where`` policy, whether the workers can reach the data);
+after the command line's checks, the model's description too.
 
 The command line resolves the parameters before it starts the flow run (:func:`~flows.launch.preflight`)
 and hands them over: the flow, running in the same process, takes them instead of resolving again (an
-existing Dask or Ray cluster is then asked its size once, not twice). A flow run started elsewhere (the
-UI, a trigger, a deployment's worker) finds nothing handed over and resolves its parameters itself. A
-hand-over is taken once, and kept a few minutes at most: a later run with the same parameters (``shardwise
-serve`` runs the same form again hours later) resolves afresh, against the cluster as it is then.
+existing Dask or Ray cluster is then asked its size once, not twice, and the model is described once).
+A flow run started elsewhere (the UI, a trigger, a deployment's worker) finds nothing handed over and
+resolves its parameters itself. A hand-over is taken once, and kept a few minutes at most: a later run
+with the same parameters (``shardwise serve`` runs the same form again hours later) resolves afresh,
+against the cluster as it is then.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.where_policy import refuse_forbidden_where
+from shardwise.model import ModelInfo
 from shardwise.pipeline.spec import RunSpec
 from shardwise.tasks.connections import resolve
 from shardwise.tasks.runners import Fanout
@@ -35,6 +38,8 @@ class ResolvedRun:
 
     spec: RunSpec
     fanout: Fanout
+    model: ModelInfo | None = None
+    """The model's description, when the checks before the run made it (planning then uses it)."""
     at: float = field(default_factory=time.monotonic, compare=False)
 
 

@@ -67,7 +67,9 @@ def _score(params: ScoreParams) -> State:
     run_id = str(flow_run.id or uuid.uuid4())
     parameters = redact_mapping(params.model_dump())
     planning = plan_run.with_options(**task_retries(spec.run.retry))
-    planned = planning(spec, run_id, started_by(params), parameters, fanout.workers, fanout.threads)
+    planned = planning(
+        spec, run_id, started_by(params), parameters, fanout.workers, fanout.threads, resolved.model
+    )
     hold(planned)  # a signal to the command releases the run's lease and names it (flows/interrupts.py)
     try:
         if planned.took_over is not None:  # a resume: the run's lease is ours now

@@ -41,19 +41,29 @@ from shardwise.sources import Source
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 
-__all__ = ["check_run"]
+__all__ = ["CheckedRun", "check_run"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckedRun:
+    """What the checks found out on the way: the model's description, and why the run would have nothing
+    to do when that is known already (a redrive whose dead letters did not change), else None."""
+
+    model: ModelInfo
+    idle: str | None = None
 
 
 def check_run(
     spec: RunSpec, resolve: Resolver, catalogue: Catalogue, *, local_workers: bool, dry_run: bool = False
-) -> str | None:
-    """Raise the :mod:`shardwise.errors` error a run of ``spec`` would meet first, if any.
+) -> CheckedRun:
+    """Raise the :mod:`shardwise.errors` error a run of ``spec`` would meet first, if any; else say what the
+    checks found (the model described, so that planning need not describe it again).
 
     ``local_workers`` says whether the shards will run on this host, so that
     this host's devices are the workers' (not so for a remote cluster): then
     an explicit precision the device cannot run is refused here, fp16 on a
     CPU included (see :func:`~shardwise.precision.resolve_precision`).
-    Returns why the run would have nothing to do, when that is known now: a
+    Says why the run would have nothing to do, when that is known now: a
     redrive whose dead letters did not change. ``dry_run``: the run only
     plans, so its ledger needs to be readable, not writable.
     """
@@ -88,7 +98,7 @@ def check_run(
         source.close()
     if local_workers:
         resolve_precision(spec.run.precision, resolve_device(spec.run.device), model.outputs)
-    return idle
+    return CheckedRun(model, idle)
 
 
 def _check_source_options(spec: RunSpec, kind: str, runs_queries: bool) -> None:

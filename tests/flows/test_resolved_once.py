@@ -39,14 +39,28 @@ def _params(url: str) -> ScoreParams:
     )
 
 
-def test_the_flow_run_after_a_preflight_reuses_what_it_resolved(sqlite_url: str, fanouts: list[str]) -> None:
+def test_the_flow_run_after_a_preflight_reuses_what_it_resolved(
+    sqlite_url: str, fanouts: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shardwise.models import get_spec
+
+    described: list[str] = []
+    kind = type(get_spec("tiny"))
+    real = kind.describe
+
+    def counted(self: Any) -> Any:
+        described.append(self.name)
+        return real(self)
+
+    monkeypatch.setattr(kind, "describe", counted)
     make_docs(sqlite_url, 40)
     params = _params(sqlite_url)
     assert preflight(params) is None
-    assert fanouts == ["thread"]
+    assert fanouts == ["thread"] and described == ["tiny"]
     state = score(params, return_state=True)
     assert state.is_completed() and state.result().totals.rows_out == 40
     assert fanouts == ["thread"], "the flow took the preflight's resolution"
+    assert described == ["tiny"], "the model was described once: planning and the shards took that"
     assert score(params, return_state=True).is_completed()  # a hand-over is taken once
     assert fanouts == ["thread", "thread"], "a second run with the same parameters resolves afresh"
 

@@ -180,6 +180,6 @@ def test_what_a_model_can_take_still_runs(media: str, dirs: dict[str, Path], pip
         (clip, {"text_column": "title"}),
         (clip, {"image_column": "img"}),
     ]:
-        assert check_run(_spec(media, model, **fields), as_is, get_spec, local_workers=True) is None
+        assert check_run(_spec(media, model, **fields), as_is, get_spec, local_workers=True).idle is None
     _, counts = pipeline.run(_spec(media, "tiny", text_column="note", precision="fp32"), "notes")  # type: ignore[attr-defined]
     assert (counts.rows_out, counts.rows_failed) == (6, 0)
