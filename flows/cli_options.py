@@ -17,8 +17,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic_core import PydanticUndefined
 
 __all__ = [
-    "FANOUT_OPTIONS",
     "ENDPOINT_OPTIONS",
+    "FANOUT_OPTIONS",
     "MODEL_OPTIONS",
     "RESULTS_OPTIONS",
     "RUN_OPTIONS",
