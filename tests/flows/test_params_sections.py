@@ -47,3 +47,22 @@ def test_a_rule_within_a_section_and_one_across_keep_their_messages() -> None:
         ScoreParams.model_validate({"source": {"location": "s"}, "fanout": {"deployment": "x/y"}})
     with pytest.raises(ValidationError, match="--image-root '/a' would do nothing"):
         ScoreParams.model_validate({"source": {"location": "s", "image_roots": ["/a"]}})
+
+
+def test_the_form_s_generation_section_names_every_generation_setting_and_no_other() -> None:
+    """The form's section is the settings with "not given" (None) for each, in the command line's
+    spellings: ``unconstrained`` for ``constrained`` turned off, ``engine_options`` as NAME=VALUE."""
+    from dataclasses import fields
+
+    from shardwise.flows.params import GenerationParams
+    from shardwise.model.generation import SETTINGS, GenerationSettings
+
+    settings = {f.name for f in fields(GenerationSettings)} - {"constrained"} | {"unconstrained"}
+    assert set(GenerationParams.model_fields) == settings == set(SETTINGS)
+    given = GenerationParams(
+        temperature=0.5, seed=3, unconstrained=False, engine_options=["a=1"], engine="vllm"
+    )
+    assert given.settings() == GenerationSettings(
+        temperature=0.5, seed=3, engine="vllm", engine_options={"a": "1"}
+    )
+    assert GenerationParams().settings() is None
