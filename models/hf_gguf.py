@@ -94,8 +94,6 @@ class GGUFMetadata:
     """The chat template's text, when the file has one."""
     specials: tuple[tuple[str, str], ...] = ()
     """The BOS and EOS tokens' texts by name (``bos_token``, ``eos_token``), for the chat template."""
-    add_bos: bool | None = None
-    """Whether the file's tokenizer puts a BOS before a plain text (``tokenizer.ggml.add_bos_token``)."""
 
 
 def read_metadata(path: Path) -> GGUFMetadata:
@@ -130,9 +128,6 @@ def _read(path: Path, size: int, mtime_ns: int) -> GGUFMetadata:
         bool(value("tokenizer.chat_template")),
         template if isinstance(template := value("tokenizer.chat_template"), str) else None,
         _specials(fields),
-        None
-        if value("tokenizer.ggml.add_bos_token") is None
-        else bool(value("tokenizer.ggml.add_bos_token")),
     )
 
 

