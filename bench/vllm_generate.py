@@ -113,8 +113,11 @@ def held_out(corpus: Path, rows: int, max_chars: int) -> list[str]:
     return [t[:max_chars] for t in texts[-rows:]]
 
 
-def run_engine(model: Any, texts: Sequence[str], config: EngineConfig) -> tuple[list[str], int, float]:
-    """Shardwise's Engine over ``texts``: each row's text, the completion tokens and the seconds."""
+def run_engine(
+    model: Any, texts: Sequence[str], config: EngineConfig
+) -> tuple[list[str], int, float, list[dict[str, Any]]]:
+    """Shardwise's Engine over ``texts``: each row's text, the completion tokens, the seconds and each
+    row's outputs."""
     started = time.perf_counter()
     results = list(Engine(model, config).run(enumerate(texts)))
     seconds = time.perf_counter() - started
@@ -126,6 +129,7 @@ def run_engine(model: Any, texts: Sequence[str], config: EngineConfig) -> tuple[
         [str(v["generated_text"]) for v in values],
         sum(int(v["completion_tokens"]) for v in values),
         seconds,
+        [dict(v) for v in values],
     )
 
 
@@ -136,11 +140,9 @@ def run_shardwise_vllm(
     from shardwise.models.vllm_engine.engines import engine_for
 
     engine_for(model.engine_key, model.options).llm.reset_prefix_cache()
-    before = model.counters()
-    texts_out, tokens, seconds = run_engine(model, texts, config)
-    after = model.counters()
-    prompt = after["prefix_cache_prompt_tokens"] - before["prefix_cache_prompt_tokens"]
-    hits = after["prefix_cache_hit_tokens"] - before["prefix_cache_hit_tokens"]
+    texts_out, tokens, seconds, values = run_engine(model, texts, config)
+    prompt = sum(int(v["prompt_tokens"]) for v in values)
+    hits = sum(int(v["cached_tokens"]) for v in values)  # each row's, as the run's counts sum them
     return texts_out, tokens, seconds, hits / prompt if prompt else None
 
 
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
     hf_model = HFCausalSpec(folder, generation=GenerationSettings(**common)).load(cpu)
     hf_config = EngineConfig(precision="fp32")
     run_engine(hf_model, texts[:4], hf_config)  # warm-up
-    hf_texts, hf_tokens, hf_seconds = run_engine(hf_model, texts, hf_config)
+    hf_texts, hf_tokens, hf_seconds, _ = run_engine(hf_model, texts, hf_config)
     del hf_model
     print(
         f"{len(texts)} rows of {args.corpus}, model {folder}, float32, greedy, "

@@ -128,7 +128,8 @@ class LocalCausalSpec:
     def describe(self) -> ModelInfo:
         """Read from the model's files and a hash of them and the settings; no weights are loaded."""
         context = self.context()  # first: it says what is wrong with the files, before hashing them
-        return ModelInfo(self.name, self._version(), causal_outputs(self.generation), context, inputs=TEXT)
+        outputs, itself = causal_outputs(self.generation), self.generation.engine == "vllm"
+        return ModelInfo(self.name, self._version(), outputs, context, inputs=TEXT, batches_itself=itself)
 
     def load(self, device: torch.device) -> HFGenerator | VllmGenerator:
         """The generator on ``device``: Shardwise's own loop (engine ``hf``), or vLLM's (``vllm``)."""

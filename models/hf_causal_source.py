@@ -21,7 +21,16 @@ from shardwise.model.generation import GenerationSettings
 from shardwise.models.hf_grammar import require_xgrammar
 from shardwise.models.vllm_engine.options import VllmOptions, require_vllm, version_token
 
-__all__ = ["OUTPUTS", "PARSED", "CausalSource", "causal_outputs", "causal_version", "chat_on", "check_room"]
+__all__ = [
+    "CACHED",
+    "OUTPUTS",
+    "PARSED",
+    "CausalSource",
+    "causal_outputs",
+    "causal_version",
+    "chat_on",
+    "check_room",
+]
 
 OUTPUTS = (
     OutputColumn("generated_text", "text"),
@@ -30,12 +39,17 @@ OUTPUTS = (
     OutputColumn("completion_tokens", "int", count=True),
 )
 PARSED = OutputColumn("parsed", "json")
+CACHED = OutputColumn("cached_tokens", "int", count=True)
+"""The engine ``vllm``'s too: the row's prompt tokens its prefix cache served (a remote model reports the
+same from its usage); summed, their share of the prompt tokens is the run's prefix cache hit rate."""
 """With a JSON Schema, the completion's JSON value."""
 
 
 def causal_outputs(settings: GenerationSettings) -> tuple[OutputColumn, ...]:
-    """A generator's result columns: ``parsed`` too when its settings give a JSON Schema."""
-    return OUTPUTS if settings.json_schema is None else (*OUTPUTS, PARSED)
+    """A generator's result columns: ``cached_tokens`` too on the vLLM engine, ``parsed`` too when its
+    settings give a JSON Schema."""
+    engine = (CACHED,) if settings.engine == "vllm" else ()
+    return (*OUTPUTS, *engine) if settings.json_schema is None else (*OUTPUTS, *engine, PARSED)
 
 
 def chat_on(settings: GenerationSettings, has_template: bool, where: str) -> bool:

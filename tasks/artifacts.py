@@ -11,7 +11,7 @@ from typing import Any
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from shardwise.model.counts import in_words
+from shardwise.model.counts import in_words, share
 from shardwise.pipeline import ShardOutcome
 from shardwise.pipeline.run_result import LeaseHeld, PrecisionUsed, RunResult
 from shardwise.pipeline.skipped import Skipped
@@ -135,7 +135,10 @@ def _scored_rows(result: RunResult) -> list[str]:
 def _count_rows(counts: Mapping[str, int]) -> list[str]:
     """The run's count outputs (a generator's tokens), summed over the whole run: every committed chunk,
     resumed or not. None for a model that declares no counts (an encoder)."""
-    return [f"| {text(in_words(name).capitalize())}, whole run | {counts[name]} |" for name in sorted(counts)]
+    return [
+        f"| {text(in_words(name).capitalize())}, whole run | {counts[name]}{share(counts, name)} |"
+        for name in sorted(counts)
+    ]
 
 
 def _skipped_row(skipped: Skipped, scope: str = "") -> str:

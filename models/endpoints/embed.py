@@ -111,7 +111,9 @@ class EmbeddingSpec:
 
     def describe(self) -> ModelInfo:
         outputs = (OutputColumn("embedding", "vector", self.width()),)
-        return ModelInfo(self.name, self._version(), outputs, ENDPOINT_MAX_LENGTH, inputs=TEXT)
+        return ModelInfo(
+            self.name, self._version(), outputs, ENDPOINT_MAX_LENGTH, inputs=TEXT, batches_itself=True
+        )
 
     def width(self) -> int:
         """The vectors' width: ``dimensions``, else asked of the server once per process."""

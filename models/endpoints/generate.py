@@ -124,7 +124,9 @@ class EndpointSpec:
 
     def describe(self) -> ModelInfo:
         outputs = OUTPUTS if self.generation.json_schema is None else (*OUTPUTS, PARSED)
-        return ModelInfo(self.name, self._version(), outputs, ENDPOINT_MAX_LENGTH, inputs=TEXT)
+        return ModelInfo(
+            self.name, self._version(), outputs, ENDPOINT_MAX_LENGTH, inputs=TEXT, batches_itself=True
+        )
 
     def check_prompts(self) -> None:
         """Nothing to render ahead: the prompt is a plain template, checked with the settings."""

@@ -14,7 +14,7 @@ The ``vllm`` package is imported only when an engine is built: a GPU machine ins
 from __future__ import annotations
 
 from shardwise.models.vllm_engine.engines import engines_built
-from shardwise.models.vllm_engine.generator import PrefixCache, VllmGenerator
+from shardwise.models.vllm_engine.generator import VllmGenerator
 from shardwise.models.vllm_engine.options import INSTALL, VllmOptions, require_vllm
 
-__all__ = ["INSTALL", "PrefixCache", "VllmGenerator", "VllmOptions", "engines_built", "require_vllm"]
+__all__ = ["INSTALL", "VllmGenerator", "VllmOptions", "engines_built", "require_vllm"]

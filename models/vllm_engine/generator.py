@@ -21,9 +21,7 @@ and NUL characters removed), ``finish_reason`` (``stop`` or ``length``), ``promp
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,27 +36,7 @@ if TYPE_CHECKING:
     from shardwise.model import OutputColumn
     from shardwise.models.hf_causal_source import CausalSource
 
-__all__ = ["PrefixCache", "VllmGenerator"]
-
-
-@dataclass
-class PrefixCache:
-    """Prompt tokens a generator gave vLLM, and how many of them vLLM's prefix cache served
-    (``RequestOutput.num_cached_tokens``), over every window so far."""
-
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, prompt_tokens: int, cached_tokens: int) -> None:
-        with self._lock:
-            self.prompt_tokens += prompt_tokens
-            self.cached_tokens += cached_tokens
-
-    @property
-    def hit_rate(self) -> float | None:
-        """The share of prompt tokens served from the cache; None before any prompt."""
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
+__all__ = ["VllmGenerator"]
 
 
 class VllmGenerator:
@@ -82,18 +60,9 @@ class VllmGenerator:
         self.prompts = PromptRenderer(self.name, self.settings, spec.chat(), self._tokenizer, self.max_length)
         self._eos = _eos_ids(folder, pretrained, self._tokenizer)
         self._schema = self.settings.schema()
-        self.prefix_cache = PrefixCache()
         model, tokenizer = model_paths(folder, pretrained)
         self._key = EngineKey(model, tokenizer, self.options.engine_key(), str(device))
         engine_for(self._key, self.options)
-
-    def counters(self) -> dict[str, int]:
-        """Running totals of what vLLM reported for this generator's rows: prompt tokens given, and those
-        its prefix cache served. A caller takes their change over a window (their ratio is the hit rate)."""
-        return {
-            "prefix_cache_prompt_tokens": self.prefix_cache.prompt_tokens,
-            "prefix_cache_hit_tokens": self.prefix_cache.cached_tokens,
-        }
 
     @property
     def engine_key(self) -> EngineKey:
@@ -160,7 +129,6 @@ class VllmGenerator:
         return self._tokenizer.decode(ids, skip_special_tokens=True).replace("\x00", ""), len(ids), reason
 
     def _outcome(self, output: Any, prompt_tokens: int) -> Mapping[str, Any] | InputError:
-        self.prefix_cache.add(prompt_tokens, int(output.num_cached_tokens or 0))
         text, tokens, reason = self.completion(output)
         if reason not in ("stop", "length"):
             return InputError(f"vLLM ended the row's generation with finish reason {reason!r}")
@@ -169,6 +137,7 @@ class VllmGenerator:
             "finish_reason": reason,
             "prompt_tokens": prompt_tokens,
             "completion_tokens": tokens,
+            "cached_tokens": int(output.num_cached_tokens or 0),  # served by the prefix cache
         }
         if self._schema is not None:
             try:

@@ -228,6 +228,10 @@ class ModelInfo:
     space). A run whose source gives anything else is refused before it starts, in one line (see
     :mod:`shardwise.pipeline.model_inputs`). None: not declared (a plug-in written before this
     field), so no run is refused for its inputs, and rows it cannot take become dead letters."""
+    batches_itself: bool = False
+    """Whether the loaded model batches by itself (:class:`SelfBatching`: an engine such as vLLM, or a
+    remote endpoint). It computes in its own precision, which its settings say (vLLM's ``dtype``), so a
+    run's precision does not apply: ``auto`` is float32, Shardwise's cast, and nothing else is taken."""
 
     def __post_init__(self) -> None:
         if self.inputs is None:

@@ -36,6 +36,7 @@ __all__ = [
     "in_words",
     "said",
     "said_per_s",
+    "share",
 ]
 
 Counts = dict[str, int]
@@ -73,8 +74,18 @@ def added(*parts: Mapping[str, int] | None) -> Counts:
 
 
 def said(counts: Mapping[str, int]) -> list[str]:
-    """``["144 completion tokens", "360 prompt tokens"]``: each count with its column's name in words."""
-    return [f"{counts[name]:,} {in_words(name)}" for name in sorted(counts)]
+    """``["144 completion tokens", "360 prompt tokens"]``: each count with its column's name in words;
+    cached tokens with their share of the prompt tokens, the prefix cache's hit rate
+    (``"252 cached tokens (70.0% of prompt tokens)"``)."""
+    return [f"{counts[name]:,} {in_words(name)}{share(counts, name)}" for name in sorted(counts)]
+
+
+def share(counts: Mapping[str, int], name: str) -> str:
+    """`` (70.0% of prompt tokens)`` for ``cached_tokens`` when prompt tokens are counted: the prefix cache's
+    hit rate (vLLM's, or a remote model's cached prompt tokens); else ``""``."""
+    if name != "cached_tokens" or not counts.get("prompt_tokens"):
+        return ""
+    return f" ({counts[name] / counts['prompt_tokens']:.1%} of prompt tokens)"
 
 
 def said_per_s(rates: Mapping[str, float]) -> list[str]:

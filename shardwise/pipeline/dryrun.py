@@ -95,7 +95,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
         spec_of.check_prompts()  # as a run does, before the preview renders prompts of its own
     model = spec_of.load(torch.device("cpu"))
     info = spec_of.describe()
-    precision, _ = hardware_precision(spec, info.outputs)
+    precision, _ = hardware_precision(spec, info)
     version = versioned(info.version, precision)
     results_url = resolve(spec.results.location)
     check_destination(spec, results_url)

@@ -13,14 +13,13 @@ thread runner find it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from shardwise.batch.device import resolve_device
 from shardwise.errors import ConfigError
-from shardwise.model import OutputColumn
+from shardwise.model import ModelInfo
 from shardwise.pipeline.spec import RunSpec
 from shardwise.pipeline.worker import WorkerCache
 from shardwise.precision import Precision, has_labels, resolve_precision
@@ -45,9 +44,10 @@ class PrecisionChoice:
     """The agreement was read from the calibration cache, not measured by this run."""
 
 
-def hardware_precision(spec: RunSpec, outputs: Sequence[OutputColumn]) -> tuple[Precision, torch.device]:
-    """The precision ``spec`` asks for on the device its policy gives here, for a model with ``outputs``,
-    before any guard (label outputs keep ``auto`` in float32).
+def hardware_precision(spec: RunSpec, model: ModelInfo) -> tuple[Precision, torch.device]:
+    """The precision ``spec`` asks for on the device its policy gives here, for ``model``, before any
+    guard (label outputs keep ``auto`` in float32; a model that batches by itself computes in its own
+    precision, so ``auto`` is float32 and a reduced one is refused).
 
     Also returns the device the guard measures on. A ``cuda`` policy seen
     from a host without CUDA (a CPU-only process planning for GPU workers)
@@ -55,6 +55,15 @@ def hardware_precision(spec: RunSpec, outputs: Sequence[OutputColumn]) -> tuple[
     and is measured on the CPU: the guard checks the model's tolerance of the
     format, which is the same on either device.
     """
+    outputs = model.outputs
+    if model.batches_itself:
+        if spec.run.precision not in ("auto", "fp32"):
+            raise ConfigError(
+                f"precision {spec.run.precision} is Shardwise's cast of a model it batches, and model "
+                f"{model.name!r} computes in its own precision (vLLM's: --engine-option dtype=bfloat16; an "
+                "endpoint's: the server's); drop --precision"
+            )
+        outputs = ()  # no cast to choose: fp32 below
     try:
         device = resolve_device(spec.run.device)
     except ConfigError:
@@ -64,10 +73,12 @@ def hardware_precision(spec: RunSpec, outputs: Sequence[OutputColumn]) -> tuple[
         if requested == "int8":  # refused here, not by each GPU worker after the run is recorded
             resolve_precision(requested, torch.device("cuda"))
         if requested == "auto":
-            requested = "fp32" if has_labels(outputs) else "bf16"
+            requested = "fp32" if has_labels(outputs) or model.batches_itself else "bf16"
         return requested, torch.device("cpu")  # type: ignore[return-value]
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())  # the key a leased shard uses
+    if model.batches_itself:
+        return "fp32", device
     return resolve_precision(spec.run.precision, device, outputs), device
 
 
@@ -77,7 +88,7 @@ def warm(spec: RunSpec, cache: WorkerCache) -> None:
     Whoever starts a run in this process can call it on a thread while the
     orchestrator starts up; planning and the shards then find both in ``cache``.
     """
-    precision, device = hardware_precision(spec, cache.info(spec.model).outputs)
+    precision, device = hardware_precision(spec, cache.info(spec.model))
     model, _ = cache.model(spec.model, device, spec.run.retry)
     if precision != "fp32":
         cache.agreement(model, precision, pairs=spec.source.text_pair_column is not None)
@@ -85,7 +96,7 @@ def warm(spec: RunSpec, cache: WorkerCache) -> None:
 
 def choose_precision(spec: RunSpec, cache: WorkerCache) -> PrecisionChoice:
     """The precision a new run of ``spec`` records: the hardware's choice, checked by the accuracy guard."""
-    precision, device = hardware_precision(spec, cache.info(spec.model).outputs)
+    precision, device = hardware_precision(spec, cache.info(spec.model))
     if precision == "fp32":
         return PrecisionChoice("fp32")
     model, _ = cache.model(spec.model, device, spec.run.retry)

@@ -11,7 +11,7 @@ from shardwise import Engine, EngineConfig
 from shardwise import precision as precision_mod
 from shardwise.corpus import harvest_docstrings
 from shardwise.errors import ConfigError
-from shardwise.model import OutputColumn
+from shardwise.model import ModelInfo, OutputColumn
 from shardwise.precision import check_precision, resolve_precision, versioned
 from shardwise.precision.guard import INT8_MIN_AGREEMENT, agreement, minimum_agreement, shown
 
@@ -107,7 +107,19 @@ def test_int8_for_gpu_workers_is_refused_by_a_cpu_only_planner() -> None:
         precision="int8",
     )
     with pytest.raises(ConfigError, match="precision int8 runs on CPUs only"):
-        hardware_precision(spec, ())
+        hardware_precision(spec, ModelInfo("tiny", "v", (), 8))
+
+
+def test_a_model_that_batches_itself_runs_in_its_own_precision() -> None:
+    """vLLM's dtype or an endpoint's server decides: auto is fp32 (no cast, no guard), a cast is refused."""
+    from shardwise.pipeline.run_precision import hardware_precision
+
+    engine = ModelInfo("hf:/m", "v", (OutputColumn("generated_text", "text"),), 512, batches_itself=True)
+    base = {"source": "x.db", "results": "x.db", "results_table": "r", "table": "docs", "model": "m"}
+    for device in ("cpu", "cuda"):
+        assert hardware_precision(flat_spec(**base, device=device), engine)[0] == "fp32"
+    with pytest.raises(ConfigError, match=r"precision bf16 is Shardwise's cast .* drop --precision"):
+        hardware_precision(flat_spec(**base, precision="bf16"), engine)
 
 
 def test_the_guard_minimum_defaults_by_precision_and_messages_round_down() -> None:

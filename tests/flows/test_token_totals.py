@@ -211,3 +211,25 @@ def test_totals_stay_the_tables_sums_across_a_retried_shard_and_a_resume(
         "the whole run"
     )
     assert resumed.totals.counts["prompt_tokens"] > first.totals.counts["prompt_tokens"]
+
+
+def test_cached_tokens_are_said_with_their_share_of_the_prompt_tokens() -> None:
+    """vLLM's prefix cache and a remote model's cached prompt tokens: their share is the hit rate."""
+    from shardwise.model.counts import said
+
+    assert said({"prompt_tokens": 400, "cached_tokens": 280, "completion_tokens": 96}) == [
+        "280 cached tokens (70.0% of prompt tokens)",
+        "96 completion tokens",
+        "400 prompt tokens",
+    ]
+    assert said({"cached_tokens": 0}) == ["0 cached tokens"]  # no prompt tokens counted: no share
+
+
+def test_the_artifact_gives_cached_tokens_their_share_too() -> None:
+    from shardwise.tasks.artifacts import _count_rows
+
+    rows = _count_rows({"prompt_tokens": 400, "cached_tokens": 280})
+    assert rows == [
+        "| Cached tokens, whole run | 280 (70.0% of prompt tokens) |",
+        "| Prompt tokens, whole run | 400 |",
+    ]
