@@ -22,7 +22,7 @@ import torch
 
 from shardwise.errors import InputError
 from shardwise.model.generation import GenerationSettings, placeholders
-from shardwise.model.text import Inputs, coerce_text
+from shardwise.model.text import prompt_fields
 
 __all__ = ["Prompt", "PromptBatch", "PromptRenderer", "chat_messages", "load_tokenizer", "row_seed"]
 
@@ -131,15 +131,8 @@ class PromptRenderer:
         self._fields = placeholders(settings.prompt)
 
     def fields(self, value: object) -> dict[str, str]:
-        """The prompt's placeholders filled from a row: by column name from :class:`Inputs`, or all with
-        a single text. A null, empty or non-text value is a dead letter naming its column."""
-        if not isinstance(value, Inputs):
-            return dict.fromkeys(self._fields, coerce_text(value))
-        given = value.by_name()
-        missing = [name for name in self._fields if name not in given]
-        if missing:
-            raise InputError(f"the row has no column {', '.join(missing)} for the prompt's placeholders")
-        return {name: coerce_text(given[name], f"column {name!r}") for name in self._fields}
+        """The prompt's placeholders filled from a row (see :func:`~shardwise.model.text.prompt_fields`)."""
+        return prompt_fields(self._fields, value)
 
     def render(self, value: object) -> str:
         """The prompt for a row, as a string (the chat template applied when on)."""

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import TEXT, ModelInfo, OutputColumn
 from shardwise.model.generation import GenerationSettings, placeholders
-from shardwise.model.text import Inputs, coerce_text
+from shardwise.model.text import prompt_fields
 from shardwise.models.endpoints.calls import Caller, budgets
 from shardwise.models.endpoints.options import EndpointOptions, Provider, check_provider
 from shardwise.models.endpoints.wire import Reply, Wire, make_client
@@ -208,15 +208,8 @@ class EndpointGenerator:
         )
 
     def fields(self, value: object) -> dict[str, str]:
-        """The prompt's placeholders filled from a row: by column name from :class:`Inputs`, or all with
-        a single text. A null, empty or non-text value is a dead letter naming its column."""
-        if not isinstance(value, Inputs):
-            return dict.fromkeys(self._fields, coerce_text(value))
-        given = value.by_name()
-        missing = [name for name in self._fields if name not in given]
-        if missing:
-            raise InputError(f"the row has no column {', '.join(missing)} for the prompt's placeholders")
-        return {name: coerce_text(given[name], f"column {name!r}") for name in self._fields}
+        """The prompt's placeholders filled from a row (see :func:`~shardwise.model.text.prompt_fields`)."""
+        return prompt_fields(self._fields, value)
 
     def render(self, value: object) -> str:
         """A row's prompt body: the template filled from its columns."""

@@ -20,6 +20,7 @@ __all__ = [
     "coerce_input",
     "coerce_text",
     "preview",
+    "prompt_fields",
     "row_value",
 ]
 
@@ -99,6 +100,19 @@ def coerce_input(value: object) -> TextInput:
             )
         return coerce_text(value[0]), coerce_text(value[1], "text pair")
     return coerce_text(value)
+
+
+def prompt_fields(names: Sequence[str], value: object) -> dict[str, str]:
+    """A prompt template's placeholders ``names`` filled from a row: by column name from :class:`Inputs`,
+    or all with a single text. A null, empty or non-text value is a dead letter naming its column; so is a
+    placeholder the row has no column for. Every generator (local or remote) fills its prompts so."""
+    if not isinstance(value, Inputs):
+        return dict.fromkeys(names, coerce_text(value))
+    given = value.by_name()
+    missing = [name for name in names if name not in given]
+    if missing:
+        raise InputError(f"the row has no column {', '.join(missing)} for the prompt's placeholders")
+    return {name: coerce_text(given[name], f"column {name!r}") for name in names}
 
 
 def coerce_text(value: object, what: str = "text") -> str:
