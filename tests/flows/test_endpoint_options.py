@@ -64,3 +64,21 @@ def test_a_bad_endpoint_option_is_one_line_before_anything_runs_and_shows_no_key
     for secret in ("sk-live", "abcdef123456", "pw-123"):
         assert secret not in err, err
     assert ledger_runs(docs) == 0
+
+
+def test_a_base_url_with_nothing_listening_exits_3_in_one_line_before_any_flow_run(
+    docs: str, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("SHARDWISE_TEST_UNREACHABLE_KEY", "sk-not-shown-123")
+    argv = ["run", "--source", docs, "--table", "docs", "--model", "openai:m", "--api-base",
+            f"http://127.0.0.1:{port}/v1", "--api-key", "env:SHARDWISE_TEST_UNREACHABLE_KEY"]  # fmt: skip
+    code = main(argv)
+    err = one_line(capfd)
+    assert code == 3, err
+    assert f"127.0.0.1:{port}" in err and "sk-not-shown" not in err, err
+    assert ledger_runs(docs) == 0
