@@ -288,7 +288,8 @@ class RunSpec:
             if isinstance(value, Mapping):  # a spec read back from JSON
                 object.__setattr__(self, name, _section(kind, value))
             elif not isinstance(value, kind):
-                raise ConfigError(f"{name} must be a {kind.__name__}; got {value!r}")
+                # the type only: a URL given where a section belongs may hold a password
+                raise ConfigError(f"{name} must be a {kind.__name__}; got a {type(value).__name__}")
         self._check_prompt()
 
     def input_columns(self) -> dict[str, str]:

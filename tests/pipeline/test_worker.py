@@ -172,3 +172,12 @@ def test_warming_loads_the_model_the_run_then_uses(sqlite_url: str, pipeline) ->
     assert all(
         s.engine["first_batch_at"] <= s.engine["last_batch_at"] for s in Ledger(sqlite_url).shards("warmed")
     )
+
+
+def test_a_url_given_where_a_section_belongs_is_refused_unshown() -> None:
+    from shardwise.errors import ConfigError
+    from shardwise.pipeline import ResultsSpec, RunSpec
+
+    with pytest.raises(ConfigError) as refused:
+        RunSpec("postgresql+psycopg://app:pa55word@db/prod", ResultsSpec("x.db", "r"))  # type: ignore[arg-type]
+    assert str(refused.value) == "source must be a SourceSpec; got a str"
