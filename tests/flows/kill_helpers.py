@@ -20,11 +20,14 @@ def cli(*argv: str) -> list[str]:
     return [sys.executable, "-m", "shardwise.flows.cli", *argv]
 
 
-def kill_once_scoring(argv: list[str], *, workers: str = "", rows: int = 1) -> dict[psutil.Process, str]:
+def kill_once_scoring(
+    argv: list[str], *, workers: str | tuple[str, ...] = "", rows: int = 1
+) -> dict[psutil.Process, str]:
     """Start the command (with ``--progress lines``), SIGKILL it once its progress shows ``rows`` scored.
 
     Returns every descendant it had then, with its command line; among them at
-    least one whose command line contains ``workers`` (a worker process).
+    least one whose command line contains ``workers`` (a worker process), or one of them: a process may
+    retitle itself (Dask's workers do, as ``dask worker [...]``, once ``setproctitle`` is installed).
     """
     proc = subprocess.Popen(
         [*argv, "--progress", "lines", "--progress-every", "0.2"], stderr=subprocess.PIPE, text=True
@@ -41,7 +44,8 @@ def kill_once_scoring(argv: list[str], *, workers: str = "", rows: int = 1) -> d
             break
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed:\n" + "".join(lines[-20:])
-    assert any(workers in name for name in found.values()), sorted(found.values())
+    marks = (workers,) if isinstance(workers, str) else workers
+    assert any(mark in name for name in found.values() for mark in marks), sorted(found.values())
     return found
 
 

@@ -19,7 +19,7 @@ WITHIN_S = 5.0
 """How long the processes of a killed run may take to end (the watcher polls twice a second)."""
 
 
-def _killed(sqlite_url: str, runner: str, workers: str) -> list[str]:
+def _killed(sqlite_url: str, runner: str, workers: str | tuple[str, ...]) -> list[str]:
     make_docs(sqlite_url, ROWS, bad=False)
     argv = cli(
         "run", "--source", sqlite_url, "--table", "docs", "--model", "tiny", "--shards", "2",
@@ -33,7 +33,7 @@ def test_a_killed_process_runner_run_leaves_no_worker(sqlite_url: str) -> None:
 
 
 def test_a_killed_dask_runner_run_leaves_no_worker(sqlite_url: str, dask_extra: None) -> None:
-    assert _killed(sqlite_url, "dask", workers="multiprocessing.spawn") == []
+    assert _killed(sqlite_url, "dask", workers=("multiprocessing.spawn", "dask worker")) == []
 
 
 def test_a_killed_ray_runner_run_leaves_no_ray_process(sqlite_url: str, ray_extra: None) -> None:

@@ -147,7 +147,8 @@ def _prefect_database(home: Path) -> str:
 
 def _is_worker(samples: list[tuple[float, str]]) -> bool:
     return any(
-        "spawn_main" in text or "multiprocessing" in text or "distributed" in text for _, text in samples
+        "spawn_main" in text or "multiprocessing" in text or "distributed" in text or "dask worker" in text
+        for _, text in samples  # Dask's workers retitle themselves "dask worker [...]" with setproctitle
     )
 
 
