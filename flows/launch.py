@@ -38,8 +38,8 @@ def preflight(params: ScoreParams) -> str | None:
     check_api(required=params.fanout.runner == "deployment")
     spec, remote = resolved.spec, resolved.fanout.remote
     checked = check_run(spec, resolve, get_spec, local_workers=not remote, dry_run=params.run.dry_run)
-    # The flow run this process starts next takes it, the model's description with it (flows/resolved.py).
-    hand_over(params, dataclasses.replace(resolved, model=checked.model))
+    if checked.idle is None:  # a flow run follows: it takes them, the model's description with them
+        hand_over(params, dataclasses.replace(resolved, model=checked.model))  # (see flows/resolved.py)
     return checked.idle
 
 

@@ -74,7 +74,7 @@ def test_a_hand_over_is_for_its_own_parameters_and_goes_stale(sqlite_url: str, f
     stale = ResolvedRun(resolved.spec, resolved.fanout, at=time.monotonic() - KEEP_S - 1)
     hand_over(params, stale)
     assert take_resolved(params) is not stale
-    assert not resolved_module._held  # nothing left behind
+    assert params.model_dump_json() not in resolved_module._held  # taken, not left behind
     assert len(fanouts) == 4
 
 
