@@ -134,8 +134,10 @@ class EndpointSpec:
     def bound(self, options: Mapping[str, Any], resolve: Resolver, retry: RetryPolicy) -> EndpointSpec:
         """This model as a run uses it (:class:`~shardwise.model.run_bound.RunBound`): reached with the run's
         endpoint ``options`` (refused in one line naming the option, never its value), its key read through
-        the run's resolver, its requests retried under the run's policy."""
-        return self.configured(EndpointOptions.of(options)).resolving(resolve).retrying(retry)
+        the run's resolver, its requests retried under the run's policy. No options given keeps the spec's
+        own (a catalogue's spec has the provider's defaults; a plug-in's, whatever it was built with)."""
+        given = self.configured(EndpointOptions.of(options)) if options else self
+        return given.resolving(resolve).retrying(retry)
 
     def check_reachable(self) -> None:
         """Before anything runs: the endpoint answers, takes the key, and serves the model.

@@ -24,7 +24,7 @@ def main(url: str, base: str, run_id: str, resume: bool) -> None:
     model = EndpointSpec("openai", SERVED_NAME, options, GenerationSettings(max_new_tokens=8)).resolving(
         resolver
     )
-    cache = WorkerCache(lambda name: model)
+    cache = WorkerCache(lambda name: model, resolve=resolver)  # the run's resolver reads the key
     run = flat_spec(
         source=url, table="docs", results=url, results_table="gen", model=model.name, shards=1,
         chunk_rows=CHUNK_ROWS, resume=run_id if resume else None,

@@ -123,6 +123,8 @@ def test_a_run_binds_its_options_resolver_and_policy_to_a_remote_spec_only() -> 
         spec = bind(get_spec(name), given, _resolve, policy)
         assert spec.options == EndpointOptions(**given) and spec.retry == policy  # type: ignore[attr-defined]
         assert spec.resolve is _resolve  # type: ignore[attr-defined]
+    own = get_spec("openai:m").configured(EndpointOptions(**given))  # type: ignore[attr-defined]
+    assert bind(own, {}, _resolve, policy).options == own.options, "no run options: the spec keeps its own"
     tiny = get_spec("tiny")
     assert bind(tiny, {}, _resolve, policy) is tiny
     with pytest.raises(ConfigError, match=r"model 'tiny' takes no model options \(api_base, api_key"):
