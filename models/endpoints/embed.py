@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import TEXT, ModelInfo, OutputColumn
 from shardwise.model.text import coerce_text
+from shardwise.models.endpoints.binding import RunBinding
 from shardwise.models.endpoints.calls import Caller, budgets
 from shardwise.models.endpoints.generate import ENDPOINT_MAX_LENGTH, _no_resolver
 from shardwise.models.endpoints.options import EndpointOptions
@@ -46,7 +47,7 @@ _PROBE = "Shardwise asks this endpoint how wide its vectors are."
 
 
 @dataclass(frozen=True)
-class EmbeddingSpec:
+class EmbeddingSpec(RunBinding):
     """A remote embeddings model on an OpenAI-compatible ``/v1/embeddings``."""
 
     model_name: str
@@ -73,23 +74,6 @@ class EmbeddingSpec:
     @property
     def endpoint(self) -> str:
         return f"{self.options.endpoint('openai')} model {self.model_name!r}"
-
-    def configured(self, options: EndpointOptions) -> EmbeddingSpec:
-        return replace(self, options=options)
-
-    def retrying(self, policy: RetryPolicy) -> EmbeddingSpec:
-        return replace(self, retry=policy)
-
-    def resolving(self, resolve: Resolver) -> EmbeddingSpec:
-        return replace(self, resolve=resolve)
-
-    def bound(self, options: Mapping[str, Any], resolve: Resolver, retry: RetryPolicy) -> EmbeddingSpec:
-        """This model as a run uses it (:class:`~shardwise.model.run_bound.RunBound`): reached with the run's
-        endpoint ``options`` (refused in one line naming the option, never its value), its key read through
-        the run's resolver, its requests retried under the run's policy. No options given keeps the spec's
-        own (a catalogue's spec has the provider's defaults; a plug-in's, whatever it was built with)."""
-        given = self.configured(EndpointOptions.of(options)) if options else self
-        return given.resolving(resolve).retrying(retry)
 
     def check_reachable(self) -> None:
         """Before anything runs: the endpoint answers, takes the key, and serves the model (see

@@ -43,6 +43,7 @@ from shardwise.errors import ConfigError, InputError
 from shardwise.model import TEXT, ModelInfo, OutputColumn
 from shardwise.model.generation import GenerationSettings, placeholders
 from shardwise.model.text import prompt_fields
+from shardwise.models.endpoints.binding import RunBinding
 from shardwise.models.endpoints.calls import Caller, budgets
 from shardwise.models.endpoints.options import EndpointOptions, Provider, check_provider
 from shardwise.models.endpoints.wire import Reply, Wire, make_client
@@ -77,7 +78,7 @@ def _no_resolver(connection: str) -> str:
 
 
 @dataclass(frozen=True)
-class EndpointSpec:
+class EndpointSpec(RunBinding):
     """A remote chat model: which provider, which model, where, and how it generates."""
 
     provider: Provider
@@ -105,19 +106,6 @@ class EndpointSpec:
         """The same endpoint generating with ``settings``."""
         return replace(self, generation=settings)
 
-    def configured(self, options: EndpointOptions) -> EndpointSpec:
-        """The same model reached with ``options`` (address, key reference, limits, timeout)."""
-        return replace(self, options=options)
-
-    def retrying(self, policy: RetryPolicy) -> EndpointSpec:
-        """The same model, its requests retried under ``policy`` (the run's: its ``deadline_s`` bounds an
-        outage of the endpoint as it bounds one of the database)."""
-        return replace(self, retry=policy)
-
-    def resolving(self, resolve: Resolver) -> EndpointSpec:
-        """The same model, its key reference read through ``resolve`` (the run's resolver)."""
-        return replace(self, resolve=resolve)
-
     def chat(self) -> bool:
         """Whether rows go as chat messages; chat off is a plain completion, which Anthropic lacks."""
         return self.generation.chat != "off"
@@ -130,14 +118,6 @@ class EndpointSpec:
 
     def check_prompts(self) -> None:
         """Nothing to render ahead: the prompt is a plain template, checked with the settings."""
-
-    def bound(self, options: Mapping[str, Any], resolve: Resolver, retry: RetryPolicy) -> EndpointSpec:
-        """This model as a run uses it (:class:`~shardwise.model.run_bound.RunBound`): reached with the run's
-        endpoint ``options`` (refused in one line naming the option, never its value), its key read through
-        the run's resolver, its requests retried under the run's policy. No options given keeps the spec's
-        own (a catalogue's spec has the provider's defaults; a plug-in's, whatever it was built with)."""
-        given = self.configured(EndpointOptions.of(options)) if options else self
-        return given.resolving(resolve).retrying(retry)
 
     def check_reachable(self) -> None:
         """Before anything runs: the endpoint answers, takes the key, and serves the model.
