@@ -30,6 +30,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
+    from typing_extensions import Self
 
 import pytest
 
@@ -147,7 +151,32 @@ def every(n429: int = 0, n500: int = 0, cut: int = 0) -> Plan:
     return plan
 
 
-class FaultProxy:
+class _Loopback:
+    """A threaded HTTP server on a free loopback port, serving what ``_handler()`` gives while in a
+    ``with`` block; each test server below is one."""
+
+    def _serve(self) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class FaultProxy(_Loopback):
     """A loopback HTTP/1.1 proxy to ``upstream`` answering some requests with a fault (see :data:`Plan`)."""
 
     def __init__(
@@ -164,21 +193,7 @@ class FaultProxy:
         self.bodies: list[dict[str, object]] = []
         self._number = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> FaultProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serve()
 
     def _decide(self, body: bytes) -> str:
         with self._lock:
@@ -257,7 +272,7 @@ class FaultProxy:
         return Handler
 
 
-class BatchServer:
+class BatchServer(_Loopback):
     """OpenAI's Files and Batches endpoints on loopback, running each batch's lines against ``upstream``.
 
     No open-source server speaks this protocol, so this one stands in at the protocol boundary only:
@@ -275,22 +290,11 @@ class BatchServer:
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict[str, object]] = {}
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> BatchServer:
-        self._thread.start()
-        return self
+        self._serve()
 
     def __exit__(self, *exc: object) -> None:
         self.hold.clear()
-        self._server.shutdown()
-        self._server.server_close()
+        super().__exit__(*exc)
 
     def _new_file(self, data: bytes, purpose: str) -> dict[str, object]:
         with self._lock:
@@ -392,7 +396,7 @@ class BatchServer:
         return Handler
 
 
-class AnthropicBatchServer:
+class AnthropicBatchServer(_Loopback):
     """Anthropic's Message Batches on loopback, running each request against ``upstream``'s ``/v1/messages``.
 
     ``POST /v1/messages/batches``, ``GET /v1/messages/batches/ID`` and its ``results_url`` (JSON Lines
@@ -409,21 +413,7 @@ class AnthropicBatchServer:
         self.batches: dict[str, dict[str, object]] = {}
         self.results: dict[str, bytes] = {}
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> AnthropicBatchServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._serve()
 
     def _create(self, requests: list[dict[str, object]], key: str) -> dict[str, object]:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
