@@ -1,8 +1,8 @@
 """The score flow's parameters: one nested pydantic model, so the Prefect UI renders a typed form in sections.
 
-:class:`ScoreParams` holds a section each for the source, the model (its
-generation settings nested in it, declared once here), the results, the
-run and the fan-out, plus the ledger. The command line's options are made
+:class:`ScoreParams` holds a section each for the source, the model (a
+generator's settings and a remote model's endpoint nested in it), the
+results, the run and the fan-out, plus the ledger. The command line's options are made
 from the same fields (:mod:`shardwise.flows.cli_options`), a ``--help``
 group per section. A rule between fields of one section lives on that
 section; a rule across sections lives on :class:`ScoreParams`.
