@@ -169,7 +169,10 @@ def test_a_cli_password_reaches_local_workers_but_no_environment_argv_log_or_sto
     make_docs(pg_url, 200)
     secret_url = pg_url.replace("root@", f"root:{CANARY}@")
     home = tmp_path / "prefect-home"
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(home)}
+    # An earlier Dask test's nanny leaves __DASK_PARENT_PID in this process's environment; inherited, it
+    # makes the command's own Dask scheduler retitle the command ("dask scheduler [...]").
+    dropped = {"PREFECT_API_URL", "__DASK_PARENT_PID"}
+    env = {k: v for k, v in os.environ.items() if k not in dropped} | {"PREFECT_HOME": str(home)}
     argv = ["run", "--source", secret_url, "--table", "docs", "--model", "tiny", "--shards", "4"]
     argv += ["--runner", runner, "--workers", "2", "--progress", "none"]
     cli = subprocess.Popen(
