@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -23,9 +23,9 @@ __all__ = [
     "RESULTS_OPTIONS",
     "RUN_OPTIONS",
     "SOURCE_OPTIONS",
+    "add_kind_options",
     "add_param_options",
     "add_score_options",
-    "add_sink_options",
     "flag_at",
     "flag_for",
     "refuse_unencoded_urls",
@@ -56,6 +56,9 @@ FANOUT_OPTIONS = ("fanout",)
 """The fields that choose what runs the shards."""
 _INTERNAL = frozenset({"source.source_name", "run.dry_run", "triggered_by"})
 """Fields no option sets: ``plan`` implies a dry run, deployments name the source, triggers the event."""
+_KIND_SECTIONS = frozenset({"source.options", "results.options"})
+"""Sections of the kinds' own options, a section per kind: each kind's options form a ``--help`` group of
+their own (:func:`add_kind_options`), so a section that holds one is not spread into its group."""
 _FLAGS = {
     "source.location": "--source",
     "model.name": "--model",
@@ -63,7 +66,6 @@ _FLAGS = {
     "results.table": "--results-table",
     "results.format": "--results-format",
     "run.redrive": "--run",
-    "source.query_timeout_s": "--query-timeout",
     "run.retry_deadline_s": "--retry-deadline",
     "source.image_roots": "--image-root",  # repeated, one folder each
     "source.image_buckets": "--image-bucket",
@@ -83,7 +85,7 @@ _METAVARS = {
     "source.image_roots": "DIR",
     "source.image_buckets": "BUCKET",
     "source.image_max_bytes": "BYTES",
-    "source.where": "SQL",
+    "source.options.sql.where": "SQL",
     "model.name": "NAME|DIR|MODULE:ATTR",
     "model.generation.prompt": "TEMPLATE",
     "model.generation.system": "TEXT",
@@ -110,7 +112,7 @@ _METAVARS = {
     "run.resume": "RUN_ID",
     "run.redrive": "RUN_ID",
     "run.lease_s": "SECONDS",
-    "source.query_timeout_s": "SECONDS",
+    "source.options.sql.query_timeout_s": "SECONDS",
     "run.retry_deadline_s": "SECONDS",
     "run.retry_attempts": "N",
 }
@@ -118,8 +120,27 @@ _METAVARS = {
 
 def flag_for(path: str) -> str:
     """The command-line option of a :class:`ScoreParams` field, by its dotted path: ``source.text_column``
-    is ``--text-column``, ``source.location`` is ``--source`` (a sink option's path ends in its name)."""
-    return _FLAGS.get(path, "--" + path.rsplit(".", 1)[-1].replace("_", "-"))
+    is ``--text-column``, ``source.location`` is ``--source``; a kind's option (``source.options.sql.where``)
+    has the flag its kind gives it (:func:`~shardwise.kind_options.flag_of`)."""
+    from shardwise.kind_options import KindOptions, flag_of
+
+    if path in _FLAGS:
+        return _FLAGS[path]
+    section, _, option = path.rpartition(".")
+    owner = _model_at(section) if section.startswith(tuple(_KIND_SECTIONS)) else None
+    if isinstance(owner, type) and issubclass(owner, KindOptions):
+        return flag_of(option, owner)
+    return "--" + option.replace("_", "-")
+
+
+def _model_at(path: str) -> Any:
+    """The type of the :class:`ScoreParams` field (or section) that ``path`` names."""
+    from shardwise.flows.params import ScoreParams
+
+    model: Any = ScoreParams
+    for part in path.split("."):
+        model = model.model_fields[part].annotation
+    return model
 
 
 def flag_at(loc: Sequence[int | str]) -> str | None:
@@ -162,7 +183,8 @@ def _leaves(path: str) -> list[tuple[str, Any]]:
         return [(path, info)]
     found: list[tuple[str, Any]] = []
     for name in model.model_fields:
-        found += [leaf for leaf in _leaves(f"{path}.{name}") if leaf[0] not in _INTERNAL]
+        if f"{path}.{name}" not in _KIND_SECTIONS:
+            found += [leaf for leaf in _leaves(f"{path}.{name}") if leaf[0] not in _INTERNAL]
     return found
 
 
@@ -192,32 +214,43 @@ def add_score_options(parser: argparse.ArgumentParser, run: Sequence[str] = ()) 
         return parser.add_argument_group(title, str(section.__doc__).rstrip("."))
 
     add_param_options(group("source", SourceParams), SOURCE_OPTIONS)
+    add_kind_options(parser, "source.options", _source_group)
     add_param_options(group("model and generation", ModelParams), MODEL_OPTIONS)
     endpoint = ModelParams.model_fields["endpoint"].description
     add_param_options(parser.add_argument_group("remote model", endpoint), ENDPOINT_OPTIONS)
     results = "Where the results and the run ledger go; each results kind's options follow, a group each"
     add_param_options(parser.add_argument_group("results", results), RESULTS_OPTIONS)
-    add_sink_options(parser)
+    add_kind_options(parser, "results.options", _results_group)
     add_param_options(group("run", RunParams), (*RUN_OPTIONS, *run))
     add_param_options(group("fan-out", FanoutParams), FANOUT_OPTIONS)
 
 
-def add_sink_options(parser: argparse.ArgumentParser) -> None:
-    """The options of each installed sink kind, a ``--help`` group per kind (one flag per option: their
-    names are unique across kinds, see :mod:`shardwise.sinks.registry`). Each option's dest is
-    ``results.options.KIND.OPTION``, which :func:`score_params` nests as the flow's parameter."""
-    from shardwise.sinks.registry import sink_kinds
+def add_kind_options(
+    parser: argparse.ArgumentParser, path: str, heading: Callable[[str], tuple[str, str]]
+) -> None:
+    """The options of each installed kind in the ``path`` section (``source.options``,
+    ``results.options``), a ``--help`` group per kind titled ``heading(kind name)`` (one flag per
+    option: their names are unique across kinds, see :mod:`shardwise.kind_options`). Each option's dest
+    is ``PATH.KIND.OPTION``, which :func:`score_params` nests as the flow's parameter."""
+    for name in _model_at(path).model_fields:
+        title, text = heading(name)
+        add_param_options(parser.add_argument_group(title, text), [f"{path}.{name}"])
 
-    for name, kind in sink_kinds().items():
-        if not kind.options.model_fields:
-            continue
-        group = parser.add_argument_group(
-            f"results in {kind.label} (--results-format {name})",
-            f"options of the {name} sink kind; refused for results of another kind",
-        )
-        for option, info in kind.options.model_fields.items():
-            path = f"results.options.{name}.{option}"
-            group.add_argument(flag_for(path), dest=path, **_typed(path, info))
+
+def _source_group(name: str) -> tuple[str, str]:
+    return (
+        f"a {name} source",
+        f"options of the {name} source kind; refused for a source of another kind",
+    )
+
+
+def _results_group(name: str) -> tuple[str, str]:
+    from shardwise.sinks.registry import sink_kind
+
+    return (
+        f"results in {sink_kind(name).label} (--results-format {name})",
+        f"options of the {name} sink kind; refused for results of another kind",
+    )
 
 
 def _typed(name: str, info: Any) -> dict[str, Any]:

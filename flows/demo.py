@@ -172,7 +172,13 @@ def _summarise(url: str, device: str, shown: dict[str, object]) -> int:
         )
         return 0
     params = ScoreParams(
-        source=SourceParams(location=url, table="docs", where=f"id >= 0 and id < {SUMMARISED}"),
+        source=SourceParams.model_validate(
+            {
+                "location": url,
+                "table": "docs",
+                "options": {"sql": {"where": f"id >= 0 and id < {SUMMARISED}"}},
+            }
+        ),
         model=ModelParams(
             name=str(model),
             generation=GenerationParams(prompt="Summarise in one sentence: {text}", max_new_tokens=48),

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from shardwise.errors import ConfigError
 from shardwise.flows.image_access import declared_access
+from shardwise.kind_options import flat_options
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
 from shardwise.models.endpoints import is_endpoint_name
@@ -26,12 +27,12 @@ from shardwise.precision import Requested
 from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
-from shardwise.sinks.registry import flat_options, results_options_model, sink_kinds
+from shardwise.sinks.registry import results_options_model, sink_kinds
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, check_bucket_name, check_root
+from shardwise.sources.registry import source_options_model
 from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.names import split_table_name
-from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 from shardwise.tasks.runners import Fanout, RunnerName
 
 __all__ = [
@@ -54,6 +55,9 @@ ImageBucket = Annotated[str, AfterValidator(check_bucket_name)]
 ResultsFormat = Literal[tuple(sorted(sink_kinds()))]  # type: ignore[valid-type]
 """The installed sink kinds' names (:mod:`shardwise.sinks.registry`): the choices of the form and of
 ``--results-format``."""
+SourceKindSections = source_options_model()
+"""The installed source kinds' options, a section per kind (see
+:func:`~shardwise.sources.registry.source_options_model`)."""
 ResultsOptions = results_options_model()
 """The installed sink kinds' options, a section per kind (see
 :func:`~shardwise.sinks.registry.results_options_model`)."""
@@ -126,18 +130,10 @@ class SourceParams(_Section):
         "folder), 64 MiB by default; a larger one is a dead letter, read no further than this. Another "
         "value is refused for a run that reads no pictures.",
     )
-    where: str | None = Field(
-        None,
-        description="Optional SQL filter on the source table: one boolean expression over its columns, "
-        "checked by a SQL parser (no subqueries; an allow-list of functions; docs: how-to/where-filter.md).",
-    )
-    query_timeout_s: float = Field(
-        DEFAULT_QUERY_TIMEOUT_S,
-        ge=0,
-        description="Seconds one query of a SQL source may run while planning, checking or reading a shard "
-        "(PostgreSQL's statement_timeout, an interrupt on SQLite); a query that runs longer fails the "
-        "planning or the shard, naming the limit, without retries. 0: no limit. A resume may raise it "
-        "(docs: how-to/where-filter.md). Refused, unless the default, for a source that runs no query.",
+    options: SourceKindSections = Field(  # type: ignore[valid-type]
+        default_factory=SourceKindSections,
+        description="Options of the source kinds, a section each; only the section of the source's kind "
+        "applies, and an option of another kind, set away from its default, is refused.",
     )
     source_name: str | None = Field(
         None,
@@ -561,8 +557,7 @@ class ScoreParams(_Section):
                 text_pair_column=source.text_pair_column,
                 image_column=source.image_column,
                 image_access=self.image_access(),
-                where=source.where,
-                query_timeout_s=source.query_timeout_s,
+                options=tuple(sorted(flat_options(source.options).items())),
             ),
             results=ResultsSpec(
                 location=results.location or source.location,

@@ -46,8 +46,8 @@ class ResolvedRun:
 def resolve_run(params: ScoreParams) -> ResolvedRun:
     """Resolve ``params``: refuse a forbidden ``--where``, build the spec and the fan-out (asking an existing
     cluster its size), and refuse data the workers could not reach. Raises the first refusal."""
-    refuse_forbidden_where(params.source.where)
     spec, fanout = params.to_spec(), params.fanout_plan()
+    refuse_forbidden_where(spec.source.kind_options().get("where"))
     fanout.check_reachable(spec, resolve)
     return ResolvedRun(spec, fanout)
 

@@ -30,12 +30,12 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from shardwise.db.connect import database_scheme
 from shardwise.errors import ConfigError, TransientError
 from shardwise.pipeline import Resolver, RunSpec
 from shardwise.pipeline.preemption import drain_on_sigterm
 from shardwise.process.lifeline import die_with_parent
 from shardwise.process.reaper import reaping
-from shardwise.sources import is_sql_url
 from shardwise.words import plural
 
 __all__ = ["RUNNERS", "Fanout", "RunnerName", "cores"]
@@ -307,7 +307,9 @@ def _ray_session(address: str) -> Any:
 
 
 def _on_this_host(location: str) -> bool:
-    """An SQLite database or a local Parquet path: data that only this host can reach."""
-    if is_sql_url(location):
-        return location.split(":", 1)[0].split("+", 1)[0].lower() == "sqlite"
+    """An SQLite database or a local path: data that only this host can reach (a database server's URL
+    or an ``s3://`` location is reached from anywhere)."""
+    scheme = database_scheme(location)
+    if scheme is not None:
+        return scheme == "sqlite"
     return not location.startswith("s3://")

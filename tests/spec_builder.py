@@ -10,8 +10,13 @@ import dataclasses
 from typing import Any
 
 from shardwise.pipeline.spec import ModelChoice, ResultsSpec, RunSettings, RunSpec, SourceSpec
+from shardwise.sources.registry import source_options_model
 
-_SOURCE = {f.name for f in dataclasses.fields(SourceSpec)} - {"location"}
+_SOURCE = {f.name for f in dataclasses.fields(SourceSpec)} - {"location", "options"}
+_SOURCE_KINDS = {
+    o for section in source_options_model().model_fields.values() for o in section.annotation.model_fields
+}
+"""The source kinds' own options (``where``, ``query_timeout_s``): flat names too, kept in ``options``."""
 _RUN = {f.name for f in dataclasses.fields(RunSettings)}
 _RESULTS = {"results_table": "table", "results_format": "format", "results_options": "options"}
 
@@ -20,6 +25,7 @@ def flat_spec(**fields: Any) -> RunSpec:
     """A :class:`RunSpec` from flat fields: ``source``, ``results`` and ``model`` name the location, the
     results location and the model; ``generation``, ``ledger`` and each section's own fields by name."""
     source = {"location": fields.pop("source")} | {k: fields.pop(k) for k in list(fields) if k in _SOURCE}
+    source["options"] = {k: fields.pop(k) for k in list(fields) if k in _SOURCE_KINDS}
     results = {"location": fields.pop("results"), "table": fields.pop("results_table")}
     results |= {_RESULTS[k]: fields.pop(k) for k in list(fields) if k in _RESULTS}
     if isinstance(results.get("options"), dict):
@@ -38,7 +44,7 @@ def flat_spec(**fields: Any) -> RunSpec:
 def flat_fields(spec: RunSpec) -> dict[str, Any]:
     """``spec``'s fields by their flat names: what :func:`flat_spec` takes back."""
     fields: dict[str, Any] = {"source": spec.source.location, "results": spec.results.location}
-    fields |= {k: getattr(spec.source, k) for k in _SOURCE}
+    fields |= {k: getattr(spec.source, k) for k in _SOURCE} | spec.source.kind_options()
     fields |= {k: getattr(spec.results, v) for k, v in _RESULTS.items()}
     fields |= {k: getattr(spec.run, k) for k in _RUN}
     return fields | {"model": spec.model.name, "generation": spec.model.generation, "ledger": spec.ledger}

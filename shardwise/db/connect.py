@@ -25,7 +25,14 @@ from shardwise.errors import ConfigError
 from shardwise.secrets.redact import redact, remember
 from shardwise.secrets.url_syntax import refuse_unencoded
 
-__all__ = ["CONNECT_TIMEOUT_S", "brief_waits", "is_database_url", "make_engine", "write_transaction"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "brief_waits",
+    "database_scheme",
+    "is_database_url",
+    "make_engine",
+    "write_transaction",
+]
 
 _IMMEDIATE = "shardwise_immediate"
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgresql+psycopg": "postgresql+psycopg"}
@@ -35,10 +42,18 @@ _SQLITE = ("sqlite", "sqlite+pysqlite")
 _LEDGER_SCHEMES = ("postgresql", "postgres", "sqlite")
 
 
+def database_scheme(url: str) -> str | None:
+    """The scheme of a URL with ``://`` that is no location (``postgresql+psycopg://`` is
+    ``postgresql``); None for a path or an ``s3://``/``file://`` location."""
+    if "://" not in url:
+        return None
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
+    return None if scheme in ("s3", "file") else scheme
+
+
 def is_database_url(url: str) -> bool:
     """Whether ``url`` is a SQLAlchemy URL of a database the ledger can live in: PostgreSQL or SQLite."""
-    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
-    return scheme in _LEDGER_SCHEMES
+    return database_scheme(url) in _LEDGER_SCHEMES
 
 
 def make_engine(url: str, *, timeout_s: float = DEFAULT_DB_TIMEOUT_S) -> sa.Engine:

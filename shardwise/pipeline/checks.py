@@ -39,7 +39,6 @@ from shardwise.results.probe import LedgerNeed, check_ledger
 from shardwise.sinks.naming import parse_table_name
 from shardwise.sources import Source
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES
-from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 
 __all__ = ["CheckedRun", "check_run"]
 
@@ -81,7 +80,7 @@ def check_run(
         source.check()
         values = source.value_kind()
         check_model_inputs(model, values)
-        _check_source_options(spec, values.kind, source.runs_queries)
+        _check_image_cap(spec, values.kind)
         check_destination(spec, results_url)
         # A --ledger that is no database URL, or a ledger that cannot serve this run, is refused here.
         check_ledger(ledger_url(spec, resolve), _ledger_need(spec, dry_run), makes_folders=not spec.ledger)
@@ -101,15 +100,10 @@ def check_run(
     return CheckedRun(model, idle)
 
 
-def _check_source_options(spec: RunSpec, kind: str, runs_queries: bool) -> None:
-    """Options of one kind of source, given for another, where they would do nothing: a query timeout
-    for a source that runs no query, an image byte cap for a source that reads no pictures. Only a value
-    other than the default is given (a deployment's defaults are never refused)."""
-    if spec.source.query_timeout_s != DEFAULT_QUERY_TIMEOUT_S and not runs_queries:
-        raise ConfigError(
-            f"query_timeout_s {spec.source.query_timeout_s:g} bounds the queries of a database source, and "
-            f"source {spec.source.location!r} runs none; drop --query-timeout"
-        )
+def _check_image_cap(spec: RunSpec, kind: str) -> None:
+    """An image byte cap for a source that reads no pictures would do nothing. Only a value other than
+    the default is given (a deployment's defaults are never refused); the source kinds' own options are
+    refused for another kind where the source opens (:func:`~shardwise.sources.registry.open_kind`)."""
     if spec.source.image_access.max_bytes != DEFAULT_MAX_BYTES and kind != "image":
         raise ConfigError(
             f"image_max_bytes {spec.source.image_access.max_bytes} caps the pictures an image column or "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardwise.errors import ConfigError
+from shardwise.kind_options import option_pairs
 from shardwise.model import ModelInfo
 from shardwise.model.generation import GenerationSettings, placeholders
 from shardwise.pipeline.chunks import ChunkConfig
@@ -24,8 +25,8 @@ from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.registry import given_options, sink_kind
 from shardwise.sources.images.access import ImageAccess
+from shardwise.sources.registry import given_source_options
 from shardwise.sources.sizing import Sizing
-from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S, check_query_timeout
 
 __all__ = [
     "ModelChoice",
@@ -81,13 +82,17 @@ class SourceSpec:
     local paths must lie under, the buckets besides an S3 source's own, the byte cap. Plain data the
     flow layer builds from the options and its environment; an execution limit, not part of the plan,
     so a resume reads with the access it is given (see :mod:`shardwise.sources.images.access`)."""
-    where: str | None = None
-    query_timeout_s: float = DEFAULT_QUERY_TIMEOUT_S
-    """Seconds one query of a SQL source may run (0: no limit); see :mod:`shardwise.sources.sql.timeout`.
-    An execution limit, not part of the plan's cut: workers read with the value of the run they serve."""
+    options: tuple[tuple[str, Any], ...] = ()
+    """The source kinds' own options given, by name, as pairs sorted by name (a mapping is taken too):
+    a SQL source's ``where`` and ``query_timeout_s``
+    (:class:`~shardwise.sources.sql.options.SqlSourceOptions`). Each is owned by one kind; one of
+    another kind than the source's is refused where the source is opened
+    (:func:`~shardwise.sources.registry.open_kind`). A query timeout is an execution limit, not part of
+    the plan's cut: workers read with the value of the run they serve, so a resume may raise it."""
 
     def __post_init__(self) -> None:
-        check_query_timeout(self.query_timeout_s)
+        object.__setattr__(self, "options", option_pairs(self.options, "source"))
+        given_source_options(self.kind_options())  # each option some kind's, its value valid there
         if self.text_pair_column is not None and self.text_pair_column in (self.text_column, self.key):
             role = "key" if self.text_pair_column == self.key else "text column"
             raise ConfigError(
@@ -95,6 +100,10 @@ class SourceSpec:
                 "holds each row's second text"
             )
         self._check_image()
+
+    def kind_options(self) -> dict[str, Any]:
+        """The source kinds' options given, ``{option: value}``."""
+        return dict(self.options)
 
     def _check_image(self) -> None:
         """An image column names a column other than the key, and replaces the text columns."""
@@ -175,13 +184,7 @@ class ResultsSpec:
     def __post_init__(self) -> None:
         if self.format is not None:
             sink_kind(self.format)  # an installed kind
-        try:
-            pairs = tuple(sorted(dict(self.options).items()))
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"results options must map option names to values; got {self.options!r}"
-            ) from None
-        object.__setattr__(self, "options", pairs)
+        object.__setattr__(self, "options", option_pairs(self.options, "results"))
         given_options(self.sink_options())  # each option some kind's, its value valid there
 
     def sink_options(self) -> dict[str, Any]:
@@ -327,9 +330,8 @@ class RunSpec:
     def check_model(self, model: ModelInfo) -> None:
         """The model takes the inputs this run gives it (text pairs only where it declares them), and the
         sink options apply to its outputs (vector options, say, to a model that writes vectors)."""
-        for name, values in given_options(self.results.sink_options()).items():
-            kind = sink_kind(name)
-            kind.check_outputs(kind.options.model_validate(values), model.name, model.outputs)
+        for name, options in given_options(self.results.sink_options()).items():
+            sink_kind(name).check_outputs(options, model.name, model.outputs)
         pair = self.source.text_pair_column
         if pair is not None and not model.pairs:
             raise ConfigError(

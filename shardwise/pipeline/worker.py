@@ -73,11 +73,10 @@ def open_spec_source(spec: RunSpec, resolve: Resolver, plan: SourcePlan | None =
         key=spec.source.key,
         text_column=spec.source.text_column,
         input_columns=spec.input_columns(),
-        where=spec.source.where,
         image_column=spec.source.image_column,
         image_access=spec.source.image_access,
         kind=None if plan is None else plan.kind,
-        query_timeout_s=spec.source.query_timeout_s,  # the run's own: a resume may raise it
+        kind_options=spec.source.kind_options(),  # the run's own: a resume may raise its query timeout
         retry=spec.run.retry,
     )
 

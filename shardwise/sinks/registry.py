@@ -34,9 +34,18 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel
 
+from shardwise.db.connect import database_scheme
 from shardwise.errors import ConfigError
+from shardwise.kind_options import (
+    KindOptions,
+    check_unique_options,
+    flag_of,
+    grouped_options,
+    options_of_kind,
+    sections_model,
+)
 
 if TYPE_CHECKING:
     from shardwise.model import OutputColumn
@@ -49,13 +58,10 @@ __all__ = [
     "Destination",
     "SinkKind",
     "SinkOptions",
-    "database_scheme",
     "flag_of",
-    "flat_options",
     "given_options",
     "is_location",
     "options_for",
-    "owner_of_option",
     "results_options_model",
     "sink_kind",
     "sink_kind_for",
@@ -67,19 +73,9 @@ DEFAULT_LOCATION_KIND = "delta"
 """The kind of results in a location when ``--results-format`` is not given."""
 
 
-class SinkOptions(BaseModel):
-    """The options one sink kind owns; a kind's options class subclasses it.
-
-    Each field is one ``--flag`` (its name, ``_`` as ``-``), typed, with its
-    default and description as ``--help`` and the Prefect form show them.
-    Field names are unique across the installed kinds. ``check()`` holds the
-    rules between a kind's own options.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def check(self) -> None:
-        """Refuse options that contradict each other (a :class:`ConfigError`, naming the flags)."""
+class SinkOptions(KindOptions):
+    """The options one sink kind owns; a kind's options class subclasses it (see
+    :class:`~shardwise.kind_options.KindOptions`). Field names are unique across the installed kinds."""
 
 
 @dataclass(frozen=True)
@@ -144,13 +140,7 @@ def sink_kinds() -> dict[str, SinkKind]:
                 f"sink kind {point.name!r} ({point.value}) is not a SinkKind named {point.name!r}; see "
                 "docs/how-to/extending.md"
             )
-        for option in kind.options.model_fields:
-            if option in owners:
-                raise ConfigError(
-                    f"sink kind {point.name!r} ({point.value}) declares option {option!r}, which sink kind "
-                    f"{owners[option]!r} declares already; rename the option in {point.value}"
-                )
-            owners[option] = point.name
+        check_unique_options(kind, point.value, owners, "sink")
         kinds[point.name] = kind
     return kinds
 
@@ -159,31 +149,8 @@ def sink_kinds() -> dict[str, SinkKind]:
 def results_options_model() -> type[BaseModel]:
     """The options of every installed kind that has any, one section each under the kind's name: the
     flow's ``results.options`` parameter, which the Prefect form shows as a section per kind."""
-    sections: dict[str, Any] = {
-        name: (kind.options, kind.options())
-        for name, kind in sink_kinds().items()
-        if kind.options.model_fields
-    }
-    model = create_model(  # type: ignore[call-overload]
-        "ResultsOptions",
-        __config__=ConfigDict(extra="forbid", frozen=True),
-        __doc__="Options of the sink kinds, a section each; only the section of the results' kind applies.",
-        **sections,
-    )
-    return model  # type: ignore[no-any-return]
-
-
-def flat_options(options: BaseModel) -> dict[str, Any]:
-    """``{option: value}`` of the options set away from their defaults, from a :func:`results_options_model`
-    value: what a run spec holds (option names are unique across kinds)."""
-    flat: dict[str, Any] = {}
-    for name in type(options).model_fields:
-        section = getattr(options, name)
-        for option, info in type(section).model_fields.items():
-            value = getattr(section, option)
-            if value != info.default:
-                flat[option] = value
-    return flat
+    doc = "Options of the sink kinds, a section each; only the section of the results' kind applies."
+    return sections_model("ResultsOptions", doc, sink_kinds().values())
 
 
 def _distribution(point: EntryPoint) -> str | None:
@@ -202,15 +169,6 @@ def sink_kind(name: str) -> SinkKind:
             f"{ENTRY_POINT_GROUP!r}; see docs/how-to/extending.md)"
         )
     return kinds[name]
-
-
-def database_scheme(url: str) -> str | None:
-    """The scheme of a URL with ``://`` that is no location (``postgresql+psycopg://`` is
-    ``postgresql``); None for a path or an ``s3://``/``file://`` location."""
-    if "://" not in url:
-        return None
-    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
-    return None if scheme in ("s3", "file") else scheme
 
 
 def is_location(results: str) -> bool:
@@ -253,59 +211,29 @@ def sink_kind_for(results: str, results_url: str, results_format: str | None) ->
     return kind
 
 
-def flag_of(option: str) -> str:
-    """The command-line flag of a sink option: ``index_metric`` is ``--index-metric``."""
-    return "--" + option.replace("_", "-")
-
-
-def owner_of_option(option: str) -> SinkKind:
-    """The kind that declares ``option``; an option no kind declares is refused."""
-    for kind in sink_kinds().values():
-        if option in kind.options.model_fields:
-            return kind
-    known = sorted(o for kind in sink_kinds().values() for o in kind.options.model_fields)
-    raise ConfigError(
-        f"results option {option!r} is declared by no installed sink kind; known: {', '.join(known)}"
-    )
-
-
-def given_options(options: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def given_options(options: Mapping[str, Any]) -> dict[str, SinkOptions]:
     """``{option: value}`` (flat, as a run spec holds them) grouped by the kind declaring each, each
     group checked by that kind's options model: a bad value is refused naming the flag and the rule."""
-    grouped: dict[str, dict[str, Any]] = {}
-    for option, value in options.items():
-        grouped.setdefault(owner_of_option(option).name, {})[option] = value
-    for name, values in grouped.items():
-        _validated(sink_kind(name), values)
-    return grouped
+    grouped = grouped_options(options, sink_kinds().values(), _results_in, _FAMILY)
+    return grouped  # type: ignore[return-value]  # each kind's own options model, a SinkOptions
 
 
 def options_for(kind: SinkKind, given: Mapping[str, Any], results: str) -> SinkOptions:
     """The chosen kind's options from the run's given ones (the rest at their defaults); an option of
     another kind is refused, naming its flag and the kind it belongs to."""
-    grouped = given_options(given)
-    for name, values in grouped.items():
-        owner = sink_kind(name)
-        changed = {o: v for o, v in values.items() if v != owner.options.model_fields[o].default}
-        if name != kind.name and changed:  # a default spelled out is not given
-            option, value = next(iter(changed.items()))
-            raise ConfigError(
-                f"{option} {value!r} applies to results in {owner.label}, and results go to {results!r} "
-                f"({kind.label}); drop {flag_of(option)}, or send the results there"
-            )
-    return _validated(kind, grouped.get(kind.name, {}))
+
+    def refusal(option: str, value: Any, owner: Any) -> str:
+        return (
+            f"{option} {value!r} applies to results in {owner.label}, and results go to {results!r} "
+            f"({kind.label}); drop {flag_of(option, owner.options)}, or send the results there"
+        )
+
+    options = options_of_kind(kind, given, sink_kinds().values(), _results_in, refusal, _FAMILY)
+    return options  # type: ignore[return-value]  # the kind's own options model, a SinkOptions
 
 
-def _validated(kind: SinkKind, values: Mapping[str, Any]) -> SinkOptions:
-    try:
-        options = kind.options.model_validate(dict(values))
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        option = str(error["loc"][0]) if error["loc"] else "?"
-        rule = str(error["msg"]).removeprefix("Value error, ")
-        raise ConfigError(
-            f"{option} is not valid for results in {kind.label}: {rule}; see {flag_of(option)} in "
-            "shardwise run --help"
-        ) from None
-    options.check()
-    return options
+_FAMILY = ("results", "sink")
+
+
+def _results_in(kind: Any) -> str:
+    return f"results in {kind.label}"

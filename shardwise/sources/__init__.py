@@ -30,7 +30,6 @@ __all__ = [
     "SourcePlan",
     "SqlSource",
     "is_keyed",
-    "is_sql_url",
     "open_source",
     "plan_objects",
 ]
@@ -45,14 +44,6 @@ __getattr__ = lazy_exports(
     },
 )
 
-_SQL_SCHEMES = ("postgresql", "postgres", "sqlite")
-
-
-def is_sql_url(location: str) -> bool:
-    """True for a SQLAlchemy URL (``postgresql+psycopg://...``, ``sqlite:///...``)."""
-    scheme = location.split("://", 1)[0].split("+", 1)[0].lower() if "://" in location else ""
-    return scheme in _SQL_SCHEMES
-
 
 def open_source(
     location: str,
@@ -61,11 +52,10 @@ def open_source(
     key: str = "id",
     text_column: str = "text",
     input_columns: Mapping[str, str] | None = None,
-    where: str | None = None,
     image_column: str | None = None,
     image_access: ImageAccess | None = None,
     kind: str | None = None,
-    query_timeout_s: float | None = None,
+    kind_options: Mapping[str, Any] | None = None,
     s3_client: Any | None = None,
     retry: RetryPolicy | None = None,
     **options: Any,
@@ -81,15 +71,15 @@ def open_source(
     column (see :mod:`shardwise.sources.images`), its references only where
     ``image_access`` allows; with it, no location is an image folder.
     ``kind`` names the kind outright (a worker knows it from the run's stored
-    plan), so nothing is listed. ``query_timeout_s`` limits each query of a
-    database source (None: its default, see :mod:`shardwise.sources.sql.timeout`);
-    sources that run no queries ignore it.
+    plan), so nothing is listed. ``kind_options`` are the kinds' own options by
+    name (a SQL source's ``where`` and ``query_timeout_s``): the kind opened takes
+    its own, and one of another kind is refused.
     """
     from shardwise.sources import registry
 
     given = registry.SourceOptions(
-        table=table, key=key, text_column=text_column, input_columns=input_columns, where=where,
-        image_column=image_column, image_access=image_access, query_timeout_s=query_timeout_s,
+        table=table, key=key, text_column=text_column, input_columns=input_columns,
+        image_column=image_column, image_access=image_access, kind_options=dict(kind_options or {}),
         s3_client=s3_client, retry=retry, more=options,
     )  # fmt: skip
     if kind is not None:

@@ -207,8 +207,6 @@ class Source(Closing):
     plans_by_objects: bool = False
     """Whether plans read whole objects (files) and only-new skips the objects a completed run saw (by key
     and ETag), instead of comparing rows' results."""
-    runs_queries: bool = False
-    """Whether reading runs database queries, which a query timeout bounds."""
     fingerprints_in_database: bool = True
     """Whether a SQL source's only-new can compare input fingerprints in its database (an anti-join).
 

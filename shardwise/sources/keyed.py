@@ -98,7 +98,7 @@ class KeyedSource(Source):
         self._inner, self._keys, self._label = inner, _sorted_keys(keys), kind_label
         self._extra = dict(extra_params or {})
         self.kind, self.identity = inner.kind, inner.identity
-        self.plans_by_objects, self.runs_queries = inner.plans_by_objects, inner.runs_queries
+        self.plans_by_objects = inner.plans_by_objects
 
     @property
     def keys(self) -> tuple[Key, ...]:

@@ -16,6 +16,15 @@ extra installs it (``pip install 'shardwise[NAME]'``).
 
 A plan stores its kind's name (``SourcePlan.kind``), so a worker reopens the
 same kind without listing the location again (:func:`open_kind`).
+
+A kind owns its options (``SourceKind.options``, a :class:`SourceKindOptions`
+model: each field is a ``--flag`` and a field of the flow's ``source.options``
+section under the kind's name), the way a sink kind does: a SQL source's
+``where`` and ``query_timeout_s``. Option names are unique across the kinds; a
+run gives them flat (``{"where": "..."}``) and :func:`open_kind` hands the kind
+its own, refusing one of another kind by its flag. What every kind that reads
+a table takes (the table, key, text and image columns) stays in
+:class:`SourceOptions`: a kind refuses there what it cannot read.
 """
 
 from __future__ import annotations
@@ -27,7 +36,18 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel
+
+from shardwise.db.connect import database_scheme
 from shardwise.errors import ConfigError, SourceError
+from shardwise.kind_options import (
+    KindOptions,
+    check_unique_options,
+    flag_of,
+    grouped_options,
+    options_of_kind,
+    sections_model,
+)
 from shardwise.sources.base import Source
 
 if TYPE_CHECKING:
@@ -38,21 +58,29 @@ __all__ = [
     "DEFAULT_FILE_KIND",
     "ENTRY_POINT_GROUP",
     "SourceKind",
+    "SourceKindOptions",
     "SourceOptions",
     "clear_cache",
     "file_suffixes",
+    "given_source_options",
     "kind_names",
     "load_kinds",
     "open_kind",
     "open_location",
-    "refuse_table_where",
+    "refuse_table",
     "source_kind",
+    "source_options_model",
 ]
 
 ENTRY_POINT_GROUP = "shardwise.sources"
 DEFAULT_FILE_KIND = "parquet"
 """The kind a location goes to when its listing holds no file any kind claims (or cannot be listed): its
 check says why in its own words (``no Parquet objects at ...``)."""
+
+
+class SourceKindOptions(KindOptions):
+    """The options one source kind owns; a kind's options class subclasses it (see
+    :class:`~shardwise.kind_options.KindOptions`), a kind without any uses it as it is."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +91,11 @@ class SourceOptions:
     key: str = "id"
     text_column: str = "text"
     input_columns: Mapping[str, str] | None = None
-    where: str | None = None
     image_column: str | None = None
     image_access: ImageAccess | None = None
-    query_timeout_s: float | None = None
+    kind_options: Mapping[str, Any] = field(default_factory=dict)
+    """The kinds' own options the run gave, flat by name (``{"where": "id > 3"}``): :func:`open_kind`
+    gives the kind opened its own, and refuses another kind's."""
     s3_client: Any | None = None
     retry: RetryPolicy | None = None
     more: Mapping[str, Any] = field(default_factory=dict)
@@ -92,9 +121,12 @@ class SourceKind(Protocol):
     """The file suffixes it reads, lower case (``.parquet``); empty for a database kind."""
     whole_files: bool
     """Whether each file is one row (an image folder), so that no column of it can be named."""
+    options: type[SourceKindOptions]
+    """Its options model (:class:`SourceKindOptions` itself when it owns none)."""
 
-    def open(self, location: str, options: SourceOptions) -> Source:
-        """The source for ``location`` (a URL of its scheme, or a path, ``s3://`` prefix or glob)."""
+    def open(self, location: str, options: SourceOptions, own: SourceKindOptions) -> Source:
+        """The source for ``location`` (a URL of its scheme, or a path, ``s3://`` prefix or glob);
+        ``own`` is its options model's value, checked."""
         ...
 
 
@@ -105,11 +137,35 @@ def kind_names() -> list[str]:
 
 @functools.cache
 def load_kinds() -> dict[str, SourceKind | ConfigError]:
-    """Every registered kind by name, imported (cached); a kind that cannot be loaded maps to why."""
+    """Every registered kind by name, imported (cached); a kind that cannot be loaded, or that declares
+    an option another kind declares (one ``--flag`` each), maps to why."""
     found: dict[str, list[EntryPoint]] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         found.setdefault(ep.name, []).append(ep)
-    return {name: _load(name, eps) for name, eps in sorted(found.items())}
+    loaded = {name: _load(name, eps) for name, eps in sorted(found.items())}
+    owners: dict[str, str] = {}
+    for name, kind in sorted(loaded.items(), key=lambda item: item[0] not in _BUILT_IN):  # built-ins first
+        if isinstance(kind, ConfigError):
+            continue
+        try:
+            check_unique_options(kind, found[name][0].value, owners, "source")
+        except ConfigError as exc:
+            loaded[name] = exc
+    return loaded
+
+
+@functools.cache
+def source_options_model() -> type[BaseModel]:
+    """The options of every registered kind that has any, one section each under the kind's name: the
+    flow's ``source.options`` parameter, which the Prefect form shows as a section per kind."""
+    doc = "Options of the source kinds, a section each; only the section of the source's kind applies."
+    return sections_model("SourceKindSections", doc, _usable(load_kinds()))
+
+
+def given_source_options(options: Mapping[str, Any]) -> dict[str, KindOptions]:
+    """``{option: value}`` (flat, as a run spec holds them) grouped by the kind declaring each, each
+    checked by its kind's model: an unknown option, or a bad value, is refused naming the flag."""
+    return grouped_options(options, _usable(load_kinds()), _source_of, _FAMILY)
 
 
 def file_suffixes() -> tuple[str, ...]:
@@ -120,6 +176,7 @@ def file_suffixes() -> tuple[str, ...]:
 def clear_cache() -> None:
     """Forget the loaded kinds, so that packages installed since are seen (tests, a long-lived process)."""
     load_kinds.cache_clear()
+    source_options_model.cache_clear()
 
 
 def source_kind(name: str) -> SourceKind:
@@ -137,9 +194,18 @@ def source_kind(name: str) -> SourceKind:
 
 
 def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source:
-    """``kind.open``, with a missing package said in one line naming the extra that installs it."""
+    """``kind.open`` with its own options (another kind's, given, refused by its flag), and a missing
+    package said in one line naming the extra that installs it."""
+
+    def refusal(option: str, value: Any, owner: Any) -> str:
+        return (
+            f"{option} {value!r} applies to {owner.name} sources, and source {location!r} is read as a "
+            f"{kind.name} source; drop {flag_of(option, owner.options)}"
+        )
+
+    own = options_of_kind(kind, options.kind_options, _usable(load_kinds()), _source_of, refusal, _FAMILY)
     try:
-        return kind.open(location, options)
+        return kind.open(location, options, own)  # type: ignore[arg-type]  # the kind's own model
     except ModuleNotFoundError as exc:
         raise ConfigError(_missing_package(kind, exc)) from exc
 
@@ -152,9 +218,9 @@ def open_location(location: str, options: SourceOptions, listed: Callable[[str],
     location cannot be listed, which leaves it to :data:`DEFAULT_FILE_KIND`, as does a listing with no
     file at all. Files of which no kind claims the suffix are an unknown format, refused in one line.
     """
-    scheme = location.split("://", 1)[0].split("+", 1)[0].lower() if "://" in location else ""
+    scheme = database_scheme(location)
     kinds = _usable(load_kinds())
-    if scheme and scheme not in ("s3", "file"):
+    if scheme is not None:
         for kind in kinds:
             if scheme in kind.schemes:
                 return open_kind(kind, location, options)
@@ -166,11 +232,11 @@ def open_location(location: str, options: SourceOptions, listed: Callable[[str],
     return open_kind(_by_suffix(path, candidates, files, listed), path, options)
 
 
-def refuse_table_where(options: SourceOptions, what: str) -> None:
-    """A file source is read whole: ``--table`` and ``--where`` are refused, naming ``what`` it is."""
-    if options.table is not None or options.where is not None:
+def refuse_table(options: SourceOptions, what: str) -> None:
+    """A file source is read whole: ``--table`` is refused, naming ``what`` it is."""
+    if options.table is not None:
         raise ConfigError(
-            f"table and where apply to SQL sources only; {what} is read whole (drop --table/--where)"
+            f"table {options.table!r} names a database's table; {what} is read whole: drop --table"
         )
 
 
@@ -225,6 +291,14 @@ def _unknown_files(others: list[str], kinds: list[SourceKind]) -> str:
     )
 
 
+_FAMILY = ("source", "source")
+_BUILT_IN = ("sql", "parquet", "images", "csv")
+
+
+def _source_of(kind: Any) -> str:
+    return f"a {kind.name} source"
+
+
 def _usable(kinds: Mapping[str, SourceKind | ConfigError]) -> list[SourceKind]:
     return [k for k in kinds.values() if not isinstance(k, ConfigError)]
 
@@ -264,6 +338,6 @@ def _load(name: str, eps: list[EntryPoint]) -> SourceKind | ConfigError:
     if callable(kind) or not isinstance(kind, SourceKind) or kind.name != name:
         return ConfigError(
             f"source kind {name!r} ({ep.value}) must be a SourceKind object named {name!r} (name, extra, "
-            "schemes, suffixes, whole_files, open), not a class or function; fix the entry point"
+            "schemes, suffixes, whole_files, options, open), not a class or function; fix the entry point"
         )
     return kind

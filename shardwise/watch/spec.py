@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from shardwise.db.connect import database_scheme
 from shardwise.db.timeouts import check_db_timeout
 from shardwise.errors import ConfigError
-from shardwise.sources import is_sql_url
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 from shardwise.watch.events import check_name
 
@@ -80,8 +80,9 @@ class WatchSpec:
 
     @property
     def is_sql(self) -> bool:
-        """Whether ``source`` is a database URL (resolve an ``env:``/``secret:`` name first)."""
-        return is_sql_url(self.source)
+        """Whether ``source`` is a database URL (resolve an ``env:``/``secret:`` name first): its table is
+        watched; any other location is watched by listing its objects."""
+        return database_scheme(self.source) is not None
 
     def sql_table(self) -> str:
         """The table to watch; a :class:`ConfigError` when there is none."""

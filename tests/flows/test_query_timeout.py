@@ -50,8 +50,10 @@ def test_a_runaway_filter_fails_planning_in_one_line_naming_the_limit(
 def test_the_option_reaches_the_workers_source_and_defaults_to_300_s(sqlite_url: str) -> None:
     execute(sqlite_url, "create table docs (id integer primary key, text text)")
     params = ScoreParams.model_validate({"source": {"location": sqlite_url, "table": "docs"}})
-    assert params.source.query_timeout_s == 300 and params.to_spec().source.query_timeout_s == 300
-    source = {"location": sqlite_url, "table": "docs", "query_timeout_s": 12.5}
+    assert params.source.options.sql.query_timeout_s == 300 and params.to_spec().source.options == ()
+    with open_spec_source(params.to_spec(), resolve) as source:
+        assert source.params["query_timeout_s"] == 300
+    source = {"location": sqlite_url, "table": "docs", "options": {"sql": {"query_timeout_s": 12.5}}}
     spec = ScoreParams.model_validate({"source": source, "model": {"name": "tiny"}}).to_spec()
     with open_spec_source(spec, resolve) as source:
         assert source.params["query_timeout_s"] == 12.5

@@ -83,7 +83,10 @@ def test_a_forbidden_where_is_refused_by_resolving(sqlite_url: str, monkeypatch:
 
     monkeypatch.setenv("SHARDWISE_FORBID_WHERE", "1")
     params = ScoreParams.model_validate(
-        {"source": {"location": sqlite_url, "table": "docs", "where": "id > 3"}, "model": {"name": "tiny"}}
+        {
+            "source": {"location": sqlite_url, "table": "docs", "options": {"sql": {"where": "id > 3"}}},
+            "model": {"name": "tiny"},
+        }
     )
     with pytest.raises(ConfigError, match="where"):
         resolve_run(params)

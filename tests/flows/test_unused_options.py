@@ -45,8 +45,8 @@ def _cases(tmp_path: Path, lm: Path) -> dict[str, tuple[list[str], str]]:
         ),
         "query timeout on Parquet": (
             ["--source", str(parquet), "--results", str(tmp_path / "out"), "--query-timeout", "5"],
-            f"query_timeout_s 5 bounds the queries of a database source, and source '{parquet}' runs none; "
-            "drop --query-timeout",
+            f"query_timeout_s 5.0 applies to sql sources, and source '{parquet}' is read as a parquet "
+            "source; drop --query-timeout",
         ),
         "image byte cap on text": (
             ["--image-max-bytes", "1000"],

@@ -46,7 +46,10 @@ def test_preflight_and_the_flow_refuse_before_anything_runs(
     make_docs(sqlite_url, 5)
     monkeypatch.setenv(FORBID_WHERE, "1")
     params = ScoreParams.model_validate(
-        {"source": {"location": sqlite_url, "table": "docs", "where": "id > 1"}, "model": {"name": "tiny"}}
+        {
+            "source": {"location": sqlite_url, "table": "docs", "options": {"sql": {"where": "id > 1"}}},
+            "model": {"name": "tiny"},
+        }
     )
     with pytest.raises(ConfigError, match="forbids free-form filters"):
         preflight(params)

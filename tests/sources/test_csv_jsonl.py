@@ -131,8 +131,12 @@ def test_a_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
 
 
 def test_parquet_options_only(folder: Path) -> None:
-    with pytest.raises(ConfigError, match="a CSV or JSON Lines source is read whole"):
-        open_source(str(folder), where="id > 3")
+    with pytest.raises(
+        ConfigError, match=r"where 'id > 3' applies to sql sources, .* is read as a csv source"
+    ):
+        open_source(str(folder), kind_options={"where": "id > 3"})
+    with pytest.raises(ConfigError, match="a CSV or JSON Lines source is read whole: drop --table"):
+        open_source(str(folder), table="docs")
     with pytest.raises(ConfigError, match="drop --image-column"):
         open_source(str(folder), image_column="img")
     (folder / "only.txt").unlink(missing_ok=True)

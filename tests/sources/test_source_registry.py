@@ -18,7 +18,13 @@ from shardwise.sources.base import SourcePlan
 THIRD_PARTY = """
 from dataclasses import dataclass
 
+from shardwise.sources.registry import SourceKindOptions
+
 from shardwise.sources.parquet.source import ParquetSource
+
+
+class TsvOptions(SourceKindOptions):
+    delimiter: str = "\\t"
 
 
 @dataclass(frozen=True)
@@ -28,14 +34,37 @@ class TsvKind:
     schemes: tuple[str, ...] = ("tsvdb",)
     suffixes: tuple[str, ...] = (".tsv",)
     whole_files: bool = False
+    options: type = TsvOptions
 
-    def open(self, location, options):
+    def open(self, location, options, own):
         OPENED.append((location, options.key))
+        DELIMITERS.append(own.delimiter)
         return ParquetSource(location if "://" not in location else ".", options.key, options.text_column)
 
 
 OPENED = []
+DELIMITERS = []
 KIND = TsvKind()
+
+
+class FilterOptions(SourceKindOptions):
+    where: str | None = None
+
+
+@dataclass(frozen=True)
+class GreedyKind:
+    name: str = "greedy"
+    extra: str | None = None
+    schemes: tuple[str, ...] = ("greedy",)
+    suffixes: tuple[str, ...] = ()
+    whole_files: bool = False
+    options: type = FilterOptions
+
+    def open(self, location, options, own):
+        raise AssertionError("a kind whose option another kind declares is never opened")
+
+
+GREEDY = GreedyKind()
 
 
 @dataclass(frozen=True)
@@ -45,8 +74,9 @@ class NeedsPackageKind:
     schemes: tuple[str, ...] = ("needy",)
     suffixes: tuple[str, ...] = ()
     whole_files: bool = False
+    options: type = SourceKindOptions
 
-    def open(self, location, options):
+    def open(self, location, options, own):
         import shardwise_missing_package  # noqa: F401
 
 
@@ -64,7 +94,7 @@ def third_party(tmp_path: Path) -> Iterator[object]:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tsv-source\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(
-        "[shardwise.sources]\ntsv = tsv_source:KIND\nneedy = tsv_source:NEEDY\n"
+        "[shardwise.sources]\ntsv = tsv_source:KIND\nneedy = tsv_source:NEEDY\ngreedy = tsv_source:GREEDY\n"
     )
     sys.path.insert(0, str(site))
     registry.clear_cache()
@@ -159,3 +189,44 @@ def test_a_plan_stored_before_the_registry_reopens_an_image_folder() -> None:
     assert old_parquet.kind == "parquet" and old_parquet.by_objects
     assert not SourcePlan.from_json(stored.replace('"parquet"', '"sql"')).by_objects
     assert SourcePlan.from_json(plan.to_json()) == plan
+
+
+def test_a_kind_owns_its_options_and_another_kinds_are_refused_by_flag(
+    third_party: object, tmp_path: Path, sqlite_url: str
+) -> None:
+    """The plug-in's ``delimiter`` reaches its ``open`` checked; given for a SQL source it is refused,
+    naming the flag, and the SQL kind's ``where`` given for the plug-in's files is refused the same way."""
+    (tmp_path / "a.tsv").write_text("id\ttext\n1\thello\n")
+    with open_source(str(tmp_path), kind_options={"delimiter": ","}):
+        pass
+    with open_source(str(tmp_path)):
+        pass
+    assert third_party.DELIMITERS == [",", "\t"]  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError) as caught:
+        open_source(sqlite_url, table="docs", kind_options={"delimiter": ","})
+    assert str(caught.value) == (
+        f"delimiter ',' applies to tsv sources, and source {sqlite_url!r} is read as a sql source; "
+        "drop --delimiter"
+    )
+    with pytest.raises(
+        ConfigError, match=r"where 'id > 1' applies to sql sources, .* tsv source; drop --where"
+    ):
+        open_source(str(tmp_path), kind_options={"where": "id > 1"})
+    with open_source(str(tmp_path), kind_options={"query_timeout_s": 300.0}):
+        pass  # a default spelled out is not given
+    with pytest.raises(ConfigError, match=r"source option 'sep' is declared by no installed source kind"):
+        open_source(str(tmp_path), kind_options={"sep": ","})
+
+
+def test_the_kinds_options_form_one_section_each(third_party: object) -> None:
+    """The flow's ``source.options`` has a section per kind with options; a kind that declares an option
+    another kind declares is refused by name, and never takes its flag."""
+    sections = registry.source_options_model().model_fields
+    assert {"sql", "tsv"} <= set(sections) and "greedy" not in sections
+    assert set(sections["sql"].annotation.model_fields) == {"where", "query_timeout_s"}
+    with pytest.raises(ConfigError) as caught:
+        registry.source_kind("greedy")
+    assert str(caught.value) == (
+        "source kind 'greedy' (tsv_source:GREEDY) declares option 'where', which source kind 'sql' "
+        "declares already; rename the option in tsv_source:GREEDY"
+    )

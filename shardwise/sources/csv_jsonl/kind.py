@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Source
 from shardwise.sources.csv_jsonl.parse import SUFFIXES
-from shardwise.sources.registry import SourceOptions, refuse_table_where
+from shardwise.sources.registry import SourceKindOptions, SourceOptions, refuse_table
 
 __all__ = ["KIND", "CsvJsonlKind"]
 
@@ -21,11 +21,12 @@ class CsvJsonlKind:
     schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = SUFFIXES
     whole_files: bool = False
+    options: type[SourceKindOptions] = SourceKindOptions
 
-    def open(self, location: str, options: SourceOptions) -> Source:
+    def open(self, location: str, options: SourceOptions, own: SourceKindOptions) -> Source:
         from shardwise.sources.csv_jsonl.source import CsvJsonlSource
 
-        refuse_table_where(options, "a CSV or JSON Lines source")
+        refuse_table(options, "a CSV or JSON Lines source")
         if options.image_column is not None:
             raise ConfigError(
                 f"image_column {options.image_column!r} reads pictures from Parquet files or a database; "

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Source
 from shardwise.sources.parquet.objects import IMAGE_SUFFIXES
-from shardwise.sources.registry import SourceOptions, refuse_table_where
+from shardwise.sources.registry import SourceKindOptions, SourceOptions, refuse_table
 
 __all__ = ["KIND", "ImagesKind"]
 
@@ -21,11 +21,12 @@ class ImagesKind:
     schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = IMAGE_SUFFIXES
     whole_files: bool = True
+    options: type[SourceKindOptions] = SourceKindOptions
 
-    def open(self, location: str, options: SourceOptions) -> Source:
+    def open(self, location: str, options: SourceOptions, own: SourceKindOptions) -> Source:
         from shardwise.sources.images.folder import ImageFolderSource
 
-        refuse_table_where(options, "an image folder")
+        refuse_table(options, "an image folder")
         if options.reads_columns:
             raise ConfigError(
                 f"{location!r} is a folder of images: each row is one image keyed by its path in the folder, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardwise.sources.base import Source
-from shardwise.sources.registry import SourceOptions, refuse_table_where
+from shardwise.sources.registry import SourceKindOptions, SourceOptions, refuse_table
 
 __all__ = ["KIND", "ParquetKind"]
 
@@ -19,11 +19,12 @@ class ParquetKind:
     schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = (".parquet",)
     whole_files: bool = False
+    options: type[SourceKindOptions] = SourceKindOptions
 
-    def open(self, location: str, options: SourceOptions) -> Source:
+    def open(self, location: str, options: SourceOptions, own: SourceKindOptions) -> Source:
         from shardwise.sources.parquet.source import ParquetSource
 
-        refuse_table_where(options, "a Parquet source")
+        refuse_table(options, "a Parquet source")
         more = dict(options.more)
         for name in ("s3_client", "retry"):
             if getattr(options, name) is not None:

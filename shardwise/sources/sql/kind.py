@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Source
 from shardwise.sources.registry import SourceOptions
+from shardwise.sources.sql.options import SqlSourceOptions
 
 __all__ = ["KIND", "SqlKind"]
 
@@ -20,8 +21,9 @@ class SqlKind:
     schemes: tuple[str, ...] = ("postgresql", "postgres", "sqlite")
     suffixes: tuple[str, ...] = ()
     whole_files: bool = False
+    options: type[SqlSourceOptions] = SqlSourceOptions
 
-    def open(self, location: str, options: SourceOptions) -> Source:
+    def open(self, location: str, options: SourceOptions, own: SqlSourceOptions) -> Source:
         from shardwise.sources.sql.source import SqlSource
 
         if not options.table:
@@ -30,11 +32,12 @@ class SqlKind:
                 "pass --table NAME"
             )
         more = dict(options.more)
-        for name in ("s3_client", "retry", "query_timeout_s"):
+        for name in ("s3_client", "retry"):
             if getattr(options, name) is not None:
                 more[name] = getattr(options, name)
         return SqlSource(
-            location, options.table, options.key, options.text_column, options.where,
+            location, options.table, options.key, options.text_column, own.where,
+            query_timeout_s=own.query_timeout_s,
             input_columns=options.input_columns, image_column=options.image_column,
             image_access=options.image_access, **more,
         )  # fmt: skip

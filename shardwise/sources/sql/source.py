@@ -131,7 +131,6 @@ class SqlSource(Source):
     """
 
     kind = "sql"
-    runs_queries = True
 
     def __init__(
         self,
