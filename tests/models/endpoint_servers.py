@@ -275,13 +275,14 @@ class FaultProxy(_Loopback):
 class BatchServer(_Loopback):
     """OpenAI's Files and Batches endpoints on loopback, running each batch's lines against ``upstream``.
 
-    No open-source server speaks this protocol, so this one stands in at the protocol boundary only:
-    uploads (``POST /v1/files``, multipart), ``POST /v1/batches``, ``GET /v1/batches/ID`` and
-    ``GET /v1/files/ID/content``, with output and error files as OpenAI writes them. Each line is sent
-    to the real server, ``workers`` at once; a batch ends once ``hold`` is set (so a test can kill its
-    client first). With ``expire_after`` a batch ends ``expired`` having run only its first that many
-    lines (the rest are in neither file, as OpenAI leaves them). ``creates`` counts the batches created;
-    any other ``GET /v1/...`` (the model list a run checks first) is passed to ``upstream``.
+        No open-source server speaks this protocol, so this one stands in at the protocol boundary only:
+        uploads (``POST /v1/files``, multipart), ``POST /v1/batches``, ``GET /v1/batches/ID`` and
+        ``GET /v1/files/ID/content``, with output and error files as OpenAI writes them. Each line is sent
+        to the real server, ``workers`` at once; a batch ends once ``hold`` is set (so a test can kill its
+        client first). With ``expire_after`` a batch ends ``expired`` having run only its first that many
+        lines (the rest are in neither file, as OpenAI leaves them). ``creates`` counts the batches created,
+    ``lines_run`` the lines sent on to ``upstream``;
+        any other ``GET /v1/...`` (the model list a run checks first) is passed to ``upstream``.
     """
 
     def __init__(self, upstream: str, workers: int = 8, expire_after: int | None = None) -> None:
@@ -289,6 +290,7 @@ class BatchServer(_Loopback):
         self.workers = workers
         self.expire_after = expire_after
         self.creates = 0
+        self.lines_run = 0
         self.hold = threading.Event()
         self.hold.set()
         self.files: dict[str, bytes] = {}
@@ -345,6 +347,8 @@ class BatchServer(_Loopback):
 
     def _line(self, item: dict[str, object], authorization: str) -> tuple[int, bytes]:
         """One line run against the real server: its status, and its record for the output or error file."""
+        with self._lock:
+            self.lines_run += 1
         request = urllib.request.Request(
             self.upstream + str(item["url"]), data=json.dumps(item["body"]).encode(), method="POST"
         )

@@ -23,6 +23,7 @@ from endpoint_servers import (
     API_KEY,
     KEY_REFERENCE,
     SERVED_NAME,
+    AnthropicBatchServer,
     BatchServer,
     require_vllm,
     resolver,
@@ -141,6 +142,7 @@ def test_a_batch_api_run_ends_exact_with_its_batch_ids_in_the_ledger(
                  "--batch-poll-interval", "0.2"]  # fmt: skip
         assert main([*common, *batch]) == 0
         batch_s = time.monotonic() - started
+        lines_run = server.lines_run
 
     texts = {
         table: dict(execute(url, f"select source_key, generated_text from {table}"))
@@ -169,7 +171,7 @@ def test_a_batch_api_run_ends_exact_with_its_batch_ids_in_the_ledger(
     ), "every row sent once, in one batch"
     print(
         f"\n--batch-api: {len(rows)} rows in {batch_s:.1f} s ({len(rows) / batch_s:.1f} rows/s), "
-        f"{server.creates} batches created, {len(dead)} dead letters"
+        f"{server.creates} batches created, {lines_run} lines run, {len(dead)} dead letters"
     )
 
 
@@ -210,8 +212,13 @@ def test_a_run_killed_while_its_first_batch_runs_resumes_without_submitting_it_a
         )
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         creates_after = server.creates
-    print(f"\nkilled after {creates_before} batch created; all told {creates_after} created for 4 windows")
+        lines_run = server.lines_run
+    print(
+        f"\nkilled after {creates_before} batch created; all told {creates_after} batches created for 4 "
+        f"windows, {lines_run} lines run for {len(rows)} rows"
+    )
     assert creates_before == 1 and creates_after == 4, "batch-1 was collected, never submitted again"
+    assert lines_run == len(rows), "no row was sent twice"
     stored = execute(url, "select source_key, generated_text from gen")
     dead = execute(url, "select source_key from shardwise_errors")
     assert len(stored) + len(dead) == len(rows) and len({k for k, _ in stored}) == len(stored)
@@ -268,3 +275,35 @@ def test_a_batch_past_the_completion_window_leaves_its_rows_dead_letters(
     assert all(isinstance(o, InputError) and "24-hour completion window" in str(o) for o in outcomes)
     (stored,) = book.ledger.provider_batches("run-1")
     assert stored.batch.status == "timed out"
+
+
+@pytest.mark.slow
+def test_anthropic_message_batches_record_and_collect_a_window_the_same_way(
+    origin: str, book: LedgerBook
+) -> None:
+    keys = tuple(f"k{i}" for i in range(4))
+    direct = EndpointOptions(api_base=origin, api_key=KEY_REFERENCE)  # vLLM serves /v1/messages too
+    anthropic = EndpointSpec("anthropic", SERVED_NAME, direct, GREEDY).resolving(resolver)
+    model = anthropic.load(torch.device("cpu"))
+    try:
+        clean = list(model.score_window(TEXTS[:4]))
+    finally:
+        model.close()
+    with AnthropicBatchServer(origin) as server:
+        options = EndpointOptions(
+            api_base=server.origin, api_key=KEY_REFERENCE, batch_api=True, batch_poll_s=0.1
+        )
+        model = anthropic.configured(options).load(torch.device("cpu"))
+        try:
+            outcomes = model.score_recorded(TEXTS[:4], WindowRef(0, keys, book))
+            model.score_recorded(TEXTS[:4], WindowRef(0, keys, book))  # found recorded: collected again
+        finally:
+            model.close()
+    assert server.creates == 1
+    assert [o["generated_text"] for o in outcomes] == [o["generated_text"] for o in clean]  # type: ignore[index]
+    (stored,) = book.ledger.provider_batches("run-1")
+    assert (stored.batch.provider, stored.batch.batch_id, stored.batch.status) == (
+        "anthropic",
+        "msgbatch_1",
+        "ended",
+    )
