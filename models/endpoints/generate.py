@@ -316,6 +316,7 @@ class EndpointGenerator:
                     del pending[index]
             if not pending:
                 return found
+            window.book.waiting(window)  # a worker told to stop lets the shard go here
             time.sleep(self.spec.options.batch_poll_s)
 
     def _outlived(self, batch: ProviderBatch) -> bool:

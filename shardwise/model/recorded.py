@@ -66,6 +66,11 @@ class BatchBook(Protocol):
         """Record that batch ``batch_index`` of ``window`` ended with ``status``."""
         ...
 
+    def waiting(self, window: WindowRef) -> None:
+        """Called between two looks at the window's running batches: raises to let the shard go (a worker
+        told to stop), its batches recorded for the next attempt to collect."""
+        ...
+
 
 @dataclass(frozen=True)
 class WindowRef:

@@ -4,7 +4,9 @@ Bound to one run and shard by :func:`~shardwise.pipeline.shard.score_shard`
 and handed to the engine, which gives it to a recording model with each
 window (a remote model with ``--batch-api``). Each step is its own
 transaction, retried on the shard's clock like every other database step, so
-a batch id is committed before the model waits on its batch.
+a batch id is committed before the model waits on its batch. A worker told
+to stop (SIGTERM) lets the shard go between two polls: its batches are
+recorded, and the shard's next attempt collects them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardwise.model.recorded import ProviderBatch, WindowRef
+from shardwise.pipeline.preemption import refuse_if_draining
 from shardwise.results.ledger import Ledger
 from shardwise.retry_policy import Outage, retry_step
 
@@ -53,3 +56,6 @@ class LedgerBook:
             what=f"record the end of a provider batch of shard {self.shard_id}",
             outage=self.outage,
         )
+
+    def waiting(self, window: WindowRef) -> None:
+        refuse_if_draining(self.shard_id)  # a draining worker waits on no batch: the next attempt will

@@ -307,3 +307,31 @@ def test_anthropic_message_batches_record_and_collect_a_window_the_same_way(
         "msgbatch_1",
         "ended",
     )
+
+
+@pytest.mark.slow
+def test_a_worker_told_to_stop_lets_the_shard_go_while_it_waits_and_the_next_attempt_collects(
+    origin: str, book: LedgerBook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from shardwise.errors import WorkerPreempted
+    from shardwise.pipeline import preemption
+
+    told = threading.Event()
+    monkeypatch.setattr(preemption, "_draining", told)  # what SIGTERM sets in a draining worker
+    keys = ("a", "b", "c")
+    with BatchServer(origin) as server:
+        server.hold.clear()
+        model = spec(f"{server.origin}/v1", batch_api=True, batch_poll_s=0.1).load(torch.device("cpu"))
+        try:
+            told.set()
+            with pytest.raises(WorkerPreempted, match="shard 0 was let go"):
+                model.score_recorded(TEXTS[:3], WindowRef(0, keys, book))
+            assert [b.status for b in book.recorded(WindowRef(0, keys, book))] == ["submitted"]
+            told.clear()
+            server.hold.set()
+            outcomes = model.score_recorded(TEXTS[:3], WindowRef(0, keys, book))  # the next attempt
+        finally:
+            model.close()
+    assert server.creates == 1 and all(isinstance(o, dict) for o in outcomes)
