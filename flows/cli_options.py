@@ -71,6 +71,7 @@ _FLAGS = {
     "source.image_buckets": "--image-bucket",
     "model.generation.engine_options": "--engine-option",  # repeated, one NAME=VALUE each
     "model.endpoint.timeout": "--endpoint-timeout",
+    "model.endpoint.batch_poll_s": "--batch-poll-interval",
 }
 """Fields whose option is not ``--`` and the field's own name (``text_column`` is ``--text-column``)."""
 _METAVARS = {
@@ -101,6 +102,7 @@ _METAVARS = {
     "model.endpoint.requests_per_minute": "N",
     "model.endpoint.tokens_per_minute": "N",
     "model.endpoint.timeout": "SECONDS",
+    "model.endpoint.batch_poll_s": "SECONDS",
     "results.table": "TABLE",
     "run.shards": "N",
     "run.rows_per_shard": "N",

@@ -20,7 +20,7 @@ from shardwise.flows.image_access import declared_access
 from shardwise.kind_options import flat_options
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
-from shardwise.models.endpoints import is_endpoint_name
+from shardwise.models.endpoints import EMBED_PREFIX, is_endpoint_name
 from shardwise.models.endpoints.options import EndpointOptions
 from shardwise.pipeline.spec import DEFAULT_MODEL, ModelChoice, ResultsSpec, RunSettings, RunSpec, SourceSpec
 from shardwise.precision import Requested
@@ -320,6 +320,11 @@ class ModelParams(_Section):
                 f"(openai:NAME, anthropic:NAME, openai-embed:NAME), and model is {self.name!r}; drop "
                 f"{flags}, or give a remote model"
             )
+        if self.endpoint.batch_api and self.name.startswith(EMBED_PREFIX):
+            raise ValueError(
+                f"--batch-api sends chat requests, and model {self.name!r} is an embeddings model; drop "
+                "--batch-api, or give a chat model (openai:NAME, anthropic:NAME)"
+            )
         return self
 
     def endpoint_options(self) -> list[str]:
@@ -333,7 +338,7 @@ class ModelParams(_Section):
         return ModelChoice(self.name, self.generation.settings(), tuple(sorted(options.items())))
 
 
-_ENDPOINT_FLAGS = {"timeout": "--endpoint-timeout"}
+_ENDPOINT_FLAGS = {"timeout": "--endpoint-timeout", "batch_poll_s": "--batch-poll-interval"}
 """Endpoint options whose flag is not ``--`` and the option's own name."""
 
 

@@ -33,12 +33,14 @@ from typing import Any, TypeVar
 from shardwise.errors import InputError
 from shardwise.models.endpoints.wire import Reply, Wire, chat_reply, messages_reply
 
-__all__ = ["LIMITS", "AnthropicBatches", "BatchState", "OpenAIBatches", "cut"]
+__all__ = ["COMPLETION_WINDOW_S", "LIMITS", "AnthropicBatches", "BatchState", "OpenAIBatches", "cut"]
 
 T = TypeVar("T")
 
 LIMITS = {"openai": (50_000, 200 * 1024 * 1024), "anthropic": (100_000, 256 * 1024 * 1024)}
 """Per provider: the most requests, and bytes, one batch may hold."""
+COMPLETION_WINDOW_S = 24 * 3600.0
+"""The providers' completion window: a batch not ended this long after it was submitted never will."""
 _ENDED = {"completed", "failed", "expired", "cancelled", "ended"}
 """Statuses after which a batch runs no more lines (OpenAI's, and Anthropic's ``ended``)."""
 
@@ -98,6 +100,10 @@ class OpenAIBatches:
             for key, body in rows
         )
 
+    def size(self, row: tuple[str, str]) -> int:
+        """The bytes one row's line adds to the batch's file (what :func:`cut` weighs)."""
+        return len(self.lines([row]))
+
     async def submit(self, client: Any, lines: bytes) -> str:
         """Upload ``lines`` and create their batch; the batch id (record it before waiting on it)."""
         uploaded = await client.files.create(file=("shardwise-batch.jsonl", lines), purpose="batch")
@@ -155,6 +161,10 @@ class AnthropicBatches:
     def lines(self, rows: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
         """The batch's requests for ``(custom_id, prompt body)`` rows: one message each."""
         return [{"custom_id": key, "params": self.wire.messages_request(body)} for key, body in rows]
+
+    def size(self, row: tuple[str, str]) -> int:
+        """The bytes one row's request adds to the batch's body (what :func:`cut` weighs)."""
+        return len(json.dumps(self.lines([row])[0]).encode()) + 1
 
     async def submit(self, client: Any, lines: list[dict[str, Any]]) -> str:
         """Create the batch; its id (record it before waiting on it)."""

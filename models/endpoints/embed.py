@@ -66,6 +66,10 @@ class EmbeddingSpec(RunBinding):
             raise ConfigError(f"dimensions must be a whole number >= 1; got {self.dimensions!r}")
         if type(self.batch_size) is not int or not 1 <= self.batch_size <= 2048:
             raise ConfigError(f"batch_size must be a whole number from 1 to 2048; got {self.batch_size!r}")
+        if self.options.batch_api:
+            raise ConfigError(
+                f"--batch-api sends chat requests, and {self.name} is an embeddings model; drop --batch-api"
+            )
 
     @property
     def name(self) -> str:

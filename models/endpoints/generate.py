@@ -29,20 +29,33 @@ build, per row, when it sends one), and ``parsed`` with a schema.
 
 The version hashes the provider, the endpoint's address (no credentials),
 the model name, chat or plain, and the generation settings: another server,
-model or prompt is another version; limits and keys are not part of it.
+model or prompt is another version; limits and keys are not part of it, nor
+is ``--batch-api`` (the same model and request body, answered later: see
+:mod:`models.endpoints.options`).
+
+With ``--batch-api`` the generator is also a
+:class:`~shardwise.model.recorded.Recorded` model: a window becomes provider
+batches (:meth:`EndpointGenerator.score_recorded`), each recorded in the
+run's ledger before it is waited on, and collected instead of submitted when
+a resumed or retried shard finds it recorded.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from shardwise.errors import ConfigError, InputError
+from shardwise.errors import ConfigError, InputError, ShardwiseError
 from shardwise.model import TEXT, ModelInfo, OutputColumn
 from shardwise.model.generation import GenerationSettings, placeholders
+from shardwise.model.recorded import ProviderBatch, WindowRef
 from shardwise.model.text import prompt_fields
+from shardwise.models.endpoints.batches import COMPLETION_WINDOW_S, cut
 from shardwise.models.endpoints.binding import RunBinding
 from shardwise.models.endpoints.calls import Caller, budgets
 from shardwise.models.endpoints.options import EndpointOptions, Provider, check_provider
@@ -55,6 +68,9 @@ if TYPE_CHECKING:
     from shardwise.pipeline.spec import Resolver
 
 __all__ = ["ENDPOINT_MAX_LENGTH", "OUTPUTS", "PARSED", "EndpointGenerator", "EndpointSpec"]
+
+_log = logging.getLogger(__name__)
+Outcome = Mapping[str, Any] | InputError
 
 OUTPUTS = (
     OutputColumn("generated_text", "text"),
@@ -93,6 +109,11 @@ class EndpointSpec(RunBinding):
         if not isinstance(self.model_name, str) or not self.model_name.strip():
             raise ConfigError(f"{self.provider}: give a model name, as {self.provider}:MODEL_NAME")
         check_generation(self.generation, self.provider)
+        if self.options.batch_api and self.generation.chat == "off":
+            raise ConfigError(
+                f"--batch-api sends chat requests, and {self.provider}:{self.model_name} is set to send "
+                "plain completions (chat off); use chat auto or on, or drop --batch-api"
+            )
 
     @property
     def name(self) -> str:
@@ -173,6 +194,9 @@ class EndpointGenerator:
             info.outputs,
         )
         self.device = device
+        self.completion_window_s = COMPLETION_WINDOW_S
+        """How long after its submission a batch may run before its rows are dead letters (the providers'
+        24 hours; a test shortens it)."""
         self.settings = spec.generation
         self._fields = placeholders(self.settings.prompt)
         self._schema = self.settings.schema()
@@ -209,6 +233,95 @@ class EndpointGenerator:
         replies = iter(self.caller.run(self.caller.each(asked, self._send, self._estimate)))
         return [b if isinstance(b, InputError) else self._outcome(next(replies)) for b in bodies]
 
+    def score_recorded(self, values: Sequence[object], window: WindowRef) -> list[Outcome]:
+        """With ``--batch-api``: the window's rows as provider batches, recorded, awaited and collected;
+        without it, :meth:`score_window`. One outcome per value, in input order.
+
+        The rows are cut to the provider's limits (:func:`~models.endpoints.batches.cut`). A batch the
+        run's ledger recorded for this window (a killed or retried attempt submitted it) is collected,
+        never submitted again; any other is submitted and its id recorded, committed, before anything
+        waits on it. Then every ``batch_poll_s`` seconds each running batch is looked at, until all have
+        ended or the 24-hour completion window (from when each was submitted) has passed. A line that
+        errored or expired, and every row of a batch that outlived its window, is a dead letter with the
+        reason.
+        """
+        if not self.spec.options.batch_api:
+            return self.score_window(values)
+        bodies, refused = self._bodies(zip(window.keys, values, strict=True))
+        batches = self._batches()
+        runs = cut(bodies, batches.size, self.spec.provider)
+        found: dict[str, Outcome] = {**refused, **self._awaited(window, self._submitted(window, runs), runs)}
+        return [found[key] for key in window.keys]
+
+    def _bodies(
+        self, rows: Iterable[tuple[str, object]]
+    ) -> tuple[list[tuple[str, str]], dict[str, InputError]]:
+        """``(key, prompt body)`` of the rows that render, and the refusals of those that do not, by key."""
+        bodies: list[tuple[str, str]] = []
+        refused: dict[str, InputError] = {}
+        for key, value in rows:
+            try:
+                bodies.append((key, self.render(value)))
+            except InputError as exc:
+                refused[key] = exc
+        return bodies, refused
+
+    def _submitted(self, window: WindowRef, runs: list[list[tuple[str, str]]]) -> list[ProviderBatch]:
+        """Each run's batch: the one recorded for this window, or a new one, recorded before it returns."""
+        recorded = {batch.batch_index: batch for batch in window.book.recorded(window)}
+        batches: list[ProviderBatch] = []
+        for index, run in enumerate(runs):
+            batch = recorded.get(index)
+            if batch is None:
+                batch_id = self._submit(run)
+                batch = ProviderBatch(
+                    index, self.spec.provider, batch_id, len(run), datetime.now(timezone.utc)
+                )
+                window.book.record(window, batch)  # committed before anything waits on it
+                _log.info("%s: submitted batch %s of %d rows", self.spec.endpoint, batch_id, len(run))
+            elif batch.rows_sent != len(run):
+                raise ShardwiseError(
+                    f"provider batch {batch.batch_id} was recorded with {batch.rows_sent} rows for this "
+                    f"window, and the window now cuts to {len(run)}: its rows or prompt changed under the "
+                    "run; start a new run"
+                )
+            else:
+                _log.info("%s: collects recorded batch %s", self.spec.endpoint, batch.batch_id)
+            batches.append(batch)
+        return batches
+
+    def _awaited(
+        self, window: WindowRef, batches: list[ProviderBatch], runs: list[list[tuple[str, str]]]
+    ) -> dict[str, Outcome]:
+        """Every batch's outcomes by key, looked at every ``batch_poll_s`` seconds until each has ended
+        or outlived the completion window; each end is recorded with the batch's final status."""
+        pending = {
+            batch.batch_index: (batch, [key for key, _ in run])
+            for batch, run in zip(batches, runs, strict=True)
+        }
+        found: dict[str, Outcome] = {}
+        while True:
+            for index, (batch, keys) in list(pending.items()):
+                status, outcomes = self._look(batch.batch_id, keys)
+                if outcomes is None and self._outlived(batch):
+                    status = "timed out"
+                    late = InputError(
+                        f"batch {batch.batch_id} did not end within the provider's 24-hour completion "
+                        f"window (submitted {batch.submitted_at:%Y-%m-%d %H:%M} UTC)"
+                    )
+                    outcomes = dict.fromkeys(keys, late)
+                if outcomes is not None:
+                    found.update(outcomes)
+                    window.book.ended(window, index, status)
+                    del pending[index]
+            if not pending:
+                return found
+            window.book.waiting(window)  # a worker told to stop lets the shard go here
+            time.sleep(self.spec.options.batch_poll_s)
+
+    def _outlived(self, batch: ProviderBatch) -> bool:
+        return (datetime.now(timezone.utc) - batch.submitted_at).total_seconds() > self.completion_window_s
+
     async def _send(self, body: str) -> Reply:
         return await self._wire.generate(await self.caller.client(), body)
 
@@ -243,21 +356,17 @@ class EndpointGenerator:
         and the rows refused before sending (a null text, a missing column) by key. The rows must fit
         one batch: cut them with :func:`models.endpoints.batches.cut` first.
         """
+        bodies, refused = self._bodies(rows)
+        return (self._submit(bodies) if bodies else None), refused
+
+    def _submit(self, bodies: Sequence[tuple[str, str]]) -> str:
+        """Create one provider batch of ``(key, prompt body)`` rows; its id."""
         batches = self._batches()
-        bodies: list[tuple[str, str]] = []
-        refused: dict[str, InputError] = {}
-        for key, value in rows:
-            try:
-                bodies.append((key, self.render(value)))
-            except InputError as exc:
-                refused[key] = exc
-        if not bodies:
-            return None, refused
 
         async def submit() -> str:
-            return await batches.submit(await self.caller.client(), batches.lines(bodies))
+            return str(await batches.submit(await self.caller.client(), batches.lines(bodies)))
 
-        return self.caller.run(submit()), refused
+        return self.caller.run(submit())
 
     def collect_batch(
         self, batch_id: str, keys: Sequence[str]
@@ -268,19 +377,25 @@ class EndpointGenerator:
         naming the batch and its status. Polling is the caller's: it waits between calls (a flow may
         pause), so a crash between two polls loses nothing.
         """
+        return self._look(batch_id, keys)[1]
+
+    def _look(self, batch_id: str, keys: Sequence[str]) -> tuple[str, dict[str, Outcome] | None]:
+        """The batch's status, and its outcomes by key once it has ended (None while it runs)."""
         batches = self._batches()
 
-        async def collect() -> dict[str, Reply | InputError] | None:
+        async def collect() -> tuple[str, dict[str, Reply | InputError] | None]:
             client = await self.caller.client()
             state = await batches.state(client, batch_id)
             if not state.ended:
-                return None
+                return state.status, None
             found = await batches.collect(client, state)
             missing = InputError(f"batch {batch_id} ended {state.status} before this row ran")
-            return {key: found.get(key, missing) for key in keys}
+            return state.status, {key: found.get(key, missing) for key in keys}
 
-        replies = self.caller.run(collect())
-        return None if replies is None else {key: self._outcome(reply) for key, reply in replies.items()}
+        status, replies = self.caller.run(collect())
+        if replies is None:
+            return status, None
+        return status, {key: self._outcome(reply) for key, reply in replies.items()}
 
     def _batches(self) -> Any:
         from shardwise.models.endpoints.batches import AnthropicBatches, OpenAIBatches

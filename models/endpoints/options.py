@@ -2,14 +2,19 @@
 
 Every field is a flag of ``shardwise run`` once the CLI wires them
 (``--api-base``, ``--api-key``, ``--max-concurrency``, ``--requests-per-minute``,
-``--tokens-per-minute``, ``--endpoint-timeout``). The key is never a value here:
+``--tokens-per-minute``, ``--endpoint-timeout``, ``--batch-api``,
+``--batch-poll-interval``). The key is never a value here:
 ``api_key`` names where it is (``env:NAME`` or ``secret:NAME``), and the run's
 resolver reads it where the requests are made, so no parameter, plan, log line
 or error ever holds it (STYLE habit 19).
 
 None of these options changes what a row's output is, so only the endpoint's
 address (:meth:`EndpointOptions.endpoint`) goes into the model version, never
-the limits or the key.
+the limits or the key. ``batch_api`` is not part of it either: a provider's
+Batch API runs the same model with the same request body (the same prompt,
+settings and seed) as the online API, only later and at half the price, so a
+row scored either way is the same model's answer, and a run may resume with
+or without it.
 """
 
 from __future__ import annotations
@@ -77,6 +82,20 @@ class EndpointOptions(BaseModel):
     )
     timeout: float = Field(
         120.0, gt=0, le=3600, description="Seconds one request may take before it is tried again."
+    )
+
+    batch_api: bool = Field(
+        False,
+        description="Send each window of rows as provider batches (OpenAI's /v1/files and /v1/batches, "
+        "Anthropic's Message Batches: half price, done within 24 hours) instead of one request a row. "
+        "Each batch id is recorded in the ledger before the run waits on it, so a resumed run collects "
+        "it instead of paying again. Chat models only.",
+    )
+    batch_poll_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="With --batch-api: seconds between two looks at a running batch.",
     )
 
     @field_validator("api_key")

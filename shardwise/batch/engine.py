@@ -10,7 +10,7 @@ and batches it can move to the device, never tokens.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -27,6 +27,7 @@ from shardwise.closing import Closing
 from shardwise.errors import InputError, ShardwiseError
 from shardwise.model import REJECTED, Model, SelfBatching
 from shardwise.model.counts import count_columns, counts_of_columns, counts_of_rows
+from shardwise.model.recorded import BatchBook, Recorded, WindowRef
 
 __all__ = ["Engine", "EngineRun", "RowResult"]
 
@@ -54,9 +55,19 @@ class Engine:
         defaults = getattr(model, "engine_defaults", None)  # optional: see Model in shardwise.model
         self.config = (config or EngineConfig()).for_device(model.device, model.outputs, defaults)
 
-    def run(self, rows: Iterable[Row], on_batch: Callable[[BatchStats], None] | None = None) -> EngineRun:
-        """Score ``(key, value)`` rows lazily (the model prepares each value); iterate to drive the loop."""
-        return EngineRun(self, rows, on_batch)
+    def run(
+        self,
+        rows: Iterable[Row],
+        on_batch: Callable[[BatchStats], None] | None = None,
+        book: BatchBook | None = None,
+    ) -> EngineRun:
+        """Score ``(key, value)`` rows lazily (the model prepares each value); iterate to drive the loop.
+
+        With ``book`` (a run's, bound to its shard), a :class:`~shardwise.model.recorded.Recorded` model is
+        given each window's :class:`~shardwise.model.recorded.WindowRef`, so the provider batches it
+        submits are recorded and found again (see :mod:`shardwise.model.recorded`).
+        """
+        return EngineRun(self, rows, on_batch, book)
 
 
 class EngineRun(Closing):
@@ -68,11 +79,16 @@ class EngineRun(Closing):
     """
 
     def __init__(
-        self, engine: Engine, rows: Iterable[Row], on_batch: Callable[[BatchStats], None] | None
+        self,
+        engine: Engine,
+        rows: Iterable[Row],
+        on_batch: Callable[[BatchStats], None] | None,
+        book: BatchBook | None = None,
     ) -> None:
         self.stats = EngineStats()
         self._engine = engine
         self._on_batch = on_batch
+        self._book = book
         self._counted = count_columns(engine.model.outputs)
         model = engine.model
         self._results = (
@@ -118,12 +134,13 @@ class EngineRun(Closing):
     def _self_batched(self, rows: Iterable[Row], model: SelfBatching) -> Generator[RowResult, None, None]:
         """The loop of a model that batches by itself: a window of values at a time, given to it whole;
         a value the source already refused (an :class:`InputError`) is not given and stays a dead letter."""
-        it, started = iter(rows), time.perf_counter()
+        it, started, position = iter(rows), time.perf_counter(), 0
         try:
             while window := list(islice(it, self._engine.config.window_rows)):
                 asked = [i for i, (_, value) in enumerate(window) if not isinstance(value, InputError)]
                 scored = time.perf_counter()
-                outcomes = model.score_window([window[i][1] for i in asked]) if asked else []
+                outcomes = self._ask(model, [window[i] for i in asked], position) if asked else []
+                position += len(window)
                 if len(outcomes) != len(asked):
                     raise ShardwiseError(
                         f"model {model.name!r} gave {len(outcomes)} outcomes for {len(asked)} rows; a "
@@ -148,6 +165,17 @@ class EngineRun(Closing):
                     yield result
         finally:
             self.stats.wall_s = time.perf_counter() - started
+
+    def _ask(
+        self, model: SelfBatching, rows: list[Row], position: int
+    ) -> Sequence[Mapping[str, Any] | InputError]:
+        """The model's outcomes for a window's rows: with a book, a recording model gets the window's
+        identity too (its keys, where it starts); every other model just the values."""
+        values = [value for _, value in rows]
+        if self._book is not None and isinstance(model, Recorded):
+            window = WindowRef(position, tuple(str(key) for key, _ in rows), self._book)
+            return model.score_recorded(values, window)
+        return model.score_window(values)
 
     def _score(self, batch: Batch, waited: float, forward: Forward, assembler: _Assembler) -> None:
         assert batch.inputs is not None

@@ -43,7 +43,11 @@ the :class:`~shardwise.errors.InputError` that makes it a dead letter. The
 engine then does no preparing, ordering, padding or prefetching of its own;
 everything around the model (shards, chunks committed exactly once, dead
 letters, lineage, counts) is the same. Such a kind arrives as one folder
-under ``models/`` or as a plug-in.
+under ``models/`` or as a plug-in. One whose work on a window outlives its
+process (a provider's Batch API) is also
+:class:`~shardwise.model.recorded.Recorded`: the engine hands it the
+window's keys and the run's book, where it records what it submitted and
+finds it again on resume.
 
 A catalogue entry is a :class:`ModelSpec`; loading it gives a :class:`Model`
 bound to one device. :meth:`ModelSpec.describe` gives its :class:`ModelInfo`

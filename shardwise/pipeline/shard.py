@@ -21,6 +21,7 @@ from shardwise.batch.engine import Engine
 from shardwise.batch.stats import BatchStats
 from shardwise.db.codec import utc_now
 from shardwise.model import Loaded
+from shardwise.pipeline.batch_book import LedgerBook
 from shardwise.pipeline.chunks import ChunkConfig, InputFingerprints, commit_chunks, progress_after
 from shardwise.pipeline.lease import LEASE_S, shard_lease_keeper
 from shardwise.pipeline.preemption import refuse_if_draining, until_preempted
@@ -204,9 +205,12 @@ def score_shard(
                 progress_after(write, start), every_s, f"shard-{shard.shard_id}-progress"
             )
             fingerprints = InputFingerprints()
+            # A model that submits provider batches records them here, so a resume collects them.
+            book = LedgerBook(store.ledger, run.run_id, shard.shard_id, start.rows, outage)
             engine_run = Engine(model, engine_config).run(
                 fingerprints.feed(rows),
                 on_batch=_chained(_stop_if_draining(shard.shard_id), _chained(reporter.on_batch, on_batch)),
+                book=book,
             )
             reporter.follow(engine_run.stats)
             with engine_run, reporter:

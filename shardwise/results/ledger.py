@@ -25,8 +25,17 @@ from shardwise.db.connect import brief_waits, make_engine, write_transaction
 from shardwise.db.errors import mapped_errors, safe_url
 from shardwise.db.sqlfiles import query
 from shardwise.errors import ConfigError
+from shardwise.model.recorded import ProviderBatch
 from shardwise.records import RunRecord, RunStatus
-from shardwise.results import chunk_marks, lease_sql, ledger_sql, outcomes, shard_sql, shard_states
+from shardwise.results import (
+    chunk_marks,
+    lease_sql,
+    ledger_sql,
+    outcomes,
+    provider_batches,
+    shard_sql,
+    shard_states,
+)
 from shardwise.results.leases import LEASE_S
 from shardwise.retry_policy import DEFAULT_DB_TIMEOUT_S
 from shardwise.sources.base import SourcePlan
@@ -327,3 +336,32 @@ class Ledger(Closing):
     def dead_letters(self, run_id: str) -> list[outcomes.StoredDeadLetter]:
         with self.reading(f"read dead letters of run {run_id}") as conn:
             return shard_sql.dead_letters(conn, run_id)
+
+    def record_provider_batch(
+        self, run_id: str, shard_id: int, window: tuple[str, int, str], batch: ProviderBatch
+    ) -> bool:
+        """Record a provider batch of the window ``(window_key, position, first_key)`` in a transaction
+        of its own, committed when this returns, so the id outlives a kill while the run waits on it.
+        False when the window's batch of that index was recorded already (see
+        :mod:`~shardwise.results.provider_batches`)."""
+        with self.writing(f"record provider batch {batch.batch_id} of shard {shard_id}") as conn:
+            return provider_batches.insert_batch(conn, run_id, shard_id, window, batch)
+
+    def provider_batch_ended(
+        self, run_id: str, shard_id: int, window_key: str, batch_index: int, status: str
+    ) -> None:
+        """Record that a window's provider batch ended with ``status``."""
+        with self.writing(f"record the end of a provider batch of shard {shard_id}") as conn:
+            provider_batches.batch_ended(conn, run_id, shard_id, window_key, batch_index, status, utc_now())
+
+    def window_batches(
+        self, run_id: str, shard_id: int, window_key: str
+    ) -> list[provider_batches.StoredProviderBatch]:
+        """The provider batches recorded for one window of a shard, by index."""
+        with self.reading(f"read the provider batches of shard {shard_id}") as conn:
+            return provider_batches.window_batches(conn, run_id, shard_id, window_key)
+
+    def provider_batches(self, run_id: str) -> list[provider_batches.StoredProviderBatch]:
+        """Every provider batch a run recorded, by shard and window."""
+        with self.reading(f"read the provider batches of run {run_id}") as conn:
+            return provider_batches.run_batches(conn, run_id)

@@ -4,6 +4,13 @@ The fixed-name ledger tables are created from ``sql/common/ledger_schema.sql``,
 with their layout's version (:data:`LEDGER_SCHEMA_VERSION`) in
 ``shardwise_schema``. A ledger of another version is refused, never altered:
 nothing was released before version 1, so no build upgrades a ledger.
+
+Until version 1 is released its layout may still gain tables, and keeps its
+number when it does: every statement of ``ledger_schema.sql`` is idempotent,
+so a ledger made by an earlier build of version 1 gets a new table (say
+``shardwise_provider_batches``) the next time a run ensures it. A change to
+an existing table's columns, or any change once version 1 is out, is a new
+version.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ LEDGER_TABLES = (
     "shardwise_errors",
     "shardwise_objects",
     "shardwise_shard_transitions",
+    "shardwise_provider_batches",
 )
 
 

@@ -140,3 +140,26 @@ CREATE TABLE IF NOT EXISTS shardwise_shard_transitions (
 
 CREATE INDEX IF NOT EXISTS shardwise_shard_transitions_run_shard
     ON shardwise_shard_transitions (run_id, shard_id);
+
+-- The provider batches a window of rows became (a remote model's --batch-api): one row per batch,
+-- inserted in its own transaction right after the provider gave its id and before the run waits on
+-- it, so a resumed or retried shard finds the ids of the same window (window_key: a hash of the
+-- window's row keys, which the deterministic plan gives again) and collects them instead of
+-- submitting again. position is the shard's row count before the window, first_key its first row's
+-- key; status is 'submitted' until the batch ends, then the provider's final word ('completed',
+-- 'ended', 'expired', ...) or 'timed out' when the 24-hour completion window passed first.
+CREATE TABLE IF NOT EXISTS shardwise_provider_batches (
+    run_id        text NOT NULL,
+    shard_id      integer NOT NULL,
+    window_key    text NOT NULL,
+    batch_index   integer NOT NULL,
+    position      bigint NOT NULL,
+    first_key     text NOT NULL,
+    rows_sent     integer NOT NULL,
+    provider      text NOT NULL,
+    batch_id      text NOT NULL,
+    submitted_at  {TIMESTAMP} NOT NULL,
+    status        text NOT NULL,
+    ended_at      {TIMESTAMP},
+    PRIMARY KEY (run_id, shard_id, window_key, batch_index)
+);

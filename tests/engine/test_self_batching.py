@@ -36,3 +36,35 @@ def test_a_model_that_loses_a_row_fails_the_window_naming_the_rule() -> None:
     model.score_window = lambda values: []  # type: ignore[method-assign]
     with pytest.raises(Exception, match="gave 0 outcomes for 3 rows"):
         list(Engine(model).run([(1, "a"), (2, "b"), (3, "c")]))
+
+
+def test_with_a_book_a_recording_model_gets_each_window_s_keys_and_place_and_others_do_not() -> None:
+    from shardwise.model.recorded import Recorded, WindowRef
+
+    class RecordingShouter(Shouter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.refs: list[WindowRef] = []
+
+        def score_recorded(self, values, window):  # type: ignore[no-untyped-def]
+            self.refs.append(window)
+            return self.score_window(values)
+
+    book = object()  # the engine only hands it on
+    rows = [(i, f"text {i}") for i in range(40)]
+    rows[17] = (17, InputError("the source could not read it"))
+    recording = RecordingShouter()
+    assert isinstance(recording, Recorded) and not isinstance(Shouter(), Recorded)
+    with Engine(recording, EngineConfig(window_rows=16)).run(rows, book=book) as run:  # type: ignore[arg-type]
+        results = list(run)
+    assert [(ref.position, ref.keys[:2], len(ref.keys)) for ref in recording.refs] == [
+        (0, ("0", "1"), 16),
+        (16, ("16", "18"), 15),  # the row the source refused is not the model's
+        (32, ("32", "33"), 8),
+    ]
+    assert all(ref.book is book for ref in recording.refs)
+    assert results[1].values == {"shout": "TEXT 1", "letters": 6}
+    plain = RecordingShouter()
+    with Engine(plain, EngineConfig(window_rows=16)).run(rows) as run:  # no book: score_window only
+        list(run)
+    assert plain.refs == [] and plain.windows == [16, 15, 8]

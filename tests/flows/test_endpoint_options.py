@@ -29,6 +29,8 @@ def test_the_flags_reach_the_model_choice_as_the_kind_s_options() -> None:
         "timeout": 30.0,
     }
     assert _spec("--model", "openai:m").model.options == ()  # the kind's defaults
+    batch = _spec("--model", "anthropic:m", "--batch-api", "--batch-poll-interval", "5")
+    assert dict(batch.model.options) == {"batch_api": True, "batch_poll_s": 5.0}
     assert _spec("--model", "tiny", "--max-concurrency", "16").model.options == ()  # a default is not given
 
 
@@ -39,6 +41,15 @@ def test_the_flags_reach_the_model_choice_as_the_kind_s_options() -> None:
             ["--model", "tiny", "--api-base", "http://127.0.0.1:9/v1", "--endpoint-timeout", "5"],
             "--api-base and --endpoint-timeout would do nothing: they apply to remote models (openai:NAME, "
             "anthropic:NAME, openai-embed:NAME), and model is 'tiny'",
+        ),
+        (
+            ["--model", "tiny", "--batch-api"],
+            "--batch-api would do nothing: it applies to remote models",
+        ),
+        (
+            ["--model", "openai-embed:e", "--batch-api"],
+            "--batch-api sends chat requests, and model 'openai-embed:e' is an embeddings model; drop "
+            "--batch-api",
         ),
         (
             ["--model", "openai:m", "--api-key", "sk-live-abcdef123456"],

@@ -1,8 +1,9 @@
 """One endpoint generation run through the pipeline API, in a process of its own, for the kill test.
 
-``python endpoint_run_child.py URL API_BASE RUN_ID [resume]``: scores table ``docs`` of the SQLite
-database at URL into ``gen`` with ``openai:tiny-llama`` at API_BASE, one shard committed every 16 rows;
-with ``resume``, resumes run RUN_ID instead of starting it.
+``python endpoint_run_child.py URL API_BASE RUN_ID [resume] [batch-api]``: scores table ``docs`` of the
+SQLite database at URL into ``gen`` with ``openai:tiny-llama`` at API_BASE, one shard committed every 16
+rows; with ``resume``, resumes run RUN_ID instead of starting it; with ``batch-api``, through the Batch
+API, polling every 0.2 s.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from shardwise.pipeline import WorkerCache, prepare_run, score_pending
 CHUNK_ROWS = 16
 
 
-def main(url: str, base: str, run_id: str, resume: bool) -> None:
-    options = EndpointOptions(api_base=base, api_key=KEY_REFERENCE, max_concurrency=4)
+def main(url: str, base: str, run_id: str, resume: bool, batch_api: bool = False) -> None:
+    options = EndpointOptions(
+        api_base=base, api_key=KEY_REFERENCE, max_concurrency=4, batch_api=batch_api, batch_poll_s=0.2
+    )
     model = EndpointSpec("openai", SERVED_NAME, options, GenerationSettings(max_new_tokens=8)).resolving(
         resolver
     )
@@ -40,4 +43,4 @@ def main(url: str, base: str, run_id: str, resume: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:] == ["resume"])
+    main(sys.argv[1], sys.argv[2], sys.argv[3], "resume" in sys.argv[4:], "batch-api" in sys.argv[4:])

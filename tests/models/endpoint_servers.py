@@ -275,16 +275,22 @@ class FaultProxy(_Loopback):
 class BatchServer(_Loopback):
     """OpenAI's Files and Batches endpoints on loopback, running each batch's lines against ``upstream``.
 
-    No open-source server speaks this protocol, so this one stands in at the protocol boundary only:
-    uploads (``POST /v1/files``, multipart), ``POST /v1/batches``, ``GET /v1/batches/ID`` and
-    ``GET /v1/files/ID/content``, with output and error files as OpenAI writes them. Each line is sent
-    to the real server; a batch ends once ``hold`` is cleared (so a test can kill its client first).
-    ``creates`` counts the batches created.
+        No open-source server speaks this protocol, so this one stands in at the protocol boundary only:
+        uploads (``POST /v1/files``, multipart), ``POST /v1/batches``, ``GET /v1/batches/ID`` and
+        ``GET /v1/files/ID/content``, with output and error files as OpenAI writes them. Each line is sent
+        to the real server, ``workers`` at once; a batch ends once ``hold`` is set (so a test can kill its
+        client first). With ``expire_after`` a batch ends ``expired`` having run only its first that many
+        lines (the rest are in neither file, as OpenAI leaves them). ``creates`` counts the batches created,
+    ``lines_run`` the lines sent on to ``upstream``;
+        any other ``GET /v1/...`` (the model list a run checks first) is passed to ``upstream``.
     """
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, workers: int = 8, expire_after: int | None = None) -> None:
         self.upstream = upstream
+        self.workers = workers
+        self.expire_after = expire_after
         self.creates = 0
+        self.lines_run = 0
         self.hold = threading.Event()
         self.hold.set()
         self.files: dict[str, bytes] = {}
@@ -319,31 +325,43 @@ class BatchServer(_Loopback):
         return batch
 
     def _work(self, batch_id: str, authorization: str) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         batch = self.batches[batch_id]
-        output, errors = [], []
-        for line in self.files[str(batch["input_file_id"])].decode().splitlines():
-            item = json.loads(line)
-            request = urllib.request.Request(
-                self.upstream + str(item["url"]), data=json.dumps(item["body"]).encode(), method="POST"
-            )
-            request.add_header("content-type", "application/json")
-            request.add_header("authorization", authorization)
-            try:
-                with urllib.request.urlopen(request, timeout=120) as answer:
-                    status, body = answer.status, json.loads(answer.read())
-            except urllib.error.HTTPError as error:
-                status, body = error.code, json.loads(error.read() or b"{}")
-            record = {"id": f"req-{item['custom_id']}", "custom_id": item["custom_id"], "error": None,
-                      "response": {"status_code": status, "request_id": "r", "body": body}}  # fmt: skip
-            (output if status == 200 else errors).append(json.dumps(record).encode())
+        lines = self.files[str(batch["input_file_id"])].decode().splitlines()
+        if self.expire_after is not None:
+            lines = lines[: self.expire_after]
+        with ThreadPoolExecutor(self.workers) as pool:
+            answered = list(pool.map(lambda line: self._line(json.loads(line), authorization), lines))
+        output = [record for status, record in answered if status == 200]
+        errors = [record for status, record in answered if status != 200]
         self.hold.wait(120)
-        done = {"status": "completed", "output_file_id": None, "error_file_id": None}
+        status = "completed" if self.expire_after is None else "expired"
+        done = {"status": status, "output_file_id": None, "error_file_id": None}
         if output:
             done["output_file_id"] = self._new_file(b"\n".join(output) + b"\n", "batch_output")["id"]
         if errors:
             done["error_file_id"] = self._new_file(b"\n".join(errors) + b"\n", "batch_output")["id"]
         with self._lock:
             batch.update(done)
+
+    def _line(self, item: dict[str, object], authorization: str) -> tuple[int, bytes]:
+        """One line run against the real server: its status, and its record for the output or error file."""
+        with self._lock:
+            self.lines_run += 1
+        request = urllib.request.Request(
+            self.upstream + str(item["url"]), data=json.dumps(item["body"]).encode(), method="POST"
+        )
+        request.add_header("content-type", "application/json")
+        request.add_header("authorization", authorization)
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                status, body = answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            status, body = error.code, json.loads(error.read() or b"{}")
+        record = {"id": f"req-{item['custom_id']}", "custom_id": item["custom_id"], "error": None,
+                  "response": {"status_code": status, "request_id": "r", "body": body}}  # fmt: skip
+        return status, json.dumps(record).encode()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -361,8 +379,19 @@ class BatchServer(_Loopback):
                         self._json(200, dict(server.batches[parts[2]]))
                 elif parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content":
                     self._answer(200, server.files[parts[2]], "application/octet-stream")
+                elif parts[:2] == ["v1", "models"]:
+                    self._upstream()
                 else:
                     self._json(404, {"error": {"message": f"no {self.path}"}})
+
+            def _upstream(self) -> None:
+                request = urllib.request.Request(server.upstream + self.path)
+                request.add_header("authorization", self.headers.get("authorization", ""))
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as answer:
+                        self._answer(answer.status, answer.read(), "application/json")
+                except urllib.error.HTTPError as error:
+                    self._answer(error.code, error.read(), "application/json")
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
