@@ -11,6 +11,7 @@ engine (the same model and engine options); the killed run builds its own in its
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from flow_data import BAD_ROWS, LINEAGE, execute, make_docs
 from spec_builder import flat_spec
@@ -168,9 +170,10 @@ def test_json_schema_rows_are_valid_or_dead_letters_naming_the_schema(
     assert all(free_dead[k].startswith("OutputError: ") for k in good), free_dead
 
 
-def _kill_at_a_quarter(source: str, lm: Path, counts: Path) -> int:
+def _kill_at_a_quarter(source: str, lm: Path, counts: Path) -> tuple[int, list[psutil.Process]]:
     """The run under counted_cli.py in its own process (its own engine); SIGKILLed once its progress
-    shows a quarter of the rows. Returns the rows its progress showed."""
+    shows a quarter of the rows. Returns the rows its progress showed, and the processes it had started
+    (its vLLM engine's)."""
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "COUNTED_CHUNK_ROWS": str(CHUNK), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
@@ -183,17 +186,26 @@ def _kill_at_a_quarter(source: str, lm: Path, counts: Path) -> int:
         env=env,
     )
     assert proc.stderr is not None
-    shown, tail = 0, []
+    shown, tail, children = 0, [], []
     for line in proc.stderr:
         tail = [*tail[-20:], line]
         done = re.search(r"progress: 0/1 shard, ([\d,]+)/([\d,]+) rows", line)
         if done and 4 * int(done.group(1).replace(",", "")) >= int(done.group(2).replace(",", "")):
             shown = int(done.group(1).replace(",", ""))
+            children = psutil.Process(proc.pid).children(recursive=True)
             os.kill(proc.pid, signal.SIGKILL)
             break
     proc.wait()
     assert shown and proc.returncode == -signal.SIGKILL, "not killed mid-shard:\n" + "".join(tail)
-    return shown
+    return shown, children
+
+
+def _end(processes: list[psutil.Process]) -> None:
+    """End what a killed run left running. vLLM 0.32's engine process outlives its SIGKILLed parent
+    (its worker's death leaves it waiting on its socket), holding its memory: a known gap, not a check."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 def test_a_run_killed_mid_shard_resumes_exactly_and_only_new_then_generates_nothing(
@@ -204,7 +216,8 @@ def test_a_run_killed_mid_shard_resumes_exactly_and_only_new_then_generates_noth
     source = f"sqlite:///{tmp_path / 'docs.db'}"
     make_docs(source, KILL_ROWS)
     counts = tmp_path / "killed.counts"
-    shown = _kill_at_a_quarter(source, lm, counts)
+    shown, left = _kill_at_a_quarter(source, lm, counts)
+    _end(left)
     generated = sum(int(n) for n in counts.read_text().split())
     ((run_id, status),) = execute(source, "select run_id, status from shardwise_runs")
     ((committed,),) = execute(source, "select count(*) from resumed")
