@@ -1,10 +1,11 @@
 """Run the ``shardwise`` command line with every forward pass counted, and paced.
 
 ``python counted_cli.py COUNTS ROWS_PER_S shardwise-arguments...``: each batch
-the engine scores (each window a self-batching model such as vLLM's scores)
-appends its row count to the file ``COUNTS`` (written at once, so a SIGKILL
-loses none), then waits so that scoring runs at no more than ``ROWS_PER_S``
-rows a second (0: no limit). The pace lets a test see a
+the engine scores (each window a self-batching model such as vLLM's scores:
+the rows it generated, not those it refused) appends its row count to the
+file ``COUNTS`` (written at once, so a SIGKILL loses none), then waits so
+that scoring runs at no more than ``ROWS_PER_S`` rows a second (0: no
+limit). The pace lets a test see a
 shard's progress before it ends; the counts tell it exactly how many rows
 went through the model. The shards run in this process (the thread runner).
 
@@ -20,7 +21,7 @@ import os
 import runpy
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardwise.batch.engine import EngineRun
@@ -52,7 +53,7 @@ def _counting(counts: str, rows_per_s: float) -> None:
         def score_window(self, values: Sequence[object]) -> Any:
             started = time.perf_counter()
             outcomes = self._model.score_window(values)
-            _done(len(values), started)
+            _done(sum(isinstance(o, Mapping) for o in outcomes), started)
             return outcomes
 
     def counted_windows(self: EngineRun, rows: Any, model: Any) -> Any:

@@ -170,13 +170,18 @@ def test_json_schema_rows_are_valid_or_dead_letters_naming_the_schema(
     assert all(free_dead[k].startswith("OutputError: ") for k in good), free_dead
 
 
+def _api_url() -> str:
+    """The test harness's Prefect API, for a command run as a process of its own."""
+    from prefect.settings import PREFECT_API_URL
+
+    return str(PREFECT_API_URL.value())
+
+
 def _kill_at_a_quarter(source: str, lm: Path, counts: Path) -> tuple[int, list[psutil.Process]]:
     """The run under counted_cli.py in its own process (its own engine); SIGKILLed once its progress
     shows a quarter of the rows. Returns the rows its progress showed, and the processes it had started
     (its vLLM engine's)."""
-    from prefect.settings import PREFECT_API_URL
-
-    env = {**os.environ, "COUNTED_CHUNK_ROWS": str(CHUNK), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    env = {**os.environ, "COUNTED_CHUNK_ROWS": str(CHUNK), "PREFECT_API_URL": _api_url()}
     extra = ("--results-table", "resumed", *SAMPLING, "--shards", "1", "--lease-s", "2")
     argv = _argv(source, lm, "vllm", *extra, "--progress-every", "0.2", progress="lines")
     proc = subprocess.Popen(
@@ -224,6 +229,18 @@ def test_a_run_killed_mid_shard_resumes_exactly_and_only_new_then_generates_noth
     assert status == "running" and committed % CHUNK == 0 and CHUNK <= committed < KILL_ROWS, committed
     time.sleep(2.5)  # its lease (--lease-s 2) runs out: the run is abandoned, and a resume may take it
 
+    # The resume is a command of its own, counted as the killed one was: it must also exit once done
+    # (Python's exit waits on vLLM's engine process, which Shardwise shuts down then).
+    resume = _argv(source, lm, "vllm", "--results-table", "resumed", *SAMPLING, "--shards", "1")
+    env = {**os.environ, "COUNTED_CHUNK_ROWS": str(CHUNK), "PREFECT_API_URL": _api_url()}
+    again = tmp_path / "resumed.counts"
+    done = subprocess.run(
+        [sys.executable, str(COUNTED), str(again), "0", *resume, "--resume", run_id],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    resumed_rows = sum(int(n) for n in again.read_text().split())
+
     asked: list[int] = []
     score = VllmGenerator.score_window
 
@@ -232,11 +249,8 @@ def test_a_run_killed_mid_shard_resumes_exactly_and_only_new_then_generates_noth
         asked.append(sum(isinstance(o, Mapping) for o in outcomes))  # rows generated, not dead letters
         return outcomes
 
-    resume = _argv(source, lm, "vllm", "--results-table", "resumed", *SAMPLING, "--shards", "1")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(VllmGenerator, "score_window", counted)
-        assert main([*resume, "--resume", run_id]) == 0
-        resumed_rows = sum(asked)
         assert main(_argv(source, lm, "vllm", "--results-table", "clean", *SAMPLING, "--shards", "1")) == 0
         asked.clear()
         assert main([*resume, "--only-new"]) == 0
