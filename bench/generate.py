@@ -34,12 +34,41 @@ the ratio to Shardwise's float32 tokens/s in the same run, the share of rows
 whose greedy text equals float32's, and for ``bf16`` and ``int8`` the guard's
 agreement (equal texts on the calibration prompts) and whether a run would
 accept it; the JSON gets an ``also`` object keyed by precision.
+
+``--engine vllm`` measures the vLLM engine instead, in one run on the same
+rows, prompts, settings and engine options (``--engine-option NAME=VALUE``,
+as ``shardwise run`` takes them; on a CPU ``dtype=float32`` unless given),
+all greedy, in this order:
+
+- Shardwise ``hf`` on the first ``--hf-rows`` rows (default all; its loop is
+  slow on a CPU, so the JSON says how many: ``hf_rows``), in the precision
+  of the vLLM ``dtype``;
+- Shardwise ``vllm`` (the Engine with the vLLM generator, a window of rows at
+  a time, sorted by prompt) and bare vLLM (``LLM.chat`` on the same engine,
+  every row in one call, in input order; ``LLM.generate`` on the rendered
+  text for a model without a chat template), alternated ``--repeat`` times,
+  the best of each kept, the prefix cache emptied before each;
+- the same two again with one long system text every row shares
+  (``--system``): the prefix-cache hit rate is Shardwise's prompt tokens
+  served from vLLM's cache over all its prompt tokens in that variant.
+
+The model is ``--model`` (a causal LM directory; a ``.gguf`` file, the default
+SmolLM2 included, is converted once to a float32 directory under
+``--workdir``, since vLLM 0.32 loads no GGUF). The JSON's ``ratio_vs_bare_vllm``
+is Shardwise's tokens/s over bare vLLM's, both without the system text;
+``match_share_vs_bare_vllm`` and ``match_share_vs_hf`` are the shares of rows
+whose greedy text equals theirs, and ``bare_prompt_equal_share`` the share
+whose prompt token ids vLLM's chat rendering made equal to Shardwise's.
+``load_average`` is the machine's 1-minute load at the start and the end:
+other work on the machine slows a run.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -78,9 +107,41 @@ KEYS = (
     "padding_efficiency",
     "hf_padding_efficiency",
     "also",
+    "engine",
+    "dtype",
+    "load_average",
+    "engine_start_s",
+    "hf_rows",
+    "bare_vllm_tokens_per_s",
+    "ratio_vs_bare_vllm",
+    "ratio_vs_hf",
+    "match_share_vs_hf",
+    "match_share_vs_bare_vllm",
+    "bare_prompt_equal_share",
+    "bare_completion_tokens",
+    "plain_prefix_cache_hit_rate",
+    "system_tokens",
+    "system_tokens_per_s",
+    "system_bare_vllm_tokens_per_s",
+    "system_ratio_vs_bare_vllm",
+    "system_match_share_vs_bare_vllm",
+    "prefix_cache_hit_rate",
+    "bare_prefix_cache_hit_rate",
 )
+"""The JSON's keys; with ``--engine hf`` the vLLM ones are null, with ``--engine vllm`` the padding
+efficiencies and ``also`` are."""
 HF_BATCH = 32
 PROMPT = "Summarise in one sentence: {text}"
+SYSTEM = (
+    "You are a careful technical writer. You read one paragraph of the Python documentation at a time "
+    "and answer with a single plain sentence that says what the paragraph is about, naming the module, "
+    "function or concept it describes. You never add code, lists, headings or quotations, you never "
+    "begin with 'This paragraph', and you keep the documentation's own terms. "
+) * 4
+"""One long system text every row shares (about 400 tokens): vLLM's prefix cache keeps whole blocks
+(128 tokens on a CPU, 16 on a GPU), so only a shared prefix of a block or more can hit it."""
+HF_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+"""The hf engine's precision for each vLLM dtype, so both compute alike."""
 
 
 def default_model() -> Path:
@@ -154,6 +215,212 @@ def run_hf(
     return texts_out, tokens, time.perf_counter() - started, real / padded
 
 
+def float32_folder(gguf: Path, workdir: Path) -> Path:
+    """A GGUF file as a float32 Hugging Face directory under ``workdir``, converted once per file:
+    vLLM 0.32 loads no GGUF, and transformers de-quantises the weights as it loads them."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()[:12]
+    target = workdir / f"{gguf.stem}-f32-{digest}"
+    if (target / "config.json").is_file():
+        return target
+    loaded = {"gguf_file": gguf.name, "local_files_only": True}
+    net = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **loaded)
+    config = net.config
+    if hasattr(config, "quantization_config"):  # the GGUF's: the weights are de-quantised already
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(net.state_dict())
+    partial = workdir / f".{target.name}.partial"
+    plain.save_pretrained(partial)
+    net.generation_config.save_pretrained(partial)
+    AutoTokenizer.from_pretrained(gguf.parent, **loaded).save_pretrained(partial)
+    partial.rename(target)
+    return target
+
+
+def engine_options(given: Sequence[str], device: torch.device) -> dict[str, str]:
+    """``--engine-option NAME=VALUE`` as a mapping; on a CPU ``dtype`` is float32 unless given."""
+    options = {"dtype": "float32"} if device.type == "cpu" else {}
+    for pair in given:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--engine-option {pair!r}: give NAME=VALUE, for example max_num_seqs=64")
+        options[name.strip()] = value.strip()
+    return options
+
+
+def run_vllm(model: Any, texts: Sequence[str]) -> tuple[list[str], int, float, float | None]:
+    """Shardwise's Engine with the vLLM generator from an empty prefix cache: texts, completion tokens,
+    seconds and the prefix cache hit rate (each row's ``cached_tokens`` over its prompt tokens)."""
+    from shardwise.models.vllm_engine.engines import engine_for
+
+    engine_for(model.engine_key, model.options).llm.reset_prefix_cache()
+    started = time.perf_counter()
+    results = list(Engine(model, EngineConfig()).run(enumerate(texts)))
+    seconds = time.perf_counter() - started
+    failed = [r.error for r in results if not r.ok]
+    if failed:
+        raise SystemExit(f"{len(failed)} rows were dead letters (lower --max-chars?), the first: {failed[0]}")
+    values = [r.values or {} for r in results]
+    prompt = sum(int(v["prompt_tokens"]) for v in values)
+    cached = sum(int(v["cached_tokens"]) for v in values)
+    tokens = sum(int(v["completion_tokens"]) for v in values)
+    return [str(v["generated_text"]) for v in values], tokens, seconds, cached / prompt if prompt else None
+
+
+def run_bare(model: Any, texts: Sequence[str]) -> tuple[list[str], int, float, float, float]:
+    """Bare vLLM on the generator's own engine and sampling parameters, every row in one call, in input
+    order: ``LLM.chat`` on the rows' messages (``LLM.generate`` on the rendered text without a chat
+    template). Texts, completion tokens, seconds, the prefix cache hit rate, and the share of rows whose
+    prompt token ids equal Shardwise's."""
+    from shardwise.models.hf_prompt import chat_messages
+    from shardwise.models.vllm_engine.engines import engine_for
+
+    llm = engine_for(model.engine_key, model.options).llm
+    prompts = model.prompts
+    ids = [prompts.ids(prompts.render(text)) for text in texts]
+    params = [model.sampling_params(row) for row in ids]  # the generator's own, row by row
+    system = model.settings.system
+    llm.reset_prefix_cache()
+    started = time.perf_counter()
+    if prompts.chat:
+        bodies = [model.settings.prompt.format_map(prompts.fields(text)) for text in texts]
+        conversations = [chat_messages(system, body) for body in bodies]
+        outputs = llm.chat(conversations, params, use_tqdm=False, add_generation_prompt=True)
+    else:
+        outputs = llm.generate([prompts.render(text) for text in texts], params, use_tqdm=False)
+    seconds = time.perf_counter() - started
+    texts_out, tokens, cached, same = [], 0, 0, 0
+    for output, row in zip(outputs, ids, strict=True):
+        text, made, _ = model.completion(output)
+        texts_out.append(text)
+        tokens += made
+        cached += int(output.num_cached_tokens or 0)
+        same += list(output.prompt_token_ids) == row
+    return texts_out, tokens, seconds, cached / sum(len(row) for row in ids), same / len(texts)
+
+
+def _prompt_tokens(model: Any) -> int:
+    """The prompt tokens of a one-character row: the system text's and the template's, and one."""
+    return len(model.prompts.ids(model.prompts.render("x")))
+
+
+def _share(ours: Sequence[str], theirs: Sequence[str]) -> float:
+    return sum(a == b for a, b in zip(ours, theirs, strict=False)) / len(theirs)
+
+
+def _compare(model: Any, texts: Sequence[str], repeat: int) -> dict[str, Any]:
+    """Bare vLLM and Shardwise's vLLM engine alternated ``repeat`` times, the fastest of each kept (other
+    work on the machine slows a run, never speeds it)."""
+    best: dict[str, Any] = {"seconds": float("inf"), "bare_seconds": float("inf")}
+    for _ in range(repeat):
+        bare, bare_tokens, bare_seconds, bare_hit, prompt_share = run_bare(model, texts)
+        ours, tokens, seconds, hit = run_vllm(model, texts)
+        best["seconds"] = min(best["seconds"], seconds)
+        best["bare_seconds"] = min(best["bare_seconds"], bare_seconds)
+    best.update(
+        texts=ours,
+        tokens=tokens,
+        hit=hit,
+        bare_tokens=bare_tokens,
+        bare_hit=bare_hit,
+        prompt_share=prompt_share,
+        match=_share(ours, bare),
+        rate=tokens / best["seconds"],
+        bare_rate=bare_tokens / best["bare_seconds"],
+    )
+    return best
+
+
+def main_vllm(args: argparse.Namespace) -> dict:
+    """``--engine vllm``: see the module docstring."""
+    from shardwise.models.hf_causal import HFCausalSpec
+
+    load = [os.getloadavg()[0]]
+    device = resolve_device(args.device)
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    given = Path(args.model) if args.model else default_model()
+    folder = float32_folder(given, workdir) if given.suffix == ".gguf" else given
+    texts = [t[: args.max_chars] for t in load_texts(args.corpus, args.text_column, args.limit)]
+    options = engine_options(args.engine_option, device)
+    dtype = options.get("dtype", "auto")
+    hf_rows = min(args.hf_rows or len(texts), len(texts))
+    plain = {"prompt": PROMPT, "max_new_tokens": args.max_new_tokens}
+
+    hf_model = HFCausalSpec(folder, generation=GenerationSettings(**plain)).load(device)
+    hf_config = EngineConfig(precision=HF_PRECISION.get(dtype, "fp32"))  # type: ignore[arg-type]
+    run_shardwise(hf_model, texts[:4], hf_config)  # warm-up
+    hf_texts, hf_tokens, hf_seconds, _ = run_shardwise(hf_model, texts[:hf_rows], hf_config)
+    del hf_model
+    print(
+        f"{len(texts)} rows, model {folder}, device {device}, dtype {dtype}, greedy, max_new_tokens "
+        f"{args.max_new_tokens}, engine options {options}"
+    )
+    print(f"shardwise hf ({hf_rows} rows): {hf_tokens / hf_seconds:.1f} tokens/s, {hf_seconds:.1f}s")
+
+    started = time.perf_counter()
+    vllm = GenerationSettings(engine="vllm", engine_options=options, **plain)
+    model = HFCausalSpec(folder, generation=vllm).load(device)
+    engine_start = time.perf_counter() - started
+    with_system = GenerationSettings(engine="vllm", engine_options=options, system=args.system, **plain)
+    system_model = HFCausalSpec(folder, generation=with_system).load(device)  # the same engine
+    system_tokens = _prompt_tokens(system_model) - _prompt_tokens(model)
+    run_vllm(model, texts[:4])  # warm-up
+    found = _compare(model, texts, args.repeat)
+    shared = _compare(system_model, texts, args.repeat)
+    load.append(os.getloadavg()[0])
+    result: dict = dict.fromkeys(KEYS)
+    result.update(
+        rows=len(texts),
+        model=str(folder),
+        max_new_tokens=args.max_new_tokens,
+        threads=torch.get_num_threads(),
+        engine="vllm",
+        dtype=dtype,
+        load_average=load,
+        engine_start_s=engine_start,
+        rows_per_s=len(texts) / found["seconds"],
+        tokens_per_s=found["rate"],
+        completion_tokens=found["tokens"],
+        bare_vllm_tokens_per_s=found["bare_rate"],
+        ratio_vs_bare_vllm=found["rate"] / found["bare_rate"],
+        match_share_vs_bare_vllm=found["match"],
+        bare_prompt_equal_share=found["prompt_share"],
+        bare_completion_tokens=found["bare_tokens"],
+        plain_prefix_cache_hit_rate=found["hit"],
+        hf_rows=hf_rows,
+        hf_rows_per_s=hf_rows / hf_seconds,
+        hf_tokens_per_s=hf_tokens / hf_seconds,
+        hf_completion_tokens=hf_tokens,
+        ratio_vs_hf=found["rate"] / (hf_tokens / hf_seconds),
+        match_share_vs_hf=_share(found["texts"], hf_texts),
+        system_tokens=system_tokens,
+        system_tokens_per_s=shared["rate"],
+        system_bare_vllm_tokens_per_s=shared["bare_rate"],
+        system_ratio_vs_bare_vllm=shared["rate"] / shared["bare_rate"],
+        system_match_share_vs_bare_vllm=shared["match"],
+        prefix_cache_hit_rate=shared["hit"],
+        bare_prefix_cache_hit_rate=shared["bare_hit"],
+    )
+    print(f"vLLM engine started in {engine_start:.1f}s; load average {load[0]:.2f} then {load[1]:.2f}")
+    for label, part in (("no system text", found), (f"a system text of {len(args.system)} chars", shared)):
+        print(
+            f"{label}: shardwise vllm {part['rate']:.1f} tokens/s ({part['seconds']:.1f}s), bare vLLM "
+            f"{part['bare_rate']:.1f} ({part['bare_seconds']:.1f}s): {part['rate'] / part['bare_rate']:.2f}x;"
+            f" greedy texts equal on {part['match']:.1%} of rows; prefix cache hit rate {part['hit']:.3f} "
+            f"(bare {part['bare_hit']:.3f})"
+        )
+    print(
+        f"shardwise vllm / shardwise hf: {result['ratio_vs_hf']:.2f}x; greedy texts equal to hf's on "
+        f"{result['match_share_vs_hf']:.1%} of its {hf_rows} rows"
+    )
+    if args.json:
+        print(json.dumps(result))
+    return result
+
+
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -171,6 +438,20 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf", help="vllm: see the docstring")
+    parser.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a vLLM engine option, as shardwise run takes it (repeat it)",
+    )
+    parser.add_argument("--hf-rows", type=int, default=None, help="--engine vllm: rows of the hf pass")
+    parser.add_argument("--system", default=SYSTEM, help="--engine vllm: the shared system text variant's")
+    parser.add_argument("--repeat", type=int, default=1, help="--engine vllm: runs of each, the best kept")
+    parser.add_argument(
+        "--workdir", default="/tmp/shardwise-bench", help="--engine vllm: where a GGUF is converted"
+    )
     parser.add_argument(
         "--also",
         default="",
@@ -181,6 +462,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.also) - set(ALSO))
     if unknown:
         parser.error(f"--also takes {', '.join(ALSO)}; got {', '.join(unknown)}")
+    if args.engine == "hf" and (args.engine_option or args.hf_rows is not None):
+        parser.error("--engine-option and --hf-rows are for --engine vllm; give --engine vllm, or drop them")
+    if args.engine == "vllm" and args.also:
+        parser.error("--also measures the hf engine's precisions; give --engine-option dtype=... instead")
+    if args.repeat < 1 or (args.hf_rows is not None and args.hf_rows < 1):
+        parser.error(f"--repeat {args.repeat} and --hf-rows {args.hf_rows}: give 1 or more")
     return args
 
 
@@ -229,6 +516,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = _arguments(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.engine == "vllm":
+        return main_vllm(args)
     device = resolve_device(args.device)
     texts = [t[: args.max_chars] for t in load_texts(args.corpus, args.text_column, args.limit)]
     settings = GenerationSettings(prompt=PROMPT, max_new_tokens=args.max_new_tokens)
@@ -250,6 +539,7 @@ def main(argv: list[str] | None = None) -> dict:
     result.update(
         rows=len(texts),
         model=model.name,
+        engine="hf",
         max_new_tokens=args.max_new_tokens,
         threads=torch.get_num_threads(),
         rows_per_s=len(texts) / seconds,
@@ -285,5 +575,9 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # vLLM spawns its engine process, which imports this module again
     main()
+    if "vllm" in sys.modules:  # the engines this process built (a caller of main() keeps its own)
+        from shardwise.models.vllm_engine.engines import shutdown_all
+
+        shutdown_all()

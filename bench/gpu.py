@@ -6,8 +6,9 @@ In order, each step with its own time limit (a share of ``--budget-s``):
 the environment (GPU, memory, torch and CUDA, bf16, CPUs); ``pytest -m gpu``;
 the encoder bench (``bench/engine.py``) on CUDA in fp32, bf16 and fp16; the
 generation bench (``bench/generate.py``, Hugging Face engine) in fp32 and
-bf16; the same with ``--engine vllm`` when vllm imports and that option
-exists; and the prefetcher's host-to-device overlap timed with CUDA events
+bf16; the vLLM engine against bare vLLM and the Hugging Face engine
+(``bench/generate.py --engine vllm``) in bf16 and in fp16, when vllm is
+installed and imports (else each says why it is skipped); and the prefetcher's host-to-device overlap timed with CUDA events
 (``bench/h2d_overlap.py``). Each figure is one JSON line on stdout
 (``{"step", "figure", "value", "unit", ...context}``), a step that cannot run
 is one line ``{"step", "skipped": why}``, a step that breaks is one line

@@ -45,6 +45,7 @@ __all__ = [
     "QUICK",
     "REHEARSAL",
     "STEPS",
+    "VLLM_DTYPES",
     "Context",
     "Planned",
     "Sizes",
@@ -226,8 +227,10 @@ def _generation_read(step: str, label: str, ctx: Context) -> Callable[[str], Rea
     def read(stdout: str) -> Readout:
         result = last_json(stdout)
         lines = bench_figures(step, result, GENERATE_UNITS, GENERATE_CONTEXT, model=label, **ctx.context)
+        dtype = result.get("dtype")
+        precision = next((p for p, d in VLLM_DTYPES.items() if d == dtype), "fp32")
         for line in lines:
-            line.setdefault("precision", "fp32")
+            line.setdefault("precision", precision)
         also = result.get("also") or {}
         sizes = {k: result[k] for k in ("rows", "max_new_tokens") if k in result}
         for precision, entry in also.items() if isinstance(also, dict) else ():
@@ -245,21 +248,46 @@ def _plan_generate(ctx: Context) -> Planned:
     return Planned((*making, command), _generation_read("generate-hf", label, ctx))
 
 
-def _plan_vllm(ctx: Context) -> Planned | str:
+VLLM_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+"""The vLLM steps' precisions on CUDA, as vLLM's ``dtype`` names them."""
+
+
+def _vllm_problem(ctx: Context) -> str | None:
+    """Why ``bench/generate.py --engine vllm`` cannot run here, or None."""
     if importlib.util.find_spec("vllm") is None:
-        return f"vllm is not installed for {ctx.python} (the lent machines' image has none)"
+        return f"vllm is not installed for {ctx.python} (pip install vllm: the lent machines' image has none)"
     usage = subprocess.run(
         [ctx.python, "bench/generate.py", "--help"], cwd=ctx.root, capture_output=True, text=True, timeout=120
     ).stdout
     if "--engine" not in usage or "vllm" not in usage:
-        return "bench/generate.py has no --engine vllm option yet (issue 36 adds it)"
+        return "bench/generate.py has no --engine vllm option"
     probe = subprocess.run([ctx.python, "-c", "import vllm"], capture_output=True, text=True, timeout=180)
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no message"])[-1]
         return f"import vllm fails for {ctx.python}: {last}"
-    model, label, making = _generator(ctx)
-    command = (*_generate_command(ctx, model), "--engine", "vllm")
-    return Planned((*making, command), _generation_read("generate-vllm", label, ctx))
+    return None
+
+
+def _vllm(precision: str) -> Callable[[Context], Planned | str]:
+    """The vLLM engine against bare vLLM and the hf engine, in ``precision`` on CUDA; a CPU rehearsal
+    of the bf16 step runs in float32 (vLLM's CPU build computes half types slowly, if at all)."""
+
+    def plan(ctx: Context) -> Planned | str:
+        if ctx.device == "cpu" and precision != "bf16":
+            return f"{precision} is not rehearsed on a CPU (the bf16 step rehearses vLLM, in float32)"
+        problem = _vllm_problem(ctx)
+        if problem is not None:
+            return problem
+        model, label, making = _generator(ctx)
+        dtype = "float32" if ctx.device == "cpu" else VLLM_DTYPES[precision]
+        command = (*_generate_command(ctx, model), "--engine", "vllm", "--engine-option", f"dtype={dtype}")
+        command += ("--repeat", str(min(ctx.sizes.repeat, 2)), "--workdir", str(ctx.work / "vllm-models"))
+        if ctx.device == "cpu":  # the rehearsal: a small KV cache, as the tests take on a shared machine
+            command += ("--engine-option", "kv_cache_gib=0.25", "--engine-option", "max_num_seqs=16")
+        step = "generate-vllm" if precision == "bf16" else f"generate-vllm-{precision}"
+        return Planned((*making, command), _generation_read(step, label, ctx))
+
+    return plan
 
 
 def _plan_h2d(ctx: Context) -> Planned | str:
@@ -293,7 +321,8 @@ STEPS: tuple[Step, ...] = (
     Step("encode-bf16", 1.5, 30, _encode("bf16")),
     Step("encode-fp16", 1.5, 30, _encode("fp16")),
     Step("generate-hf", 2.5, 45, _plan_generate),
-    Step("generate-vllm", 2.0, 60, _plan_vllm),
+    Step("generate-vllm", 2.0, 90, _vllm("bf16")),
+    Step("generate-vllm-fp16", 1.5, 90, _vllm("fp16")),
     Step("h2d-overlap", 1.0, 20, _plan_h2d),
 )
 """Every step, in the order they run."""

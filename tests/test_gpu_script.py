@@ -411,3 +411,41 @@ def test_the_overlap_bench_alone_refuses_a_machine_without_cuda_in_one_line() ->
     assert (
         "--device cuda: this bench times CUDA copies and needs a CUDA device" in done.stderr.splitlines()[-1]
     )
+
+
+def test_the_vllm_steps_run_the_generation_bench_on_vllm_in_bf16_and_fp16_and_a_cpu_rehearses_bf16(
+    tmp_path: Path,
+) -> None:
+    import importlib.util
+
+    from bench.gpu_steps import Context
+
+    steps = {step.name: step for step in STEPS}
+    cuda = Context(python=sys.executable, root=CHECKOUT, work=tmp_path, generator="/models/lm")
+    cpu = Context(python=sys.executable, root=CHECKOUT, work=tmp_path, generator="/models/lm", device="cpu")
+    assert steps["generate-vllm-fp16"].plan(cpu) == (
+        "fp16 is not rehearsed on a CPU (the bf16 step rehearses vLLM, in float32)"
+    )
+    if importlib.util.find_spec("vllm") is None:
+        for name in ("generate-vllm", "generate-vllm-fp16"):
+            assert "vllm is not installed" in str(steps[name].plan(cuda)), "skipped, saying why"
+        return
+    dtypes = {}
+    for name, ctx in (("generate-vllm", cuda), ("generate-vllm-fp16", cuda), ("generate-vllm", cpu)):
+        plan = steps[name].plan(ctx)
+        assert isinstance(plan, Planned), plan
+        (command,) = plan.commands
+        assert command[1:3] == ("bench/generate.py", "--device") and "--engine" in command, command
+        assert command[command.index("--engine") + 1] == "vllm" and "--json" in command
+        dtypes[name, ctx.device] = [a for a in command if a.startswith("dtype=")]
+    assert dtypes == {
+        ("generate-vllm", "cuda"): ["dtype=bfloat16"],
+        ("generate-vllm-fp16", "cuda"): ["dtype=float16"],
+        ("generate-vllm", "cpu"): ["dtype=float32"],
+    }
+    plan = steps["generate-vllm"].plan(cuda)
+    assert isinstance(plan, Planned)
+    said = json.dumps({"rows": 8, "dtype": "bfloat16", "tokens_per_s": 9.5, "ratio_vs_bare_vllm": 0.97})
+    figures = {line["figure"]: line for line in plan.read(said).figures}
+    assert figures["ratio_vs_bare_vllm"]["unit"] == "x" and figures["tokens_per_s"]["precision"] == "bf16"
+    assert figures["tokens_per_s"]["rows"] == 8 and figures["tokens_per_s"]["model"] == "/models/lm"

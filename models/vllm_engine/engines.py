@@ -10,11 +10,13 @@ vLLM is driven here step by step (``LLMEngine.step``) in a daemon thread, while 
 an engine whose process died, or that finishes no step for ``stall_timeout_s`` (hung), fails the window
 with one :class:`~shardwise.errors.TransientError` (the run's retry policy retries it), and is dropped
 from the cache and shut down, so the next window builds a new one. A hung step cannot be interrupted:
-its thread is a daemon and is left behind, waiting on the dead engine.
+its thread is a daemon and is left behind, waiting on the dead engine. The process's engines are shut
+down when it exits (its exit would otherwise wait on their processes forever).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import logging
@@ -187,6 +189,11 @@ def engine_for(key: EngineKey, options: VllmOptions) -> VllmEngine:
         if found is not None and found.failed is None:
             return found
         llm = _build(key, options)
+        if _built == 0:
+            # Python's exit joins the engine's process, which never ends unless it is shut down: without
+            # this, a command whose run is done would wait forever. Registered after multiprocessing's
+            # own exit hook, so it runs before it.
+            atexit.register(shutdown_all)
         _built += 1
         engine = _ENGINES[key] = VllmEngine(key, llm)
         return engine
