@@ -32,6 +32,7 @@ import torch
 
 from shardwise.errors import ConfigError, TransientError
 from shardwise.models.vllm_engine.options import INSTALL, VllmOptions
+from shardwise.process.reaper import reaping
 
 __all__ = [
     "EngineKey",
@@ -173,6 +174,10 @@ def _renamed(request: Request, serial: int) -> Request:
 
 _ENGINES: dict[EngineKey, VllmEngine] = {}
 _LOCK = threading.Lock()
+_GUARD = contextlib.ExitStack()
+"""The :func:`~shardwise.process.reaper.reaping` guard of this process's engines, from the first built
+until :func:`shutdown_all` has ended them all; ``_GUARDED`` holds an item while it runs."""
+_GUARDED: list[bool] = []
 _built = 0
 
 
@@ -188,6 +193,11 @@ def engine_for(key: EngineKey, options: VllmOptions) -> VllmEngine:
         found = _ENGINES.get(key)
         if found is not None and found.failed is None:
             return found
+        if not _GUARDED:
+            # vLLM's engine process outlives this one when this one is killed (SIGKILL, OOM): a guard
+            # kills what this process started from now on if it ends without standing the guard down.
+            _GUARD.enter_context(reaping())
+            _GUARDED.append(True)
         llm = _build(key, options)
         if _built == 0:
             # Python's exit joins the engine's process, which never ends unless it is shut down: without
@@ -207,6 +217,11 @@ def shutdown_all(timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     for thread in closing:
         thread.join(max(0.0, deadline - time.monotonic()))
+    if not any(thread.is_alive() for thread in closing):
+        with _LOCK:
+            if not _ENGINES and _GUARDED:
+                _GUARD.close()  # every engine ended: the guard stands down, killing nothing
+                _GUARDED.clear()
 
 
 def engine_pids(key: EngineKey) -> list[int]:

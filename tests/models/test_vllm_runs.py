@@ -205,12 +205,16 @@ def _kill_at_a_quarter(source: str, lm: Path, counts: Path) -> tuple[int, list[p
     return shown, children
 
 
-def _end(processes: list[psutil.Process]) -> None:
-    """End what a killed run left running. vLLM 0.32's engine process outlives its SIGKILLed parent
-    (its worker's death leaves it waiting on its socket), holding its memory: a known gap, not a check."""
-    for process in processes:
+def _ended(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """What of ``processes`` (a killed run's children: its vLLM engine's, its guard) still runs once its
+    guard has had time to act. vLLM 0.32's engine process outlives a SIGKILLed parent on its own (it
+    waits on its socket, holding its memory); the guard of :mod:`shardwise.process.reaper` that
+    Shardwise starts beside its first engine kills it. Anything left is killed here, and returned."""
+    _, alive = psutil.wait_procs(processes, timeout=15)
+    for process in alive:
         with contextlib.suppress(psutil.Error):
             process.kill()
+    return alive
 
 
 def test_a_run_killed_mid_shard_resumes_exactly_and_only_new_then_generates_nothing(
@@ -222,7 +226,8 @@ def test_a_run_killed_mid_shard_resumes_exactly_and_only_new_then_generates_noth
     make_docs(source, KILL_ROWS)
     counts = tmp_path / "killed.counts"
     shown, left = _kill_at_a_quarter(source, lm, counts)
-    _end(left)
+    assert left, "the killed run had started its engine's process"
+    assert not _ended(left), "the killed run's vLLM engine process outlived it"
     generated = sum(int(n) for n in counts.read_text().split())
     ((run_id, status),) = execute(source, "select run_id, status from shardwise_runs")
     ((committed,),) = execute(source, "select count(*) from resumed")
