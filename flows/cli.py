@@ -232,7 +232,9 @@ def _parser() -> argparse.ArgumentParser:
         "List the latest runs recorded in a results database, newest first: id, status, when it\n"
         "started, the process that holds (or last held) it, shards done of total and rows scored, summed\n"
         "from its shards now. A run still marked running whose process stopped renewing its lease is\n"
-        "shown as abandoned: finish it with shardwise run ... --resume RUN_ID.",
+        "shown as abandoned: finish it with shardwise run ... --resume RUN_ID. TOKENS, DEVICE-H and\n"
+        "COST sum its committed chunks: prompt+completion tokens, device-hours, and dollars where the run\n"
+        "was priced (a price per device-hour, or a remote model's token prices).",
         f"shardwise runs --results {_EXAMPLE_DB} --limit 10",
     )
     runs.add_argument(
@@ -247,6 +249,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     runs.add_argument(
         "--limit", type=_positive, default=20, metavar="N", help="how many runs to list (default: 20)"
+    )
+    runs.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per run, a line each (run_id, status, rows, prompt_tokens, "
+        "completion_tokens, cached_tokens, device_seconds, cost_usd, ...), for scripts",
     )
     runs.set_defaults(handler=cli_commands.runs)
 

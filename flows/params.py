@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from shardwise.errors import ConfigError
 from shardwise.flows.image_access import declared_access
+from shardwise.flows.prices import DEVICE_PRICE_ENV, device_price_per_hour
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
 from shardwise.models.endpoints import is_endpoint_name
@@ -445,6 +446,14 @@ class RunParams(_Section):
     dry_run: bool = Field(
         False, description="Only plan: report shards, rows, estimated tokens and what only-new skips."
     )
+    device_price_per_hour: float | None = Field(
+        None,
+        ge=0,
+        description="Dollars per hour of a local model's device time: each committed chunk's device "
+        "time is priced at it, and the run shows its cost ($, $/1k rows, $/1M tokens). Default: the "
+        f"environment variable {DEVICE_PRICE_ENV} of the process that runs the flow; none set: "
+        "device-hours are shown, dollars are not. A remote model is priced by its tokens instead.",
+    )
 
     @field_validator("device", mode="before")
     @classmethod
@@ -585,6 +594,7 @@ class ScoreParams(_Section):
                 force=run.force,
                 lease_s=run.lease_s,
                 retry=RetryPolicy(deadline_s=run.retry_deadline_s, attempts=run.retry_attempts),
+                device_price_per_hour=device_price_per_hour(run.device_price_per_hour),
             ),
         )
 

@@ -16,7 +16,8 @@ label both scopes, and leave that split out: the merge counts a worker sees
 are its shard's over all its chunks, earlier invocations' included, so they
 fit neither scope. Rows skipped (a NULL key, already scored) are counted when
 the run is planned, so they are the whole run's. A model that declares no count outputs (an encoder, a
-classifier) states no tokens. The rates, this invocation's, are in the live
+classifier) states no tokens. The run's cost and device-hours are the whole
+run's, summed from its committed chunks (:mod:`shardwise.cost`). The rates, this invocation's, are in the live
 progress (``tasks/progress.py``).
 
 The figures are a :class:`~shardwise.pipeline.run_result.RunResult`'s; the
@@ -29,7 +30,7 @@ from shardwise.model.counts import said
 from shardwise.pipeline.run_result import RunResult
 from shardwise.words import plural
 
-__all__ = ["closing_lines", "whole_run"]
+__all__ = ["closing_lines", "usage_line", "whole_run"]
 
 
 def closing_lines(result: RunResult, *, failed: bool) -> list[str]:
@@ -38,7 +39,11 @@ def closing_lines(result: RunResult, *, failed: bool) -> list[str]:
     verdict = "FAILED" if failed else "completed"
     where = _where_to(result.results_table)
     if not result.resumed:
-        return [f"run {result.run_id} {verdict}: {_merged(result)} -> {where}", *whole_run(result)]
+        return [
+            f"run {result.run_id} {verdict}: {_merged(result)} -> {where}",
+            *whole_run(result),
+            *usage_line(result),
+        ]
     now, totals = result.this_invocation, result.totals
     return [
         f"run {result.run_id} {verdict} (resumed) -> {where}",
@@ -47,7 +52,15 @@ def closing_lines(result: RunResult, *, failed: bool) -> list[str]:
         f"whole run, resumes included: {plural(totals.rows_out, 'row')} scored, "
         f"{plural(totals.rows_failed, 'dead letter')}, {result.skipped.describe()}, {_shards(result)}"
         + "".join(f", {count}" for count in said(totals.counts)),
+        *usage_line(result),
     ]
+
+
+def usage_line(result: RunResult) -> list[str]:
+    """``["cost $0.0123 ($0.041/1k rows, $2.10/1M tokens), 0.0049 device-hours (cpu 17.6 s)"]``: the whole
+    run's, over every chunk it committed (see :mod:`shardwise.cost`); ``[]`` when it committed none."""
+    usage = result.totals.usage
+    return [usage.said()] if usage.rows or usage.device_s else []
 
 
 def whole_run(result: RunResult) -> list[str]:

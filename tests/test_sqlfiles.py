@@ -9,7 +9,7 @@ import pytest
 from shardwise.db import sqlfiles
 from shardwise.db.sqlfiles import DIALECT_WORDS, SQL_DIR, load_script, load_sql
 from shardwise.errors import ConfigError
-from shardwise.results.schema import LEDGER_TABLES
+from shardwise.results.schema import LEDGER_SCRIPTS, LEDGER_TABLES
 
 
 def test_no_statement_is_written_twice_for_the_two_dialects() -> None:
@@ -32,8 +32,9 @@ def test_every_common_file_loads_for_both_dialects_with_its_words_filled(dialect
 
 def test_the_shared_schema_creates_the_whole_ledger_on_sqlite() -> None:
     conn = sqlite3.connect(":memory:")
-    for stmt in load_script("sqlite", "ledger_schema"):
-        conn.execute(stmt)
+    for script in LEDGER_SCRIPTS:
+        for stmt in load_script("sqlite", script):
+            conn.execute(stmt)
     tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert tables == set(LEDGER_TABLES)
     types = {row[1]: row[2] for row in conn.execute("PRAGMA table_info(shardwise_runs)")}

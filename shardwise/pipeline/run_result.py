@@ -57,6 +57,9 @@ PAYLOAD_KEYS = (
     "shards_done",
     "shards_failed",
     "counts",  # the whole run's count outputs (completion_tokens, prompt_tokens); {} for an encoder
+    "cost_usd",  # the whole run's dollars (None: not priced), for an automation to alert on
+    "device_seconds",
+    "usage",  # the whole run's rows, tokens, device seconds by kind, cost, $/1k rows, $/1M tokens
 )
 """The keys of the ``shardwise.run.*`` event's payload, which automations and their templates read."""
 
@@ -197,6 +200,9 @@ class RunResult:
             "shards_done": totals.shards_done,
             "shards_failed": totals.shards_failed,
             "counts": dict(totals.counts),
+            "cost_usd": totals.usage.cost_usd,
+            "device_seconds": totals.usage.device_seconds,
+            "usage": totals.usage.as_json(),
         }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo
 from shardwise.model.generation import GenerationSettings, placeholders
@@ -222,6 +223,10 @@ class RunSettings:
     """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`).
     None: the model's default, :data:`~shardwise.pipeline.chunks.DEFAULT_CHUNK_ROWS`, or
     :data:`~shardwise.pipeline.chunks.GENERATION_CHUNK_ROWS` for a generator."""
+    device_price_per_hour: float | None = None
+    """Dollars per hour of a local model's device time, which prices each chunk (see
+    :mod:`shardwise.cost`); None: device-hours are recorded, dollars are not. A remote model is
+    priced by its tokens instead."""
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -241,6 +246,7 @@ class RunSettings:
                 "auto, bf16, fp16 or int8"
             )
         Sizing(self.shards, self.rows_per_shard)  # the one sizing rule, checked where the spec is made
+        Pricing(device_per_hour=self.device_price_per_hour)  # a price of 0 or more dollars
         if self.redrive is not None and (not self.redrive or self.only_new or self.resume):
             raise ConfigError(
                 f"redrive={self.redrive!r} needs a run id, and plans its own keys, so it takes neither "

@@ -29,6 +29,7 @@ import torch
 
 from shardwise.batch.config import EngineConfig
 from shardwise.batch.device_lease import leased_device
+from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError, TransientError
 from shardwise.model import Loaded, ModelInfo, ModelSpec
 from shardwise.model.generation import Generative, with_generation
@@ -313,4 +314,5 @@ def _score_ref_shard(
                 lease_s=ref.spec.run.lease_s,
                 chunking=ChunkConfig(ref.spec.run.chunk_rows or _chunk_rows(cache, ref.spec)),
                 outage=outage,
+                pricing=Pricing(run.record.model_name, ref.spec.run.device_price_per_hour),
             )

@@ -23,7 +23,13 @@ from shardwise.errors import ConfigError, RunTakenOverError
 from shardwise.records import RunRecord
 from shardwise.results import lease_sql, shard_states
 from shardwise.results.outcomes import RunCounts, RunSummary
-from shardwise.results.schema import LEDGER_SCHEMA_VERSION, LEDGER_TABLES, VERSION_TABLE, check_ledger_version
+from shardwise.results.schema import (
+    LEDGER_SCHEMA_VERSION,
+    LEDGER_SCRIPTS,
+    LEDGER_TABLES,
+    VERSION_TABLE,
+    check_ledger_version,
+)
 from shardwise.sources.base import SourcePlan
 
 __all__ = [
@@ -43,8 +49,9 @@ def create_ledger(conn: sa.Connection, shown: str) -> None:
     :func:`check_version`), with ``shown``, its redacted URL. Idempotent: a ledger that exists is kept.
     """
     check_version(conn, shown)
-    for stmt in load_script(conn.dialect.name, "ledger_schema"):
-        conn.exec_driver_sql(stmt)
+    for script in LEDGER_SCRIPTS:
+        for stmt in load_script(conn.dialect.name, script):
+            conn.exec_driver_sql(stmt)
     conn.execute(statement(conn, "ledger_version_record"), {"version": LEDGER_SCHEMA_VERSION})
 
 

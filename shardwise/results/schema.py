@@ -1,6 +1,7 @@
 """The ledger's schema version, and the check that an existing ledger has it.
 
-The fixed-name ledger tables are created from ``sql/common/ledger_schema.sql``,
+The fixed-name ledger tables are created from ``sql/common/ledger_schema.sql``
+(and the chunks' usage from ``sql/common/ledger_usage_schema.sql``),
 with their layout's version (:data:`LEDGER_SCHEMA_VERSION`) in
 ``shardwise_schema``. A ledger of another version is refused, never altered:
 nothing was released before version 1, so no build upgrades a ledger.
@@ -12,10 +13,18 @@ from collections.abc import Sequence
 
 from shardwise.errors import ConfigError
 
-__all__ = ["LEDGER_SCHEMA_VERSION", "LEDGER_TABLES", "VERSION_TABLE", "check_ledger_version"]
+__all__ = [
+    "LEDGER_SCHEMA_VERSION",
+    "LEDGER_SCRIPTS",
+    "LEDGER_TABLES",
+    "VERSION_TABLE",
+    "check_ledger_version",
+]
 
-LEDGER_SCHEMA_VERSION = 1
+LEDGER_SCHEMA_VERSION = 2
 """The layout of the ledger tables this build creates and reads; a ledger records it when created."""
+LEDGER_SCRIPTS = ("ledger_schema", "ledger_usage_schema")
+"""The ``sql/`` scripts that create the ledger's tables, run in this order in one transaction."""
 VERSION_TABLE = "shardwise_schema"
 LEDGER_TABLES = (
     VERSION_TABLE,
@@ -25,6 +34,7 @@ LEDGER_TABLES = (
     "shardwise_errors",
     "shardwise_objects",
     "shardwise_shard_transitions",
+    "shardwise_chunk_usage",  # sql/common/ledger_usage_schema.sql (version 2)
 )
 
 
