@@ -219,11 +219,20 @@ def _parser() -> argparse.ArgumentParser:
         "plan",
         "dry run: shards, rows, estimated tokens, what --only-new skips",
         "Plan the run without scoring or writing anything: how many shards and rows, the estimated\n"
-        "tokens, and how many rows --only-new would skip because they already have a current result.",
+        "tokens, and how many rows --only-new would skip because they already have a current result.\n"
+        "It estimates what the run will cost: prompt tokens counted with the model's tokenizer over every\n"
+        "planned row (a sample of a very large table, saying so), completion tokens at most max_new_tokens\n"
+        "a row, device-hours from earlier runs of the model in the ledger, and the dollar range.",
         f"shardwise plan --source {_EXAMPLE_DB} --table docs --rows-per-shard 5000",
         parents=[verbose],
     )
     add_score_options(plan)
+    plan.add_argument(
+        "--json",
+        action="store_true",
+        help="print the plan as one JSON object (rows, prompt_tokens, max_completion_tokens, device_hours, "
+        "cost_usd_low, cost_usd_high, ...), for scripts",
+    )
     plan.set_defaults(handler=cli_commands.plan)
 
     runs = command(

@@ -51,7 +51,7 @@ def plan(args: argparse.Namespace) -> int:
     from shardwise.flows.cli_options import score_params
     from shardwise.flows.launch import print_plan
 
-    print_plan(score_params(args))
+    print_plan(score_params(args), as_json=args.json)
     return 0
 
 
