@@ -197,6 +197,7 @@ def _parser() -> argparse.ArgumentParser:
         f"shardwise run --source {_EXAMPLE_DB} --table docs --model minilm --only-new",
         (
             "run.max_tokens",
+            "run.budget_usd",
             "run.resume",
             "run.force",
             "run.lease_s",

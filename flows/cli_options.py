@@ -106,6 +106,7 @@ _METAVARS = {
     "run.min_agreement": "COSINE",
     "run.max_tokens": "N",
     "run.device_price_per_hour": "USD",
+    "run.budget_usd": "USD",
     "fanout.workers": "N",
     "fanout.threads": "N",
     "fanout.deployment": "FLOW/NAME",

@@ -122,6 +122,9 @@ def run_and_report(
     failed = not state.is_completed()
     for line in [*closing_lines(result, failed=failed), *result.finished]:
         print(line)
+    if failed and result.stopped == "budget":  # not an error: the one line says what was spent, and how on
+        print(state.message, file=sys.stderr)
+        return Report(RUN_FAILED, result)
     if failed:
         say_error(state.message or "run failed")
         print(f"finish it later with: shardwise run ... --resume {result.run_id}", file=sys.stderr)

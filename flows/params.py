@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from shardwise.errors import ConfigError
 from shardwise.flows.image_access import declared_access
-from shardwise.flows.prices import DEVICE_PRICE_ENV, device_price_per_hour
+from shardwise.flows.prices import DEVICE_PRICE_ENV, check_priced, device_price_per_hour
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
 from shardwise.models.endpoints import is_endpoint_name
@@ -454,6 +454,14 @@ class RunParams(_Section):
         f"environment variable {DEVICE_PRICE_ENV} of the process that runs the flow; none set: "
         "device-hours are shown, dollars are not. A remote model is priced by its tokens instead.",
     )
+    budget_usd: float | None = Field(
+        None,
+        gt=0,
+        description="Dollars the run may spend: its shards stop at a chunk boundary once the committed "
+        "cost plus the next chunk's would pass it, everything committed stays, and the run ends "
+        "'stopped: budget'; --resume RUN_ID with a larger budget goes on. Needs a priced run: a "
+        "price per device-hour, or a remote model the price table knows.",
+    )
 
     @field_validator("device", mode="before")
     @classmethod
@@ -561,6 +569,8 @@ class ScoreParams(_Section):
     def to_spec(self) -> RunSpec:
         """The engine-level :class:`RunSpec`; connection names stay names, resolved where they are used."""
         source, results, run = self.source, self.results, self.run
+        price = device_price_per_hour(run.device_price_per_hour)
+        check_priced(self.model.name, price, run.budget_usd)
         return RunSpec(
             source=SourceSpec(
                 location=source.location,
@@ -594,7 +604,8 @@ class ScoreParams(_Section):
                 force=run.force,
                 lease_s=run.lease_s,
                 retry=RetryPolicy(deadline_s=run.retry_deadline_s, attempts=run.retry_attempts),
-                device_price_per_hour=device_price_per_hour(run.device_price_per_hour),
+                device_price_per_hour=price,
+                budget_usd=run.budget_usd,
             ),
         )
 

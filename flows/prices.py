@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import os
 
+from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError
 
-__all__ = ["DEVICE_PRICE_ENV", "device_price_per_hour"]
+__all__ = ["DEVICE_PRICE_ENV", "check_priced", "device_price_per_hour"]
 
 DEVICE_PRICE_ENV = "SHARDWISE_DEVICE_PRICE_PER_HOUR"
 """Dollars per device-hour when ``--device-price-per-hour`` is not given."""
@@ -34,3 +35,14 @@ def device_price_per_hour(given: float | None) -> float | None:
             "0 or more (export SHARDWISE_DEVICE_PRICE_PER_HOUR=2.5), or unset it"
         )
     return price
+
+
+def check_priced(model: str, price: float | None, budget_usd: float | None) -> None:
+    """A budget needs a priced run: a price per device-hour for a local model, a remote model the price
+    table knows; refused before anything runs."""
+    if budget_usd is None or Pricing(model, price).priced:
+        return
+    raise ConfigError(
+        f"--budget-usd {budget_usd:g} needs the run priced, and {Pricing(model, price).describe()}; give "
+        f"--device-price-per-hour USD (or set {DEVICE_PRICE_ENV}), or drop --budget-usd"
+    )

@@ -26,17 +26,21 @@ whole run's are its ``totals``.
 
 from __future__ import annotations
 
+from shardwise.cost.usage import dollars
+from shardwise.errors import BudgetReached
 from shardwise.model.counts import said
 from shardwise.pipeline.run_result import RunResult
 from shardwise.words import plural
 
-__all__ = ["closing_lines", "usage_line", "whole_run"]
+__all__ = ["budget_line", "budget_stop", "closing_lines", "usage_line", "whole_run"]
 
 
 def closing_lines(result: RunResult, *, failed: bool) -> list[str]:
     """The lines that say how the run ended: ``run ID completed: ... -> table T``, then, for a resumed
     run, this invocation's and the whole run's totals, each labelled; for a generator, its tokens."""
     verdict = "FAILED" if failed else "completed"
+    if failed and result.stopped:
+        verdict = f"stopped: {result.stopped}"
     where = _where_to(result.results_table)
     if not result.resumed:
         return [
@@ -86,3 +90,19 @@ def _shards(result: RunResult) -> str:
 def _where_to(target: str) -> str:
     """``table NAME`` for a results table, the location itself (``delta:s3://...``) for a lake sink."""
     return target if ":" in target else f"table {target}"
+
+
+def budget_stop(message: str) -> bool:
+    """Whether a shard's failure is its stop at the run's budget (``BudgetReached: ...``)."""
+    return message.startswith(f"{BudgetReached.__name__}: ")
+
+
+def budget_line(result: RunResult, budget_usd: float | None) -> str:
+    """``stopped: budget: $0.40 spent of the $0.50 budget (...); go on with: ...``, one line."""
+    usage = result.totals.usage
+    return (
+        f"stopped: budget: {dollars(usage.cost_usd or 0.0)} spent of the {dollars(budget_usd)} budget "
+        f"({plural(result.totals.rows_out, 'row')} scored and kept, "
+        f"{result.totals.shards_done}/{result.totals.shards_total} shards done); go on with: shardwise run "
+        f"... --resume {result.run_id} --budget-usd LARGER"
+    )

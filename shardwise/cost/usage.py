@@ -55,6 +55,8 @@ class RunUsage:
     cost_usd: float | None = None
     unpriced: int = 0
     """Chunks committed without a price (a local model with no price per device-hour)."""
+    chunks: int = 0
+    """Chunks whose usage was recorded (a chunk marked from a sink's record after a kill has none)."""
 
     @property
     def prompt_tokens(self) -> int:

@@ -35,6 +35,7 @@ from shardwise.sources.base import Key, SourceRow
 
 if TYPE_CHECKING:
     from shardwise.batch.engine import RowResult
+    from shardwise.cost.budget import BudgetGuard
     from shardwise.cost.meter import ChunkMeter
     from shardwise.results import Chunk, ChunkStart, ChunkWriter
 
@@ -148,6 +149,7 @@ def commit_chunks(
     rows: int,
     input_snapshot: str | None,
     meter: ChunkMeter | None = None,
+    budget: BudgetGuard | None = None,
 ) -> bool:
     """Cut ``results`` (input order, each with its input fingerprint) into chunks and commit each as it fills.
 
@@ -156,13 +158,17 @@ def commit_chunks(
     at a different position (the two read different snapshots) is a
     :class:`TransientError`: a retry starts again after the committed chunks.
     With ``meter``, each chunk carries its device time and cost, and the next
-    chunk's clock starts once it is committed.
+    chunk's clock starts once it is committed. With ``budget``, each commit is
+    followed by the budget's check, before the next window is scored: a
+    :class:`~shardwise.errors.BudgetReached` stops the shard there.
     """
     cutter = _Cutter(start, rows, input_snapshot, meter)
     for key, result, fingerprint in results:
         chunk = cutter.add(key, result, fingerprint)
         if chunk is not None and not _commit(writer, chunk):
             return False
+        if chunk is not None and budget is not None:
+            budget.check()
         if chunk is not None and meter is not None:
             meter.restart()
     last = cutter.rest()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardwise.cost.budget import check_budget
 from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo
@@ -227,6 +228,9 @@ class RunSettings:
     """Dollars per hour of a local model's device time, which prices each chunk (see
     :mod:`shardwise.cost`); None: device-hours are recorded, dollars are not. A remote model is
     priced by its tokens instead."""
+    budget_usd: float | None = None
+    """Dollars the run may spend: its shards stop at a chunk boundary before its cost would pass it
+    (see :mod:`shardwise.cost.budget`); None: no budget."""
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -247,6 +251,7 @@ class RunSettings:
             )
         Sizing(self.shards, self.rows_per_shard)  # the one sizing rule, checked where the spec is made
         Pricing(device_per_hour=self.device_price_per_hour)  # a price of 0 or more dollars
+        check_budget(self.budget_usd)
         if self.redrive is not None and (not self.redrive or self.only_new or self.resume):
             raise ConfigError(
                 f"redrive={self.redrive!r} needs a run id, and plans its own keys, so it takes neither "

@@ -43,4 +43,5 @@ def run_usage(conn: sa.Connection, run_id: str) -> RunUsage:
         device_s={str(r["device"]): float(r["device_s"]) for r in found},
         cost_usd=sum(costs) if costs else None,
         unpriced=sum(int(r["unpriced"]) for r in found),
+        chunks=sum(int(r["chunks"]) for r in found),
     )

@@ -22,7 +22,7 @@ KEYS_AS_EVER = [
     "rows_skipped", "inserted", "updated", "unchanged", "shards_total", "shards_done", "shards_failed",
     "counts",
 ]  # fmt: skip
-COST_KEYS = ["cost_usd", "device_seconds", "usage"]
+COST_KEYS = ["cost_usd", "device_seconds", "usage", "stopped"]
 """Added after them for issue 38: an automation can alert on a run's cost."""
 USAGE = RunUsage(
     rows=11, counts={"prompt_tokens": 70, "completion_tokens": 30}, device_s={"cpu": 7.2}, cost_usd=0.005
