@@ -8,7 +8,8 @@ the encoder bench (``bench/engine.py``) on CUDA in fp32, bf16 and fp16; the
 generation bench (``bench/generate.py``, Hugging Face engine) in fp32 and
 bf16; the vLLM engine against bare vLLM and the Hugging Face engine
 (``bench/generate.py --engine vllm``) in bf16 and in fp16, when vllm is
-installed and imports (else each says why it is skipped); and the prefetcher's host-to-device overlap timed with CUDA events
+installed and imports (else each says why it is skipped); and the
+prefetcher's host-to-device overlap timed with CUDA events
 (``bench/h2d_overlap.py``). Each figure is one JSON line on stdout
 (``{"step", "figure", "value", "unit", ...context}``), a step that cannot run
 is one line ``{"step", "skipped": why}``, a step that breaks is one line

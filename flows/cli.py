@@ -197,6 +197,7 @@ def _parser() -> argparse.ArgumentParser:
         f"shardwise run --source {_EXAMPLE_DB} --table docs --model minilm --only-new",
         (
             "run.max_tokens",
+            "run.budget_usd",
             "run.resume",
             "run.force",
             "run.lease_s",
@@ -219,11 +220,20 @@ def _parser() -> argparse.ArgumentParser:
         "plan",
         "dry run: shards, rows, estimated tokens, what --only-new skips",
         "Plan the run without scoring or writing anything: how many shards and rows, the estimated\n"
-        "tokens, and how many rows --only-new would skip because they already have a current result.",
+        "tokens, and how many rows --only-new would skip because they already have a current result.\n"
+        "It estimates what the run will cost: prompt tokens counted with the model's tokenizer over every\n"
+        "planned row (a sample of a very large table, saying so), completion tokens at most max_new_tokens\n"
+        "a row, device-hours from earlier runs of the model in the ledger, and the dollar range.",
         f"shardwise plan --source {_EXAMPLE_DB} --table docs --rows-per-shard 5000",
         parents=[verbose],
     )
     add_score_options(plan)
+    plan.add_argument(
+        "--json",
+        action="store_true",
+        help="print the plan as one JSON object (rows, prompt_tokens, max_completion_tokens, device_hours, "
+        "cost_usd_low, cost_usd_high, ...), for scripts",
+    )
     plan.set_defaults(handler=cli_commands.plan)
 
     runs = command(
@@ -232,7 +242,9 @@ def _parser() -> argparse.ArgumentParser:
         "List the latest runs recorded in a results database, newest first: id, status, when it\n"
         "started, the process that holds (or last held) it, shards done of total and rows scored, summed\n"
         "from its shards now. A run still marked running whose process stopped renewing its lease is\n"
-        "shown as abandoned: finish it with shardwise run ... --resume RUN_ID.",
+        "shown as abandoned: finish it with shardwise run ... --resume RUN_ID. TOKENS, DEVICE-H and\n"
+        "COST sum its committed chunks: prompt+completion tokens, device-hours, and dollars where the run\n"
+        "was priced (a price per device-hour, or a remote model's token prices).",
         f"shardwise runs --results {_EXAMPLE_DB} --limit 10",
     )
     runs.add_argument(
@@ -247,6 +259,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     runs.add_argument(
         "--limit", type=_positive, default=20, metavar="N", help="how many runs to list (default: 20)"
+    )
+    runs.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per run, a line each (run_id, status, rows, prompt_tokens, "
+        "completion_tokens, cached_tokens, device_seconds, cost_usd, ...), for scripts",
     )
     runs.set_defaults(handler=cli_commands.runs)
 

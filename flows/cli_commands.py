@@ -43,7 +43,7 @@ def runs(args: argparse.Namespace) -> int:
     from shardwise.flows.runs_list import print_runs
 
     refuse_unencoded_urls(args)
-    print_runs(args.results, args.limit, ledger=args.ledger)
+    print_runs(args.results, args.limit, ledger=args.ledger, as_json=args.json)
     return 0
 
 
@@ -51,7 +51,7 @@ def plan(args: argparse.Namespace) -> int:
     from shardwise.flows.cli_options import score_params
     from shardwise.flows.launch import print_plan
 
-    print_plan(score_params(args))
+    print_plan(score_params(args), as_json=args.json)
     return 0
 
 

@@ -50,6 +50,7 @@ RUN_OPTIONS = (
     "run.device",
     "run.precision",
     "run.min_agreement",
+    "run.device_price_per_hour",
 )
 """The ``run`` fields that ``run``, ``redrive`` and ``plan`` all take; each command adds its own."""
 FANOUT_OPTIONS = ("fanout",)
@@ -108,6 +109,8 @@ _METAVARS = {
     "run.rows_per_shard": "N",
     "run.min_agreement": "COSINE",
     "run.max_tokens": "N",
+    "run.device_price_per_hour": "USD",
+    "run.budget_usd": "USD",
     "fanout.workers": "N",
     "fanout.threads": "N",
     "fanout.deployment": "FLOW/NAME",

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from shardwise.cost.usage import dollars
 from shardwise.errors import TransientError
 from shardwise.flows.outcome import OK, RUN_FAILED, TAKEN_OVER, code_for, print_traceback, say_error
 from shardwise.flows.params import ScoreParams
@@ -120,6 +122,9 @@ def run_and_report(
     failed = not state.is_completed()
     for line in [*closing_lines(result, failed=failed), *result.finished]:
         print(line)
+    if failed and result.stopped == "budget":  # not an error: the one line says what was spent, and how on
+        print(state.message, file=sys.stderr)
+        return Report(RUN_FAILED, result)
     if failed:
         say_error(state.message or "run failed")
         print(f"finish it later with: shardwise run ... --resume {result.run_id}", file=sys.stderr)
@@ -164,14 +169,18 @@ def was_recorded(params: ScoreParams, run_id: str) -> bool | None:
         return None
 
 
-def print_plan(params: ScoreParams) -> None:
-    """Print the shard count, rows per shard, estimated tokens and what --only-new would skip; then the
-    runs into the same results table still marked running: live, or abandoned (to resume instead)."""
+def print_plan(params: ScoreParams, *, as_json: bool = False) -> None:
+    """Print the shard count, rows per shard, estimated tokens and what --only-new would skip, what the run
+    will cost; then the runs into the same results table still marked running: live, or abandoned (to
+    resume instead). ``as_json``: the report as one JSON object, and nothing else."""
     from shardwise.models import get_spec
     from shardwise.pipeline import plan_report
     from shardwise.tasks.connections import resolve
 
     report = plan_report(params.to_spec(), get_spec, resolve, params.fanout_plan().workers)
+    if as_json:
+        print(json.dumps(report))
+        return
     print(f"source {report['source']} (snapshot {report['snapshot']})")
     print(f"{plural(report['shards'], 'shard')}, {plural(report['rows'], 'row')} to score")
     if report["shards"]:
@@ -188,8 +197,34 @@ def print_plan(params: ScoreParams) -> None:
     nulls = int(report.get("rows_null_key") or 0)
     if nulls:
         print(f"{plural(nulls, 'row')} with a NULL key {'is' if nulls == 1 else 'are'} skipped: not scored")
+    for line in cost_lines(report):
+        print(line)
     for line in report.get("unfinished_runs", []):
         print(line)
+
+
+def cost_lines(report: Mapping[str, Any]) -> list[str]:
+    """What the plan says the run will cost: its tokens, device-hours and dollars (unknown where so)."""
+    prompt, cap = report.get("prompt_tokens"), report.get("max_completion_tokens")
+    lines = []
+    if prompt is None:
+        lines.append(f"prompt tokens: unknown ({report['prompt_tokens_counted']})")
+    else:
+        bound = "" if cap is None else f"; completion tokens: at most {cap:,}"
+        lines.append(f"prompt tokens: {prompt:,} ({report['prompt_tokens_counted']}){bound}")
+    hours, low, high = (
+        report.get("device_hours"),
+        report.get("device_hours_low"),
+        report.get("device_hours_high"),
+    )
+    if hours is not None:
+        lines.append(f"device-hours: about {hours:.4f} ({low:.4f} to {high:.4f})")
+    cost_low, cost_high = report.get("cost_usd_low"), report.get("cost_usd_high")
+    if cost_low is None or cost_high is None:
+        lines.append(f"cost: unknown ({report['cost_basis']})")
+    else:
+        lines.append(f"cost: {dollars(cost_low)} to {dollars(cost_high)} ({report['cost_basis']})")
+    return lines
 
 
 class TemporaryApi:

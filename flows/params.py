@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from shardwise.errors import ConfigError
 from shardwise.flows.image_access import declared_access
+from shardwise.flows.prices import DEVICE_PRICE_ENV, check_priced, device_price_per_hour
 from shardwise.kind_options import flat_options
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
@@ -446,6 +447,22 @@ class RunParams(_Section):
     dry_run: bool = Field(
         False, description="Only plan: report shards, rows, estimated tokens and what only-new skips."
     )
+    device_price_per_hour: float | None = Field(
+        None,
+        ge=0,
+        description="Dollars per hour of a local model's device time: each committed chunk's device "
+        "time is priced at it, and the run shows its cost ($, $/1k rows, $/1M tokens). Default: the "
+        f"environment variable {DEVICE_PRICE_ENV} of the process that runs the flow; none set: "
+        "device-hours are shown, dollars are not. A remote model is priced by its tokens instead.",
+    )
+    budget_usd: float | None = Field(
+        None,
+        gt=0,
+        description="Dollars the run may spend: its shards stop at a chunk boundary once the committed "
+        "cost plus the next chunk's would pass it, everything committed stays, and the run ends "
+        "'stopped: budget'; --resume RUN_ID with a larger budget goes on. Needs a priced run: a "
+        "price per device-hour, or a remote model the price table knows.",
+    )
 
     @field_validator("device", mode="before")
     @classmethod
@@ -553,6 +570,8 @@ class ScoreParams(_Section):
     def to_spec(self) -> RunSpec:
         """The engine-level :class:`RunSpec`; connection names stay names, resolved where they are used."""
         source, results, run = self.source, self.results, self.run
+        price = device_price_per_hour(run.device_price_per_hour)
+        check_priced(self.model.name, price, run.budget_usd)
         return RunSpec(
             source=SourceSpec(
                 location=source.location,
@@ -585,6 +604,8 @@ class ScoreParams(_Section):
                 force=run.force,
                 lease_s=run.lease_s,
                 retry=RetryPolicy(deadline_s=run.retry_deadline_s, attempts=run.retry_attempts),
+                device_price_per_hour=price,
+                budget_usd=run.budget_usd,
             ),
         )
 

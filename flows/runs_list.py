@@ -8,14 +8,19 @@ whose lease expired, or whose process on this host is gone, is listed as
 run's shards as they are now, and the SHARDS column says how many are done of
 the total and, of the others, how many are failed, retrying (a try failed and
 another is coming) or being scored by a worker holding a live lease (see
-:mod:`shardwise.results.shard_states`).
+:mod:`shardwise.results.shard_states`). TOKENS, DEVICE-H and COST sum the
+run's committed chunks (:mod:`shardwise.cost`): a run's cost is the same
+here as in its summary line and its artifact, read from the same rows.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
+from shardwise.cost.usage import dollars
 from shardwise.db.codec import utc_now
 from shardwise.pipeline.destination import find_ledger
 from shardwise.results import Ledger, RunListing
@@ -25,23 +30,41 @@ from shardwise.secrets.redact import redact
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
-__all__ = ["print_runs", "runs_table"]
+__all__ = ["print_runs", "run_json", "runs_table"]
 
-_HEADER = ("RUN ID", "STATUS", "STARTED (UTC)", "OWNER", "LEASE", "SHARDS", "ROWS")
+_HEADER = (
+    "RUN ID",
+    "STATUS",
+    "STARTED (UTC)",
+    "OWNER",
+    "LEASE",
+    "SHARDS",
+    "ROWS",
+    "TOKENS",
+    "DEVICE-H",
+    "COST",
+)
 
 
-def print_runs(results: str | None, limit: int = 20, *, ledger: str | None = None) -> None:
+def print_runs(
+    results: str | None, limit: int = 20, *, ledger: str | None = None, as_json: bool = False
+) -> None:
     """Print the latest ``limit`` runs of the ledger ``ledger``, or of the one runs into ``results`` use
-    by default (see :mod:`shardwise.pipeline.destination`); each a URL or ``env:NAME``."""
+    by default (see :mod:`shardwise.pipeline.destination`); each a URL or ``env:NAME``. ``as_json``:
+    one JSON object per run, a line each (:func:`run_json`), and nothing else."""
     url = find_ledger(ledger, results, None, resolve)
     check_ledger(url, "existing")  # a mistyped path is refused, never made into an empty ledger
     with Ledger(url) as found:
         runs = found.recent_runs(limit)
         url = found.url
+    now = utc_now()
+    if as_json:
+        for run in runs:
+            print(json.dumps(run_json(run, now)))
+        return
     if not runs:
         print(redact(f"no runs recorded in {url}"))  # a ledger given as env:NAME is named so
         return
-    now = utc_now()
     print(runs_table(runs, now))
     for run in runs:
         if run.state(now) == "abandoned":
@@ -49,6 +72,27 @@ def print_runs(results: str | None, limit: int = 20, *, ledger: str | None = Non
                 f"run {run.run_id} is abandoned: {abandoned_why(run.owner, run.lease_expires_at, now)}; "
                 f"finish it with: shardwise run ... --resume {run.run_id}"
             )
+
+
+def run_json(run: RunListing, now: datetime) -> dict[str, Any]:
+    """A run as plain JSON: its id, state, model, shards, rows scored and dead letters, and its usage
+    (rows, tokens, device time, cost; see :meth:`~shardwise.cost.RunUsage.as_json`)."""
+    counts = run.counts
+    return {
+        "run_id": run.run_id,
+        "status": run.state(now),
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "model": run.model_name,
+        "results_table": redact(run.results_table),
+        "shards_total": counts.shards_total,
+        "shards_done": counts.shards_done,
+        "shards_failed": counts.shards_failed,
+        "rows_scored": counts.rows_out,
+        "dead_letters": counts.rows_failed,
+        **run.usage.as_json(),
+        "device_hours": run.usage.device_hours,
+    }
 
 
 def runs_table(runs: Sequence[RunListing], now: datetime) -> str:
@@ -71,7 +115,13 @@ def _row(run: RunListing, now: datetime) -> tuple[str, ...]:
     dead = f" (+{plural(counts.rows_failed, 'dead letter')})" if counts.rows_failed else ""
     rows = f"{counts.rows_out:,}{dead}"
     started = run.started_at.strftime("%Y-%m-%d %H:%M:%S") if run.started_at else "-"
-    return (run.run_id, state, started, run.owner or "-", _lease(run, state, now), shards, rows)
+    usage = run.usage
+    tokens = f"{usage.tokens:,}" if usage.counts else "-"
+    hours = f"{usage.device_hours:.4f}" if usage.device_s else "-"
+    return (
+        run.run_id, state, started, run.owner or "-", _lease(run, state, now), shards, rows, tokens, hours,
+        dollars(usage.cost_usd),
+    )  # fmt: skip
 
 
 def _lease(run: RunListing, state: str, now: datetime) -> str:

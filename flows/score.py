@@ -14,7 +14,7 @@ from shardwise.flows.interrupts import hold, let_go
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.resolved import take_resolved
-from shardwise.flows.totals import closing_lines
+from shardwise.flows.totals import budget_line, budget_stop, closing_lines
 from shardwise.pipeline import finish_results, finish_run
 from shardwise.pipeline.run_result import run_result
 from shardwise.secrets.redact import redact_mapping
@@ -100,6 +100,7 @@ def _score(params: ScoreParams) -> State:
         workers=fanout.workers,
         finished=finished,
         shard_states=states,
+        stopped="budget" if failed and all(budget_stop(m) for m in failed.values()) else None,
     )
     publish_run(result, outcomes, failed)
     emit_run_finished(result, params.event_name())
@@ -113,6 +114,10 @@ def _score(params: ScoreParams) -> State:
             worker["busy_s"],
             worker["model_load_s"],
         )
+    if result.stopped == "budget":
+        said = budget_line(result, spec.run.budget_usd)
+        logger.warning("run %s %s", run_id, said)
+        return Failed(message=said, data=result)
     if failed:
         listed = _listed(failed)
         failures = f"{plural(len(failed), 'shard')} failed after retries: {listed}"

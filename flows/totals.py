@@ -16,7 +16,8 @@ label both scopes, and leave that split out: the merge counts a worker sees
 are its shard's over all its chunks, earlier invocations' included, so they
 fit neither scope. Rows skipped (a NULL key, already scored) are counted when
 the run is planned, so they are the whole run's. A model that declares no count outputs (an encoder, a
-classifier) states no tokens. The rates, this invocation's, are in the live
+classifier) states no tokens. The run's cost and device-hours are the whole
+run's, summed from its committed chunks (:mod:`shardwise.cost`). The rates, this invocation's, are in the live
 progress (``tasks/progress.py``).
 
 The figures are a :class:`~shardwise.pipeline.run_result.RunResult`'s; the
@@ -25,20 +26,28 @@ whole run's are its ``totals``.
 
 from __future__ import annotations
 
+from shardwise.cost.usage import dollars
+from shardwise.errors import BudgetReached
 from shardwise.model.counts import said
 from shardwise.pipeline.run_result import RunResult
 from shardwise.words import plural
 
-__all__ = ["closing_lines", "whole_run"]
+__all__ = ["budget_line", "budget_stop", "closing_lines", "usage_line", "whole_run"]
 
 
 def closing_lines(result: RunResult, *, failed: bool) -> list[str]:
     """The lines that say how the run ended: ``run ID completed: ... -> table T``, then, for a resumed
     run, this invocation's and the whole run's totals, each labelled; for a generator, its tokens."""
     verdict = "FAILED" if failed else "completed"
+    if failed and result.stopped:
+        verdict = f"stopped: {result.stopped}"
     where = _where_to(result.results_table)
     if not result.resumed:
-        return [f"run {result.run_id} {verdict}: {_merged(result)} -> {where}", *whole_run(result)]
+        return [
+            f"run {result.run_id} {verdict}: {_merged(result)} -> {where}",
+            *whole_run(result),
+            *usage_line(result),
+        ]
     now, totals = result.this_invocation, result.totals
     return [
         f"run {result.run_id} {verdict} (resumed) -> {where}",
@@ -47,7 +56,15 @@ def closing_lines(result: RunResult, *, failed: bool) -> list[str]:
         f"whole run, resumes included: {plural(totals.rows_out, 'row')} scored, "
         f"{plural(totals.rows_failed, 'dead letter')}, {result.skipped.describe()}, {_shards(result)}"
         + "".join(f", {count}" for count in said(totals.counts)),
+        *usage_line(result),
     ]
+
+
+def usage_line(result: RunResult) -> list[str]:
+    """``["cost $0.0123 ($0.041/1k rows, $2.10/1M tokens), 0.0049 device-hours (cpu 17.6 s)"]``: the whole
+    run's, over every chunk it committed (see :mod:`shardwise.cost`); ``[]`` when it committed none."""
+    usage = result.totals.usage
+    return [usage.said()] if usage.rows or usage.device_s else []
 
 
 def whole_run(result: RunResult) -> list[str]:
@@ -73,3 +90,19 @@ def _shards(result: RunResult) -> str:
 def _where_to(target: str) -> str:
     """``table NAME`` for a results table, the location itself (``delta:s3://...``) for a lake sink."""
     return target if ":" in target else f"table {target}"
+
+
+def budget_stop(message: str) -> bool:
+    """Whether a shard's failure is its stop at the run's budget (``BudgetReached: ...``)."""
+    return message.startswith(f"{BudgetReached.__name__}: ")
+
+
+def budget_line(result: RunResult, budget_usd: float | None) -> str:
+    """``stopped: budget: $0.40 spent of the $0.50 budget (...); go on with: ...``, one line."""
+    usage = result.totals.usage
+    return (
+        f"stopped: budget: {dollars(usage.cost_usd or 0.0)} spent of the {dollars(budget_usd)} budget "
+        f"({plural(result.totals.rows_out, 'row')} scored and kept, "
+        f"{result.totals.shards_done}/{result.totals.shards_total} shards done); go on with: shardwise run "
+        f"... --resume {result.run_id} --budget-usd LARGER"
+    )

@@ -41,6 +41,11 @@ class Prompt:
         """What its KV cache holds at most: the prompt and every new token."""
         return len(self.ids) + self.max_new_tokens
 
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's tokens, as its row's ``prompt_tokens`` counts them (a plan's exact count)."""
+        return len(self.ids)
+
 
 @dataclass(frozen=True, slots=True)
 class PromptBatch:

@@ -20,6 +20,9 @@ The tree decides what happens next, so callers catch by class, never by message:
     │                              while this one ran it; that process finishes it
     ├── WorkerPreempted            the worker got SIGTERM (a spot notice, an eviction) and
     │                              let its shard go; the flow runs it on another worker
+    ├── BudgetReached              the run's next chunk would pass its --budget-usd: its shard
+    │                              stops at a chunk boundary, everything committed stays;
+    │                              --resume with a larger budget goes on
     └── TransientError             may succeed if tried again: a dropped connection,
         │                          throttling, a serialisation failure
         └── DeviceOutOfMemoryError the device ran out of memory even for one row
@@ -38,6 +41,7 @@ the valid options.
 from __future__ import annotations
 
 __all__ = [
+    "BudgetReached",
     "ConfigError",
     "DeviceOutOfMemoryError",
     "InputError",
@@ -93,6 +97,12 @@ class WorkerPreempted(ShardwiseError):
     """The worker process got SIGTERM while it held the shard, and let it go (see
     :mod:`shardwise.pipeline.preemption`). Not a failure of the shard, and not transient either: a
     retry in the same process would meet the same stop, so the flow runs the shard on another worker."""
+
+
+class BudgetReached(ShardwiseError):
+    """The run's committed cost plus its next chunk's would pass its budget (see
+    :mod:`shardwise.cost.budget`): the shard stops at a chunk boundary. Not transient: nothing retries
+    it; ``--resume`` with a larger budget goes on after the committed chunks."""
 
 
 class RetryDeadlineError(ShardwiseError):

@@ -11,6 +11,7 @@ from typing import Any
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from shardwise.cost.usage import RunUsage, dollars
 from shardwise.model.counts import in_words, share
 from shardwise.pipeline import ShardOutcome
 from shardwise.pipeline.run_result import LeaseHeld, PrecisionUsed, RunResult
@@ -141,6 +142,24 @@ def _count_rows(counts: Mapping[str, int]) -> list[str]:
     ]
 
 
+def _usage_rows(usage: RunUsage, scope: str) -> list[str]:
+    """The whole run's cost and device time (see :mod:`shardwise.cost`), labelled so for a resumed run
+    (``scope``): the dollars are the same as the summary line's and ``shardwise runs``', read from the
+    same chunk rows."""
+    if not usage.rows and not usage.device_s:
+        return []  # nothing committed: no figures to show
+    kinds = ", ".join(f"{kind} {s:.1f} s" for kind, s in sorted(usage.device_s.items()))
+    rows = [f"| Device-hours{scope} | {usage.device_hours:.4f}{f' ({text(kinds)})' if kinds else ''} |"]
+    if usage.cost_usd is None:
+        return [*rows, f"| Cost{scope} | unknown (no price set) |"]
+    return [
+        *rows,
+        f"| Cost{scope} | {text(dollars(usage.cost_usd))} |",
+        f"| Cost per 1k rows{scope} | {text(dollars(usage.per_1k_rows))} |",
+        f"| Cost per 1M tokens{scope} | {text(dollars(usage.per_1m_tokens))} |",
+    ]
+
+
 def _skipped_row(skipped: Skipped, scope: str = "") -> str:
     """Rows neither scored nor dead-lettered, by reason (see :mod:`shardwise.pipeline.skipped`); counted
     when the run is planned, so the whole run's."""
@@ -169,6 +188,7 @@ def run_markdown(
         "|---|---|",
         f"| Status | **{text(result.status)}** |",
         *_scored_rows(result),
+        *_usage_rows(totals.usage, ", whole run" if result.resumed else ""),
         f"| Truncated rows | {result.rows_truncated} (longer than the model's limit: scored on their "
         "start) |",
         f"| Shards | {totals.shards_done}/{totals.shards_total} done, "

@@ -85,6 +85,7 @@ __all__ = [
     "ModelInputs",
     "ModelSpec",
     "OutputColumn",
+    "PromptItem",
     "SelfBatching",
     "TextInput",
 ]
@@ -114,6 +115,18 @@ class Item(Protocol):
     def truncated(self) -> bool:
         """The input was cut to the model's limit, so only part of it was scored."""
         ...
+
+
+@runtime_checkable
+class PromptItem(Protocol):
+    """A generator's prepared row, which a plan counts exactly (see :mod:`shardwise.pipeline.estimate`):
+    its prompt's tokens as the run will count them, and the most tokens it may generate."""
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def max_new_tokens(self) -> int: ...
 
 
 class DeviceBatch(Protocol):

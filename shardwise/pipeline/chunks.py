@@ -35,6 +35,8 @@ from shardwise.sources.base import Key, SourceRow
 
 if TYPE_CHECKING:
     from shardwise.batch.engine import RowResult
+    from shardwise.cost.budget import BudgetGuard
+    from shardwise.cost.meter import ChunkMeter
     from shardwise.results import Chunk, ChunkStart, ChunkWriter
 
 __all__ = [
@@ -146,6 +148,8 @@ def commit_chunks(
     start: ChunkStart,
     rows: int,
     input_snapshot: str | None,
+    meter: ChunkMeter | None = None,
+    budget: BudgetGuard | None = None,
 ) -> bool:
     """Cut ``results`` (input order, each with its input fingerprint) into chunks and commit each as it fills.
 
@@ -153,12 +157,20 @@ def commit_chunks(
     finished it): the caller stops. A chunk whose mark another writer wrote
     at a different position (the two read different snapshots) is a
     :class:`TransientError`: a retry starts again after the committed chunks.
+    With ``meter``, each chunk carries its device time and cost, and the next
+    chunk's clock starts once it is committed. With ``budget``, each commit is
+    followed by the budget's check, before the next window is scored: a
+    :class:`~shardwise.errors.BudgetReached` stops the shard there.
     """
-    cutter = _Cutter(start, rows, input_snapshot)
+    cutter = _Cutter(start, rows, input_snapshot, meter)
     for key, result, fingerprint in results:
         chunk = cutter.add(key, result, fingerprint)
         if chunk is not None and not _commit(writer, chunk):
             return False
+        if chunk is not None and budget is not None:
+            budget.check()
+        if chunk is not None and meter is not None:
+            meter.restart()
     last = cutter.rest()
     return last is None or _commit(writer, last)
 
@@ -179,9 +191,11 @@ def _commit(writer: ChunkWriter, chunk: Chunk) -> bool:
 class _Cutter:
     """Collects results into chunks of ``size`` rows, numbering them on from ``start``."""
 
-    def __init__(self, start: ChunkStart, size: int, input_snapshot: str | None) -> None:
+    def __init__(
+        self, start: ChunkStart, size: int, input_snapshot: str | None, meter: ChunkMeter | None = None
+    ) -> None:
         self._number, self._rows, self._last = start.chunk, start.rows, start.key
-        self._size, self._snapshot = size, input_snapshot
+        self._size, self._snapshot, self._meter = size, input_snapshot, meter
         self._scored: list[ResultRow] = []
         self._failed: list[DeadLetter] = []
         self._truncated = 0
@@ -209,7 +223,10 @@ class _Cutter:
 
         self._rows += len(self._scored) + len(self._failed)
         position = {"rows": self._rows, "key": _json_key(self._last)}
-        chunk = Chunk(self._number, self._scored, self._failed, self._truncated, position, self._snapshot)
+        usage = None if self._meter is None else self._meter.measure(r.values for r in self._scored)
+        chunk = Chunk(
+            self._number, self._scored, self._failed, self._truncated, position, self._snapshot, usage
+        )
         self._number += 1
         self._scored, self._failed, self._truncated = [], [], 0
         return chunk

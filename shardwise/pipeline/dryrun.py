@@ -2,7 +2,10 @@
 
 :func:`plan_report` plans the source as a run would, estimates the tokens from
 a sample of rows, counts what ``--only-new`` would skip and lists the runs
-into the same results table still marked running. Nothing is written.
+into the same results table still marked running. It estimates what the run
+will cost too: its prompt tokens counted exactly, its completion tokens'
+bound, device-hours and dollars (:mod:`shardwise.pipeline.estimate`).
+Nothing is written.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import torch
 
+from shardwise.cost.prices import Pricing
 from shardwise.db.codec import utc_now
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import Loaded, SelfBatching
@@ -25,6 +29,7 @@ from shardwise.pipeline.destination import (
     only_new_sink,
     results_target,
 )
+from shardwise.pipeline.estimate import CostEstimate, TokenCount, count_tokens, estimate_cost
 from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
@@ -112,6 +117,9 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
             spec, source, version, ledger, sink=asks, target=recorded, min_shards=SHARDS_PER_WORKER * workers
         )
         preview = preview_plan(source, plan, model)
+        tokens = count_tokens(source, plan, model)
+        pricing = Pricing(model.name, spec.run.device_price_per_hour)
+        cost = estimate_cost(tokens, pricing, ledger.recent_runs(50, status="completed"))
         try:
             new_only = dataclasses.replace(spec, run=dataclasses.replace(spec.run, only_new=True))
             current = (
@@ -144,6 +152,25 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
         "rows_already_scored": already,
         "rows_null_key": int(plan.params.get("null_keys") or 0),
         "unfinished_runs": unfinished,
+        **_cost_keys(tokens, cost),
+    }
+
+
+def _cost_keys(tokens: TokenCount | None, cost: CostEstimate) -> dict[str, Any]:
+    """What the run will cost (:mod:`shardwise.pipeline.estimate`): tokens, device-hours and dollars; None
+    where unknown."""
+    return {
+        "prompt_tokens": None if tokens is None else tokens.prompt_tokens,
+        "prompt_tokens_counted": "not counted: the model batches by itself"
+        if tokens is None
+        else tokens.describe(),
+        "max_completion_tokens": None if tokens is None else tokens.max_completion_tokens,
+        "device_hours": cost.device_hours,
+        "device_hours_low": cost.device_hours_low,
+        "device_hours_high": cost.device_hours_high,
+        "cost_usd_low": cost.cost_usd_low,
+        "cost_usd_high": cost.cost_usd_high,
+        "cost_basis": cost.basis,
     }
 
 

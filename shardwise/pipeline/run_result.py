@@ -57,6 +57,10 @@ PAYLOAD_KEYS = (
     "shards_done",
     "shards_failed",
     "counts",  # the whole run's count outputs (completion_tokens, prompt_tokens); {} for an encoder
+    "cost_usd",  # the whole run's dollars (None: not priced), for an automation to alert on
+    "device_seconds",
+    "usage",  # the whole run's rows, tokens, device seconds by kind, cost, $/1k rows, $/1M tokens
+    "stopped",  # "budget": its shards stopped at its --budget-usd (status failed; resume goes on); else None
 )
 """The keys of the ``shardwise.run.*`` event's payload, which automations and their templates read."""
 
@@ -176,6 +180,9 @@ class RunResult:
     engine: EngineFigures = field(default_factory=EngineFigures)
     finished: tuple[str, ...] = ()
     """What the sink's finish did once the run completed (an ANN index built, its time), a line each."""
+    stopped: str | None = None
+    """``budget`` when the run's only failures were shards stopped at its budget (see
+    :mod:`shardwise.cost.budget`): the ledger records it failed, to be resumed with a larger one."""
 
     def event_payload(self) -> dict[str, Any]:
         """The ``shardwise.run.*`` event's payload: plain JSON values under :data:`PAYLOAD_KEYS`, in order."""
@@ -197,6 +204,10 @@ class RunResult:
             "shards_done": totals.shards_done,
             "shards_failed": totals.shards_failed,
             "counts": dict(totals.counts),
+            "cost_usd": totals.usage.cost_usd,
+            "device_seconds": totals.usage.device_seconds,
+            "usage": totals.usage.as_json(),
+            "stopped": self.stopped,
         }
 
 
@@ -210,6 +221,7 @@ def run_result(
     workers: int,
     finished: Sequence[str] = (),
     shard_states: Mapping[str, int] | None = None,
+    stopped: str | None = None,
 ) -> RunResult:
     """The result of ``planned``'s invocation: its ``outcomes``, the run's ``totals`` as
     :func:`~shardwise.pipeline.finish_run` left them, and ``wall_s`` since it started."""
@@ -254,4 +266,5 @@ def run_result(
             engine.oom_splits, engine.padding_efficiency, engine.rows_per_s, engine.tokens_per_s, wall_s
         ),
         finished=tuple(finished),
+        stopped=stopped,
     )

@@ -19,8 +19,12 @@ from typing import Any
 from shardwise.batch.config import EngineConfig
 from shardwise.batch.engine import Engine
 from shardwise.batch.stats import BatchStats
+from shardwise.cost.budget import BudgetGuard
+from shardwise.cost.meter import ChunkMeter
+from shardwise.cost.prices import Pricing
 from shardwise.db.codec import utc_now
 from shardwise.model import Loaded
+from shardwise.model.counts import count_columns
 from shardwise.pipeline.batch_book import LedgerBook
 from shardwise.pipeline.chunks import ChunkConfig, InputFingerprints, commit_chunks, progress_after
 from shardwise.pipeline.lease import LEASE_S, shard_lease_keeper
@@ -146,6 +150,8 @@ def score_shard(
     lease_s: float = LEASE_S,
     chunking: ChunkConfig | None = None,
     outage: Outage | None = None,
+    pricing: Pricing | None = None,
+    budget: BudgetGuard | None = None,
 ) -> ShardOutcome:
     """Count an attempt unless the shard is done, then score and commit its rows chunk by chunk.
 
@@ -170,6 +176,13 @@ def score_shard(
     (a fresh one with the default :class:`~shardwise.retry_policy.RetryPolicy`
     when None), until its deadline; then
     :class:`~shardwise.errors.RetryDeadlineError` ends the attempt.
+
+    Each chunk records the device time it took and its cost under ``pricing``
+    (default: the run's model, a remote one at the price table's prices, a
+    local one unpriced); see :mod:`shardwise.cost`. With ``budget``, the
+    attempt checks the run's budget before it scores and after each chunk it
+    commits, and stops there with :class:`~shardwise.errors.BudgetReached`
+    (see :mod:`shardwise.cost.budget`).
     """
     me, device = this_worker(), str(model.device)
     outage = outage or Outage(RetryPolicy())
@@ -191,6 +204,8 @@ def score_shard(
         store.chunk_writer(run, shard.shard_id, attempt, outage) as writer,
     ):
         start = writer.start()
+        if budget is not None:
+            budget.check()  # before the attempt scores a row
         if start.rows:
             _log.info(
                 "shard %d resumes at chunk %d: its first %d rows are committed (last key %r)",
@@ -217,7 +232,10 @@ def score_shard(
                 # A worker told to stop (SIGTERM) lets the shard go after the batch in hand (the check
                 # above) or at the next row, its chunk in hand uncommitted.
                 scored = until_preempted(fingerprints.joined(engine_run), shard.shard_id)
-                merging = commit_chunks(scored, writer, start, chunking.rows, snapshot if lost else None)
+                meter = ChunkMeter(device, pricing or Pricing(run.model_name), count_columns(model.outputs))
+                merging = commit_chunks(
+                    scored, writer, start, chunking.rows, snapshot if lost else None, meter, budget
+                )
         stats = engine_run.stats
         figures = {**stats.as_dict(), "worker": me.worker, "model_load_s": model_load_s}
         figures["resumed_rows"] = start.rows  # committed by earlier attempts: not scored by this one

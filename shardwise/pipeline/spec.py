@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardwise.cost.budget import check_budget
+from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError
 from shardwise.kind_options import option_pairs
 from shardwise.model import ModelInfo
@@ -225,6 +227,13 @@ class RunSettings:
     """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`).
     None: the model's default, :data:`~shardwise.pipeline.chunks.DEFAULT_CHUNK_ROWS`, or
     :data:`~shardwise.pipeline.chunks.GENERATION_CHUNK_ROWS` for a generator."""
+    device_price_per_hour: float | None = None
+    """Dollars per hour of a local model's device time, which prices each chunk (see
+    :mod:`shardwise.cost`); None: device-hours are recorded, dollars are not. A remote model is
+    priced by its tokens instead."""
+    budget_usd: float | None = None
+    """Dollars the run may spend: its shards stop at a chunk boundary before its cost would pass it
+    (see :mod:`shardwise.cost.budget`); None: no budget."""
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -244,6 +253,8 @@ class RunSettings:
                 "auto, bf16, fp16 or int8"
             )
         Sizing(self.shards, self.rows_per_shard)  # the one sizing rule, checked where the spec is made
+        Pricing(device_per_hour=self.device_price_per_hour)  # a price of 0 or more dollars
+        check_budget(self.budget_usd)
         if self.redrive is not None and (not self.redrive or self.only_new or self.resume):
             raise ConfigError(
                 f"redrive={self.redrive!r} needs a run id, and plans its own keys, so it takes neither "

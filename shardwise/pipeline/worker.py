@@ -29,6 +29,8 @@ import torch
 
 from shardwise.batch.config import EngineConfig
 from shardwise.batch.device_lease import leased_device
+from shardwise.cost.budget import BudgetGuard
+from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError, TransientError
 from shardwise.model import Loaded, ModelInfo, ModelSpec
 from shardwise.model.generation import Generative, with_generation
@@ -312,4 +314,13 @@ def _score_ref_shard(
                 lease_s=ref.spec.run.lease_s,
                 chunking=ChunkConfig(ref.spec.run.chunk_rows or _chunk_rows(cache, ref.spec)),
                 outage=outage,
+                pricing=Pricing(run.record.model_name, ref.spec.run.device_price_per_hour),
+                budget=_budget(ref.spec.run.budget_usd, run.store.ledger, run.record.run_id),
             )
+
+
+def _budget(budget_usd: float | None, ledger: Ledger, run_id: str) -> BudgetGuard | None:
+    """The run's budget guard, reading its committed cost from its ledger; None without a budget."""
+    if budget_usd is None:
+        return None
+    return BudgetGuard(budget_usd, lambda: ledger.run_usage(run_id))

@@ -22,7 +22,8 @@ is scored again:
    exists is not written again, and its stored position and counts come back);
 3. one ledger transaction that locks the shard's row and inserts the chunk's
    dead letters and mark (:mod:`shardwise.results.chunk_marks`), with the
-   counts the sink recorded.
+   counts the sink recorded, and its usage (device time and cost,
+   :mod:`shardwise.results.usage_sql`).
 
 The sink's commit is the commit point. A kill between steps 2 and 3 leaves
 a chunk the sink holds and the ledger does not mark: the next attempt
@@ -50,10 +51,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
+from shardwise.cost.usage import ChunkUsage
 from shardwise.db.codec import check_key, utc_now
 from shardwise.model.counts import count_columns, counts_of_rows
 from shardwise.records import DeadLetter, ResultRow, RunRecord, ShardReport
-from shardwise.results import chunk_marks, shard_sql, shard_states
+from shardwise.results import chunk_marks, shard_sql, shard_states, usage_sql
 from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals
 from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sinks.base import Lineage, MergeCounts, Sink, SinkChunk, SinkCommit
@@ -83,6 +85,8 @@ class Chunk:
     rows_truncated: int
     position: Mapping[str, Any]
     input_snapshot: str | None = None
+    usage: ChunkUsage | None = None
+    """The device time and cost of scoring it (:mod:`shardwise.cost`), recorded with its mark."""
 
     @property
     def rows_in(self) -> int:
@@ -220,6 +224,8 @@ class ChunkWriter(Closing):
                 counts=counts_of_rows((r.values for r in chunk.rows), count_columns(layout.outputs)),
             )
             chunk_marks.insert_mark(conn, run.run_id, mark, now)
+            if chunk.usage is not None:
+                usage_sql.insert_usage(conn, run.run_id, self.shard_id, chunk.number, chunk.usage)
         counts = MergeCounts(landed.inserted, landed.updated, landed.unchanged)
         return ChunkCommit("merged", counts)
 

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
+from shardwise.cost.usage import RunUsage
 from shardwise.db.codec import utc_now
 from shardwise.db.connect import brief_waits, make_engine, write_transaction
 from shardwise.db.errors import mapped_errors, safe_url
@@ -35,6 +36,7 @@ from shardwise.results import (
     provider_batches,
     shard_sql,
     shard_states,
+    usage_sql,
 )
 from shardwise.results.leases import LEASE_S
 from shardwise.retry_policy import DEFAULT_DB_TIMEOUT_S
@@ -234,13 +236,18 @@ class Ledger(Closing):
     def recent_runs(
         self, limit: int = 20, *, status: str | None = None, results_table: str | None = None
     ) -> list[outcomes.RunListing]:
-        """The latest runs, newest first, with counts summed from their shards; [] without a ledger."""
+        """The latest runs, newest first, with counts summed from their shards and usage (tokens, device
+        time, cost) from their committed chunks; [] without a ledger."""
         with self.reading("list recent runs") as conn:
             if not sa.inspect(conn).has_table(_RUNS):
                 return []
             runs = lease_sql.recent_runs(conn, limit, utc_now(), status, results_table)
             states = shard_states.status_counts(conn, (run.run_id for run in runs))
-        return [dataclasses.replace(run, shard_states=states.get(run.run_id, {})) for run in runs]
+            usage = {run.run_id: usage_sql.run_usage(conn, run.run_id) for run in runs}
+        return [
+            dataclasses.replace(run, shard_states=states.get(run.run_id, {}), usage=usage[run.run_id])
+            for run in runs
+        ]
 
     def record_progress(
         self,
@@ -303,7 +310,8 @@ class Ledger(Closing):
 
     def finish_run(self, run_id: str, status: RunStatus, *, owner: str | None = None) -> outcomes.RunCounts:
         """Close a run as ``completed`` or ``failed`` and release its lease; counts come from the shards,
-        and the sums of the model's count outputs from every chunk the run committed.
+        and the sums of the model's count outputs and the run's usage (device time, cost) from every
+        chunk the run committed.
 
         With ``owner``, only while it holds the run: a
         :class:`~shardwise.errors.RunTakenOverError` when another process
@@ -315,8 +323,17 @@ class Ledger(Closing):
             ledger_sql.finish_run(conn, run_id, status, utc_now(), owner)
             found = ledger_sql.run_summary(conn, run_id)
             counts = chunk_marks.run_counts(conn, run_id)
+            usage = usage_sql.run_usage(conn, run_id)
         assert found is not None  # finish_run raised if the run is missing
-        return dataclasses.replace(found[0].counts, counts=counts)
+        return dataclasses.replace(found[0].counts, counts=counts, usage=usage)
+
+    def run_usage(self, run_id: str) -> RunUsage:
+        """The run's rows, tokens, device time and cost over every chunk committed so far (live while it
+        runs); an empty usage when the ledger does not exist."""
+        with self.reading(f"read the usage of run {run_id}") as conn:
+            if not sa.inspect(conn).has_table(usage_sql.USAGE_TABLE):
+                return RunUsage()
+            return usage_sql.run_usage(conn, run_id)
 
     def seen_objects(self, source_identity: str, destination: str | None) -> frozenset[tuple[str, str]]:
         """(object key, ETag) pairs of Parquet objects that completed runs scored from this source into

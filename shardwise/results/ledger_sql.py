@@ -23,7 +23,12 @@ from shardwise.errors import ConfigError, RunTakenOverError
 from shardwise.records import RunRecord
 from shardwise.results import lease_sql, shard_states
 from shardwise.results.outcomes import RunCounts, RunSummary
-from shardwise.results.schema import LEDGER_SCHEMA_VERSION, LEDGER_TABLES, VERSION_TABLE, check_ledger_version
+from shardwise.results.schema import (
+    LEDGER_SCHEMA_VERSION,
+    LEDGER_TABLES,
+    VERSION_TABLE,
+    check_ledger_version,
+)
 from shardwise.sources.base import SourcePlan
 
 __all__ = [

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shardwise.cost.usage import RunUsage
 from shardwise.records import RunRecord, RunStatus
 from shardwise.results.leases import RunState, run_state
 
@@ -57,11 +58,14 @@ class RunCounts:
     committed, by this process or an earlier one it resumed. :meth:`Ledger.finish_run` fills it;
     empty where the counts were read back from ``shardwise_runs`` or live, and for a model that
     declares no counts (see :mod:`shardwise.model.counts`)."""
+    usage: RunUsage = field(default_factory=RunUsage)
+    """The whole run's rows, tokens, device time and cost, summed from its committed chunks (see
+    :mod:`shardwise.cost`); filled where ``counts`` is."""
 
     @classmethod
     def counters(cls) -> tuple[str, ...]:
         """The int fields, as ``shardwise_runs`` and the listing queries name their columns."""
-        return tuple(name for name in cls.__dataclass_fields__ if name != "counts")
+        return tuple(name for name in cls.__dataclass_fields__ if name not in ("counts", "usage"))
 
 
 class _Leased:
@@ -114,6 +118,8 @@ class RunListing(_Leased):
     shard_states: Mapping[str, int] = field(default_factory=dict)
     """How many of its shards are in each status now (``{"done": 4, "retrying": 1}``; see
     :mod:`~shardwise.results.shard_states`)."""
+    usage: RunUsage = field(default_factory=RunUsage)
+    """Its rows, tokens, device time and cost over the chunks committed so far (see :mod:`shardwise.cost`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,12 @@ from collections.abc import Sequence
 
 from shardwise.errors import ConfigError
 
-__all__ = ["LEDGER_SCHEMA_VERSION", "LEDGER_TABLES", "VERSION_TABLE", "check_ledger_version"]
+__all__ = [
+    "LEDGER_SCHEMA_VERSION",
+    "LEDGER_TABLES",
+    "VERSION_TABLE",
+    "check_ledger_version",
+]
 
 LEDGER_SCHEMA_VERSION = 1
 """The layout of the ledger tables this build creates and reads; a ledger records it when created."""
@@ -33,6 +38,7 @@ LEDGER_TABLES = (
     "shardwise_objects",
     "shardwise_shard_transitions",
     "shardwise_provider_batches",
+    "shardwise_chunk_usage",
 )
 
 

@@ -54,12 +54,13 @@ def test_a_resumed_runs_summary_labels_this_invocation_and_the_whole_run(
     ((shard_1_rows,),) = execute(sqlite_url, "select rows_out from shardwise_shards where shard_id = 1")
     now = ROWS - scored_before
     assert 0 < now < shard_1_rows, "shard 1 resumed after the chunk it had committed"
-    assert lines == [
+    assert lines[:3] == [
         f"run {run_id} completed (resumed) -> table shardwise_results",
         f"this invocation: {now} rows scored, 0 dead letters, 1 shard finished",
         f"whole run, resumes included: {ROWS} rows scored, {len(BAD_ROWS)} dead letters, 0 skipped, "
         "3/3 shards done",
     ]
+    assert len(lines) == 4 and lines[3].startswith("cost unknown (no price set), "), "the whole run's"
 
 
 def test_a_fresh_runs_summary_is_one_line_and_a_resumed_generators_states_its_tokens() -> None:

@@ -11,6 +11,7 @@ through the engine exactly once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -20,6 +21,7 @@ from flow_data import make_docs
 from pg_faults import BackendKiller
 
 from shardwise.batch.stats import BatchStats
+from shardwise.cost import RunUsage
 from shardwise.errors import TransientError
 from shardwise.model import Model
 from shardwise.pipeline import ChunkConfig, score_shard
@@ -106,7 +108,9 @@ def test_killed_copies_and_merges_cost_a_retried_step_not_a_rescored_shard(
     assert forwarded == ROWS, "a row went through the engine twice: a shard was scored again"
     assert [s.attempts for s in store.ledger.shards(run.run_id)] == [1] * SHARDS
     assert _results(store) == _results(clean)
-    assert store.ledger.finish_run(run.run_id, "completed") == RunCounts(ROWS + 3, ROWS, 3, SHARDS, SHARDS, 0)
+    counts = store.ledger.finish_run(run.run_id, "completed")
+    assert dataclasses.replace(counts, usage=RunUsage()) == RunCounts(ROWS + 3, ROWS, 3, SHARDS, SHARDS, 0)
+    assert counts.usage.rows == ROWS + 3, "each chunk's usage recorded once, whatever the retries"
     assert len(store.ledger.dead_letters(run.run_id)) == 3
     marks = read_marks(store.ledger, run.run_id)
     assert len(marks) == len(read_marks(clean.ledger, clean_run.run_id))

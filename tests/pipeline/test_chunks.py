@@ -9,6 +9,7 @@ are the same however the shard was cut or interrupted.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from flow_data import make_docs, texts
 
 from shardwise.batch.config import EngineConfig
 from shardwise.batch.stats import BatchStats
+from shardwise.cost import RunUsage
 from shardwise.errors import ConfigError
 from shardwise.model import Model
 from shardwise.pipeline import ChunkConfig, ShardOutcome, score_shard
@@ -177,7 +179,15 @@ def test_a_shard_of_six_chunks_gives_the_rows_of_a_one_chunk_run(shard0: Shard0)
         )
         assert (outcome.rows_in, outcome.rows_out, outcome.rows_failed) == (total, total - 3, 3)
         assert outcome.merge is not None and outcome.merge.inserted == total - 3
-        assert store.ledger.finish_run(run.run_id, "completed") == RunCounts(total, total - 3, 3, 1, 1, 0)
+        counts = store.ledger.finish_run(run.run_id, "completed")
+        assert dataclasses.replace(counts, usage=RunUsage()) == RunCounts(total, total - 3, 3, 1, 1, 0)
+        usage = counts.usage  # each chunk timed on its device, none priced (no price per device-hour)
+        assert (usage.rows, usage.unpriced, usage.cost_usd, set(usage.device_s)) == (
+            total,
+            len(marks),
+            None,
+            {"cpu"},
+        )
 
 
 def test_a_shard_that_crashes_resumes_after_its_last_committed_chunk(shard0: Shard0) -> None:

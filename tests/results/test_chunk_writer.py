@@ -17,6 +17,7 @@ from results_helpers import (
     write_shard,
 )
 
+from shardwise.cost import RunUsage
 from shardwise.results import ChunkCommit, ChunkStart, ResultStore, RunCounts, read_marks
 
 
@@ -62,7 +63,9 @@ def test_a_later_attempt_starts_after_the_last_chunk_and_the_done_mark_counts_al
     )
     assert (shard.engine["chunks"], shard.engine["rows_truncated"]) == (3, 1)
     write_shard(store, run, 1, make_rows(range(100, 110)))
-    assert store.ledger.finish_run(run.run_id, "completed") == RunCounts(43, 40, 3, 2, 2, 0)
+    assert store.ledger.finish_run(run.run_id, "completed") == RunCounts(
+        43, 40, 3, 2, 2, 0, usage=RunUsage(rows=43)
+    )
 
 
 def test_nothing_more_is_written_to_a_done_shard(store: ResultStore) -> None:
@@ -87,7 +90,9 @@ def test_a_failed_shards_committed_chunks_count_in_the_run(store: ResultStore) -
     store.ledger.mark_shard_failed(run.run_id, 0, "TransientError: the worker died")
     write_shard(store, run, 1, make_rows(range(100, 110)))
     # The failed shard's two chunks are in the results table: the run counts them.
-    assert store.ledger.finish_run(run.run_id, "failed") == RunCounts(32, 30, 2, 2, 1, 1)
+    assert store.ledger.finish_run(run.run_id, "failed") == RunCounts(
+        32, 30, 2, 2, 1, 1, usage=RunUsage(rows=32)
+    )
 
 
 def test_chunk_marks_sum_the_count_outputs_so_shard_and_run_totals_survive_retries(db_url: str) -> None:

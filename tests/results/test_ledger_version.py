@@ -48,7 +48,7 @@ def test_a_new_ledger_records_its_schema_version(db_url: str) -> None:
         ledger.ensure()
         ledger.ensure()  # idempotent: one row
         ledger.start_run(make_run(), make_plan(2))
-    assert _versions(db_url) == [(1,)]
+    assert _versions(db_url) == [(LEDGER_SCHEMA_VERSION,)]
     with Ledger(db_url) as reopened:  # a later process opens it without a word
         assert [run.run_id for run in reopened.recent_runs()] == [make_run().run_id]
 
@@ -59,7 +59,10 @@ def test_a_ledger_made_before_versions_is_refused_before_anything_runs(
     execute(db_url, _OLD_RUNS)
     err = _refused(db_url, capfd, "runs", "--ledger", db_url)
     assert "has no schema version (an older build of shardwise made it)" in err, err
-    assert "needs schema version 1" in err and "give --ledger a new database URL or SQLite file" in err
+    assert (
+        f"needs schema version {LEDGER_SCHEMA_VERSION}" in err
+        and "give --ledger a new database URL or SQLite file" in err
+    )
     assert "drop the shardwise_* tables" in err
     with Ledger(db_url) as ledger:
         for use in (ledger.ensure, ledger.recent_runs, lambda: ledger.load_run("r"), ledger.exists):
@@ -72,9 +75,12 @@ def test_a_ledger_made_before_versions_is_refused_before_anything_runs(
 def test_a_ledger_of_another_version_is_refused(db_url: str, capfd: pytest.CaptureFixture[str]) -> None:
     with Ledger(db_url) as ledger:
         ledger.ensure()
-    execute(db_url, "UPDATE shardwise_schema SET version = 2")
+    execute(db_url, f"UPDATE shardwise_schema SET version = {LEDGER_SCHEMA_VERSION + 1}")
     err = _refused(db_url, capfd, "runs", "--ledger", db_url)
-    assert "has schema version 2, and this build needs schema version 1" in err, err
+    assert (
+        f"has schema version {LEDGER_SCHEMA_VERSION + 1}, and this build needs schema version "
+        f"{LEDGER_SCHEMA_VERSION}"
+    ) in err, err
     assert "use the newer shardwise that made it, or start a new one" in err
     execute(db_url, "DELETE FROM shardwise_schema")
     with Ledger(db_url) as ledger, pytest.raises(ConfigError, match="has no schema version"):
@@ -116,6 +122,6 @@ def test_two_processes_creating_the_ledger_at_once_both_succeed(db_url: str, tmp
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-    assert _versions(db_url) == [(1,)]
+    assert _versions(db_url) == [(LEDGER_SCHEMA_VERSION,)]
     with Ledger(db_url) as ledger:
         assert ledger.exists()

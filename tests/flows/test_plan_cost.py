@@ -1,0 +1,102 @@
+"""What a run will cost, before it runs (issue 38): ``shardwise plan`` counts the prompt tokens the run then
+counts, bounds the completion tokens, and gives a dollar range that holds the run's real cost."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flow_data import execute, make_docs
+from hf_builders import tiny_causal_lm
+
+from shardwise.cost import Pricing
+from shardwise.flows.cli import main
+from shardwise.pipeline.estimate import TokenCount, estimate_cost
+
+pytestmark = [pytest.mark.usefixtures("prefect_harness")]
+pytest.importorskip("transformers")
+
+ROWS = 40
+NEW = 6
+PRICE = 3.6
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_causal_lm(tmp_path_factory.mktemp("lm"), context=4096)
+
+
+def _options(url: str, lm: Path, table: str) -> list[str]:
+    return [
+        "--source", url, "--table", "docs", "--model", str(lm), "--results-table", table, "--precision",
+        "fp32", "--shards", "2", "--max-new-tokens", str(NEW), "--chat", "off", "--device-price-per-hour",
+        str(PRICE),
+    ]  # fmt: skip
+
+
+def _plan(url: str, lm: Path, table: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert main(["plan", *_options(url, lm, table), "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    return dict(json.loads(line))
+
+
+def _run(url: str, lm: Path, table: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert main(["run", *_options(url, lm, table), "--progress", "none"]) == 0
+    capsys.readouterr()
+    assert main(["runs", "--results", url, "--json"]) == 0
+    return dict(json.loads(capsys.readouterr().out.splitlines()[0]))  # the newest
+
+
+def test_the_plan_counts_the_prompt_tokens_the_run_counts_and_its_range_holds_the_real_cost(
+    sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_docs(sqlite_url, ROWS)
+    before = _plan(sqlite_url, lm, "first", capsys)
+    assert before["rows"] == ROWS + 3 and "exact: every one of" in before["prompt_tokens_counted"]
+    assert before["device_hours"] is None and before["cost_usd_low"] is None, "no earlier run: unknown"
+    assert "device-hours unknown" in before["cost_basis"]
+
+    first = _run(sqlite_url, lm, "first", capsys)
+    ((prompt, completion, scored),) = execute(
+        sqlite_url, "select sum(prompt_tokens), sum(completion_tokens), count(*) from first"
+    )
+    assert before["prompt_tokens"] == prompt == first["prompt_tokens"], "exact: the run's own count"
+    assert before["max_completion_tokens"] == scored * NEW >= completion
+
+    after = _plan(sqlite_url, lm, "second", capsys)  # the first run's seconds per row are known now
+    assert after["prompt_tokens"] == prompt and after["device_hours"] is not None
+    low, high = after["cost_usd_low"], after["cost_usd_high"]
+    assert low == pytest.approx(after["device_hours_low"] * PRICE)
+    second = _run(sqlite_url, lm, "second", capsys)
+    assert low <= second["cost_usd"] <= high, (low, second["cost_usd"], high)
+
+    assert main(["plan", *_options(sqlite_url, lm, "third")]) == 0
+    out = capsys.readouterr().out
+    assert f"prompt tokens: {prompt:,} (exact: every one of {ROWS + 3} rows tokenized); " in out
+    assert f"completion tokens: at most {scored * NEW:,}" in out and "cost: $" in out
+
+
+def test_a_large_table_is_sampled_and_the_plan_says_so(
+    sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_docs(sqlite_url, ROWS)
+    exact = _plan(sqlite_url, lm, "t", capsys)["prompt_tokens"]
+    monkeypatch.setattr(importlib.import_module("shardwise.pipeline.estimate"), "EXACT_ROWS", 10)
+    monkeypatch.setattr(importlib.import_module("shardwise.pipeline.estimate"), "_SAMPLE_ROWS", 8)
+    sampled = _plan(sqlite_url, lm, "t", capsys)
+    assert sampled["prompt_tokens_counted"].startswith("estimated from a sample of 16 of 43 rows")
+    assert sampled["prompt_tokens"] != exact and sampled["prompt_tokens"] == pytest.approx(exact, rel=0.5)
+
+
+def test_a_remote_models_range_runs_from_all_cached_and_silent_to_uncached_and_capped() -> None:
+    tokens = TokenCount(rows=4, counted_rows=2, per_row=[1000, 3000], max_new_tokens=100, sampled=True)
+    found = estimate_cost(tokens, Pricing("openai:gpt-4o-mini"), [])
+    # gpt-4o-mini: $0.15 per 1M input tokens, $0.075 cached, $0.60 output; two rows stand for four.
+    assert found.cost_usd_low == pytest.approx(2 * 4000 * 0.075 / 1e6)
+    assert found.cost_usd_high == pytest.approx(2 * (4000 * 0.15 + 200 * 0.6) / 1e6)
+    assert found.device_hours is None
+    unknown = estimate_cost(tokens, Pricing("openai:my-local-server-model"), [])
+    assert unknown.cost_usd_low is None and "no price known" in unknown.basis

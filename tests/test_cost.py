@@ -1,0 +1,102 @@
+"""Pricing a run (shardwise/cost): device time at the operator's price, remote tokens at the price table's,
+and the figures a run's cost is compared by. The remote prices are genai-prices' bundled data, checked
+against the providers' published prices for two well-known models."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from shardwise.cost import Pricing, RunUsage, remote_model, token_cost
+from shardwise.cost.meter import ChunkMeter
+from shardwise.cost.prices import _known
+from shardwise.cost.usage import ChunkUsage, dollars
+from shardwise.errors import ConfigError
+
+M = 1_000_000
+
+
+def test_a_remote_models_tokens_are_priced_at_the_tables_prices_cached_and_batch_included() -> None:
+    # gpt-4o-mini: $0.15 per 1M input tokens, $0.075 cached, $0.60 output; the Batch API halves them.
+    row = {"prompt_tokens": 1000, "cached_tokens": 200, "completion_tokens": 500}
+    assert token_cost("openai:gpt-4o-mini", row) == pytest.approx((800 * 0.15 + 200 * 0.075 + 500 * 0.6) / M)
+    assert token_cost("openai:gpt-4o-mini", {**row, "cached_tokens": 0}) == pytest.approx(
+        (1000 * 0.15 + 500 * 0.6) / M
+    )
+    batch = token_cost("openai:gpt-4o-mini", {**row, "cached_tokens": 0}, batch=True)
+    assert batch == pytest.approx((1000 * 0.15 + 500 * 0.6) / 2 / M)
+    # claude-sonnet-4-5: $3 input, $0.30 cache read, $15 output per 1M.
+    sonnet = token_cost("anthropic:claude-sonnet-4-5", row)
+    assert sonnet == pytest.approx((800 * 3 + 200 * 0.3 + 500 * 15) / M)
+
+
+def test_each_row_is_priced_as_its_own_request_so_long_prompt_tiers_apply_as_billed() -> None:
+    rows = [{"prompt_tokens": 1000, "completion_tokens": 500}] * 300  # 300k prompt tokens in all
+    pricing = Pricing("anthropic:claude-sonnet-4-5")
+    one = token_cost("anthropic:claude-sonnet-4-5", rows[0])
+    assert one is not None and pricing.cost(rows, 12.0) == pytest.approx(300 * one)
+    whole = token_cost(
+        "anthropic:claude-sonnet-4-5", {"prompt_tokens": 300_000, "completion_tokens": 150_000}
+    )
+    assert whole is not None and whole > 300 * one, "summed into one request it would cross the 200k tier"
+
+
+def test_a_model_the_table_does_not_know_and_a_local_model_without_a_price_are_unpriced() -> None:
+    assert remote_model("openai:gpt-4o-mini") == ("openai", "gpt-4o-mini")
+    assert remote_model("openai-embed:text-embedding-3-small") == ("openai", "text-embedding-3-small")
+    assert remote_model("minilm") is None and remote_model("hf:/models/x") is None
+    self_hosted = Pricing("openai:SmolLM2-135M-Instruct")
+    assert not self_hosted.priced and self_hosted.cost([{"prompt_tokens": 10}], 1.0) is None
+    assert "no price known for openai:SmolLM2-135M-Instruct" in self_hosted.describe()
+    assert Pricing("minilm").cost([], 60.0) is None and not Pricing("minilm").priced
+    local = Pricing("minilm", device_per_hour=3.6)
+    assert local.priced and local.cost([{"prompt_tokens": 10}], 100.0) == pytest.approx(0.1)
+    assert Pricing("openai:gpt-4o-mini", device_per_hour=3.6).cost([], 100.0) == 0, "tokens, not time"
+
+
+@pytest.mark.parametrize("price", [-1, float("nan"), float("inf"), "2", True])
+def test_a_bad_price_per_device_hour_is_refused(price: object) -> None:
+    with pytest.raises(ConfigError, match="price per device-hour must be a number of dollars"):
+        Pricing("minilm", device_per_hour=price)  # type: ignore[arg-type]
+
+
+def test_prices_come_from_the_bundled_table_without_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: object) -> None:
+        raise AssertionError("genai-prices reached for the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refused)
+    monkeypatch.setattr(socket, "create_connection", refused)
+    _known.cache_clear()
+    assert token_cost("openai:gpt-4o", {"prompt_tokens": 1000, "completion_tokens": 100}) is not None
+
+
+def test_a_chunk_is_timed_from_the_last_commit_and_priced_by_its_rows() -> None:
+    now = [100.0]
+    meter = ChunkMeter("cuda:1", Pricing("m", device_per_hour=36.0), ["completion_tokens"], lambda: now[0])
+    now[0] = 110.0
+    usage = meter.measure([{"completion_tokens": 3, "text": "x"}, {"completion_tokens": 4, "text": "y"}])
+    assert usage == ChunkUsage("cuda", 10.0, pytest.approx(0.1))
+    meter.restart()
+    now[0] = 112.5
+    assert meter.measure([]).device_s == 2.5
+    with pytest.raises(ConfigError):
+        ChunkUsage("cpu", -1.0)
+
+
+def test_a_runs_usage_gives_its_rates_and_says_them() -> None:
+    usage = RunUsage(
+        rows=2000,
+        counts={"prompt_tokens": 300_000, "completion_tokens": 100_000, "cached_tokens": 5},
+        device_s={"cuda": 3600.0, "cpu": 36.0},
+        cost_usd=2.0,
+    )
+    assert usage.tokens == 400_000 and usage.device_seconds == 3636.0
+    assert usage.per_1k_rows == 1.0 and usage.per_1m_tokens == 5.0
+    assert (
+        usage.said()
+        == "cost $2.00 ($1.00/1k rows, $5.00/1M tokens), 1.0100 device-hours (cpu 36.0 s, cuda 3,600.0 s)"
+    )
+    assert RunUsage(rows=3, device_s={"cpu": 1.0}).said().startswith("cost unknown (no price set), 0.0003")
+    assert RunUsage().as_json()["cost_usd_per_1k_rows"] is None
+    assert dollars(0.0012345) == "$0.001234" and dollars(None) == "-"
