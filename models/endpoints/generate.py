@@ -134,7 +134,13 @@ class EndpointSpec(RunBinding):
     def describe(self) -> ModelInfo:
         outputs = OUTPUTS if self.generation.json_schema is None else (*OUTPUTS, PARSED)
         return ModelInfo(
-            self.name, self._version(), outputs, ENDPOINT_MAX_LENGTH, inputs=TEXT, batches_itself=True
+            self.name,
+            self._version(),
+            outputs,
+            ENDPOINT_MAX_LENGTH,
+            inputs=TEXT,
+            batches_itself=True,
+            batch_priced=self.options.batch_api,
         )
 
     def check_prompts(self) -> None:

@@ -249,6 +249,9 @@ class ModelInfo:
     """Whether the loaded model batches by itself (:class:`SelfBatching`: an engine such as vLLM, or a
     remote endpoint). It computes in its own precision, which its settings say (vLLM's ``dtype``), so a
     run's precision does not apply: ``auto`` is float32, Shardwise's cast, and nothing else is taken."""
+    batch_priced: bool = False
+    """Whether its calls go through a provider's Batch API (a remote model with ``--batch-api``), so a
+    run prices its tokens at the provider's batch prices (see :mod:`shardwise.cost.prices`)."""
 
     def __post_init__(self) -> None:
         if self.inputs is None:

@@ -118,7 +118,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
         )
         preview = preview_plan(source, plan, model)
         tokens = count_tokens(source, plan, model)
-        pricing = Pricing(model.name, spec.run.device_price_per_hour)
+        pricing = Pricing(model.name, spec.run.device_price_per_hour, batch=info.batch_priced)
         cost = estimate_cost(tokens, pricing, ledger.recent_runs(50, status="completed"))
         try:
             new_only = dataclasses.replace(spec, run=dataclasses.replace(spec.run, only_new=True))

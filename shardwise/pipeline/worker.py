@@ -314,7 +314,11 @@ def _score_ref_shard(
                 lease_s=ref.spec.run.lease_s,
                 chunking=ChunkConfig(ref.spec.run.chunk_rows or _chunk_rows(cache, ref.spec)),
                 outage=outage,
-                pricing=Pricing(run.record.model_name, ref.spec.run.device_price_per_hour),
+                pricing=Pricing(
+                    run.record.model_name,
+                    ref.spec.run.device_price_per_hour,
+                    batch=cache.info(ref.spec.model).batch_priced,
+                ),
                 budget=_budget(ref.spec.run.budget_usd, run.store.ledger, run.record.run_id),
             )
 

@@ -75,6 +75,19 @@ def test_batch_api_leaves_the_model_version_alone() -> None:
     assert online.describe().version == batch.describe().version
 
 
+def test_a_batch_api_run_is_priced_at_the_providers_batch_prices() -> None:
+    """A run's chunks are priced from the model's description: with --batch-api at the price table's
+    batch prices (half OpenAI's online prices for gpt-4o-mini)."""
+    from shardwise.cost.prices import Pricing
+
+    online = EndpointSpec("openai", "gpt-4o-mini", EndpointOptions(api_base="http://h/v1"))
+    batch = online.configured(EndpointOptions(api_base="http://h/v1", batch_api=True))
+    assert (online.describe().batch_priced, batch.describe().batch_priced) == (False, True)
+    row = {"prompt_tokens": 1000, "completion_tokens": 500, "cached_tokens": 0}
+    prices = [Pricing(s.name, batch=s.describe().batch_priced).cost([row], 0.0) for s in (online, batch)]
+    assert prices[0] is not None and prices[1] == pytest.approx(prices[0] / 2)
+
+
 def test_a_window_with_a_key_twice_is_refused() -> None:
     with pytest.raises(ConfigError, match="key 'a' appears twice in one window"):
         WindowRef(0, ("a", "b", "a"), book=None)  # type: ignore[arg-type]
