@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from shardwise.db.connect import database_scheme
+from shardwise.db.errors import safe_url
 from shardwise.errors import ConfigError, SourceError
 from shardwise.kind_options import (
     KindOptions,
@@ -197,9 +198,11 @@ def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source
     """``kind.open`` with its own options (another kind's, given, refused by its flag), and a missing
     package said in one line naming the extra that installs it."""
 
+    shown = safe_url(location) if database_scheme(location) is not None else location  # no password
+
     def refusal(option: str, value: Any, owner: Any) -> str:
         return (
-            f"{option} {value!r} applies to {owner.name} sources, and source {location!r} is read as a "
+            f"{option} {value!r} applies to {owner.name} sources, and source {shown!r} is read as a "
             f"{kind.name} source; drop {flag_of(option, owner.options)}"
         )
 

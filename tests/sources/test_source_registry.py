@@ -208,6 +208,10 @@ def test_a_kind_owns_its_options_and_another_kinds_are_refused_by_flag(
         f"delimiter ',' applies to tsv sources, and source {sqlite_url!r} is read as a sql source; "
         "drop --delimiter"
     )
+    with pytest.raises(ConfigError) as caught:
+        open_source("postgresql+psycopg://app:hunter2@db/prod", table="docs", kind_options={"delimiter": ","})
+    assert "source 'postgresql+psycopg://app:***@db/prod' is read as a sql" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
     with pytest.raises(
         ConfigError, match=r"where 'id > 1' applies to sql sources, .* tsv source; drop --where"
     ):
