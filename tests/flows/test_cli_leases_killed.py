@@ -91,7 +91,10 @@ def test_a_killed_run_is_held_until_its_lease_expires_then_shows_abandoned_and_r
         assert main(["runs", "--results", sqlite_url]) == 0
         out = capsys.readouterr().out
     header, row, advice = out.splitlines()
-    assert header.split() == ["RUN", "ID", "STATUS", "STARTED", "(UTC)", "OWNER", "LEASE", "SHARDS", "ROWS"]
+    assert header.split() == [
+        *("RUN", "ID", "STATUS", "STARTED", "(UTC)", "OWNER", "LEASE", "SHARDS", "ROWS"),
+        *("TOKENS", "DEVICE-H", "COST"),
+    ]
     assert row.split()[:2] == [run_id, "abandoned"] and "0/2" in row and "expired" in row
     assert advice.startswith(f"run {run_id} is abandoned") and f"--resume {run_id}" in advice
 
