@@ -159,6 +159,14 @@ def run_shardwise(
     model: Any, texts: Sequence[str], config: EngineConfig
 ) -> tuple[list[str], int, float, dict]:
     """The Engine over ``texts``: each row's text, the completion tokens, seconds and the engine's stats."""
+    values, seconds, stats = _scored(model, texts, config)
+    tokens = sum(int(v["completion_tokens"]) for v in values)
+    return [str(v["generated_text"]) for v in values], tokens, seconds, stats
+
+
+def _scored(model: Any, texts: Sequence[str], config: EngineConfig) -> tuple[list[dict], float, dict]:
+    """The Engine over ``texts``: each row's output values, the seconds and the engine's stats; a dead
+    letter ends the benchmark (its rows must all generate)."""
     started = time.perf_counter()
     run = Engine(model, config).run(enumerate(texts))
     results = list(run)
@@ -166,9 +174,7 @@ def run_shardwise(
     failed = [r.error for r in results if not r.ok]
     if failed:
         raise SystemExit(f"{len(failed)} rows were dead letters (lower --max-chars?), the first: {failed[0]}")
-    values = [r.values or {} for r in results]
-    tokens = sum(int(v["completion_tokens"]) for v in values)
-    return [str(v["generated_text"]) for v in values], tokens, seconds, run.stats.as_dict()
+    return [dict(r.values or {}) for r in results], seconds, run.stats.as_dict()
 
 
 def load_plain(spec: Any, device: torch.device) -> tuple[Any, Any]:
@@ -256,13 +262,7 @@ def run_vllm(model: Any, texts: Sequence[str]) -> tuple[list[str], int, float, f
     from shardwise.models.vllm_engine.engines import engine_for
 
     engine_for(model.engine_key, model.options).llm.reset_prefix_cache()
-    started = time.perf_counter()
-    results = list(Engine(model, EngineConfig()).run(enumerate(texts)))
-    seconds = time.perf_counter() - started
-    failed = [r.error for r in results if not r.ok]
-    if failed:
-        raise SystemExit(f"{len(failed)} rows were dead letters (lower --max-chars?), the first: {failed[0]}")
-    values = [r.values or {} for r in results]
+    values, seconds, _ = _scored(model, texts, EngineConfig())
     prompt = sum(int(v["prompt_tokens"]) for v in values)
     cached = sum(int(v["cached_tokens"]) for v in values)
     tokens = sum(int(v["completion_tokens"]) for v in values)
