@@ -20,8 +20,9 @@ The tree decides what happens next, so callers catch by class, never by message:
     │                              while this one ran it; that process finishes it
     ├── WorkerPreempted            the worker got SIGTERM (a spot notice, an eviction) and
     │                              let its shard go; the flow runs it on another worker
-    ├── BudgetReached              the run's next chunk would pass its --budget-usd: its shard
-    │                              stops at a chunk boundary, everything committed stays;
+    ├── BudgetReached              the run's next chunk would pass its --budget-usd or
+    │                              --budget-tokens: its shard stops at a chunk boundary,
+    │                              everything committed stays;
     │                              --resume with a larger budget goes on
     └── TransientError             may succeed if tried again: a dropped connection,
         │                          throttling, a serialisation failure
@@ -100,7 +101,7 @@ class WorkerPreempted(ShardwiseError):
 
 
 class BudgetReached(ShardwiseError):
-    """The run's committed cost plus its next chunk's would pass its budget (see
+    """The run's committed usage, its chunks in flight and its next chunk's would pass a budget (see
     :mod:`shardwise.cost.budget`): the shard stops at a chunk boundary. Not transient: nothing retries
     it; ``--resume`` with a larger budget goes on after the committed chunks."""
 

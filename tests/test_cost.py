@@ -9,10 +9,11 @@ import socket
 import pytest
 
 from shardwise.cost import Pricing, RunUsage, remote_model, token_cost
+from shardwise.cost.budget import Budget, Hold, check_counts_tokens, decide
 from shardwise.cost.meter import ChunkMeter
 from shardwise.cost.prices import _known
 from shardwise.cost.usage import ChunkUsage, dollars
-from shardwise.errors import ConfigError
+from shardwise.errors import BudgetReached, ConfigError
 
 M = 1_000_000
 
@@ -100,3 +101,32 @@ def test_a_runs_usage_gives_its_rates_and_says_them() -> None:
     assert RunUsage(rows=3, device_s={"cpu": 1.0}).said().startswith("cost unknown (no price set), 0.0003")
     assert RunUsage().as_json()["cost_usd_per_1k_rows"] is None
     assert dollars(0.0012345) == "$0.001234" and dollars(None) == "-"
+
+
+def test_a_token_budget_counts_prompt_and_completion_tokens_beside_the_chunks_in_flight() -> None:
+    committed = RunUsage(rows=8, counts={"prompt_tokens": 300, "completion_tokens": 100}, chunks=2)
+    assert decide(Budget(tokens=1000), committed, [Hold(0.0, 200)]) == Hold(0.0, 200), "400 + 200 + 200"
+    with pytest.raises(BudgetReached, match="400 tokens spent and 400 in flight of the 999-token budget"):
+        decide(Budget(tokens=999), committed, [Hold(0.0, 200), Hold(0.0, 200)])
+    priced = RunUsage(counts=committed.counts, cost_usd=0.5, chunks=2)
+    with pytest.raises(BudgetReached, match="-token budget"):
+        decide(Budget(usd=10.0, tokens=700), priced, [Hold(0.25, 200)])  # either budget stops it
+    with pytest.raises(BudgetReached, match=r"\$0.5 spent and \$0.25 in flight of the \$0.9 budget"):
+        decide(Budget(usd=0.9, tokens=10_000), priced, [Hold(0.25, 200)])
+    assert decide(Budget(usd=1.0), priced, [Hold(0.25, 200)]) == Hold(0.25, 200), "$1.00 is within $1.00"
+    assert decide(Budget(tokens=10), RunUsage(), []) == Hold(), "the run's first chunk goes alone"
+    assert decide(Budget(tokens=10), RunUsage(), [Hold()]) is None, "another waits for it"
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True, "100"])
+def test_a_token_budget_is_a_whole_number_above_zero(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"whole number of tokens above 0; got .* \(give --budget-tokens"):
+        Budget(tokens=bad)  # type: ignore[arg-type]
+    assert Budget.of(None, None) is None and Budget.of(2.0, 5) == Budget(2.0, 5)
+
+
+def test_a_token_budget_needs_a_model_that_counts_tokens() -> None:
+    check_counts_tokens("lm", ("prompt_tokens", "completion_tokens"), 100)
+    check_counts_tokens("minilm", (), None)
+    with pytest.raises(ConfigError, match=r"model 'minilm' counts none .* drop --budget-tokens"):
+        check_counts_tokens("minilm", (), 100)

@@ -1,29 +1,54 @@
-"""A run's dollar budget: its shards stop at a chunk boundary before the run's cost would pass it.
+"""A run's budgets, in dollars and in tokens: its shards stop at a chunk boundary before the run passes one.
 
-A shard checks after it commits each chunk, and before it scores its first:
-the run's committed cost (every chunk of every shard in the ledger, this
-invocation's and earlier ones') plus the next chunk's, taken to cost what the
-run's committed chunks cost on average, must stay within the budget, or the
-shard stops with :class:`~shardwise.errors.BudgetReached`. Everything
-committed stays, and ``--resume`` with a larger budget goes on after it, so
-the finished results are exactly those of a run without a budget. Each
-worker counts one chunk in flight, its own: ``n`` workers may pass the budget
-by at most ``n - 1`` chunks' cost.
+Before a shard's attempt scores a chunk (its first, and each after a
+commit) it reserves the chunk in the ledger, in one transaction that locks
+the run's row: the run's committed usage (every chunk of every shard,
+this invocation's and earlier ones'), plus the chunks the other shards hold
+in flight, plus this chunk, must stay within each budget given, or the
+shard stops with :class:`~shardwise.errors.BudgetReached` and holds
+nothing. A chunk is taken to cost what the run's committed chunks cost on
+average; while nothing is committed that average is unknown, so the run's
+first chunk is scored alone (the other shards wait for it, or for its
+worker's lease to lapse). The workers so share what is in flight, and the
+run passes a budget by no more than the estimates' error: what the chunks
+in flight use beyond the average. Everything committed stays, and
+``--resume`` with a larger budget goes on after it, so the finished results
+are exactly those of a run without a budget.
+
+Tokens are prompt plus completion tokens, as the chunk marks record them
+(:data:`~shardwise.cost.usage.TOKEN_COUNTS`); a token budget needs no price.
+A model that counts no tokens (an encoder, an image model) is refused a
+token budget before the run starts (:func:`check_counts_tokens`): nothing
+would ever stop it, and a budget that cannot bind is a mistake, not a
+setting. A dollar budget bounds such a run, given a price per device-hour.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
-from shardwise.cost.usage import RunUsage, dollars
+from shardwise.cost.usage import TOKEN_COUNTS, RunUsage, dollars
 from shardwise.errors import BudgetReached, ConfigError
 
-__all__ = ["BudgetGuard", "check_budget"]
+__all__ = [
+    "Budget",
+    "BudgetGuard",
+    "Hold",
+    "check_budget",
+    "check_counts_tokens",
+    "check_token_budget",
+    "decide",
+]
+
+WAIT_S = 0.5
+"""How often a shard waiting for the run's first chunk looks again whether it was committed."""
 
 
 def check_budget(budget_usd: float | None) -> None:
-    """A budget is a number of dollars above 0, or None (no budget)."""
+    """A dollar budget is a number of dollars above 0, or None (no budget)."""
     if budget_usd is None:
         return
     if (
@@ -36,22 +61,100 @@ def check_budget(budget_usd: float | None) -> None:
         )
 
 
+def check_token_budget(budget_tokens: int | None) -> None:
+    """A token budget is a whole number of tokens above 0, or None (no budget)."""
+    if budget_tokens is None:
+        return
+    if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens <= 0:
+        raise ConfigError(
+            f"the token budget must be a whole number of tokens above 0; got {budget_tokens!r} "
+            "(give --budget-tokens 100000)"
+        )
+
+
+def check_counts_tokens(model: str, counted: Iterable[str], budget_tokens: int | None) -> None:
+    """A token budget needs a model that counts tokens (``counted``: its count outputs), or it is refused."""
+    if budget_tokens is None or set(TOKEN_COUNTS) & set(counted):
+        return
+    raise ConfigError(
+        f"--budget-tokens {budget_tokens} needs a model that counts its tokens, and model {model!r} counts "
+        "none (an encoder or image model records no prompt or completion tokens); drop --budget-tokens, "
+        "or bound the run with --budget-usd and a price per device-hour"
+    )
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a run may spend: ``usd`` dollars, ``tokens`` tokens (prompt plus completion), or both."""
+
+    usd: float | None = None
+    tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        check_budget(self.usd)
+        check_token_budget(self.tokens)
+        if self.usd is None and self.tokens is None:
+            raise ConfigError("a budget needs dollars, tokens or both; got neither (give --budget-usd 5)")
+
+    @classmethod
+    def of(cls, usd: float | None, tokens: int | None) -> Budget | None:
+        """The budget of a run given these limits; None when neither is given."""
+        return None if usd is None and tokens is None else cls(usd, tokens)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A chunk in flight, at its estimate: ``cost_usd`` dollars and ``tokens`` tokens."""
+
+    cost_usd: float = 0.0
+    tokens: int = 0
+
+
+def decide(budget: Budget, committed: RunUsage, others: Sequence[Hold]) -> Hold | None:
+    """The hold of the next chunk, if it fits ``budget`` beside the ``committed`` usage and the ``others``
+    in flight; None to wait (nothing is committed yet, so no chunk has an estimate, and another shard's
+    chunk is in flight); :class:`BudgetReached` when it would pass the budget."""
+    priced = committed.chunks - committed.unpriced
+    if not committed.chunks and others:
+        return None
+    spent = committed.cost_usd or 0.0
+    estimate = Hold(
+        spent / priced if priced else 0.0,
+        math.ceil(committed.tokens / committed.chunks) if committed.chunks else 0,
+    )
+    held_usd = spent + sum(h.cost_usd for h in others)
+    held_tokens = committed.tokens + sum(h.tokens for h in others)
+    if budget.usd is not None and (held_usd >= budget.usd or held_usd + estimate.cost_usd > budget.usd):
+        raise BudgetReached(
+            f"stopped: budget: {dollars(spent)} spent and {dollars(held_usd - spent)} in flight of the "
+            f"{dollars(budget.usd)} budget, and the next chunk (about {dollars(estimate.cost_usd)}) would "
+            "pass it"
+        )
+    if budget.tokens is not None and (
+        held_tokens >= budget.tokens or held_tokens + estimate.tokens > budget.tokens
+    ):
+        raise BudgetReached(
+            f"stopped: budget: {committed.tokens:,} tokens spent and {held_tokens - committed.tokens:,} in "
+            f"flight of the {budget.tokens:,}-token budget, and the next chunk (about {estimate.tokens:,}) "
+            "would pass it"
+        )
+    return estimate
+
+
+Reserve = Callable[[int, Callable[[RunUsage, Sequence[Hold]], Hold | None]], bool]
+"""Reserve chunk ``n`` of a shard's attempt in the ledger: in one transaction, read the run's committed
+usage and the other shards' live holds, call the decision with them, and record the hold it returns;
+False, recording nothing, when it returns None."""
+
+
 class BudgetGuard:
-    """Stops a shard before the run's committed cost plus one more chunk would pass ``budget_usd``;
-    ``committed`` reads the run's usage from the ledger."""
+    """Reserves each chunk of one shard attempt against the run's ``budget`` through ``reserve``."""
 
-    def __init__(self, budget_usd: float, committed: Callable[[], RunUsage]) -> None:
-        check_budget(budget_usd)
-        self.budget_usd, self._committed = float(budget_usd), committed
+    def __init__(self, budget: Budget, reserve: Reserve, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.budget, self._reserve, self._sleep = budget, reserve, sleep
 
-    def check(self) -> None:
-        """Raise :class:`BudgetReached` when the next chunk would take the run past its budget."""
-        usage = self._committed()
-        spent = usage.cost_usd or 0.0
-        priced = usage.chunks - usage.unpriced
-        next_chunk = spent / priced if priced else 0.0
-        if spent + next_chunk > self.budget_usd or spent >= self.budget_usd:
-            raise BudgetReached(
-                f"stopped: budget: {dollars(spent)} spent of the {dollars(self.budget_usd)} budget, and the "
-                f"next chunk (about {dollars(next_chunk)}) would pass it"
-            )
+    def check(self, chunk: int) -> None:
+        """Hold chunk ``chunk`` before it is scored, waiting while the run's first chunk is in flight
+        elsewhere; :class:`BudgetReached` when it would take the run past its budget."""
+        while not self._reserve(chunk, lambda usage, others: decide(self.budget, usage, others)):
+            self._sleep(WAIT_S)

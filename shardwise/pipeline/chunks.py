@@ -159,8 +159,9 @@ def commit_chunks(
     :class:`TransientError`: a retry starts again after the committed chunks.
     With ``meter``, each chunk carries its device time and cost, and the next
     chunk's clock starts once it is committed. With ``budget``, each commit is
-    followed by the budget's check, before the next window is scored: a
-    :class:`~shardwise.errors.BudgetReached` stops the shard there.
+    followed by the next chunk's reservation against the run's budget, before
+    the next window is scored: a :class:`~shardwise.errors.BudgetReached`
+    stops the shard there.
     """
     cutter = _Cutter(start, rows, input_snapshot, meter)
     for key, result, fingerprint in results:
@@ -168,7 +169,7 @@ def commit_chunks(
         if chunk is not None and not _commit(writer, chunk):
             return False
         if chunk is not None and budget is not None:
-            budget.check()
+            budget.check(chunk.number + 1)
         if chunk is not None and meter is not None:
             meter.restart()
     last = cutter.rest()

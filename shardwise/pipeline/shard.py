@@ -19,7 +19,7 @@ from typing import Any
 from shardwise.batch.config import EngineConfig
 from shardwise.batch.engine import Engine
 from shardwise.batch.stats import BatchStats
-from shardwise.cost.budget import BudgetGuard
+from shardwise.cost.budget import Budget, BudgetGuard
 from shardwise.cost.meter import ChunkMeter
 from shardwise.cost.prices import Pricing
 from shardwise.db.codec import utc_now
@@ -151,7 +151,7 @@ def score_shard(
     chunking: ChunkConfig | None = None,
     outage: Outage | None = None,
     pricing: Pricing | None = None,
-    budget: BudgetGuard | None = None,
+    budget: Budget | None = None,
 ) -> ShardOutcome:
     """Count an attempt unless the shard is done, then score and commit its rows chunk by chunk.
 
@@ -180,9 +180,10 @@ def score_shard(
     Each chunk records the device time it took and its cost under ``pricing``
     (default: the run's model, a remote one at the price table's prices, a
     local one unpriced); see :mod:`shardwise.cost`. With ``budget``, the
-    attempt checks the run's budget before it scores and after each chunk it
-    commits, and stops there with :class:`~shardwise.errors.BudgetReached`
-    (see :mod:`shardwise.cost.budget`).
+    attempt reserves each chunk against the run's budget in the ledger before
+    it scores it (the first, and each after a commit), beside the chunks the
+    run's other shards hold, and stops there with
+    :class:`~shardwise.errors.BudgetReached` (see :mod:`shardwise.cost.budget`).
     """
     me, device = this_worker(), str(model.device)
     outage = outage or Outage(RetryPolicy())
@@ -204,8 +205,13 @@ def score_shard(
         store.chunk_writer(run, shard.shard_id, attempt, outage) as writer,
     ):
         start = writer.start()
-        if budget is not None:
-            budget.check()  # before the attempt scores a row
+        guard = (
+            None
+            if budget is None
+            else _guard(budget, store, run.run_id, shard.shard_id, attempt, me.worker, outage)
+        )
+        if guard is not None:
+            guard.check(start.chunk)  # before the attempt scores a row
         if start.rows:
             _log.info(
                 "shard %d resumes at chunk %d: its first %d rows are committed (last key %r)",
@@ -234,7 +240,7 @@ def score_shard(
                 scored = until_preempted(fingerprints.joined(engine_run), shard.shard_id)
                 meter = ChunkMeter(device, pricing or Pricing(run.model_name), count_columns(model.outputs))
                 merging = commit_chunks(
-                    scored, writer, start, chunking.rows, snapshot if lost else None, meter, budget
+                    scored, writer, start, chunking.rows, snapshot if lost else None, meter, guard
                 )
         stats = engine_run.stats
         figures = {**stats.as_dict(), "worker": me.worker, "model_load_s": model_load_s}
@@ -283,6 +289,23 @@ def score_shard(
         worker=me.worker,
         model_load_s=model_load_s,
     )
+
+
+def _guard(
+    budget: Budget, store: ResultStore, run_id: str, shard_id: int, attempt: int, owner: str, outage: Outage
+) -> BudgetGuard:
+    """The attempt's guard: it reserves each chunk in the run's ledger, retried on the shard's clock; a
+    worker told to stop while it waits for the run's first chunk lets the shard go."""
+
+    def reserve(chunk: int, decide: Callable[..., Any]) -> bool:
+        refuse_if_draining(shard_id)
+        return retry_step(
+            lambda: store.ledger.reserve_chunk(run_id, shard_id, attempt, owner, chunk, decide),
+            what=f"reserve chunk {chunk} of shard {shard_id} against the budget",
+            outage=outage,
+        )
+
+    return BudgetGuard(budget, reserve)
 
 
 @contextlib.contextmanager

@@ -14,11 +14,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardwise.cost.budget import check_budget
+from shardwise.cost.budget import check_budget, check_counts_tokens, check_token_budget
 from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError
 from shardwise.kind_options import option_pairs
 from shardwise.model import ModelInfo
+from shardwise.model.counts import count_columns
 from shardwise.model.generation import GenerationSettings, placeholders
 from shardwise.pipeline.chunks import ChunkConfig
 from shardwise.precision import Requested, check_precision
@@ -234,6 +235,9 @@ class RunSettings:
     budget_usd: float | None = None
     """Dollars the run may spend: its shards stop at a chunk boundary before its cost would pass it
     (see :mod:`shardwise.cost.budget`); None: no budget."""
+    budget_tokens: int | None = None
+    """Tokens (prompt plus completion) the run may use, as its dollars, beside them or alone; needs a
+    model that counts tokens (see :mod:`shardwise.cost.budget`); None: no token budget."""
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -255,6 +259,7 @@ class RunSettings:
         Sizing(self.shards, self.rows_per_shard)  # the one sizing rule, checked where the spec is made
         Pricing(device_per_hour=self.device_price_per_hour)  # a price of 0 or more dollars
         check_budget(self.budget_usd)
+        check_token_budget(self.budget_tokens)
         if self.redrive is not None and (not self.redrive or self.only_new or self.resume):
             raise ConfigError(
                 f"redrive={self.redrive!r} needs a run id, and plans its own keys, so it takes neither "
@@ -340,7 +345,9 @@ class RunSpec:
 
     def check_model(self, model: ModelInfo) -> None:
         """The model takes the inputs this run gives it (text pairs only where it declares them), and the
-        sink options apply to its outputs (vector options, say, to a model that writes vectors)."""
+        sink options apply to its outputs (vector options, say, to a model that writes vectors), and a
+        token budget has tokens to count."""
+        check_counts_tokens(model.name, count_columns(model.outputs), self.run.budget_tokens)
         for name, options in given_options(self.results.sink_options()).items():
             sink_kind(name).check_outputs(options, model.name, model.outputs)
         pair = self.source.text_pair_column

@@ -29,7 +29,7 @@ import torch
 
 from shardwise.batch.config import EngineConfig
 from shardwise.batch.device_lease import leased_device
-from shardwise.cost.budget import BudgetGuard
+from shardwise.cost.budget import Budget
 from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError, TransientError
 from shardwise.model import Loaded, ModelInfo, ModelSpec
@@ -319,12 +319,5 @@ def _score_ref_shard(
                     ref.spec.run.device_price_per_hour,
                     batch=cache.info(ref.spec.model).batch_priced,
                 ),
-                budget=_budget(ref.spec.run.budget_usd, run.store.ledger, run.record.run_id),
+                budget=Budget.of(ref.spec.run.budget_usd, ref.spec.run.budget_tokens),
             )
-
-
-def _budget(budget_usd: float | None, ledger: Ledger, run_id: str) -> BudgetGuard | None:
-    """The run's budget guard, reading its committed cost from its ledger; None without a budget."""
-    if budget_usd is None:
-        return None
-    return BudgetGuard(budget_usd, lambda: ledger.run_usage(run_id))

@@ -14,12 +14,13 @@ ledger, so a shard's rows and its done-mark share one transaction.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
+from shardwise.cost.budget import Hold
 from shardwise.cost.usage import RunUsage
 from shardwise.db.codec import utc_now
 from shardwise.db.connect import brief_waits, make_engine, write_transaction
@@ -29,6 +30,7 @@ from shardwise.errors import ConfigError
 from shardwise.model.recorded import ProviderBatch
 from shardwise.records import RunRecord, RunStatus
 from shardwise.results import (
+    budget_sql,
     chunk_marks,
     lease_sql,
     ledger_sql,
@@ -334,6 +336,21 @@ class Ledger(Closing):
             if not sa.inspect(conn).has_table(usage_sql.USAGE_TABLE):
                 return RunUsage()
             return usage_sql.run_usage(conn, run_id)
+
+    def reserve_chunk(
+        self,
+        run_id: str,
+        shard_id: int,
+        attempt: int,
+        owner: str,
+        chunk: int,
+        decide: Callable[[RunUsage, Sequence[Hold]], Hold | None],
+    ) -> bool:
+        """Hold ``chunk`` of ``owner``'s attempt at a shard against the run's budget, as ``decide`` rules
+        from the committed usage and the other shards' live holds, in one transaction that locks the
+        run (see :func:`~shardwise.results.budget_sql.reserve_chunk`); False when it held nothing."""
+        with self.writing(f"reserve chunk {chunk} of shard {shard_id} against the budget") as conn:
+            return budget_sql.reserve_chunk(conn, run_id, shard_id, attempt, owner, chunk, decide, utc_now())
 
     def seen_objects(self, source_identity: str, destination: str | None) -> frozenset[tuple[str, str]]:
         """(object key, ETag) pairs of Parquet objects that completed runs scored from this source into

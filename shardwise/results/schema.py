@@ -39,6 +39,7 @@ LEDGER_TABLES = (
     "shardwise_shard_transitions",
     "shardwise_provider_batches",
     "shardwise_chunk_usage",
+    "shardwise_budget_holds",
 )
 
 

@@ -178,3 +178,21 @@ CREATE TABLE IF NOT EXISTS shardwise_chunk_usage (
     cost_usd   {DOUBLE},
     PRIMARY KEY (run_id, shard_id, chunk)
 );
+
+-- The chunk each shard of a budgeted run is scoring, held at its estimate (shardwise/cost/budget.py):
+-- one row per shard, replaced each time the shard's attempt reserves its next chunk, in a transaction
+-- that locks the run's row and checks that the committed usage, the other shards' live holds and this
+-- one stay within the budget. A hold counts only while its attempt is the shard's current one, running
+-- with a live lease, and its chunk has no mark in shardwise_chunks (once it has, its usage counts
+-- instead): a killed worker's hold lapses with its lease, or at once when a new attempt takes the shard.
+CREATE TABLE IF NOT EXISTS shardwise_budget_holds (
+    run_id    text NOT NULL,
+    shard_id  integer NOT NULL,
+    attempt   integer NOT NULL,
+    owner     text NOT NULL,
+    chunk     integer NOT NULL,
+    cost_usd  {DOUBLE} NOT NULL,
+    tokens    bigint NOT NULL,
+    held_at   {TIMESTAMP} NOT NULL,
+    PRIMARY KEY (run_id, shard_id)
+);
