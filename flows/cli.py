@@ -198,6 +198,7 @@ def _parser() -> argparse.ArgumentParser:
         (
             "run.max_tokens",
             "run.budget_usd",
+            "run.budget_tokens",
             "run.resume",
             "run.force",
             "run.lease_s",

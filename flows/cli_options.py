@@ -111,6 +111,7 @@ _METAVARS = {
     "run.max_tokens": "N",
     "run.device_price_per_hour": "USD",
     "run.budget_usd": "USD",
+    "run.budget_tokens": "N",
     "fanout.workers": "N",
     "fanout.threads": "N",
     "fanout.deployment": "FLOW/NAME",

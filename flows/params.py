@@ -459,9 +459,17 @@ class RunParams(_Section):
         None,
         gt=0,
         description="Dollars the run may spend: its shards stop at a chunk boundary once the committed "
-        "cost plus the next chunk's would pass it, everything committed stays, and the run ends "
-        "'stopped: budget'; --resume RUN_ID with a larger budget goes on. Needs a priced run: a "
-        "price per device-hour, or a remote model the price table knows.",
+        "cost, the chunks in flight and the next chunk would pass it, everything committed stays, and "
+        "the run ends 'stopped: budget'; --resume RUN_ID with a larger budget goes on. Needs a priced "
+        "run: a price per device-hour, or a remote model the price table knows.",
+    )
+    budget_tokens: int | None = Field(
+        None,
+        gt=0,
+        description="Tokens (prompt plus completion) the run may use: its shards stop at a chunk boundary "
+        "once the committed tokens, the chunks in flight and the next chunk would pass it, as with "
+        "budget_usd, which it may join; needs no price. Refused for a model that counts no tokens (an "
+        "encoder, an image model).",
     )
 
     @field_validator("device", mode="before")
@@ -606,6 +614,7 @@ class ScoreParams(_Section):
                 retry=RetryPolicy(deadline_s=run.retry_deadline_s, attempts=run.retry_attempts),
                 device_price_per_hour=price,
                 budget_usd=run.budget_usd,
+                budget_tokens=run.budget_tokens,
             ),
         )
 

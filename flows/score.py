@@ -115,7 +115,7 @@ def _score(params: ScoreParams) -> State:
             worker["model_load_s"],
         )
     if result.stopped == "budget":
-        said = budget_line(result, spec.run.budget_usd)
+        said = budget_line(result, spec.run.budget_usd, spec.run.budget_tokens)
         logger.warning("run %s %s", run_id, said)
         return Failed(message=said, data=result)
     if failed:

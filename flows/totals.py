@@ -97,12 +97,20 @@ def budget_stop(message: str) -> bool:
     return message.startswith(f"{BudgetReached.__name__}: ")
 
 
-def budget_line(result: RunResult, budget_usd: float | None) -> str:
-    """``stopped: budget: $0.40 spent of the $0.50 budget (...); go on with: ...``, one line."""
+def budget_line(result: RunResult, budget_usd: float | None, budget_tokens: int | None) -> str:
+    """``stopped: budget: $0.40 spent of the $0.50 budget (...); go on with: ...``, one line, naming each
+    budget given (dollars, tokens or both) and the flags to resume with larger ones."""
     usage = result.totals.usage
+    spent, flags = [], []
+    if budget_usd is not None:
+        spent.append(f"{dollars(usage.cost_usd or 0.0)} spent of the {dollars(budget_usd)} budget")
+        flags.append("--budget-usd LARGER")
+    if budget_tokens is not None:
+        spent.append(f"{usage.tokens:,} tokens spent of the {budget_tokens:,}-token budget")
+        flags.append("--budget-tokens LARGER")
     return (
-        f"stopped: budget: {dollars(usage.cost_usd or 0.0)} spent of the {dollars(budget_usd)} budget "
+        f"stopped: budget: {' and '.join(spent)} "
         f"({plural(result.totals.rows_out, 'row')} scored and kept, "
         f"{result.totals.shards_done}/{result.totals.shards_total} shards done); go on with: shardwise run "
-        f"... --resume {result.run_id} --budget-usd LARGER"
+        f"... --resume {result.run_id} {' '.join(flags)}"
     )
