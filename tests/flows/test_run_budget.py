@@ -139,35 +139,39 @@ def _run_id(url: str, table: str) -> str:
     return str(run_id)
 
 
+@pytest.mark.parametrize("database", ["sqlite_url", pytest.param("pg_url", marks=pytest.mark.postgres)])
 def test_two_workers_share_a_token_budget_within_one_chunks_estimate_and_a_resume_finishes_exactly(
-    sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str]
+    database: str, lm: Path, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
 ) -> None:
+    url = str(request.getfixturevalue(database))
     # Rows of one length, so that a chunk's tokens are close to the committed chunks' average.
-    execute(sqlite_url, "create table docs (id bigint primary key, text text)")
+    execute(url, "create table docs (id bigint primary key, text text)")
     rows = [{"id": i, "text": f"row {i:03d} of the table that the budget reads"} for i in range(ROWS)]
-    execute(sqlite_url, "insert into docs (id, text) values (:id, :text)", rows)
+    execute(url, "insert into docs (id, text) values (:id, :text)", rows)
+    # Two worker threads, each with its own ledger connection: the chunk size (4 rows, patched above)
+    # stays in this process, and the holds are shared through the database as between processes.
     two = ("--workers", "2")
     unpriced = [
-        a for a in _run(sqlite_url, lm, "reference", *two) if a not in ("--device-price-per-hour", str(PRICE))
+        a for a in _run(url, lm, "reference", *two) if a not in ("--device-price-per-hour", str(PRICE))
     ]
     assert main(unpriced) == 0
     capsys.readouterr()
-    full = sum(_tokens(sqlite_url, _run_id(sqlite_url, "reference")))
+    full = sum(_tokens(url, _run_id(url, "reference")))
     budget = full // 2
 
     argv = [a if a != "reference" else "budgeted" for a in unpriced]
     assert main([*argv, "--budget-tokens", str(budget)]) == 1, "a token budget needs no price"
     out, err = capsys.readouterr()
-    run_id = _run_id(sqlite_url, "budgeted")
+    run_id = _run_id(url, "budgeted")
     assert f"run {run_id} stopped: budget: " in out, out
     (line,) = [x for x in err.splitlines() if x.startswith("stopped: budget: ")]
     said = re.match(r"stopped: budget: ([\d,]+) tokens spent of the ([\d,]+)-token budget", line)
     assert said and said[2].replace(",", "") == str(budget), line
     assert line.endswith(f"--resume {run_id} --budget-tokens LARGER"), line
-    chunks = _tokens(sqlite_url, run_id)
+    chunks = _tokens(url, run_id)
     spent = sum(chunks)
     assert int(said[1].replace(",", "")) == spent
-    ((kept,),) = execute(sqlite_url, "select count(*) from budgeted")
+    ((kept,),) = execute(url, "select count(*) from budgeted")
     assert 0 < kept < ROWS and kept == 4 * len(chunks), (
         "stopped at chunk boundaries, every committed row kept"
     )
@@ -183,8 +187,8 @@ def test_two_workers_share_a_token_budget_within_one_chunks_estimate_and_a_resum
 
     assert main([*argv, "--resume", run_id, "--budget-tokens", str(full * 10)]) == 0
     assert f"run {run_id} completed (resumed)" in capsys.readouterr().out
-    assert execute(sqlite_url, ROW.format("budgeted")) == execute(sqlite_url, ROW.format("reference"))
-    assert sum(_tokens(sqlite_url, run_id)) == full, "each row's tokens counted once, across the stop"
+    assert execute(url, ROW.format("budgeted")) == execute(url, ROW.format("reference"))
+    assert sum(_tokens(url, run_id)) == full, "each row's tokens counted once, across the stop"
 
 
 @pytest.mark.parametrize("bad", ["0", "-3", "1.5", "lots"])
