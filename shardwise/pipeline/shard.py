@@ -12,16 +12,17 @@ import itertools
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardwise.batch.config import EngineConfig
 from shardwise.batch.engine import Engine
 from shardwise.batch.stats import BatchStats
-from shardwise.cost.budget import Budget, BudgetGuard
+from shardwise.cost.budget import Budget, BudgetGuard, Hold
 from shardwise.cost.meter import ChunkMeter
 from shardwise.cost.prices import Pricing
+from shardwise.cost.usage import RunUsage
 from shardwise.db.codec import utc_now
 from shardwise.model import Loaded
 from shardwise.model.counts import count_columns
@@ -297,7 +298,7 @@ def _guard(
     """The attempt's guard: it reserves each chunk in the run's ledger, retried on the shard's clock; a
     worker told to stop while it waits for the run's first chunk lets the shard go."""
 
-    def reserve(chunk: int, decide: Callable[..., Any]) -> bool:
+    def reserve(chunk: int, decide: Callable[[RunUsage, Sequence[Hold]], Hold | None]) -> bool:
         refuse_if_draining(shard_id)
         return retry_step(
             lambda: store.ledger.reserve_chunk(run_id, shard_id, attempt, owner, chunk, decide),
