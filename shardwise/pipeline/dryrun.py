@@ -21,7 +21,7 @@ import torch
 from shardwise.cost.prices import Pricing
 from shardwise.db.codec import utc_now
 from shardwise.errors import ConfigError, InputError
-from shardwise.model import Loaded, SelfBatching
+from shardwise.model import Loaded, PromptCounting, SelfBatching
 from shardwise.model.generation import PromptChecked
 from shardwise.pipeline.destination import (
     check_destination,
@@ -61,14 +61,14 @@ class PlanPreview:
         return round(self.tokens_per_row * self.plan.expected_rows)
 
 
-def preview_plan(source: Source, plan: SourcePlan, model: Loaded) -> PlanPreview:
+def preview_plan(source: Source, plan: SourcePlan, model: Loaded | None) -> PlanPreview:
     """Estimate tokens (the model's item cost) from the first rows of a few evenly spaced shards.
 
     Each sampled row goes through the model's ``prepare``, as in a run; rows
     it refuses are left out. Nothing is written. A model that batches by itself
-    has no item cost to sample: no estimate.
+    (or none loaded) has no item cost to sample: no estimate.
     """
-    if isinstance(model, SelfBatching):
+    if model is None or isinstance(model, SelfBatching):
         return PlanPreview(plan, 0.0, 0)
     shards = plan.shards
     step = max(1, len(shards) // _SAMPLE_SHARDS)
@@ -90,7 +90,8 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     ``catalogue`` looks the model up (``models.get_spec``) and ``resolve``
     turns connection names into URLs, as for a run.
 
-    The tokenizer estimates the tokens, so the model is loaded, on the CPU.
+    The tokenizer estimates the tokens, so the model is loaded, on the CPU; a model that batches by
+    itself is not (its spec counts its prompts, see :mod:`shardwise.pipeline.estimate`).
     ``workers`` sizes the default shard count as the run would. The precision
     is the hardware's choice; the run's accuracy guard may still send it back
     to fp32 (and so to the fp32 version's already-scored rows).
@@ -98,8 +99,11 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     spec_of = chosen_spec(catalogue, spec.model, resolve, spec.run.retry)
     if isinstance(spec_of, PromptChecked):
         spec_of.check_prompts()  # as a run does, before the preview renders prompts of its own
-    model = spec_of.load(torch.device("cpu"))
     info = spec_of.describe()
+    # A model that batches by itself is not loaded (no vLLM engine built, no endpoint asked): its spec's
+    # prompt counter counts what it would send.
+    model: Loaded | None = None if info.batches_itself else spec_of.load(torch.device("cpu"))
+    counter = spec_of.prompt_counter() if isinstance(spec_of, PromptCounting) else None
     precision, _ = hardware_precision(spec, info)
     version = versioned(info.version, precision)
     results_url = resolve(spec.results.location)
@@ -117,8 +121,8 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
             spec, source, version, ledger, sink=asks, target=recorded, min_shards=SHARDS_PER_WORKER * workers
         )
         preview = preview_plan(source, plan, model)
-        tokens = count_tokens(source, plan, model)
-        pricing = Pricing(model.name, spec.run.device_price_per_hour, batch=info.batch_priced)
+        tokens = count_tokens(source, plan, model if counter is None else counter)
+        pricing = Pricing(info.name, spec.run.device_price_per_hour, batch=info.batch_priced)
         cost = estimate_cost(tokens, pricing, ledger.recent_runs(50, status="completed"))
         try:
             new_only = dataclasses.replace(spec, run=dataclasses.replace(spec.run, only_new=True))
@@ -146,7 +150,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
         "rows_per_shard_max": max(sizes, default=0),
         "estimated_tokens": preview.estimated_tokens,
         "tokens_per_row": round(preview.tokens_per_row, 1),
-        "model": f"{model.name} {model.version[:12]}",
+        "model": f"{info.name} {info.version[:12]}",
         "precision": precision,
         "only_new": spec.run.only_new,
         "rows_already_scored": already,
@@ -161,7 +165,7 @@ def _cost_keys(tokens: TokenCount | None, cost: CostEstimate) -> dict[str, Any]:
     where unknown."""
     return {
         "prompt_tokens": None if tokens is None else tokens.prompt_tokens,
-        "prompt_tokens_counted": "not counted: the model batches by itself"
+        "prompt_tokens_counted": "not counted: the model batches by itself and counts no prompts ahead"
         if tokens is None
         else tokens.describe(),
         "max_completion_tokens": None if tokens is None else tokens.max_completion_tokens,

@@ -16,20 +16,36 @@
   token a cache hit, nothing generated) to the high (no cache hit, every row
   generating ``max_new_tokens``).
 
-A model that batches by itself (a remote model, vLLM) prepares no rows here:
-its tokens are not counted (None), and the plan says so.
+A model that batches by itself is not loaded by a plan (no engine is built,
+no endpoint asked); its spec's :class:`~shardwise.model.PromptCounter`
+counts its prompts instead:
+
+* **vLLM** renders and tokenizes a row's prompt with the model's own
+  tokenizer and chat template, the very code its generator sends token ids
+  from (:func:`models.vllm_engine.generator.vllm_prompts`): the count is
+  exact, as the ``hf`` engine's.
+* **A remote endpoint** has no local tokenizer (it is the server's, and
+  operators rarely hold one): its tokens are *estimated*, by the rule its
+  requests' token budget already reserves by (4 characters a token over the
+  system text and the prompt, plus one; the chat framing the server adds is
+  not in it), and the plan labels the count "estimated (no tokenizer: ...)".
+  The dollar range follows from that estimate, so it is an estimate too,
+  not a bound; completion tokens stay bounded by ``max_new_tokens``.
+
+A model that batches by itself with no counter (a remote embedding model)
+has its tokens unknown (None), and the plan says so.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
 from shardwise.cost.prices import Pricing, token_cost
 from shardwise.errors import InputError
-from shardwise.model import Loaded, PromptItem, SelfBatching
+from shardwise.model import Item, Loaded, Model, PromptCounter, PromptItem
 from shardwise.results.outcomes import RunListing
 from shardwise.sources import Source, SourcePlan
 
@@ -48,13 +64,15 @@ class TokenCount:
     """The planned rows' prompt tokens, counted (``sampled`` False: every row) or scaled from a sample.
 
     ``per_row`` holds each counted row's prompt tokens (the rows the model would score);
-    ``max_new_tokens`` is a generator's cap per row (None for a model that generates nothing)."""
+    ``max_new_tokens`` is a generator's cap per row (None for a model that generates nothing);
+    ``estimated`` the rule the tokens are estimated by (None: counted with the model's tokenizer)."""
 
     rows: int
     counted_rows: int
     per_row: Sequence[int]
     max_new_tokens: int | None
     sampled: bool
+    estimated: str | None = None
 
     @property
     def scored_rows(self) -> int:
@@ -74,19 +92,28 @@ class TokenCount:
         return None if self.max_new_tokens is None else self.scored_rows * self.max_new_tokens
 
     def describe(self) -> str:
-        """``exact: every one of 300 rows tokenized``, or ``estimated from a sample of 256 of 1,000 rows``."""
+        """``exact: every one of 300 rows tokenized``, or ``estimated from a sample of 256 of 1,000 rows``;
+        a count without the model's tokenizer starts ``estimated (no tokenizer: RULE)``."""
+        if self.estimated is not None:
+            over = f"a sample of {self.counted_rows:,} of" if self.sampled else "every one of"
+            return f"estimated ({self.estimated}) over {over} {self.rows:,} rows"
         if self.sampled:
             return f"estimated from a sample of {self.counted_rows:,} of {self.rows:,} rows"
         return f"exact: every one of {self.rows:,} rows tokenized"
 
 
 def count_tokens(
-    source: Source, plan: SourcePlan, model: Loaded, exact_up_to: int | None = None
+    source: Source, plan: SourcePlan, model: Loaded | PromptCounter | None, exact_up_to: int | None = None
 ) -> TokenCount | None:
-    """Count the planned rows' prompt tokens with the model's ``prepare``, as the run will, every row up to
-    ``exact_up_to`` planned rows (default :data:`EXACT_ROWS`); None for a model that batches by itself
-    (nothing is prepared here)."""
-    if isinstance(model, SelfBatching):
+    """Count the planned rows' prompt tokens with the model's ``prepare`` (or the prompt counter of a
+    model that batches by itself), as the run will, every row up to ``exact_up_to`` planned rows (default
+    :data:`EXACT_ROWS`); None for a model that batches by itself and has no counter."""
+    prepare: Callable[[object], Item | PromptItem]
+    if isinstance(model, Model):
+        prepare, estimated = model.prepare, None
+    elif isinstance(model, PromptCounter):
+        prepare, estimated = model.prompt, model.estimated
+    else:
         return None
     sampled = plan.expected_rows > (EXACT_ROWS if exact_up_to is None else exact_up_to)
     per_row: list[int] = []
@@ -94,7 +121,7 @@ def count_tokens(
     for value in _values(source, plan, sampled):
         counted += 1
         try:
-            item = model.prepare(value)
+            item = prepare(value)
         except InputError:
             continue  # a dead letter: the run counts no tokens for it
         if isinstance(item, PromptItem):
@@ -103,7 +130,7 @@ def count_tokens(
         else:
             per_row.append(item.cost)
     rows = plan.expected_rows if sampled else counted
-    return TokenCount(rows, counted, per_row, cap, sampled)
+    return TokenCount(rows, counted, per_row, cap, sampled, estimated)
 
 
 def _values(source: Source, plan: SourcePlan, sampled: bool) -> Iterator[object]:
@@ -170,4 +197,7 @@ def _remote(tokens: TokenCount | None, pricing: Pricing) -> CostEstimate:
         or 0.0
         for p in tokens.per_row
     )
-    return CostEstimate(None, None, None, low * scale, high * scale, pricing.describe())
+    basis = pricing.describe()
+    if tokens.estimated is not None:
+        basis += f"; over prompt tokens estimated ({tokens.estimated}): an estimate, not a bound"
+    return CostEstimate(None, None, None, low * scale, high * scale, basis)
