@@ -3,8 +3,10 @@ counts, bounds the completion tokens, and gives a dollar range that holds the ru
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ from hf_builders import tiny_causal_lm
 
 from shardwise.cost import Pricing
 from shardwise.flows.cli import main
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
 from shardwise.pipeline.estimate import TokenCount, estimate_cost
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
@@ -100,3 +104,59 @@ def test_a_remote_models_range_runs_from_all_cached_and_silent_to_uncached_and_c
     assert found.device_hours is None
     unknown = estimate_cost(tokens, Pricing("openai:my-local-server-model"), [])
     assert unknown.cost_usd_low is None and "no price known" in unknown.basis
+
+
+FIGURES = (
+    "rows", "prompt_tokens", "prompt_tokens_counted", "max_completion_tokens", "device_hours",
+    "device_hours_low", "device_hours_high", "cost_usd_low", "cost_usd_high", "cost_basis",
+)  # fmt: skip
+
+
+def _dry_run_artifact(url: str, lm: Path, table: str) -> dict[str, str]:
+    """A flow run with the UI form's dry-run option for the same spec as :func:`_options`: its
+    ``shardwise-plan`` artifact, read back from the Prefect API, as ``{name: shown value}``."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    params = {
+        "source": {"location": url, "table": "docs"},
+        "model": {"name": str(lm), "generation": {"max_new_tokens": NEW, "chat": "off"}},
+        "results": {"table": table},
+        "run": {"precision": "fp32", "shards": 2, "device_price_per_hour": PRICE, "dry_run": True},
+    }
+    state = score(ScoreParams.model_validate(params), return_state=True)
+    assert state.is_completed(), state
+
+    async def read() -> str:
+        async with get_client() as client:
+            (found,) = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+                    key=ArtifactFilterKey(any_=["shardwise-plan"]),
+                )
+            )
+            return str(found.data)
+
+    shown: dict[str, str] = {}
+    for line in asyncio.run(read()).splitlines()[4:]:  # after the title and the table's header
+        name, value = (cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:3])
+        code = value.startswith("`")  # a code span escapes only its pipes; text, its punctuation
+        value = value[1:-1].replace("\\|", "|") if code else re.sub(r"\\(.)", r"\1", value)
+        shown[re.sub(r"\\(.)", r"\1", name)] = value
+    return shown
+
+
+def test_the_ui_dry_runs_artifact_shows_the_figures_of_shardwise_plan_json(
+    sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_docs(sqlite_url, ROWS)
+    for table in ("before", "after"):  # device-hours and dollars unknown, then from the run between
+        shown, plan = _dry_run_artifact(sqlite_url, lm, table), _plan(sqlite_url, lm, table, capsys)
+        assert {name: shown[name] for name in FIGURES} == {
+            name: "unknown" if plan[name] is None else str(plan[name]) for name in FIGURES
+        }
+        if table == "before":
+            assert shown["device_hours"] == shown["cost_usd_low"] == "unknown"
+            _run(sqlite_url, lm, "first", capsys)
+    assert float(shown["cost_usd_high"]) > float(shown["cost_usd_low"]) > 0
+    assert int(shown["prompt_tokens"]) > 0 and int(shown["max_completion_tokens"]) % NEW == 0
