@@ -35,7 +35,8 @@ from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, chosen_spec, open_spec_source
-from shardwise.precision import versioned
+from shardwise.precision import Precision, versioned
+from shardwise.precision.calibration import CalibrationCache, Speed, calibration_key
 from shardwise.results import Ledger
 from shardwise.results.leases import abandoned_why, when
 from shardwise.results.probe import check_ledger
@@ -84,7 +85,13 @@ def preview_plan(source: Source, plan: SourcePlan, model: Loaded | None) -> Plan
     return PlanPreview(plan, mean, len(costs))
 
 
-def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers: int = 1) -> dict[str, Any]:
+def plan_report(
+    spec: RunSpec,
+    catalogue: Catalogue,
+    resolve: Resolver,
+    workers: int = 1,
+    calibration: CalibrationCache | None = None,
+) -> dict[str, Any]:
     """Shards, rows, estimated tokens and rows already scored, for ``spec``; nothing is written.
 
     ``catalogue`` looks the model up (``models.get_spec``) and ``resolve``
@@ -94,7 +101,8 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     itself is not (its spec counts its prompts, see :mod:`shardwise.pipeline.estimate`).
     ``workers`` sizes the default shard count as the run would. The precision
     is the hardware's choice; the run's accuracy guard may still send it back
-    to fp32 (and so to the fp32 version's already-scored rows).
+    to fp32 (and so to the fp32 version's already-scored rows). ``calibration`` is where this host's
+    calibration passes are cached: with no earlier run, the device-hours come from one there.
     """
     spec_of = chosen_spec(catalogue, spec.model, resolve, spec.run.retry)
     if isinstance(spec_of, PromptChecked):
@@ -104,7 +112,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     # prompt counter counts what it would send.
     model: Loaded | None = None if info.batches_itself else spec_of.load(torch.device("cpu"))
     counter = spec_of.prompt_counter() if isinstance(spec_of, PromptCounting) else None
-    precision, _ = hardware_precision(spec, info)
+    precision, device = hardware_precision(spec, info)
     version = versioned(info.version, precision)
     results_url = resolve(spec.results.location)
     check_destination(spec, results_url)
@@ -123,7 +131,8 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
         preview = preview_plan(source, plan, model)
         tokens = count_tokens(source, plan, model if counter is None else counter)
         pricing = Pricing(info.name, spec.run.device_price_per_hour, batch=info.batch_priced)
-        cost = estimate_cost(tokens, pricing, ledger.recent_runs(50, status="completed"))
+        speed = _calibrated(calibration, model, precision, device, spec)
+        cost = estimate_cost(tokens, pricing, ledger.recent_runs(50, status="completed"), speed)
         try:
             new_only = dataclasses.replace(spec, run=dataclasses.replace(spec.run, only_new=True))
             current = (
@@ -170,12 +179,28 @@ def _cost_keys(tokens: TokenCount | None, cost: CostEstimate) -> dict[str, Any]:
         else tokens.describe(),
         "max_completion_tokens": None if tokens is None else tokens.max_completion_tokens,
         "device_hours": cost.device_hours,
+        "device_hours_from": cost.hours_from,
         "device_hours_low": cost.device_hours_low,
         "device_hours_high": cost.device_hours_high,
         "cost_usd_low": cost.cost_usd_low,
         "cost_usd_high": cost.cost_usd_high,
         "cost_basis": cost.basis,
     }
+
+
+def _calibrated(
+    store: CalibrationCache | None,
+    model: Loaded | None,
+    precision: Precision,
+    device: torch.device,
+    spec: RunSpec,
+) -> Speed | None:
+    """The speed a cached calibration pass measured for the run's model, device and precision; None when
+    there is none, or the device is not the run's (a CPU-only process planning for GPU workers)."""
+    if store is None or model is None or (spec.run.device.startswith("cuda") and device.type != "cuda"):
+        return None
+    pairs = spec.source.text_pair_column is not None
+    return store.speed(calibration_key(model, precision, pairs, device))
 
 
 def _unfinished(ledger: Ledger, *results_tables: str) -> list[str]:

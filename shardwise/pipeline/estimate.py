@@ -10,7 +10,17 @@
 * **Device-hours** of a local model come from earlier runs of the same model
   in the same ledger (their device seconds per row, as their chunks recorded
   them): the range is half the fastest to twice the slowest of them. With no
-  such run they are unknown (None), and so are a local model's dollars.
+  such run, from a calibration pass that the precision guard measured and
+  cached on this host for the model, its version, the run's device and
+  precision (:class:`~shardwise.precision.calibration.Speed`: the calibration
+  batch's cost, tokens or pixels, per second), over the planned rows' cost
+  (prompt plus at most ``max_new_tokens`` a row for a generator): about that
+  compute time, from half of it (one small batch, its first pass cold, is
+  no exact measure) to :data:`_CALIBRATED_SLOWER` times it (a run also
+  prepares, pads, commits and waits). A plan never runs a pass itself (the
+  guard is a run's, and a plan writes nothing); with neither, device-hours
+  are unknown (None), and so are a local model's dollars. Which source gave
+  the figure is said (``device_hours_from``).
 * **Dollars** follow: device-hours at the price per device-hour, or a remote
   model's tokens at the price table's prices, from the low end (every prompt
   token a cache hit, nothing generated) to the high (no cache hit, every row
@@ -41,15 +51,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from itertools import islice
 
 from shardwise.cost.prices import Pricing, token_cost
 from shardwise.errors import InputError
 from shardwise.model import Item, Loaded, Model, PromptCounter, PromptItem
+from shardwise.precision.calibration import Speed
 from shardwise.results.outcomes import RunListing
 from shardwise.sources import Source, SourcePlan
 
-__all__ = ["EXACT_ROWS", "CostEstimate", "TokenCount", "count_tokens", "estimate_cost"]
+__all__ = ["EXACT_ROWS", "NO_DEVICE_HOURS", "CostEstimate", "TokenCount", "count_tokens", "estimate_cost"]
 
 EXACT_ROWS = 100_000
 """Planned rows up to which every row is tokenized (an exact count); a larger table is sampled."""
@@ -57,6 +69,8 @@ _SAMPLE_SHARDS = 4
 _SAMPLE_ROWS = 64
 _SLOWER, _FASTER = 2.0, 0.5
 """The device-hours range around earlier runs' seconds per row: their slowest twice, their fastest half."""
+_CALIBRATED_SLOWER = 4.0
+"""The device-hours range from a calibration pass: half its compute time, to this many times it."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,12 @@ class TokenCount:
     @property
     def max_completion_tokens(self) -> int | None:
         return None if self.max_new_tokens is None else self.scored_rows * self.max_new_tokens
+
+    @property
+    def cost(self) -> int:
+        """The rows' cost in the model's unit (its items' ``cost``: tokens, pixels; a generator's prompt
+        plus at most ``max_new_tokens``), as a calibration pass's speed counts it."""
+        return self.prompt_tokens + (self.max_completion_tokens or 0)
 
     def describe(self) -> str:
         """``exact: every one of 300 rows tokenized``, or ``estimated from a sample of 256 of 1,000 rows``;
@@ -156,11 +176,20 @@ class CostEstimate:
     cost_usd_high: float | None = None
     basis: str = ""
     """Where the figures come from, in words."""
+    hours_from: str = ""
+    """Where the device-hours come from: ``3 earlier runs``, ``a calibration pass on 2026-12-06``, or
+    ``unknown: ...``; empty for a remote model (no device of ours)."""
 
 
-def estimate_cost(tokens: TokenCount | None, pricing: Pricing, earlier: Sequence[RunListing]) -> CostEstimate:
-    """The run's device-hours from ``earlier`` runs (those of the same model, with recorded usage), and its
-    dollars under ``pricing``; see the module docstring."""
+NO_DEVICE_HOURS = "unknown: no earlier run of this model in this ledger, and no calibration pass cached"
+
+
+def estimate_cost(
+    tokens: TokenCount | None, pricing: Pricing, earlier: Sequence[RunListing], speed: Speed | None = None
+) -> CostEstimate:
+    """The run's device-hours from ``earlier`` runs (those of the same model, with recorded usage), else from
+    ``speed`` (a cached calibration pass for the run's model, device and precision), and its dollars under
+    ``pricing``; see the module docstring."""
     if pricing.remote is not None:
         return _remote(tokens, pricing)
     rates = [
@@ -168,19 +197,31 @@ def estimate_cost(tokens: TokenCount | None, pricing: Pricing, earlier: Sequence
         for run in earlier
         if run.model_name == pricing.model_name and run.usage.rows and run.usage.device_s
     ]
-    rows = 0 if tokens is None else tokens.rows
-    if not rates or tokens is None:
-        return CostEstimate(basis="device-hours unknown: no earlier run of this model in this ledger")
-    hours = rows * statistics.fmean(rates) / 3600
-    low, high = rows * min(rates) * _FASTER / 3600, rows * max(rates) * _SLOWER / 3600
-    basis = (
-        f"device-hours from {len(rates)} earlier run(s) of this model in this ledger (half the fastest "
-        f"to twice the slowest seconds per row); {pricing.describe()}"
-    )
+    if tokens is None or (not rates and speed is None):
+        return CostEstimate(basis=f"device-hours {NO_DEVICE_HOURS}", hours_from=NO_DEVICE_HOURS)
+    rows = tokens.rows
+    if rates:
+        hours = rows * statistics.fmean(rates) / 3600
+        low, high = rows * min(rates) * _FASTER / 3600, rows * max(rates) * _SLOWER / 3600
+        source = f"{len(rates)} earlier run{'s' if len(rates) > 1 else ''}"
+        rule = (
+            f"{source} of this model in this ledger (half the fastest to twice the slowest seconds per row)"
+        )
+    else:
+        assert speed is not None
+        hours = tokens.cost / speed.cost_per_s / 3600
+        low, high = hours * _FASTER, hours * _CALIBRATED_SLOWER
+        day = datetime.fromtimestamp(speed.measured_at, timezone.utc).date().isoformat()
+        source = f"a calibration pass on {day}"
+        rule = (
+            f"{source} ({speed.cost_per_s:,.0f} tokens or pixels a second on this device and precision, over "
+            f"the planned rows' {tokens.cost:,}; half that compute time to {_CALIBRATED_SLOWER:g} times it)"
+        )
+    basis = f"device-hours from {rule}; {pricing.describe()}"
     price = pricing.device_per_hour
     if price is None:
-        return CostEstimate(hours, low, high, basis=basis)
-    return CostEstimate(hours, low, high, low * price, high * price, basis)
+        return CostEstimate(hours, low, high, basis=basis, hours_from=source)
+    return CostEstimate(hours, low, high, low * price, high * price, basis, source)
 
 
 def _remote(tokens: TokenCount | None, pricing: Pricing) -> CostEstimate:
