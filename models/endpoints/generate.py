@@ -48,6 +48,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import ConfigError, InputError, ShardwiseError
@@ -65,6 +66,7 @@ from shardwise.retry_policy import RetryPolicy
 if TYPE_CHECKING:
     import torch
 
+    from shardwise.models.hf_prompt import PromptRenderer
     from shardwise.pipeline.spec import Resolver
 
 __all__ = [
@@ -169,9 +171,26 @@ class EndpointSpec(RunBinding):
     def load(self, device: torch.device) -> EndpointGenerator:
         return EndpointGenerator(self, device)
 
-    def prompt_counter(self) -> EndpointPrompts:
-        """The rows' prompts, their tokens estimated (the tokenizer is the server's), for a plan."""
-        return EndpointPrompts(self.generation)
+    def prompt_counter(self) -> EndpointPrompts | PromptRenderer:
+        """The rows' prompts for a plan to count: with the tokenizer the options name, rendered and
+        tokenized as an OpenAI-compatible server renders them (its chat template, or the system text
+        and the prompt joined by a blank line); else their tokens estimated (:data:`TOKENS_RULE`)."""
+        if self.options.tokenizer is None:
+            return EndpointPrompts(self.generation)
+        from shardwise.models.hf_prompt import PromptRenderer, load_tokenizer  # torch: only when asked
+
+        folder = Path(self.options.tokenizer).expanduser()
+        try:
+            tokenizer = load_tokenizer(folder, {"local_files_only": True})
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"tokenizer {str(folder)!r} holds no tokenizer transformers can load ({type(exc).__name__}); "
+                "give the local folder of the served model's tokenizer (tokenizer.json or "
+                "tokenizer_config.json), or drop --tokenizer to estimate"
+            ) from None
+        counter = PromptRenderer(self.name, self.generation, self.chat(), tokenizer, ENDPOINT_MAX_LENGTH)
+        counter.estimated = f"the tokenizer at {folder}, which --tokenizer names as the server's"
+        return counter
 
     def _version(self) -> str:
         text = "\0".join(

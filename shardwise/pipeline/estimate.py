@@ -34,13 +34,18 @@ counts its prompts instead:
   tokenizer and chat template, the very code its generator sends token ids
   from (:func:`models.vllm_engine.generator.vllm_prompts`): the count is
   exact, as the ``hf`` engine's.
-* **A remote endpoint** has no local tokenizer (it is the server's, and
-  operators rarely hold one): its tokens are *estimated*, by the rule its
-  requests' token budget already reserves by (4 characters a token over the
-  system text and the prompt, plus one; the chat framing the server adds is
-  not in it), and the plan labels the count "estimated (no tokenizer: ...)".
-  The dollar range follows from that estimate, so it is an estimate too,
-  not a bound; completion tokens stay bounded by ``max_new_tokens``.
+* **A remote endpoint**'s tokenizer is the server's. An operator who holds
+  it names its folder (the endpoint option ``tokenizer``, ``--tokenizer``),
+  and the prompts are rendered and counted as an OpenAI-compatible server
+  renders them (chat template, or system text and prompt joined by a blank
+  line). Without it (operators rarely hold one; a hosted model's is not
+  published) the tokens are *estimated*, by the rule its requests' token
+  budget already reserves by (4 characters a token over the system text and
+  the prompt, plus one; the chat framing the server adds is not in it).
+  Either way the plan labels the count "estimated (...)" with the tokenizer
+  or rule: the server's count may differ, so the dollar range that follows
+  is an estimate too, not a bound; completion tokens stay bounded by
+  ``max_new_tokens``.
 
 A model that batches by itself with no counter (a remote embedding model)
 has its tokens unknown (None), and the plan says so.
