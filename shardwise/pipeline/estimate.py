@@ -183,7 +183,7 @@ class CostEstimate:
     """Where the figures come from, in words."""
     hours_from: str = ""
     """Where the device-hours come from: ``3 earlier runs``, ``a calibration pass on 2026-12-06``, or
-    ``unknown: ...``; empty for a remote model (no device of ours)."""
+    ``unknown: ...``, or :data:`REMOTE_DEVICE_HOURS`."""
 
 
 NO_DEVICE_HOURS = "unknown: no earlier run of this model in this ledger, and no calibration pass cached"
@@ -229,9 +229,15 @@ def estimate_cost(
     return CostEstimate(hours, low, high, low * price, high * price, basis, source)
 
 
+REMOTE_DEVICE_HOURS = "none of ours: a remote model runs on its provider's devices"
+
+
 def _remote(tokens: TokenCount | None, pricing: Pricing) -> CostEstimate:
-    if tokens is None or not pricing.priced:
-        return CostEstimate(basis=f"{pricing.describe()}; its prompt tokens are not counted before a run")
+    if tokens is None:
+        basis = f"{pricing.describe()}; its prompt tokens are not counted before a run"
+        return CostEstimate(basis=basis, hours_from=REMOTE_DEVICE_HOURS)
+    if not pricing.priced:
+        return CostEstimate(basis=pricing.describe(), hours_from=REMOTE_DEVICE_HOURS)
     cap = tokens.max_new_tokens or 0
     scale = tokens.rows / tokens.counted_rows if tokens.counted_rows else 0.0
     low = sum(
@@ -246,4 +252,4 @@ def _remote(tokens: TokenCount | None, pricing: Pricing) -> CostEstimate:
     basis = pricing.describe()
     if tokens.estimated is not None:
         basis += f"; over prompt tokens estimated ({tokens.estimated}): an estimate, not a bound"
-    return CostEstimate(None, None, None, low * scale, high * scale, basis)
+    return CostEstimate(None, None, None, low * scale, high * scale, basis, REMOTE_DEVICE_HOURS)
