@@ -104,6 +104,7 @@ _METAVARS = {
     "model.endpoint.tokens_per_minute": "N",
     "model.endpoint.timeout": "SECONDS",
     "model.endpoint.batch_poll_s": "SECONDS",
+    "model.endpoint.tokenizer": "DIR",
     "results.table": "TABLE",
     "run.shards": "N",
     "run.rows_per_shard": "N",

@@ -173,11 +173,13 @@ def print_plan(params: ScoreParams, *, as_json: bool = False) -> None:
     """Print the shard count, rows per shard, estimated tokens and what --only-new would skip, what the run
     will cost; then the runs into the same results table still marked running: live, or abandoned (to
     resume instead). ``as_json``: the report as one JSON object, and nothing else."""
+    from shardwise.flows.home import calibration_cache
     from shardwise.models import get_spec
     from shardwise.pipeline import plan_report
     from shardwise.tasks.connections import resolve
 
-    report = plan_report(params.to_spec(), get_spec, resolve, params.fanout_plan().workers)
+    workers = params.fanout_plan().workers
+    report = plan_report(params.to_spec(), get_spec, resolve, workers, calibration_cache())
     if as_json:
         print(json.dumps(report))
         return
@@ -218,7 +220,11 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
         report.get("device_hours_high"),
     )
     if hours is not None:
-        lines.append(f"device-hours: about {hours:.4f} ({low:.4f} to {high:.4f})")
+        lines.append(
+            f"device-hours: about {hours:.4f} ({low:.4f} to {high:.4f}; from {report['device_hours_from']})"
+        )
+    elif report.get("device_hours_from"):
+        lines.append(f"device-hours: {report['device_hours_from']}")
     cost_low, cost_high = report.get("cost_usd_low"), report.get("cost_usd_high")
     if cost_low is None or cost_high is None:
         lines.append(f"cost: unknown ({report['cost_basis']})")

@@ -59,7 +59,7 @@ def _score(params: ScoreParams) -> State:
     resolved = take_resolved(params)  # resolved by the command line's preflight, or now
     spec, fanout = resolved.spec, resolved.fanout
     if params.run.dry_run:
-        report = dry_run(spec, fanout.workers)
+        report = dry_run(spec, fanout.workers, calibration_cache())
         return Completed(message=f"dry run: {report['shards']} shards, {report['rows']} rows", data=report)
     logger = get_run_logger()
     started = time.perf_counter()

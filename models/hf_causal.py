@@ -142,6 +142,15 @@ class LocalCausalSpec:
     def generating(self, settings: GenerationSettings) -> Self:
         return replace(self, generation=settings)
 
+    def prompt_counter(self) -> PromptRenderer | None:
+        """With engine ``vllm`` (which batches by itself), the prompts its generator will send, for a plan
+        to count without building an engine; None with engine ``hf``, whose ``prepare`` counts them."""
+        if self.generation.engine != "vllm":
+            return None
+        from shardwise.models.vllm_engine.generator import vllm_prompts
+
+        return vllm_prompts(self, self.context())
+
     def chat(self) -> bool:
         """Whether prompts go through the tokenizer's chat template; refuses ``on`` without one."""
         raise NotImplementedError

@@ -132,8 +132,11 @@ class PromptRenderer:
         self, name: str, settings: GenerationSettings, chat: bool, tokenizer: Any, max_length: int
     ) -> None:
         self.name, self.settings, self.chat, self.max_length = name, settings, chat, max_length
-        self._tokenizer = tokenizer
+        self.tokenizer = tokenizer
         self._fields = placeholders(settings.prompt)
+
+    estimated: str | None = None
+    """The count is the run's own (a :class:`~shardwise.model.PromptCounter`): these are the ids it sends."""
 
     def fields(self, value: object) -> dict[str, str]:
         """The prompt's placeholders filled from a row (see :func:`~shardwise.model.text.prompt_fields`)."""
@@ -146,12 +149,12 @@ class PromptRenderer:
         if not self.chat:
             return body if system is None else f"{system}\n\n{body}"
         messages = chat_messages(system, body)
-        rendered = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        rendered = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return str(rendered)
 
     def ids(self, rendered: str) -> list[int]:
         """A rendered prompt's token ids; a dead letter when it leaves no room for the new tokens."""
-        ids: list[int] = self._tokenizer(rendered, add_special_tokens=not self.chat)["input_ids"]
+        ids: list[int] = self.tokenizer(rendered, add_special_tokens=not self.chat)["input_ids"]
         room = self.max_length - self.settings.max_new_tokens
         if not ids:
             raise InputError(f"prompt gives no tokens under model {self.name!r}; the text holds nothing")

@@ -262,7 +262,10 @@ def plan_markdown(report: Mapping[str, Any]) -> str:
 
 
 def _plan_value(value: Any) -> str:
-    """A name as code, a list (the runs still unfinished) as its items joined, anything else as text."""
+    """A name as code, a list (the runs still unfinished) as its items joined, None (a figure the plan
+    cannot tell) as ``unknown``, anything else as text."""
+    if value is None:
+        return "unknown"
     if isinstance(value, list):
         return text("; ".join(map(str, value)) or "none")
     return code(value) if isinstance(value, str) else text(value)

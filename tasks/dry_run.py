@@ -9,6 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from shardwise.models import get_spec
 from shardwise.pipeline import RunSpec, plan_report
+from shardwise.precision.calibration import CalibrationCache
 from shardwise.tasks.artifacts import publish_plan
 from shardwise.tasks.connections import resolve
 
@@ -16,9 +17,10 @@ __all__ = ["dry_run"]
 
 
 @task(name="dry-run", cache_policy=NO_CACHE)
-def dry_run(spec: RunSpec, workers: int = 1) -> dict[str, Any]:
-    """The plan report (:func:`shardwise.pipeline.plan_report`), published as an artifact and logged."""
-    report = plan_report(spec, get_spec, resolve, workers)
+def dry_run(spec: RunSpec, workers: int = 1, calibration: CalibrationCache | None = None) -> dict[str, Any]:
+    """The plan report (:func:`shardwise.pipeline.plan_report`; ``calibration``: this host's cached
+    calibration passes), published as an artifact and logged."""
+    report = plan_report(spec, get_spec, resolve, workers, calibration)
     publish_plan(report)
     get_run_logger().info("dry run: %s", report)
     return report

@@ -48,6 +48,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardwise.errors import ConfigError, InputError, ShardwiseError
@@ -65,9 +66,19 @@ from shardwise.retry_policy import RetryPolicy
 if TYPE_CHECKING:
     import torch
 
+    from shardwise.models.hf_prompt import PromptRenderer
     from shardwise.pipeline.spec import Resolver
 
-__all__ = ["ENDPOINT_MAX_LENGTH", "OUTPUTS", "PARSED", "EndpointGenerator", "EndpointSpec"]
+__all__ = [
+    "ENDPOINT_MAX_LENGTH",
+    "OUTPUTS",
+    "PARSED",
+    "TOKENS_RULE",
+    "EndpointGenerator",
+    "EndpointPrompts",
+    "EndpointSpec",
+    "EstimatedPrompt",
+]
 
 _log = logging.getLogger(__name__)
 Outcome = Mapping[str, Any] | InputError
@@ -160,6 +171,27 @@ class EndpointSpec(RunBinding):
     def load(self, device: torch.device) -> EndpointGenerator:
         return EndpointGenerator(self, device)
 
+    def prompt_counter(self) -> EndpointPrompts | PromptRenderer:
+        """The rows' prompts for a plan to count: with the tokenizer the options name, rendered and
+        tokenized as an OpenAI-compatible server renders them (its chat template, or the system text
+        and the prompt joined by a blank line); else their tokens estimated (:data:`TOKENS_RULE`)."""
+        if self.options.tokenizer is None:
+            return EndpointPrompts(self.generation)
+        from shardwise.models.hf_prompt import PromptRenderer, load_tokenizer  # torch: only when asked
+
+        folder = Path(self.options.tokenizer).expanduser()
+        try:
+            tokenizer = load_tokenizer(folder, {"local_files_only": True})
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"tokenizer {str(folder)!r} holds no tokenizer transformers can load ({type(exc).__name__}); "
+                "give the local folder of the served model's tokenizer (tokenizer.json or "
+                "tokenizer_config.json), or drop --tokenizer to estimate"
+            ) from None
+        counter = PromptRenderer(self.name, self.generation, self.chat(), tokenizer, ENDPOINT_MAX_LENGTH)
+        counter.estimated = f"the tokenizer at {folder}, which --tokenizer names as the server's"
+        return counter
+
     def _version(self) -> str:
         text = "\0".join(
             (
@@ -187,6 +219,44 @@ def check_generation(settings: GenerationSettings, provider: Provider) -> None:
         )
 
 
+TOKENS_RULE = "no tokenizer: 4 characters a token over the system text and the prompt, plus one"
+"""How a remote model's prompt tokens are estimated before it is asked (its tokenizer is the server's)."""
+
+
+@dataclass(frozen=True)
+class EstimatedPrompt:
+    """A row's prompt tokens as :class:`EndpointPrompts` estimates them, and its reply cap."""
+
+    prompt_tokens: int
+    max_new_tokens: int
+
+
+class EndpointPrompts:
+    """A remote model's rows' prompts: the template filled from a row, and its tokens estimated.
+
+    The tokenizer is the server's, so the tokens are estimated by :data:`TOKENS_RULE`: what the
+    requests' token budget reserves (:mod:`models.endpoints.calls`), and what a plan counts (a
+    :class:`~shardwise.model.PromptCounter`)."""
+
+    estimated: str | None = TOKENS_RULE
+
+    def __init__(self, settings: GenerationSettings) -> None:
+        self.settings = settings
+        self._fields = placeholders(settings.prompt)
+
+    def render(self, value: object) -> str:
+        """A row's prompt body: the template's placeholders filled from its columns (see
+        :func:`~shardwise.model.text.prompt_fields`)."""
+        return self.settings.prompt.format_map(prompt_fields(self._fields, value))
+
+    def tokens(self, body: str) -> int:
+        """A prompt body's tokens, estimated by :data:`TOKENS_RULE`."""
+        return (len(body) + len(self.settings.system or "")) // 4 + 1
+
+    def prompt(self, value: object) -> EstimatedPrompt:
+        return EstimatedPrompt(self.tokens(self.render(value)), self.settings.max_new_tokens)
+
+
 class EndpointGenerator:
     """An :class:`EndpointSpec` ready to send requests: a :class:`~shardwise.model.SelfBatching` model."""
 
@@ -204,7 +274,7 @@ class EndpointGenerator:
         """How long after its submission a batch may run before its rows are dead letters (the providers'
         24 hours; a test shortens it)."""
         self.settings = spec.generation
-        self._fields = placeholders(self.settings.prompt)
+        self.prompts = EndpointPrompts(spec.generation)
         self._schema = self.settings.schema()
         self._wire = Wire(spec.provider, spec.model_name, self.settings, spec.chat())
         options, provider = spec.options, spec.provider
@@ -219,13 +289,9 @@ class EndpointGenerator:
             spec.retry,
         )
 
-    def fields(self, value: object) -> dict[str, str]:
-        """The prompt's placeholders filled from a row (see :func:`~shardwise.model.text.prompt_fields`)."""
-        return prompt_fields(self._fields, value)
-
     def render(self, value: object) -> str:
         """A row's prompt body: the template filled from its columns."""
-        return self.settings.prompt.format_map(self.fields(value))
+        return self.prompts.render(value)
 
     def score_window(self, values: Sequence[object]) -> list[Mapping[str, Any] | InputError]:
         """Every row's answer, requested together; one outcome per value, in input order."""
@@ -332,9 +398,8 @@ class EndpointGenerator:
         return await self._wire.generate(await self.caller.client(), body)
 
     def _estimate(self, body: str) -> int:
-        """Tokens a request may cost, guessed before sending: 4 characters a token, plus the reply cap."""
-        system = len(self.settings.system or "")
-        return (len(body) + system) // 4 + 1 + self.settings.max_new_tokens
+        """Tokens a request may cost, guessed before sending: its prompt's estimate, plus the reply cap."""
+        return self.prompts.tokens(body) + self.settings.max_new_tokens
 
     def _outcome(self, reply: Reply | InputError) -> Mapping[str, Any] | InputError:
         if isinstance(reply, InputError):

@@ -3,7 +3,7 @@
 Every field is a flag of ``shardwise run`` once the CLI wires them
 (``--api-base``, ``--api-key``, ``--max-concurrency``, ``--requests-per-minute``,
 ``--tokens-per-minute``, ``--endpoint-timeout``, ``--batch-api``,
-``--batch-poll-interval``). The key is never a value here:
+``--batch-poll-interval``, ``--tokenizer``). The key is never a value here:
 ``api_key`` names where it is (``env:NAME`` or ``secret:NAME``), and the run's
 resolver reads it where the requests are made, so no parameter, plan, log line
 or error ever holds it (STYLE habit 19).
@@ -96,6 +96,12 @@ class EndpointOptions(BaseModel):
         gt=0,
         le=3600,
         description="With --batch-api: seconds between two looks at a running batch.",
+    )
+    tokenizer: str | None = Field(
+        None,
+        description="A local folder holding the served model's tokenizer (tokenizer.json, its chat "
+        "template): shardwise plan counts the prompt tokens with it instead of estimating them at 4 "
+        "characters a token. Runs do not use it: the server counts their tokens.",
     )
 
     @field_validator("api_key")

@@ -36,7 +36,18 @@ if TYPE_CHECKING:
     from shardwise.model import OutputColumn
     from shardwise.models.hf_causal_source import CausalSource
 
-__all__ = ["VllmGenerator"]
+__all__ = ["VllmGenerator", "vllm_prompts"]
+
+
+def vllm_prompts(spec: CausalSource, context: int) -> PromptRenderer:
+    """How a :class:`VllmGenerator` of ``spec`` (a model of ``context`` tokens) renders and tokenizes its
+    rows' prompts, the context cut to ``max_model_len``: it sends these token ids, and a plan counts them
+    without building an engine."""
+    limit = VllmOptions.of(spec.generation).max_model_len
+    max_length = context if limit is None else min(context, limit)
+    folder, pretrained = spec.pretrained()
+    tokenizer = load_tokenizer(folder, pretrained)
+    return PromptRenderer(spec.name, spec.generation, spec.chat(), tokenizer, max_length)
 
 
 class VllmGenerator:
@@ -53,11 +64,10 @@ class VllmGenerator:
         self.outputs: tuple[OutputColumn, ...] = info.outputs
         self.settings = spec.generation
         self.options = VllmOptions.of(self.settings)
-        limit = self.options.max_model_len
-        self.max_length = info.max_length if limit is None else min(info.max_length, limit)
         folder, pretrained = spec.pretrained()
-        self._tokenizer: Any = load_tokenizer(folder, pretrained)
-        self.prompts = PromptRenderer(self.name, self.settings, spec.chat(), self._tokenizer, self.max_length)
+        self.prompts = vllm_prompts(spec, info.max_length)
+        self.max_length = self.prompts.max_length
+        self._tokenizer: Any = self.prompts.tokenizer
         self._eos = _eos_ids(folder, pretrained, self._tokenizer)
         self._schema = self.settings.schema()
         model, tokenizer = model_paths(folder, pretrained)

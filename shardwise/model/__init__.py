@@ -85,6 +85,8 @@ __all__ = [
     "ModelInputs",
     "ModelSpec",
     "OutputColumn",
+    "PromptCounter",
+    "PromptCounting",
     "PromptItem",
     "SelfBatching",
     "TextInput",
@@ -127,6 +129,33 @@ class PromptItem(Protocol):
 
     @property
     def max_new_tokens(self) -> int: ...
+
+
+@runtime_checkable
+class PromptCounter(Protocol):
+    """What counts the rows' prompt tokens of a model that batches by itself, before a run and without
+    loading it (no engine built, no endpoint asked): see :mod:`shardwise.pipeline.estimate`."""
+
+    @property
+    def estimated(self) -> str | None:
+        """None when the count is the run's own (the model's tokenizer and prompt rendering); else the
+        rule that estimates it, in words (a remote model's tokenizer is the server's)."""
+        ...
+
+    def prompt(self, value: object) -> PromptItem:
+        """A row's prompt tokens and cap; raises :class:`~shardwise.errors.InputError` for a row the run
+        would make a dead letter."""
+        ...
+
+
+@runtime_checkable
+class PromptCounting(Protocol):
+    """A spec whose model batches by itself (vLLM, a remote endpoint) and whose prompts a plan counts."""
+
+    def prompt_counter(self) -> PromptCounter | None:
+        """The counter of the prompts its loaded model will send, or None when loading counts them
+        (``prepare``) or nothing does."""
+        ...
 
 
 class DeviceBatch(Protocol):

@@ -21,7 +21,7 @@ import torch
 from shardwise.cost.prices import Pricing
 from shardwise.db.codec import utc_now
 from shardwise.errors import ConfigError, InputError
-from shardwise.model import Loaded, SelfBatching
+from shardwise.model import Loaded, PromptCounting, SelfBatching
 from shardwise.model.generation import PromptChecked
 from shardwise.pipeline.destination import (
     check_destination,
@@ -35,7 +35,8 @@ from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, chosen_spec, open_spec_source
-from shardwise.precision import versioned
+from shardwise.precision import Precision, versioned
+from shardwise.precision.calibration import CalibrationCache, Speed, calibration_key
 from shardwise.results import Ledger
 from shardwise.results.leases import abandoned_why, when
 from shardwise.results.probe import check_ledger
@@ -61,14 +62,14 @@ class PlanPreview:
         return round(self.tokens_per_row * self.plan.expected_rows)
 
 
-def preview_plan(source: Source, plan: SourcePlan, model: Loaded) -> PlanPreview:
+def preview_plan(source: Source, plan: SourcePlan, model: Loaded | None) -> PlanPreview:
     """Estimate tokens (the model's item cost) from the first rows of a few evenly spaced shards.
 
     Each sampled row goes through the model's ``prepare``, as in a run; rows
     it refuses are left out. Nothing is written. A model that batches by itself
-    has no item cost to sample: no estimate.
+    (or none loaded) has no item cost to sample: no estimate.
     """
-    if isinstance(model, SelfBatching):
+    if model is None or isinstance(model, SelfBatching):
         return PlanPreview(plan, 0.0, 0)
     shards = plan.shards
     step = max(1, len(shards) // _SAMPLE_SHARDS)
@@ -84,23 +85,34 @@ def preview_plan(source: Source, plan: SourcePlan, model: Loaded) -> PlanPreview
     return PlanPreview(plan, mean, len(costs))
 
 
-def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers: int = 1) -> dict[str, Any]:
+def plan_report(
+    spec: RunSpec,
+    catalogue: Catalogue,
+    resolve: Resolver,
+    workers: int = 1,
+    calibration: CalibrationCache | None = None,
+) -> dict[str, Any]:
     """Shards, rows, estimated tokens and rows already scored, for ``spec``; nothing is written.
 
     ``catalogue`` looks the model up (``models.get_spec``) and ``resolve``
     turns connection names into URLs, as for a run.
 
-    The tokenizer estimates the tokens, so the model is loaded, on the CPU.
+    The tokenizer estimates the tokens, so the model is loaded, on the CPU; a model that batches by
+    itself is not (its spec counts its prompts, see :mod:`shardwise.pipeline.estimate`).
     ``workers`` sizes the default shard count as the run would. The precision
     is the hardware's choice; the run's accuracy guard may still send it back
-    to fp32 (and so to the fp32 version's already-scored rows).
+    to fp32 (and so to the fp32 version's already-scored rows). ``calibration`` is where this host's
+    calibration passes are cached: with no earlier run, the device-hours come from one there.
     """
     spec_of = chosen_spec(catalogue, spec.model, resolve, spec.run.retry)
     if isinstance(spec_of, PromptChecked):
         spec_of.check_prompts()  # as a run does, before the preview renders prompts of its own
-    model = spec_of.load(torch.device("cpu"))
     info = spec_of.describe()
-    precision, _ = hardware_precision(spec, info)
+    # A model that batches by itself is not loaded (no vLLM engine built, no endpoint asked): its spec's
+    # prompt counter counts what it would send.
+    model: Loaded | None = None if info.batches_itself else spec_of.load(torch.device("cpu"))
+    counter = spec_of.prompt_counter() if isinstance(spec_of, PromptCounting) else None
+    precision, device = hardware_precision(spec, info)
     version = versioned(info.version, precision)
     results_url = resolve(spec.results.location)
     check_destination(spec, results_url)
@@ -117,9 +129,10 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
             spec, source, version, ledger, sink=asks, target=recorded, min_shards=SHARDS_PER_WORKER * workers
         )
         preview = preview_plan(source, plan, model)
-        tokens = count_tokens(source, plan, model)
-        pricing = Pricing(model.name, spec.run.device_price_per_hour, batch=info.batch_priced)
-        cost = estimate_cost(tokens, pricing, ledger.recent_runs(50, status="completed"))
+        tokens = count_tokens(source, plan, model if counter is None else counter)
+        pricing = Pricing(info.name, spec.run.device_price_per_hour, batch=info.batch_priced)
+        speed = _calibrated(calibration, model, precision, device, spec)
+        cost = estimate_cost(tokens, pricing, ledger.recent_runs(50, status="completed"), speed)
         try:
             new_only = dataclasses.replace(spec, run=dataclasses.replace(spec.run, only_new=True))
             current = (
@@ -146,7 +159,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
         "rows_per_shard_max": max(sizes, default=0),
         "estimated_tokens": preview.estimated_tokens,
         "tokens_per_row": round(preview.tokens_per_row, 1),
-        "model": f"{model.name} {model.version[:12]}",
+        "model": f"{info.name} {info.version[:12]}",
         "precision": precision,
         "only_new": spec.run.only_new,
         "rows_already_scored": already,
@@ -161,17 +174,33 @@ def _cost_keys(tokens: TokenCount | None, cost: CostEstimate) -> dict[str, Any]:
     where unknown."""
     return {
         "prompt_tokens": None if tokens is None else tokens.prompt_tokens,
-        "prompt_tokens_counted": "not counted: the model batches by itself"
+        "prompt_tokens_counted": "not counted: the model batches by itself and counts no prompts ahead"
         if tokens is None
         else tokens.describe(),
         "max_completion_tokens": None if tokens is None else tokens.max_completion_tokens,
         "device_hours": cost.device_hours,
+        "device_hours_from": cost.hours_from,
         "device_hours_low": cost.device_hours_low,
         "device_hours_high": cost.device_hours_high,
         "cost_usd_low": cost.cost_usd_low,
         "cost_usd_high": cost.cost_usd_high,
         "cost_basis": cost.basis,
     }
+
+
+def _calibrated(
+    store: CalibrationCache | None,
+    model: Loaded | None,
+    precision: Precision,
+    device: torch.device,
+    spec: RunSpec,
+) -> Speed | None:
+    """The speed a cached calibration pass measured for the run's model, device and precision; None when
+    there is none, or the device is not the run's (a CPU-only process planning for GPU workers)."""
+    if store is None or model is None or (spec.run.device.startswith("cuda") and device.type != "cuda"):
+        return None
+    pairs = spec.source.text_pair_column is not None
+    return store.speed(calibration_key(model, precision, pairs, device))
 
 
 def _unfinished(ledger: Ledger, *results_tables: str) -> list[str]:

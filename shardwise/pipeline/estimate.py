@@ -10,30 +10,63 @@
 * **Device-hours** of a local model come from earlier runs of the same model
   in the same ledger (their device seconds per row, as their chunks recorded
   them): the range is half the fastest to twice the slowest of them. With no
-  such run they are unknown (None), and so are a local model's dollars.
+  such run, from a calibration pass that the precision guard measured and
+  cached on this host for the model, its version, the run's device and
+  precision (:class:`~shardwise.precision.calibration.Speed`: the calibration
+  batch's cost, tokens or pixels, per second), over the planned rows' cost
+  (prompt plus at most ``max_new_tokens`` a row for a generator): about that
+  compute time, from half of it (one small batch, its first pass cold, is
+  no exact measure) to :data:`_CALIBRATED_SLOWER` times it (a run also
+  prepares, pads, commits and waits). A plan never runs a pass itself (the
+  guard is a run's, and a plan writes nothing); with neither, device-hours
+  are unknown (None), and so are a local model's dollars. Which source gave
+  the figure is said (``device_hours_from``).
 * **Dollars** follow: device-hours at the price per device-hour, or a remote
   model's tokens at the price table's prices, from the low end (every prompt
   token a cache hit, nothing generated) to the high (no cache hit, every row
   generating ``max_new_tokens``).
 
-A model that batches by itself (a remote model, vLLM) prepares no rows here:
-its tokens are not counted (None), and the plan says so.
+A model that batches by itself is not loaded by a plan (no engine is built,
+no endpoint asked); its spec's :class:`~shardwise.model.PromptCounter`
+counts its prompts instead:
+
+* **vLLM** renders and tokenizes a row's prompt with the model's own
+  tokenizer and chat template, the very code its generator sends token ids
+  from (:func:`models.vllm_engine.generator.vllm_prompts`): the count is
+  exact, as the ``hf`` engine's.
+* **A remote endpoint**'s tokenizer is the server's. An operator who holds
+  it names its folder (the endpoint option ``tokenizer``, ``--tokenizer``),
+  and the prompts are rendered and counted as an OpenAI-compatible server
+  renders them (chat template, or system text and prompt joined by a blank
+  line). Without it (operators rarely hold one; a hosted model's is not
+  published) the tokens are *estimated*, by the rule its requests' token
+  budget already reserves by (4 characters a token over the system text and
+  the prompt, plus one; the chat framing the server adds is not in it).
+  Either way the plan labels the count "estimated (...)" with the tokenizer
+  or rule: the server's count may differ, so the dollar range that follows
+  is an estimate too, not a bound; completion tokens stay bounded by
+  ``max_new_tokens``.
+
+A model that batches by itself with no counter (a remote embedding model)
+has its tokens unknown (None), and the plan says so.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from itertools import islice
 
 from shardwise.cost.prices import Pricing, token_cost
 from shardwise.errors import InputError
-from shardwise.model import Loaded, PromptItem, SelfBatching
+from shardwise.model import Item, Loaded, Model, PromptCounter, PromptItem
+from shardwise.precision.calibration import Speed
 from shardwise.results.outcomes import RunListing
 from shardwise.sources import Source, SourcePlan
 
-__all__ = ["EXACT_ROWS", "CostEstimate", "TokenCount", "count_tokens", "estimate_cost"]
+__all__ = ["EXACT_ROWS", "NO_DEVICE_HOURS", "CostEstimate", "TokenCount", "count_tokens", "estimate_cost"]
 
 EXACT_ROWS = 100_000
 """Planned rows up to which every row is tokenized (an exact count); a larger table is sampled."""
@@ -41,6 +74,8 @@ _SAMPLE_SHARDS = 4
 _SAMPLE_ROWS = 64
 _SLOWER, _FASTER = 2.0, 0.5
 """The device-hours range around earlier runs' seconds per row: their slowest twice, their fastest half."""
+_CALIBRATED_SLOWER = 4.0
+"""The device-hours range from a calibration pass: half its compute time, to this many times it."""
 
 
 @dataclass(frozen=True)
@@ -48,13 +83,15 @@ class TokenCount:
     """The planned rows' prompt tokens, counted (``sampled`` False: every row) or scaled from a sample.
 
     ``per_row`` holds each counted row's prompt tokens (the rows the model would score);
-    ``max_new_tokens`` is a generator's cap per row (None for a model that generates nothing)."""
+    ``max_new_tokens`` is a generator's cap per row (None for a model that generates nothing);
+    ``estimated`` the rule the tokens are estimated by (None: counted with the model's tokenizer)."""
 
     rows: int
     counted_rows: int
     per_row: Sequence[int]
     max_new_tokens: int | None
     sampled: bool
+    estimated: str | None = None
 
     @property
     def scored_rows(self) -> int:
@@ -73,20 +110,35 @@ class TokenCount:
     def max_completion_tokens(self) -> int | None:
         return None if self.max_new_tokens is None else self.scored_rows * self.max_new_tokens
 
+    @property
+    def cost(self) -> int:
+        """The rows' cost in the model's unit (its items' ``cost``: tokens, pixels; a generator's prompt
+        plus at most ``max_new_tokens``), as a calibration pass's speed counts it."""
+        return self.prompt_tokens + (self.max_completion_tokens or 0)
+
     def describe(self) -> str:
-        """``exact: every one of 300 rows tokenized``, or ``estimated from a sample of 256 of 1,000 rows``."""
+        """``exact: every one of 300 rows tokenized``, or ``estimated from a sample of 256 of 1,000 rows``;
+        a count without the model's tokenizer starts ``estimated (no tokenizer: RULE)``."""
+        if self.estimated is not None:
+            over = f"a sample of {self.counted_rows:,} of" if self.sampled else "every one of"
+            return f"estimated ({self.estimated}) over {over} {self.rows:,} rows"
         if self.sampled:
             return f"estimated from a sample of {self.counted_rows:,} of {self.rows:,} rows"
         return f"exact: every one of {self.rows:,} rows tokenized"
 
 
 def count_tokens(
-    source: Source, plan: SourcePlan, model: Loaded, exact_up_to: int | None = None
+    source: Source, plan: SourcePlan, model: Loaded | PromptCounter | None, exact_up_to: int | None = None
 ) -> TokenCount | None:
-    """Count the planned rows' prompt tokens with the model's ``prepare``, as the run will, every row up to
-    ``exact_up_to`` planned rows (default :data:`EXACT_ROWS`); None for a model that batches by itself
-    (nothing is prepared here)."""
-    if isinstance(model, SelfBatching):
+    """Count the planned rows' prompt tokens with the model's ``prepare`` (or the prompt counter of a
+    model that batches by itself), as the run will, every row up to ``exact_up_to`` planned rows (default
+    :data:`EXACT_ROWS`); None for a model that batches by itself and has no counter."""
+    prepare: Callable[[object], Item | PromptItem]
+    if isinstance(model, Model):
+        prepare, estimated = model.prepare, None
+    elif isinstance(model, PromptCounter):
+        prepare, estimated = model.prompt, model.estimated
+    else:
         return None
     sampled = plan.expected_rows > (EXACT_ROWS if exact_up_to is None else exact_up_to)
     per_row: list[int] = []
@@ -94,7 +146,7 @@ def count_tokens(
     for value in _values(source, plan, sampled):
         counted += 1
         try:
-            item = model.prepare(value)
+            item = prepare(value)
         except InputError:
             continue  # a dead letter: the run counts no tokens for it
         if isinstance(item, PromptItem):
@@ -103,7 +155,7 @@ def count_tokens(
         else:
             per_row.append(item.cost)
     rows = plan.expected_rows if sampled else counted
-    return TokenCount(rows, counted, per_row, cap, sampled)
+    return TokenCount(rows, counted, per_row, cap, sampled, estimated)
 
 
 def _values(source: Source, plan: SourcePlan, sampled: bool) -> Iterator[object]:
@@ -129,11 +181,20 @@ class CostEstimate:
     cost_usd_high: float | None = None
     basis: str = ""
     """Where the figures come from, in words."""
+    hours_from: str = ""
+    """Where the device-hours come from: ``3 earlier runs``, ``a calibration pass on 2026-12-06``, or
+    ``unknown: ...``, or :data:`REMOTE_DEVICE_HOURS`."""
 
 
-def estimate_cost(tokens: TokenCount | None, pricing: Pricing, earlier: Sequence[RunListing]) -> CostEstimate:
-    """The run's device-hours from ``earlier`` runs (those of the same model, with recorded usage), and its
-    dollars under ``pricing``; see the module docstring."""
+NO_DEVICE_HOURS = "unknown: no earlier run of this model in this ledger, and no calibration pass cached"
+
+
+def estimate_cost(
+    tokens: TokenCount | None, pricing: Pricing, earlier: Sequence[RunListing], speed: Speed | None = None
+) -> CostEstimate:
+    """The run's device-hours from ``earlier`` runs (those of the same model, with recorded usage), else from
+    ``speed`` (a cached calibration pass for the run's model, device and precision), and its dollars under
+    ``pricing``; see the module docstring."""
     if pricing.remote is not None:
         return _remote(tokens, pricing)
     rates = [
@@ -141,24 +202,42 @@ def estimate_cost(tokens: TokenCount | None, pricing: Pricing, earlier: Sequence
         for run in earlier
         if run.model_name == pricing.model_name and run.usage.rows and run.usage.device_s
     ]
-    rows = 0 if tokens is None else tokens.rows
-    if not rates or tokens is None:
-        return CostEstimate(basis="device-hours unknown: no earlier run of this model in this ledger")
-    hours = rows * statistics.fmean(rates) / 3600
-    low, high = rows * min(rates) * _FASTER / 3600, rows * max(rates) * _SLOWER / 3600
-    basis = (
-        f"device-hours from {len(rates)} earlier run(s) of this model in this ledger (half the fastest "
-        f"to twice the slowest seconds per row); {pricing.describe()}"
-    )
+    if tokens is None or (not rates and speed is None):
+        return CostEstimate(basis=f"device-hours {NO_DEVICE_HOURS}", hours_from=NO_DEVICE_HOURS)
+    rows = tokens.rows
+    if rates:
+        hours = rows * statistics.fmean(rates) / 3600
+        low, high = rows * min(rates) * _FASTER / 3600, rows * max(rates) * _SLOWER / 3600
+        source = f"{len(rates)} earlier run{'s' if len(rates) > 1 else ''}"
+        rule = (
+            f"{source} of this model in this ledger (half the fastest to twice the slowest seconds per row)"
+        )
+    else:
+        assert speed is not None
+        hours = tokens.cost / speed.cost_per_s / 3600
+        low, high = hours * _FASTER, hours * _CALIBRATED_SLOWER
+        day = datetime.fromtimestamp(speed.measured_at, timezone.utc).date().isoformat()
+        source = f"a calibration pass on {day}"
+        rule = (
+            f"{source} ({speed.cost_per_s:,.0f} tokens or pixels a second on this device and precision, over "
+            f"the planned rows' {tokens.cost:,}; half that compute time to {_CALIBRATED_SLOWER:g} times it)"
+        )
+    basis = f"device-hours from {rule}; {pricing.describe()}"
     price = pricing.device_per_hour
     if price is None:
-        return CostEstimate(hours, low, high, basis=basis)
-    return CostEstimate(hours, low, high, low * price, high * price, basis)
+        return CostEstimate(hours, low, high, basis=basis, hours_from=source)
+    return CostEstimate(hours, low, high, low * price, high * price, basis, source)
+
+
+REMOTE_DEVICE_HOURS = "none of ours: a remote model runs on its provider's devices"
 
 
 def _remote(tokens: TokenCount | None, pricing: Pricing) -> CostEstimate:
-    if tokens is None or not pricing.priced:
-        return CostEstimate(basis=f"{pricing.describe()}; its prompt tokens are not counted before a run")
+    if tokens is None:
+        basis = f"{pricing.describe()}; its prompt tokens are not counted before a run"
+        return CostEstimate(basis=basis, hours_from=REMOTE_DEVICE_HOURS)
+    if not pricing.priced:
+        return CostEstimate(basis=pricing.describe(), hours_from=REMOTE_DEVICE_HOURS)
     cap = tokens.max_new_tokens or 0
     scale = tokens.rows / tokens.counted_rows if tokens.counted_rows else 0.0
     low = sum(
@@ -170,4 +249,7 @@ def _remote(tokens: TokenCount | None, pricing: Pricing) -> CostEstimate:
         or 0.0
         for p in tokens.per_row
     )
-    return CostEstimate(None, None, None, low * scale, high * scale, pricing.describe())
+    basis = pricing.describe()
+    if tokens.estimated is not None:
+        basis += f"; over prompt tokens estimated ({tokens.estimated}): an estimate, not a bound"
+    return CostEstimate(None, None, None, low * scale, high * scale, basis, REMOTE_DEVICE_HOURS)

@@ -12,6 +12,11 @@ to any of them is a different key, so a stale figure is never read. A file
 that cannot be read or parsed is ignored (and replaced on the next write);
 one that cannot be written only costs the next run a measurement.
 
+A pass also times each precision on the calibration batch (its items' cost,
+tokens or pixels, per second): stored beside the agreement, under the key of
+the precision timed (float32's too), it is what ``shardwise plan`` turns into
+device-hours when no earlier run of the model says (:class:`Speed`).
+
 Whoever runs the engine decides where the file lives (the command line uses
 ``~/.shardwise/calibration.json``); the engine takes the path.
 """
@@ -36,9 +41,9 @@ import torch
 from shardwise.model import Loaded
 from shardwise.precision import Precision
 from shardwise.precision.calibration_texts import CALIBRATION_TEXTS
-from shardwise.precision.guard import agreement
+from shardwise.precision.guard import calibrate
 
-__all__ = ["CalibrationCache", "calibration_key", "device_identity", "measured_agreement"]
+__all__ = ["CalibrationCache", "Speed", "calibration_key", "device_identity", "measured_agreement"]
 
 _FORMAT = 1
 _MAX_ENTRIES = 256
@@ -63,24 +68,30 @@ def measured_agreement(
     """The guard's agreement of ``model`` in ``precision``, and whether it was read from ``store`` (True)
     or measured now (False, and stored there)."""
     if store is None:
-        return agreement(model, precision, pairs), False
+        return calibrate(model, precision, pairs).agreement, False
     key = calibration_key(model, precision, pairs)
     found = store.get(key)
     if found is not None:
         return found, True
-    measured = agreement(model, precision, pairs)
-    store.put(key, measured)
-    return measured, False
+    measured = calibrate(model, precision, pairs)
+    for timed, cost_per_s in measured.cost_per_s.items():
+        if timed != precision:  # float32's speed, timed by the same pass
+            store.put(calibration_key(model, timed, pairs), None, cost_per_s)
+    store.put(key, measured.agreement, measured.cost_per_s.get(precision))
+    return measured.agreement, False
 
 
-def calibration_key(model: Loaded, precision: Precision, pairs: bool) -> dict[str, Any]:
-    """Everything the guard's figure for ``model`` in ``precision`` depends on."""
+def calibration_key(
+    model: Loaded, precision: Precision, pairs: bool, device: torch.device | None = None
+) -> dict[str, Any]:
+    """Everything the guard's figure for ``model`` in ``precision`` depends on; on ``device`` (default the
+    model's: a plan asks for the device its run will take)."""
     return {
         "model": model.name,
         "version": model.version,
         "precision": precision,
         "pairs": pairs,
-        "device": device_identity(model.device),
+        "device": device_identity(model.device if device is None else device),
         "torch": torch.__version__,
         "transformers": _version_of("transformers"),
         "shardwise": _version_of("shardwise"),
@@ -119,6 +130,15 @@ def _version_of(package: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class Speed:
+    """A calibration pass's measured speed: the calibration batch's cost (tokens, pixels) per second, and
+    when it was measured (seconds since the epoch)."""
+
+    cost_per_s: float
+    measured_at: float
+
+
+@dataclass(frozen=True)
 class CalibrationCache:
     """The guard's figures, one per key, in the JSON file at ``path`` (created on first write)."""
 
@@ -132,10 +152,24 @@ class CalibrationCache:
         value = entry.get("agreement")
         return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
-    def put(self, key: dict[str, Any], agreement: float) -> None:
-        """Store ``agreement`` under ``key``, replacing the file atomically; an OSError is ignored."""
+    def speed(self, key: dict[str, Any]) -> Speed | None:
+        """The speed a calibration pass measured under ``key``, or None (none stored, or unreadable)."""
+        entry = self._entries().get(_digest(key))
+        if not isinstance(entry, dict) or entry.get("key") != key:
+            return None
+        rate, at = entry.get("cost_per_s"), entry.get("measured_at")
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (rate, at)):
+            return None
+        return Speed(float(rate), float(at)) if float(rate) > 0 else None  # type: ignore[arg-type]
+
+    def put(self, key: dict[str, Any], agreement: float | None, cost_per_s: float | None = None) -> None:
+        """Store ``agreement`` (None: none measured for ``key``) and the speed measured under ``key``,
+        replacing the file atomically; an OSError is ignored."""
         entries = self._entries()
-        entries[_digest(key)] = {"key": key, "agreement": agreement, "measured_at": time.time()}
+        entry: dict[str, Any] = {"key": key, "agreement": agreement, "measured_at": time.time()}
+        if cost_per_s is not None:
+            entry["cost_per_s"] = cost_per_s
+        entries[_digest(key)] = entry
         if len(entries) > _MAX_ENTRIES:  # the oldest measurements go first
             kept = sorted(entries.items(), key=lambda item: item[1].get("measured_at", 0), reverse=True)
             entries = dict(kept[:_MAX_ENTRIES])

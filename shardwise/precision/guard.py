@@ -12,6 +12,9 @@ whose agreement is under :func:`minimum_agreement` (see
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardwise.model import SelfBatching
@@ -23,7 +26,15 @@ if TYPE_CHECKING:
 
     from shardwise.model import Loaded
 
-__all__ = ["DEFAULT_MIN_AGREEMENT", "INT8_MIN_AGREEMENT", "agreement", "minimum_agreement", "shown"]
+__all__ = [
+    "DEFAULT_MIN_AGREEMENT",
+    "INT8_MIN_AGREEMENT",
+    "Calibration",
+    "agreement",
+    "calibrate",
+    "minimum_agreement",
+    "shown",
+]
 
 DEFAULT_MIN_AGREEMENT = 0.999
 """The guard's default threshold for bf16 and fp16: minimum cosine to float32 (or share of equal labels)."""
@@ -45,17 +56,34 @@ def shown(found: float) -> str:
     return f"{math.floor(found * 1e5) / 1e5:.5f}"
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """One pass of the guard: its agreement, and how fast each precision scored the calibration batch
+    (the items' cost, in the model's unit (tokens, pixels), per second of scoring and copying back to the
+    host: a short measured figure a plan turns into device-hours)."""
+
+    agreement: float
+    cost_per_s: Mapping[Precision, float] = field(default_factory=dict)
+
+
 def agreement(model: Loaded, precision: Precision, pairs: bool = False) -> float:
-    """How closely ``model`` in ``precision`` matches itself in float32 on calibration texts (1.0 = equal).
+    """How closely ``model`` in ``precision`` matches itself in float32 on calibration texts (1.0 = equal):
+    :func:`calibrate`'s agreement."""
+    return calibrate(model, precision, pairs).agreement
+
+
+def calibrate(model: Loaded, precision: Precision, pairs: bool = False) -> Calibration:
+    """Score the calibration texts in float32 and in ``precision``: their agreement, and each pass's speed.
 
     The texts go through the model's own ``prepare`` and ``collate``, as a
     run's rows do; with ``pairs`` they are scored as pairs of neighbours, as a
     pair model's rows are. Vector outputs give the minimum cosine over rows;
     other outputs the share of rows whose values are equal (floats within
-    1e-2 relative). The worst output column counts.
+    1e-2 relative). The worst output column counts. Nothing runs for fp32 or a
+    model that batches by itself (agreement 1.0, no speed).
     """
     if precision == "fp32" or isinstance(model, SelfBatching):
-        return 1.0  # a model that batches by itself computes as it chooses: nothing here to compare
+        return Calibration(1.0)  # a model that batches by itself computes as it chooses: nothing to compare
     # Imported here: the thresholds above are read by the flow's parameters, which --help builds
     # without torch.
     import numpy as np
@@ -64,18 +92,27 @@ def agreement(model: Loaded, precision: Precision, pairs: bool = False) -> float
     from shardwise.batch.device import to_host
 
     items = calibration_items(model, pairs)
+    cost = sum(item.cost for item in items)
     batch = model.collate(items).to(model.device)
     reduced_model = for_precision(model, precision)
     with torch.inference_mode():
-        full = model.to_columns(to_host(model.run(batch)))
+        started = time.perf_counter()
+        full = model.to_columns(to_host(model.run(batch)))  # to_host waits for the device: timed whole
+        full_s = time.perf_counter() - started
+        started = time.perf_counter()
         with autocast(model.device, precision):
             reduced_out = reduced_model.run(batch)
         reduced = model.to_columns(to_host(reduced_out))
+        reduced_s = time.perf_counter() - started
     worst = 1.0
     for out in model.outputs:
         a, b = np.asarray(full[out.name]), np.asarray(reduced[out.name])
         worst = min(worst, _agree(a, b, out.kind))
-    return worst
+    speeds: dict[Precision, float] = {
+        "fp32": cost / max(full_s, 1e-9),
+        precision: cost / max(reduced_s, 1e-9),
+    }
+    return Calibration(worst, speeds)
 
 
 def _agree(full: np.ndarray, reduced: np.ndarray, kind: str) -> float:

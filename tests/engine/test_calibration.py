@@ -15,6 +15,7 @@ from shardwise.precision.calibration import (
     device_identity,
     measured_agreement,
 )
+from shardwise.precision.guard import Calibration, calibrate
 
 
 @pytest.fixture
@@ -22,11 +23,11 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The guard's measurements, counted (each returns 0.9995)."""
     calls: list[str] = []
 
-    def fake(model, precision, pairs=False) -> float:
+    def fake(model, precision, pairs=False) -> Calibration:
         calls.append(precision)
-        return 0.9995
+        return Calibration(0.9995, {"fp32": 100.0, precision: 250.0})
 
-    monkeypatch.setattr(calibration_mod, "agreement", fake)
+    monkeypatch.setattr(calibration_mod, "calibrate", fake)
     return calls
 
 
@@ -38,7 +39,7 @@ def test_a_miss_measures_and_stores_then_a_hit_reads_it_back(
     assert measured_agreement(CalibrationCache(store.path), tiny_model, "bf16") == (0.9995, True)
     assert counted == ["bf16"], "the second process read the figure instead of measuring"
     stored = json.loads(store.path.read_text())
-    (entry,) = stored["entries"].values()
+    (entry,) = [e for e in stored["entries"].values() if e["agreement"] is not None]  # fp32's: a speed
     assert entry["key"] == calibration_key(tiny_model, "bf16", False), "the file says what each figure is for"
 
 
@@ -118,3 +119,20 @@ def test_the_cpu_identity_names_the_flags_reduced_precision_kernels_depend_on() 
     identity = device_identity(torch.device("cpu"))
     assert identity.startswith("cpu:")
     assert identity == device_identity(torch.device("cpu")), "stable within a host"
+
+
+def test_a_pass_stores_each_precisions_speed_under_its_own_key(
+    tmp_path: Path, tiny_model, counted: list[str]
+) -> None:
+    store = CalibrationCache(tmp_path / "calibration.json")
+    measured_agreement(store, tiny_model, "bf16")
+    bf16, fp32 = (store.speed(calibration_key(tiny_model, p, False)) for p in ("bf16", "fp32"))
+    assert bf16 is not None and fp32 is not None and (bf16.cost_per_s, fp32.cost_per_s) == (250.0, 100.0)
+    assert store.get(calibration_key(tiny_model, "fp32", False)) is None, "fp32's entry holds no agreement"
+    assert store.speed(calibration_key(tiny_model, "fp16", False)) is None
+
+
+def test_the_guard_times_both_precisions_on_the_calibration_batch(tiny_model) -> None:
+    found = calibrate(tiny_model, "bf16")
+    assert set(found.cost_per_s) == {"fp32", "bf16"} and all(v > 0 for v in found.cost_per_s.values())
+    assert calibrate(tiny_model, "fp32").cost_per_s == {}, "nothing runs for fp32"

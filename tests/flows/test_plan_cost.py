@@ -3,8 +3,12 @@ counts, bounds the completion tokens, and gives a dollar range that holds the ru
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
+import os
+import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,8 @@ from hf_builders import tiny_causal_lm
 
 from shardwise.cost import Pricing
 from shardwise.flows.cli import main
+from shardwise.flows.params import ScoreParams
+from shardwise.flows.score import score
 from shardwise.pipeline.estimate import TokenCount, estimate_cost
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
@@ -100,3 +106,98 @@ def test_a_remote_models_range_runs_from_all_cached_and_silent_to_uncached_and_c
     assert found.device_hours is None
     unknown = estimate_cost(tokens, Pricing("openai:my-local-server-model"), [])
     assert unknown.cost_usd_low is None and "no price known" in unknown.basis
+
+
+FIGURES = (
+    "rows", "prompt_tokens", "prompt_tokens_counted", "max_completion_tokens", "device_hours",
+    "device_hours_from", "device_hours_low", "device_hours_high", "cost_usd_low", "cost_usd_high",
+    "cost_basis",
+)  # fmt: skip
+
+
+def _dry_run_artifact(url: str, lm: Path, table: str) -> dict[str, str]:
+    """A flow run with the UI form's dry-run option for the same spec as :func:`_options`: its
+    ``shardwise-plan`` artifact, read back from the Prefect API, as ``{name: shown value}``."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    params = {
+        "source": {"location": url, "table": "docs"},
+        "model": {"name": str(lm), "generation": {"max_new_tokens": NEW, "chat": "off"}},
+        "results": {"table": table},
+        "run": {"precision": "fp32", "shards": 2, "device_price_per_hour": PRICE, "dry_run": True},
+    }
+    state = score(ScoreParams.model_validate(params), return_state=True)
+    assert state.is_completed(), state
+
+    async def read() -> str:
+        async with get_client() as client:
+            (found,) = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
+                    key=ArtifactFilterKey(any_=["shardwise-plan"]),
+                )
+            )
+            return str(found.data)
+
+    shown: dict[str, str] = {}
+    for line in asyncio.run(read()).splitlines()[4:]:  # after the title and the table's header
+        name, value = (cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:3])
+        code = value.startswith("`")  # a code span escapes only its pipes; text, its punctuation
+        value = value[1:-1].replace("\\|", "|") if code else re.sub(r"\\(.)", r"\1", value)
+        shown[re.sub(r"\\(.)", r"\1", name)] = value
+    return shown
+
+
+def test_the_ui_dry_runs_artifact_shows_the_figures_of_shardwise_plan_json(
+    sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_docs(sqlite_url, ROWS)
+    for table in ("before", "after"):  # device-hours and dollars unknown, then from the run between
+        shown, plan = _dry_run_artifact(sqlite_url, lm, table), _plan(sqlite_url, lm, table, capsys)
+        assert {name: shown[name] for name in FIGURES} == {
+            name: "unknown" if plan[name] is None else str(plan[name]) for name in FIGURES
+        }
+        if table == "before":
+            assert shown["device_hours"] == shown["cost_usd_low"] == "unknown"
+            _run(sqlite_url, lm, "first", capsys)
+    assert float(shown["cost_usd_high"]) > float(shown["cost_usd_low"]) > 0
+    assert int(shown["prompt_tokens"]) > 0 and int(shown["max_completion_tokens"]) % NEW == 0
+
+
+def test_with_no_earlier_run_the_device_hours_come_from_a_cached_calibration_pass(
+    sqlite_url: str, tmp_path: Path, lm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bf16 run elsewhere (another database, so another ledger) runs the precision guard, which times
+    the calibration batch in fp32 and bf16 and caches it on this host; the plan of an fp32 run with no
+    earlier run in its ledger takes fp32's speed, and says so; once a run is recorded, that wins."""
+    make_docs(sqlite_url, ROWS)
+    first = _plan(sqlite_url, lm, "t", capsys)
+    assert first["device_hours"] is None and first["device_hours_from"].startswith("unknown: no earlier run")
+
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    make_docs(elsewhere, ROWS)
+    options = [*_options(elsewhere, lm, "guarded"), "--precision", "bf16", "--min-agreement", "0.01"]
+    assert main(["run", *options, "--progress", "none"]) == 0
+    capsys.readouterr()
+    stored = json.loads((Path(os.environ["SHARDWISE_HOME"]) / "calibration.json").read_text())
+    (speed,) = [
+        e["cost_per_s"]
+        for e in stored["entries"].values()
+        if e["key"]["model"] == f"hf:{lm}" and e["key"]["precision"] == "fp32" and "cost_per_s" in e
+    ]
+
+    plan = _plan(sqlite_url, lm, "t", capsys)
+    day = datetime.now(timezone.utc).date().isoformat()
+    assert plan["device_hours_from"] == f"a calibration pass on {day}", plan["cost_basis"]
+    hours = (plan["prompt_tokens"] + plan["max_completion_tokens"]) / speed / 3600  # its compute time
+    low, high = plan["device_hours_low"], plan["device_hours_high"]
+    assert plan["device_hours"] == pytest.approx(hours)
+    assert (low, high) == (pytest.approx(hours / 2), pytest.approx(4 * hours))
+    assert (plan["cost_usd_low"], plan["cost_usd_high"]) == (
+        pytest.approx(low * PRICE),
+        pytest.approx(high * PRICE),
+    )
+    ran = _run(sqlite_url, lm, "t", capsys)
+    assert _plan(sqlite_url, lm, "u", capsys)["device_hours_from"] == "1 earlier run", "a run wins"
+    print(f"calibrated device-hours {low:.3g} to {high:.3g}; the run's {ran['device_seconds'] / 3600:.3g}")

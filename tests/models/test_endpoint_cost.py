@@ -5,6 +5,7 @@ gpt-4o-mini's published prices ($0.15 per 1M input tokens, $0.075 cached, $0.60 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from endpoint_servers import API_KEY, KEY_REFERENCE, require_vllm, tiny_llama, vllm_server
@@ -20,7 +21,7 @@ def origin(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("endpoint-cost")
     # The last --served-model-name wins: the server answers as a model the price table knows.
     with vllm_server(tiny_llama(root / "lm"), root / "vllm.log", "--served-model-name", PRICED) as url:
-        yield url
+        yield url, root / "lm"
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_a_remote_models_run_costs_its_rows_tokens_at_the_tables_prices(
-    origin: str, tmp_path, prefect_harness: None, monkeypatch: pytest.MonkeyPatch, capsys
+    origin: tuple[str, Path], tmp_path, prefect_harness: None, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     from flow_data import execute, make_docs
 
@@ -44,13 +45,26 @@ def test_a_remote_models_run_costs_its_rows_tokens_at_the_tables_prices(
     url = f"sqlite:///{tmp_path / 'docs.db'}"
     make_docs(url, 30)
     options = [
-        "--source", url, "--table", "docs", "--model", f"openai:{PRICED}", "--api-base", f"{origin}/v1",
+        "--source", url, "--table", "docs", "--model", f"openai:{PRICED}", "--api-base", f"{origin[0]}/v1",
         "--api-key", KEY_REFERENCE, "--results-table", "priced", "--shards", "2", "--max-new-tokens", "8",
     ]  # fmt: skip
     assert main(["plan", *options, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert plan["prompt_tokens"] is None and plan["cost_usd_low"] is None, "not counted before a run"
-    assert "genai-prices' token prices" in plan["cost_basis"]
+    # No tokenizer here (it is the server's): the plan estimates the prompt tokens, says by which rule,
+    # and prices its range from that estimate.
+    assert plan["prompt_tokens_counted"].startswith("estimated (no tokenizer: 4 characters a token")
+    estimate, cap = plan["prompt_tokens"], plan["max_completion_tokens"]
+    assert estimate > 0 and "genai-prices' token prices" in plan["cost_basis"]
+    assert "an estimate, not a bound" in plan["cost_basis"]
+    assert plan["cost_usd_low"] == pytest.approx(estimate * 0.075 / 1e6)
+    assert plan["cost_usd_high"] == pytest.approx((estimate * 0.15 + cap * 0.6) / 1e6)
+    # With the served model's tokenizer named, the plan counts as the server will.
+    assert main(["plan", *options, "--tokenizer", str(origin[1]), "--json"]) == 0
+    given = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert given["prompt_tokens_counted"].startswith(f"estimated (the tokenizer at {origin[1]}, which")
+    assert main(["plan", *options, "--tokenizer", str(tmp_path), "--json"]) == 2
+    (refusal,) = capsys.readouterr().err.strip().splitlines()
+    assert f"tokenizer {str(tmp_path)!r} holds no tokenizer" in refusal and "drop --tokenizer" in refusal
 
     assert main(["run", *options, "--progress", "none"]) == 0
     out = capsys.readouterr().out
@@ -60,5 +74,7 @@ def test_a_remote_models_run_costs_its_rows_tokens_at_the_tables_prices(
     assert main(["runs", "--results", url, "--json"]) == 0
     (listed,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert listed["cost_usd"] == pytest.approx(expected)
-    assert listed["prompt_tokens"] == sum(p for p, _, _ in rows)
+    assert listed["prompt_tokens"] == sum(p for p, _, _ in rows) == given["prompt_tokens"]
+    assert cap == 8 * len(rows) >= sum(o for _, _, o in rows)
+    print(f"prompt tokens: estimated {estimate}, counted by the server {listed['prompt_tokens']}")
     assert any(line.startswith("cost $") for line in out.splitlines()), out

@@ -170,6 +170,28 @@ def test_json_schema_rows_are_valid_or_dead_letters_naming_the_schema(
     assert all(free_dead[k].startswith("OutputError: ") for k in good), free_dead
 
 
+def test_the_plan_counts_the_prompt_tokens_a_vllm_run_counts_without_building_an_engine(
+    lm: Path, tmp_path: Path, prefect_harness: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``shardwise plan`` over an ``--engine vllm`` run counts its prompts with the generator's own chat
+    rendering and tokenizer (issue 38): exactly the prompt tokens the run then records."""
+    from shardwise.models.vllm_engine.engines import engines_built
+
+    source = f"sqlite:///{tmp_path / 'docs.db'}"
+    make_docs(source, ROWS)
+    argv = _argv(source, lm, "vllm", "--results-table", "planned", "--chat", "on", "--system", SYSTEM)
+    at = argv.index("--progress")
+    built = engines_built()
+    assert main(["plan", *argv[1:at], *argv[at + 2 :], "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert engines_built() == built, "a plan builds no vLLM engine"
+    assert plan["prompt_tokens_counted"] == f"exact: every one of {ROWS + len(BAD_ROWS)} rows tokenized"
+    assert main(argv) == 0
+    ((prompt, scored),) = execute(source, "select sum(prompt_tokens), count(*) from planned")
+    assert plan["prompt_tokens"] == prompt, "the plan counts what the vLLM run counted"
+    assert plan["max_completion_tokens"] == scored * 6
+
+
 def _api_url() -> str:
     """The test harness's Prefect API, for a command run as a process of its own."""
     from prefect.settings import PREFECT_API_URL
