@@ -173,11 +173,13 @@ def print_plan(params: ScoreParams, *, as_json: bool = False) -> None:
     """Print the shard count, rows per shard, estimated tokens and what --only-new would skip, what the run
     will cost; then the runs into the same results table still marked running: live, or abandoned (to
     resume instead). ``as_json``: the report as one JSON object, and nothing else."""
+    from shardwise.flows.home import converted_cache
     from shardwise.models import get_spec
     from shardwise.pipeline import plan_report
     from shardwise.tasks.connections import resolve
 
-    report = plan_report(params.to_spec(), get_spec, resolve, params.fanout_plan().workers)
+    workers = params.fanout_plan().workers
+    report = plan_report(params.to_spec(), get_spec, resolve, workers, converted_cache())
     if as_json:
         print(json.dumps(report))
         return

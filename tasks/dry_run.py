@@ -7,6 +7,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from shardwise.model.converted import ConvertedCache
 from shardwise.models import get_spec
 from shardwise.pipeline import RunSpec, plan_report
 from shardwise.tasks.artifacts import publish_plan
@@ -16,9 +17,10 @@ __all__ = ["dry_run"]
 
 
 @task(name="dry-run", cache_policy=NO_CACHE)
-def dry_run(spec: RunSpec, workers: int = 1) -> dict[str, Any]:
-    """The plan report (:func:`shardwise.pipeline.plan_report`), published as an artifact and logged."""
-    report = plan_report(spec, get_spec, resolve, workers)
+def dry_run(spec: RunSpec, workers: int = 1, converted: ConvertedCache | None = None) -> dict[str, Any]:
+    """The plan report (:func:`shardwise.pipeline.plan_report`), published as an artifact and logged;
+    a GGUF model loads from ``converted`` where it is kept de-quantised."""
+    report = plan_report(spec, get_spec, resolve, workers, converted)
     publish_plan(report)
     get_run_logger().info("dry run: %s", report)
     return report

@@ -42,7 +42,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from shardwise.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_BYTES", "ConvertedCache", "Entry", "KeepsConverted"]
+__all__ = ["DEFAULT_MAX_BYTES", "ConvertedCache", "Entry", "KeepsConverted", "kept_in"]
 
 DEFAULT_MAX_BYTES = 8 * 2**30
 _MANIFEST = "entry.json"
@@ -194,6 +194,11 @@ class ConvertedCache:
             yield from (
                 p for p in self.root.iterdir() if p.is_dir() and p.name.startswith((".tmp-", ".old-"))
             )
+
+
+def kept_in(spec: Any, cache: ConvertedCache | None) -> Any:
+    """``spec`` keeping its conversion in ``cache`` when it converts (:class:`KeepsConverted`), else as is."""
+    return spec.keeping(cache) if cache is not None and isinstance(spec, KeepsConverted) else spec
 
 
 def _digest(kind: str, key: Mapping[str, str]) -> str:

@@ -22,6 +22,7 @@ from shardwise.cost.prices import Pricing
 from shardwise.db.codec import utc_now
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import Loaded, SelfBatching
+from shardwise.model.converted import ConvertedCache, kept_in
 from shardwise.model.generation import PromptChecked
 from shardwise.pipeline.destination import (
     check_destination,
@@ -84,13 +85,20 @@ def preview_plan(source: Source, plan: SourcePlan, model: Loaded) -> PlanPreview
     return PlanPreview(plan, mean, len(costs))
 
 
-def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers: int = 1) -> dict[str, Any]:
+def plan_report(
+    spec: RunSpec,
+    catalogue: Catalogue,
+    resolve: Resolver,
+    workers: int = 1,
+    converted: ConvertedCache | None = None,
+) -> dict[str, Any]:
     """Shards, rows, estimated tokens and rows already scored, for ``spec``; nothing is written.
 
     ``catalogue`` looks the model up (``models.get_spec``) and ``resolve``
     turns connection names into URLs, as for a run.
 
-    The tokenizer estimates the tokens, so the model is loaded, on the CPU.
+    The tokenizer estimates the tokens, so the model is loaded, on the CPU (a GGUF file from
+    ``converted``, where it is kept de-quantised: see :mod:`shardwise.model.converted`).
     ``workers`` sizes the default shard count as the run would. The precision
     is the hardware's choice; the run's accuracy guard may still send it back
     to fp32 (and so to the fp32 version's already-scored rows).
@@ -98,7 +106,7 @@ def plan_report(spec: RunSpec, catalogue: Catalogue, resolve: Resolver, workers:
     spec_of = chosen_spec(catalogue, spec.model, resolve, spec.run.retry)
     if isinstance(spec_of, PromptChecked):
         spec_of.check_prompts()  # as a run does, before the preview renders prompts of its own
-    model = spec_of.load(torch.device("cpu"))
+    model = kept_in(spec_of, converted).load(torch.device("cpu"))
     info = spec_of.describe()
     precision, _ = hardware_precision(spec, info)
     version = versioned(info.version, precision)

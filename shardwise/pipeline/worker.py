@@ -33,7 +33,7 @@ from shardwise.cost.budget import BudgetGuard
 from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError, TransientError
 from shardwise.model import Loaded, ModelInfo, ModelSpec
-from shardwise.model.converted import ConvertedCache, KeepsConverted
+from shardwise.model.converted import ConvertedCache, kept_in
 from shardwise.model.generation import Generative, with_generation
 from shardwise.model.run_bound import bind
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, IMAGE_CHUNK_ROWS, ChunkConfig
@@ -165,10 +165,7 @@ class WorkerCache:
             if found is not None and found.version == described.version:
                 return found, 0.0
             started = time.perf_counter()
-            spec = self.spec(choice, retry)
-            if self.converted is not None and isinstance(spec, KeepsConverted):
-                spec = spec.keeping(self.converted)
-            model = spec.load(device)
+            model = kept_in(self.spec(choice, retry), self.converted).load(device)
             check_outputs(model, described)
             self._models[key] = model
             self.loads += 1

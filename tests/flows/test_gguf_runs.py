@@ -9,6 +9,7 @@ refused with one line naming it, before anything runs.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -135,3 +136,18 @@ def test_a_bad_cache_bound_is_refused_in_one_line(
             "(0 keeps no converted model), or unset it for the default of 8"
         ), err
     assert execute(sqlite_url, "select name from sqlite_master where name = 'shardwise_runs'") == []
+
+
+def test_plan_loads_the_gguf_through_the_kept_conversion(
+    sqlite_url: str,
+    gguf_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SHARDWISE_HOME", str(tmp_path / "home"))
+    make_docs(sqlite_url, ROWS)
+    assert main(["plan", *_cli(sqlite_url, gguf_file)[1:], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == ROWS + len(BAD_ROWS)
+    (entry,) = ConvertedCache(tmp_path / "home" / "converted").entries()
+    assert entry.key["file"] == hash_file(gguf_file)
