@@ -237,9 +237,13 @@ def _convert(folder: Path, pretrained: dict[str, Any], into: Path) -> None:
 
     tokenizer = load_tokenizer(folder, pretrained)  # with the file's BOS rule, which the directory keeps
     net: Any = AutoModelForCausalLM.from_pretrained(folder, **pretrained)
-    # A model loaded from a GGUF refuses save_pretrained: move its weights into one built from its config.
-    plain: Any = AutoModelForCausalLM.from_config(net.config, dtype=net.dtype)
-    plain.load_state_dict(net.state_dict())
+    # A model loaded from a GGUF refuses save_pretrained: move its weights into one built from its config,
+    # built without weights of its own (on the meta device) so that the float32 model is not held twice.
+    import torch
+
+    with torch.device("meta"):
+        plain: Any = AutoModelForCausalLM.from_config(net.config, dtype=net.dtype)
+    plain.load_state_dict(net.state_dict(), assign=True)
     plain.generation_config = net.generation_config
     plain.save_pretrained(into)
     tokenizer.save_pretrained(into)
