@@ -8,9 +8,9 @@ settings, prompts, batching, outputs and rules. transformers de-quantises
 every tensor to float32 as it loads, so a quantised file (Q4_1, Q8_0) runs
 with its float32 model's memory and speed, not llama.cpp's.
 
-:meth:`GGUFCausalSpec.describe` reads the file's metadata only, with the
-``gguf`` package's reader (it maps the file and parses the header; no tensor
-is read or de-quantised): ``general.architecture``,
+:meth:`GGUFCausalSpec.describe` reads the file's metadata only, straight from
+its header (:mod:`models.gguf_header`; no tensor is read or de-quantised):
+``general.architecture``,
 ``<architecture>.context_length`` (the context, 2048 when absent) and
 ``tokenizer.chat_template`` (for ``chat auto``). The version hashes the file's
 bytes (not its name or folder) with the generation settings.
@@ -114,41 +114,48 @@ def read_metadata(path: Path) -> GGUFMetadata:
     return _read(path, stat.st_size, stat.st_mtime_ns)
 
 
+_KEYS = frozenset(
+    {
+        "general.architecture",
+        "general.type",
+        "tokenizer.chat_template",
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+    }
+)
+
+
 @functools.lru_cache(maxsize=16)
 def _read(path: Path, size: int, mtime_ns: int) -> GGUFMetadata:
-    from gguf import GGUFReader
+    from shardwise.models.gguf_header import header_values
 
     try:
-        fields = GGUFReader(path, "r").fields
+        values = header_values(path, lambda key: key in _KEYS or key.endswith(".context_length"))
     except (ValueError, KeyError, IndexError, OSError) as exc:
         raise ConfigError(
             f"{str(path)!r} is not a readable GGUF file ({exc}); give a file written by llama.cpp's tools"
         ) from exc
-
-    def value(key: str) -> Any:
-        found = fields.get(key)
-        return None if found is None else found.contents()
-
-    architecture = str(value("general.architecture") or "")
-    context = value(f"{architecture}.context_length")
+    architecture = str(values.get("general.architecture") or "")
+    context = values.get(f"{architecture}.context_length")
+    template = values.get("tokenizer.chat_template")
     return GGUFMetadata(
         architecture,
-        str(value("general.type") or "model"),
+        str(values.get("general.type") or "model"),
         int(context) if isinstance(context, int) and context > 0 else _DEFAULT_CONTEXT,
-        bool(value("tokenizer.chat_template")),
-        template if isinstance(template := value("tokenizer.chat_template"), str) else None,
-        _specials(fields),
+        bool(template),
+        template if isinstance(template, str) else None,
+        _specials(values),
     )
 
 
-def _specials(fields: Any) -> tuple[tuple[str, str], ...]:
-    """The BOS and EOS tokens' texts, read by id from the token list (the one entry each, not the list)."""
-    tokens, found = fields.get("tokenizer.ggml.tokens"), []
+def _specials(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The BOS and EOS tokens' texts, read by id from the token list."""
+    tokens, found = values.get("tokenizer.ggml.tokens"), []
     for name in ("bos", "eos"):
-        index = fields.get(f"tokenizer.ggml.{name}_token_id")
-        number = None if index is None else index.contents()
-        if tokens is not None and isinstance(number, int) and 0 <= number < len(tokens.data):
-            found.append((f"{name}_token", str(tokens.contents(number))))
+        number = values.get(f"tokenizer.ggml.{name}_token_id")
+        if isinstance(tokens, list) and isinstance(number, int) and 0 <= number < len(tokens):
+            found.append((f"{name}_token", str(tokens[number])))
     return tuple(found)
 
 

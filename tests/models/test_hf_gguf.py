@@ -195,3 +195,21 @@ def test_vllm_reads_the_file_itself_not_the_kept_conversion(gguf_file: Path, tmp
     kept = GGUFCausalSpec(gguf_file, generation=settings).keeping(ConvertedCache(tmp_path / "converted"))
     assert kept.pretrained() == (gguf_file.parent, {"gguf_file": gguf_file.name, "local_files_only": True})
     assert not (tmp_path / "converted").exists()
+
+
+def test_the_header_reader_gives_what_gguf_s_own_reader_gives(gguf_file: Path, tmp_path: Path) -> None:
+    from shardwise.models.gguf_header import header_values
+
+    fields = gguf.GGUFReader(gguf_file, "r").fields
+    expected = {key: field.contents() for key, field in fields.items() if not key.startswith("GGUF.")}
+    assert header_values(gguf_file, lambda key: not key.startswith("GGUF.")) == expected
+    assert "tokenizer.ggml.tokens" in expected and "tokenizer.chat_template" in expected
+    assert header_values(gguf_file, lambda key: key == "general.architecture") == {
+        "general.architecture": "llama"
+    }
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(gguf_file.read_bytes()[:2000])  # inside the token list
+    with pytest.raises(ValueError, match="cut short"):
+        header_values(cut, lambda key: True)
+    with pytest.raises(ConfigError, match="is not a readable GGUF file"):
+        GGUFCausalSpec(cut).describe()
