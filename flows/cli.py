@@ -269,6 +269,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     runs.set_defaults(handler=cli_commands.runs)
 
+    cache = command(
+        "cache",
+        "list or clear the models this host keeps converted (a GGUF file de-quantised)",
+        "A GGUF model is de-quantised once and kept, so later runs load it in seconds: under\n"
+        "$SHARDWISE_HOME/converted (default ~/.shardwise), at most $SHARDWISE_CONVERTED_MAX_GB GiB\n"
+        "(default 8; 0 keeps none), the least recently used going first. list shows each entry, its\n"
+        "size and when it was last used; clear removes them all (the next run converts again).",
+        "shardwise cache list",
+    )
+    cache.add_argument("action", choices=("list", "clear"), help="list the entries, or remove them all")
+    cache.set_defaults(handler=cli_commands.cache)
+
     add_service_commands(command)
 
     demo = command(

@@ -8,8 +8,9 @@ no Prefect or torch start-up.
 from __future__ import annotations
 
 import argparse
+import time
 
-__all__ = ["demo", "deploy", "plan", "runs", "score", "serve", "watch"]
+__all__ = ["cache", "demo", "deploy", "plan", "runs", "score", "serve", "watch"]
 
 
 def score(args: argparse.Namespace) -> int:
@@ -44,6 +45,27 @@ def runs(args: argparse.Namespace) -> int:
 
     refuse_unencoded_urls(args)
     print_runs(args.results, args.limit, ledger=args.ledger, as_json=args.json)
+    return 0
+
+
+def cache(args: argparse.Namespace) -> int:
+    from shardwise.flows.home import converted_bound, shardwise_home
+    from shardwise.model.converted import DEFAULT_MAX_BYTES, ConvertedCache
+
+    bound = converted_bound()  # checked even for clear: a bad setting is named before anything happens
+    kept = ConvertedCache(shardwise_home() / "converted", bound or DEFAULT_MAX_BYTES)
+    if args.action == "clear":
+        print(f"removed {kept.clear() / 2**20:.1f} MiB of converted models from {kept.root}")
+        return 0
+    entries = kept.entries()
+    for entry in reversed(entries):  # the most recently used first
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.last_used))
+        source = entry.key.get("file", "")[:12]
+        print(f"{entry.path.name}  {entry.bytes / 2**20:9.1f} MiB  used {used}  from {source}")
+    total = sum(e.bytes for e in entries) / 2**20
+    print(
+        f"{len(entries)} converted models, {total:.1f} MiB of at most {bound / 2**20:.0f} MiB, in {kept.root}"
+    )
     return 0
 
 

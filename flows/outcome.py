@@ -99,6 +99,7 @@ _COMMAND_CODES = {
     "watch": ("stopped", "bad", "unreachable"),
     "serve": ("stopped", "bad", "unreachable"),
     "deploy": ("done", "bad", "unreachable"),
+    "cache": ("done", "bad", "signal", "pipe"),
 }
 
 

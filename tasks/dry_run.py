@@ -7,6 +7,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from shardwise.model.converted import ConvertedCache
 from shardwise.models import get_spec
 from shardwise.pipeline import RunSpec, plan_report
 from shardwise.precision.calibration import CalibrationCache
@@ -17,10 +18,16 @@ __all__ = ["dry_run"]
 
 
 @task(name="dry-run", cache_policy=NO_CACHE)
-def dry_run(spec: RunSpec, workers: int = 1, calibration: CalibrationCache | None = None) -> dict[str, Any]:
+def dry_run(
+    spec: RunSpec,
+    workers: int = 1,
+    calibration: CalibrationCache | None = None,
+    converted: ConvertedCache | None = None,
+) -> dict[str, Any]:
     """The plan report (:func:`shardwise.pipeline.plan_report`; ``calibration``: this host's cached
-    calibration passes), published as an artifact and logged."""
-    report = plan_report(spec, get_spec, resolve, workers, calibration)
+    calibration passes; ``converted``: where a GGUF model is kept de-quantised), published as an
+    artifact and logged."""
+    report = plan_report(spec, get_spec, resolve, workers, calibration=calibration, converted=converted)
     publish_plan(report)
     get_run_logger().info("dry run: %s", report)
     return report

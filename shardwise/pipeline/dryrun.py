@@ -22,6 +22,7 @@ from shardwise.cost.prices import Pricing
 from shardwise.db.codec import utc_now
 from shardwise.errors import ConfigError, InputError
 from shardwise.model import Loaded, PromptCounting, SelfBatching
+from shardwise.model.converted import ConvertedCache, kept_in
 from shardwise.model.generation import PromptChecked
 from shardwise.pipeline.destination import (
     check_destination,
@@ -91,14 +92,16 @@ def plan_report(
     resolve: Resolver,
     workers: int = 1,
     calibration: CalibrationCache | None = None,
+    converted: ConvertedCache | None = None,
 ) -> dict[str, Any]:
     """Shards, rows, estimated tokens and rows already scored, for ``spec``; nothing is written.
 
     ``catalogue`` looks the model up (``models.get_spec``) and ``resolve``
     turns connection names into URLs, as for a run.
 
-    The tokenizer estimates the tokens, so the model is loaded, on the CPU; a model that batches by
-    itself is not (its spec counts its prompts, see :mod:`shardwise.pipeline.estimate`).
+    The tokenizer estimates the tokens, so the model is loaded, on the CPU (a GGUF file from
+    ``converted``, where it is kept de-quantised: see :mod:`shardwise.model.converted`); a model that
+    batches by itself is not (its spec counts its prompts, see :mod:`shardwise.pipeline.estimate`).
     ``workers`` sizes the default shard count as the run would. The precision
     is the hardware's choice; the run's accuracy guard may still send it back
     to fp32 (and so to the fp32 version's already-scored rows). ``calibration`` is where this host's
@@ -110,7 +113,9 @@ def plan_report(
     info = spec_of.describe()
     # A model that batches by itself is not loaded (no vLLM engine built, no endpoint asked): its spec's
     # prompt counter counts what it would send.
-    model: Loaded | None = None if info.batches_itself else spec_of.load(torch.device("cpu"))
+    model: Loaded | None = (
+        None if info.batches_itself else kept_in(spec_of, converted).load(torch.device("cpu"))
+    )
     counter = spec_of.prompt_counter() if isinstance(spec_of, PromptCounting) else None
     precision, device = hardware_precision(spec, info)
     version = versioned(info.version, precision)

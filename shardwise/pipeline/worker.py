@@ -33,6 +33,7 @@ from shardwise.cost.budget import Budget
 from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError, TransientError
 from shardwise.model import Loaded, ModelInfo, ModelSpec
+from shardwise.model.converted import ConvertedCache, kept_in
 from shardwise.model.generation import Generative, with_generation
 from shardwise.model.run_bound import bind
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, IMAGE_CHUNK_ROWS, ChunkConfig
@@ -131,6 +132,7 @@ class WorkerCache:
         max_runs: int = _MAX_RUNS,
         calibration: CalibrationCache | None = None,
         resolve: Resolver = as_is,
+        converted: ConvertedCache | None = None,
     ) -> None:
         self._catalogue = catalogue
         self._resolve = resolve
@@ -138,6 +140,9 @@ class WorkerCache:
         self._max_runs = max_runs
         self.calibration = calibration
         """Where the guard's figures are kept between processes (None: measured once per process)."""
+        self.converted = converted
+        """Where a model that must be converted to load (a GGUF file) is kept converted between processes
+        (None: converted at each load)."""
         self._lock = threading.Lock()
         self._models: dict[tuple[ModelChoice, str, RetryPolicy], Loaded] = {}
         self._agreements: dict[tuple[str, str, str, bool], tuple[float, bool]] = {}
@@ -160,7 +165,7 @@ class WorkerCache:
             if found is not None and found.version == described.version:
                 return found, 0.0
             started = time.perf_counter()
-            model = self.spec(choice, retry).load(device)
+            model = kept_in(self.spec(choice, retry), self.converted).load(device)
             check_outputs(model, described)
             self._models[key] = model
             self.loads += 1

@@ -9,6 +9,7 @@ refused with one line naming it, before anything runs.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from hf_builders import tiny_causal_lm
 
 from shardwise import Engine, EngineConfig
 from shardwise.flows.cli import main
+from shardwise.hashing import hash_file
+from shardwise.model.converted import ConvertedCache
 from shardwise.model.generation import GenerationSettings
 from shardwise.models.hf_gguf import GGUFCausalSpec
 
@@ -80,3 +83,71 @@ def test_without_the_extra_the_run_is_refused_before_anything_runs(
     (line,) = [line for line in err.splitlines() if "pip install 'shardwise[gguf]'" in line]
     assert "is a GGUF file" in line and "(gguf is missing)" in line
     assert execute(sqlite_url, "select name from sqlite_master where name = 'shardwise_runs'") == []
+
+
+def test_a_second_run_reads_the_kept_conversion_and_the_cache_command_lists_and_clears_it(
+    sqlite_url: str,
+    gguf_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shardwise.tasks.infer_shard import worker_cache
+
+    monkeypatch.setenv("SHARDWISE_HOME", str(tmp_path / "home"))
+    make_docs(sqlite_url, ROWS)
+    worker_cache().close()  # as a new process: an earlier test's model stays loaded in this one
+    assert main(_cli(sqlite_url, gguf_file)) == 0
+    capsys.readouterr()
+    assert main(["cache", "list"]) == 0
+    (entry, total) = capsys.readouterr().out.splitlines()
+    assert entry.startswith("gguf-causal-lm-") and f"from {hash_file(gguf_file)[:12]}" in entry
+    assert total.startswith("1 converted models,") and str(tmp_path / "home" / "converted") in total
+    stored = execute(sqlite_url, f"select {COLUMNS} from generated order by source_key")
+    (first,) = ConvertedCache(tmp_path / "home" / "converted").entries()
+    worker_cache().close()
+    assert main([*_cli(sqlite_url, gguf_file), "--results-table", "again"]) == 0
+    assert execute(sqlite_url, f"select {COLUMNS} from again order by source_key") == stored
+    (second,) = ConvertedCache(tmp_path / "home" / "converted").entries()
+    assert second.path == first.path and second.last_used > first.last_used  # read, not converted again
+    capsys.readouterr()
+    assert main(["cache", "clear"]) == 0
+    assert "removed" in capsys.readouterr().out
+    assert main(["cache", "list"]) == 0
+    assert capsys.readouterr().out.startswith("0 converted models,")
+
+
+@pytest.mark.parametrize("bound", ["lots", "-1", "nan"])
+def test_a_bad_cache_bound_is_refused_in_one_line(
+    sqlite_url: str,
+    gguf_file: Path,
+    bound: str,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SHARDWISE_CONVERTED_MAX_GB", bound)
+    make_docs(sqlite_url, 3)
+    for command in (_cli(sqlite_url, gguf_file), ["cache", "list"]):
+        code = main(command)
+        err = capfd.readouterr().err.strip()
+        assert code == 2, err
+        assert err.splitlines()[-1].endswith(
+            f"SHARDWISE_CONVERTED_MAX_GB={bound!r} is not a size in GiB; give a number of at least 0 "
+            "(0 keeps no converted model), or unset it for the default of 8"
+        ), err
+    assert execute(sqlite_url, "select name from sqlite_master where name = 'shardwise_runs'") == []
+
+
+def test_plan_loads_the_gguf_through_the_kept_conversion(
+    sqlite_url: str,
+    gguf_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SHARDWISE_HOME", str(tmp_path / "home"))
+    make_docs(sqlite_url, ROWS)
+    assert main(["plan", *_cli(sqlite_url, gguf_file)[1:], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == ROWS + len(BAD_ROWS)
+    (entry,) = ConvertedCache(tmp_path / "home" / "converted").entries()
+    assert entry.key["file"] == hash_file(gguf_file)

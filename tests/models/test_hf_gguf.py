@@ -20,6 +20,8 @@ from hf_builders import CHAT_TEMPLATE, tiny_causal_lm
 
 from shardwise import ConfigError, Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
+from shardwise.hashing import hash_file
+from shardwise.model.converted import ConvertedCache
 from shardwise.model.generation import ChatMode, GenerationSettings
 from shardwise.models import get_spec
 from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
@@ -143,3 +145,71 @@ def test_unusable_files_are_refused_in_one_line(gguf_file: Path, lm: Path, tmp_p
             GGUFCausalSpec(beside).describe()
     finally:
         beside.unlink()
+
+
+@pytest.mark.parametrize("chat", ["off", "on"])
+def test_a_kept_conversion_generates_what_the_file_generates(
+    gguf_file: Path, tmp_path: Path, chat: ChatMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = [text[: 10 + 37 * i % 200] for i, text in enumerate(harvest_docstrings(8))]
+    settings = GenerationSettings(prompt="Summarise: {text}", chat=chat, max_new_tokens=8)
+    spec = GGUFCausalSpec(gguf_file, generation=settings)
+    cache = ConvertedCache(tmp_path / "converted")
+    kept = spec.keeping(cache)
+    assert kept == spec and kept.describe() == spec.describe()  # where weights load from is no identity
+    first = _score(kept, texts)  # converts into the cache
+    (entry,) = cache.entries()
+    assert kept.pretrained() == (entry.path, {"local_files_only": True})
+    assert entry.key["file"] == hash_file(gguf_file)
+    from transformers import AutoModelForCausalLM
+
+    loads: list[dict[str, Any]] = []
+    real = AutoModelForCausalLM.from_pretrained
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        loads.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", counted)
+    again = _score(kept, texts)  # reads the entry: nothing de-quantised
+    assert loads and all("gguf_file" not in kwargs for kwargs in loads)
+    assert first == again == _score(spec, texts)
+    assert any("gguf_file" in kwargs for kwargs in loads)  # the plain spec still reads the file
+
+
+def test_a_corrupt_kept_conversion_is_converted_again(gguf_file: Path, tmp_path: Path) -> None:
+    settings = GenerationSettings(prompt="Summarise: {text}", chat="off", max_new_tokens=6)
+    cache = ConvertedCache(tmp_path / "converted")
+    kept = GGUFCausalSpec(gguf_file, generation=settings).keeping(cache)
+    texts = ["a short text", "another text, a little longer than the first"]
+    before = _score(kept, texts)
+    (entry,) = cache.entries()
+    weights = entry.path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # a disk that filled up, a copy cut short
+    assert _score(kept, texts) == before
+    assert [e.path for e in cache.entries()] == [entry.path]
+
+
+def test_vllm_reads_the_file_itself_not_the_kept_conversion(gguf_file: Path, tmp_path: Path) -> None:
+    settings = GenerationSettings(chat="off", max_new_tokens=6, engine="vllm")
+    kept = GGUFCausalSpec(gguf_file, generation=settings).keeping(ConvertedCache(tmp_path / "converted"))
+    assert kept.pretrained() == (gguf_file.parent, {"gguf_file": gguf_file.name, "local_files_only": True})
+    assert not (tmp_path / "converted").exists()
+
+
+def test_the_header_reader_gives_what_gguf_s_own_reader_gives(gguf_file: Path, tmp_path: Path) -> None:
+    from shardwise.models.gguf_header import header_values
+
+    fields = gguf.GGUFReader(gguf_file, "r").fields
+    expected = {key: field.contents() for key, field in fields.items() if not key.startswith("GGUF.")}
+    assert header_values(gguf_file, lambda key: not key.startswith("GGUF.")) == expected
+    assert "tokenizer.ggml.tokens" in expected and "tokenizer.chat_template" in expected
+    assert header_values(gguf_file, lambda key: key == "general.architecture") == {
+        "general.architecture": "llama"
+    }
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(gguf_file.read_bytes()[:2000])  # inside the token list
+    with pytest.raises(ValueError, match="cut short"):
+        header_values(cut, lambda key: True)
+    with pytest.raises(ConfigError, match="is not a readable GGUF file"):
+        GGUFCausalSpec(cut).describe()
