@@ -26,14 +26,24 @@ counted) and rows/s for each, their ratios, and the share of rows whose
 greedy texts are equal; with ``--json`` the last line is one JSON object
 (see ``KEYS``). This prints figures; it is not a timed test.
 
-``--also bf16,int8,weight-int8`` runs Shardwise again over the same rows in
-each of these, after the float32 runs: ``bf16`` and ``int8`` as ``--precision``
-runs them, ``weight-int8`` as the weight-only int8 copy of
-:mod:`bench.weight_only` (measured, not shipped). For each it prints tokens/s,
-the ratio to Shardwise's float32 tokens/s in the same run, the share of rows
-whose greedy text equals float32's, and for ``bf16`` and ``int8`` the guard's
-agreement (equal texts on the calibration prompts) and whether a run would
-accept it; the JSON gets an ``also`` object keyed by precision.
+``--rounds N`` alternates Shardwise and ``generate`` N times and reports the
+medians (other work on the machine slows either; ``load_average`` says how
+busy it was); ``--offset N`` skips the corpus's first N rows (held-out rows).
+Padding efficiency is prompt plus new tokens a row over what was computed:
+Shardwise's prompts' passes, each padded to its own longest, plus the new
+tokens (a finished row leaves its batch); ``generate``'s batches of 32, each
+padded to its longest prompt plus ``max_new_tokens``.
+
+``--also bf16,int8,weight-int8,one-pass`` runs Shardwise again over the same
+rows in each of these, after the float32 runs: ``bf16`` and ``int8`` as
+``--precision`` runs them, ``weight-int8`` as the weight-only int8 copy of
+:mod:`bench.weight_only` (measured, not shipped), ``one-pass`` with each
+admission's prompts in one pass padded to the longest of them (as before the
+prompts' passes were planned). For each it prints tokens/s, the ratio to
+Shardwise's float32 tokens/s in the same run, the share of rows whose greedy
+text equals float32's, its padding efficiency, and for ``bf16`` and ``int8``
+the guard's agreement (equal texts on the calibration prompts) and whether a
+run would accept it; the JSON gets an ``also`` object keyed by name.
 
 ``--engine vllm`` measures the vLLM engine instead, in one run on the same
 rows, prompts, settings and engine options (``--engine-option NAME=VALUE``,
@@ -467,7 +477,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--also",
         default="",
-        help="comma-separated: also run Shardwise in bf16, int8 and/or weight-int8 (bench/weight_only.py)",
+        help="comma-separated: also run Shardwise as bf16, int8, weight-int8, one-pass (see the docstring)",
     )
     args = parser.parse_args(argv)
     args.also = [name for name in args.also.split(",") if name]
@@ -476,6 +486,8 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--also takes {', '.join(ALSO)}; got {', '.join(unknown)}")
     if args.engine == "hf" and (args.engine_option or args.hf_rows is not None):
         parser.error("--engine-option and --hf-rows are for --engine vllm; give --engine vllm, or drop them")
+    if args.engine == "vllm" and args.rounds != 1:
+        parser.error("--rounds is for --engine hf; with --engine vllm give --repeat")
     if args.engine == "vllm" and args.also:
         parser.error("--also measures the hf engine's precisions; give --engine-option dtype=... instead")
     if args.repeat < 1 or args.rounds < 1 or (args.hf_rows is not None and args.hf_rows < 1):

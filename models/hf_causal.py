@@ -208,7 +208,9 @@ class HFGenerator:
 
     Batches are continuous: at most :data:`KV_BUDGET` tokens of KV cache (prompt plus
     ``max_new_tokens`` a row) decode at once, and as rows finish the batch's waiting rows join
-    (:func:`~models.hf_decode.decode`). The engine hands it batches of up to four times that, cut
+    (:func:`~models.hf_decode.decode`). Its collate plans the prompts' passes: rows of similar
+    prompt length, each pass padded only to its own longest (:data:`PREFILL`), which is what the
+    batch's ``padded_cost`` counts. The engine hands it batches of up to four times that, cut
     by their cost alone: a split to save padding would cost a forward pass per new token, far more
     than the padding (an encoder's ``pad_slack`` made ``bench/generate.py`` run at 0.22x plain
     ``generate`` on a CPU). A run's ``--max-tokens`` bounds the batch, and so the cache too.

@@ -1,13 +1,19 @@
 """The decoding loop of a causal LM over one batch: continuous batching over the KV cache, greedy or sampled.
 
-The batch's rows come sorted by cost (prompt plus ``max_new_tokens``). As
-many as fit a KV-cache budget start together: one forward pass over their
-prompts (left-padded to the longest of them) fills the cache, then one pass
-per new token. A row finishes at its first end-of-sequence token or at
-``max_new_tokens``, and **leaves the batch** at once: it is dropped from the
-cache (``batch_select_indices``), and positions no remaining row attends to
-are cut. The room it frees goes to the **waiting rows**, which **join**
-mid-decode: their prompts are prefilled in a pass of their own and their
+The batch carries its prompts' passes as planned by the generator's collate
+(:attr:`models.hf_prompt.PromptBatch.groups`: rows of similar prompt length).
+Rows are admitted in that order, as many as fit a KV-cache budget: the
+prompts of each planned pass among them run in a forward pass of their own,
+left-padded only to the longest of that pass, and the caches are stacked
+once (:func:`models.hf_kv.stack`); then one pass per new token. One pass
+over all the prompts would pad each to the longest of the whole batch: on
+short texts of uneven length about half of it was padding.
+
+A row finishes at its first end-of-sequence token or at ``max_new_tokens``,
+and **leaves the batch** at once: it is dropped from the cache
+(``batch_select_indices``), and positions no remaining row attends to are
+cut. The room it frees goes to the **waiting rows**, which **join**
+mid-decode: their prompts are prefilled in passes of their own and their
 cache is stacked onto the running one, the shorter left-padded
 (:mod:`models.hf_kv`). Positions are passed explicitly and padding is
 masked, so every row computes what it would alone, whatever rows it shares
@@ -18,8 +24,9 @@ tensor per layer), not a paged one. Paging needs attention kernels that read
 scattered blocks, which plain transformers models on CPU do not have; a
 contiguous cache costs a copy when rows leave or join, small beside the
 passes over the whole model between them. A model whose cache layers are not
-plain ``DynamicLayer`` s (sliding windows, quantised caches) lets rows leave
-but starts waiting rows only once the batch is empty.
+plain ``DynamicLayer`` s (sliding windows, quantised caches) runs each
+admission's prompts in one pass, lets rows leave, and starts waiting rows
+only once the batch is empty.
 
 With a guide (:mod:`models.hf_grammar`) each live row's logits are masked
 to what its grammar allows before the pick, and its matcher then accepts the
