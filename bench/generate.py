@@ -578,6 +578,11 @@ def main(argv: list[str] | None = None) -> dict:
         )
         ours_s.append(seconds)
         hf_s.append(hf_seconds)
+        print(
+            f"round {len(ours_s)}: shardwise {seconds:.1f}s, generate {hf_seconds:.1f}s "
+            f"(shardwise {hf_seconds / seconds:.2f}x as fast), load average {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
     seconds, hf_seconds = statistics.median(ours_s), statistics.median(hf_s)
     load.append(os.getloadavg()[0])
     result: dict = dict.fromkeys(KEYS)
