@@ -26,14 +26,24 @@ counted) and rows/s for each, their ratios, and the share of rows whose
 greedy texts are equal; with ``--json`` the last line is one JSON object
 (see ``KEYS``). This prints figures; it is not a timed test.
 
-``--also bf16,int8,weight-int8`` runs Shardwise again over the same rows in
-each of these, after the float32 runs: ``bf16`` and ``int8`` as ``--precision``
-runs them, ``weight-int8`` as the weight-only int8 copy of
-:mod:`bench.weight_only` (measured, not shipped). For each it prints tokens/s,
-the ratio to Shardwise's float32 tokens/s in the same run, the share of rows
-whose greedy text equals float32's, and for ``bf16`` and ``int8`` the guard's
-agreement (equal texts on the calibration prompts) and whether a run would
-accept it; the JSON gets an ``also`` object keyed by precision.
+``--rounds N`` alternates Shardwise and ``generate`` N times and reports the
+medians (other work on the machine slows either; ``load_average`` says how
+busy it was); ``--offset N`` skips the corpus's first N rows (held-out rows).
+Padding efficiency is prompt plus new tokens a row over what was computed:
+Shardwise's prompts' passes, each padded to its own longest, plus the new
+tokens (a finished row leaves its batch); ``generate``'s batches of 32, each
+padded to its longest prompt plus ``max_new_tokens``.
+
+``--also bf16,int8,weight-int8,one-pass`` runs Shardwise again over the same
+rows in each of these, after the float32 runs: ``bf16`` and ``int8`` as
+``--precision`` runs them, ``weight-int8`` as the weight-only int8 copy of
+:mod:`bench.weight_only` (measured, not shipped), ``one-pass`` with each
+admission's prompts in one pass padded to the longest of them (as before the
+prompts' passes were planned). For each it prints tokens/s, the ratio to
+Shardwise's float32 tokens/s in the same run, the share of rows whose greedy
+text equals float32's, its padding efficiency, and for ``bf16`` and ``int8``
+the guard's agreement (equal texts on the calibration prompts) and whether a
+run would accept it; the JSON gets an ``also`` object keyed by name.
 
 ``--engine vllm`` measures the vLLM engine instead, in one run on the same
 rows, prompts, settings and engine options (``--engine-option NAME=VALUE``,
@@ -69,6 +79,7 @@ import argparse
 import hashlib
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -110,6 +121,7 @@ KEYS = (
     "engine",
     "dtype",
     "load_average",
+    "rounds",
     "engine_start_s",
     "hf_rows",
     "bare_vllm_tokens_per_s",
@@ -301,6 +313,12 @@ def run_bare(model: Any, texts: Sequence[str]) -> tuple[list[str], int, float, f
     return texts_out, tokens, seconds, cached / sum(len(row) for row in ids), same / len(texts)
 
 
+def _texts(args: argparse.Namespace) -> list[str]:
+    """``--limit`` texts after the first ``--offset`` (rows held out from tuning), cut to ``--max-chars``."""
+    texts = load_texts(args.corpus, args.text_column, args.offset + args.limit if args.limit else None)
+    return [t[: args.max_chars] for t in texts[args.offset :]]
+
+
 def _prompt_tokens(model: Any) -> int:
     """The prompt tokens of a one-character row: the system text's and the template's, and one."""
     return len(model.prompts.ids(model.prompts.render("x")))
@@ -343,7 +361,7 @@ def main_vllm(args: argparse.Namespace) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     given = Path(args.model) if args.model else default_model()
     folder = float32_folder(given, workdir) if given.suffix == ".gguf" else given
-    texts = [t[: args.max_chars] for t in load_texts(args.corpus, args.text_column, args.limit)]
+    texts = _texts(args)
     options = engine_options(args.engine_option, device)
     dtype = options.get("dtype", "auto")
     hf_rows = min(args.hf_rows or len(texts), len(texts))
@@ -431,6 +449,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--corpus", help="Parquet or JSONL file (default: standard-library docstrings)")
     parser.add_argument("--text-column", default="text")
     parser.add_argument("--limit", type=int, default=64)
+    parser.add_argument("--offset", type=int, default=0, help="skip this many rows first (held-out rows)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="--engine hf: Shardwise and generate alternated, medians kept"
+    )
     parser.add_argument("--max-chars", type=int, default=600, help="cut each text to this many characters")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=None, help="engine token budget (device default)")
@@ -455,7 +477,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--also",
         default="",
-        help="comma-separated: also run Shardwise in bf16, int8 and/or weight-int8 (bench/weight_only.py)",
+        help="comma-separated: also run Shardwise as bf16, int8, weight-int8, one-pass (see the docstring)",
     )
     args = parser.parse_args(argv)
     args.also = [name for name in args.also.split(",") if name]
@@ -464,14 +486,23 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--also takes {', '.join(ALSO)}; got {', '.join(unknown)}")
     if args.engine == "hf" and (args.engine_option or args.hf_rows is not None):
         parser.error("--engine-option and --hf-rows are for --engine vllm; give --engine vllm, or drop them")
+    if args.engine == "vllm" and args.rounds != 1:
+        parser.error("--rounds is for --engine hf; with --engine vllm give --repeat")
     if args.engine == "vllm" and args.also:
         parser.error("--also measures the hf engine's precisions; give --engine-option dtype=... instead")
-    if args.repeat < 1 or (args.hf_rows is not None and args.hf_rows < 1):
-        parser.error(f"--repeat {args.repeat} and --hf-rows {args.hf_rows}: give 1 or more")
+    if args.repeat < 1 or args.rounds < 1 or (args.hf_rows is not None and args.hf_rows < 1):
+        parser.error(
+            f"--repeat {args.repeat}, --rounds {args.rounds} and --hf-rows {args.hf_rows}: give 1 or more"
+        )
+    if args.offset < 0:
+        parser.error(f"--offset {args.offset}: give 0 or more rows to skip")
     return args
 
 
-ALSO = ("bf16", "int8", "weight-int8")
+ALSO = ("bf16", "int8", "weight-int8", "one-pass")
+ONE_PASS = {"cpu": (2**31 - 1, 2**31 - 1), "cuda": (2**31 - 1, 2**31 - 1)}
+"""``--also one-pass``: the generator's prompts' passes planned as one (each admission's prompts padded
+to the longest of them), as before prompts were run in groups of similar length."""
 
 
 def run_also(
@@ -483,23 +514,28 @@ def run_also(
 
     found: dict[str, dict] = {}
     for name in args.also:
-        precision = "fp32" if name == "weight-int8" else name
+        precision = "fp32" if name in ("weight-int8", "one-pass") else name
         runner = weight_int8_copy(model) if name == "weight-int8" else model
+        if name == "one-pass":
+            runner.PREFILL = ONE_PASS  # this instance only; removed below
         config = EngineConfig(max_tokens=args.max_tokens, pad_slack=args.pad_slack, precision=precision)
         run_shardwise(runner, texts[:4], config)  # warm-up (and, for int8, the quantized copy)
-        out, tokens, seconds, _ = run_shardwise(runner, texts, config)
+        out, tokens, seconds, stats = run_shardwise(runner, texts, config)
+        if name == "one-pass":
+            del runner.PREFILL
         rate = tokens / seconds
         entry: dict = {
             "tokens_per_s": rate,
             "ratio_to_fp32": rate / base_rate,
             "seconds": seconds,
             "match_share_fp32": sum(a == b for a, b in zip(out, base, strict=True)) / len(texts),
+            "padding_efficiency": stats["padding_efficiency"],
         }
-        verdict = ""
-        if name != "weight-int8":
+        verdict = f", padding efficiency {stats['padding_efficiency']:.3f}"
+        if name not in ("weight-int8", "one-pass"):
             entry["guard_agreement"] = agreement(model, precision)
             entry["guard_accepts"] = entry["guard_agreement"] >= minimum_agreement(precision)
-            verdict = (
+            verdict += (
                 f", guard agreement {shown(entry['guard_agreement'])} "
                 f"({'accepted' if entry['guard_accepts'] else 'refused'})"
             )
@@ -519,7 +555,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.engine == "vllm":
         return main_vllm(args)
     device = resolve_device(args.device)
-    texts = [t[: args.max_chars] for t in load_texts(args.corpus, args.text_column, args.limit)]
+    texts = _texts(args)
     settings = GenerationSettings(prompt=PROMPT, max_new_tokens=args.max_new_tokens)
     spec: Any = with_generation(get_spec(args.model or str(default_model())), settings)
     loading = time.perf_counter()
@@ -531,12 +567,28 @@ def main(argv: list[str] | None = None) -> dict:
         f"both loaded in {time.perf_counter() - loading:.1f}s"
     )
     config = EngineConfig(max_tokens=args.max_tokens, pad_slack=args.pad_slack, precision="fp32")
+    load = [os.getloadavg()[0]]
     run_shardwise(model, texts[:4], config)  # warm-up
     run_hf(net, tokenizer, model, texts[:4], args.max_new_tokens)
-    ours, tokens, seconds, stats = run_shardwise(model, texts, config)
-    theirs, hf_tokens, hf_seconds, hf_efficiency = run_hf(net, tokenizer, model, texts, args.max_new_tokens)
+    ours_s, hf_s = [], []
+    for _ in range(args.rounds):  # alternated, so load on the machine falls on both alike
+        ours, tokens, seconds, stats = run_shardwise(model, texts, config)
+        theirs, hf_tokens, hf_seconds, hf_efficiency = run_hf(
+            net, tokenizer, model, texts, args.max_new_tokens
+        )
+        ours_s.append(seconds)
+        hf_s.append(hf_seconds)
+        print(
+            f"round {len(ours_s)}: shardwise {seconds:.1f}s, generate {hf_seconds:.1f}s "
+            f"(shardwise {hf_seconds / seconds:.2f}x as fast), load average {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+    seconds, hf_seconds = statistics.median(ours_s), statistics.median(hf_s)
+    load.append(os.getloadavg()[0])
     result: dict = dict.fromkeys(KEYS)
     result.update(
+        load_average=load,
+        rounds=args.rounds,
         rows=len(texts),
         model=model.name,
         engine="hf",
@@ -553,6 +605,9 @@ def main(argv: list[str] | None = None) -> dict:
         hf_completion_tokens=hf_tokens,
         padding_efficiency=stats["padding_efficiency"],
         hf_padding_efficiency=hf_efficiency,
+    )
+    print(
+        f"medians of {args.rounds} rounds; load average {load[0]:.2f} at the start, {load[-1]:.2f} at the end"
     )
     print(
         f"shardwise: {result['tokens_per_s']:.1f} tokens/s, {result['rows_per_s']:.2f} rows/s, "

@@ -87,6 +87,7 @@ GENERATE_CONTEXT = (
     "engine",
     "dtype",
     "load_average",
+    "rounds",
     "hf_rows",
     "system_tokens",
 )
@@ -95,10 +96,11 @@ ALSO_UNITS = {
     "ratio_to_fp32": "x",
     "seconds": "s",
     "match_share_fp32": "fraction",
+    "padding_efficiency": "fraction",
     "guard_agreement": "fraction",
     "guard_accepts": "bool",
 }
-"""The figures of each precision in ``bench/generate.py --also``."""
+"""The figures of each entry of ``bench/generate.py --also``."""
 
 H2D_UNITS = {
     "copy_ms": "ms",

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from shardwise.batch.batching import CostBudget, cut_batches, order_by_cost
 from shardwise.errors import ConfigError, OutputError
 from shardwise.hashing import hash_files
 from shardwise.model import REJECTED, TEXT, ModelInfo
@@ -216,7 +217,9 @@ class HFGenerator:
 
     Batches are continuous: at most :data:`KV_BUDGET` tokens of KV cache (prompt plus
     ``max_new_tokens`` a row) decode at once, and as rows finish the batch's waiting rows join
-    (:func:`~models.hf_decode.decode`). The engine hands it batches of up to four times that, cut
+    (:func:`~models.hf_decode.decode`). Its collate plans the prompts' passes: rows of similar
+    prompt length, each pass padded only to its own longest (:data:`PREFILL`), which is what the
+    batch's ``padded_cost`` counts. The engine hands it batches of up to four times that, cut
     by their cost alone: a split to save padding would cost a forward pass per new token, far more
     than the padding (an encoder's ``pad_slack`` made ``bench/generate.py`` run at 0.22x plain
     ``generate`` on a CPU). A run's ``--max-tokens`` bounds the batch, and so the cache too.
@@ -228,6 +231,10 @@ class HFGenerator:
     }
     KV_BUDGET: Mapping[str, int] = {"cpu": 16384, "cuda": 65536}
     """Tokens of KV cache decoding at once, by device kind."""
+    PREFILL: Mapping[str, tuple[int, int]] = {"cpu": (4096, 64), "cuda": (65536, 4096)}
+    """The prompts' passes by device kind: most tokens (rows x longest prompt) a pass, and what a
+    pass costs in tokens beyond them (``pad_slack``): on a CPU a pass over a small model costs about
+    as much as a few dozen tokens, on a GPU as thousands (kernel launches, an idle device)."""
 
     def __init__(self, spec: CausalSource, device: torch.device) -> None:
         require_transformers(spec.name)
@@ -278,7 +285,16 @@ class HFGenerator:
                 ids[row, width - len(item.ids) :] = torch.tensor(item.ids, dtype=torch.long)
                 mask[row, width - len(item.ids) :] = 1
         seeds = torch.tensor([item.seed for item in items], dtype=torch.long)
-        return PromptBatch(ids, mask, seeds, self.settings.max_new_tokens)
+        return PromptBatch(ids, mask, seeds, self.settings.max_new_tokens, self._groups(items))
+
+    def _groups(self, items: Sequence[Prompt]) -> tuple[tuple[int, ...], ...]:
+        """The prompts' passes: rows ordered by prompt length, cut where one more pass costs less than
+        the padding it saves (:data:`PREFILL`), so each pass pads only to its own longest prompt."""
+        lengths = [len(item.ids) for item in items]
+        order = order_by_cost(lengths)
+        budget, slack = self.PREFILL["cuda" if self.device.type == "cuda" else "cpu"]
+        spans = cut_batches([lengths[i] for i in order], CostBudget(budget), len(items), 1, slack)
+        return tuple(tuple(order[start:stop]) for start, stop in spans)
 
     def run(self, batch: PromptBatch) -> torch.Tensor:
         budget = self.KV_BUDGET["cuda" if self.device.type == "cuda" else "cpu"]

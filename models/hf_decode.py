@@ -1,13 +1,19 @@
 """The decoding loop of a causal LM over one batch: continuous batching over the KV cache, greedy or sampled.
 
-The batch's rows come sorted by cost (prompt plus ``max_new_tokens``). As
-many as fit a KV-cache budget start together: one forward pass over their
-prompts (left-padded to the longest of them) fills the cache, then one pass
-per new token. A row finishes at its first end-of-sequence token or at
-``max_new_tokens``, and **leaves the batch** at once: it is dropped from the
-cache (``batch_select_indices``), and positions no remaining row attends to
-are cut. The room it frees goes to the **waiting rows**, which **join**
-mid-decode: their prompts are prefilled in a pass of their own and their
+The batch carries its prompts' passes as planned by the generator's collate
+(:attr:`models.hf_prompt.PromptBatch.groups`: rows of similar prompt length).
+Rows are admitted in that order, as many as fit a KV-cache budget: the
+prompts of each planned pass among them run in a forward pass of their own,
+left-padded only to the longest of that pass, and the caches are stacked
+once (:func:`models.hf_kv.stack`); then one pass per new token. One pass
+over all the prompts would pad each to the longest of the whole batch: on
+short texts of uneven length about half of it was padding.
+
+A row finishes at its first end-of-sequence token or at ``max_new_tokens``,
+and **leaves the batch** at once: it is dropped from the cache
+(``batch_select_indices``), and positions no remaining row attends to are
+cut. The room it frees goes to the **waiting rows**, which **join**
+mid-decode: their prompts are prefilled in passes of their own and their
 cache is stacked onto the running one, the shorter left-padded
 (:mod:`models.hf_kv`). Positions are passed explicitly and padding is
 masked, so every row computes what it would alone, whatever rows it shares
@@ -18,8 +24,9 @@ tensor per layer), not a paged one. Paging needs attention kernels that read
 scattered blocks, which plain transformers models on CPU do not have; a
 contiguous cache costs a copy when rows leave or join, small beside the
 passes over the whole model between them. A model whose cache layers are not
-plain ``DynamicLayer`` s (sliding windows, quantised caches) lets rows leave
-but starts waiting rows only once the batch is empty.
+plain ``DynamicLayer`` s (sliding windows, quantised caches) runs each
+admission's prompts in one pass, lets rows leave, and starts waiting rows
+only once the batch is empty.
 
 With a guide (:mod:`models.hf_grammar`) each live row's logits are masked
 to what its grammar allows before the pick, and its matcher then accepts the
@@ -40,7 +47,7 @@ from typing import Any
 import torch
 
 from shardwise.model.generation import GenerationSettings
-from shardwise.models.hf_kv import joinable, keep_rows, stack, trim
+from shardwise.models.hf_kv import joinable, keep_rows, stack, stackable, trim
 
 __all__ = ["decode"]
 
@@ -75,12 +82,14 @@ def decode(
     length = batch.input_ids.new_zeros(rows)
     written = batch.input_ids.new_zeros(rows)
     stopped = torch.zeros(rows, dtype=torch.bool, device=prompt.device)
-    waiting = _Waiting([n + steps for n in prompt.tolist()], kv_budget)
+    order = [row for group in batch.groups for row in group]
+    waiting = _Waiting(order, [n + steps for n in prompt.tolist()], kv_budget)
+    groups = batch.groups if stackable(net) else (tuple(order),)
     live: _Live | None = None
     while True:
         joining = waiting.admit(can_join=live is None or joinable(live.cache))
         if joining:
-            live = _prefill(net, batch, joining, live)
+            live = _join(net, batch, _passes(groups, joining), live)
         if live is None:
             break
         active = live.rows
@@ -102,10 +111,11 @@ def decode(
 
 
 class _Waiting:
-    """The rows of a batch not yet decoding, in batch order, admitted while their KV cost fits."""
+    """The rows of a batch not yet decoding, in ``order`` (the prompts' passes, one after another),
+    admitted while their KV cost fits."""
 
-    def __init__(self, costs: list[int], budget: int | None) -> None:
-        self._costs, self._budget = costs, budget
+    def __init__(self, order: list[int], costs: list[int], budget: int | None) -> None:
+        self._order, self._costs, self._budget = order, costs, budget
         self._next, self._used = 0, 0
 
     def admit(self, *, can_join: bool) -> list[int]:
@@ -113,13 +123,13 @@ class _Waiting:
         if not can_join and self._used:
             return []
         start = self._next
-        while self._next < len(self._costs):
-            cost = self._costs[self._next]
+        while self._next < len(self._order):
+            cost = self._costs[self._order[self._next]]
             if self._budget is not None and self._used + cost > self._budget and self._used:
                 break
             self._used += cost
             self._next += 1
-        return list(range(start, self._next))
+        return self._order[start : self._next]
 
     def release(self, rows: list[int]) -> None:
         self._used -= sum(self._costs[row] for row in rows)
@@ -162,8 +172,31 @@ class _Live:
         return _Live(self.rows, _cache_of(out), mask, positions, out.logits[:, -1, :].float())
 
 
-def _prefill(net: Any, batch: Any, joining: list[int], live: _Live | None) -> _Live:
-    """Run the prompts of ``joining`` (rows of ``batch``) and add them to ``live``'s rows and cache."""
+def _passes(groups: tuple[tuple[int, ...], ...], joining: list[int]) -> list[list[int]]:
+    """The rows of ``joining`` cut into the planned prompts' passes (a pass's rows that joined)."""
+    now = set(joining)
+    return [part for group in groups if (part := [row for row in group if row in now])]
+
+
+def _join(net: Any, batch: Any, passes: list[list[int]], live: _Live | None) -> _Live:
+    """Run the prompts of each pass of rows of ``batch``, and stack them all onto ``live`` at once."""
+    parts = [_prefill(net, batch, rows) for rows in passes]
+    if live is not None:
+        parts.insert(0, live)
+    if len(parts) == 1:
+        return parts[0]
+    mask = stack([part.cache for part in parts], [part.mask for part in parts])
+    return _Live(
+        torch.cat([part.rows for part in parts]),
+        parts[0].cache,
+        mask,
+        torch.cat([part.positions[:, -1:] for part in parts]),
+        torch.cat([part.logits for part in parts]),
+    )
+
+
+def _prefill(net: Any, batch: Any, joining: list[int]) -> _Live:
+    """One pass over the prompts of ``joining`` (rows of ``batch``), padded to the longest of them."""
     picked = torch.tensor(joining, device=batch.input_ids.device)
     mask = batch.attention_mask[picked]
     used = mask.any(dim=0).nonzero()
@@ -173,17 +206,7 @@ def _prefill(net: Any, batch: Any, joining: list[int], live: _Live | None) -> _L
     # positions as it would alone; padding is masked out whatever it gets.
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = net(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **_last_logits(net))
-    joined = _Live(picked, _cache_of(out), mask, positions[:, -1:], out.logits[:, -1, :].float())
-    if live is None:
-        return joined
-    stacked = stack(live.cache, live.mask, joined.cache, joined.mask)
-    return _Live(
-        torch.cat([live.rows, joined.rows]),
-        live.cache,
-        stacked,
-        torch.cat([live.positions[:, -1:], joined.positions]),
-        torch.cat([live.logits, joined.logits]),
-    )
+    return _Live(picked, _cache_of(out), mask, positions[:, -1:], out.logits[:, -1, :].float())
 
 
 def _step(logits: torch.Tensor, active: torch.Tensor, pick: Picker, matchers: Any) -> torch.Tensor:

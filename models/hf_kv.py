@@ -14,12 +14,13 @@ until the batch is empty.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["joinable", "keep_rows", "stack", "trim"]
+__all__ = ["joinable", "keep_rows", "stack", "stackable", "trim"]
 
 
 def joinable(cache: Any) -> bool:
@@ -39,14 +40,26 @@ def keep_rows(cache: Any, rows: torch.Tensor) -> None:
     cache.batch_select_indices(rows)
 
 
-def stack(cache: Any, mask: torch.Tensor, joined: Any, joined_mask: torch.Tensor) -> torch.Tensor:
-    """Append ``joined``'s rows to ``cache`` (in place), the shorter left-padded; gives the stacked mask."""
-    have, come = mask.shape[1], joined_mask.shape[1]
-    for mine, theirs in zip(cache.layers, joined.layers, strict=True):
-        keys, values = _left_pad(mine.keys, come - have), _left_pad(mine.values, come - have)
-        new_keys, new_values = _left_pad(theirs.keys, have - come), _left_pad(theirs.values, have - come)
-        mine.keys, mine.values = torch.cat([keys, new_keys]), torch.cat([values, new_values])
-    return torch.cat([F.pad(mask, (max(0, come - have), 0)), F.pad(joined_mask, (max(0, have - come), 0))])
+def stackable(net: Any) -> bool:
+    """Whether the caches ``net`` makes can take rows from other caches: every layer its config asks
+    for a plain ``DynamicLayer`` (known before any pass, so prompts can be run in several passes)."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+
+        layers = DynamicCache(config=net.config).layers
+    except Exception:  # a transformers without per-layer caches, or a config it cannot read
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def stack(caches: Sequence[Any], masks: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Append the rows of ``caches[1:]`` to ``caches[0]`` (in place), each left-padded to the longest;
+    gives the stacked mask. Each layer is copied once, into a tensor of the stacked size."""
+    width = max(mask.shape[1] for mask in masks)
+    for layers in zip(*(cache.layers for cache in caches), strict=True):
+        layers[0].keys = _stacked([layer.keys for layer in layers], width)
+        layers[0].values = _stacked([layer.values for layer in layers], width)
+    return torch.cat([F.pad(mask, (width - mask.shape[1], 0)) for mask in masks])
 
 
 def trim(cache: Any, mask: torch.Tensor) -> torch.Tensor:
@@ -60,6 +73,13 @@ def trim(cache: Any, mask: torch.Tensor) -> torch.Tensor:
     return mask[:, start:]
 
 
-def _left_pad(states: torch.Tensor, width: int) -> torch.Tensor:
-    """``states`` (``[rows, heads, positions, dim]``) with ``width`` zero positions in front, if > 0."""
-    return F.pad(states, (0, 0, width, 0)) if width > 0 else states
+def _stacked(states: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """``states`` (each ``[rows, heads, positions, dim]``) one under another, right-aligned in
+    ``width`` positions, zeros in front."""
+    _, heads, _, dim = states[0].shape
+    out = states[0].new_zeros(sum(s.shape[0] for s in states), heads, width, dim)
+    start = 0
+    for part in states:
+        out[start : start + part.shape[0], :, width - part.shape[2] :] = part
+        start += part.shape[0]
+    return out

@@ -49,17 +49,24 @@ class Prompt:
 
 @dataclass(frozen=True, slots=True)
 class PromptBatch:
-    """A generator's batch: int64 ids and mask, rows by width, padded on the LEFT; a seed per row."""
+    """A generator's batch: int64 ids and mask, rows by width, padded on the LEFT; a seed per row.
+
+    ``groups`` are the prompts' passes as planned (rows of the batch, shortest prompt first): each
+    pass pads only to its own longest prompt, so the batch computes ``padded_cost``, its passes'
+    areas plus ``max_new_tokens`` a row (a row leaves the batch when it finishes).
+    """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     seeds: torch.Tensor
     max_new_tokens: int
+    groups: tuple[tuple[int, ...], ...]
 
     @property
     def padded_cost(self) -> int:
-        rows, width = self.input_ids.shape
-        return int(rows * (width + self.max_new_tokens))
+        lengths = self.attention_mask.sum(dim=1).tolist()
+        prompts = sum(len(group) * max(lengths[row] for row in group) for group in self.groups)
+        return int(prompts + self.input_ids.shape[0] * self.max_new_tokens)
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return (self.input_ids, self.attention_mask, self.seeds)
@@ -71,7 +78,8 @@ class PromptBatch:
         return self.map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> PromptBatch:
-        return PromptBatch(fn(self.input_ids), fn(self.attention_mask), fn(self.seeds), self.max_new_tokens)
+        ids, mask, seeds = fn(self.input_ids), fn(self.attention_mask), fn(self.seeds)
+        return PromptBatch(ids, mask, seeds, self.max_new_tokens, self.groups)
 
 
 def row_seed(seed: int, ids: Sequence[int]) -> int:

@@ -91,11 +91,12 @@ def test_greedy_batches_equal_unbatched_generate(lm: Path) -> None:
     assert "length" in reasons and reasons.count("stop") > 1
 
 
-def _passes(model: HFGenerator, texts: Sequence[str]) -> tuple[dict[str, Any], list[int]]:
-    """One batch of ``texts`` decoded by ``model``: its columns, and the rows of each forward pass."""
-    widths: list[int] = []
+def _passes(model: HFGenerator, texts: Sequence[str]) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+    """One batch of ``texts`` decoded by ``model``: its columns, and each forward pass's rows and
+    width (a prompts' pass is wider than one token, a decoding pass is one)."""
+    shapes: list[tuple[int, int]] = []
     hook = model._net.register_forward_pre_hook(
-        lambda _net, _args, kwargs: widths.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+        lambda _net, _args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
     )
     try:
         batch = model.collate([model.prepare(t) for t in texts])
@@ -103,17 +104,37 @@ def _passes(model: HFGenerator, texts: Sequence[str]) -> tuple[dict[str, Any], l
             outputs = model.to_columns(model.run(batch))
     finally:
         hook.remove()
-    return dict(outputs), widths
+    return dict(outputs), shapes
 
 
 def test_finished_rows_leave_the_batch(lm: Path) -> None:
     """A row that stops leaves at once: every pass after computes fewer rows (the outputs are the
     greedy agreement test's, which runs the same batches)."""
     model = HFCausalSpec(lm, generation=GenerationSettings(chat="off", max_new_tokens=NEW)).load(CPU)
-    outputs, widths = _passes(model, _prompts())
+    outputs, shapes = _passes(model, _prompts())
+    prompts, decoding = (
+        [rows for rows, width in shapes if width > 1],
+        [rows for rows, width in shapes if width == 1],
+    )
     assert "stop" in list(outputs["finish_reason"]), "some rows stop early"
-    assert widths[0] == 30 and widths[1] < 30 and widths == sorted(widths, reverse=True), widths
-    assert len(widths) == NEW  # the prompts' pass, then one a token
+    assert sum(prompts) == 30 and len(decoding) == NEW - 1  # the prompts' passes, then one a token
+    assert decoding[0] < 30 and decoding == sorted(decoding, reverse=True), decoding
+
+
+def test_prompts_pass_in_groups_padded_to_their_own_longest(lm: Path) -> None:
+    """Prompts of very different lengths are run in several passes of similar lengths, each padded
+    to its own longest, and the batch's padded cost counts those passes: less than one pass padded
+    to the longest prompt, and no less than the prompts themselves."""
+    model = HFCausalSpec(lm, generation=GenerationSettings(chat="off", max_new_tokens=NEW)).load(CPU)
+    items = [model.prepare(t) for t in _prompts()]
+    _, shapes = _passes(model, _prompts())
+    prompts = [(rows, width) for rows, width in shapes if width > 1]
+    lengths = [len(item.ids) for item in items]
+    assert len(prompts) > 1 and sum(rows * width for rows, width in prompts) < 30 * max(lengths), prompts
+    batch = model.collate(items)
+    assert batch.padded_cost == sum(rows * width for rows, width in prompts) + 30 * NEW
+    assert sum(lengths) + 30 * NEW <= batch.padded_cost
+    assert sorted(row for group in batch.groups for row in group) == list(range(30))
 
 
 @pytest.mark.parametrize("sampling", [{}, {"temperature": 1.2, "seed": 3}], ids=["greedy", "sampled"])
@@ -128,10 +149,11 @@ def test_waiting_rows_join_as_rows_finish(
     together, _ = _passes(model, texts)
     costs = sorted(len(model.prepare(t).ids) + NEW for t in texts)
     monkeypatch.setattr(model, "KV_BUDGET", {"cpu": sum(costs[-6:])})  # six of the longest at once
-    joined, widths = _passes(model, texts)
+    joined, shapes = _passes(model, texts)
     for name in together:
         assert list(joined[name]) == list(together[name]), name
-    assert max(widths) <= 6 + 6 and len(widths) > NEW, widths  # decoding passes and joiners' prefills
+    fit = max(k for k in range(len(costs) + 1) if sum(costs[:k]) <= sum(costs[-6:]))  # the cheapest
+    assert max(rows for rows, _ in shapes) <= fit < len(texts) and len(shapes) > NEW, shapes
 
 
 def test_batches_were_mixed_and_left_padded(lm: Path) -> None:
@@ -140,7 +162,8 @@ def test_batches_were_mixed_and_left_padded(lm: Path) -> None:
     batch = model.collate(items, multiple=8)
     assert batch.input_ids.shape[1] % 8 == 0
     assert batch.attention_mask[0, -1] == 1 and batch.attention_mask[0, 0] == 0
-    assert batch.padded_cost == 2 * (batch.input_ids.shape[1] + model.settings.max_new_tokens)
+    areas = sum(len(group) * max(len(items[row].ids) for row in group) for group in batch.groups)
+    assert batch.padded_cost == areas + 2 * model.settings.max_new_tokens
     assert items[0].cost == len(items[0].ids) + 128
 
 
