@@ -49,6 +49,7 @@ from shardwise.hashing import hash_files
 from shardwise.model import REJECTED, TEXT, ModelInfo
 from shardwise.model.generation import GenerationSettings, placeholders
 from shardwise.model.structured import JsonSchema
+from shardwise.models.hf_attention import read_kv_in_place
 from shardwise.models.hf_causal_source import (
     OUTPUTS,
     PARSED,
@@ -249,6 +250,7 @@ class HFGenerator:
         self.prompts = PromptRenderer(self.name, self.settings, spec.chat(), self._tokenizer, self.max_length)
         net: Any = AutoModelForCausalLM.from_pretrained(folder, **pretrained)
         self._net: Any = net.eval().to(device)
+        read_kv_in_place(self._net, device)
         eos = self._net.generation_config.eos_token_id
         if eos is None:
             eos = self._tokenizer.eos_token_id
