@@ -101,6 +101,8 @@ def test_a_runs_usage_gives_its_rates_and_says_them() -> None:
     assert RunUsage(rows=3, device_s={"cpu": 1.0}).said().startswith("cost unknown (no price set), 0.0003")
     assert RunUsage().as_json()["cost_usd_per_1k_rows"] is None
     assert dollars(0.0012345) == "$0.001234" and dollars(None) == "-"
+    # Never in exponent notation, however small: a person reads it, and scripts parse the stop line.
+    assert dollars(3.265e-05) == "$0.00003265" and dollars(0.0) == "$0" and dollars(0.5) == "$0.5"
 
 
 def test_a_token_budget_counts_prompt_and_completion_tokens_beside_the_chunks_in_flight() -> None:

@@ -124,7 +124,14 @@ class RunUsage:
 
 
 def dollars(value: float | None) -> str:
-    """``$12.35``, ``$0.0123``: enough digits to tell small costs apart; ``-`` for None."""
+    """``$12.35``, ``$0.0123``, ``$0.00003265``: four significant digits below a dollar, enough to
+    tell small costs apart, and never in exponent notation (a person reads it, a script parses it);
+    ``-`` for None."""
     if value is None:
         return "-"
-    return f"${value:,.2f}" if value >= 1 else f"${value:.4g}"
+    if value >= 1:
+        return f"${value:,.2f}"
+    if value <= 0:
+        return "$0"
+    places = 3 - math.floor(math.log10(value))
+    return "$" + f"{value:.{places}f}".rstrip("0").rstrip(".")
