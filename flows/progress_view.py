@@ -54,8 +54,10 @@ def showing(mode: str, every_s: float = 1.0, *, stream: TextIO | None = None) ->
         yield
         return
     view = _Lines(stream, every_s) if mode == "lines" else _Bar(stream)
+    asked = every_s if mode == "lines" else None  # each line a fresh reading of the ledger
     try:
-        with listening(view.show), before_exit(view.close):  # a signal's line then prints below the bar
+        # A signal's line then prints below the bar.
+        with listening(view.show, asked), before_exit(view.close):
             yield
     finally:
         view.close()

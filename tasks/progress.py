@@ -51,30 +51,42 @@ ARTIFACT_EVERY_S = 2.0
 Listener = Callable[[ProgressReading], None]
 
 _log = logging.getLogger(__name__)
-_listeners: list[Listener] = []
+_listeners: list[tuple[Listener, float | None]] = []
 _listeners_lock = threading.Lock()
 
 
 @contextmanager
-def listening(listener: Listener) -> Iterator[None]:
+def listening(listener: Listener, every_s: float | None = None) -> Iterator[None]:
     """Call ``listener`` with every snapshot of every run this process watches, while the block runs.
 
-    It is called from the watching thread, so it must be quick and must not
-    block; an error it raises is logged at debug level and ignored.
+    ``every_s`` asks for a snapshot at least that often: the ledger is then
+    read at the shortest interval any listener asks for, if shorter than
+    :data:`POLL_EVERY_S` (``--progress lines --progress-every 0.2`` gets a
+    fresh reading for each line). It is called from the watching thread, so
+    it must be quick and must not block; an error it raises is logged at
+    debug level and ignored.
     """
+    entry = (listener, every_s)
     with _listeners_lock:
-        _listeners.append(listener)
+        _listeners.append(entry)
     try:
         yield
     finally:
         with _listeners_lock:
-            _listeners.remove(listener)
+            _listeners.remove(entry)
+
+
+def _poll_every_s(default_s: float) -> float:
+    """``default_s``, or the shortest interval a listener asks for if shorter."""
+    with _listeners_lock:
+        asked = [every for _, every in _listeners if every is not None and every > 0]
+    return min([default_s, *asked])
 
 
 def publish(snapshot: ProgressReading) -> None:
     """Hand ``snapshot`` to every listener (what :class:`ProgressPublisher` does with each one it takes)."""
     with _listeners_lock:
-        listeners = list(_listeners)
+        listeners = [listener for listener, _ in _listeners]
     for listener in listeners:
         try:
             listener(snapshot)
@@ -147,13 +159,14 @@ class ProgressPublisher:
         self._every_s = every_s or POLL_EVERY_S
         self._artifact_every_s = artifact_every_s or ARTIFACT_EVERY_S
         self._wake, self._stopping = threading.Event(), threading.Event()
-        self._tick_lock = threading.Lock()
+        self._tick_lock, self._show_lock = threading.Lock(), threading.Lock()
         self._started = time.monotonic()
         self._rows_before: int | None = None
         self._counts_before: dict[str, int] = {}
         self._artifact: UUID | None = None
         self._shown: tuple[float, str] | None = None
         self._shown_at = float("-inf")
+        self._shown_elapsed_s = 0.0
         self.latest: ProgressReading | None = None
         """The last snapshot taken, or None before the first read of the ledger succeeded."""
         self._thread: threading.Thread | None = None
@@ -184,7 +197,7 @@ class ProgressPublisher:
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
-            self._wake.wait(self._every_s)
+            self._wake.wait(_poll_every_s(self._every_s))
             self._wake.clear()
             if not self._stopping.is_set():
                 self._tick(final=False)
@@ -212,15 +225,16 @@ class ProgressPublisher:
                     snapshot, rows_before=snapshot.rows_done, counts_before=self._counts_before
                 )
             self.latest = snapshot
+            publish(snapshot)  # in order, and before the artifact: a line must not wait on an API call
+        with self._show_lock:
             self._show(snapshot)
-        publish(snapshot)
 
     def _show(self, snapshot: ProgressReading) -> None:
         """Update the artifact if its figures changed, at most every few seconds; always at the end."""
         shown = (round(snapshot.percent, 1), describe(snapshot, speed=True))
         now = time.monotonic()
-        if self._artifact is None or shown == self._shown:
-            return
+        if self._artifact is None or shown == self._shown or snapshot.elapsed_s < self._shown_elapsed_s:
+            return  # unchanged, or older than what is shown (two ticks raced past the lock)
         if not snapshot.final and now - self._shown_at < self._artifact_every_s:
             return
         try:
@@ -228,7 +242,7 @@ class ProgressPublisher:
         except Exception as exc:
             _log.debug("updating the progress artifact failed: %s", exc)
             return
-        self._shown, self._shown_at = shown, now
+        self._shown, self._shown_at, self._shown_elapsed_s = shown, now, snapshot.elapsed_s
 
 
 def _create_artifact() -> UUID | None:

@@ -23,7 +23,8 @@ def cli(*argv: str) -> list[str]:
 def kill_once_scoring(
     argv: list[str], *, workers: str | tuple[str, ...] = "", rows: int = 1
 ) -> dict[psutil.Process, str]:
-    """Start the command (with ``--progress lines``), SIGKILL it once its progress shows ``rows`` scored.
+    """Start the command (with ``--progress lines``), SIGKILL it once its progress shows ``rows`` scored
+    and a shard still to do.
 
     Returns every descendant it had then, with its command line; among them at
     least one whose command line contains ``workers`` (a worker process), or one of them: a process may
@@ -37,8 +38,8 @@ def kill_once_scoring(
     lines = []
     for line in proc.stderr:
         lines.append(line)
-        done = re.search(r"progress: 0/\d+ shards?, ([\d,]+)/", line)
-        if done and int(done.group(1).replace(",", "")) >= rows:
+        done = re.search(r"progress: (\d+)/(\d+) shards?, ([\d,]+)/", line)
+        if done and int(done[1]) < int(done[2]) and int(done[3].replace(",", "")) >= rows:
             found = _descendants(proc.pid)
             os.kill(proc.pid, signal.SIGKILL)
             break

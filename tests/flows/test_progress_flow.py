@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from flow_data import BAD_ROWS, make_docs, slow_tiny_shards
@@ -90,3 +91,21 @@ def test_the_progress_artifact_ends_at_the_runs_counts(sqlite_url: str) -> None:
     assert re.fullmatch(
         r"2/2 shards, 50/50 rows, [\d,]+ rows/s, took \d+ s, 0 dead letters", mine[0].description
     )
+
+
+def test_a_listener_asking_for_readings_more_often_gets_the_ledger_read_that_often(sqlite_url: str) -> None:
+    """``--progress-every 0.2``: each line is a fresh reading, not the last of polls a second apart."""
+    from shardwise.results import Ledger
+    from shardwise.tasks.progress import POLL_EVERY_S, ProgressPublisher
+
+    def readings(every_s: float | None) -> int:
+        seen: list[ProgressReading] = []
+        with Ledger(sqlite_url) as ledger, listening(seen.append, every_s):
+            ledger.ensure()
+            with ProgressPublisher(ledger, "watched", every_s=POLL_EVERY_S):
+                time.sleep(0.6)
+        return len(seen)
+
+    assert POLL_EVERY_S >= 1.0
+    assert readings(None) == 2, "the first reading, then the final one: no poll fell within 0.6 s"
+    assert readings(0.05) >= 6, "a reading about every 0.05 s"
