@@ -49,8 +49,8 @@ def runs(args: argparse.Namespace) -> int:
 
 
 def cache(args: argparse.Namespace) -> int:
-    from shardwise.flows.home import converted_bound, shardwise_home
     from shardwise.model.converted import DEFAULT_MAX_BYTES, ConvertedCache
+    from shardwise.pipeline.home import converted_bound, shardwise_home
 
     bound = converted_bound()  # checked even for clear: a bad setting is named before anything happens
     kept = ConvertedCache(shardwise_home() / "converted", bound or DEFAULT_MAX_BYTES)

@@ -95,10 +95,7 @@ def run_and_report(
     """
     api = TemporaryApi().start()  # first: the server's start is the longest step before the flow
     if params.fanout.runner == "thread" and not params.run.dry_run:
-        from shardwise.flows.home import equip
-        from shardwise.tasks.infer_shard import warm_here, worker_cache
-
-        equip(worker_cache())
+        from shardwise.tasks.infer_shard import warm_here
 
         warming = threading.Thread(target=_warm, args=(warm_here, held_spec(params)), name="shardwise-warm")
         warming.daemon = True
@@ -173,9 +170,9 @@ def print_plan(params: ScoreParams, *, as_json: bool = False) -> None:
     """Print the shard count, rows per shard, estimated tokens and what --only-new would skip, what the run
     will cost; then the runs into the same results table still marked running: live, or abandoned (to
     resume instead). ``as_json``: the report as one JSON object, and nothing else."""
-    from shardwise.flows.home import calibration_cache, converted_cache
     from shardwise.models import get_spec
     from shardwise.pipeline import plan_report
+    from shardwise.pipeline.home import calibration_cache, converted_cache
     from shardwise.tasks.connections import resolve
 
     workers = params.fanout_plan().workers

@@ -9,13 +9,13 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed, State
 
-from shardwise.flows.home import calibration_cache, converted_cache, equip
 from shardwise.flows.interrupts import hold, let_go
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.resolved import take_resolved
 from shardwise.flows.totals import budget_line, budget_stop, closing_lines
 from shardwise.pipeline import finish_results, finish_run
+from shardwise.pipeline.home import calibration_cache, converted_cache, equip
 from shardwise.pipeline.run_result import run_result
 from shardwise.secrets.redact import redact_mapping
 from shardwise.tasks import plan_run

@@ -87,16 +87,14 @@ def prewarm(parameters: Mapping[str, Any]) -> None:
     (a template the trigger fills in) or a model that fails to load are left
     for the first run to report.
     """
-    from shardwise.flows.home import equip
     from shardwise.flows.params import ScoreParams
-    from shardwise.tasks.infer_shard import warm_here, worker_cache
+    from shardwise.tasks.infer_shard import warm_here
 
     try:
         params = ScoreParams.model_validate(dict(parameters.get("params") or {}))
     except ValueError as exc:  # its message could quote a value: name the error only
         _log.debug("not prewarming: the parameters do not validate (%s)", type(exc).__name__)
         return
-    equip(worker_cache())
     warm_here(params.to_spec())
 
 

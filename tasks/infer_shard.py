@@ -31,6 +31,7 @@ from shardwise.model.counts import said
 from shardwise.models import get_spec
 from shardwise.pipeline import RunRef, RunSpec, ShardOutcome, WorkerCache, score_ref_shard, warm
 from shardwise.pipeline.destination import ledger_url
+from shardwise.pipeline.home import equip
 from shardwise.pipeline.preemption import shard_in_hand
 from shardwise.pipeline.shard import this_worker
 from shardwise.results import Ledger
@@ -110,8 +111,12 @@ def score_here(ref: RunRef, shard_id: int, outage: Outage | None = None) -> Shar
 
     Task and flow functions travel to workers by value (cloudpickle), so they
     must not name the cache itself, which holds locks and connections; this
-    module-level function travels by reference and finds the worker's own.
+    module-level function travels by reference and finds the worker's own,
+    equipped with what this host keeps between runs (a worker process of
+    the pool, Dask or Ray reads the guard's figures and converted models too,
+    rather than measuring and converting again).
     """
+    equip(WORKER)
     return score_ref_shard(ref, shard_id, WORKER, resolve=resolve, outage=outage)
 
 
@@ -159,6 +164,7 @@ def warm_here(spec: RunSpec) -> None:
     Best effort: a failure here is left for planning to meet and report.
     """
     try:
+        equip(WORKER)
         warm(spec, WORKER)
     except Exception as exc:
         logging.getLogger(__name__).debug("warming model %r failed: %s", spec.model.name, exc)

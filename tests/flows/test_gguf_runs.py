@@ -151,3 +151,24 @@ def test_plan_loads_the_gguf_through_the_kept_conversion(
     assert json.loads(capsys.readouterr().out)["rows"] == ROWS + len(BAD_ROWS)
     (entry,) = ConvertedCache(tmp_path / "home" / "converted").entries()
     assert entry.key["file"] == hash_file(gguf_file)
+
+
+def test_process_runner_workers_keep_and_read_the_conversion(
+    sqlite_url: str, gguf_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process of the pool equips itself from the host's home: it neither converts the GGUF
+    again nor measures again what an earlier process kept there."""
+    from shardwise.tasks.infer_shard import worker_cache
+
+    monkeypatch.setenv("SHARDWISE_HOME", str(tmp_path / "home"))
+    make_docs(sqlite_url, ROWS)
+    worker_cache().close()
+    argv = [*_cli(sqlite_url, gguf_file), "--runner", "process", "--workers", "2"]
+    assert main([*argv, "--results-table", "by_process"]) == 0
+    (entry,) = ConvertedCache(tmp_path / "home" / "converted").entries()
+    assert entry.key["file"] == hash_file(gguf_file)
+    stored = execute(sqlite_url, f"select {COLUMNS} from by_process order by source_key")
+    assert main([*argv, "--results-table", "again"]) == 0
+    assert execute(sqlite_url, f"select {COLUMNS} from again order by source_key") == stored
+    (second,) = ConvertedCache(tmp_path / "home" / "converted").entries()
+    assert second.path == entry.path and second.last_used > entry.last_used  # read, not converted again

@@ -1,4 +1,4 @@
-"""Where the command line and the flows keep what a host learns between runs: ``~/.shardwise``.
+"""Where a host keeps what it learns between runs: ``~/.shardwise``, read by the flow and by every worker.
 
 ``SHARDWISE_HOME`` moves it. It holds ``calibration.json``, the precision
 guard's figures (see :mod:`shardwise.precision.calibration`): delete it to have the next
@@ -7,6 +7,11 @@ once to load fast afterwards (a GGUF file de-quantised, see
 :mod:`shardwise.model.converted`), at most ``SHARDWISE_CONVERTED_MAX_GB`` GiB (default 8;
 0 keeps none), least recently used first out; ``shardwise cache list`` and
 ``shardwise cache clear`` show and empty it.
+
+The flow's process and each worker process (the process pool's, Dask's,
+Ray's, a per-shard flow run's) :func:`equip` their cache from it, so that a
+worker on this host neither measures the guard's figures nor converts a GGUF
+file again; a worker on another host reads its own host's home.
 """
 
 from __future__ import annotations
