@@ -14,7 +14,7 @@ from kill_helpers import cli, kill_once_scoring, survivors
 
 pytestmark = pytest.mark.slow
 
-ROWS = 20_000
+ROWS = 40_000  # two shards of 20,000: seconds of scoring each, several progress readings before either ends
 WITHIN_S = 5.0
 """How long the processes of a killed run may take to end (the watcher polls twice a second)."""
 
