@@ -35,7 +35,8 @@ it is not a timed test.
 ``--generate smollm2`` (or ``--generate FILE.gguf``) times a generator's
 start instead: ``shardwise run`` over ``--gen-rows`` rows (default 16) with
 the GGUF file and ``--new-tokens`` new tokens (default 32), whole processes,
-twice a round: ``cold``, with the converted-model cache off
+twice a round (``--gen-workers 2``: on the process pool's two workers,
+each loading the model), ``cold``, with the converted-model cache off
 (``SHARDWISE_CONVERTED_MAX_GB=0``: the file is de-quantised as it loads, as
 before the cache), and ``warm``, reading the cache that the untimed round
 filled. It prints both medians, their ratio and each one's phases::
@@ -231,10 +232,13 @@ def report(result: dict) -> None:
 
 
 def generation_case(
-    texts: list[str], gguf: Path, work: Path, rounds: int, threads: int, new_tokens: int
+    texts: list[str], gguf: Path, work: Path, rounds: int, threads: int, new_tokens: int, workers: int = 1
 ) -> dict:
     """``shardwise run`` with ``gguf`` over ``texts``, cold (no converted-model cache) and warm (the cache
-    the untimed round filled), ``rounds`` timed rounds after an untimed one, the order alternating."""
+    the untimed round filled), ``rounds`` timed rounds after an untimed one, the order alternating.
+
+    ``workers`` above 1 runs the process pool's workers (``threads`` shared among them), each of which
+    loads the model itself."""
     data = work / f"gen-{len(texts)}"
     write_parts(texts, data)
     env = {**os.environ, "PREFECT_HOME": str(work / "prefect"), "SHARDWISE_HOME": str(work / "home")}
@@ -251,14 +255,16 @@ def generation_case(
             command = [
                 *(cli, "run", "--source", str(data), "--results", f"sqlite:///{results}"),
                 *("--model", str(gguf), "--max-new-tokens", str(new_tokens), "--chat", "auto"),
-                *("--threads", str(threads), "--progress", "none"),
+                *("--threads", str(max(1, threads // workers)), "--progress", "none"),
             ]
+            if workers > 1:
+                command += ["--runner", "process", "--workers", str(workers)]
             started, ended = timed(command, {**envs[name], "SHARDWISE_TIMELINE": str(timeline)})
             if i:  # the first round is untimed: Prefect's database, bytecode, the warm cache filled
                 times[name].append(ended - started)
                 steps[name].append(phases(started, ended, timeline, results))
     median = {name: statistics.median(values) for name, values in times.items()}
-    out: dict = {"rows": len(texts), "new_tokens": new_tokens, "model": str(gguf)}
+    out: dict = {"rows": len(texts), "new_tokens": new_tokens, "model": str(gguf), "workers": workers}
     out.update({f"{name}_s": round(v, 2) for name, v in median.items()})
     out["rounds_s"] = {name: [round(v, 2) for v in values] for name, values in times.items()}
     out["speedup_warm_vs_cold"] = round(median["cold"] / median["warm"], 3)
@@ -271,7 +277,8 @@ def generation_case(
 
 def report_generation(result: dict) -> None:
     print(
-        f"{result['rows']} rows, {result['new_tokens']} new tokens, whole process (median of rounds): "
+        f"{result['rows']} rows, {result['new_tokens']} new tokens, {result['workers']} worker(s), "
+        "whole process (median of rounds): "
         f"cold (no cache) {result['cold_s']:.1f} s, warm (cached) {result['warm_s']:.1f} s -> "
         f"{result['speedup_warm_vs_cold']:.2f}x; rounds {result['rounds_s']}"
     )
@@ -327,6 +334,12 @@ def main() -> None:
     )
     parser.add_argument("--gen-rows", type=int, default=16, help="--generate's rows (default 16)")
     parser.add_argument("--new-tokens", type=int, default=32, help="--generate's new tokens (default 32)")
+    parser.add_argument(
+        "--gen-workers",
+        type=int,
+        default=1,
+        help="--generate's workers: above 1, the process pool's, each loading the model (default 1)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.generate:
@@ -360,7 +373,9 @@ def generate_main(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="shardwise-whole-gen-"))
     result: dict = {"cpu": cpu_flags(), "threads": args.threads, "load_before": os.getloadavg()}
     print(f"CPU: {result['cpu']}; load average {', '.join(f'{x:.2f}' for x in result['load_before'])}")
-    result["generation"] = generation_case(texts, gguf, work, args.rounds, args.threads, args.new_tokens)
+    result["generation"] = generation_case(
+        texts, gguf, work, args.rounds, args.threads, args.new_tokens, args.gen_workers
+    )
     report_generation(result["generation"])
     result["load_after"] = os.getloadavg()
     print(f"load average after: {', '.join(f'{x:.2f}' for x in result['load_after'])}")
