@@ -144,7 +144,7 @@ def test_restarted_watcher_catches_up_from_stored_state(pg_url: str) -> None:
         assert second.poll_once(0.2) == 0
     with watcher(pg_url, recorder) as third:  # and again: nothing changed, nothing announced
         assert third.poll_once(0.2) == 0
-    assert recorder.events == []
+    assert recorder.take() == []
 
 
 def test_without_trigger_the_watcher_catches_up_by_watermark(pg_url: str) -> None:

@@ -14,9 +14,14 @@ PASSWORD = "topsecret"
 
 @dataclass
 class Recorder:
-    """A fake emitter (the emitter is a protocol boundary): keeps every event it is handed."""
+    """A fake emitter (the emitter is a protocol boundary): keeps every event it is handed.
+
+    ``events`` and ``payloads`` are the whole history, so a check over them after a ``take()``
+    still sees every event (checks over an emptied list pass whatever happened).
+    """
 
     events: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
+    _taken: int = 0
 
     def __call__(self, *, event: str, resource: dict[str, str], payload: dict[str, Any]) -> None:
         json.dumps(payload)  # payloads must be JSON-able
@@ -27,8 +32,8 @@ class Recorder:
         return [p for _, _, p in self.events]
 
     def take(self) -> list[dict[str, Any]]:
-        """The payloads so far, forgetting them."""
-        out, self.events = self.payloads, []
+        """The payloads handed in since the last ``take()``; the history keeps them."""
+        out, self._taken = self.payloads[self._taken :], len(self.events)
         return out
 
 
