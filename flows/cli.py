@@ -153,9 +153,10 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = _Parser(
         prog="shardwise",
-        description="Batch inference over tables: score a SQL table or a Parquet dataset with a model, "
-        "shard by shard, into a results table, each row exactly once and with its lineage. Each "
-        "subcommand has its own --help with an example.",
+        description="Batch inference over tables: score a SQL table, or Parquet, CSV or JSON Lines files or "
+        "folders of images (local or on S3), with a model, shard by shard, into a SQL table (pgvector "
+        "too), a Delta Lake or Iceberg table or Parquet files, each row exactly once and with its "
+        "lineage. Each subcommand has its own --help with an example.",
         epilog=exit_codes_help(),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
