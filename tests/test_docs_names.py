@@ -43,6 +43,12 @@ def _tracked() -> frozenset[str]:
 
 
 @cache
+def _tops() -> frozenset[str]:
+    """The checkout's top folders (``shardwise``, ``flows``, ``bench``, ``docs``, ``.ci`` ...)."""
+    return frozenset(path.split("/")[0] for path in _tracked() if "/" in path)
+
+
+@cache
 def _folders() -> frozenset[str]:
     return frozenset(
         str(parent) for path in _tracked() for parent in Path(path).parents if str(parent) != "."
@@ -98,14 +104,19 @@ def _program(words: list[str]) -> tuple[str, list[str]] | None:
     """``("shardwise", rest)`` or ``("bench/x.py", rest)`` for a command of this project, else None."""
     if words and Path(words[0]).name == "shardwise":
         return "shardwise", words[1:]
-    if words and words[0] in _tracked() and words[0].endswith(".py"):  # `bench/whole.py --rounds 3`
+    if words and _script(words[0]):  # `bench/whole.py --rounds 3`
         return words[0], words[1:]
     if len(words) > 1 and Path(words[0]).name.startswith("python"):
         if words[1:3] == ["-m", "shardwise"]:
             return "shardwise", words[3:]
-        if words[1].endswith(".py") and not words[1].startswith("-"):
+        if _script(words[1]):
             return words[1], words[2:]
     return None
+
+
+def _script(word: str) -> bool:
+    """A ``.py`` file in one of the checkout's top folders (a user's own ``train.py`` is not ours)."""
+    return word.endswith(".py") and word.split("/")[0] in _tops() and "/" in word
 
 
 def _command_problems(command: str, declared: set[str]) -> Iterator[str]:
@@ -186,8 +197,7 @@ _PATH_EDGE = r"(?<![\w./:@~$-])"
 
 @cache
 def _path_pattern() -> re.Pattern[str]:
-    tops = sorted({path.split("/")[0] for path in _tracked() if "/" in path})
-    return re.compile(_PATH_EDGE + rf"((?:{'|'.join(map(re.escape, tops))})/[\w./*-]*)")
+    return re.compile(_PATH_EDGE + rf"((?:{'|'.join(map(re.escape, sorted(_tops())))})/[\w./*-]*)")
 
 
 def _exists(path: str) -> bool:
