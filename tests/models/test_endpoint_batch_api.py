@@ -285,6 +285,7 @@ def test_a_batch_past_the_completion_window_leaves_its_rows_dead_letters(
             outcomes = model.score_recorded(TEXTS[:2], WindowRef(0, keys, book))
         finally:
             model.close()
+    assert len(outcomes) == len(keys)
     assert all(isinstance(o, InputError) and "24-hour completion window" in str(o) for o in outcomes)
     (stored,) = book.ledger.provider_batches("run-1")
     assert stored.batch.status == "timed out"
@@ -347,4 +348,4 @@ def test_a_worker_told_to_stop_lets_the_shard_go_while_it_waits_and_the_next_att
             outcomes = model.score_recorded(TEXTS[:3], WindowRef(0, keys, book))  # the next attempt
         finally:
             model.close()
-    assert server.creates == 1 and all(isinstance(o, dict) for o in outcomes)
+    assert server.creates == 1 and len(outcomes) == len(keys) and all(isinstance(o, dict) for o in outcomes)
