@@ -272,6 +272,34 @@ def _named_in_problems(text: str) -> Iterator[str]:
                     yield f"`{name}` in `{path}`: that file names no `{part}`"
 
 
+_FILE_SUFFIXES = frozenset({"safetensors", "bin", "gguf", "json", "txt", "py", "yaml", "yml", "sql"})
+
+
+def _parameter_problems(span: str) -> Iterator[str]:
+    """A flow parameter by its dotted path (``run.dry_run``, ``model.endpoint``), as a deployment's YAML
+    nests it: each part is a field of the section before it (a capitalised part is a placeholder)."""
+    from pydantic import BaseModel
+
+    from shardwise.flows.params import ScoreParams
+
+    parts = span.split(".")
+    if len(parts) < 2 or parts[0] not in ScoreParams.model_fields or not re.fullmatch(r"[\w.]+", span):
+        return
+    if parts[-1] in _FILE_SUFFIXES:  # `model.safetensors` is a file of a model directory
+        return
+    model: type[BaseModel] = ScoreParams
+    for depth, part in enumerate(parts):
+        if part.isupper():
+            return
+        if part not in model.model_fields:
+            yield f"`{span}`: the flow's parameters have no `{'.'.join(parts[: depth + 1])}`"
+            return
+        annotation = model.model_fields[part].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return  # a value: what follows is its own (a mapping's key, an attribute)
+        model = annotation
+
+
 def _problems(page: str, text: str) -> list[str]:
     shell, spans, prose = _code(text)
     declared = _declared_flags(text)
@@ -280,6 +308,7 @@ def _problems(page: str, text: str) -> list[str]:
         found += _command_problems(command, declared)
     for span in spans:
         found += _dotted_problems(span)
+        found += _parameter_problems(span)
     for code in [*spans, *(body for _, body in _FENCED.findall(text))]:
         found += _path_problems(code)
     found += _named_in_problems(_FENCED.sub("", text))
@@ -312,7 +341,7 @@ shardwise rescore --run RUN_ID
 
 Give `--redrive` to score again; `shardwise redrive --run RUN_ID --force` is fine, as is --resume.
 The merge is in `shardwise/results/merge.py`; `parse_table_name` in `shardwise/results/schema.py`;
-`shardwise.flows.cli:no_such_function`; --no-such-flag in prose.
+`shardwise.flows.cli:no_such_function`; --no-such-flag in prose; tick `run.dry_runs`.
 """
     problems = "\n".join(_problems("page.md", page))
     for caught in (
@@ -324,6 +353,7 @@ The merge is in `shardwise/results/merge.py`; `parse_table_name` in `shardwise/r
         "`parse_table_name` in `shardwise/results/schema.py`",
         "defines no `no_such_function`",
         "`--no-such-flag`",
+        "`run.dry_runs`: the flow's parameters have no `run.dry_runs`",
     ):
         assert caught in problems, (caught, problems)
     assert "--force" not in problems and "--resume" not in problems and "--rows" not in problems, problems
