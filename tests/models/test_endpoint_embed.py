@@ -61,6 +61,7 @@ def test_vectors_come_back_in_order_as_an_encoders_and_a_refused_text_is_found_a
     clean = embedded(model_spec, list(TEXTS))
     too_long = "word " * 2000
     mixed = embedded(model_spec, [*TEXTS[:5], too_long, None, *TEXTS[5:]])
+    assert len(clean) == len(TEXTS)
     assert all(isinstance(o, dict) and o["embedding"].dtype == np.float32 for o in clean)
     assert isinstance(mixed[5], InputError) and "maximum context length" in str(mixed[5])
     assert isinstance(mixed[6], InputError) and "null" in str(mixed[6])

@@ -119,6 +119,7 @@ def test_an_outage_past_the_deadline_fails_the_window_naming_the_endpoint(origin
 def test_anthropic_messages_give_the_chat_texts(origin: str) -> None:
     chat, _ = scored(spec(f"{origin}/v1"), TEXTS[:6])
     messages, _ = scored(spec(origin, provider="anthropic"), TEXTS[:6])
+    assert len(messages) == len(chat) == 6
     assert [o["generated_text"] for o in messages] == [o["generated_text"] for o in chat]
     assert all(o["prompt_tokens"] > 0 and o["completion_tokens"] > 0 for o in messages)
     assert all(o["finish_reason"] in ("stop", "length") for o in messages)

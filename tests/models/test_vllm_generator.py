@@ -91,10 +91,12 @@ def test_a_json_schema_gives_valid_values_or_dead_letters(lm: Path) -> None:
     boolean = json.dumps({"type": "boolean"})
     held = HFCausalSpec(lm, generation=vllm_settings(json_schema=boolean, max_new_tokens=8)).load(CPU)
     outcomes = held.score_window([text for _, text in rows])
+    assert len(outcomes) == len(rows), outcomes
     assert all(isinstance(o, Mapping) and o["parsed"] in (True, False) for o in outcomes), outcomes
     assert all(o["finish_reason"] == "stop" for o in outcomes if isinstance(o, Mapping))
     free = vllm_settings(json_schema=boolean, max_new_tokens=8, constrained=False)
     unheld = HFCausalSpec(lm, generation=free).load(CPU).score_window([text for _, text in rows])
+    assert len(unheld) == len(rows), unheld
     assert all(isinstance(o, OutputError) for o in unheld), "a random model's free text is no JSON boolean"
 
 
