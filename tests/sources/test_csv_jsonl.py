@@ -254,7 +254,7 @@ def test_a_line_of_two_json_objects_or_too_long_is_skipped_saying_what_it_is(tmp
 def test_a_csv_row_too_long_refuses_the_file_saying_what_it_is(tmp_path: Path) -> None:
     from shardwise.sources.csv_jsonl.unreadable import MAX_ROW_BYTES
 
-    for size, said in ((MAX_ROW_BYTES + 1, "row 2 is"), (3 * MAX_ROW_BYTES, "line 3 is")):
+    for size, said in ((MAX_ROW_BYTES + 1, "the values of row 2 hold"), (3 * MAX_ROW_BYTES, "line 3 is")):
         (tmp_path / "a.csv").write_text(f"id,text\n1,one\n2,{'x' * size}\n3,three\n")
         with open_source(str(tmp_path)) as source, pytest.raises(SourceError) as caught:
             source.check()

@@ -102,7 +102,7 @@ def _check_row_sizes(table: pa.Table, where: str) -> None:
     if sizes is None or not len(sizes) or pc.max(sizes).as_py() <= MAX_ROW_BYTES:
         return
     row = pc.index(pc.greater(sizes, MAX_ROW_BYTES), True).as_py()
-    why = f"row {row + 1} is {sizes[row].as_py():,} bytes long, more than the {MIB} a row may hold"
+    why = f"the values of row {row + 1} hold {sizes[row].as_py():,} bytes, more than the {MIB} a row may hold"
     raise unreadable(f"CSV file {where!r}", why, "split or shorten its values")
 
 
