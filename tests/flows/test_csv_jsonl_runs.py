@@ -13,8 +13,6 @@ from flow_data import execute
 from shardwise.flows.cli import main
 from shardwise.results import Ledger
 
-pytestmark = [pytest.mark.usefixtures("prefect_harness")]
-
 
 def _run(source: Path, results: str, *extra: str) -> list[str]:
     return [
@@ -73,6 +71,7 @@ def test_a_file_that_cannot_be_read_is_refused_in_one_line_before_anything_runs(
     assert ledger_runs(results) == 0
 
 
+@pytest.mark.usefixtures("prefect_harness")
 def test_every_csv_value_is_scored_as_written_and_a_bad_line_is_counted_apart_from_a_null_key(
     tmp_path: Path, results: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -89,6 +88,7 @@ def test_every_csv_value_is_scored_as_written_and_a_bad_line_is_counted_apart_fr
     assert sorted(k for (k,) in execute(results, "select source_key from emb")) == sorted(keys)
 
 
+@pytest.mark.usefixtures("prefect_harness")
 def test_a_file_changed_under_the_plan_is_named_by_its_path_with_no_resume_that_cannot_work(
     tmp_path: Path, results: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
