@@ -81,6 +81,11 @@ def test_every_csv_value_is_scored_as_written_and_a_bad_line_is_counted_apart_fr
     source.mkdir()
     rows = "".join(f"{k},{t}\n" for k, t in zip(keys, texts, strict=True))
     (source / "a.csv").write_text(f"id,text\n{rows}2,a,b\n,no key\n")
+    where = ["--source", str(source), "--results", results, "--results-table", "emb"]
+    assert main(["plan", *where, "--model", "tiny"]) == 0
+    out = capfd.readouterr().out
+    assert "8 rows to score" in out and "1 row with a NULL key is skipped: not scored" in out, out
+    assert "1 unparsable line is skipped: not scored" in out, out
     assert main(_run(source, results)) == 0
     out = capfd.readouterr().out
     assert "8 rows scored" in out and "0 dead letters" in out, out
