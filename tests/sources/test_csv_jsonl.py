@@ -177,6 +177,13 @@ def test_a_quote_left_open_refuses_the_file_naming_its_line(tmp_path: Path) -> N
         pytest.raises(SourceError, match="starting on line 3 is never"),
     ):
         source.check()
+    rows = "".join(f"{i},row {i}\n" for i in range(20_000))  # the header's value outgrows csv's field limit
+    (tmp_path / "a.csv").write_text(f'id,"text\n{rows}')
+    with (
+        open_source(str(tmp_path)) as source,
+        pytest.raises(SourceError, match="starting on line 1 is never"),
+    ):
+        source.check()
 
 
 def test_a_quoted_value_of_many_lines_is_read_and_warned_about_with_its_count(

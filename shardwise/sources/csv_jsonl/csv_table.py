@@ -69,8 +69,8 @@ def _header(data: bytes, where: str) -> list[str]:
     text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig", newline="")
     try:
         return next((row for row in csv.reader(text) if row), [])
-    except csv.Error as exc:
-        raise unreadable(f"CSV file {where!r}", f"its header does not parse ({exc})", "fix it") from exc
+    except csv.Error as exc:  # a header field over the csv module's limit: a quote left open, most likely
+        raise _why_unreadable(data, where, exc) from exc
 
 
 def _has_line_breaks(table: pa.Table) -> bool:
