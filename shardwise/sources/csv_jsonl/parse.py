@@ -7,13 +7,10 @@ order, so a shard's block of records is the same on every read:
 
 * CSV: the rows pyarrow parsed, in file order, then the lines it could not
   parse (a wrong number of fields), by line number. Every column is read as
-  text, and only an empty field is NULL (``NA``, ``null`` and ``1.50`` stay
-  as written); the key is then an integer when every value is one written
-  canonically (``7``, ``-7``: not ``07``, ``+7`` or ``7.0``, and within
-  int64), else text. A quoted value left open at the end of the file makes
-  the file unreadable, and one spanning more than
-  :data:`~shardwise.sources.csv_jsonl.quotes.MAX_VALUE_LINES` lines is a
-  warning (see :mod:`~shardwise.sources.csv_jsonl.quotes`);
+  text, as written (see :mod:`~shardwise.sources.csv_jsonl.csv_table`); the
+  key is then an integer when every value is one written canonically
+  (``7``, ``-7``: not ``07``, ``+7`` or ``7.0``, and within int64), else
+  text, so that no two keys collide;
 * JSON Lines: one record per non-blank line, in line order, its values as
   JSON typed them. pyarrow parses the whole file at once; when a line is not
   one JSON object it parses the file line by line instead, to find the lines
@@ -22,11 +19,12 @@ order, so a shard's block of records is the same on every read:
 A row without a readable key (an unparsable line, a key missing, null or
 empty) is still a record, keyed by its place (``data/a.csv line 7``,
 ``data/a.csv row 3``) and holding the :class:`~shardwise.errors.InputError`
-that says why, so that the source can count it and say where it is. A CSV
-row or a JSON Lines line holds at most :data:`MAX_ROW_BYTES`. A file that
-cannot be read at all (not UTF-8 text, a quote left open, a CSV row too
-long, a column missing from it) is one :class:`~shardwise.errors.SourceError`
-or :class:`~shardwise.errors.ConfigError` line naming it.
+that says why, so that the source can count it and say where it is; a JSON
+Lines line over :data:`~shardwise.sources.csv_jsonl.unreadable.MAX_ROW_BYTES`
+is such a line. A file that cannot be read at all (not UTF-8 text, a CSV
+quote left open, a CSV row too long, a column missing from it) is one
+:class:`~shardwise.errors.SourceError` or :class:`~shardwise.errors.ConfigError`
+line naming it (see :mod:`~shardwise.sources.csv_jsonl.unreadable`).
 """
 
 from __future__ import annotations
