@@ -18,7 +18,7 @@ from shardwise.flows.outcome import OK, RUN_FAILED, TAKEN_OVER, code_for, print_
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.resolved import hand_over, held_spec, resolve_run
 from shardwise.flows.timeline import mark
-from shardwise.flows.totals import closing_lines
+from shardwise.flows.totals import closing_lines, source_changed
 from shardwise.pipeline import RunSpec, check_run
 from shardwise.pipeline.run_result import RunResult
 from shardwise.tasks.connections import resolve
@@ -124,7 +124,8 @@ def run_and_report(
         return Report(RUN_FAILED, result)
     if failed:
         say_error(state.message or "run failed")
-        print(f"finish it later with: shardwise run ... --resume {result.run_id}", file=sys.stderr)
+        if not source_changed(state.message or ""):  # the error says to start a new run: a resume fails
+            print(f"finish it later with: shardwise run ... --resume {result.run_id}", file=sys.stderr)
         return Report(RUN_FAILED, result)
     return Report(OK, result)
 
@@ -203,6 +204,9 @@ def print_plan(params: ScoreParams, *, as_json: bool = False) -> None:
     nulls = int(report.get("rows_null_key") or 0)
     if nulls:
         print(f"{plural(nulls, 'row')} with a NULL key {'is' if nulls == 1 else 'are'} skipped: not scored")
+    bad = int(report.get("rows_unparsable") or 0)
+    if bad:
+        print(f"{plural(bad, 'unparsable line')} {'is' if bad == 1 else 'are'} skipped: not scored")
     for line in cost_lines(report):
         print(line)
     for line in report.get("unfinished_runs", []):

@@ -27,12 +27,12 @@ whole run's are its ``totals``.
 from __future__ import annotations
 
 from shardwise.cost.usage import dollars
-from shardwise.errors import BudgetReached
+from shardwise.errors import BudgetReached, SourceChangedError
 from shardwise.model.counts import said
 from shardwise.pipeline.run_result import RunResult
 from shardwise.words import plural
 
-__all__ = ["budget_line", "budget_stop", "closing_lines", "usage_line", "whole_run"]
+__all__ = ["budget_line", "budget_stop", "closing_lines", "source_changed", "usage_line", "whole_run"]
 
 
 def closing_lines(result: RunResult, *, failed: bool) -> list[str]:
@@ -95,6 +95,12 @@ def _where_to(target: str) -> str:
 def budget_stop(message: str) -> bool:
     """Whether a shard's failure is its stop at the run's budget (``BudgetReached: ...``)."""
     return message.startswith(f"{BudgetReached.__name__}: ")
+
+
+def source_changed(message: str) -> bool:
+    """Whether a run's failures name a source file changed under its plan (``SourceChangedError: ...``),
+    which no ``--resume`` can read: only a new run can score it."""
+    return f"{SourceChangedError.__name__}: " in message
 
 
 def budget_line(result: RunResult, budget_usd: float | None, budget_tokens: int | None) -> str:

@@ -10,7 +10,9 @@ The tree decides what happens next, so callers catch by class, never by message:
     │   └── OutputError            the row ran, and its output broke the run's rule
     │                              (not JSON, or not the schema): a dead letter too
     ├── SourceError                the source table or dataset is not what was asked
-    │                              for (missing table or column, bad identifier)
+    │   │                          for (missing table or column, bad identifier)
+    │   └── SourceChangedError     a file or object changed after the run's plan listed
+    │                              it: no retry or --resume can read it, a new run can
     ├── RetryDeadlineError         transient failures outlasted the run's retry deadline
     │                              (shardwise.retry_policy); final for this attempt chain:
     │                              nothing retries it, --resume does once the outage ends
@@ -51,6 +53,7 @@ __all__ = [
     "RunTakenOverError",
     "ShardStateError",
     "ShardwiseError",
+    "SourceChangedError",
     "SourceError",
     "TransientError",
     "UnknownModelError",
@@ -83,6 +86,11 @@ class OutputError(InputError):
 
 class SourceError(ShardwiseError):
     """The source does not hold what was asked for. Permanent."""
+
+
+class SourceChangedError(SourceError):
+    """A file or object of the source changed after the run's plan listed it. The run reads what its plan
+    listed, so neither a retry nor ``--resume`` can finish it; a new run plans the source again."""
 
 
 class RunTakenOverError(ShardwiseError):

@@ -33,6 +33,7 @@ from shardwise.pipeline.destination import (
 from shardwise.pipeline.estimate import CostEstimate, TokenCount, count_tokens, estimate_cost
 from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.run_precision import hardware_precision
+from shardwise.pipeline.skipped import Skipped
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, chosen_spec, open_spec_source
@@ -168,7 +169,8 @@ def plan_report(
         "precision": precision,
         "only_new": spec.run.only_new,
         "rows_already_scored": already,
-        "rows_null_key": int(plan.params.get("null_keys") or 0),
+        "rows_null_key": Skipped.of(plan).null_key,
+        "rows_unparsable": Skipped.of(plan).unparsable,
         "unfinished_runs": unfinished,
         **_cost_keys(tokens, cost),
     }

@@ -6,7 +6,7 @@ a dead letter, or a counted skip. So a completed run's summary adds up::
     rows of the source = results (rows_out) + dead letters (rows_failed) + skipped
 
 (over the rows a ``--where`` filter keeps, and the keys a redrive chose).
-A row is skipped, never silently, for one of two reasons:
+A row is skipped, never silently, for one of three reasons:
 
 * **A NULL key** (``null_key``). A dead letter is a promise that the row can
   be found again, fixed, and redriven by its key; a row without a key cannot
@@ -19,6 +19,11 @@ A row is skipped, never silently, for one of two reasons:
 * **Already scored** (``already_scored``): ``--only-new`` left the row out
   because it has a current result (a SQL source's ``skipped_rows``), or it
   lies in a Parquet object a completed run already scored.
+* **An unparsable line** (``unparsable``): a line of a CSV or JSON Lines file
+  that does not parse (a wrong number of fields, not one JSON object) has no
+  key to redrive it by either, for the same reason as a NULL key; its plan
+  counts it (``params["unparsable_lines"]``) and names the first few, apart
+  from the NULL keys, since its fix is to repair the line, not to set a key.
 """
 
 from __future__ import annotations
@@ -39,28 +44,38 @@ class Skipped:
 
     null_key: int = 0
     already_scored: int = 0
+    unparsable: int = 0
 
     @classmethod
     def of(cls, plan: SourcePlan) -> Skipped:
         """What ``plan`` skips, as it counted when it was made (a resumed run's stored plan alike)."""
-        return cls(int(plan.params.get("null_keys") or 0), int(plan.params.get("skipped_rows") or 0))
+        params = plan.params
+        return cls(
+            int(params.get("null_keys") or 0),
+            int(params.get("skipped_rows") or 0),
+            int(params.get("unparsable_lines") or 0),
+        )
 
     @classmethod
     def from_dict(cls, counts: Mapping[str, Any] | None) -> Skipped:
         """From :meth:`as_dict` (a run summary's ``skipped``); missing reasons count 0."""
         given = dict(counts or {})
-        return cls(int(given.get("null_key", 0)), int(given.get("already_scored", 0)))
+        return cls(*(int(given.get(name, 0)) for name in ("null_key", "already_scored", "unparsable")))
 
     @property
     def total(self) -> int:
-        return self.null_key + self.already_scored
+        return self.null_key + self.already_scored + self.unparsable
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
     def reasons(self) -> str:
-        """``2 with a NULL key, 1 already scored``; empty when nothing was skipped."""
-        counted = ((self.null_key, "with a NULL key"), (self.already_scored, "already scored"))
+        """``2 with a NULL key, 1 unparsable, 1 already scored``; empty when nothing was skipped."""
+        counted = (
+            (self.null_key, "with a NULL key"),
+            (self.unparsable, "unparsable"),
+            (self.already_scored, "already scored"),
+        )
         return ", ".join(f"{n:,} {why}" for n, why in counted if n)
 
     def describe(self) -> str:

@@ -111,13 +111,14 @@ def test_bad_rows_are_dead_letters_or_counted_skips(tmp_path: Path, caplog: pyte
     assert [k for k, v in rows if isinstance(v, Exception)] == [5, 5]
     assert repeated[0].startswith("key 5 of a.csv row 4 is on more than one row of the files")
     assert repeated[1].startswith("key 5 of b.jsonl line 4 is on more than one row")
-    # No readable key (a line that does not parse, a key left empty): counted, named, skipped.
-    assert plan.params["null_keys"] == 3 and plan.params["null_key_objects"] == ["a.csv", "b.jsonl"]
+    # No readable key (a line that does not parse, a key left empty): counted apart, named, skipped.
+    assert plan.params["null_keys"] == 1 and plan.params["null_key_objects"] == ["a.csv"]
+    assert plan.params["unparsable_lines"] == 2
     unreadable = plan.params["unreadable_rows"]
     assert unreadable[0].startswith("a.csv row 2 has no key 'id' (missing, null or empty)")
     assert unreadable[1].startswith("a.csv line 3 is not valid CSV (3 fields where the header has 2)")
     assert unreadable[2].startswith("b.jsonl line 2 is not valid JSON Lines (JSON parse error")
-    assert "3 rows of " in caplog.text and "have no readable key" in caplog.text
+    assert "3 rows of " in caplog.text and "(1 without a key, 2 unparsable lines)" in caplog.text
 
 
 def test_a_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
@@ -128,6 +129,147 @@ def test_a_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "a.csv").write_text("id,body\n1,x\n")
     with open_source(str(tmp_path)) as source, pytest.raises(ConfigError, match="its columns are: id, body"):
         source.check()
+
+
+def test_every_csv_value_stays_as_written_and_a_key_is_an_integer_only_when_every_one_is_canonical(
+    tmp_path: Path,
+) -> None:
+    """Issue 45, item 16: pyarrow's type inference made texts NULL and keys collide."""
+    texts = ["NA", "null", "nan", "N/A", "1.50", "-0", "true"]
+    (tmp_path / "a.csv").write_text("id,text\n" + "".join(f"{i},{t}\n" for i, t in enumerate(texts)) + "9,\n")
+    with open_source(str(tmp_path)) as source:
+        plan = source.plan()
+        rows = dict(_read_all(source, plan))
+    assert plan.params["key_type"] == "int" and plan.params["null_keys"] == 0
+    assert rows == {**dict(enumerate(texts)), 9: None}, "only an empty field is NULL"
+
+    keys = ["NA", "null", "01", "1", "12345678901234567890", "12345678901234567891", "1.50", "1.5"]
+    (tmp_path / "a.csv").write_text("id,text\n" + "".join(f"{k},row {k}\n" for k in keys))
+    with open_source(str(tmp_path)) as source:
+        plan = source.plan()
+        rows = dict(_read_all(source, plan))
+    assert plan.params["key_type"] == "text" and plan.params["duplicate_keys"] == []
+    assert plan.params["null_keys"] == 0 and rows == {k: f"row {k}" for k in keys}
+
+    (tmp_path / "a.csv").write_text("id,text\n-3,a\n0,b\n9223372036854775807,c\n")
+    with open_source(str(tmp_path)) as source:
+        plan = source.plan()
+        assert plan.params["key_type"] == "int"
+        assert sorted(k for k, _ in _read_all(source, plan)) == [-3, 0, 9223372036854775807]
+
+
+def test_a_quote_left_open_refuses_the_file_naming_its_line(tmp_path: Path) -> None:
+    """Issue 45, item 15: the value swallowed the rest of the file, and pyarrow said nothing."""
+    lines = ["1,one", "2,two", '3,"three unclosed', *(f"{i},n{i}" for i in range(4, 11))]
+    (tmp_path / "a.csv").write_text("id,text\n" + "\n".join(lines) + "\n")
+    with open_source(str(tmp_path)) as source, pytest.raises(SourceError) as caught:
+        source.check()
+    said = str(caught.value)
+    assert said.startswith(
+        "CSV file 'a.csv' cannot be read: the quoted value starting on line 4 is never closed"
+    )
+    assert "\n" not in said and said.endswith(
+        'close its quote (a quote inside a quoted value is written twice: "")'
+    )
+    (tmp_path / "a.csv").write_text('id,text\n1,one\n"2,two\n3,three\n')  # open in the key column
+    with (
+        open_source(str(tmp_path)) as source,
+        pytest.raises(SourceError, match="starting on line 3 is never"),
+    ):
+        source.check()
+    rows = "".join(f"{i},row {i}\n" for i in range(20_000))  # the header's value outgrows csv's field limit
+    (tmp_path / "a.csv").write_text(f'id,"text\n{rows}')
+    with (
+        open_source(str(tmp_path)) as source,
+        pytest.raises(SourceError, match="starting on line 1 is never"),
+    ):
+        source.check()
+
+
+def test_a_quoted_value_of_many_lines_is_read_and_warned_about_with_its_count(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from shardwise.sources.csv_jsonl.quotes import MAX_VALUE_LINES
+
+    long = "\n".join(f"line {i}" for i in range(MAX_VALUE_LINES + 20))
+    short = "one\ntwo"
+    (tmp_path / "a.csv").write_text(f'id,text\n1,"{short}"\n2,"a ""quoted"" {long}"\n3,three\n')
+    with open_source(str(tmp_path)) as source:
+        plan = source.plan()
+        rows = dict(_read_all(source, plan))
+    assert rows == {1: short, 2: f'a "quoted" {long}', 3: "three"}
+    warned = [r.getMessage() for r in caplog.records if "spans" in r.getMessage()]
+    assert warned == [
+        f"CSV file 'a.csv': the quoted value starting on line 4 spans {MAX_VALUE_LINES + 20} lines (more "
+        f"than {MAX_VALUE_LINES}); if a quote is missing there, the rows it swallowed are not scored: check "
+        "the quotes from that line"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "said"),
+    [
+        (
+            "a.jsonl",
+            b'{"id": 1, "text": "ok"}\n{"id": 2, "text": "caf\xe9"}\n',
+            "line 2 holds byte 0xe9, which is not UTF-8",
+        ),
+        (
+            "a.csv",
+            "id,text\n1,caf\u00e9\n".encode("utf-16"),
+            "it is UTF-16 (it starts with UTF-16's byte-order mark)",
+        ),
+        ("a.csv", "id,text\n1,x\n".encode("utf-16-le"), "line 1 holds a NUL byte"),
+        ("a.csv", b"id,text\n1,caf\xe9\n", "line 2 holds byte 0xe9, which is not UTF-8"),
+    ],
+    ids=["latin-1 JSON Lines", "UTF-16 CSV", "UTF-16 CSV without its mark", "latin-1 CSV"],
+)
+def test_a_file_that_is_not_utf8_is_one_line_naming_its_line(
+    tmp_path: Path, name: str, data: bytes, said: str
+) -> None:
+    """Issue 45, item 17: these were a UnicodeDecodeError's traceback."""
+    (tmp_path / name).write_bytes(data)
+    with open_source(str(tmp_path)) as source, pytest.raises(SourceError) as caught:
+        source.check()
+    label = "CSV" if name.endswith(".csv") else "JSON Lines"
+    assert str(caught.value).startswith(f"{label} file {name!r} cannot be read: {said}"), caught.value
+    assert str(caught.value).endswith("; save it as UTF-8") and "\n" not in str(caught.value)
+
+
+def test_a_line_of_two_json_objects_or_too_long_is_skipped_saying_what_it_is(tmp_path: Path) -> None:
+    from shardwise.sources.csv_jsonl.unreadable import MAX_ROW_BYTES
+
+    long = json.dumps({"id": 4, "text": "x" * MAX_ROW_BYTES})
+    (tmp_path / "a.jsonl").write_text(
+        '{"id": 1, "text": "one"} {"id": 2, "text": "two"}\n{"id": 3, "text": "three"}\n'
+        f'{long}\n{{"id": 5, "text": "five"}}\n'
+    )
+    with open_source(str(tmp_path)) as source:
+        plan = source.plan()
+        rows = dict(_read_all(source, plan))
+    assert rows == {3: "three", 5: "five"}
+    assert plan.params["unparsable_lines"] == 2 and plan.params["null_keys"] == 0
+    first, second = plan.params["unreadable_rows"]
+    assert first.startswith(
+        "a.jsonl line 1 is not valid JSON Lines (it holds 2 JSON objects, where a line holds one)"
+    )
+    assert second.startswith(
+        f"a.jsonl line 3 is not valid JSON Lines (it is {len(long):,} bytes long, more than the 16 MiB"
+    )
+
+
+def test_a_csv_row_too_long_refuses_the_file_saying_what_it_is(tmp_path: Path) -> None:
+    from shardwise.sources.csv_jsonl.unreadable import MAX_ROW_BYTES
+
+    for size, said in ((MAX_ROW_BYTES + 1, "the values of row 2 hold"), (3 * MAX_ROW_BYTES, "line 3 is")):
+        (tmp_path / "a.csv").write_text(f"id,text\n1,one\n2,{'x' * size}\n3,three\n")
+        with open_source(str(tmp_path)) as source, pytest.raises(SourceError) as caught:
+            source.check()
+        assert str(caught.value).startswith(f"CSV file 'a.csv' cannot be read: {said} "), caught.value
+        assert "more than the 16 MiB a row may hold; split or shorten its values" in str(caught.value)
+    (tmp_path / "a.csv").write_text(f"id,text\n1,{'x' * (3 << 20)}\n")  # more than pyarrow's 1 MiB blocks
+    with open_source(str(tmp_path)) as source:
+        assert [len(v) for _, v in _read_all(source, source.plan())] == [3 << 20]
 
 
 def test_parquet_options_only(folder: Path) -> None:
@@ -180,7 +322,7 @@ def test_a_run_from_csv_into_sqlite_scores_the_valid_rows_and_only_new_adds_noth
     run = ["run", "--source", str(folder), "--model", "tiny", "--results", results, "--results-table", "emb"]
     assert main([*run, "--shards", "3"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "2 skipped (2 with a NULL key)" in out, out
+    assert "2 skipped (1 with a NULL key, 1 unparsable)" in out, out
     assert execute(results, "select count(*), count(distinct source_key) from emb") == [(30, 30)]
     letters = execute(results, "select source_key, message from shardwise_errors order by message")
     assert [key for key, _ in letters] == ["9", "9"]

@@ -21,9 +21,11 @@ so that every shard's read knows them.
 A row without a readable key (its key missing, null or empty, or a line that
 does not parse) cannot be a dead letter: a dead letter is found again and
 redriven by its key (see :mod:`shardwise.pipeline.skipped`). As for a NULL
-key in Parquet, it is not read: the plan counts it in ``null_keys``, names
-its files (``null_key_objects``) and the first few places and reasons
-(``unreadable_rows``), and planning logs them in a warning.
+key in Parquet, it is not read: the plan counts a row without a key in
+``null_keys`` (naming their files in ``null_key_objects``) and a line that
+does not parse in ``unparsable_lines``, lists the first few places and
+reasons of both (``unreadable_rows``), and planning logs them in a warning,
+with the files' own warnings (a quoted value of many lines).
 """
 
 from __future__ import annotations
@@ -115,11 +117,17 @@ class CsvJsonlSource(Source):
         shards = tuple(to_shard(i, run) for i, run in enumerate(cut(groups, sizing)))
         rows = sum(g.rows for g in groups)
         unkeyed = [(obj, r) for obj, parsed in planned for r in parsed.records if not r.keyed]
+        nulls = [obj for obj, r in unkeyed if r.skipped == "null_key"]
         if unkeyed:
             _log.warning(
-                "%d rows of %s have no readable key, so they are skipped (not scored, not dead letters): %s",
-                len(unkeyed), self.identity, "; ".join(str(r.value) for _, r in unkeyed[:_SHOWN]),
+                "%d rows of %s have no readable key (%d without a key, %d unparsable lines), so they are "
+                "skipped (not scored, not dead letters): %s",
+                len(unkeyed), self.identity, len(nulls), len(unkeyed) - len(nulls),
+                "; ".join(str(r.value) for _, r in unkeyed[:_SHOWN]),
             )  # fmt: skip
+        for _, parsed in planned:
+            for warning in parsed.warnings:
+                _log.warning("%s", warning)
         params = {
             **self.params,
             "key_type": _key_type([parsed for _, parsed in planned]),
@@ -128,9 +136,10 @@ class CsvJsonlSource(Source):
             "ignored_objects": listing.ignored,
             "block_rows": self.block_rows,
             "rows": rows,
-            "null_keys": len(unkeyed),
+            "null_keys": len(nulls),
             "null_keys_known": True,
-            "null_key_objects": sorted({relative_key(self.identity, o.key) for o, _ in unkeyed})[:_SHOWN],
+            "null_key_objects": sorted({relative_key(self.identity, o.key) for o in nulls})[:_SHOWN],
+            "unparsable_lines": len(unkeyed) - len(nulls),
             "unreadable_rows": [str(r.value) for _, r in unkeyed[:_SHOWN]],
             "duplicate_keys": repeated,
             "new_only": None if new_only is None else {"model_version": new_only.model_version},

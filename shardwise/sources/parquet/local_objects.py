@@ -71,7 +71,7 @@ class LocalStore:
             raise changed_since_listed(obj, "the file no longer exists") from exc
         except OSError as exc:
             raise SourceError(
-                f"cannot open Parquet file {obj.key!r}: {exc.strerror}; check that it is readable"
+                f"cannot open file {obj.key!r}: {exc.strerror}; check that it is readable"
             ) from exc
         with handle:
             now = local_etag(os.fstat(handle.fileno()))
@@ -92,7 +92,7 @@ def _describe(path: str) -> ObjectInfo:
         stat = os.stat(path)
     except OSError as exc:
         raise SourceError(
-            f"cannot stat Parquet file {path!r} while listing: {exc.strerror}; "
+            f"cannot stat file {path!r} while listing: {exc.strerror}; "
             "the folder is changing or unreadable, check it and start a new run"
         ) from exc
     return ObjectInfo(path, local_etag(stat), stat.st_size)

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import IO, Protocol
 
-from shardwise.errors import SourceError
+from shardwise.errors import SourceChangedError
 
 __all__ = [
     "Listing",
@@ -70,7 +70,7 @@ class ObjectStore(Protocol):
         ...
 
     def open(self, obj: ObjectInfo) -> AbstractContextManager[IO[bytes]]:
-        """Open ``obj`` as a seekable binary file; :class:`SourceError` if it changed since it was listed."""
+        """Open ``obj`` as a seekable binary file; :class:`SourceChangedError` if it changed since listed."""
         ...
 
     def close(self) -> None:
@@ -112,10 +112,11 @@ def listing_digest(objects: Iterable[ObjectInfo]) -> str:
     return hashlib.sha256(json.dumps(triples, separators=(",", ":")).encode()).hexdigest()
 
 
-def changed_since_listed(obj: ObjectInfo, detail: str) -> SourceError:
-    """The error for an object replaced or deleted after it was listed (and so after the plan)."""
-    return SourceError(
-        f"Parquet object {obj.key!r} changed since it was listed for the plan (listed with etag "
-        f"{obj.etag!r}, size {obj.size}; {detail}); a stored plan must read the objects it was made "
-        "from: start a new run so the dataset is planned again"
+def changed_since_listed(obj: ObjectInfo, detail: str) -> SourceChangedError:
+    """The error for an object replaced or deleted after it was listed (and so after the plan); it names
+    the object by its path or URL alone, which says what it is (Parquet, CSV, an image)."""
+    return SourceChangedError(
+        f"{obj.key!r} changed since it was listed for the run's plan (listed with etag {obj.etag!r}, size "
+        f"{obj.size}; {detail}); the run reads what its plan listed, so neither a retry nor --resume can "
+        "finish it: start a new run, which plans the source as it is now"
     )
