@@ -189,6 +189,7 @@ def run_markdown(
         f"| Status | **{text(result.status)}** |",
         *_scored_rows(result),
         *_usage_rows(totals.usage, ", whole run" if result.resumed else ""),
+        *([] if result.past_budget is None else [f"| Budget | **{text(result.past_budget)}** |"]),
         f"| Truncated rows | {result.rows_truncated} (longer than the model's limit: scored on their "
         "start) |",
         f"| Shards | {totals.shards_done}/{totals.shards_total} done, "

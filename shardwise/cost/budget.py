@@ -94,9 +94,10 @@ def chunk_rows_within(
 def _round_up(value: float) -> str:
     """``value`` rounded up to three significant digits, as a flag takes it: ``0.0431``, ``1250``."""
     if value >= 100:
-        return str(math.ceil(value))
+        return str(math.ceil(round(value, 6)))
     places = 2 - math.floor(math.log10(value))
-    return f"{math.ceil(value * 10**places) / 10**places:.{places}f}"
+    scaled = math.ceil(round(value * 10**places, 6))  # 0.0021000000000000003 is 0.0021, not 0.00211
+    return f"{scaled / 10**places:.{places}f}".rstrip("0").rstrip(".")
 
 
 def past_budget(budget: Budget | None, usage: RunUsage) -> str | None:

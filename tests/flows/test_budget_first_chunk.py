@@ -103,7 +103,18 @@ def test_a_token_budget_holds_from_the_first_chunk_and_the_plan_says_what_it_cov
         budget,
         chunks,
     )
-    assert sum(t for _, t in chunks) <= budget
+    spent = sum(t for _, t in chunks)
+    assert spent <= budget
+
+    # A resume under a budget smaller than what the run spent ends past it, and says so.
+    smaller = spent - 1
+    resumed = [a if a != str(budget) else str(smaller) for a in argv] + ["--resume", run_id]
+    assert main(resumed) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"run {run_id} ended past its budget: {spent:,} tokens spent of the {smaller:,}-token budget" in out
+    )
+    assert "past its budget" not in out.split(f"run {run_id} ended")[0], "said once, in its own line"
 
 
 def test_a_dollar_budget_the_plan_cannot_size_a_first_chunk_for_is_refused_before_anything_runs(
