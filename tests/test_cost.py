@@ -159,3 +159,22 @@ def test_a_run_past_its_budget_is_named_with_each_budget_it_passed() -> None:
         "past its budget: $0.09179 spent of the $0.01 budget and 1,080 tokens spent of the 1,000-token budget"
     )
     assert past_budget(Budget(0.1, 2_000), usage) is None and past_budget(None, usage) is None
+
+
+def test_a_remote_models_chunks_hold_none_of_our_devices_and_every_report_says_so_as_the_plan_does() -> None:
+    from shardwise.pipeline.estimate import TokenCount, estimate_cost
+
+    now = [100.0]
+    meter = ChunkMeter("cpu", Pricing("openai:gpt-4o-mini"), ["prompt_tokens"], lambda: now[0])
+    now[0] = 130.0  # half a minute waiting on the provider: its devices' time, not ours
+    usage = meter.measure([{"prompt_tokens": 1000}])
+    assert (usage.device, usage.device_s) == ("remote", 0.0) and usage.cost_usd == pytest.approx(0.00015)
+    run = RunUsage(rows=1, counts={"prompt_tokens": 1000}, device_s={"remote": 0.0}, cost_usd=0.00015)
+    tokens = TokenCount(rows=1, counted_rows=1, per_row=[1000], max_new_tokens=0, sampled=False)
+    planned = estimate_cost(tokens, Pricing("openai:gpt-4o-mini"), [])
+    assert run.said().endswith(f"device-hours: {planned.hours_from}"), "the summary says what the plan says"
+    assert (
+        run.hours_figure()
+        == planned.hours_from
+        == "none of ours: a remote model runs on its provider's devices"
+    )

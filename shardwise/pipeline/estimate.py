@@ -61,6 +61,7 @@ from datetime import datetime, timezone
 from itertools import islice
 
 from shardwise.cost.prices import Pricing, token_cost
+from shardwise.cost.usage import NO_DEVICE
 from shardwise.errors import InputError
 from shardwise.model import Item, Loaded, Model, PromptCounter, PromptItem
 from shardwise.precision.calibration import Speed
@@ -249,7 +250,7 @@ def row_high(tokens: TokenCount | None, cost: CostEstimate) -> tuple[float | Non
     return usd, math.ceil(tokens.cost / max(1, tokens.scored_rows))  # the rows it would score
 
 
-REMOTE_DEVICE_HOURS = "none of ours: a remote model runs on its provider's devices"
+REMOTE_DEVICE_HOURS = NO_DEVICE
 
 
 def _remote(tokens: TokenCount | None, pricing: Pricing) -> CostEstimate:

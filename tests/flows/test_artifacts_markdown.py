@@ -173,3 +173,9 @@ def test_a_run_past_its_budget_says_so_in_its_report() -> None:
     ]
     assert [_cells(r) for r in rows] == [[" Budget ", f" **{text(past)}** "]]
     assert "Budget" not in run_markdown(_summary(), [SHARD], [], {}), "within its budget: no row"
+
+
+def test_the_plan_report_shows_figures_as_shardwise_plan_prints_them_never_raw_floats() -> None:
+    report = {"cost_usd_high": 0.0006841986217962972, "device_hours": 0.00012345678, "rows": 12345}
+    shown = {_cells(r)[0].strip(): _cells(r)[1].strip() for r in plan_markdown(report).splitlines()[4:]}
+    assert shown == {"cost\\_usd\\_high": "$0.0006842", "device\\_hours": "0.0001", "rows": "12,345"}
