@@ -192,9 +192,12 @@ def print_plan(params: ScoreParams, *, as_json: bool = False) -> None:
     if report["shards"]:
         print(f"rows per shard: {report['rows_per_shard_min']} to {report['rows_per_shard_max']}")
     verb = "skips" if report["only_new"] else "would skip"
-    skipped = report["rows_already_scored"]
+    skipped, read = report["rows_already_scored"], report["rows_already_read"]
     if skipped is None:
         print(f"--only-new {verb} an unknown number of rows ({report['rows_already_scored_unknown']})")
+    elif read:
+        print(f"--only-new {verb} {plural(read, 'row')} in files a completed run already read (scored or "
+              "dead-lettered)")  # fmt: skip
     else:
         have = "has" if skipped == 1 else "have"
         print(f"--only-new {verb} {plural(skipped, 'row')} that already {have} a current result")

@@ -31,6 +31,7 @@ from shardwise.pipeline.destination import (
 from shardwise.pipeline.estimate import CostEstimate, TokenCount
 from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.run_precision import hardware_precision
+from shardwise.pipeline.skipped import Skipped
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import Catalogue, chosen_spec, chunk_rows, open_spec_source
@@ -104,9 +105,10 @@ def plan_report(
                 if spec.run.only_new
                 else plan_source(new_only, source, version, ledger, sink=asks, target=recorded)
             )
-            already, unknown = int(current.params.get("skipped_rows") or 0), None
+            skips: Skipped | None = Skipped.of(current)
+            unknown = None
         except ConfigError as exc:
-            already, unknown = None, redact(str(exc))  # a report: it names a reference, not its value
+            skips, unknown = None, redact(str(exc))  # a report: it names a reference, not its value
         unfinished = _unfinished(ledger, recorded, target)
     finally:
         source.close()
@@ -124,7 +126,9 @@ def plan_report(
         "model": f"{info.name} {info.version[:12]}",
         "precision": precision,
         "only_new": spec.run.only_new,
-        "rows_already_scored": already,
+        # A plan by objects skips whole files a completed run read: their rows scored or dead-lettered.
+        "rows_already_scored": None if skips is None else skips.already_scored,
+        "rows_already_read": None if skips is None else skips.already_read,
         "rows_already_scored_unknown": unknown,
         "rows_null_key": int(plan.params.get("null_keys") or 0),
         "unfinished_runs": unfinished,

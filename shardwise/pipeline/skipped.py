@@ -17,8 +17,12 @@ A row is skipped, never silently, for one of two reasons:
   to fix them (:func:`null_key_warning`), and its summary counts them. SQL
   and Parquet sources follow this one rule.
 * **Already scored** (``already_scored``): ``--only-new`` left the row out
-  because it has a current result (a SQL source's ``skipped_rows``), or it
-  lies in a Parquet object a completed run already scored.
+  because it has a current result (a SQL source's ``skipped_rows``).
+* **Already read** (``already_read``): ``--only-new`` left out the object
+  (a Parquet, CSV or JSON Lines file) the row lies in, because a completed
+  run already read it: its rows were scored *or* dead-lettered there (a
+  line that did not parse, a row the model refused), so they are not all
+  "already scored", and the summary does not say they were.
 """
 
 from __future__ import annotations
@@ -39,28 +43,35 @@ class Skipped:
 
     null_key: int = 0
     already_scored: int = 0
+    already_read: int = 0
 
     @classmethod
     def of(cls, plan: SourcePlan) -> Skipped:
-        """What ``plan`` skips, as it counted when it was made (a resumed run's stored plan alike)."""
-        return cls(int(plan.params.get("null_keys") or 0), int(plan.params.get("skipped_rows") or 0))
+        """What ``plan`` skips, as it counted when it was made (a resumed run's stored plan alike): a plan
+        by objects skips whole files a completed run read, any other skips rows with a current result."""
+        nulls, skipped = int(plan.params.get("null_keys") or 0), int(plan.params.get("skipped_rows") or 0)
+        return cls(nulls, already_read=skipped) if plan.by_objects else cls(nulls, skipped)
 
     @classmethod
     def from_dict(cls, counts: Mapping[str, Any] | None) -> Skipped:
         """From :meth:`as_dict` (a run summary's ``skipped``); missing reasons count 0."""
         given = dict(counts or {})
-        return cls(int(given.get("null_key", 0)), int(given.get("already_scored", 0)))
+        return cls(*(int(given.get(name, 0)) for name in ("null_key", "already_scored", "already_read")))
 
     @property
     def total(self) -> int:
-        return self.null_key + self.already_scored
+        return self.null_key + self.already_scored + self.already_read
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
     def reasons(self) -> str:
         """``2 with a NULL key, 1 already scored``; empty when nothing was skipped."""
-        counted = ((self.null_key, "with a NULL key"), (self.already_scored, "already scored"))
+        counted = (
+            (self.null_key, "with a NULL key"),
+            (self.already_scored, "already scored"),
+            (self.already_read, "in files a completed run already read, scored or dead-lettered"),
+        )
         return ", ".join(f"{n:,} {why}" for n, why in counted if n)
 
     def describe(self) -> str:
