@@ -220,16 +220,18 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = command(
         "plan",
-        "dry run: shards, rows, estimated tokens, what --only-new skips",
-        "Plan the run without scoring or writing anything: how many shards and rows, the estimated\n"
-        "tokens, and how many rows --only-new would skip because they already have a current result.\n"
+        "dry run: shards, rows, prompt tokens, cost, what --only-new skips",
+        "Plan the run without scoring or writing anything: how many shards and rows, and how many rows\n"
+        "--only-new would skip because they already have a current result.\n"
         "It estimates what the run will cost: prompt tokens counted with the model's tokenizer over every\n"
         "planned row (a sample of a very large table, saying so), completion tokens at most max_new_tokens\n"
-        "a row, device-hours from earlier runs of the model in the ledger, and the dollar range.",
+        "a row, device-hours from earlier runs of the model in the ledger, and the dollar range. Given\n"
+        "--budget-usd or --budget-tokens, it says whether each covers that estimate, and the chunk the run\n"
+        "would cut for it (at most a tenth of the budget), or refuses a budget the run would refuse.",
         f"shardwise plan --source {_EXAMPLE_DB} --table docs --rows-per-shard 5000",
         parents=[verbose],
     )
-    add_score_options(plan)
+    add_score_options(plan, ("run.budget_usd", "run.budget_tokens"))
     plan.add_argument(
         "--json",
         action="store_true",

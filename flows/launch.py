@@ -168,7 +168,7 @@ def was_recorded(params: ScoreParams, run_id: str) -> bool | None:
 
 
 def print_plan(params: ScoreParams, *, as_json: bool = False) -> None:
-    """Print the shard count, rows per shard, estimated tokens and what --only-new would skip, what the run
+    """Print the shard count, rows per shard, what --only-new would skip, what the run
     will cost; then the runs into the same results table still marked running: live, or abandoned (to
     resume instead). ``as_json``: the report as one JSON object, and nothing else."""
     from shardwise.models import get_spec
@@ -192,15 +192,16 @@ def print_plan(params: ScoreParams, *, as_json: bool = False) -> None:
     print(f"{plural(report['shards'], 'shard')}, {plural(report['rows'], 'row')} to score")
     if report["shards"]:
         print(f"rows per shard: {report['rows_per_shard_min']} to {report['rows_per_shard_max']}")
-    print(
-        f"estimated tokens: {report['estimated_tokens']} ({report['tokens_per_row']} per row, "
-        f"model {report['model']})"
-    )
     verb = "skips" if report["only_new"] else "would skip"
-    skipped = str(report["rows_already_scored"])  # a count, or "unknown (why)"
-    counted = plural(int(skipped), "row") if skipped.isdigit() else f"{skipped} rows"
-    have = "has" if skipped == "1" else "have"
-    print(f"--only-new {verb} {counted} that already {have} a current result")
+    skipped, read = report["rows_already_scored"], report["rows_already_read"]
+    if skipped is None:
+        print(f"--only-new {verb} an unknown number of rows ({report['rows_already_scored_unknown']})")
+    elif read:
+        print(f"--only-new {verb} {plural(read, 'row')} in files a completed run already read (scored or "
+              "dead-lettered)")  # fmt: skip
+    else:
+        have = "has" if skipped == 1 else "have"
+        print(f"--only-new {verb} {plural(skipped, 'row')} that already {have} a current result")
     nulls = int(report.get("rows_null_key") or 0)
     if nulls:
         print(f"{plural(nulls, 'row')} with a NULL key {'is' if nulls == 1 else 'are'} skipped: not scored")
@@ -238,6 +239,29 @@ def cost_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"cost: unknown ({report['cost_basis']})")
     else:
         lines.append(f"cost: {dollars(cost_low)} to {dollars(cost_high)} ({report['cost_basis']})")
+    return lines + budget_lines(report)
+
+
+_COVERS = {
+    "yes": "covers the estimate",
+    "no": "does not cover the estimate: the run stops when it is spent",
+    "perhaps": "may not cover the estimate: the run stops if it is spent",
+    None: "is not compared: the estimate is unknown",
+}
+
+
+def budget_lines(report: Mapping[str, Any]) -> list[str]:
+    """Each budget given and whether it covers the estimate, then the chunk the run cuts for them."""
+    lines = []
+    if report.get("budget_usd") is not None:
+        lines.append(f"budget {dollars(report['budget_usd'])} {_COVERS[report['budget_usd_covers']]}")
+    if report.get("budget_tokens") is not None:
+        lines.append(f"budget {report['budget_tokens']:,} tokens {_COVERS[report['budget_tokens_covers']]}")
+    rows = report.get("budget_chunk_rows")
+    if rows is not None:
+        lines.append(
+            f"chunks of {plural(rows, 'row')}, each at most a tenth of the budget at the high estimate"
+        )
     return lines
 
 

@@ -445,7 +445,7 @@ class RunParams(_Section):
         "chunks, and all of them share the one retry deadline.",
     )
     dry_run: bool = Field(
-        False, description="Only plan: report shards, rows, estimated tokens and what only-new skips."
+        False, description="Only plan: report shards, rows, prompt tokens, cost and what only-new skips."
     )
     device_price_per_hour: float | None = Field(
         None,

@@ -62,9 +62,12 @@ def closing_lines(result: RunResult, *, failed: bool) -> list[str]:
 
 def usage_line(result: RunResult) -> list[str]:
     """``["cost $0.0123 ($0.041/1k rows, $2.10/1M tokens), 0.0049 device-hours (cpu 17.6 s)"]``: the whole
-    run's, over every chunk it committed (see :mod:`shardwise.cost`); ``[]`` when it committed none."""
+    run's, over every chunk it committed (see :mod:`shardwise.cost`); ``[]`` when it committed none. Then,
+    when it ended past a budget it ran under, ``run ID ended past its budget: $0.0918 spent of ...``."""
     usage = result.totals.usage
-    return [usage.said()] if usage.rows or usage.device_s else []
+    said = [usage.said()] if usage.rows or usage.device_s else []
+    past = [] if result.past_budget is None else [f"run {result.run_id} ended {result.past_budget}"]
+    return said + past
 
 
 def whole_run(result: RunResult) -> list[str]:

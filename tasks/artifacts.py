@@ -20,7 +20,7 @@ from shardwise.precision.guard import shown
 from shardwise.tasks.markdown import code, text
 from shardwise.words import plural
 
-__all__ = ["plan_markdown", "publish_plan", "publish_run", "run_markdown", "worker_rows"]
+__all__ = ["plan_figure", "plan_markdown", "publish_plan", "publish_run", "run_markdown", "worker_rows"]
 
 
 def shard_rows(outcomes: Sequence[ShardOutcome]) -> list[dict[str, Any]]:
@@ -148,8 +148,7 @@ def _usage_rows(usage: RunUsage, scope: str) -> list[str]:
     same chunk rows."""
     if not usage.rows and not usage.device_s:
         return []  # nothing committed: no figures to show
-    kinds = ", ".join(f"{kind} {s:.1f} s" for kind, s in sorted(usage.device_s.items()))
-    rows = [f"| Device-hours{scope} | {usage.device_hours:.4f}{f' ({text(kinds)})' if kinds else ''} |"]
+    rows = [f"| Device-hours{scope} | {text(usage.hours_figure())} |"]
     if usage.cost_usd is None:
         return [*rows, f"| Cost{scope} | unknown (no price set) |"]
     return [
@@ -189,6 +188,7 @@ def run_markdown(
         f"| Status | **{text(result.status)}** |",
         *_scored_rows(result),
         *_usage_rows(totals.usage, ", whole run" if result.resumed else ""),
+        *([] if result.past_budget is None else [f"| Budget | **{text(result.past_budget)}** |"]),
         f"| Truncated rows | {result.rows_truncated} (longer than the model's limit: scored on their "
         "start) |",
         f"| Shards | {totals.shards_done}/{totals.shards_total} done, "
@@ -256,19 +256,31 @@ def plan_markdown(report: Mapping[str, Any]) -> str:
         "",
         "| | |",
         "|---|---|",
-        *(f"| {text(name)} | {_plan_value(value)} |" for name, value in report.items()),
+        *(f"| {text(name)} | {_plan_value(name, value)} |" for name, value in report.items()),
     ]
     return "\n".join(lines)
 
 
-def _plan_value(value: Any) -> str:
+def _plan_value(name: str, value: Any) -> str:
     """A name as code, a list (the runs still unfinished) as its items joined, None (a figure the plan
-    cannot tell) as ``unknown``, anything else as text."""
+    cannot tell) as ``unknown``, a figure as ``shardwise plan`` prints it (:func:`plan_figure`)."""
     if value is None:
         return "unknown"
     if isinstance(value, list):
         return text("; ".join(map(str, value)) or "none")
-    return code(value) if isinstance(value, str) else text(value)
+    return code(value) if isinstance(value, str) else text(plan_figure(name, value))
+
+
+def plan_figure(name: str, value: float | int | bool) -> str:
+    """A plan's number as a person reads it, as ``shardwise plan`` prints it: dollars as ``$0.0006842``
+    (never a raw float), device-hours to four places, counts with thousands separators."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if "usd" in name:
+        return dollars(value)
+    if "hours" in name:
+        return f"{value:.4f}"
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
 
 
 def publish_plan(report: Mapping[str, Any]) -> None:

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from shardwise.cost import Pricing, RunUsage, remote_model, token_cost
-from shardwise.cost.budget import Budget, Hold, check_counts_tokens, decide
+from shardwise.cost.budget import Budget, Hold, check_counts_tokens, chunk_rows_within, decide, past_budget
 from shardwise.cost.meter import ChunkMeter
 from shardwise.cost.prices import _known
 from shardwise.cost.usage import ChunkUsage, dollars
@@ -132,3 +132,49 @@ def test_a_token_budget_needs_a_model_that_counts_tokens() -> None:
     check_counts_tokens("minilm", (), None)
     with pytest.raises(ConfigError, match=r"model 'minilm' counts none .* drop --budget-tokens"):
         check_counts_tokens("minilm", (), 100)
+
+
+def test_a_budgeted_chunk_holds_a_tenth_of_each_budget_at_the_plans_estimate() -> None:
+    # The 30-row generation run that spent $0.09179 of a $0.01 budget in one chunk: at gpt-4o-mini's
+    # prices, a row of 1,000 prompt tokens and 100 new ones costs at most $0.00021.
+    row = token_cost("openai:gpt-4o-mini", {"prompt_tokens": 1000, "completion_tokens": 100})
+    assert row == pytest.approx((1000 * 0.15 + 100 * 0.6) / 1e6)
+    rows = chunk_rows_within(Budget(0.01), row, None, 1024, "")
+    assert rows * row <= 0.001 < (rows + 1) * row, "as many rows as a tenth of the budget pays for"
+    assert chunk_rows_within(Budget(100.0), row, None, 1024, "") == 1024, "never more than the model's chunk"
+    both = chunk_rows_within(Budget(0.01, 30_000), row, 1_100, 1024, "")
+    assert both == 30_000 // 10 // 1_100 < rows, "the tighter of the two budgets"
+    with pytest.raises(
+        ConfigError, match=r"--budget-usd 0.001 cannot hold even one row .* give --budget-usd 0.0021 or more"
+    ):
+        chunk_rows_within(Budget(0.001), row, None, 1024, "")
+    with pytest.raises(ConfigError, match=r"needs what a row costs, .* does not know: no earlier run"):
+        chunk_rows_within(Budget(0.01), None, None, 1024, "no earlier run")
+
+
+def test_a_run_past_its_budget_is_named_with_each_budget_it_passed() -> None:
+    usage = RunUsage(rows=30, counts={"prompt_tokens": 900, "completion_tokens": 180}, cost_usd=0.09179)
+    assert past_budget(Budget(0.01), usage) == "past its budget: $0.09179 spent of the $0.01 budget"
+    assert past_budget(Budget(0.01, 1_000), usage) == (
+        "past its budget: $0.09179 spent of the $0.01 budget and 1,080 tokens spent of the 1,000-token budget"
+    )
+    assert past_budget(Budget(0.1, 2_000), usage) is None and past_budget(None, usage) is None
+
+
+def test_a_remote_models_chunks_hold_none_of_our_devices_and_every_report_says_so_as_the_plan_does() -> None:
+    from shardwise.pipeline.estimate import TokenCount, estimate_cost
+
+    now = [100.0]
+    meter = ChunkMeter("cpu", Pricing("openai:gpt-4o-mini"), ["prompt_tokens"], lambda: now[0])
+    now[0] = 130.0  # half a minute waiting on the provider: its devices' time, not ours
+    usage = meter.measure([{"prompt_tokens": 1000}])
+    assert (usage.device, usage.device_s) == ("remote", 0.0) and usage.cost_usd == pytest.approx(0.00015)
+    run = RunUsage(rows=1, counts={"prompt_tokens": 1000}, device_s={"remote": 0.0}, cost_usd=0.00015)
+    tokens = TokenCount(rows=1, counted_rows=1, per_row=[1000], max_new_tokens=0, sampled=False)
+    planned = estimate_cost(tokens, Pricing("openai:gpt-4o-mini"), [])
+    assert run.said().endswith(f"device-hours: {planned.hours_from}"), "the summary says what the plan says"
+    assert (
+        run.hours_figure()
+        == planned.hours_from
+        == "none of ours: a remote model runs on its provider's devices"
+    )

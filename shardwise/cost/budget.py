@@ -9,11 +9,17 @@ shard stops with :class:`~shardwise.errors.BudgetReached` and holds
 nothing. A chunk is taken to cost what the run's committed chunks cost on
 average; while nothing is committed that average is unknown, so the run's
 first chunk is scored alone (the other shards wait for it, or for its
-worker's lease to lapse). The workers so share what is in flight, and the
-run passes a budget by no more than the estimates' error: what the chunks
-in flight use beyond the average. Everything committed stays, and
-``--resume`` with a larger budget goes on after it, so the finished results
-are exactly those of a run without a budget.
+worker's lease to lapse). That first chunk is bounded before the run
+starts: a budgeted run's chunks are sized from the plan's high estimate of
+a row's cost (:func:`chunk_rows_within`: earlier runs, a calibration pass,
+counted tokens at the price) to a :data:`SHARE` of the budget, and recorded
+with its plan, so a resume cuts the same chunks; a budget the plan cannot
+size a chunk for (a cost unknown, one row past the share) is refused. The
+workers so share what is in flight, and the run passes a budget by no more
+than the estimates' error: what the chunks in flight use beyond the
+average; a run that ends past it says so (:func:`past_budget`). Everything
+committed stays, and ``--resume`` with a larger budget goes on after it, so
+the finished results are exactly those of a run without a budget.
 
 Tokens are prompt plus completion tokens, as the chunk marks record them
 (:data:`~shardwise.cost.usage.TOKEN_COUNTS`); a token budget needs no price.
@@ -40,11 +46,71 @@ __all__ = [
     "check_budget",
     "check_counts_tokens",
     "check_token_budget",
+    "chunk_rows_within",
     "decide",
+    "past_budget",
 ]
+
+SHARE = 10
+"""A budgeted run's chunk is sized so that, at the plan's high estimate, it spends at most this share
+(one tenth) of each budget given: the first chunk, scored before anything is measured, included."""
 
 WAIT_S = 0.5
 """How often a shard waiting for the run's first chunk looks again whether it was committed."""
+
+
+def chunk_rows_within(
+    budget: Budget, row_usd: float | None, row_tokens: int | None, rows: int, why: str
+) -> int:
+    """The rows of a chunk of a run under ``budget`` that spends at most a :data:`SHARE` of each budget
+    given, a row taken to cost ``row_usd`` dollars and ``row_tokens`` tokens at most (the plan's high
+    estimate; None: unknown, ``why`` says why); ``rows`` at most (the model's chunk). A
+    :class:`ConfigError` when the plan cannot size it (a cost unknown), or one row alone passes the share."""
+    fits = rows
+    for given, per_row, flag in (
+        (budget.usd, row_usd, "--budget-usd"),
+        (budget.tokens, row_tokens, "--budget-tokens"),
+    ):
+        if given is None:
+            continue
+        if per_row is None:
+            raise ConfigError(
+                f"{flag} {given:g} needs what a row costs, to size the first chunk to a tenth of it, and "
+                f"the plan does not know: {why}; score a few rows without a budget first (shardwise run "
+                "... --where), so the ledger knows this model's cost, or give --budget-tokens instead"
+            )
+        share = given / SHARE
+        if per_row > share:
+            said = dollars(per_row) if flag == "--budget-usd" else f"{per_row:,} tokens"
+            raise ConfigError(
+                f"{flag} {given:g} cannot hold even one row to a tenth of it: a row may cost up to {said} "
+                f"(the plan's high estimate); give {flag} {_round_up(per_row * SHARE)} or more"
+            )
+        if per_row > 0:
+            fits = min(fits, int(share // per_row))
+    return max(1, fits)
+
+
+def _round_up(value: float) -> str:
+    """``value`` rounded up to three significant digits, as a flag takes it: ``0.0431``, ``1250``."""
+    if value >= 100:
+        return str(math.ceil(round(value, 6)))
+    places = 2 - math.floor(math.log10(value))
+    scaled = math.ceil(round(value * 10**places, 6))  # 0.0021000000000000003 is 0.0021, not 0.00211
+    return f"{scaled / 10**places:.{places}f}".rstrip("0").rstrip(".")
+
+
+def past_budget(budget: Budget | None, usage: RunUsage) -> str | None:
+    """``past its budget: $0.0918 spent of the $0.01 budget``, naming each budget the run's usage passed;
+    None when it passed none (or had no budget)."""
+    if budget is None:
+        return None
+    over = []
+    if budget.usd is not None and (usage.cost_usd or 0.0) > budget.usd:
+        over.append(f"{dollars(usage.cost_usd)} spent of the {dollars(budget.usd)} budget")
+    if budget.tokens is not None and usage.tokens > budget.tokens:
+        over.append(f"{usage.tokens:,} tokens spent of the {budget.tokens:,}-token budget")
+    return f"past its budget: {' and '.join(over)}" if over else None
 
 
 def check_budget(budget_usd: float | None) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from shardwise.cost.prices import Pricing
-from shardwise.cost.usage import ChunkUsage, device_kind
+from shardwise.cost.usage import REMOTE, ChunkUsage, device_kind
 from shardwise.model.counts import counts_of_rows
 
 __all__ = ["ChunkMeter"]
@@ -30,7 +30,9 @@ class ChunkMeter:
         counted: Sequence[str],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.device, self.pricing, self.counted = device_kind(device), pricing, tuple(counted)
+        # A remote model holds none of our devices: its chunks record no device time (see NO_DEVICE).
+        self.device = REMOTE if pricing.remote is not None else device_kind(device)
+        self.pricing, self.counted = pricing, tuple(counted)
         self._clock = clock
         self._since = clock()
 
@@ -40,6 +42,6 @@ class ChunkMeter:
 
     def measure(self, values: Iterable[Mapping[str, Any]]) -> ChunkUsage:
         """The usage of the chunk whose scored rows' values are ``values``, cut now."""
-        seconds = max(0.0, self._clock() - self._since)
+        seconds = 0.0 if self.device == REMOTE else max(0.0, self._clock() - self._since)
         rows = [counts_of_rows([row], self.counted) for row in values]
         return ChunkUsage(self.device, seconds, self.pricing.cost(rows, seconds))

@@ -17,10 +17,16 @@ from typing import Any
 
 from shardwise.errors import ConfigError
 
-__all__ = ["ChunkUsage", "RunUsage", "device_kind", "dollars"]
+__all__ = ["NO_DEVICE", "REMOTE", "ChunkUsage", "RunUsage", "device_kind", "dollars"]
 
 TOKEN_COUNTS = ("prompt_tokens", "completion_tokens")
 """The count outputs a run's tokens are summed from (``cached_tokens`` are part of the prompt's)."""
+
+
+REMOTE = "remote"
+"""The device a remote model's chunks record: none of ours, so no device time (its wait is the provider's)."""
+NO_DEVICE = "none of ours: a remote model runs on its provider's devices"
+"""What a remote model's device-hours are, in the plan, the summary and the artifact alike."""
 
 
 def device_kind(device: str) -> str:
@@ -83,6 +89,22 @@ class RunUsage:
         return self.device_seconds / 3600.0
 
     @property
+    def remote(self) -> bool:
+        """Whether every chunk was a remote model's: its device-hours are none of ours."""
+        return set(self.device_s) == {REMOTE}
+
+    def hours_figure(self) -> str:
+        """``0.0049 (cpu 17.6 s)``: the device-hours and each kind's seconds; a remote model's
+        :data:`NO_DEVICE`, as the plan says it."""
+        if self.remote:
+            return NO_DEVICE
+        return f"{self.device_hours:.4f}{self._kinds()}"
+
+    def _kinds(self) -> str:
+        kinds = ", ".join(f"{kind} {s:,.1f} s" for kind, s in sorted(self.device_s.items()))
+        return f" ({kinds})" if kinds else ""
+
+    @property
     def per_1k_rows(self) -> float | None:
         """Dollars per thousand rows; None without a cost or a row."""
         return None if self.cost_usd is None or not self.rows else self.cost_usd * 1000 / self.rows
@@ -109,8 +131,11 @@ class RunUsage:
     def said(self) -> str:
         """``cost $0.0123 ($0.041/1k rows, $2.10/1M tokens), 0.0049 device-hours (cpu 17.6 s)``; without a
         price: ``cost unknown (no price set), 0.0049 device-hours (cpu 17.6 s)``."""
-        kinds = ", ".join(f"{kind} {s:,.1f} s" for kind, s in sorted(self.device_s.items()))
-        hours = f"{self.device_hours:.4f} device-hours" + (f" ({kinds})" if kinds else "")
+        hours = (
+            f"device-hours: {NO_DEVICE}"
+            if self.remote
+            else f"{self.device_hours:.4f} device-hours{self._kinds()}"
+        )
         if self.cost_usd is None:
             return f"cost unknown (no price set), {hours}"
         rates = [

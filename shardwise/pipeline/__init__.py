@@ -14,7 +14,7 @@ from shardwise.lazy import lazy_exports
 if TYPE_CHECKING:
     from shardwise.pipeline.checks import check_run
     from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
-    from shardwise.pipeline.dryrun import PlanPreview, plan_report, preview_plan
+    from shardwise.pipeline.dryrun import plan_report
     from shardwise.pipeline.lease import LEASE_S, LeaseKeeper, Takeover, takeover_from
     from shardwise.pipeline.prepare import PlannedRun, finish_results, finish_run, prepare_run, score_pending
     from shardwise.pipeline.progress import ProgressReading, read_progress
@@ -43,7 +43,6 @@ __all__ = [
     "ChunkConfig",
     "LeaseKeeper",
     "ModelChoice",
-    "PlanPreview",
     "PlannedRun",
     "PrecisionChoice",
     "ProgressReading",
@@ -68,7 +67,6 @@ __all__ = [
     "plan_report",
     "plan_source",
     "prepare_run",
-    "preview_plan",
     "read_progress",
     "redrive_keys",
     "redrive_source",
@@ -85,7 +83,7 @@ __getattr__ = lazy_exports(
     {
         ".checks": ("check_run",),
         ".chunks": ("DEFAULT_CHUNK_ROWS", "ChunkConfig"),
-        ".dryrun": ("PlanPreview", "plan_report", "preview_plan"),
+        ".dryrun": ("plan_report",),
         ".lease": ("LEASE_S", "LeaseKeeper", "Takeover", "takeover_from"),
         ".prepare": ("PlannedRun", "finish_results", "finish_run", "prepare_run", "score_pending"),
         ".progress": ("ProgressReading", "read_progress"),

@@ -1,90 +1,49 @@
 """``shardwise plan``: what a run would do, without doing it.
 
-:func:`plan_report` plans the source as a run would, estimates the tokens from
-a sample of rows, counts what ``--only-new`` would skip and lists the runs
-into the same results table still marked running. It estimates what the run
-will cost too: its prompt tokens counted exactly, its completion tokens'
-bound, device-hours and dollars (:mod:`shardwise.pipeline.estimate`).
-Nothing is written.
+:func:`plan_report` plans the source as a run would, counts what
+``--only-new`` would skip and lists the runs into the same results table
+still marked running. It estimates what the run will cost: its prompt
+tokens counted exactly, its completion tokens' bound, device-hours and
+dollars (:mod:`shardwise.pipeline.estimate`), and, given a budget, whether
+it covers them and the chunk the run would cut for it
+(:mod:`shardwise.pipeline.budget_chunks`). Nothing is written.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import statistics
-from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 
 import torch
 
-from shardwise.cost.prices import Pricing
 from shardwise.db.codec import utc_now
-from shardwise.errors import ConfigError, InputError
-from shardwise.model import Loaded, PromptCounting, SelfBatching
+from shardwise.errors import ConfigError
+from shardwise.model import Loaded, PromptCounting
 from shardwise.model.converted import ConvertedCache, kept_in
 from shardwise.model.generation import PromptChecked
+from shardwise.pipeline.budget_chunks import budget_chunk_rows, calibrated, earlier_runs, estimate_run
 from shardwise.pipeline.destination import (
     check_destination,
     ledger_url,
     only_new_sink,
     results_target,
 )
-from shardwise.pipeline.estimate import CostEstimate, TokenCount, count_tokens, estimate_cost
+from shardwise.pipeline.estimate import CostEstimate, TokenCount
 from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.skipped import Skipped
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
-from shardwise.pipeline.worker import Catalogue, chosen_spec, open_spec_source
-from shardwise.precision import Precision, versioned
-from shardwise.precision.calibration import CalibrationCache, Speed, calibration_key
+from shardwise.pipeline.worker import Catalogue, chosen_spec, chunk_rows, open_spec_source
+from shardwise.precision import versioned
+from shardwise.precision.calibration import CalibrationCache
 from shardwise.results import Ledger
 from shardwise.results.leases import abandoned_why, when
 from shardwise.results.probe import check_ledger
 from shardwise.secrets.by_reference import by_reference
 from shardwise.secrets.redact import redact
-from shardwise.sources import Source, SourcePlan
 
-__all__ = ["PlanPreview", "plan_report", "preview_plan"]
-
-_SAMPLE_SHARDS = 4
-_SAMPLE_ROWS = 64
-
-
-@dataclass(frozen=True)
-class PlanPreview:
-    plan: SourcePlan
-    tokens_per_row: float
-    """Mean tokens per row (special tokens included, after truncation) over a sample of rows."""
-    sampled_rows: int
-
-    @property
-    def estimated_tokens(self) -> int:
-        return round(self.tokens_per_row * self.plan.expected_rows)
-
-
-def preview_plan(source: Source, plan: SourcePlan, model: Loaded | None) -> PlanPreview:
-    """Estimate tokens (the model's item cost) from the first rows of a few evenly spaced shards.
-
-    Each sampled row goes through the model's ``prepare``, as in a run; rows
-    it refuses are left out. Nothing is written. A model that batches by itself
-    (or none loaded) has no item cost to sample: no estimate.
-    """
-    if model is None or isinstance(model, SelfBatching):
-        return PlanPreview(plan, 0.0, 0)
-    shards = plan.shards
-    step = max(1, len(shards) // _SAMPLE_SHARDS)
-    costs: list[int] = []
-    for shard in shards[::step][:_SAMPLE_SHARDS]:
-        with source.open_reader(plan, shard) as reader:
-            for row in islice(reader.rows, _SAMPLE_ROWS):
-                try:
-                    costs.append(model.prepare(row.value).cost)
-                except InputError:
-                    continue
-    mean = statistics.fmean(costs) if costs else 0.0
-    return PlanPreview(plan, mean, len(costs))
+__all__ = ["plan_report"]
 
 
 def plan_report(
@@ -95,7 +54,7 @@ def plan_report(
     calibration: CalibrationCache | None = None,
     converted: ConvertedCache | None = None,
 ) -> dict[str, Any]:
-    """Shards, rows, estimated tokens and rows already scored, for ``spec``; nothing is written.
+    """Shards, rows, rows already scored, cost and budget, for ``spec``; nothing is written.
 
     ``catalogue`` looks the model up (``models.get_spec``) and ``resolve``
     turns connection names into URLs, as for a run.
@@ -134,11 +93,11 @@ def plan_report(
         plan = plan_source(
             spec, source, version, ledger, sink=asks, target=recorded, min_shards=SHARDS_PER_WORKER * workers
         )
-        preview = preview_plan(source, plan, model)
-        tokens = count_tokens(source, plan, model if counter is None else counter)
-        pricing = Pricing(info.name, spec.run.device_price_per_hour, batch=info.batch_priced)
-        speed = _calibrated(calibration, model, precision, device, spec)
-        cost = estimate_cost(tokens, pricing, ledger.recent_runs(50, status="completed"), speed)
+        speed = calibrated(calibration, model, precision, device, spec)
+        counted = model if counter is None else counter
+        tokens, cost = estimate_run(spec, source, plan, counted, info, earlier_runs(ledger), speed)
+        # The run's own chunk sizing: a budget the run would refuse, the plan refuses.
+        budget_rows = budget_chunk_rows(spec, tokens, cost, chunk_rows(spec, spec_of))
         try:
             new_only = dataclasses.replace(spec, run=dataclasses.replace(spec.run, only_new=True))
             current = (
@@ -146,9 +105,10 @@ def plan_report(
                 if spec.run.only_new
                 else plan_source(new_only, source, version, ledger, sink=asks, target=recorded)
             )
-            already = str(int(current.params.get("skipped_rows") or 0))
+            skips: Skipped | None = Skipped.of(current)
+            unknown = None
         except ConfigError as exc:
-            already = f"unknown ({redact(str(exc))})"  # a report: it names a reference, not its value
+            skips, unknown = None, redact(str(exc))  # a report: it names a reference, not its value
         unfinished = _unfinished(ledger, recorded, target)
     finally:
         source.close()
@@ -163,16 +123,18 @@ def plan_report(
         "rows": plan.expected_rows,
         "rows_per_shard_min": min(sizes, default=0),
         "rows_per_shard_max": max(sizes, default=0),
-        "estimated_tokens": preview.estimated_tokens,
-        "tokens_per_row": round(preview.tokens_per_row, 1),
         "model": f"{info.name} {info.version[:12]}",
         "precision": precision,
         "only_new": spec.run.only_new,
-        "rows_already_scored": already,
+        # A plan by objects skips whole files a completed run read: their rows scored or dead-lettered.
+        "rows_already_scored": None if skips is None else skips.already_scored,
+        "rows_already_read": None if skips is None else skips.already_read,
+        "rows_already_scored_unknown": unknown,
         "rows_null_key": Skipped.of(plan).null_key,
         "rows_unparsable": Skipped.of(plan).unparsable,
         "unfinished_runs": unfinished,
         **_cost_keys(tokens, cost),
+        **_budget_keys(spec, tokens, cost, budget_rows),
     }
 
 
@@ -195,19 +157,27 @@ def _cost_keys(tokens: TokenCount | None, cost: CostEstimate) -> dict[str, Any]:
     }
 
 
-def _calibrated(
-    store: CalibrationCache | None,
-    model: Loaded | None,
-    precision: Precision,
-    device: torch.device,
-    spec: RunSpec,
-) -> Speed | None:
-    """The speed a cached calibration pass measured for the run's model, device and precision; None when
-    there is none, or the device is not the run's (a CPU-only process planning for GPU workers)."""
-    if store is None or model is None or (spec.run.device.startswith("cuda") and device.type != "cuda"):
+def _budget_keys(
+    spec: RunSpec, tokens: TokenCount | None, cost: CostEstimate, chunk_rows: int | None
+) -> dict[str, Any]:
+    """The budgets given, whether each covers the estimate (``yes``: its high end, ``no``: not even its low
+    end, ``perhaps``: between them; None without that budget) and the rows of a budgeted run's chunks."""
+    usd, budget_tokens = spec.run.budget_usd, spec.run.budget_tokens
+    low_tokens = None if tokens is None else tokens.prompt_tokens
+    high_tokens = None if tokens is None else tokens.prompt_tokens + (tokens.max_completion_tokens or 0)
+    return {
+        "budget_usd": usd,
+        "budget_usd_covers": _covers(usd, cost.cost_usd_low, cost.cost_usd_high),
+        "budget_tokens": budget_tokens,
+        "budget_tokens_covers": _covers(budget_tokens, low_tokens, high_tokens),
+        "budget_chunk_rows": chunk_rows,
+    }
+
+
+def _covers(budget: float | None, low: float | None, high: float | None) -> str | None:
+    if budget is None or low is None or high is None:
         return None
-    pairs = spec.source.text_pair_column is not None
-    return store.speed(calibration_key(model, precision, pairs, device))
+    return "yes" if high <= budget else "no" if low > budget else "perhaps"
 
 
 def _unfinished(ledger: Ledger, *results_tables: str) -> list[str]:

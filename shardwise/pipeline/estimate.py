@@ -53,6 +53,7 @@ has its tokens unknown (None), and the plan says so.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -60,13 +61,22 @@ from datetime import datetime, timezone
 from itertools import islice
 
 from shardwise.cost.prices import Pricing, token_cost
+from shardwise.cost.usage import NO_DEVICE
 from shardwise.errors import InputError
 from shardwise.model import Item, Loaded, Model, PromptCounter, PromptItem
 from shardwise.precision.calibration import Speed
 from shardwise.results.outcomes import RunListing
 from shardwise.sources import Source, SourcePlan
 
-__all__ = ["EXACT_ROWS", "NO_DEVICE_HOURS", "CostEstimate", "TokenCount", "count_tokens", "estimate_cost"]
+__all__ = [
+    "EXACT_ROWS",
+    "NO_DEVICE_HOURS",
+    "CostEstimate",
+    "TokenCount",
+    "count_tokens",
+    "estimate_cost",
+    "row_high",
+]
 
 EXACT_ROWS = 100_000
 """Planned rows up to which every row is tokenized (an exact count); a larger table is sampled."""
@@ -229,7 +239,18 @@ def estimate_cost(
     return CostEstimate(hours, low, high, low * price, high * price, basis, source)
 
 
-REMOTE_DEVICE_HOURS = "none of ours: a remote model runs on its provider's devices"
+def row_high(tokens: TokenCount | None, cost: CostEstimate) -> tuple[float | None, int | None]:
+    """A row's cost at the high end of the estimate, spread over the planned rows: dollars and tokens
+    (prompt plus ``max_new_tokens``, rounded up); None where the plan does not know."""
+    if tokens is None:
+        return None, None
+    if not tokens.rows:
+        return 0.0, 0
+    usd = None if cost.cost_usd_high is None else cost.cost_usd_high / tokens.rows
+    return usd, math.ceil(tokens.cost / max(1, tokens.scored_rows))  # the rows it would score
+
+
+REMOTE_DEVICE_HOURS = NO_DEVICE
 
 
 def _remote(tokens: TokenCount | None, pricing: Pricing) -> CostEstimate:

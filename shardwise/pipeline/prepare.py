@@ -32,9 +32,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from shardwise.cost.budget import Budget
 from shardwise.errors import ShardwiseError
 from shardwise.lineage import code_version
-from shardwise.model import ModelInfo
+from shardwise.model import Loaded, ModelInfo, PromptCounting
+from shardwise.pipeline.budget_chunks import (
+    budget_chunk_rows,
+    calibrated,
+    earlier_runs,
+    estimate_run,
+    recorded_chunks,
+    sized_plan,
+)
 from shardwise.pipeline.destination import (
     check_destination,
     ledger_url,
@@ -47,12 +56,12 @@ from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper
 from shardwise.pipeline.leftovers import tidy_leftovers
 from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.resume import recorded_retry, resume_run
-from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision
+from shardwise.pipeline.run_precision import PrecisionChoice, choose_precision, hardware_precision
 from shardwise.pipeline.shard import this_worker
 from shardwise.pipeline.skipped import null_key_warning
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source, redrive_plan_source
 from shardwise.pipeline.spec import Resolver, RunRef, RunSpec, as_is
-from shardwise.pipeline.worker import WorkerCache, open_spec_source, score_ref_shard
+from shardwise.pipeline.worker import WorkerCache, chunk_rows, open_spec_source, score_ref_shard
 from shardwise.precision import cpu_int8_kernel, emulated_int8_warning, versioned
 from shardwise.precision.guard import minimum_agreement, shown
 from shardwise.records import RunRecord
@@ -194,7 +203,7 @@ def prepare_run(
         else:
             choice = choose_precision(spec, cache)
             record, plan, source, sink = _plan_new(
-                spec, ledger, model, choice, resolve, run_id, started_by, parameters, workers, owner
+                spec, ledger, model, choice, resolve, run_id, started_by, parameters, workers, owner, cache
             )
         done = frozenset(ledger.done_shards(record.run_id))
         before = _counts_now(ledger, record.run_id)
@@ -205,7 +214,7 @@ def prepare_run(
         ledger.close()
         raise
     todo = tuple(s.shard_id for s in plan.shards if s.shard_id not in done)
-    ref = RunRef(record.run_id, recorded_retry(spec, plan, record.run_id), threads)
+    ref = RunRef(record.run_id, recorded_chunks(recorded_retry(spec, plan, record.run_id), plan), threads)
     keeper = run_lease_keeper(ledger, record.run_id, owner, spec.run.lease_s).start()
     return PlannedRun(
         ref, record, plan, model, todo, done, ledger, source, owner, keeper, took_over, sink, before,
@@ -231,6 +240,7 @@ def _plan_new(
     parameters: Mapping[str, Any],
     workers: int,
     owner: str,
+    cache: WorkerCache,
 ) -> tuple[RunRecord, SourcePlan, Source, Sink]:
     results_url = resolve(spec.results.location)
     source: Source = open_spec_source(spec, resolve)
@@ -257,6 +267,8 @@ def _plan_new(
         if params.get("location") == source.identity:  # a Parquet or image folder plan names it again
             params["location"] = identity
         plan = dataclasses.replace(plan, identity=identity, params=params)
+        # Before the run is recorded: a budget the plan cannot size a first chunk for is refused.
+        plan = sized_plan(plan, _budget_chunks(spec, source, plan, model, choice, ledger, cache))
         sink = open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, plan))
         ResultStore(ledger, sink).ensure_schema()
         record = RunRecord(
@@ -281,6 +293,31 @@ def _plan_new(
         source.close()
         raise
     return record, plan, source, sink
+
+
+def _budget_chunks(
+    spec: RunSpec,
+    source: Source,
+    plan: SourcePlan,
+    info: ModelInfo,
+    choice: PrecisionChoice,
+    ledger: Ledger,
+    cache: WorkerCache,
+) -> int | None:
+    """A budgeted run's chunk rows, from the plan's estimate (see :mod:`.budget_chunks`); None without a
+    budget. The model loads as a worker of this process would load it (a thread runner's shards find it)."""
+    if Budget.of(spec.run.budget_usd, spec.run.budget_tokens) is None:
+        return None
+    model_spec = cache.spec(spec.model, spec.run.retry)
+    _, device = hardware_precision(spec, info)
+    loaded: Loaded | None = (
+        None if info.batches_itself else cache.model(spec.model, device, spec.run.retry)[0]
+    )
+    counter = model_spec.prompt_counter() if isinstance(model_spec, PromptCounting) else None
+    speed = calibrated(cache.calibration, loaded, choice.precision, device, spec)
+    counted = loaded if counter is None else counter
+    tokens, cost = estimate_run(spec, source, plan, counted, info, earlier_runs(ledger), speed)
+    return budget_chunk_rows(spec, tokens, cost, chunk_rows(spec, model_spec))
 
 
 def _agreement_from(choice: PrecisionChoice) -> str | None:

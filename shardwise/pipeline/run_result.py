@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from shardwise.batch.stats import EngineStats
+from shardwise.cost.budget import Budget, past_budget
 from shardwise.pipeline.skipped import Skipped
 from shardwise.results import RunCounts
 
@@ -183,6 +184,9 @@ class RunResult:
     stopped: str | None = None
     """``budget`` when the run's only failures were shards stopped at its budget (see
     :mod:`shardwise.cost.budget`): the ledger records it failed, to be resumed with a larger one."""
+    past_budget: str | None = None
+    """``past its budget: $0.0918 spent of the $0.01 budget`` when the whole run's usage passed a budget this
+    invocation ran under (by the estimates' error: see :mod:`shardwise.cost.budget`); else None."""
 
     def event_payload(self) -> dict[str, Any]:
         """The ``shardwise.run.*`` event's payload: plain JSON values under :data:`PAYLOAD_KEYS`, in order."""
@@ -225,7 +229,7 @@ def run_result(
 ) -> RunResult:
     """The result of ``planned``'s invocation: its ``outcomes``, the run's ``totals`` as
     :func:`~shardwise.pipeline.finish_run` left them, and ``wall_s`` since it started."""
-    record = planned.record
+    record, run = planned.record, planned.ref.spec.run
     engine = EngineStats(  # this invocation's rows and tokens over its attempts
         rows=sum(int(o.engine.get("rows", 0)) for o in outcomes),  # not rows_in: earlier chunks count there
         real_tokens=sum(int(o.engine.get("real_tokens", 0)) for o in outcomes),
@@ -267,4 +271,5 @@ def run_result(
         ),
         finished=tuple(finished),
         stopped=stopped,
+        past_budget=past_budget(Budget.of(run.budget_usd, run.budget_tokens), totals.usage),
     )

@@ -17,8 +17,12 @@ A row is skipped, never silently, for one of three reasons:
   to fix them (:func:`null_key_warning`), and its summary counts them. SQL
   and Parquet sources follow this one rule.
 * **Already scored** (``already_scored``): ``--only-new`` left the row out
-  because it has a current result (a SQL source's ``skipped_rows``), or it
-  lies in a Parquet object a completed run already scored.
+  because it has a current result (a SQL source's ``skipped_rows``).
+* **Already read** (``already_read``): ``--only-new`` left out the object
+  (a Parquet, CSV or JSON Lines file) the row lies in, because a completed
+  run already read it: its rows were scored *or* dead-lettered there (a
+  line that did not parse, a row the model refused), so they are not all
+  "already scored", and the summary does not say they were.
 * **An unparsable line** (``unparsable``): a line of a CSV or JSON Lines file
   that does not parse (a wrong number of fields, not one JSON object) has no
   key to redrive it by either, for the same reason as a NULL key; its plan
@@ -44,27 +48,30 @@ class Skipped:
 
     null_key: int = 0
     already_scored: int = 0
+    already_read: int = 0
     unparsable: int = 0
 
     @classmethod
     def of(cls, plan: SourcePlan) -> Skipped:
-        """What ``plan`` skips, as it counted when it was made (a resumed run's stored plan alike)."""
+        """What ``plan`` skips, as it counted when it was made (a resumed run's stored plan alike): a plan
+        by objects skips whole files a completed run read, any other skips rows with a current result."""
         params = plan.params
-        return cls(
-            int(params.get("null_keys") or 0),
-            int(params.get("skipped_rows") or 0),
-            int(params.get("unparsable_lines") or 0),
-        )
+        nulls, skipped = int(params.get("null_keys") or 0), int(params.get("skipped_rows") or 0)
+        unparsable = int(params.get("unparsable_lines") or 0)
+        if plan.by_objects:
+            return cls(nulls, already_read=skipped, unparsable=unparsable)
+        return cls(nulls, skipped, unparsable=unparsable)
 
     @classmethod
     def from_dict(cls, counts: Mapping[str, Any] | None) -> Skipped:
         """From :meth:`as_dict` (a run summary's ``skipped``); missing reasons count 0."""
         given = dict(counts or {})
-        return cls(*(int(given.get(name, 0)) for name in ("null_key", "already_scored", "unparsable")))
+        names = ("null_key", "already_scored", "already_read", "unparsable")
+        return cls(*(int(given.get(name, 0)) for name in names))
 
     @property
     def total(self) -> int:
-        return self.null_key + self.already_scored + self.unparsable
+        return self.null_key + self.already_scored + self.already_read + self.unparsable
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -75,6 +82,7 @@ class Skipped:
             (self.null_key, "with a NULL key"),
             (self.unparsable, "unparsable"),
             (self.already_scored, "already scored"),
+            (self.already_read, "in files a completed run already read, scored or dead-lettered"),
         )
         return ", ".join(f"{n:,} {why}" for n, why in counted if n)
 

@@ -262,10 +262,12 @@ def _open_run(ref: RunRef, model: Loaded, resolve: Resolver) -> _Run:
     return _Run(record, plan, source, store)
 
 
-def _chunk_rows(cache: WorkerCache, spec: RunSpec) -> int:
-    """The model's default chunk: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`), and an
-    image model holds fewer rows at once (:data:`IMAGE_CHUNK_ROWS`, a spec's ``images = True``)."""
-    found = cache.spec(spec.model, spec.run.retry)
+def chunk_rows(spec: RunSpec, found: ModelSpec) -> int:
+    """The rows a chunk of ``spec``'s run holds: the spec's (a budgeted run's, as its plan recorded it),
+    else the model's default: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`), and an image
+    model holds fewer rows at once (:data:`IMAGE_CHUNK_ROWS`, a spec's ``images = True``)."""
+    if spec.run.chunk_rows is not None:
+        return spec.run.chunk_rows
     if isinstance(found, Generative):
         return GENERATION_CHUNK_ROWS
     return IMAGE_CHUNK_ROWS if getattr(found, "images", False) else DEFAULT_CHUNK_ROWS
@@ -317,7 +319,7 @@ def _score_ref_shard(
                 config=EngineConfig(max_tokens=ref.spec.run.max_tokens, precision=run.record.precision),  # type: ignore[arg-type]
                 model_load_s=load_s,
                 lease_s=ref.spec.run.lease_s,
-                chunking=ChunkConfig(ref.spec.run.chunk_rows or _chunk_rows(cache, ref.spec)),
+                chunking=ChunkConfig(chunk_rows(ref.spec, cache.spec(ref.spec.model, ref.spec.run.retry))),
                 outage=outage,
                 pricing=Pricing(
                     run.record.model_name,

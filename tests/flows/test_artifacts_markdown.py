@@ -164,3 +164,18 @@ def test_a_resumed_runs_report_labels_the_whole_run_and_this_invocation() -> Non
         "| Shards finished by this invocation | 1 |",
     ]
     assert "new," not in run_markdown(summary, [SHARD], [], {}), "the merge split fits neither scope"
+
+
+def test_a_run_past_its_budget_says_so_in_its_report() -> None:
+    past = "past its budget: $0.0918 spent of the $0.01 budget"
+    rows = [
+        r for r in run_markdown(_summary(past_budget=past), [SHARD], [], {}).splitlines() if "Budget" in r
+    ]
+    assert [_cells(r) for r in rows] == [[" Budget ", f" **{text(past)}** "]]
+    assert "Budget" not in run_markdown(_summary(), [SHARD], [], {}), "within its budget: no row"
+
+
+def test_the_plan_report_shows_figures_as_shardwise_plan_prints_them_never_raw_floats() -> None:
+    report = {"cost_usd_high": 0.0006841986217962972, "device_hours": 0.00012345678, "rows": 12345}
+    shown = {_cells(r)[0].strip(): _cells(r)[1].strip() for r in plan_markdown(report).splitlines()[4:]}
+    assert shown == {"cost\\_usd\\_high": "$0.0006842", "device\\_hours": "0.0001", "rows": "12,345"}

@@ -27,7 +27,7 @@ def test_run_then_plan_reports_what_only_new_would_skip(
     assert main(["plan", "--source", sqlite_url, "--table", "docs", "--model", "tiny", "--shards", "2"]) == 0
     out = capsys.readouterr().out
     assert "2 shards, 124 rows to score" in out
-    assert "estimated tokens:" in out
+    assert "prompt tokens: " in out and "estimated tokens" not in out, "one token figure"
     assert "--only-new would skip 120 rows" in out
 
 

@@ -170,7 +170,7 @@ def test_plan_counts_prompt_and_new_tokens(
     args = _cli(sqlite_url, lm, "--prompt", PROMPT)
     assert main(["plan", *args[1:]]) == 0
     out = capsys.readouterr().out
-    assert f"2 shards, {ROWS + len(BAD_ROWS)} rows to score" in out and "estimated tokens:" in out
+    assert f"2 shards, {ROWS + len(BAD_ROWS)} rows to score" in out and "prompt tokens: " in out
 
 
 # Structured output: --json-schema FILE.

@@ -21,6 +21,7 @@ from shardwise.flows.cli import main
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
 from shardwise.pipeline.estimate import TokenCount, estimate_cost
+from shardwise.tasks.artifacts import plan_figure
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 pytest.importorskip("transformers")
@@ -149,20 +150,27 @@ def _dry_run_artifact(url: str, lm: Path, table: str) -> dict[str, str]:
     return shown
 
 
+def _shown(name: str, value: Any) -> str:
+    """How the artifact shows a figure of ``plan --json``: as ``shardwise plan`` prints it."""
+    if value is None:
+        return "unknown"
+    return value if isinstance(value, str) else plan_figure(name, value)
+
+
 def test_the_ui_dry_runs_artifact_shows_the_figures_of_shardwise_plan_json(
     sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     make_docs(sqlite_url, ROWS)
     for table in ("before", "after"):  # device-hours and dollars unknown, then from the run between
         shown, plan = _dry_run_artifact(sqlite_url, lm, table), _plan(sqlite_url, lm, table, capsys)
-        assert {name: shown[name] for name in FIGURES} == {
-            name: "unknown" if plan[name] is None else str(plan[name]) for name in FIGURES
-        }
+        assert {name: shown[name] for name in FIGURES} == {name: _shown(name, plan[name]) for name in FIGURES}
+        assert not any(re.fullmatch(r"\d+\.\d{5,}", shown[name]) for name in FIGURES), "no raw floats"
         if table == "before":
             assert shown["device_hours"] == shown["cost_usd_low"] == "unknown"
             _run(sqlite_url, lm, "first", capsys)
-    assert float(shown["cost_usd_high"]) > float(shown["cost_usd_low"]) > 0
-    assert int(shown["prompt_tokens"]) > 0 and int(shown["max_completion_tokens"]) % NEW == 0
+    assert shown["cost_usd_high"].startswith("$") and shown["cost_usd_low"].startswith("$")
+    assert int(shown["prompt_tokens"].replace(",", "")) > 0
+    assert int(shown["max_completion_tokens"].replace(",", "")) % NEW == 0
 
 
 def test_with_no_earlier_run_the_device_hours_come_from_a_cached_calibration_pass(

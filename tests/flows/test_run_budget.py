@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 pytest.importorskip("transformers")
 
 ROWS = 40
+DOLLAR_ROWS = 150
 PRICE = 36.0
 ROW = "select source_key, generated_text, prompt_tokens, completion_tokens from {} order by source_key"
 
@@ -32,7 +33,8 @@ def lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def chunks_of_4(monkeypatch: pytest.MonkeyPatch) -> None:
     worker = importlib.import_module("shardwise.pipeline.worker")
     chunks = importlib.import_module("shardwise.pipeline.chunks")
-    monkeypatch.setattr(worker, "ChunkConfig", lambda rows: chunks.ChunkConfig(4))
+    # At most 4 rows: a budgeted run's own chunk (see test_budget_first_chunk.py) may be smaller.
+    monkeypatch.setattr(worker, "ChunkConfig", lambda rows: chunks.ChunkConfig(min(rows, 4)))
     monkeypatch.delenv(DEVICE_PRICE_ENV, raising=False)
 
 
@@ -52,16 +54,16 @@ def _cost(url: str, capsys: pytest.CaptureFixture[str]) -> float:
 def test_a_dollar_budget_stops_at_a_chunk_boundary_and_a_resume_with_more_finishes_exactly(
     sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make_docs(sqlite_url, ROWS)
+    make_docs(sqlite_url, DOLLAR_ROWS)
     assert main(_run(sqlite_url, lm, "reference")) == 0
     capsys.readouterr()
     full = _cost(sqlite_url, capsys)
     # A local model's cost is its chunks' device time, which on a loaded 2-core host swings: one run's
-    # whole cost was $0.003, and one chunk of the same rows in the next run $0.016. A budget of half the
-    # reference's cost was now and then more than the budgeted run spent in all; a fiftieth stops it
-    # whatever the load (the first chunk always goes). The token budget's test, exact, takes half.
-    budget = full / 50
-
+    # whole cost was $0.003, and one chunk of the same rows in the next run $0.016. A budget's chunk holds
+    # at most a tenth of it at the plan's high estimate (twice the reference's slowest seconds per row):
+    # over this many rows a fifth of the reference's cost sizes chunks of a row or two, and stops the
+    # run unless it scores five times faster than the reference. The token budget's test, exact, takes half.
+    budget = full / 5
     assert main(_run(sqlite_url, lm, "budgeted", "--budget-usd", f"{budget:.8f}")) == 1
     out, err = capsys.readouterr()
     (run_id,) = [
@@ -78,7 +80,7 @@ def test_a_dollar_budget_stops_at_a_chunk_boundary_and_a_resume_with_more_finish
     ((marked,),) = execute(
         sqlite_url, f"select sum(rows_out) from shardwise_chunks where run_id = '{run_id}'"
     )
-    assert 0 < kept == marked < ROWS, "stopped at a chunk boundary: every committed row kept, no more"
+    assert 0 < kept == marked < DOLLAR_ROWS, "stopped at a chunk boundary: every committed row kept, no more"
     costs = [
         c
         for (c,) in execute(
@@ -104,7 +106,9 @@ def test_a_dollar_budget_stops_at_a_chunk_boundary_and_a_resume_with_more_finish
     ((rows, failed),) = execute(
         sqlite_url, f"select sum(rows_out), sum(rows_failed) from shardwise_chunks where run_id = '{run_id}'"
     )
-    assert (rows, failed) == (ROWS, len(BAD_ROWS)), "each row scored and committed once, across the stop"
+    assert (rows, failed) == (DOLLAR_ROWS, len(BAD_ROWS)), (
+        "each row scored and committed once, across the stop"
+    )
 
 
 def test_a_budget_without_a_price_is_refused_before_anything_runs(
@@ -172,9 +176,8 @@ def test_two_workers_share_a_token_budget_within_one_chunks_estimate_and_a_resum
     spent = sum(chunks)
     assert int(said[1].replace(",", "")) == spent
     ((kept,),) = execute(url, "select count(*) from budgeted")
-    assert 0 < kept < ROWS and kept == 4 * len(chunks), (
-        "stopped at chunk boundaries, every committed row kept"
-    )
+    ((marked,),) = execute(url, f"select sum(rows_out) from shardwise_chunks where run_id = '{run_id}'")
+    assert 0 < kept == marked < ROWS, "stopped at chunk boundaries, every committed row kept"
     # Each chunk was held at the committed chunks' average before it was scored, beside the other worker's:
     # the run passes its budget by no more than what its chunks in flight used beyond that average.
     error = max(chunks) - min(chunks)
@@ -228,11 +231,17 @@ def test_both_budgets_at_once_stop_at_the_first_reached_and_the_line_names_both(
     sqlite_url: str, lm: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     make_docs(sqlite_url, ROWS)
-    assert main(_run(sqlite_url, lm, "t", "--budget-usd", "1000", "--budget-tokens", "1")) == 1
+    assert main(_run(sqlite_url, lm, "reference")) == 0  # its seconds per row price a chunk's dollars
+    capsys.readouterr()
+    full = sum(_tokens(sqlite_url, _run_id(sqlite_url, "reference")))
+    tokens = full // 2
+    assert main(_run(sqlite_url, lm, "t", "--budget-usd", "1000", "--budget-tokens", str(tokens))) == 1
     err = capsys.readouterr().err
     (line,) = [x for x in err.splitlines() if x.startswith("stopped: budget: ")]
     run_id = _run_id(sqlite_url, "t")
     spent = sum(_tokens(sqlite_url, run_id))
-    assert f" spent of the $1,000.00 budget and {spent:,} tokens spent of the 1-token budget (" in line, line
+    assert (
+        f" spent of the $1,000.00 budget and {spent:,} tokens spent of the {tokens:,}-token budget (" in line
+    )
     assert line.endswith(f"--resume {run_id} --budget-usd LARGER --budget-tokens LARGER"), line
-    assert len(_tokens(sqlite_url, run_id)) == 1, "the first chunk goes alone; tokens stop the next"
+    assert 0 < spent < full, "the tokens stopped it (past them by no more than the estimates' error)"

@@ -128,8 +128,8 @@ def test_dry_run_writes_nothing(sqlite_url: str, events: list[dict]) -> None:
     make_docs(sqlite_url, 80)
     state = score(_params(sqlite_url, shards=2, dry_run=True), return_state=True)
     report = state.result()
-    assert (report["shards"], report["rows"]) == (2, 83) and report["estimated_tokens"] > 0
-    assert report["rows_already_scored"] == "0"
+    assert (report["shards"], report["rows"]) == (2, 83) and report["prompt_tokens"] > 0
+    assert report["rows_already_scored"] == 0
     assert "shardwise-plan" in _artifacts(state.state_details.flow_run_id)
     tables = {r[0] for r in execute(sqlite_url, "select name from sqlite_master where type = 'table'")}
     assert tables == {"docs"} and not events

@@ -429,7 +429,7 @@ def test_a_parquet_folder_given_by_reference_is_recorded_by_it_and_only_new_stil
     assert main(given) == 0
     assert main([*given, "--only-new"]) == 0
     out = capfd.readouterr().out
-    assert "20 skipped (20 already scored)" in out and "Canary8Folder" not in out, out
+    assert "20 skipped (20 in files a completed run already read" in out and "Canary8Folder" not in out, out
     runs = execute(results, "select source_identity, plan from shardwise_runs")
     assert len(runs) == 2
     for identity, plan in runs:

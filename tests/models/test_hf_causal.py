@@ -320,13 +320,17 @@ def test_a_generator_commits_in_smaller_chunks(lm: Path) -> None:
     the run says otherwise (a kill loses at most one chunk)."""
     from shardwise.models import get_spec
     from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS
-    from shardwise.pipeline.worker import WorkerCache, _chunk_rows
+    from shardwise.pipeline.worker import WorkerCache, chunk_rows
 
     cache = WorkerCache(get_spec)
     base = {"source": "sqlite:///x.db", "results": "sqlite:///x.db", "results_table": "r"}
-    assert _chunk_rows(cache, flat_spec(**base, model=str(lm))) == GENERATION_CHUNK_ROWS == 1024
-    assert _chunk_rows(cache, flat_spec(**base, model="tiny")) == DEFAULT_CHUNK_ROWS == 8192
-    assert flat_spec(**base, model=str(lm), chunk_rows=64).run.chunk_rows == 64
+
+    def rows(spec: Any) -> int:
+        return chunk_rows(spec, cache.spec(spec.model, spec.run.retry))
+
+    assert rows(flat_spec(**base, model=str(lm))) == GENERATION_CHUNK_ROWS == 1024
+    assert rows(flat_spec(**base, model="tiny")) == DEFAULT_CHUNK_ROWS == 8192
+    assert rows(flat_spec(**base, model=str(lm), chunk_rows=64)) == 64
 
 
 def test_a_generator_batches_by_cost_alone(lm: Path) -> None:
