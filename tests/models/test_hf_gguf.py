@@ -225,3 +225,23 @@ def test_the_header_reader_gives_what_gguf_s_own_reader_gives(gguf_file: Path, t
         header_values(cut, lambda key: True)
     with pytest.raises(ConfigError, match="is not a readable GGUF file"):
         GGUFCausalSpec(cut).describe()
+
+
+def test_a_full_disk_converts_in_memory_with_one_warning(
+    gguf_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 45: a disk that fills up while the conversion is written (safetensors reports it as its own
+    error, not an OSError) failed the run; now the model converts in memory, as without a cache."""
+    from full_disk import full_disk
+
+    settings = GenerationSettings(prompt="Summarise: {text}", chat="off", max_new_tokens=6)
+    spec = GGUFCausalSpec(gguf_file, generation=settings)
+    cache = ConvertedCache(tmp_path / "converted")
+    texts = ["a short text", "another text, a little longer than the first"]
+    expected = _score(spec, texts)
+    with full_disk(gguf_file.stat().st_size // 2):  # the weights do not fit
+        assert _score(spec.keeping(cache), texts) == expected
+        assert _score(spec.keeping(cache), texts) == expected
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "cannot keep converted models in" in warned[0], warned
+    assert cache.entries() == []
