@@ -109,7 +109,8 @@ class ConvertedCache:
                 self.root.mkdir(parents=True, exist_ok=True)
                 lock = open(self.root / f".{name}.lock", "a")  # noqa: SIM115 - held until the entry exists
             except OSError as exc:
-                return self._unwritable(exc)
+                self._unwritable(exc)
+                return None
             with lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # a second process waits here, then reads the first's entry
                 found = self._valid(path, kind, key)
@@ -117,7 +118,8 @@ class ConvertedCache:
                     self._set_aside(path)
                     failed = self._convert(path, kind, key, convert)
                     if failed is not None:
-                        return self._unwritable(failed)
+                        self._unwritable(failed)
+                        return None
         _touch(path)
         self._trim(keep=path)
         return path
@@ -184,6 +186,7 @@ class ConvertedCache:
         return None
 
     def _unwritable(self, exc: OSError) -> None:
+        """Warn, once a process, that nothing can be kept here (the caller converts each time)."""
         if self.root not in _WARNED:
             _WARNED.add(self.root)
             _log.warning(
