@@ -59,7 +59,10 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     from prefect.testing.utilities import prefect_test_harness
 
     storage = tmp_path_factory.mktemp("prefect-results")
-    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
+    with (
+        temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}),
+        prefect_test_harness(server_startup_timeout=120),
+    ):
         yield
 
 
