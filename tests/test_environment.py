@@ -40,6 +40,11 @@ def test_a_spawned_worker_inherits_the_bounds() -> None:
 
 def test_engines_log_warnings_on_stderr_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 45: vLLM logged about 190 INFO lines a run, on stdout (after a --json line too)."""
+    import logging
+
+    vllm_logger = logging.getLogger("vllm")
+    monkeypatch.setattr(vllm_logger, "level", vllm_logger.level)  # put back after
+
     from shardwise import environment
 
     for name in ENGINE_LOGS:
@@ -47,15 +52,15 @@ def test_engines_log_warnings_on_stderr_unless_asked(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(environment, "_SET_HERE", set())
     set_defaults(prefect=False)
     assert _seen(tuple(ENGINE_LOGS)) == {
-        "VLLM_LOGGING_LEVEL": "WARNING",
+        "VLLM_LOGGING_LEVEL": "ERROR",
         "VLLM_LOGGING_STREAM": "ext://sys.stderr",
     }
     engine_logs(verbose=True)  # -v
-    assert os.environ["VLLM_LOGGING_LEVEL"] == "INFO"
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "INFO" and logging.getLogger("vllm").level == logging.INFO
     engine_logs(verbose=False)
-    assert os.environ["VLLM_LOGGING_LEVEL"] == "WARNING"
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "ERROR" and logging.getLogger("vllm").level == logging.ERROR
     monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")  # the user's own: kept either way
     monkeypatch.setattr(environment, "_SET_HERE", set())
     set_defaults(prefect=False)
     engine_logs(verbose=False)
-    assert os.environ["VLLM_LOGGING_LEVEL"] == "DEBUG"
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "DEBUG" and logging.getLogger("vllm").level == logging.DEBUG

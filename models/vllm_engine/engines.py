@@ -269,6 +269,8 @@ def _build(key: EngineKey, options: VllmOptions) -> Any:
                 seed=0,
                 disable_log_stats=True,
                 generation_config="vllm",  # Shardwise's settings decide sampling, not the model's defaults
+                # its progress bar over the weights is part of its log: shown when that is (at INFO)
+                use_tqdm_on_load=logging.getLogger("vllm").isEnabledFor(logging.INFO),
                 **arguments,
             )
         except ValueError as exc:  # vLLM's refusal of a model or a setting
