@@ -162,7 +162,10 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     verbose = argparse.ArgumentParser(add_help=False)
     verbose.add_argument(
-        "-v", "--verbose", action="store_true", help="show Prefect's log and the traceback of an error"
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Prefect's log, the engine's (vLLM's) log and the traceback of an error",
     )
 
     def command(name: str, summary: str, about: str, example: str, **kwargs: Any) -> argparse.ArgumentParser:
