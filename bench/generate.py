@@ -23,8 +23,9 @@ prompt token ids, in the same process, after a warm-up:
 
 It prints tokens/s (completion tokens, the end-of-sequence token not
 counted) and rows/s for each, their ratios, and the share of rows whose
-greedy texts are equal; with ``--json`` the last line is one JSON object
-(see ``KEYS``). This prints figures; it is not a timed test.
+greedy texts are equal; with ``--json`` its stdout is one JSON object (see
+``KEYS``), and those lines go to stderr. Engines log their warnings only, unless
+``--verbose``. This prints figures; it is not a timed test.
 
 ``--rounds N`` alternates Shardwise and ``generate`` N times and reports the
 medians (other work on the machine slows either; ``load_average`` says how
@@ -64,7 +65,8 @@ all greedy, in this order:
 
 The model is ``--model`` (a causal LM directory; a ``.gguf`` file, the default
 SmolLM2 included, is converted once to a float32 directory under
-``--workdir``, since vLLM 0.32 loads no GGUF). The JSON's ``ratio_vs_bare_vllm``
+``--workdir``, as ``shardwise run --engine vllm`` converts it, since vLLM 0.32
+loads no GGUF). The JSON's ``ratio_vs_bare_vllm``
 is Shardwise's tokens/s over bare vLLM's, both without the system text;
 ``match_share_vs_bare_vllm`` and ``match_share_vs_hf`` are the shares of rows
 whose greedy text equals theirs, and ``bare_prompt_equal_share`` the share
@@ -76,7 +78,7 @@ other work on the machine slows a run.
 from __future__ import annotations
 
 import argparse
-import hashlib
+import contextlib
 import json
 import os
 import statistics
@@ -88,7 +90,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shardwise.environment import set_defaults
+from shardwise.environment import engine_logs, set_defaults
 
 set_defaults(prefect=False)
 
@@ -96,9 +98,10 @@ import torch
 
 from bench.engine import load_texts
 from shardwise import Engine, EngineConfig, resolve_device
+from shardwise.model.converted import ConvertedCache
 from shardwise.model.generation import GenerationSettings, with_generation
 from shardwise.models import get_spec
-from shardwise.models.hf_gguf import SMOLLM2_INSTALL, smollm2_file
+from shardwise.models.hf_gguf import SMOLLM2_INSTALL, GGUFCausalSpec, is_gguf_name, smollm2_file
 from shardwise.precision.guard import agreement, minimum_agreement, shown
 
 KEYS = (
@@ -233,28 +236,13 @@ def run_hf(
     return texts_out, tokens, time.perf_counter() - started, real / padded
 
 
-def float32_folder(gguf: Path, workdir: Path) -> Path:
-    """A GGUF file as a float32 Hugging Face directory under ``workdir``, converted once per file:
-    vLLM 0.32 loads no GGUF, and transformers de-quantises the weights as it loads them."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()[:12]
-    target = workdir / f"{gguf.stem}-f32-{digest}"
-    if (target / "config.json").is_file():
-        return target
-    loaded = {"gguf_file": gguf.name, "local_files_only": True}
-    net = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **loaded)
-    config = net.config
-    if hasattr(config, "quantization_config"):  # the GGUF's: the weights are de-quantised already
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(net.state_dict())
-    partial = workdir / f".{target.name}.partial"
-    plain.save_pretrained(partial)
-    net.generation_config.save_pretrained(partial)
-    AutoTokenizer.from_pretrained(gguf.parent, **loaded).save_pretrained(partial)
-    partial.rename(target)
-    return target
+def plain_folder(model: Path, workdir: Path) -> Path:
+    """``--model`` as a directory vLLM loads: a ``.gguf`` file's float32 conversion, kept under
+    ``workdir`` as a run keeps it (see :mod:`shardwise.models.hf_gguf`); a directory as it is."""
+    if not is_gguf_name(str(model)):
+        return model
+    vllm = GenerationSettings(engine="vllm")
+    return GGUFCausalSpec(model, generation=vllm).keeping(ConvertedCache(workdir)).pretrained()[0]
 
 
 def engine_options(given: Sequence[str], device: torch.device) -> dict[str, str]:
@@ -355,12 +343,14 @@ def main_vllm(args: argparse.Namespace) -> dict:
     """``--engine vllm``: see the module docstring."""
     from shardwise.models.hf_causal import HFCausalSpec
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     load = [os.getloadavg()[0]]
     device = resolve_device(args.device)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     given = Path(args.model) if args.model else default_model()
-    folder = float32_folder(given, workdir) if given.suffix == ".gguf" else given
+    folder = plain_folder(given, workdir)
     texts = _texts(args)
     options = engine_options(args.engine_option, device)
     dtype = options.get("dtype", "auto")
@@ -434,8 +424,6 @@ def main_vllm(args: argparse.Namespace) -> dict:
         f"shardwise vllm / shardwise hf: {result['ratio_vs_hf']:.2f}x; greedy texts equal to hf's on "
         f"{result['match_share_vs_hf']:.1%} of its {hf_rows} rows"
     )
-    if args.json:
-        print(json.dumps(result))
     return result
 
 
@@ -459,7 +447,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pad-slack", type=int, default=None, help="engine pad slack (device default)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON line of results, alone on stdout (lines: stderr)"
+    )
+    parser.add_argument("--verbose", action="store_true", help="show the engines' logs (vLLM's INFO lines)")
     parser.add_argument("--engine", choices=("hf", "vllm"), default="hf", help="vllm: see the docstring")
     parser.add_argument(
         "--engine-option",
@@ -549,11 +540,21 @@ def run_also(
 
 
 def main(argv: list[str] | None = None) -> dict:
+    """Measure (see the module docstring); with ``--json`` the JSON line is all that goes to stdout, the
+    figures' lines go to stderr."""
     args = _arguments(argv)
+    engine_logs(args.verbose)
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        result = main_vllm(args) if args.engine == "vllm" else main_hf(args)
+    if args.json:
+        print(json.dumps(result), flush=True)
+    return result
+
+
+def main_hf(args: argparse.Namespace) -> dict:
+    """``--engine hf``: see the module docstring."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.engine == "vllm":
-        return main_vllm(args)
     device = resolve_device(args.device)
     texts = _texts(args)
     settings = GenerationSettings(prompt=PROMPT, max_new_tokens=args.max_new_tokens)
@@ -625,8 +626,6 @@ def main(argv: list[str] | None = None) -> dict:
         f"{result['match_share']:.1%} of rows"
     )
     result["also"] = run_also(model, texts, args, ours, tokens / seconds)
-    if args.json:
-        print(json.dumps(result))
     return result
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from shardwise.environment import set_defaults
+from shardwise.environment import engine_logs, set_defaults
 
 # Before anything below imports Prefect, which reads its settings once, when it is imported: the
 # parser's options come from the flow's parameters, whose module imports Prefect's tasks.
@@ -87,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say_error(exc)
         return code_for(exc)
     args = parser.parse_args(argv)
+    engine_logs(bool(getattr(args, "verbose", False)))
     from shardwise.flows.timeline import mark
 
     mark("parsed")
@@ -162,7 +163,10 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     verbose = argparse.ArgumentParser(add_help=False)
     verbose.add_argument(
-        "-v", "--verbose", action="store_true", help="show Prefect's log and the traceback of an error"
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Prefect's log, the engine's (vLLM's) log and the traceback of an error",
     )
 
     def command(name: str, summary: str, about: str, example: str, **kwargs: Any) -> argparse.ArgumentParser:

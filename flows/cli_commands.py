@@ -15,11 +15,13 @@ __all__ = ["cache", "demo", "deploy", "plan", "runs", "score", "serve", "watch"]
 
 def score(args: argparse.Namespace) -> int:
     """``run`` and ``redrive``: the same flow, told apart by their options; checked before it starts."""
-    from shardwise.flows.cli_options import score_params
+    from shardwise.flows.cli_options import refuse_missing_engine, score_params
+
+    params = score_params(args)
+    refuse_missing_engine(params)  # before the imports below (torch) and the run's checks load the model
     from shardwise.flows.interrupts import stopping_on_signals
     from shardwise.flows.launch import preflight, run_and_report, was_recorded
 
-    params = score_params(args)
     # From here a signal stops the command within seconds, with one line naming the run to resume.
     with stopping_on_signals(params.run.resume, lambda run_id: was_recorded(params, run_id)):
         idle = preflight(params)

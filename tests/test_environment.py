@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from shardwise.environment import ONEDNN_CACHES, set_defaults
+from shardwise.environment import ENGINE_LOGS, ONEDNN_CACHES, engine_logs, set_defaults
 
 
 def _seen(names: tuple[str, ...]) -> dict[str, str | None]:
@@ -36,3 +36,31 @@ def test_a_spawned_worker_inherits_the_bounds() -> None:
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         seen = pool.apply(_seen, (tuple(ONEDNN_CACHES),))
     assert seen == ONEDNN_CACHES
+
+
+def test_engines_log_warnings_on_stderr_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45: vLLM logged about 190 INFO lines a run, on stdout (after a --json line too)."""
+    import logging
+
+    vllm_logger = logging.getLogger("vllm")
+    monkeypatch.setattr(vllm_logger, "level", vllm_logger.level)  # put back after
+
+    from shardwise import environment
+
+    for name in ENGINE_LOGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(environment, "_SET_HERE", set())
+    set_defaults(prefect=False)
+    assert _seen(tuple(ENGINE_LOGS)) == {
+        "VLLM_LOGGING_LEVEL": "ERROR",
+        "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+    }
+    engine_logs(verbose=True)  # -v
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "INFO" and logging.getLogger("vllm").level == logging.INFO
+    engine_logs(verbose=False)
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "ERROR" and logging.getLogger("vllm").level == logging.ERROR
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")  # the user's own: kept either way
+    monkeypatch.setattr(environment, "_SET_HERE", set())
+    set_defaults(prefect=False)
+    engine_logs(verbose=False)
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "DEBUG" and logging.getLogger("vllm").level == logging.DEBUG

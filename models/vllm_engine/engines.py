@@ -261,7 +261,8 @@ def _build(key: EngineKey, options: VllmOptions) -> Any:
     device = torch.device(key.device)
     arguments = options.llm_arguments(cpu=device.type != "cuda")
     started = time.perf_counter()
-    with _visible(device, options.tensor_parallel_size):
+    shown = logging.getLogger("vllm").isEnabledFor(logging.INFO)  # vLLM's log (see shardwise.environment)
+    with _visible(device, options.tensor_parallel_size), _quiet_children(not shown):
         try:
             llm = LLM(
                 model=key.model,
@@ -269,6 +270,7 @@ def _build(key: EngineKey, options: VllmOptions) -> Any:
                 seed=0,
                 disable_log_stats=True,
                 generation_config="vllm",  # Shardwise's settings decide sampling, not the model's defaults
+                use_tqdm_on_load=shown,  # its progress bar over the weights is part of its log
                 **arguments,
             )
         except ValueError as exc:  # vLLM's refusal of a model or a setting
@@ -299,6 +301,24 @@ def _visible(device: torch.device, tensor_parallel: int) -> Iterator[None]:
             del os.environ["CUDA_VISIBLE_DEVICES"]
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
+_QUIET = {"PYTHONWARNINGS": "ignore", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+"""What the engine's processes, started with its log hidden, print no more of: Python's warnings
+(deprecations inside vLLM, a leaked shared memory notice at exit) and torch's C++ warnings."""
+
+
+@contextlib.contextmanager
+def _quiet_children(quiet: bool) -> Iterator[None]:
+    """With ``quiet``, the engine's processes, spawned now, start with :data:`_QUIET` (where the user set
+    none of them); the variables are put back once they are started."""
+    added = {name: value for name, value in _QUIET.items() if quiet and name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def model_paths(folder: Path, pretrained: Mapping[str, Any]) -> tuple[str, str]:

@@ -26,7 +26,6 @@ __all__ = [
     "OUTPUT_AFFECTING",
     "VllmOptions",
     "require_vllm",
-    "require_vllm_gguf",
     "version_token",
 ]
 
@@ -135,18 +134,4 @@ def require_vllm(name: str) -> None:
         raise ConfigError(
             f"model {name!r} generates with engine vllm, and the vllm package is not installed; "
             f"{INSTALL}, or give --engine hf"
-        )
-
-
-def require_vllm_gguf(name: str) -> None:
-    """Raise a :class:`ConfigError` when the installed vLLM cannot load GGUF files (vLLM 0.32 dropped
-    them; earlier GPU builds load some architectures)."""
-    import importlib.util
-
-    require_vllm(name)
-    if importlib.util.find_spec("vllm.model_executor.layers.quantization.gguf") is None:
-        raise ConfigError(
-            f"model {name!r} is a GGUF file, and the installed vLLM does not load GGUF files; give engine "
-            "vllm a Hugging Face directory (transformers converts the file: from_pretrained(folder, "
-            "gguf_file=NAME) then save_pretrained), or give --engine hf"
         )

@@ -14,9 +14,13 @@ folder beside the entries and renames it into place, an atomic step, so a
 reader sees a whole entry or none; an advisory lock per entry makes the
 second process wait for the first and read its entry instead of converting
 too. An entry's manifest (``entry.json``, written last) names its key and
-every file with its size: an entry whose manifest is missing, unreadable,
-for another key, or whose files are missing or of another size is corrupt,
-and is set aside and converted again, never an error. Each use touches the
+every file with its size and SHA-256 digest: an entry whose manifest is
+missing, unreadable, for another key, or whose files are missing, of another
+size or (checked at its first use in each process, so a process hashes an
+entry once) of another digest is corrupt, and is set aside and converted
+again, never an error. A cache that cannot be written (a read-only home, a
+full disk) keeps nothing: :meth:`ConvertedCache.entry` says so in one warning
+per process and the caller converts without it. Each use touches the
 entry; after a conversion the least recently used entries go until the
 cache fits ``max_bytes`` (the newest always stays). :meth:`ConvertedCache.clear`
 empties it.
@@ -31,6 +35,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -47,7 +52,13 @@ __all__ = ["DEFAULT_MAX_BYTES", "ConvertedCache", "Entry", "KeepsConverted", "ke
 DEFAULT_MAX_BYTES = 8 * 2**30
 _MANIFEST = "entry.json"
 _USED = ".used"
-_FORMAT = 1
+_FORMAT = 2
+"""2: with each file's digest (entries of format 1 are converted again)."""
+_log = logging.getLogger(__name__)
+_CHECKED: set[tuple[str, int, int]] = set()
+"""The entries whose files this process has hashed (or written): folder, manifest inode and mtime."""
+_WARNED: set[Path] = set()
+"""The caches this process has warned it cannot write."""
 _STALE_S = 24 * 3600
 """A temporary or set-aside folder this old was left by a process that died: removed at the next trim."""
 
@@ -88,7 +99,8 @@ class ConvertedCache:
 
     def entry(self, kind: str, key: Mapping[str, str], convert: Callable[[Path], None]) -> Path | None:
         """The folder of the entry for ``key``, converting into it with ``convert(folder)`` when it is
-        missing or corrupt; None when the cache cannot be written (a read-only home: convert each time)."""
+        missing or corrupt; None, with a warning, when the cache cannot be written (a read-only home, a
+        full disk: the caller converts each time)."""
         name = f"{kind}-{_digest(kind, key)}"
         path = self.root / name
         found = self._valid(path, kind, key)
@@ -96,14 +108,17 @@ class ConvertedCache:
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
                 lock = open(self.root / f".{name}.lock", "a")  # noqa: SIM115 - held until the entry exists
-            except OSError:
+            except OSError as exc:
+                self._unwritable(exc)
                 return None
             with lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # a second process waits here, then reads the first's entry
                 found = self._valid(path, kind, key)
                 if found is None:
                     self._set_aside(path)
-                    if not self._convert(path, kind, key, convert):
+                    failed = self._convert(path, kind, key, convert)
+                    if failed is not None:
+                        self._unwritable(failed)
                         return None
         _touch(path)
         self._trim(keep=path)
@@ -136,30 +151,50 @@ class ConvertedCache:
         manifest = _manifest(path)
         if manifest is None or manifest["kind"] != kind or manifest["key"] != dict(key):
             return None
-        return path if _files_whole(path, manifest) else None
+        if not _files_whole(path, manifest):
+            return None
+        checked = _checked_as(path)
+        if checked not in _CHECKED:  # a same-size corruption: hashed once per process, at first use
+            if not all(_sha256(path / name) == digest for name, digest in manifest["digests"].items()):
+                return None
+            _CHECKED.add(checked)
+        return path
 
     def _convert(
         self, path: Path, kind: str, key: Mapping[str, str], convert: Callable[[Path], None]
-    ) -> bool:
+    ) -> OSError | None:
+        """Convert into a new entry at ``path``; None once it is there, else why it could not be written."""
         try:
             temp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".tmp-{path.name}-"))
-        except OSError:
-            return False
+        except OSError as exc:
+            return exc
         try:
             convert(temp)
-            files = {
-                str(f.relative_to(temp)): f.stat().st_size for f in sorted(temp.rglob("*")) if f.is_file()
-            }
-            manifest = {"format": _FORMAT, "kind": kind, "key": dict(key), "files": files}
+            written = [f for f in sorted(temp.rglob("*")) if f.is_file()]
+            files = {str(f.relative_to(temp)): f.stat().st_size for f in written}
+            digests = {str(f.relative_to(temp)): _sha256(f) for f in written}
+            manifest = {"format": _FORMAT, "kind": kind, "key": dict(key), "files": files, "digests": digests}
             (temp / _MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
             os.rename(temp, path)  # atomic: readers see the whole entry or none
-        except OSError:
+        except OSError as exc:
             shutil.rmtree(temp, ignore_errors=True)
-            return self._valid(path, kind, key) is not None  # another process (without the lock) won
+            return None if self._valid(path, kind, key) is not None else exc  # another process won?
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
             raise
-        return True
+        _CHECKED.add(_checked_as(path))  # hashed as it was written
+        return None
+
+    def _unwritable(self, exc: OSError) -> None:
+        """Warn, once a process, that nothing can be kept here (the caller converts each time)."""
+        if self.root not in _WARNED:
+            _WARNED.add(self.root)
+            _log.warning(
+                "cannot keep converted models in %s (%s): each load converts the model again until "
+                "there is room; free disk space there",
+                self.root,
+                exc,
+            )
 
     def _set_aside(self, path: Path) -> None:
         """Move a corrupt entry out of the way (atomically) and remove it."""
@@ -221,7 +256,19 @@ def _manifest(path: Path) -> dict[str, Any] | None:
         return None
     if not all(isinstance(size, int) for size in files.values()):
         return None
+    digests = found.get("digests")
+    if not isinstance(digests, dict) or digests.keys() != files.keys():
+        return None
     return found
+
+
+def _checked_as(path: Path) -> tuple[str, int, int]:
+    """What identifies an entry's files as hashed: a converted-again entry has a new manifest."""
+    try:
+        stat = (path / _MANIFEST).stat()
+    except OSError:
+        return (str(path), -1, -1)
+    return (str(path), stat.st_ino, stat.st_mtime_ns)
 
 
 def _files_whole(path: Path, manifest: Mapping[str, Any]) -> bool:
@@ -232,6 +279,14 @@ def _files_whole(path: Path, manifest: Mapping[str, Any]) -> bool:
         except OSError:
             return False
     return True
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(2**20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _touch(path: Path) -> None:

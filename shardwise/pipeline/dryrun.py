@@ -73,10 +73,9 @@ def plan_report(
     info = spec_of.describe()
     # A model that batches by itself is not loaded (no vLLM engine built, no endpoint asked): its spec's
     # prompt counter counts what it would send.
-    model: Loaded | None = (
-        None if info.batches_itself else kept_in(spec_of, converted).load(torch.device("cpu"))
-    )
-    counter = spec_of.prompt_counter() if isinstance(spec_of, PromptCounting) else None
+    kept = kept_in(spec_of, converted)  # a GGUF file's tokenizer from its kept conversion, as a run's
+    model: Loaded | None = None if info.batches_itself else kept.load(torch.device("cpu"))
+    counter = kept.prompt_counter() if isinstance(kept, PromptCounting) else None
     precision, device = hardware_precision(spec, info)
     version = versioned(info.version, precision)
     results_url = resolve(spec.results.location)

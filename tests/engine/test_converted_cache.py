@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from full_disk import full_disk
 
 from shardwise import ConfigError
 from shardwise.model.converted import ConvertedCache
@@ -142,3 +143,51 @@ def test_two_processes_asking_at_once_convert_once_and_both_read_a_whole_entry(t
     assert [e.path for e in ConvertedCache(root).entries()] == [Path(outs[0]["path"])]
     manifest = json.loads((Path(outs[0]["path"]) / "entry.json").read_text())
     assert manifest["key"] == {"file": "f"}
+
+
+LATER = """
+import sys
+from pathlib import Path
+from shardwise.model.converted import ConvertedCache
+
+def convert(into):
+    (into / "weights.bin").write_bytes(b"w" * 100)
+
+path = ConvertedCache(Path(sys.argv[1])).entry("gguf", {"file": "f"}, convert)
+print((path / "weights.bin").read_bytes().decode())
+"""
+
+
+def _later_process(root: Path) -> str:
+    """What another process reads from the entry (converting it again when it finds it corrupt)."""
+    done = subprocess.run(
+        [sys.executable, "-c", LATER, str(root)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_same_size_corruption_is_found_by_its_digest_at_first_use_in_a_process(tmp_path: Path) -> None:
+    """Issue 45: sizes alone let a flipped byte through, changing generated texts under one version."""
+    cache, calls = ConvertedCache(tmp_path / "kept"), []
+    key = {"file": "f"}
+    path = cache.entry("gguf", key, _writer(100, calls))
+    (path / "weights.bin").write_bytes(b"x" * 100)  # the same size, other bytes
+    assert cache.entry("gguf", key, _writer(100, calls)) == path and len(calls) == 1, "hashed once a process"
+    assert _later_process(cache.root) == "w" * 100  # a later process hashes it, and converts again
+    assert [e.path for e in cache.entries()] == [path] and (path / "weights.bin").read_bytes() == b"w" * 100
+    manifest = json.loads((path / "entry.json").read_text())
+    assert set(manifest["digests"]) == {"weights.bin"}
+
+
+def test_a_cache_that_cannot_be_written_says_so_once_and_keeps_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache, calls = ConvertedCache(tmp_path / "kept"), []
+    with full_disk(1000):  # a disk that fills up while the entry is written
+        found = [cache.entry("gguf", {**KEY, "file": str(i)}, _writer(5000, calls)) for i in range(2)]
+    assert found == [None, None] and len(calls) == 2
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and f"cannot keep converted models in {cache.root}" in warned[0], warned
+    assert "free disk space there" in warned[0]
+    assert cache.entries() == [] and not [p for p in cache.root.iterdir() if p.is_dir()]

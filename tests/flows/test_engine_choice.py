@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from cli_helpers import ledger_runs, one_line
 from pydantic import ValidationError
@@ -61,4 +65,30 @@ def test_a_bad_engine_option_is_one_line_before_anything_runs(
     err = one_line(capfd)
     assert code == 2, err
     assert message in err, err
+    assert ledger_runs(docs) == 0
+
+
+WITHOUT_VLLM = """
+import sys
+sys.modules["vllm"] = None  # as where it is not installed: importlib.util.find_spec("vllm") is None
+from shardwise.flows.cli import main
+code = main(sys.argv[1:])
+print(code, "torch" in sys.modules, "transformers" in sys.modules)
+"""
+
+
+def test_a_missing_vllm_is_refused_before_torch_or_the_model_loads(docs: str, tmp_path: Path) -> None:
+    """Issue 45: the refusal took 26.7 s (others 5 s): it waited for the run's checks, which import torch
+    and read the model's files before they find that the engine's package is missing."""
+    from hf_builders import tiny_causal_lm
+
+    lm = tiny_causal_lm(tmp_path / "lm")
+    argv = ["run", "--source", docs, "--table", "docs", "--model", str(lm), "--engine", "vllm"]
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_VLLM, *argv], capture_output=True, text=True, timeout=300
+    )
+    assert done.stdout.split() == ["2", "False", "False"], done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "the vllm package is not installed; pip install vllm (a CUDA machine)" in line, line
+    assert line.endswith("or give --engine hf"), line
     assert ledger_runs(docs) == 0

@@ -7,6 +7,7 @@ its own, so the same weights load both ways and must generate the same text.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from collections.abc import Sequence
@@ -190,11 +191,22 @@ def test_a_corrupt_kept_conversion_is_converted_again(gguf_file: Path, tmp_path:
     assert [e.path for e in cache.entries()] == [entry.path]
 
 
-def test_vllm_reads_the_file_itself_not_the_kept_conversion(gguf_file: Path, tmp_path: Path) -> None:
+def test_vllm_reads_a_plain_float_directory_kept_or_of_its_process(gguf_file: Path, tmp_path: Path) -> None:
+    """vLLM 0.32 loads no GGUF file (issue 45): engine vllm is given the kept conversion, whose config
+    has no ``quantization_config`` (vLLM would take it for a GGUF checkpoint and refuse it); without a
+    cache, a directory the process converts into, once."""
     settings = GenerationSettings(chat="off", max_new_tokens=6, engine="vllm")
-    kept = GGUFCausalSpec(gguf_file, generation=settings).keeping(ConvertedCache(tmp_path / "converted"))
-    assert kept.pretrained() == (gguf_file.parent, {"gguf_file": gguf_file.name, "local_files_only": True})
-    assert not (tmp_path / "converted").exists()
+    cache = ConvertedCache(tmp_path / "converted")
+    folder, pretrained = GGUFCausalSpec(gguf_file, generation=settings).keeping(cache).pretrained()
+    (entry,) = cache.entries()
+    assert (folder, pretrained) == (entry.path, {"local_files_only": True})
+    alone = GGUFCausalSpec(gguf_file, generation=settings)
+    here, _ = alone.pretrained()
+    assert here != folder and alone.pretrained()[0] == here  # converted once per process
+    for directory in (folder, here):
+        config = json.loads((directory / "config.json").read_text())
+        assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
+        assert not list(directory.glob("*.gguf"))
 
 
 def test_the_header_reader_gives_what_gguf_s_own_reader_gives(gguf_file: Path, tmp_path: Path) -> None:
@@ -213,3 +225,23 @@ def test_the_header_reader_gives_what_gguf_s_own_reader_gives(gguf_file: Path, t
         header_values(cut, lambda key: True)
     with pytest.raises(ConfigError, match="is not a readable GGUF file"):
         GGUFCausalSpec(cut).describe()
+
+
+def test_a_full_disk_converts_in_memory_with_one_warning(
+    gguf_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 45: a disk that fills up while the conversion is written (safetensors reports it as its own
+    error, not an OSError) failed the run; now the model converts in memory, as without a cache."""
+    from full_disk import full_disk
+
+    settings = GenerationSettings(prompt="Summarise: {text}", chat="off", max_new_tokens=6)
+    spec = GGUFCausalSpec(gguf_file, generation=settings)
+    cache = ConvertedCache(tmp_path / "converted")
+    texts = ["a short text", "another text, a little longer than the first"]
+    expected = _score(spec, texts)
+    with full_disk(gguf_file.stat().st_size // 2):  # the weights do not fit
+        assert _score(spec.keeping(cache), texts) == expected
+        assert _score(spec.keeping(cache), texts) == expected
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "cannot keep converted models in" in warned[0], warned
+    assert cache.entries() == []

@@ -72,21 +72,3 @@ def test_a_spec_refuses_bad_options_and_a_missing_vllm_while_describing(
     with pytest.raises(ConfigError, match=missing + r"==0.32.0 \(CPU only\), or give --engine hf"):
         HFCausalSpec(lm, generation=_vllm()).describe()
     HFCausalSpec(lm).describe()  # the hf engine needs no vLLM
-
-
-def test_a_gguf_file_is_refused_while_describing_where_vllm_loads_none(lm: Path, tmp_path: Path) -> None:
-    from gguf_builders import write_gguf
-    from vllm_lm import need_vllm
-
-    from shardwise.models.hf_gguf import GGUFCausalSpec
-
-    need_vllm()
-    if importlib.util.find_spec("vllm.model_executor.layers.quantization.gguf") is not None:
-        pytest.skip("the installed vLLM loads GGUF files")
-    (tmp_path / "gguf").mkdir()
-    gguf = write_gguf(lm, tmp_path / "gguf" / "tiny.gguf")
-    GGUFCausalSpec(gguf).describe()  # the hf engine loads it
-    with pytest.raises(
-        ConfigError, match=r"does not load GGUF files; give engine vllm a Hugging Face directory"
-    ):
-        GGUFCausalSpec(gguf, generation=_vllm()).describe()

@@ -59,7 +59,10 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     from prefect.testing.utilities import prefect_test_harness
 
     storage = tmp_path_factory.mktemp("prefect-results")
-    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
+    with (
+        temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}),
+        prefect_test_harness(server_startup_timeout=120),
+    ):
         yield
 
 
@@ -192,6 +195,41 @@ def test_the_plan_counts_the_prompt_tokens_a_vllm_run_counts_without_building_an
     assert plan["max_completion_tokens"] == scored * 6
 
 
+VLLM_LOG = re.compile(r"\b(DEBUG|INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d")
+"""A line of vLLM's log (its format: level, then month-day time)."""
+
+
+def test_a_gguf_file_runs_on_vllm_from_its_kept_conversion_and_vllm_logs_stay_quiet(
+    lm: Path, tmp_path: Path, prefect_harness: None
+) -> None:
+    """Issue 45, items 1 and 7: ``--engine vllm`` on a GGUF file (vLLM 0.32 loads none) generates from its
+    kept float32 conversion, whose config vLLM takes for a plain checkpoint; the command, a process of
+    its own, shows none of vLLM's INFO lines, and nothing of vLLM's on stdout."""
+    from gguf_builders import write_gguf
+    from hf_builders import CHAT_TEMPLATE
+
+    from shardwise.hashing import hash_file
+    from shardwise.pipeline.home import converted_cache
+
+    gguf = write_gguf(lm, tmp_path / "gguf" / "tiny.gguf", chat_template=CHAT_TEMPLATE)
+    source = f"sqlite:///{tmp_path / 'docs.db'}"
+    make_docs(source, 12)
+    argv = _argv(source, gguf, "vllm", "--results-table", "from_gguf")
+    command = [sys.executable, "-c", "from shardwise.flows.cli import entry; entry()", *argv]
+    env = {**os.environ, "PREFECT_API_URL": _api_url()}
+    env.pop("VLLM_LOGGING_LEVEL", None)  # as a user's shell has it: the command's own default decides
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not VLLM_LOG.search(done.stdout), done.stdout
+    assert not [line for line in done.stderr.splitlines() if "INFO" in line and VLLM_LOG.search(line)]
+    (entry,) = [e for e in converted_cache().entries() if e.key["file"] == hash_file(gguf)]  # type: ignore[union-attr]
+    assert "quantization_config" not in json.loads((entry.path / "config.json").read_text())
+    assert main(_argv(source, lm, "vllm", "--results-table", "from_dir")) == 0
+    query = "select source_key, generated_text from {} order by source_key"
+    from_gguf = execute(source, query.format("from_gguf"))
+    assert len(from_gguf) == 12 and from_gguf == execute(source, query.format("from_dir"))
+
+
 def _api_url() -> str:
     """The test harness's Prefect API, for a command run as a process of its own."""
     from prefect.settings import PREFECT_API_URL
@@ -303,18 +341,21 @@ def test_a_run_killed_mid_shard_resumes_exactly_and_only_new_then_generates_noth
 
 
 def test_the_generation_bench_compares_the_vllm_engine_with_bare_vllm_and_the_hf_engine(
-    lm: Path, capsys: pytest.CaptureFixture[str]
+    lm: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """``bench/generate.py --engine vllm`` on a few rows, in this process (it finds this module's engine):
-    its last line is the JSON the issue asks for, and the same engine gives bare vLLM the same prompts."""
+    its stdout is the JSON the issue asks for and nothing else (issue 45: not vLLM's logs either), and
+    the same engine gives bare vLLM the same prompts."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/ is not installed
     from bench import generate
 
     options = [f"--engine-option={name}={value}" for name, value in ENGINE_OPTIONS.items()]
     argv = ["--engine", "vllm", "--model", str(lm), "--limit", "6", "--hf-rows", "3", "--max-chars", "200"]
     result = generate.main([*argv, "--max-new-tokens", "4", "--system", SYSTEM, "--json", *options])
-    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert last == result
+    out, err = capfd.readouterr()
+    (line,) = out.strip().splitlines()
+    last = json.loads(line)
+    assert last == result and "tokens/s" in err, "the figures' lines go to stderr"
     required = {"rows", "tokens_per_s", "bare_vllm_tokens_per_s", "ratio_vs_bare_vllm", "hf_tokens_per_s"}
     required |= {"match_share_vs_bare_vllm", "match_share_vs_hf", "prefix_cache_hit_rate", "hf_rows"}
     assert required <= set(last) and set(last) == set(generate.KEYS)
