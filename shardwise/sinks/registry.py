@@ -40,6 +40,7 @@ from shardwise.db.connect import database_scheme
 from shardwise.errors import ConfigError
 from shardwise.kind_options import (
     KindOptions,
+    built_in_first,
     check_unique_options,
     flag_of,
     grouped_options,
@@ -144,7 +145,7 @@ def _loaded() -> dict[str, SinkKind | ConfigError]:
     kinds: dict[str, SinkKind | ConfigError] = {}
     owners: dict[str, str] = {}
     points = entry_points(group=ENTRY_POINT_GROUP)
-    for point in sorted(points, key=lambda p: (_distribution(p) != "shardwise", p.name)):  # built-ins first
+    for point in sorted(points, key=built_in_first):
         if point.name in kinds:
             continue  # the same distribution seen twice on sys.path
         kind = _load(point)
@@ -185,12 +186,6 @@ def results_options_model() -> type[BaseModel]:
     flow's ``results.options`` parameter, which the Prefect form shows as a section per kind."""
     doc = "Options of the sink kinds, a section each; only the section of the results' kind applies."
     return sections_model("ResultsOptions", doc, sink_kinds().values())
-
-
-def _distribution(point: EntryPoint) -> str | None:
-    """The name of the distribution that registers ``point``, None when unknown."""
-    dist = getattr(point, "dist", None)
-    return None if dist is None else str(dist.metadata["Name"])
 
 
 def sink_kind(name: str) -> SinkKind:
