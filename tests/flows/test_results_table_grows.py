@@ -80,5 +80,5 @@ def test_a_table_shardwise_did_not_make_is_never_altered(
         "results table 'answers' already exists with a different layout: column 'parsed' (json) is missing"
         in err
     )
-    assert "Shardwise did not make it, so it is never altered" in err, err
+    assert "Shardwise has no record of making it (shardwise_tables), so never alters it;" in err, err
     assert _columns(sqlite_url) == before and ledger_runs(sqlite_url) == runs and flow_runs() == flows

@@ -46,8 +46,8 @@ from shardwise.sources.base import KeyType
 __all__ = ["SqlSink", "existing_key_type"]
 
 _SEALED = {"sealed": True}
-_log = logging.getLogger(__name__)
 """The position a shard's seal records in ``shardwise_commits``; no chunk's position is this."""
+_log = logging.getLogger(__name__)
 
 
 def existing_key_type(engine: sa.Engine, name: str) -> KeyType | None:

@@ -152,7 +152,7 @@ def check_layout(
     if sorted(pk) != ["model_version", "source_key"]:
         problems.append(f"primary key is ({', '.join(pk)}), expected (source_key, model_version)")
     if problems:
-        made = "" if ours else " Shardwise did not make it, so it is never altered;"
+        made = "" if ours else " Shardwise has no record of making it (shardwise_tables), so never alters it;"
         raise ConfigError(
             f"results table {shown_name!r} already exists with a different layout: {'; '.join(problems)}."
             f"{made} choose another --results-table (or drop or rename the existing table, or give it "
