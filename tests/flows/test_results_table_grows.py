@@ -38,25 +38,31 @@ def _run(url: str, lm: Path, *extra: str) -> list[str]:
 
 
 def _columns(url: str) -> list[str]:
-    return [row[1] for row in execute(url, "pragma table_info(answers)")]
+    found = "select column_name from information_schema.columns where table_name = 'answers'"
+    if url.startswith("sqlite"):
+        found = "select name from pragma_table_info('answers')"
+    return sorted(row[0] for row in execute(url, found))
 
 
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_table_shardwise_made_gains_the_column_a_json_schema_run_needs(
-    sqlite_url: str, lm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    db: str, request: pytest.FixtureRequest, lm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    make_docs(sqlite_url, 4, bad=False)
-    assert main(_run(sqlite_url, lm)) == 0, capsys.readouterr()
-    assert "parsed" not in _columns(sqlite_url)
+    """On PostgreSQL ``parsed`` is jsonb: the case the issue met."""
+    url = str(request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url"))
+    make_docs(url, 4, bad=False)
+    assert main(_run(url, lm)) == 0, capsys.readouterr()
+    assert "parsed" not in _columns(url)
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(SCHEMA))
-    code = main(_run(sqlite_url, lm, "--json-schema", str(schema)))
+    code = main(_run(url, lm, "--json-schema", str(schema)))
     out = capsys.readouterr().out
     assert code == 0 and "completed: 4 rows scored" in out, out
-    parsed = execute(sqlite_url, "select parsed from answers where parsed is not null")
-    assert len(parsed) == 4 and all(set(json.loads(p)) == {"label"} for (p,) in parsed)
-    assert execute(sqlite_url, "select count(*) from answers where parsed is null") == [(4,)], (
-        "the first run's"
+    parsed = execute(url, "select parsed from answers where parsed is not null")
+    assert len(parsed) == 4 and all(
+        set(p if isinstance(p, dict) else json.loads(p)) == {"label"} for (p,) in parsed
     )
+    assert execute(url, "select count(*) from answers where parsed is null") == [(4,)], "the first run's"
 
 
 def test_a_table_shardwise_did_not_make_is_never_altered(
