@@ -28,7 +28,7 @@ from shardwise.precision import Requested
 from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
-from shardwise.sinks.registry import results_options_model, sink_kinds
+from shardwise.sinks.registry import results_options_model, sink_kind_names
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, check_bucket_name, check_root
 from shardwise.sources.registry import source_options_model
@@ -53,9 +53,9 @@ ImageRoot = Annotated[str, AfterValidator(check_root)]
 """An absolute folder (see :func:`~shardwise.sources.images.access.check_root`)."""
 ImageBucket = Annotated[str, AfterValidator(check_bucket_name)]
 
-ResultsFormat = Literal[tuple(sorted(sink_kinds()))]  # type: ignore[valid-type]
+ResultsFormat = Literal[tuple(sink_kind_names())]  # type: ignore[valid-type]
 """The installed sink kinds' names (:mod:`shardwise.sinks.registry`): the choices of the form and of
-``--results-format``."""
+``--results-format`` (one that cannot be loaded is refused, once chosen, saying why)."""
 SourceKindSections = source_options_model()
 """The installed source kinds' options, a section per kind (see
 :func:`~shardwise.sources.registry.source_options_model`)."""

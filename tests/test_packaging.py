@@ -75,3 +75,20 @@ def test_no_top_level_flows_tasks_models_or_sql_is_importable_outside_the_checko
         [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_tests_run_on_versions_the_delta_extra_allows() -> None:
+    """The Delta sink is tested on what its extra promises: a deltalake or pyarrow outside its bounds
+    here means either the bounds or the environment is wrong (issue 45, item 14)."""
+    from importlib.metadata import version
+
+    import tomllib
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    bounds = {r.name: r.specifier for r in map(Requirement, extras["delta"])}
+    assert set(bounds) == {"deltalake", "pyarrow"}, bounds
+    for name, allowed in bounds.items():
+        found = version(name)
+        assert allowed.contains(found), f"{name} {found} is outside the delta extra's {allowed}"
+        assert any(s.operator == "<" for s in allowed), f"{name} needs an upper bound: {allowed}"

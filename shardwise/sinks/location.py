@@ -2,7 +2,7 @@
 
 The table lives at ``LOCATION/TABLE``; the ledger records it as
 ``KIND:LOCATION/TABLE`` (:func:`location_target`). A local location must be
-a directory, or a path whose existing part is one (:func:`check_local`).
+a directory, or a path whose existing part is one, that this user may write in (:func:`check_local`).
 """
 
 from __future__ import annotations
@@ -28,21 +28,30 @@ def location_target(kind: str, dest: Destination) -> str:
 
 def check_local(dest: Destination) -> None:
     """Local results go in a directory: ``LOCATION/TABLE`` and the default ledger beside it are made
-    under the location, so it, and each of its parents that exists, must be a directory (writing under a
-    regular file fails the same way on every try: no retry can mend it). S3 locations pass."""
+    under the location, so it, and each of its parents that exists, must be a directory, and the nearest
+    one that exists must be one this process may write in. Writing under a regular file, in a folder
+    without permission, or on a read-only or virtual file system (``/proc``) fails the same way on every
+    try: no retry can mend it, so it is refused before the run. S3 locations pass."""
     if dest.location.startswith("s3://"):
         return
     for path in (Path(dest.location) / dest.table, *Path(dest.location, dest.table).parents):
         if not os.path.lexists(path):
             continue
-        if os.path.isdir(path):
-            return  # the nearest existing folder: what is under it is made as the run needs it
         # A location given as env:NAME is named so, never by its value (shardwise.secrets.by_reference).
         shown = repr(dest.given) if is_reference(dest.given) else f"{dest.given!r}: {str(path)!r}"
-        raise ConfigError(
-            f"results {shown} is not a directory (a regular file, or a link to none), so results cannot "
-            "be written under it; give --results a directory, or a path whose existing part is a directory"
-        )
+        if not os.path.isdir(path):
+            raise ConfigError(
+                f"results {shown} is not a directory (a regular file, or a link to none), so results cannot "
+                "be written under it; give --results a directory, or a path whose existing part is a "
+                "directory"
+            )
+        if not os.access(path, os.W_OK | os.X_OK):  # the kernel's own answer: permissions, ro mounts, /proc
+            raise ConfigError(
+                f"results {shown} is a directory this user cannot write in (no permission, or a read-only "
+                "or virtual file system), so results cannot be written under it; give --results a "
+                "directory you can write in"
+            )
+        return  # the nearest existing folder: what is under it is made as the run needs it
 
 
 class LocationKind:

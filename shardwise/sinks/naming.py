@@ -18,8 +18,8 @@ __all__ = ["LINEAGE_COLUMNS", "SINK_TABLES", "STAGE_TABLE", "check_outputs", "pa
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 STAGE_TABLE = "shardwise_stage"
-SINK_TABLES = ("shardwise_commits",)
-"""The SQL sink's own table, in the results database (see ``sql/common/sink_commits_schema.sql``)."""
+SINK_TABLES = ("shardwise_commits", "shardwise_tables")
+"""The SQL sink's own tables, in the results database (see ``sql/common/sink_commits_schema.sql``)."""
 _RESERVED = {*LEDGER_TABLES, *SINK_TABLES, STAGE_TABLE, "shardwise_watch_state"}
 LINEAGE_COLUMNS = (
     "truncated",

@@ -40,6 +40,7 @@ from shardwise.db.connect import database_scheme
 from shardwise.errors import ConfigError
 from shardwise.kind_options import (
     KindOptions,
+    built_in_first,
     check_unique_options,
     flag_of,
     grouped_options,
@@ -65,6 +66,7 @@ __all__ = [
     "results_options_model",
     "sink_kind",
     "sink_kind_for",
+    "sink_kind_names",
     "sink_kinds",
 ]
 
@@ -124,25 +126,58 @@ class SinkKind(Protocol):
         """The sink for rows of ``layout``; nothing is created until its ``ensure()``."""
 
 
-@functools.cache
 def sink_kinds() -> dict[str, SinkKind]:
-    """The installed kinds by name, built-in ones included, each checked: a kind whose option names
-    another kind holds already is refused (one ``--flag`` per option)."""
-    kinds: dict[str, SinkKind] = {}
+    """The installed kinds that load, by name, built-in ones first. A kind that cannot be loaded, or
+    that declares an option another kind holds already (one ``--flag`` per option), is left out; it is
+    refused when chosen (:func:`sink_kind`), so one broken package breaks no other command."""
+    return {name: kind for name, kind in _loaded().items() if not isinstance(kind, ConfigError)}
+
+
+def sink_kind_names() -> list[str]:
+    """Every registered kind's name, sorted, those that cannot be loaded included: ``--results-format``
+    takes each, and one that cannot be loaded is then refused saying why."""
+    return sorted(_loaded())
+
+
+@functools.cache
+def _loaded() -> dict[str, SinkKind | ConfigError]:
+    """Every registered kind by name, built-in ones first, each loaded and checked, or why it cannot be."""
+    kinds: dict[str, SinkKind | ConfigError] = {}
     owners: dict[str, str] = {}
     points = entry_points(group=ENTRY_POINT_GROUP)
-    for point in sorted(points, key=lambda p: (_distribution(p) != "shardwise", p.name)):  # built-ins first
+    for point in sorted(points, key=built_in_first):
         if point.name in kinds:
             continue  # the same distribution seen twice on sys.path
-        kind = point.load()
-        if not isinstance(kind, SinkKind) or kind.name != point.name:
-            raise ConfigError(
-                f"sink kind {point.name!r} ({point.value}) is not a SinkKind named {point.name!r}; see "
-                "docs/how-to/extending.md"
-            )
-        check_unique_options(kind, point.value, owners, "sink")
+        kind = _load(point)
+        if not isinstance(kind, ConfigError):
+            try:
+                check_unique_options(kind, point.value, owners, "sink")
+            except ConfigError as exc:
+                kind = exc
         kinds[point.name] = kind
     return kinds
+
+
+def _load(point: EntryPoint) -> SinkKind | ConfigError:
+    """The kind ``point`` names, or why it is not one: whatever its module raises stays in its line."""
+    try:
+        kind = point.load()
+    except ModuleNotFoundError as exc:
+        return ConfigError(
+            f"sink kind {point.name!r} ({point.value}) needs package {exc.name!r}, which is not installed; "
+            "install it, or uninstall the package that registers the kind"
+        )
+    except Exception as exc:
+        return ConfigError(
+            f"sink kind {point.name!r} ({point.value}) cannot be loaded: {type(exc).__name__}: {exc}; fix "
+            "or uninstall the package that registers it"
+        )
+    if not isinstance(kind, SinkKind) or kind.name != point.name:
+        return ConfigError(
+            f"sink kind {point.name!r} ({point.value}) is not a SinkKind named {point.name!r}; see "
+            "docs/how-to/extending.md"
+        )
+    return kind
 
 
 @functools.cache
@@ -153,22 +188,19 @@ def results_options_model() -> type[BaseModel]:
     return sections_model("ResultsOptions", doc, sink_kinds().values())
 
 
-def _distribution(point: EntryPoint) -> str | None:
-    """The name of the distribution that registers ``point``, None when unknown."""
-    dist = getattr(point, "dist", None)
-    return None if dist is None else str(dist.metadata["Name"])
-
-
 def sink_kind(name: str) -> SinkKind:
     """The kind registered as ``name``; an unknown one is refused naming those installed."""
-    kinds = sink_kinds()
-    if name not in kinds:
+    kinds = _loaded()
+    found = kinds.get(name)
+    if found is None:
         raise ConfigError(
             f"results format {name!r} is not an installed sink kind; known: {', '.join(sorted(kinds))} "
             "(another comes from a package that registers it under the entry-point group "
             f"{ENTRY_POINT_GROUP!r}; see docs/how-to/extending.md)"
         )
-    return kinds[name]
+    if isinstance(found, ConfigError):
+        raise found
+    return found
 
 
 def is_location(results: str) -> bool:

@@ -43,6 +43,7 @@ from shardwise.db.errors import safe_url
 from shardwise.errors import ConfigError, SourceError
 from shardwise.kind_options import (
     KindOptions,
+    built_in_first,
     check_unique_options,
     flag_of,
     grouped_options,
@@ -138,14 +139,15 @@ def kind_names() -> list[str]:
 
 @functools.cache
 def load_kinds() -> dict[str, SourceKind | ConfigError]:
-    """Every registered kind by name, imported (cached); a kind that cannot be loaded, or that declares
-    an option another kind declares (one ``--flag`` each), maps to why."""
+    """Every registered kind by name, imported (cached), Shardwise's own first and then the plug-ins' by
+    name; a kind that cannot be loaded, or that declares an option another kind declares (one
+    ``--flag`` each), maps to why."""
     found: dict[str, list[EntryPoint]] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=built_in_first):
         found.setdefault(ep.name, []).append(ep)
-    loaded = {name: _load(name, eps) for name, eps in sorted(found.items())}
+    loaded = {name: _load(name, eps) for name, eps in found.items()}  # built-ins first
     owners: dict[str, str] = {}
-    for name, kind in sorted(loaded.items(), key=lambda item: item[0] not in _BUILT_IN):  # built-ins first
+    for name, kind in loaded.items():
         if isinstance(kind, ConfigError):
             continue
         try:
@@ -215,7 +217,8 @@ def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source
 
 def open_location(location: str, options: SourceOptions, listed: Callable[[str], list[str]]) -> Source:
     """The source for ``location``: a database URL goes to the kind claiming its scheme; a path,
-    ``file://`` or ``s3://`` location to the kind whose suffixes its files have.
+    ``file://`` or ``s3://`` location to the kind whose suffixes its files have. A scheme or a file
+    that two kinds claim is refused in one line naming both: neither is handed the location.
 
     ``listed(path)`` lists the location's file names once; it raises :class:`SourceError` when the
     location cannot be listed, which leaves it to :data:`DEFAULT_FILE_KIND`, as does a listing with no
@@ -224,10 +227,12 @@ def open_location(location: str, options: SourceOptions, listed: Callable[[str],
     scheme = database_scheme(location)
     kinds = _usable(load_kinds())
     if scheme is not None:
-        for kind in kinds:
-            if scheme in kind.schemes:
-                return open_kind(kind, location, options)
-        raise ConfigError(_unknown_scheme(location.split("://", 1)[0], kinds))
+        claimants = [kind for kind in kinds if scheme in kind.schemes]
+        if not claimants:
+            raise ConfigError(_unknown_scheme(location.split("://", 1)[0], kinds))
+        if len(claimants) > 1:  # never guess which one gets the URL (and its password)
+            raise ConfigError(_claimed(f"source scheme {scheme!r}", f"{scheme}:// sources", claimants))
+        return open_kind(claimants[0], location, options)
     path = location.removeprefix("file://")
     files = [k for k in kinds if k.suffixes]
     # An image column is a column of a table: a folder of images is then no candidate.
@@ -257,9 +262,15 @@ def _by_suffix(
     known = tuple(s for k in files for s in k.suffixes)
     others = [name for name in names if not name.lower().endswith(known)]
     for name in names:
-        owner = next((k for k in kinds if name.lower().endswith(k.suffixes)), None)
-        if owner is not None:
-            counts[owner.name] = counts.get(owner.name, 0) + 1
+        owners = [k for k in kinds if name.lower().endswith(k.suffixes)]
+        if len(owners) > 1:
+            base = name.rstrip("/").rsplit("/", 1)[-1]
+            suffix = next(s for s in owners[-1].suffixes if name.lower().endswith(s))
+            raise ConfigError(
+                _claimed(f"source file suffix {suffix!r} (of {base!r})", f"{suffix} files", owners)
+            )
+        if owners:
+            counts[owners[0].name] = counts.get(owners[0].name, 0) + 1
     if len(counts) > 1:
         raise ConfigError(_mixture(path, counts, {k.name: k for k in kinds}))
     if counts:
@@ -285,6 +296,14 @@ def _mixture(path: str, counts: Mapping[str, int], kinds: Mapping[str, SourceKin
     return f"source {path!r} holds {held}; give a folder, glob or prefix that holds files of one kind"
 
 
+def _claimed(what: str, reads: str, kinds: list[SourceKind]) -> str:
+    named = " and ".join(f"{k.name!r} ({type(k).__module__})" for k in kinds)
+    return (
+        f"{what} is claimed by {len(kinds)} installed source kinds, {named}; uninstall the package of "
+        f"all but one of them, so that one kind reads {reads}"
+    )
+
+
 def _unknown_files(others: list[str], kinds: list[SourceKind]) -> str:
     example = others[0].rstrip("/").rsplit("/", 1)[-1]
     return (
@@ -295,7 +314,6 @@ def _unknown_files(others: list[str], kinds: list[SourceKind]) -> str:
 
 
 _FAMILY = ("source", "source")
-_BUILT_IN = ("sql", "parquet", "images", "csv")
 
 
 def _source_of(kind: Any) -> str:

@@ -15,3 +15,11 @@ CREATE TABLE IF NOT EXISTS shardwise_commits (
     committed_at    {TIMESTAMP} NOT NULL,
     PRIMARY KEY (run_id, shard_id, chunk)
 );
+
+-- The results tables the SQL sink created in this database, recorded in the transaction that creates
+-- each: only these gain, as a later run needs them, the nullable output columns they lack (a run with
+-- --json-schema adds parsed). A table the user made is never altered.
+CREATE TABLE IF NOT EXISTS shardwise_tables (
+    results_table   text PRIMARY KEY,
+    created_at      {TIMESTAMP} NOT NULL
+);

@@ -1,5 +1,6 @@
 """Results that no retry can write to are refused in one line, exit 2, before any flow run starts: a
-Delta table whose log is corrupt, and a local results path under a regular file."""
+Delta table whose log is corrupt, a local results path under a regular file, and a directory in which
+nothing can be written."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from cli_helpers import flow_runs, one_line
+from cli_helpers import flow_runs, ledger_runs, one_line
 from deltalake import write_deltalake
 
 from shardwise.flows.cli import main
@@ -68,3 +69,15 @@ def test_a_results_path_under_a_file_given_by_reference_names_the_reference_only
     err = _refused(_run(docs, "env:SHARDWISE_TEST_RESULTS"), capfd)
     assert "'env:SHARDWISE_TEST_RESULTS' is not a directory" in err, err
     assert "private-notes" not in err, err
+
+
+@pytest.mark.parametrize("results_format", ["delta", "parquet"])
+def test_results_in_a_directory_no_one_can_write_in_are_refused_before_the_run(
+    docs: str, capfd: pytest.CaptureFixture[str], results_format: str
+) -> None:
+    """``/proc/self`` is a directory in which nothing can be made, whoever runs: once retried for two
+    minutes as an outage of the store (issue 45, item 22)."""
+    err = _refused(_run(docs, "/proc/self", "--results-format", results_format), capfd)
+    assert "results '/proc/self': '/proc/self' is a directory this user cannot write in" in err, err
+    assert "give --results a directory you can write in" in err, err
+    assert ledger_runs(docs) == 0, "nothing is recorded for a refused run"

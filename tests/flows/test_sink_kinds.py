@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import flow_runs, one_line
+from cli_helpers import flow_runs, ledger_runs, one_line
 from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError
@@ -150,11 +150,41 @@ def test_a_kind_from_another_package_is_chosen_and_configured_like_a_built_in(
 
 
 @pytest.mark.slow
-def test_a_kind_that_claims_another_kinds_option_is_refused_by_name(tmp_path: Path) -> None:
+def test_a_kind_that_claims_another_kinds_option_is_refused_by_name_when_chosen(
+    docs: str, tmp_path: Path
+) -> None:
     clash = _PLUGIN.replace("carbon_label: str", "index: str")
     env = _install(tmp_path, "clash-sink", "carbon = carbon_sink:KIND", clash)
     shown = _cli(env, "run", "--help")
-    assert shown.returncode == 2 and len(shown.stderr.strip().splitlines()) == 1, shown.stderr
+    assert shown.returncode == 0 and "--index" in shown.stdout, shown.stderr
+    refused = _cli(env, *_run(docs, "--results", str(tmp_path / "out"), "--results-format", "carbon"))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert (
-        "sink kind 'carbon' (carbon_sink:KIND) declares option 'index', which sink kind 'sql'" in shown.stderr
+        "sink kind 'carbon' (carbon_sink:KIND) declares option 'index', which sink kind 'sql'"
+        in refused.stderr
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("module", "said"),
+    [
+        ("raise RuntimeError('half-installed')", "cannot be loaded: RuntimeError: half-installed"),
+        ("import shardwise_no_such_package", "needs package 'shardwise_no_such_package'"),
+        ("KIND = object()", "is not a SinkKind named 'carbon'"),
+    ],
+)
+def test_a_broken_kind_fails_only_the_runs_that_choose_it(
+    docs: str, tmp_path: Path, module: str, said: str
+) -> None:
+    """One package whose kind cannot be loaded leaves every other kind and command working (issue 45,
+    item 12); choosing it is one line, exit 2, before anything runs."""
+    env = _install(tmp_path, "broken-sink", "carbon = carbon_sink:KIND", module)
+    shown = _cli(env, "run", "--help")
+    assert shown.returncode == 0 and "carbon" in shown.stdout, shown.stderr
+    planned = _cli(env, "plan", *_run(docs, "--results", str(tmp_path / "lake"))[1:])
+    assert planned.returncode == 0, planned.stderr
+    refused = _cli(env, *_run(docs, "--results", str(tmp_path / "out"), "--results-format", "carbon"))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert f"sink kind 'carbon' (carbon_sink:KIND) {said}" in refused.stderr, refused.stderr
+    assert not (tmp_path / "out").exists() and ledger_runs(docs) == 0, "nothing ran"

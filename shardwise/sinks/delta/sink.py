@@ -186,6 +186,25 @@ def _unreadable(what: str, target: str, exc: BaseException) -> ConfigError:
     )
 
 
+_COMPARE = {"=": pc.equal, ">=": pc.greater_equal, "<=": pc.less_equal}
+
+
+def _scan(table: DeltaTable, columns: list[str] | None, filters: list[tuple[str, str, Any]]) -> pa.Table:
+    """``columns`` (None: all) of the rows matching every ``(column, op, value)`` of ``filters``.
+
+    No filter reaches pyarrow's scan: delta-rs 1.6 writes its Parquet files' strings as ``string_view``,
+    and pyarrow 26, pushing a filter down to such a file, finds no kernel comparing the table's
+    ``string`` with ``string_view`` (``ArrowNotImplementedError``). So delta-rs picks the files that
+    may hold matches from their statistics in the log, and the rows read are filtered here.
+    """
+    wanted = None if columns is None else list(dict.fromkeys([*columns, *(name for name, _, _ in filters)]))
+    found = table.to_pyarrow_dataset(file_pruning_predicate=filters or None).to_table(columns=wanted)
+    for name, op, value in filters:
+        scalar = pa.scalar(value, found.schema.field(name).type)
+        found = found.filter(_COMPARE[op](found.column(name), scalar))
+    return found if columns is None else found.select(columns)
+
+
 def _type_name(kind: Any) -> str:
     element = getattr(kind, "element_type", None)
     if element is not None:
@@ -265,8 +284,8 @@ class DeltaSink:
     def committed_inputs(self, model_version: str) -> Iterator[tuple[str, str]]:
         found = self._retried(
             f"reading {self.target}",
-            lambda: self._table().to_pyarrow_table(
-                columns=["source_key", "input_fingerprint"], filters=[("model_version", "=", model_version)]
+            lambda: _scan(
+                self._table(), ["source_key", "input_fingerprint"], [("model_version", "=", model_version)]
             ),
         )
         for key, fingerprint in zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True):
@@ -290,10 +309,8 @@ class DeltaSink:
         return []
 
     def read(self, model_version: str | None = None) -> list[dict[str, Any]]:
-        filters = None if model_version is None else [("model_version", "=", model_version)]
-        found = self._retried(
-            f"reading {self.target}", lambda: self._table().to_pyarrow_table(filters=filters)
-        )
+        filters = [] if model_version is None else [("model_version", "=", model_version)]
+        found = self._retried(f"reading {self.target}", lambda: _scan(self._table(), None, filters))
         found = found.sort_by([("source_key", "ascending"), ("model_version", "ascending")])
         return arrow_rows(found, self.layout)
 
@@ -429,7 +446,7 @@ class DeltaSink:
             ("source_key", ">=", bounds["min"].as_py()),
             ("source_key", "<=", bounds["max"].as_py()),
         ]
-        found = table.to_pyarrow_table(columns=["source_key", "input_fingerprint"], filters=filters)
+        found = _scan(table, ["source_key", "input_fingerprint"], filters)
         found = found.filter(pc.is_in(found.column("source_key"), value_set=keys.combine_chunks()))
         return dict(zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True))
 

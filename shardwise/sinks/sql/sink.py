@@ -14,6 +14,7 @@ claims the record of the chunk after its last with the position
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
@@ -39,13 +40,14 @@ from shardwise.sinks.sql.pgvector import (
     resolve_embedding_type,
 )
 from shardwise.sinks.sql.staging import Staging
-from shardwise.sinks.sql.table import VectorStorage, check_layout, results_table, stage_table
+from shardwise.sinks.sql.table import VectorStorage, add_columns, check_layout, results_table, stage_table
 from shardwise.sources.base import KeyType
 
 __all__ = ["SqlSink", "existing_key_type"]
 
 _SEALED = {"sealed": True}
 """The position a shard's seal records in ``shardwise_commits``; no chunk's position is this."""
+_log = logging.getLogger(__name__)
 
 
 def existing_key_type(engine: sa.Engine, name: str) -> KeyType | None:
@@ -145,7 +147,7 @@ class SqlSink(Closing):
             # The answer the run will get: pgvector tried (and rolled back) where it is not created yet.
             table = self._resolve(conn, create=False)
             if sa.inspect(conn).has_table(table.name, schema=table.schema):
-                check_layout(conn, table, self.target)
+                check_layout(conn, table, self.target, ours=self._ours(conn))
         self._check_index()
 
     def ensure(self) -> None:
@@ -164,10 +166,25 @@ class SqlSink(Closing):
                 conn.exec_driver_sql(stmt)
             table = self._resolve(conn, create=True)
             if sa.inspect(conn).has_table(table.name, schema=table.schema):
-                check_layout(conn, table, self.target)
+                missing = check_layout(conn, table, self.target, ours=self._ours(conn))
+                if missing:
+                    _log.info("results table %s gains columns %s", self.target, [c.name for c in missing])
+                    add_columns(conn, table, missing)
             else:
                 conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+                made = {"results_table": self.target, "created_at": bind_timestamp(conn, utc_now())}
+                conn.execute(statement(conn, "sink_table_made"), made)
         self._check_index()
+
+    def _ours(self, conn: sa.Connection) -> bool:
+        """Whether this sink created the results table (``shardwise_tables`` records it): only such a
+        table gains the nullable columns a later run needs."""
+        if not sa.inspect(conn).has_table("shardwise_tables"):
+            return False  # a database no sink of this version created a table in
+        return (
+            conn.execute(statement(conn, "sink_table_ours"), {"results_table": self.target}).first()
+            is not None
+        )
 
     def _check_index(self) -> None:
         """Refuse ``index="hnsw"`` over ``real[]`` columns: there is nothing to build it on."""

@@ -17,7 +17,7 @@ from shardwise.model import OutputColumn
 from shardwise.sinks.naming import LINEAGE_COLUMNS, STAGE_TABLE, check_outputs, parse_table_name
 from shardwise.sources.base import KeyType
 
-__all__ = ["VectorStorage", "check_layout", "expected_layout", "results_table", "stage_table"]
+__all__ = ["VectorStorage", "add_columns", "check_layout", "expected_layout", "results_table", "stage_table"]
 
 VectorStorage = Literal["array", "vector", "halfvec"]
 
@@ -124,18 +124,24 @@ def expected_layout(table: sa.Table, dialect: sa.Dialect) -> dict[str, str]:
     return layout
 
 
-def check_layout(conn: sa.Connection, table: sa.Table, shown_name: str) -> None:
-    """Raise ConfigError listing every difference between the existing table and ``table``."""
+def check_layout(
+    conn: sa.Connection, table: sa.Table, shown_name: str, *, ours: bool
+) -> list[sa.Column[Any]]:
+    """The nullable columns of ``table`` the existing table lacks, to add, when Shardwise made it
+    (``ours``); a ConfigError listing every other difference, and for a table the user made, those
+    columns too (it is never altered)."""
     from shardwise.sinks.sql.pgvector import recognise_vector_types, reflected_vector_family
 
     recognise_vector_types(conn.dialect)
     insp = sa.inspect(conn)
     found = {c["name"]: c for c in insp.get_columns(table.name, schema=table.schema)}
     exact = reflected_vector_family(conn, table.name, table.schema)  # vector(384): dims compared too
-    problems = []
+    problems, missing = [], []
     for name, family in expected_layout(table, conn.dialect).items():
         got = exact.get(name) or (_family(found[name]["type"]) if name in found else None)
-        if got is None:
+        if got is None and ours and table.columns[name].nullable:
+            missing.append(table.columns[name])
+        elif got is None:
             problems.append(f"column {name!r} ({family}) is missing")
         elif got != family:
             problems.append(f"column {name!r} is {got}, expected {family}")
@@ -146,8 +152,19 @@ def check_layout(conn: sa.Connection, table: sa.Table, shown_name: str) -> None:
     if sorted(pk) != ["model_version", "source_key"]:
         problems.append(f"primary key is ({', '.join(pk)}), expected (source_key, model_version)")
     if problems:
+        made = "" if ours else " Shardwise has no record of making it (shardwise_tables), so never alters it;"
         raise ConfigError(
-            f"results table {shown_name!r} already exists with a different layout: {'; '.join(problems)}. "
-            "It was made for another model or source; choose another --results-table "
-            "(or drop or rename the existing table)"
+            f"results table {shown_name!r} already exists with a different layout: {'; '.join(problems)}."
+            f"{made} choose another --results-table (or drop or rename the existing table, or give it "
+            "those columns yourself)"
         )
+    return missing
+
+
+def add_columns(conn: sa.Connection, table: sa.Table, columns: list[sa.Column[Any]]) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` each of ``columns`` (nullable), every identifier quoted by the
+    dialect: a table Shardwise made gains the outputs a later run stores."""
+    name = conn.dialect.identifier_preparer.format_table(table)
+    for column in columns:
+        spec = sa.schema.CreateColumn(column).compile(dialect=conn.dialect)
+        conn.exec_driver_sql(f"ALTER TABLE {name} ADD COLUMN {spec}")
