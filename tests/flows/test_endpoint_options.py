@@ -77,6 +77,27 @@ def test_a_bad_endpoint_option_is_one_line_before_anything_runs_and_shows_no_key
     assert ledger_runs(docs) == 0
 
 
+@pytest.mark.parametrize(
+    ("reference", "fix"),
+    [
+        ("env:SHARDWISE_NO_SUCH_KEY_VARIABLE", "export SHARDWISE_NO_SUCH_KEY_VARIABLE=<the API key> there"),
+        ("secret:shardwise-no-such-key", "create it holding the API key: prefect block create secret"),
+    ],
+)
+def test_a_key_reference_that_names_nothing_set_is_advised_as_a_key_not_a_url(
+    docs: str, reference: str, fix: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45 item 6: the fix for an unset key is to set the key where the reference points; a key is no
+    URL, and it is never given inline."""
+    code = main(["run", "--source", docs, "--table", "docs", "--model", "openai:m", "--api-key", reference])
+    err = one_line(capfd)
+    assert code == 2, err
+    assert f"api_key {reference!r} names" in err and fix in err, err
+    assert "the key itself is never given" in err, err
+    assert "<url>" not in err and "URL itself" not in err, err
+    assert ledger_runs(docs) == 0
+
+
 def test_a_base_url_with_nothing_listening_exits_3_in_one_line_before_any_flow_run(
     docs: str, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
