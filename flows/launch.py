@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -16,10 +15,10 @@ from shardwise.cost.usage import dollars
 from shardwise.errors import TransientError
 from shardwise.flows.outcome import OK, RUN_FAILED, TAKEN_OVER, code_for, print_traceback, say_error
 from shardwise.flows.params import ScoreParams
-from shardwise.flows.resolved import hand_over, held_spec, resolve_run
+from shardwise.flows.resolved import check_resolved, hand_over, held_spec, resolve_run
 from shardwise.flows.timeline import mark
 from shardwise.flows.totals import closing_lines
-from shardwise.pipeline import RunSpec, check_run
+from shardwise.pipeline import RunSpec
 from shardwise.pipeline.run_result import RunResult
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
@@ -34,15 +33,12 @@ def preflight(params: ScoreParams) -> str | None:
 
     Returns why the run would have nothing to do, when that is known already.
     """
-    from shardwise.models import get_spec
-
     resolved = resolve_run(params)
     check_api(required=params.fanout.runner == "deployment")
-    spec, remote = resolved.spec, resolved.fanout.remote
-    checked = check_run(spec, resolve, get_spec, local_workers=not remote, dry_run=params.run.dry_run)
-    if checked.idle is None:  # a flow run follows: it takes them, the model's description with them
-        hand_over(params, dataclasses.replace(resolved, model=checked.model))  # (see flows/resolved.py)
-    return checked.idle
+    checked, idle = check_resolved(resolved, dry_run=params.run.dry_run)
+    if idle is None:  # a flow run follows: it takes them, the model's description with them
+        hand_over(params, checked)  # (see flows/resolved.py)
+    return idle
 
 
 def check_api(*, required: bool = False) -> None:

@@ -12,7 +12,7 @@ from prefect.states import Completed, Failed, State
 from shardwise.flows.interrupts import hold, let_go
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
-from shardwise.flows.resolved import take_resolved
+from shardwise.flows.resolved import check_resolved, take_resolved
 from shardwise.flows.totals import budget_line, budget_stop, closing_lines
 from shardwise.pipeline import finish_results, finish_run
 from shardwise.pipeline.home import calibration_cache, converted_cache, equip
@@ -57,10 +57,15 @@ def score(params: ScoreParams) -> State:
 def _score(params: ScoreParams) -> State:
     check_model_for_origin(params.model.name)
     resolved = take_resolved(params)  # resolved by the command line's preflight, or now
+    if resolved.model is None:  # no command line checked them (the UI, a trigger, a deployment): now,
+        resolved, idle = check_resolved(resolved, dry_run=params.run.dry_run)  # before anything is recorded
+        if idle is not None:
+            return Completed(message=idle)
     spec, fanout = resolved.spec, resolved.fanout
     if params.run.dry_run:
         report = dry_run(spec, fanout.workers, calibration_cache(), converted_cache())
-        return Completed(message=f"dry run: {report['shards']} shards, {report['rows']} rows", data=report)
+        said = f"dry run: {plural(report['shards'], 'shard')}, {plural(report['rows'], 'row')}"
+        return Completed(message=said, data=report)
     logger = get_run_logger()
     started = time.perf_counter()
     equip(worker_cache())  # the guard's figures and converted models of this host, between runs

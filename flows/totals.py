@@ -111,6 +111,6 @@ def budget_line(result: RunResult, budget_usd: float | None, budget_tokens: int 
     return (
         f"stopped: budget: {' and '.join(spent)} "
         f"({plural(result.totals.rows_out, 'row')} scored and kept, "
-        f"{result.totals.shards_done}/{result.totals.shards_total} shards done); go on with: shardwise run "
+        f"{_shards(result)}); go on with: shardwise run "
         f"... --resume {result.run_id} {' '.join(flags)}"
     )

@@ -44,6 +44,7 @@ from shardwise.results.probe import check_ledger
 from shardwise.secrets.by_reference import by_reference
 from shardwise.secrets.redact import redact
 from shardwise.sources import Source, SourcePlan
+from shardwise.words import plural
 
 __all__ = ["PlanPreview", "plan_report", "preview_plan"]
 
@@ -220,7 +221,7 @@ def _unfinished(ledger: Ledger, *results_tables: str) -> list[str]:
         for run in ledger.recent_runs(10, status="running", results_table=results_table)
     ]
     for run in running:
-        done = f"{run.counts.shards_done}/{run.counts.shards_total} shards done"
+        done = f"{run.counts.shards_done}/{plural(run.counts.shards_total, 'shard')} done"
         if run.state(now) == "abandoned":
             why = abandoned_why(run.owner, run.lease_expires_at, now)
             found.append(
