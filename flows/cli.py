@@ -86,7 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         say_error(exc)
         return code_for(exc)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _refuse_unknown(parser, args.command, unknown)
+    if args.command == "run" and not hasattr(args, "run.resume") and not hasattr(args, "source.location"):
+        _subcommand(parser, "run").error("the following arguments are required: --source")  # (see _parser)
     from shardwise.flows.timeline import mark
 
     mark("parsed")
@@ -143,6 +147,36 @@ class _Parser(argparse.ArgumentParser):
         self.exit(BAD_INPUT, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
+def _subcommand(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[command]  # type: ignore[no-any-return]
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, command: str, unknown: Sequence[str]) -> NoReturn:
+    """Refuse what ``command`` does not take, as its own usage error (pointing at its own ``--help``):
+    each unknown option with its closest options, as an abbreviation where it starts some (options are
+    never abbreviated: ``--text-colum`` is not ``--text-column``); a value after one is its value."""
+    import difflib
+
+    sub = _subcommand(parser, command)
+    flags = [flag for a in sub._actions for flag in a.option_strings if flag.startswith("--")]
+    said, after_unknown = [], False
+    for arg in unknown:
+        name = arg.split("=", 1)[0]
+        if not name.startswith("-"):
+            if not after_unknown:
+                said.append(f"{arg!r} is not a value of any option given")
+            after_unknown = False
+            continue
+        after_unknown = "=" not in arg
+        starts = [flag for flag in flags if flag.startswith(name)]
+        close = starts[:4] or difflib.get_close_matches(name, flags, n=1, cutoff=0.7)
+        rule = " (options are never abbreviated)" if starts else ""
+        hint = f"; the closest {'is' if len(close) == 1 else 'are'} {', '.join(close)}" if close else ""
+        said.append(f"{name} is not an option of {sub.prog}{rule}{hint}")
+    sub.error("; ".join(said))
+
+
 _EXAMPLE_DB = "sqlite:///shardwise-work/shardwise.db"
 
 
@@ -153,6 +187,7 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = _Parser(
         prog="shardwise",
+        allow_abbrev=False,  # here and on each command: --text-colum is a mistake, never --text-column
         description="Batch inference over tables: score a SQL table or a Parquet dataset with a model, "
         "shard by shard, into a results table, each row exactly once and with its lineage. Each "
         "subcommand has its own --help with an example.",
@@ -171,6 +206,7 @@ def _parser() -> argparse.ArgumentParser:
             description=f"{about}\n\nexample:\n  {example}",
             epilog=exit_codes_help(name),
             formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,
             **kwargs,
         )
 
@@ -183,6 +219,8 @@ def _parser() -> argparse.ArgumentParser:
         for action in parser._actions:
             if action.dest in required:  # optional in the flow's parameters, never on this command
                 action.required = True
+            if name == "run" and action.dest == "source.location":  # a resume finds its run without it:
+                action.required = False  # main() requires it of any other run
         parser.set_defaults(handler=cli_commands.score)
 
     scoring(
