@@ -281,9 +281,10 @@ def _parser() -> argparse.ArgumentParser:
         "List the latest runs recorded in a results database, newest first: id, status, when it\n"
         "started, the process that holds (or last held) it, shards done of total and rows scored, summed\n"
         "from its shards now. A run still marked running whose process stopped renewing its lease is\n"
-        "shown as abandoned: finish it with shardwise run ... --resume RUN_ID. TOKENS, DEVICE-H and\n"
-        "COST sum its committed chunks: prompt+completion tokens, device-hours, and dollars where the run\n"
-        "was priced (a price per device-hour, or a remote model's token prices).",
+        "shown as abandoned, with the command that finishes it (shardwise run --results ... --resume ID);\n"
+        "a run its budget stopped, as stopped (--resume RUN_ID with a larger budget goes on). TOKENS,\n"
+        "DEVICE-H and COST sum its committed chunks: prompt+completion tokens, device-hours, and dollars\n"
+        "where the run was priced (a price per device-hour, or a remote model's token prices).",
         f"shardwise runs --results {_EXAMPLE_DB} --limit 10",
     )
     runs.add_argument(

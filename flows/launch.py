@@ -19,11 +19,21 @@ from shardwise.flows.resolved import check_resolved, hand_over, held_spec, resol
 from shardwise.flows.timeline import mark
 from shardwise.flows.totals import closing_lines
 from shardwise.pipeline import RunSpec
+from shardwise.pipeline.resume import resume_command
 from shardwise.pipeline.run_result import RunResult
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
-__all__ = ["Report", "TemporaryApi", "check_api", "preflight", "print_plan", "run_and_report", "was_recorded"]
+__all__ = [
+    "Report",
+    "TemporaryApi",
+    "check_api",
+    "finish_command",
+    "preflight",
+    "print_plan",
+    "run_and_report",
+    "was_recorded",
+]
 
 
 def preflight(params: ScoreParams) -> str | None:
@@ -120,7 +130,7 @@ def run_and_report(
         return Report(RUN_FAILED, result)
     if failed:
         say_error(state.message or "run failed")
-        print(f"finish it later with: shardwise run ... --resume {result.run_id}", file=sys.stderr)
+        print(f"finish it later with: {finish_command(params, result.run_id)}", file=sys.stderr)
         return Report(RUN_FAILED, result)
     return Report(OK, result)
 
@@ -143,7 +153,15 @@ def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:
     if recorded is False:
         return  # it failed before it was recorded: nothing to finish
     known = " (the ledger could not be read to check that it was recorded)" if recorded is None else ""
-    print(f"run {run_id}{known}: finish it with: shardwise run ... --resume {run_id}", file=sys.stderr)
+    print(f"run {run_id}{known}: finish it with: {finish_command(params, run_id)}", file=sys.stderr)
+
+
+def finish_command(params: ScoreParams, run_id: str) -> str:
+    """The command that resumes run ``run_id`` of ``params``, as it works when typed (see
+    :func:`~shardwise.pipeline.resume.resume_command`)."""
+    return resume_command(
+        run_id, ledger=params.ledger, results=params.results.location, source=params.source.location
+    )
 
 
 def was_recorded(params: ScoreParams, run_id: str) -> bool | None:

@@ -37,9 +37,14 @@ RESUME_MAY_CHANGE = frozenset(
         "fanout.threads",
         "fanout.address",
         "fanout.deployment",
+        "source.options.sql.query_timeout_s",
+        "source.image_roots",
+        "source.image_buckets",
+        "source.image_max_bytes",
     }
 )
-"""What a resume may set anew: how this invocation runs the stored plan, never what the plan is."""
+"""What a resume may set anew: how this invocation runs the stored plan, never what the plan is (the
+source's read limits too: docs/how-to/where-filter.md, images-sources.md)."""
 _FINDS_LEDGER = ("ledger", "results.location", "source.location")
 """What finds the run's ledger; taken as given, the resume's checks match each to the run's."""
 _NOT_RESUMED = {"run": {"redrive": None, "dry_run": False}}
@@ -85,13 +90,7 @@ def _stored_parameters(given: Mapping[str, Any], run_id: str) -> dict[str, Any]:
     url = find_ledger(ledger, results or source, source, resolve)
     check_ledger(url, "existing")  # a mistyped path is refused, never made into an empty ledger
     with Ledger(url) as found:
-        record = found.load_run(run_id)
-        where = found.url
-    if record is None:
-        raise ConfigError(
-            f"run {run_id!r} is not in the ledger of {where}; nothing to resume. Resume a run id listed "
-            "there (shardwise runs --results URL), or give the --results or --ledger the run was given"
-        )
+        record, _ = found.load(run_id)  # a run it does not hold is refused, naming how to list those it does
     return dict(record.parameters)
 
 
@@ -106,7 +105,8 @@ def _refuse_other(stored: dict[str, Any], path: str, value: Any, run_id: str) ->
         raise ConfigError(
             f"{flag_for(path)} {_shown(value)} differs from run {run_id!r}'s {_shown(before)}, and a resume "
             f"keeps the run's plan: drop {flag_for(path)} (the run's own is used), or start a new run; a "
-            "resume may change only budgets, runner, workers, threads, retry settings and its lease"
+            "resume may change only budgets, runner, workers, threads, retry settings, its lease and the "
+            "source's read limits"
         )
 
 

@@ -16,6 +16,7 @@ from shardwise.flows.resolved import check_resolved, take_resolved
 from shardwise.flows.totals import budget_line, budget_stop, closing_lines
 from shardwise.pipeline import finish_results, finish_run
 from shardwise.pipeline.home import calibration_cache, converted_cache, equip
+from shardwise.pipeline.resume import resume_command
 from shardwise.pipeline.run_result import run_result
 from shardwise.secrets.redact import redact_mapping
 from shardwise.tasks import plan_run
@@ -120,7 +121,10 @@ def _score(params: ScoreParams) -> State:
             worker["model_load_s"],
         )
     if result.stopped == "budget":
-        said = budget_line(result, spec.run.budget_usd, spec.run.budget_tokens)
+        finish = resume_command(
+            result.run_id, ledger=spec.ledger, results=params.results.location, source=spec.source.location
+        )
+        said = budget_line(result, spec.run.budget_usd, spec.run.budget_tokens, finish)
         logger.warning("run %s %s", run_id, said)
         return Failed(message=said, data=result)
     if failed:

@@ -32,6 +32,7 @@ from shardwise.pipeline.destination import (
 )
 from shardwise.pipeline.estimate import CostEstimate, TokenCount, count_tokens, estimate_cost
 from shardwise.pipeline.model_inputs import check_model_inputs
+from shardwise.pipeline.resume import resume_command
 from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
 from shardwise.pipeline.spec import Resolver, RunSpec
@@ -149,7 +150,7 @@ def plan_report(
             already = str(int(current.params.get("skipped_rows") or 0))
         except ConfigError as exc:
             already = f"unknown ({redact(str(exc))})"  # a report: it names a reference, not its value
-        unfinished = _unfinished(ledger, recorded, target)
+        unfinished = _unfinished(spec, ledger, recorded, target)
     finally:
         source.close()
         ledger.close()
@@ -209,11 +210,12 @@ def _calibrated(
     return store.speed(calibration_key(model, precision, pairs, device))
 
 
-def _unfinished(ledger: Ledger, *results_tables: str) -> list[str]:
+def _unfinished(spec: RunSpec, ledger: Ledger, *results_tables: str) -> list[str]:
     """Runs into the same results table still marked running: live ones, and abandoned ones to resume.
 
     The table as runs record it now, and in clear as runs recorded a location given by reference before
-    (see :mod:`shardwise.secrets.by_reference`)."""
+    (see :mod:`shardwise.secrets.by_reference`). Each abandoned one comes with the command that resumes it.
+    """
     now, found = utc_now(), []
     running = [
         run
@@ -224,9 +226,12 @@ def _unfinished(ledger: Ledger, *results_tables: str) -> list[str]:
         done = f"{run.counts.shards_done}/{plural(run.counts.shards_total, 'shard')} done"
         if run.state(now) == "abandoned":
             why = abandoned_why(run.owner, run.lease_expires_at, now)
+            finish = resume_command(
+                run.run_id, ledger=spec.ledger, results=spec.results.location, source=spec.source.location
+            )
             found.append(
                 f"run {run.run_id} is abandoned ({done}; {why}): "
-                f"finish it with shardwise run ... --resume {run.run_id} rather than scoring its rows again"
+                f"finish it with {finish} rather than scoring its rows again"
             )
         else:
             holder = f"on {run.owner}, lease until {when(run.lease_expires_at)}" if run.owner else "no lease"

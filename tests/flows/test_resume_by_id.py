@@ -5,6 +5,7 @@ option given must agree with the stored run, or is refused naming it."""
 from __future__ import annotations
 
 import importlib
+import shlex
 from pathlib import Path
 
 import pytest
@@ -34,9 +35,11 @@ def test_a_run_resumes_by_its_id_and_what_finds_its_ledger_alone(
             "--shards", "2", "--max-new-tokens", "4", "--chat", "off", "--results-table", "generated",
             "--budget-tokens", "1"]  # fmt: skip
     assert main([*argv, "--progress", "none"]) == 1  # its budget stops it: a run to resume
-    capfd.readouterr()
+    (stop,) = [line for line in capfd.readouterr().err.splitlines() if line.startswith("stopped: budget: ")]
     ledger = sqlite_url  # results in the source database: the ledger is there too
     ((run_id,),) = execute(ledger, "select run_id from shardwise_runs")
+    printed = stop.split("; go on with: ", 1)[1]
+    assert printed == f"shardwise run --source {sqlite_url} --resume {run_id} --budget-tokens LARGER", stop
 
     assert main(["run", "--resume", run_id]) == 2
     err = one_line(capfd)
@@ -49,10 +52,11 @@ def test_a_run_resumes_by_its_id_and_what_finds_its_ledger_alone(
     assert main(["run", "--results", sqlite_url, "--resume", run_id, "--table", "other"]) == 2
     assert f"--table 'other' differs from run {run_id!r}'s 'docs'" in one_line(capfd)
     assert main(["run", "--results", sqlite_url, "--resume", "no-such-run"]) == 2
-    assert "run 'no-such-run' is not in the ledger of" in one_line(capfd)
+    assert "run 'no-such-run' is not in the shardwise_runs table of" in one_line(capfd)
 
-    resume = ["run", "--results", sqlite_url, "--resume", run_id, "--budget-tokens", "1000000"]
-    assert main([*resume, "--table", "docs", "--workers", "1", "--progress", "none"]) == 0  # agrees, may change
+    resume = shlex.split(printed.replace("LARGER", "1000000"))[1:]  # as printed, a larger budget given
+    # --table agrees with the run's; --workers is one a resume may change
+    assert main([*resume, "--table", "docs", "--workers", "1", "--progress", "none"]) == 0
     assert f"run {run_id} completed (resumed)" in capfd.readouterr().out
     ((status,),) = execute(ledger, f"select status from shardwise_runs where run_id = '{run_id}'")
     assert status == "completed"
