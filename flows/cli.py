@@ -86,7 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         say_error(exc)
         return code_for(exc)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _refuse_unknown(parser, args.command, unknown)
+    if args.command == "run" and not hasattr(args, "run.resume") and not hasattr(args, "source.location"):
+        _subcommand(parser, "run").error("the following arguments are required: --source")  # (see _parser)
     engine_logs(bool(getattr(args, "verbose", False)))
     from shardwise.flows.timeline import mark
 
@@ -144,6 +148,36 @@ class _Parser(argparse.ArgumentParser):
         self.exit(BAD_INPUT, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
+def _subcommand(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[command]  # type: ignore[no-any-return]
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, command: str, unknown: Sequence[str]) -> NoReturn:
+    """Refuse what ``command`` does not take, as its own usage error (pointing at its own ``--help``):
+    each unknown option with its closest options, as an abbreviation where it starts some (options are
+    never abbreviated: ``--text-colum`` is not ``--text-column``); a value after one is its value."""
+    import difflib
+
+    sub = _subcommand(parser, command)
+    flags = [flag for a in sub._actions for flag in a.option_strings if flag.startswith("--")]
+    said, after_unknown = [], False
+    for arg in unknown:
+        name = arg.split("=", 1)[0]
+        if not name.startswith("-"):
+            if not after_unknown:
+                said.append(f"{arg!r} is not a value of any option given")
+            after_unknown = False
+            continue
+        after_unknown = "=" not in arg
+        starts = [flag for flag in flags if flag.startswith(name)]
+        close = starts[:4] or difflib.get_close_matches(name, flags, n=1, cutoff=0.7)
+        rule = " (options are never abbreviated)" if starts else ""
+        hint = f"; the closest {'is' if len(close) == 1 else 'are'} {', '.join(close)}" if close else ""
+        said.append(f"{name} is not an option of {sub.prog}{rule}{hint}")
+    sub.error("; ".join(said))
+
+
 _EXAMPLE_DB = "sqlite:///shardwise-work/shardwise.db"
 
 
@@ -154,6 +188,7 @@ def _parser() -> argparse.ArgumentParser:
 
     parser = _Parser(
         prog="shardwise",
+        allow_abbrev=False,  # here and on each command: --text-colum is a mistake, never --text-column
         description="Batch inference over tables: score a SQL table, or Parquet, CSV or JSON Lines files or "
         "folders of images (local or on S3), with a model, shard by shard, into a SQL table (pgvector "
         "too), a Delta Lake or Iceberg table or Parquet files, each row exactly once and with its "
@@ -176,6 +211,7 @@ def _parser() -> argparse.ArgumentParser:
             description=f"{about}\n\nexample:\n  {example}",
             epilog=exit_codes_help(name),
             formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,
             **kwargs,
         )
 
@@ -188,6 +224,8 @@ def _parser() -> argparse.ArgumentParser:
         for action in parser._actions:
             if action.dest in required:  # optional in the flow's parameters, never on this command
                 action.required = True
+            if name == "run" and action.dest == "source.location":  # a resume finds its run without it:
+                action.required = False  # main() requires it of any other run
         parser.set_defaults(handler=cli_commands.score)
 
     scoring(
@@ -250,9 +288,10 @@ def _parser() -> argparse.ArgumentParser:
         "List the latest runs recorded in a results database, newest first: id, status, when it\n"
         "started, the process that holds (or last held) it, shards done of total and rows scored, summed\n"
         "from its shards now. A run still marked running whose process stopped renewing its lease is\n"
-        "shown as abandoned: finish it with shardwise run ... --resume RUN_ID. TOKENS, DEVICE-H and\n"
-        "COST sum its committed chunks: prompt+completion tokens, device-hours, and dollars where the run\n"
-        "was priced (a price per device-hour, or a remote model's token prices).",
+        "shown as abandoned, with the command that finishes it (shardwise run --results ... --resume ID);\n"
+        "a run its budget stopped, as stopped (--resume RUN_ID with a larger budget goes on). TOKENS,\n"
+        "DEVICE-H and COST sum its committed chunks: prompt+completion tokens, device-hours, and dollars\n"
+        "where the run was priced (a price per device-hour, or a remote model's token prices).",
         f"shardwise runs --results {_EXAMPLE_DB} --limit 10",
     )
     runs.add_argument(

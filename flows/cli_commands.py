@@ -15,15 +15,20 @@ __all__ = ["cache", "demo", "deploy", "plan", "runs", "score", "serve", "watch"]
 
 def score(args: argparse.Namespace) -> int:
     """``run`` and ``redrive``: the same flow, told apart by their options; checked before it starts."""
-    from shardwise.flows.cli_options import refuse_missing_engine, score_params
+    from shardwise.flows.cli_options import given_options, refuse_missing_engine
+    from shardwise.flows.params import ScoreParams
+    from shardwise.flows.resumed import resumed_params
 
-    params = score_params(args)
+    given = given_options(args)
+    resuming = given.get("run", {}).get("resume") is not None  # the stored run's own, with what it may change
+    params = resumed_params(given) if resuming else ScoreParams(**given)
     refuse_missing_engine(params)  # before the imports below (torch) and the run's checks load the model
     from shardwise.flows.interrupts import stopping_on_signals
-    from shardwise.flows.launch import preflight, run_and_report, was_recorded
+    from shardwise.flows.launch import finish_command, preflight, run_and_report, was_recorded
 
     # From here a signal stops the command within seconds, with one line naming the run to resume.
-    with stopping_on_signals(params.run.resume, lambda run_id: was_recorded(params, run_id)):
+    recorded = lambda run_id: was_recorded(params, run_id)  # noqa: E731
+    with stopping_on_signals(params.run.resume, recorded, lambda run_id: finish_command(params, run_id)):
         idle = preflight(params)
         if idle is not None:
             print(idle)

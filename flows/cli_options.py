@@ -28,6 +28,7 @@ __all__ = [
     "add_score_options",
     "flag_at",
     "flag_for",
+    "given_options",
     "refuse_missing_engine",
     "refuse_unencoded_urls",
     "score_params",
@@ -374,8 +375,16 @@ def score_params(args: argparse.Namespace, **extra: Any):  # -> ScoreParams
     """The flow's parameters from the options given, each nested by its dest's dotted path (see
     :func:`add_param_options`); ``extra`` holds what the subcommand implies, by section.
 
-    A URL holding a password travels as an ``env:`` name (see :func:`_by_name`).
+    A URL holding a password travels as a ``held:`` name (see :func:`_by_name`).
     """
+    from shardwise.flows.params import ScoreParams
+
+    return ScoreParams(**given_options(args, **extra))
+
+
+def given_options(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    """The options given, nested by section as :class:`ScoreParams` takes them, not yet checked: see
+    :func:`score_params` (a resume lays them over the stored run's, :mod:`flows.resumed`)."""
     from shardwise.flows.params import ScoreParams
 
     refuse_unencoded_urls(args)
@@ -398,7 +407,7 @@ def score_params(args: argparse.Namespace, **extra: Any):  # -> ScoreParams
             where[name] = _by_name(where[name], section, remote)
     if isinstance(given.get("ledger"), str):
         given["ledger"] = _by_name(given["ledger"], "ledger", remote)
-    return ScoreParams(**given)
+    return given
 
 
 def _is_section_name(name: str) -> bool:

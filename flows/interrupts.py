@@ -76,19 +76,21 @@ _stopper: _Stopper | None = None
 
 
 @contextmanager
-def stopping_on_signals(resume: str | None, recorded: Callable[[str], bool | None]) -> Iterator[None]:
+def stopping_on_signals(
+    resume: str | None, recorded: Callable[[str], bool | None], finish: Callable[[str], str]
+) -> Iterator[None]:
     """While the block runs in the main thread, SIGINT and SIGTERM stop the command (see the module).
 
     ``resume`` is the run being resumed, if any: its id is the one to resume again.
     ``recorded(run_id)`` says, from the ledger, whether a run that this process does not hold (yet)
-    was recorded: True, False, or None when the ledger cannot tell. Outside the main thread it does
-    nothing.
+    was recorded: True, False, or None when the ledger cannot tell. ``finish(run_id)`` is the command
+    that resumes it, as it works when typed. Outside the main thread it does nothing.
     """
     global _stopper
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    stopper = _Stopper(resume, recorded)
+    stopper = _Stopper(resume, recorded, finish)
     previous = {sig: signal.signal(sig, stopper.request) for sig in (signal.SIGINT, signal.SIGTERM)}
     _stopper = stopper
     try:
@@ -173,8 +175,10 @@ def before_exit(cleanup: Callable[[], None], *, late: bool = False) -> Iterator[
 class _Stopper:
     """What a signal sets going: the steps of the module's docstring, on a thread of their own."""
 
-    def __init__(self, resume: str | None, recorded: Callable[[str], bool | None]) -> None:
-        self._resume, self._recorded = resume, recorded
+    def __init__(
+        self, resume: str | None, recorded: Callable[[str], bool | None], finish: Callable[[str], str]
+    ) -> None:
+        self._resume, self._recorded, self._finish = resume, recorded, finish
         self._signum = 0
         self._said = threading.Lock()
         self._printed = False
@@ -185,7 +189,8 @@ class _Stopper:
         if self._signum:
             self._end()
         self._signum = signum
-        self._line = _line(self._reason, self._resume, recorded=None)  # said if the deadline comes first
+        # said if the deadline comes first
+        self._line = _line(self._reason, self._resume, recorded=None, finish=self._finish)
         context = contextvars.copy_context()  # Prefect's settings, for the flow run's state
         stopping = threading.Thread(
             target=context.run, args=(self._stop,), name="shardwise-stop", daemon=True
@@ -208,7 +213,8 @@ class _Stopper:
             held, cleanups = list(_held), list(_cleanups)
             flow_run = _flow_run[0] if _flow_run else None
         run_id = held[0].ref.run_id if held else self._resume or flow_run
-        self._line = _line(self._reason, run_id, recorded=True if held or self._resume else None)
+        known = True if held or self._resume else None
+        self._line = _line(self._reason, run_id, recorded=known, finish=self._finish)
         for planned in held:
             _within(_STEP_S, lambda p=planned: _release(p))
         if flow_run is not None:
@@ -217,9 +223,8 @@ class _Stopper:
             if not late:
                 _within(_STEP_S, cleanup)
         if run_id is not None and not held and not self._resume:
-            self._line = _line(
-                self._reason, run_id, recorded=_within(_STEP_S, lambda: self._recorded(run_id))
-            )
+            found = _within(_STEP_S, lambda: self._recorded(run_id))
+            self._line = _line(self._reason, run_id, recorded=found, finish=self._finish)
         self._say()
         for cleanup, late in cleanups:
             if late:
@@ -248,8 +253,8 @@ class _Stopper:
         os._exit(self.code)
 
 
-def _line(reason: str, run_id: str | None, *, recorded: bool | None) -> str:
-    """The one line a signal prints: what became of the run, and how to finish it.
+def _line(reason: str, run_id: str | None, *, recorded: bool | None, finish: Callable[[str], str]) -> str:
+    """The one line a signal prints: what became of the run, and how to finish it (``finish(run_id)``).
 
     ``recorded`` is whether the ledger holds the run; None when that is not known (yet).
     """
@@ -260,7 +265,7 @@ def _line(reason: str, run_id: str | None, *, recorded: bool | None) -> str:
     unsure = " (if it was recorded: the ledger was not read)" if recorded is None else ""
     return (
         f"{reason}: run {run_id} stopped{unsure}; what it committed stays committed; finish it with: "
-        f"shardwise run ... --resume {run_id}"
+        f"{finish(run_id)}"
     )
 
 

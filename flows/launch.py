@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -16,15 +15,25 @@ from shardwise.cost.usage import dollars
 from shardwise.errors import TransientError
 from shardwise.flows.outcome import OK, RUN_FAILED, TAKEN_OVER, code_for, print_traceback, say_error
 from shardwise.flows.params import ScoreParams
-from shardwise.flows.resolved import hand_over, held_spec, resolve_run
+from shardwise.flows.resolved import check_resolved, hand_over, held_spec, resolve_run
 from shardwise.flows.timeline import mark
 from shardwise.flows.totals import closing_lines, source_changed
-from shardwise.pipeline import RunSpec, check_run
+from shardwise.pipeline import RunSpec
+from shardwise.pipeline.resume import resume_command
 from shardwise.pipeline.run_result import RunResult
 from shardwise.tasks.connections import resolve
 from shardwise.words import plural
 
-__all__ = ["Report", "TemporaryApi", "check_api", "preflight", "print_plan", "run_and_report", "was_recorded"]
+__all__ = [
+    "Report",
+    "TemporaryApi",
+    "check_api",
+    "finish_command",
+    "preflight",
+    "print_plan",
+    "run_and_report",
+    "was_recorded",
+]
 
 
 def preflight(params: ScoreParams) -> str | None:
@@ -34,15 +43,12 @@ def preflight(params: ScoreParams) -> str | None:
 
     Returns why the run would have nothing to do, when that is known already.
     """
-    from shardwise.models import get_spec
-
     resolved = resolve_run(params)
     check_api(required=params.fanout.runner == "deployment")
-    spec, remote = resolved.spec, resolved.fanout.remote
-    checked = check_run(spec, resolve, get_spec, local_workers=not remote, dry_run=params.run.dry_run)
-    if checked.idle is None:  # a flow run follows: it takes them, the model's description with them
-        hand_over(params, dataclasses.replace(resolved, model=checked.model))  # (see flows/resolved.py)
-    return checked.idle
+    checked, idle = check_resolved(resolved, dry_run=params.run.dry_run)
+    if idle is None:  # a flow run follows: it takes them, the model's description with them
+        hand_over(params, checked)  # (see flows/resolved.py)
+    return idle
 
 
 def check_api(*, required: bool = False) -> None:
@@ -125,7 +131,7 @@ def run_and_report(
     if failed:
         say_error(state.message or "run failed")
         if not source_changed(state.message or ""):  # the error says to start a new run: a resume fails
-            print(f"finish it later with: shardwise run ... --resume {result.run_id}", file=sys.stderr)
+            print(f"finish it later with: {finish_command(params, result.run_id)}", file=sys.stderr)
         return Report(RUN_FAILED, result)
     return Report(OK, result)
 
@@ -148,7 +154,15 @@ def _say_how_to_finish(params: ScoreParams, run_id: str) -> None:
     if recorded is False:
         return  # it failed before it was recorded: nothing to finish
     known = " (the ledger could not be read to check that it was recorded)" if recorded is None else ""
-    print(f"run {run_id}{known}: finish it with: shardwise run ... --resume {run_id}", file=sys.stderr)
+    print(f"run {run_id}{known}: finish it with: {finish_command(params, run_id)}", file=sys.stderr)
+
+
+def finish_command(params: ScoreParams, run_id: str) -> str:
+    """The command that resumes run ``run_id`` of ``params``, as it works when typed (see
+    :func:`~shardwise.pipeline.resume.resume_command`)."""
+    return resume_command(
+        run_id, ledger=params.ledger, results=params.results.location, source=params.source.location
+    )
 
 
 def was_recorded(params: ScoreParams, run_id: str) -> bool | None:

@@ -13,6 +13,7 @@ against the cluster as it is then.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import OrderedDict
@@ -25,7 +26,7 @@ from shardwise.pipeline.spec import RunSpec
 from shardwise.tasks.connections import resolve
 from shardwise.tasks.runners import Fanout
 
-__all__ = ["ResolvedRun", "hand_over", "held_spec", "resolve_run", "take_resolved"]
+__all__ = ["ResolvedRun", "check_resolved", "hand_over", "held_spec", "resolve_run", "take_resolved"]
 
 KEEP_S = 300.0
 """Seconds a hand-over waits for its flow run; a preflight whose flow never started is forgotten then."""
@@ -50,6 +51,17 @@ def resolve_run(params: ScoreParams) -> ResolvedRun:
     refuse_forbidden_where(spec.source.kind_options().get("where"))
     fanout.check_reachable(spec, resolve)
     return ResolvedRun(spec, fanout)
+
+
+def check_resolved(resolved: ResolvedRun, *, dry_run: bool) -> tuple[ResolvedRun, str | None]:
+    """Every check a run can fail before anything is recorded (:func:`~shardwise.pipeline.check_run`): the
+    run with its model described, and why it would have nothing to do when that is known already."""
+    from shardwise.models import get_spec
+    from shardwise.pipeline import check_run
+
+    spec, remote = resolved.spec, resolved.fanout.remote
+    checked = check_run(spec, resolve, get_spec, local_workers=not remote, dry_run=dry_run)
+    return dataclasses.replace(resolved, model=checked.model), checked.idle
 
 
 _held: OrderedDict[str, ResolvedRun] = OrderedDict()

@@ -23,6 +23,7 @@ from typing import Any
 from shardwise.cost.usage import dollars
 from shardwise.db.codec import utc_now
 from shardwise.pipeline.destination import find_ledger
+from shardwise.pipeline.resume import resume_command
 from shardwise.results import Ledger, RunListing
 from shardwise.results.leases import abandoned_why, lease_live
 from shardwise.results.probe import check_ledger
@@ -70,7 +71,7 @@ def print_runs(
         if run.state(now) == "abandoned":
             print(
                 f"run {run.run_id} is abandoned: {abandoned_why(run.owner, run.lease_expires_at, now)}; "
-                f"finish it with: shardwise run ... --resume {run.run_id}"
+                f"finish it with: {resume_command(run.run_id, ledger=ledger, results=results, source=None)}"
             )
 
 

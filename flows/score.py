@@ -12,10 +12,11 @@ from prefect.states import Completed, Failed, State
 from shardwise.flows.interrupts import hold, let_go
 from shardwise.flows.origin import check_model_for_origin, started_by
 from shardwise.flows.params import ScoreParams
-from shardwise.flows.resolved import take_resolved
+from shardwise.flows.resolved import check_resolved, take_resolved
 from shardwise.flows.totals import budget_line, budget_stop, closing_lines
 from shardwise.pipeline import finish_results, finish_run
 from shardwise.pipeline.home import calibration_cache, converted_cache, equip
+from shardwise.pipeline.resume import resume_command
 from shardwise.pipeline.run_result import run_result
 from shardwise.secrets.redact import redact_mapping
 from shardwise.tasks import plan_run
@@ -57,10 +58,15 @@ def score(params: ScoreParams) -> State:
 def _score(params: ScoreParams) -> State:
     check_model_for_origin(params.model.name)
     resolved = take_resolved(params)  # resolved by the command line's preflight, or now
+    if resolved.model is None:  # no command line checked them (the UI, a trigger, a deployment): now,
+        resolved, idle = check_resolved(resolved, dry_run=params.run.dry_run)  # before anything is recorded
+        if idle is not None:
+            return Completed(message=idle)
     spec, fanout = resolved.spec, resolved.fanout
     if params.run.dry_run:
         report = dry_run(spec, fanout.workers, calibration_cache(), converted_cache())
-        return Completed(message=f"dry run: {report['shards']} shards, {report['rows']} rows", data=report)
+        said = f"dry run: {plural(report['shards'], 'shard')}, {plural(report['rows'], 'row')}"
+        return Completed(message=said, data=report)
     logger = get_run_logger()
     started = time.perf_counter()
     equip(worker_cache())  # the guard's figures and converted models of this host, between runs
@@ -115,7 +121,10 @@ def _score(params: ScoreParams) -> State:
             worker["model_load_s"],
         )
     if result.stopped == "budget":
-        said = budget_line(result, spec.run.budget_usd, spec.run.budget_tokens)
+        finish = resume_command(
+            result.run_id, ledger=spec.ledger, results=params.results.location, source=spec.source.location
+        )
+        said = budget_line(result, spec.run.budget_usd, spec.run.budget_tokens, finish)
         logger.warning("run %s %s", run_id, said)
         return Failed(message=said, data=result)
     if failed:

@@ -106,9 +106,10 @@ def source_changed(message: str) -> bool:
     return f"{SourceChangedError.__name__}: " in message
 
 
-def budget_line(result: RunResult, budget_usd: float | None, budget_tokens: int | None) -> str:
+def budget_line(result: RunResult, budget_usd: float | None, budget_tokens: int | None, finish: str) -> str:
     """``stopped: budget: $0.40 spent of the $0.50 budget (...); go on with: ...``, one line, naming each
-    budget given (dollars, tokens or both) and the flags to resume with larger ones."""
+    budget given (dollars, tokens or both) and the command that resumes the run (``finish``, see
+    :func:`~shardwise.pipeline.resume.resume_command`) with the flags for larger ones."""
     usage = result.totals.usage
     spent, flags = [], []
     if budget_usd is not None:
@@ -120,6 +121,5 @@ def budget_line(result: RunResult, budget_usd: float | None, budget_tokens: int 
     return (
         f"stopped: budget: {' and '.join(spent)} "
         f"({plural(result.totals.rows_out, 'row')} scored and kept, "
-        f"{result.totals.shards_done}/{result.totals.shards_total} shards done); go on with: shardwise run "
-        f"... --resume {result.run_id} {' '.join(flags)}"
+        f"{_shards(result)}); go on with: {finish} {' '.join(flags)}"
     )

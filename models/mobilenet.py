@@ -113,6 +113,13 @@ class MobileNetV2Spec:
         return Head("single_label", tuple(str(i) for i in range(self.num_classes)))
 
     def describe(self) -> ModelInfo:
+        try:  # the images extra, checked when the model is chosen: before anything runs, not in a shard
+            import PIL  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(
+                f"model {self.name!r} is an image model and needs Pillow; install it with: "
+                "pip install 'shardwise[images]'"
+            ) from exc
         digest = hashlib.sha256(f"{_TAG}{self.num_classes}\0{hash_file(self.weights_path())}".encode())
         version = digest.hexdigest()
         if self.max_pixels != DEFAULT_MAX_PIXELS:
@@ -120,13 +127,6 @@ class MobileNetV2Spec:
         return ModelInfo(self.name, version, self.head().outputs(), SIDE * SIDE, inputs=IMAGES)
 
     def load(self, device: torch.device) -> MobileNetV2:
-        try:
-            import PIL  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError(
-                f"model {self.name!r} is an image model and needs Pillow; install it with: "
-                "pip install 'shardwise[images]'"
-            ) from exc
         return MobileNetV2(self, device)
 
 

@@ -4,7 +4,8 @@ The tree decides what happens next, so callers catch by class, never by message:
 
     ShardwiseError                 base: anything Shardwise raises deliberately
     ├── ConfigError                a setting or parameter is wrong; fix it and re-run
-    │   └── UnknownModelError      a model name not in the catalogue
+    │   ├── UnknownModelError      a model name not in the catalogue
+    │   └── UnsetReference         an env:NAME or secret:NAME that names nothing set
     ├── InputError                 one input row is unusable (null, empty, not text,
     │   │                          undecodable); it goes to the dead-letter table
     │   └── OutputError            the row ran, and its output broke the run's rule
@@ -57,6 +58,7 @@ __all__ = [
     "SourceError",
     "TransientError",
     "UnknownModelError",
+    "UnsetReference",
     "WorkerPreempted",
 ]
 
@@ -74,6 +76,21 @@ class UnknownModelError(ConfigError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class UnsetReference(ConfigError):
+    """A reference (``env:NAME``, ``secret:NAME``) names nothing set where it is read.
+
+    Its message advises a connection URL; a caller that read another kind of value through the reference
+    (an API key) says its own fix from ``reference`` and ``names``, never showing a value.
+    """
+
+    def __init__(self, message: str, *, reference: str, names: str) -> None:
+        super().__init__(message)
+        self.reference = reference
+        """The reference as given, ``env:NAME``."""
+        self.names = names
+        """What it names and why that is nothing: ``environment variable 'NAME', which is not set``."""
 
 
 class InputError(ShardwiseError, ValueError):

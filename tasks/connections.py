@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, UnsetReference
 from shardwise.process.cmdline import wipe_password, written_password
 from shardwise.secrets.redact import remember_reference, url_password
 from shardwise.secrets.url_syntax import refuse_unencoded
@@ -67,9 +67,11 @@ def _lookup(value: str) -> str:
         name = value.removeprefix("env:")
         found = os.environ.get(name)
         if not found:
-            raise ConfigError(
-                f"connection {value!r} names environment variable {name!r}, which is not set where "
-                f"the flow or its worker runs; export {name}=<url> there, or pass the URL itself"
+            names = f"environment variable {name!r}, which is not set where the flow or its worker runs"
+            raise UnsetReference(
+                f"connection {value!r} names {names}; export {name}=<url> there, or pass the URL itself",
+                reference=value,
+                names=names,
             )
         return found
     if value.startswith("secret:"):
@@ -79,9 +81,12 @@ def _lookup(value: str) -> str:
         try:
             secret = Secret.load(name)
         except ValueError as exc:
-            raise ConfigError(
-                f"connection {value!r} names Prefect Secret block {name!r}, which does not exist; "
-                f"create it with: prefect block create secret (name {name!r}), or pass the URL itself"
+            names = f"Prefect Secret block {name!r}, which does not exist"
+            raise UnsetReference(
+                f"connection {value!r} names {names}; create it with: prefect block create secret "
+                f"(name {name!r}), or pass the URL itself",
+                reference=value,
+                names=names,
             ) from exc
         return str(secret.get())
     if value.startswith("held:"):

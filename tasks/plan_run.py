@@ -13,7 +13,6 @@ from typing import Any
 from prefect import get_run_logger, task
 
 from shardwise.model import ModelInfo
-from shardwise.model.generation import PromptChecked
 from shardwise.pipeline import PlannedRun, RunSpec, prepare_run
 from shardwise.tasks.connections import resolve
 from shardwise.tasks.infer_shard import worker_cache
@@ -40,17 +39,13 @@ def plan_run(
     runner's shard tasks find it, so the model is loaded once. The fresh
     description is also the cache's current one, so a long-lived process
     (``shardwise serve``'s warm runs) never scores with a model whose files
-    changed since it loaded them. ``described`` is the description the command line's checks made of it
-    a moment ago, in this process (:mod:`flows.resolved`): the model is then described once.
+    changed since it loaded them. ``described`` is the description the checks before the run made of it
+    a moment ago, in this process (:func:`~flows.resolved.check_resolved`): the model is then described
+    once.
     """
     try:
         if described is None:
-            model_spec = worker_cache().spec(spec.model, spec.run.retry)
-            if spec.run.resume is None and isinstance(model_spec, PromptChecked):
-                # A run started from the UI or the API had no command line's checks: a chat template that
-                # cannot render a prompt is refused here, before the run is recorded or any row is read.
-                model_spec.check_prompts()
-            described = model_spec.describe()
+            described = worker_cache().spec(spec.model, spec.run.retry).describe()
         if worker_cache().refresh(spec.model, described):
             get_run_logger().warning(  # said where serve shows a run's warnings: files changed under it
                 "model %r changed since this process loaded it (now version %s): loading it again",

@@ -53,10 +53,33 @@ def endpoint_spec(name: str, options: EndpointOptions | None = None) -> ModelSpe
     if not model.strip():
         raise ConfigError(f"model {name!r} names no model after {kind}:; give {kind}:MODEL_NAME")
     if name.startswith(EMBED_PREFIX):
+        _require_packages(name, "openai")
         from shardwise.models.endpoints.embed import EmbeddingSpec
 
         return EmbeddingSpec(model, options)
     from shardwise.models.endpoints.generate import EndpointSpec
     from shardwise.models.endpoints.options import check_provider
 
-    return EndpointSpec(check_provider(kind), model, options)
+    provider = check_provider(kind)
+    _require_packages(name, provider)
+    return EndpointSpec(provider, model, options)
+
+
+_PACKAGES = ("pyrate_limiter", "genai_prices")
+"""What every remote model needs beside its provider's SDK: the host's request budgets, the price table."""
+
+
+def _require_packages(name: str, sdk: str) -> None:
+    """Refuse a remote model, when it is chosen, whose packages (the ``endpoints`` extra) are not all
+    installed: the SDK of ``sdk`` (a provider's name is its SDK's), the budgets and the price table. Found
+    here, before anything runs, not in the first shard that sends a request or prices one."""
+    import importlib.util
+
+    from shardwise.errors import ConfigError
+
+    missing = [package for package in (sdk, *_PACKAGES) if importlib.util.find_spec(package) is None]
+    if missing:
+        raise ConfigError(
+            f"model {name!r} is a remote model, and the {', '.join(missing)} "
+            f"package{'s are' if missing[1:] else ' is'} not installed; pip install 'shardwise[endpoints]'"
+        )

@@ -48,15 +48,10 @@ _log = logging.getLogger(__name__)
 
 
 def budgets(identity: str, requests_per_minute: int | None, tokens_per_minute: int | None) -> Budgets:
-    """The host's budgets for ``identity``; a ConfigError naming the extra when pyrate-limiter is missing
-    (imported here, when a remote model loads, so that naming one never needs it)."""
-    try:
-        from shardwise.models.endpoints.budget import Budgets
-    except ImportError as exc:
-        raise ConfigError(
-            f"remote models need the {exc.name or 'pyrate-limiter'} package, which is not installed; "
-            "pip install 'shardwise[endpoints]'"
-        ) from exc
+    """The host's budgets for ``identity`` (pyrate-limiter, imported here, when a remote model loads; it was
+    found installed when the model was chosen, :func:`~models.endpoints.endpoint_spec`)."""
+    from shardwise.models.endpoints.budget import Budgets
+
     return Budgets(identity, requests_per_minute, tokens_per_minute, None)
 
 

@@ -138,7 +138,7 @@ class EndpointEncoder:
         self._wire = Wire("openai", spec.model_name, GenerationSettings(), chat=True)
         options = spec.options
         key_reference = options.key_reference("openai")
-        key = spec.resolve(key_reference)
+        key = options.read_key("openai", spec.resolve)
         identity = f"{options.endpoint('openai')}\0{spec.model_name}\0{key_reference}"
         self.caller = Caller(
             spec.endpoint,

@@ -279,7 +279,7 @@ class EndpointGenerator:
         self._wire = Wire(spec.provider, spec.model_name, self.settings, spec.chat())
         options, provider = spec.options, spec.provider
         key_reference = options.key_reference(provider)
-        key = spec.resolve(key_reference)  # never kept beyond the client, never shown
+        key = options.read_key(provider, spec.resolve)  # never kept beyond the client, never shown
         identity = f"{options.endpoint(provider)}\0{spec.model_name}\0{key_reference}"
         self.caller = Caller(
             spec.endpoint,

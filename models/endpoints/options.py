@@ -19,13 +19,13 @@ or without it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from shardwise.errors import ConfigError
+from shardwise.errors import ConfigError, UnsetReference
 
 __all__ = ["DEFAULT_BASES", "DEFAULT_KEYS", "PROVIDERS", "EndpointOptions", "Provider", "endpoint_address"]
 
@@ -148,6 +148,24 @@ class EndpointOptions(BaseModel):
     def key_reference(self, provider: Provider) -> str:
         """Where the key is: the one given, or the SDK's usual environment variable."""
         return self.api_key or DEFAULT_KEYS[provider]
+
+    def read_key(self, provider: Provider, resolve: Callable[[str], str]) -> str:
+        """The key itself, read through the run's resolver; a reference that names nothing set is refused
+        with a key's fix (a key is never a URL, and is never given inline)."""
+        reference = self.key_reference(provider)
+        try:
+            return resolve(reference)
+        except UnsetReference as exc:
+            kind, _, name = reference.partition(":")
+            fix = (
+                f"export {name}=<the API key> there"
+                if kind == "env"
+                else f"create it holding the API key: prefect block create secret (name {name!r})"
+            )
+            raise ConfigError(
+                f"api_key {reference!r} names {exc.names}; {fix}, or give --api-key the reference where "
+                "the key is (env:NAME or secret:NAME; the key itself is never given)"
+            ) from None
 
     def endpoint(self, provider: Provider) -> str:
         """``provider base-url``, credentials-free: what the model version and every message name."""

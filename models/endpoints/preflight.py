@@ -34,7 +34,7 @@ _SHOWN_MODELS = 5
 def check_reachable(provider: Provider, model: str, options: EndpointOptions, resolve: Any) -> None:
     """Raise, in one line, unless ``model`` is served at the endpoint with the key ``options`` names."""
     where = f"{options.endpoint(provider)} (key {options.key_reference(provider)})"
-    key = resolve(options.key_reference(provider))
+    key = options.read_key(provider, resolve)
     served = asyncio.run(_listed(provider, options, key, model, where))
     if served is not None and model not in served:
         shown = ", ".join(sorted(served)[:_SHOWN_MODELS]) or "none"

@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardwise.errors import ConfigError
 from shardwise.model.generation import GenerationSettings
 from shardwise.models.endpoints.options import Provider
 
@@ -53,20 +52,15 @@ class Reply:
 
 
 def make_client(provider: Provider, base: str, key: str, timeout: float) -> Any:
-    """The provider's async client for ``base``, its own retries off (the run retries, under its deadline)."""
-    try:
-        if provider == "openai":
-            from openai import AsyncOpenAI
+    """The provider's async client for ``base``, its own retries off (the run retries, under its deadline).
+    Its SDK was found installed when the model was chosen (:func:`~models.endpoints.endpoint_spec`)."""
+    if provider == "openai":
+        from openai import AsyncOpenAI
 
-            return AsyncOpenAI(api_key=key, base_url=base, timeout=timeout, max_retries=0)
-        from anthropic import AsyncAnthropic
+        return AsyncOpenAI(api_key=key, base_url=base, timeout=timeout, max_retries=0)
+    from anthropic import AsyncAnthropic
 
-        return AsyncAnthropic(api_key=key, base_url=base, timeout=timeout, max_retries=0)
-    except ImportError as exc:
-        raise ConfigError(
-            f"model kind {provider}: needs the {provider!r} package, which is not installed; "
-            "pip install 'shardwise[endpoints]'"
-        ) from exc
+    return AsyncAnthropic(api_key=key, base_url=base, timeout=timeout, max_retries=0)
 
 
 def row_seed(seed: int, prompt: str) -> int:

@@ -30,6 +30,7 @@ from shardwise.pipeline.destination import (
 )
 from shardwise.pipeline.estimate import CostEstimate, TokenCount
 from shardwise.pipeline.model_inputs import check_model_inputs
+from shardwise.pipeline.resume import resume_command
 from shardwise.pipeline.run_precision import hardware_precision
 from shardwise.pipeline.skipped import Skipped
 from shardwise.pipeline.source_plan import SHARDS_PER_WORKER, plan_source
@@ -42,6 +43,7 @@ from shardwise.results.leases import abandoned_why, when
 from shardwise.results.probe import check_ledger
 from shardwise.secrets.by_reference import by_reference
 from shardwise.secrets.redact import redact
+from shardwise.words import plural
 
 __all__ = ["plan_report"]
 
@@ -108,7 +110,7 @@ def plan_report(
             unknown = None
         except ConfigError as exc:
             skips, unknown = None, redact(str(exc))  # a report: it names a reference, not its value
-        unfinished = _unfinished(ledger, recorded, target)
+        unfinished = _unfinished(spec, ledger, recorded, target)
     finally:
         source.close()
         ledger.close()
@@ -179,11 +181,12 @@ def _covers(budget: float | None, low: float | None, high: float | None) -> str 
     return "yes" if high <= budget else "no" if low > budget else "perhaps"
 
 
-def _unfinished(ledger: Ledger, *results_tables: str) -> list[str]:
+def _unfinished(spec: RunSpec, ledger: Ledger, *results_tables: str) -> list[str]:
     """Runs into the same results table still marked running: live ones, and abandoned ones to resume.
 
     The table as runs record it now, and in clear as runs recorded a location given by reference before
-    (see :mod:`shardwise.secrets.by_reference`)."""
+    (see :mod:`shardwise.secrets.by_reference`). Each abandoned one comes with the command that resumes it.
+    """
     now, found = utc_now(), []
     running = [
         run
@@ -191,12 +194,15 @@ def _unfinished(ledger: Ledger, *results_tables: str) -> list[str]:
         for run in ledger.recent_runs(10, status="running", results_table=results_table)
     ]
     for run in running:
-        done = f"{run.counts.shards_done}/{run.counts.shards_total} shards done"
+        done = f"{run.counts.shards_done}/{plural(run.counts.shards_total, 'shard')} done"
         if run.state(now) == "abandoned":
             why = abandoned_why(run.owner, run.lease_expires_at, now)
+            finish = resume_command(
+                run.run_id, ledger=spec.ledger, results=spec.results.location, source=spec.source.location
+            )
             found.append(
                 f"run {run.run_id} is abandoned ({done}; {why}): "
-                f"finish it with shardwise run ... --resume {run.run_id} rather than scoring its rows again"
+                f"finish it with {finish} rather than scoring its rows again"
             )
         else:
             holder = f"on {run.owner}, lease until {when(run.lease_expires_at)}" if run.owner else "no lease"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shlex
 
 from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo
@@ -25,7 +26,7 @@ from shardwise.retry_policy import RetryPolicy
 from shardwise.secrets.by_reference import by_reference, same_location
 from shardwise.sources import SourcePlan
 
-__all__ = ["recorded_retry", "resume_run"]
+__all__ = ["recorded_retry", "resume_command", "resume_run"]
 
 _log = logging.getLogger(__name__)
 
@@ -94,3 +95,21 @@ def recorded_retry(spec: RunSpec, plan: SourcePlan, run_id: str) -> RunSpec:
             run_id, recorded.deadline_s, recorded.attempts, given.deadline_s, given.attempts,
         )  # fmt: skip
     return dataclasses.replace(spec, run=dataclasses.replace(spec.run, retry=recorded))
+
+
+def resume_command(run_id: str, *, ledger: str | None, results: str | None, source: str | None) -> str:
+    """The command that finishes run ``run_id``, working as printed: ``shardwise run``, what finds the run's
+    ledger as the run was given it (``--ledger``; else ``--source`` and ``--results``, which find it by
+    the same rule, :func:`~shardwise.pipeline.destination.find_ledger`), and ``--resume RUN_ID``: the
+    run's other parameters come from its record. A URL that holds a password is never shown; it stands
+    as ``URL``, to be given again (as typed, or as ``env:NAME``)."""
+    found = [("--ledger", ledger)] if ledger else [("--source", source)]
+    if not ledger and results and results != source:
+        found.append(("--results", results))
+    given = [f"{flag} {_typed(value)}" for flag, value in found if value]
+    return " ".join(["shardwise run", *given, "--resume", shlex.quote(run_id)])
+
+
+def _typed(value: str) -> str:
+    """``value`` as a shell takes it; a URL this process holds (``held:NAME``) or a masked one: ``URL``."""
+    return "URL" if value.startswith("held:") or "***" in value else shlex.quote(value)

@@ -48,8 +48,10 @@ resumed, a minute after it died.
 MIN_LEASE_S, MAX_LEASE_S = 2.0, 3600.0
 """The lease lengths a run may ask for: seconds (tests) to an hour (a database that stalls for minutes)."""
 
-RunState = Literal["running", "completed", "failed", "abandoned"]
-"""A run's status as stored, or ``abandoned``: ``running`` with its lease expired."""
+RunState = Literal["running", "completed", "failed", "stopped", "abandoned"]
+"""A run's status as stored, or ``abandoned``: ``running`` with its lease expired; a listed run is
+``stopped`` where it failed only because its budget stopped its shards (see
+:meth:`~shardwise.results.outcomes.RunListing.state`)."""
 
 
 def expiry(lease_s: float, now: datetime | None = None) -> datetime:

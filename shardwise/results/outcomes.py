@@ -121,6 +121,15 @@ class RunListing(_Leased):
     usage: RunUsage = field(default_factory=RunUsage)
     """Its rows, tokens, device time and cost over the chunks committed so far (see :mod:`shardwise.cost`)."""
 
+    def state(self, now: datetime | None = None) -> RunState:
+        """As :meth:`_Leased.state`, and ``stopped`` for a failed run whose failed shards all stopped at
+        its budget (``stopped`` in :attr:`shard_states`): nothing went wrong, and ``--resume`` with a
+        larger budget goes on."""
+        found = _Leased.state(self, now)  # (slots: no zero-argument super())
+        if found == "failed" and self.shard_states.get("stopped") and not self.shard_states.get("failed"):
+            return "stopped"
+        return found
+
 
 @dataclass(frozen=True, slots=True)
 class StoredDeadLetter:

@@ -324,6 +324,40 @@ def test_a_usage_mistake_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     assert "the following arguments are required: --source; see shardwise run --help" in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["run", "--source", "x.db", "--text-colum", "body"],
+            "shardwise run: error: --text-colum is not an option of shardwise run (options are never "
+            "abbreviated); the closest is --text-column; see shardwise run --help",
+        ),
+        (
+            ["plan", "--source", "x.db", "--txt-column=body"],
+            "shardwise plan: error: --txt-column is not an option of shardwise plan; the closest is "
+            "--text-column; see shardwise plan --help",
+        ),
+        (
+            ["runs", "--limt", "3"],
+            "shardwise runs: error: --limt is not an option of shardwise runs; the closest is --limit; see "
+            "shardwise runs --help",
+        ),
+        (
+            ["run", "--source", "x.db", "--frobnicate"],
+            "shardwise run: error: --frobnicate is not an option of shardwise run; see shardwise run --help",
+        ),
+    ],
+)
+def test_an_unknown_or_abbreviated_option_names_the_closest_and_the_command_s_help(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: an abbreviation was taken silently, and an unknown option pointed at shardwise --help."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.strip() == said, err
+
+
 @pytest.mark.usefixtures("prefect_harness")
 def test_text_pairs_from_the_command_line(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     make_docs(sqlite_url, 30)

@@ -54,6 +54,37 @@ def test_bad_input_is_one_line_exit_2_and_no_run(
     assert ledger_runs(docs) == 0
 
 
+CUDA_ABSENT = [] if torch.cuda.is_available() else [(["--device", "cuda"], "device 'cuda' needs CUDA", "")]
+"""``--device cuda`` is bad input only on a host without CUDA."""
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.parametrize(
+    ("extra", "message", "fix"),
+    [*BAD_INPUTS, *CUDA_ABSENT],
+    ids=[" ".join(c[0]) for c in [*BAD_INPUTS, *CUDA_ABSENT]],
+)
+def test_bad_input_in_a_flow_run_started_elsewhere_records_nothing(
+    docs: str, extra: list[str], message: str, fix: str
+) -> None:
+    """Issue 45 item 9: a flow run from the UI, a trigger or a deployment has no command line to check its
+    parameters first; it checks them itself, and fails before anything is recorded. Parameters the form
+    itself refuses never reach a flow run."""
+    from shardwise.flows.cli import _parser
+    from shardwise.flows.cli_options import score_params
+    from shardwise.flows.score import score
+
+    argv = ["run", "--source", docs, "--table", "docs", "--model", "tiny", *extra]
+    try:
+        params = score_params(_parser().parse_args(argv))
+    except ValueError as exc:  # pydantic's ValidationError and ConfigError: the form's own refusal
+        assert message.split(": ", 1)[-1].split("'")[0] in str(exc), exc
+        return
+    state = score(params, return_state=True)
+    assert state.is_failed() and message in str(state.message), state.message
+    assert ledger_runs(docs) == 0
+
+
 PLUGINS = Path(__file__).resolve().parent.parent / "models"
 """Where ``plugin_faults`` lives: model plug-ins with one fault each."""
 BAD_PLUGINS = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -113,7 +114,7 @@ def _check_stopped(url: str, sig: int, code: int, err: float | str, took_s: floa
     name = signal.Signals(sig).name
     assert lines == [
         f"shardwise: interrupted by {name}: run {run_id} stopped; what it committed stays committed; "
-        f"finish it with: shardwise run ... --resume {run_id}"
+        f"finish it with: {_finish(url, run_id)}"
     ], err
     assert status == "running"  # not finished: resumable
     with Ledger(url) as ledger:
@@ -122,8 +123,15 @@ def _check_stopped(url: str, sig: int, code: int, err: float | str, took_s: floa
     return run_id
 
 
-def _check_resumed_exactly(url: str, argv: list[str], run_id: str) -> None:
-    resumed = subprocess.run([*argv, "--resume", run_id], env=_environment(), capture_output=True, text=True)
+def _finish(url: str, run_id: str) -> str:
+    """The command the line prints: what finds the run's ledger (the source's database), and its id."""
+    return f"shardwise run --source {url} --resume {run_id}"
+
+
+def _check_resumed_exactly(url: str, run_id: str) -> None:
+    """The command the line printed finishes the run, as printed (issue 45)."""
+    printed = [sys.executable, "-m", "shardwise.flows.cli", *shlex.split(_finish(url, run_id))[1:]]
+    resumed = subprocess.run(printed, env=_environment(), capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     clean = _argv(url, "clean")
     assert subprocess.run(clean, env=_environment(), capture_output=True).returncode == 0
@@ -150,7 +158,7 @@ def test_a_signal_stops_a_blocked_run_in_seconds_and_resume_finishes_it(
     assert survivors(children, within_s=10) == []  # the temporary server and its guard too
     done = execute(sqlite_url, "select count(*) from stopped")[0][0]
     assert 0 < done < ROWS + 1  # the first shard committed, the blocked one did not
-    _check_resumed_exactly(sqlite_url, argv, run_id)
+    _check_resumed_exactly(sqlite_url, run_id)
 
 
 def test_ctrl_c_to_the_process_group_stops_a_process_pool_run(sqlite_url: str, tmp_path: Path) -> None:
@@ -165,4 +173,4 @@ def test_ctrl_c_to_the_process_group_stops_a_process_pool_run(sqlite_url: str, t
     run_id = _check_stopped(sqlite_url, signal.SIGINT, code, err, took_s)
     assert not re.search(r"Traceback|KeyboardInterrupt", err), err
     assert survivors(children, within_s=10) == []
-    _check_resumed_exactly(sqlite_url, argv, run_id)
+    _check_resumed_exactly(sqlite_url, run_id)

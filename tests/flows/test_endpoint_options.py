@@ -3,6 +3,8 @@ never a key in a message (issue 37). The runs themselves are in tests/models/tes
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from cli_helpers import ledger_runs, one_line
 
@@ -74,6 +76,52 @@ def test_a_bad_endpoint_option_is_one_line_before_anything_runs_and_shows_no_key
     assert said in err, err
     for secret in ("sk-live", "abcdef123456", "pw-123"):
         assert secret not in err, err
+    assert ledger_runs(docs) == 0
+
+
+@pytest.mark.parametrize(
+    ("reference", "fix"),
+    [
+        ("env:SHARDWISE_NO_SUCH_KEY_VARIABLE", "export SHARDWISE_NO_SUCH_KEY_VARIABLE=<the API key> there"),
+        ("secret:shardwise-no-such-key", "create it holding the API key: prefect block create secret"),
+    ],
+)
+def test_a_key_reference_that_names_nothing_set_is_advised_as_a_key_not_a_url(
+    docs: str, reference: str, fix: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45 item 6: the fix for an unset key is to set the key where the reference points; a key is no
+    URL, and it is never given inline."""
+    code = main(["run", "--source", docs, "--table", "docs", "--model", "openai:m", "--api-key", reference])
+    err = one_line(capfd)
+    assert code == 2, err
+    assert f"api_key {reference!r} names" in err and fix in err, err
+    assert "the key itself is never given" in err, err
+    assert "<url>" not in err and "URL itself" not in err, err
+    assert ledger_runs(docs) == 0
+
+
+@pytest.mark.parametrize(
+    ("model", "missing"),
+    [
+        ("openai:m", "pyrate_limiter"),  # vLLM brings openai: the SDK alone is no sign of the extra
+        ("openai:m", "genai_prices"),
+        ("anthropic:m", "anthropic"),
+        ("openai-embed:e", "openai"),
+    ],
+)
+def test_a_remote_model_without_the_endpoints_extra_is_refused_before_anything_runs(
+    docs: str, model: str, missing: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45 item 2: once found inside the first shard (exit 1, a failed run in the ledger)."""
+    monkeypatch.setitem(sys.modules, missing, None)  # import (and find_spec) of it finds nothing
+    monkeypatch.setenv("SHARDWISE_TEST_KEY", "sk-not-shown-123")
+    argv = ["run", "--source", docs, "--table", "docs", "--model", model,
+            "--api-key", "env:SHARDWISE_TEST_KEY", "--api-base", "http://127.0.0.1:9/v1"]  # fmt: skip
+    code = main(argv)
+    err = one_line(capfd)
+    assert code == 2, err
+    assert f"model {model!r} is a remote model, and the {missing} package is not installed" in err, err
+    assert "pip install 'shardwise[endpoints]'" in err and "sk-not-shown" not in err, err
     assert ledger_runs(docs) == 0
 
 

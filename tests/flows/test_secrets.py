@@ -305,7 +305,11 @@ def test_locations_given_by_reference_are_named_and_never_shown_or_stored(
     other = tmp_path / "other.db"
     make_docs(f"sqlite:///{other}", 3)
     monkeypatch.setenv("SW8_SOURCE", f"sqlite:///{other}")
-    refused = command("resume of another source", ["run", *given, "--ledger", pg_url, "--resume", run_id], 2)
+    monkeypatch.setenv("SW8_LEDGER", pg_url)  # by reference too: the resume hint names what it was given
+    refused = command(
+        "resume of another source", ["run", *given, "--ledger", "env:SW8_LEDGER", "--resume", run_id], 2
+    )
+    assert f"finish it with: shardwise run --ledger env:SW8_LEDGER --resume {run_id}" in refused, refused
     assert "read source '<env:SW8_SOURCE>#public.docs (sha256:" in refused, refused
     assert "not '<env:SW8_SOURCE>#main.docs (sha256:" in refused, refused
 
