@@ -90,7 +90,14 @@ def free_port() -> int:
 
 @contextmanager
 def vllm_server(model_dir: Path, log: Path, *extra: str) -> Iterator[str]:
-    """``vllm serve`` of ``model_dir`` on a free loopback port; yields its origin (no path)."""
+    """``vllm serve`` of ``model_dir`` on a free loopback port; yields its origin (no path).
+
+    The server runs one request at a time, with no prefix cache: vLLM does not promise batch-invariant
+    decoding, so a server that batched requests as they arrived could give one prompt different greedy
+    tokens in two runs (2 of 191 texts once differed between a run behind the fault proxy and a clean
+    one). Alone in every step, and computing its whole prompt each time, a request gets the same texts
+    whatever else is in flight, so the tests that compare texts between runs are exact by construction.
+    """
     port = free_port()
     env = {
         **os.environ,
@@ -100,7 +107,8 @@ def vllm_server(model_dir: Path, log: Path, *extra: str) -> Iterator[str]:
     }
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
     command += ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME]
-    command += ["--max-model-len", str(CONTEXT), "--enforce-eager", "--api-key", API_KEY, *extra]
+    command += ["--max-model-len", str(CONTEXT), "--enforce-eager", "--api-key", API_KEY]
+    command += ["--max-num-seqs", "1", "--no-enable-prefix-caching", *extra]
     with open(log, "wb") as out:
         server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     origin = f"http://127.0.0.1:{port}"
