@@ -163,8 +163,9 @@ class Budgets:
 def _limiter(identity: str, kind: str, per_minute: int | None, folder: Path | None) -> Limiter | None:
     if per_minute is None:
         return None
-    store = SqliteStateStore(budget_file(identity, folder), f"{kind}/{per_minute}")
-    rate = Rate(per_minute, Duration.MINUTE, burst=burst(per_minute))
+    allowed = burst(per_minute)
+    store = SqliteStateStore(budget_file(identity, folder), f"{kind}/{per_minute}/{allowed}")
+    rate = Rate(per_minute, Duration.MINUTE, burst=allowed)
     bucket = StateBucket([rate], GCRA(), store=store, clock=WallClock())
     return Limiter(bucket, buffer_ms=5)
 
