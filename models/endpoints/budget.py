@@ -1,8 +1,12 @@
 """Requests and tokens per minute, shared by every worker process of one host.
 
 The arithmetic is pyrate-limiter's GCRA (a leaky bucket kept as one
-theoretical-arrival time per rate): a budget of N per minute admits a burst of
-N and then one unit every 60/N seconds. Its state, a few integers, lives in a
+theoretical-arrival time per rate): a budget of N per minute admits one unit
+every 60/N seconds, with a burst of one second's worth (at least one unit), so
+requests are spread over the minute: no 30-second window sees more than half
+the budget plus that second. A request dearer than the burst (a tokens budget)
+is charged in pieces of one burst each, so it waits for its tokens to drip in
+rather than for a whole minute's worth at once. Its state, a few integers, lives in a
 SQLite file (:class:`SqliteStateStore`), so every worker process of a host that
 calls the same endpoint with the same key draws from one budget: the file's
 name hashes the endpoint, the model and the key's *reference* (never the key).
@@ -37,9 +41,11 @@ from typing import Any
 
 from pyrate_limiter import GCRA, Duration, Limiter, Rate, StateBucket, StateStore, WallClock
 
-__all__ = ["Budgets", "SqliteStateStore", "budget_file", "reset_seconds"]
+__all__ = ["Budgets", "SqliteStateStore", "budget_file", "burst", "reset_seconds"]
 
 _ESTIMATE_CHARS_PER_TOKEN = 4
+_BURST_S = 1
+"""How many seconds' worth of a budget may go at once (rounded up to one unit)."""
 
 
 class SqliteStateStore(StateStore):
@@ -114,7 +120,7 @@ class Budgets:
     ) -> None:
         self._requests = _limiter(identity, "requests", requests_per_minute, folder)
         self._tokens = _limiter(identity, "tokens", tokens_per_minute, folder)
-        self._token_cap = tokens_per_minute
+        self._token_cap = tokens_per_minute or 1
         self._debt = 0
         self._paused_until = 0.0
 
@@ -126,9 +132,9 @@ class Budgets:
             await self._requests.try_acquire_async("requests", 1)
         weight = estimate + self._debt
         self._debt = 0
-        if self._tokens is not None and self._token_cap is not None:
-            # A request dearer than the whole budget could never be admitted: it takes all of it.
-            await self._tokens.try_acquire_async("tokens", max(1, min(weight, self._token_cap)))
+        if self._tokens is not None:
+            # A request dearer than the whole budget would wait past a minute: it takes all of it.
+            await _take(self._tokens, "tokens", max(1, min(weight, self._token_cap)), burst(self._token_cap))
         return weight
 
     def settle(self, charged: int, used: int | None) -> None:
@@ -157,9 +163,23 @@ class Budgets:
 def _limiter(identity: str, kind: str, per_minute: int | None, folder: Path | None) -> Limiter | None:
     if per_minute is None:
         return None
-    store = SqliteStateStore(budget_file(identity, folder), f"{kind}/{per_minute}")
-    bucket = StateBucket([Rate(per_minute, Duration.MINUTE)], GCRA(), store=store, clock=WallClock())
+    allowed = burst(per_minute)
+    store = SqliteStateStore(budget_file(identity, folder), f"{kind}/{per_minute}/{allowed}")
+    rate = Rate(per_minute, Duration.MINUTE, burst=allowed)
+    bucket = StateBucket([rate], GCRA(), store=store, clock=WallClock())
     return Limiter(bucket, buffer_ms=5)
+
+
+def burst(per_minute: int) -> int:
+    """The most units of a ``per_minute`` budget that may go at once: one second's worth, at least one."""
+    return max(1, -(-per_minute * _BURST_S // 60))
+
+
+async def _take(limiter: Limiter, name: str, weight: int, piece: int) -> None:
+    """Wait for ``weight`` units, in pieces of at most one burst (GCRA never admits more at once)."""
+    while weight > 0:
+        await limiter.try_acquire_async(name, min(weight, piece))
+        weight -= piece
 
 
 def _header(headers: Mapping[str, str], *names: str) -> str | None:

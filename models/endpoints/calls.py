@@ -17,7 +17,9 @@ at once, and gives their outcomes in input order. Each request:
    ends the window; a row's own refusal becomes that row's
    :class:`~shardwise.errors.InputError`; a refusal of the key or model ends
    the window with a :class:`~shardwise.errors.ConfigError`;
-3. on success, ends the outage and corrects the token budget from usage.
+3. on success, ends the outage and corrects the token budget from usage; a
+   success whose body cannot be read (:class:`~models.endpoints.wire.MalformedAnswer`)
+   is that row's dead letter, naming the endpoint and what the body lacked.
 
 The outage clock is the endpoint's: any request's success ends it, so a
 server that throttles one request in five never runs out the deadline, and
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from shardwise.errors import ConfigError, InputError, ShardwiseError
 from shardwise.models.endpoints.failures import Failure, classify
+from shardwise.models.endpoints.wire import MalformedAnswer
 from shardwise.retry_policy import Outage, RetryPolicy
 
 if TYPE_CHECKING:
@@ -136,6 +139,9 @@ class Caller:
                 self.counts.sent += 1
                 try:
                     result = await call(item)
+                except MalformedAnswer as exc:  # the row ran; its answer cannot be read: its dead letter
+                    self.counts.rows_refused += 1
+                    return MalformedAnswer(f"{self.endpoint}: {exc}")
                 except Exception as exc:
                     failure = classify(exc)
                     if failure is None:

@@ -178,10 +178,13 @@ class EndpointEncoder:
 
     async def _split(self, batch: Sequence[str]) -> list[list[float] | InputError]:
         from shardwise.models.endpoints.failures import classify
+        from shardwise.models.endpoints.wire import MalformedAnswer
 
         client = await self.caller.client()
         try:
             vectors, _headers = await self._wire.embed(client, batch, self.spec.dimensions)
+        except MalformedAnswer as exc:  # the texts were sent, and the answer cannot be read
+            return [MalformedAnswer(f"{self.spec.endpoint}: {exc}")] * len(batch)
         except Exception as exc:
             failure = classify(exc)
             if failure is None or failure.kind != "row":

@@ -56,9 +56,10 @@ from shardwise.model import TEXT, ModelInfo, OutputColumn
 from shardwise.model.generation import GenerationSettings, placeholders
 from shardwise.model.recorded import ProviderBatch, WindowRef
 from shardwise.model.text import prompt_fields
-from shardwise.models.endpoints.batches import COMPLETION_WINDOW_S, cut
+from shardwise.models.endpoints.batches import COMPLETION_WINDOW_S, LOST, BatchLost, cut
 from shardwise.models.endpoints.binding import RunBinding
 from shardwise.models.endpoints.calls import Caller, budgets
+from shardwise.models.endpoints.failures import classify
 from shardwise.models.endpoints.options import EndpointOptions, Provider, check_provider
 from shardwise.models.endpoints.wire import Reply, Wire, make_client
 from shardwise.retry_policy import RetryPolicy
@@ -344,8 +345,8 @@ class EndpointGenerator:
         batches: list[ProviderBatch] = []
         for index, run in enumerate(runs):
             batch = recorded.get(index)
-            if batch is None:
-                batch_id = self._submit(run)
+            if batch is None or batch.status == LOST:
+                batch_id = self._submit(run, window.book.label(window, index))
                 batch = ProviderBatch(
                     index, self.spec.provider, batch_id, len(run), datetime.now(timezone.utc)
                 )
@@ -374,7 +375,11 @@ class EndpointGenerator:
         found: dict[str, Outcome] = {}
         while True:
             for index, (batch, keys) in list(pending.items()):
-                status, outcomes = self._look(batch.batch_id, keys)
+                try:
+                    status, outcomes = self._look(batch.batch_id, keys)
+                except BatchLost as lost:
+                    window.book.ended(window, index, LOST)  # the next attempt submits its rows anew
+                    raise lost.of_rows(len(keys)) from None
                 if outcomes is None and self._outlived(batch):
                     status = "timed out"
                     late = InputError(
@@ -428,14 +433,15 @@ class EndpointGenerator:
         one batch: cut them with :func:`models.endpoints.batches.cut` first.
         """
         bodies, refused = self._bodies(rows)
-        return (self._submit(bodies) if bodies else None), refused
+        return (self._submit(bodies, None) if bodies else None), refused
 
-    def _submit(self, bodies: Sequence[tuple[str, str]]) -> str:
-        """Create one provider batch of ``(key, prompt body)`` rows; its id."""
+    def _submit(self, bodies: Sequence[tuple[str, str]], label: str | None) -> str:
+        """Create one provider batch of ``(key, prompt body)`` rows, labelled where the provider keeps
+        one (see :meth:`~shardwise.model.recorded.BatchBook.label`); its id."""
         batches = self._batches()
 
         async def submit() -> str:
-            return str(await batches.submit(await self.caller.client(), batches.lines(bodies)))
+            return str(await batches.submit(await self.caller.client(), batches.lines(bodies), label))
 
         return self.caller.run(submit())
 
@@ -456,11 +462,19 @@ class EndpointGenerator:
 
         async def collect() -> tuple[str, dict[str, Reply | InputError] | None]:
             client = await self.caller.client()
-            state = await batches.state(client, batch_id)
+            try:
+                state = await batches.state(client, batch_id)
+            except Exception as exc:
+                failure = classify(exc)
+                if failure is not None and failure.status == 404:
+                    raise BatchLost(self.spec.endpoint, batch_id, failure.reason) from None
+                raise
             if not state.ended:
                 return state.status, None
             found = await batches.collect(client, state)
-            missing = InputError(f"batch {batch_id} ended {state.status} before this row ran")
+            if state.status == "failed":
+                _log.warning("%s: batch %s failed: %s", self.spec.endpoint, batch_id, state.reason)
+            missing = state.unran()
             return state.status, {key: found.get(key, missing) for key in keys}
 
         status, replies = self.caller.run(collect())

@@ -13,14 +13,45 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from shardwise.errors import OutputError
 from shardwise.model.generation import GenerationSettings
 from shardwise.models.endpoints.options import Provider
 
-__all__ = ["Prompt", "Reply", "Wire", "chat_reply", "make_client", "messages_reply", "row_seed"]
+__all__ = [
+    "MalformedAnswer",
+    "Prompt",
+    "Reply",
+    "Wire",
+    "chat_reply",
+    "make_client",
+    "messages_reply",
+    "row_seed",
+]
+
+T = TypeVar("T")
+_SHOWN = 200
+"""Characters of a malformed answer kept in its dead letter."""
+
+
+class MalformedAnswer(OutputError):
+    """A success status whose body is not the answer the API's shape promises (no choices, no content,
+    not JSON): the request ran, and its answer cannot be read, so it is that row's dead letter."""
+
+
+def _read(what: str, answer: Any, build: Callable[[], T]) -> T:
+    """``build()``, reading ``answer``; a :class:`MalformedAnswer` naming ``what`` was expected when the
+    body lacks a field ``build`` reads (the SDKs construct their objects without validating them)."""
+    try:
+        return build()
+    except (AttributeError, TypeError, IndexError, KeyError, ValueError) as exc:
+        shown = " ".join(repr(answer).split())
+        shown = shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
+        detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        raise MalformedAnswer(f"the answer (status 200) is not {what}: {detail}; it was {shown}") from exc
 
 
 @dataclass(frozen=True)
@@ -124,14 +155,18 @@ class Wire:
             model=self.model, prompt=prompt, max_tokens=s.max_new_tokens, **extra
         )
         answer = await _parsed(raw)
-        choice = answer.choices[0]
-        return Reply(
-            text=choice.text or "",
-            finish_reason=str(choice.finish_reason or "stop"),
-            system_fingerprint=getattr(answer, "system_fingerprint", None),
-            headers=dict(raw.headers),
-            **_openai_usage(answer.usage),
-        )
+
+        def reply() -> Reply:
+            choice = _first(answer, "choices")
+            return Reply(
+                text=_text(choice.text),
+                finish_reason=str(choice.finish_reason or "stop"),
+                system_fingerprint=getattr(answer, "system_fingerprint", None),
+                headers=dict(raw.headers),
+                **_openai_usage(answer.usage),
+            )
+
+        return _read("a completion", answer, reply)
 
     def messages_request(self, body: str) -> dict[str, Any]:
         """The body of one row's Anthropic ``/v1/messages`` request (also a Message Batch's ``params``).
@@ -168,12 +203,22 @@ class Wire:
             model=self.model, input=list(texts), encoding_format="float", **extra
         )
         answer = await _parsed(raw)
-        ordered = sorted(answer.data, key=lambda d: d.index)
-        return [list(d.embedding) for d in ordered], dict(raw.headers)
+
+        def vectors() -> list[list[float]]:
+            return [list(d.embedding) for d in sorted(answer.data, key=lambda d: d.index)]
+
+        return _read("a list of embeddings", answer, vectors), dict(raw.headers)
 
 
 def messages_reply(answer: Any, headers: Mapping[str, str]) -> Reply:
-    """An Anthropic message (the SDK's object) as a :class:`Reply`."""
+    """An Anthropic message (the SDK's object) as a :class:`Reply`; :class:`MalformedAnswer` when it is
+    none."""
+    return _read("a message", answer, lambda: _message(answer, headers))
+
+
+def _message(answer: Any, headers: Mapping[str, str]) -> Reply:
+    if not isinstance(getattr(answer, "content", None), list):
+        raise ValueError("it has no content")
     text = "".join(block.text for block in answer.content if getattr(block, "type", None) == "text")
     usage = answer.usage
     cached = _int(getattr(usage, "cache_read_input_tokens", None))
@@ -192,10 +237,15 @@ def messages_reply(answer: Any, headers: Mapping[str, str]) -> Reply:
 
 
 def chat_reply(answer: Any, headers: Mapping[str, str]) -> Reply:
-    """A chat completion (the SDK's object) as a :class:`Reply`."""
-    choice = answer.choices[0]
+    """A chat completion (the SDK's object) as a :class:`Reply`; :class:`MalformedAnswer` when it is
+    none."""
+    return _read("a chat completion", answer, lambda: _chat(answer, headers))
+
+
+def _chat(answer: Any, headers: Mapping[str, str]) -> Reply:
+    choice = _first(answer, "choices")
     return Reply(
-        text=choice.message.content or "",
+        text=_text(choice.message.content),
         finish_reason=str(choice.finish_reason or "stop"),
         system_fingerprint=getattr(answer, "system_fingerprint", None),
         headers=dict(headers),
@@ -226,6 +276,23 @@ def _anthropic_finish(reason: str | None) -> str:
     return {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}.get(
         reason or "", reason or "stop"
     )
+
+
+def _first(answer: Any, name: str) -> Any:
+    """The first item of the answer's list ``name``; a ValueError saying it has none."""
+    items = getattr(answer, name, None)
+    if not isinstance(items, list) or not items:
+        raise ValueError(f"it has no {name}")
+    return items[0]
+
+
+def _text(value: Any) -> str:
+    """An answer's text: a string, or none (null)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"the text is a {type(value).__name__}, not a string")
+    return value
 
 
 def _int(value: Any) -> int | None:

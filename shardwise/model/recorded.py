@@ -66,6 +66,12 @@ class BatchBook(Protocol):
         """Record that batch ``batch_index`` of ``window`` ended with ``status``."""
         ...
 
+    def label(self, window: WindowRef, batch_index: int) -> str:
+        """The name of ``window``'s batch ``batch_index``, unique to the run and shard and the same on
+        every attempt: stored with the batch where the provider keeps metadata, so a batch the provider
+        accepted and the book never recorded (a kill between the two) is found rather than paid twice."""
+        ...
+
     def waiting(self, window: WindowRef) -> None:
         """Called between two looks at the window's running batches: raises to let the shard go (a worker
         told to stop), its batches recorded for the next attempt to collect."""

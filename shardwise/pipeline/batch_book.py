@@ -57,5 +57,8 @@ class LedgerBook:
             outage=self.outage,
         )
 
+    def label(self, window: WindowRef, batch_index: int) -> str:
+        return f"{self.run_id}/{self.shard_id}/{window.identity[:32]}/{batch_index}"
+
     def waiting(self, window: WindowRef) -> None:
         refuse_if_draining(self.shard_id)  # a draining worker waits on no batch: the next attempt will

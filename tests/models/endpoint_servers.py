@@ -90,7 +90,14 @@ def free_port() -> int:
 
 @contextmanager
 def vllm_server(model_dir: Path, log: Path, *extra: str) -> Iterator[str]:
-    """``vllm serve`` of ``model_dir`` on a free loopback port; yields its origin (no path)."""
+    """``vllm serve`` of ``model_dir`` on a free loopback port; yields its origin (no path).
+
+    The server runs one request at a time, with no prefix cache: vLLM does not promise batch-invariant
+    decoding, so a server that batched requests as they arrived could give one prompt different greedy
+    tokens in two runs (2 of 191 texts once differed between a run behind the fault proxy and a clean
+    one). Alone in every step, and computing its whole prompt each time, a request gets the same texts
+    whatever else is in flight, so the tests that compare texts between runs are exact by construction.
+    """
     port = free_port()
     env = {
         **os.environ,
@@ -100,7 +107,8 @@ def vllm_server(model_dir: Path, log: Path, *extra: str) -> Iterator[str]:
     }
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
     command += ["--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED_NAME]
-    command += ["--max-model-len", str(CONTEXT), "--enforce-eager", "--api-key", API_KEY, *extra]
+    command += ["--max-model-len", str(CONTEXT), "--enforce-eager", "--api-key", API_KEY]
+    command += ["--max-num-seqs", "1", "--no-enable-prefix-caching", *extra]
     with open(log, "wb") as out:
         server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     origin = f"http://127.0.0.1:{port}"
@@ -133,7 +141,8 @@ def _wait_healthy(origin: str, server: subprocess.Popen[bytes], log: Path) -> No
 
 
 Plan = Callable[[int, bytes], str]
-"""Given a request's number (1, 2, ...) and body: ``pass``, ``429``, ``500``, ``cut`` or ``slow``."""
+"""Given a request's number (1, 2, ...) and body: ``pass``, ``429``, ``500``, ``cut``, ``slow`` or
+``malformed`` (a 200 whose JSON body has no choices)."""
 
 
 def every(n429: int = 0, n500: int = 0, cut: int = 0) -> Plan:
@@ -240,6 +249,9 @@ class FaultProxy(_Loopback):
                     headers = {"retry-after": proxy.retry_after} if status == 429 else {}
                     self._answer(status, json.dumps({"error": {"message": message}}).encode(), headers)
                     return
+                if action == "malformed":
+                    self._answer(200, b'{"id": "x", "object": "chat.completion"}', {})
+                    return
                 if action == "slow":
                     time.sleep(proxy.slow_s)
                 request = urllib.request.Request(
@@ -276,19 +288,32 @@ class BatchServer(_Loopback):
     """OpenAI's Files and Batches endpoints on loopback, running each batch's lines against ``upstream``.
 
         No open-source server speaks this protocol, so this one stands in at the protocol boundary only:
-        uploads (``POST /v1/files``, multipart), ``POST /v1/batches``, ``GET /v1/batches/ID`` and
+        uploads (``POST /v1/files``, multipart), ``POST /v1/batches`` (with its metadata), ``GET
+        /v1/batches`` (the list), ``GET /v1/batches/ID`` and
         ``GET /v1/files/ID/content``, with output and error files as OpenAI writes them. Each line is sent
         to the real server, ``workers`` at once; a batch ends once ``hold`` is set (so a test can kill its
         client first). With ``expire_after`` a batch ends ``expired`` having run only its first that many
-        lines (the rest are in neither file, as OpenAI leaves them). ``creates`` counts the batches created,
+        lines (the rest are in neither file, as OpenAI leaves them); with ``fail_with`` it ends
+        ``failed`` running none; :meth:`lose` forgets one. ``creates`` counts the batches created,
     ``lines_run`` the lines sent on to ``upstream``;
         any other ``GET /v1/...`` (the model list a run checks first) is passed to ``upstream``.
     """
 
-    def __init__(self, upstream: str, workers: int = 8, expire_after: int | None = None) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        workers: int = 8,
+        expire_after: int | None = None,
+        fail_with: str | None = None,
+        tamper: Callable[[list[bytes]], list[bytes]] | None = None,
+    ) -> None:
         self.upstream = upstream
         self.workers = workers
         self.expire_after = expire_after
+        self.fail_with = fail_with
+        """A batch fails as a whole, running no line, with this reason (OpenAI's ``errors.data``)."""
+        self.tamper = tamper
+        """Rewrites a batch's output records before they are written (duplicated or malformed lines)."""
         self.creates = 0
         self.lines_run = 0
         self.hold = threading.Event()
@@ -311,6 +336,11 @@ class BatchServer(_Loopback):
             "filename": f"{file_id}.jsonl", "purpose": purpose, "status": "processed",
         }  # fmt: skip
 
+    def lose(self, batch_id: str) -> None:
+        """Forget ``batch_id``, as a provider that lost it: retrieving it answers 404."""
+        with self._lock:
+            del self.batches[batch_id]
+
     def _create(self, request: dict[str, object], authorization: str) -> dict[str, object]:
         with self._lock:
             self.creates += 1
@@ -319,6 +349,7 @@ class BatchServer(_Loopback):
                 "id": batch_id, "object": "batch", "endpoint": request["endpoint"],
                 "input_file_id": request["input_file_id"], "completion_window": request["completion_window"],
                 "status": "in_progress", "created_at": int(time.time()),
+                "metadata": request.get("metadata"),
             }  # fmt: skip
             self.batches[batch_id] = batch
         threading.Thread(target=self._work, args=(batch_id, authorization), daemon=True).start()
@@ -328,12 +359,19 @@ class BatchServer(_Loopback):
         from concurrent.futures import ThreadPoolExecutor
 
         batch = self.batches[batch_id]
+        if self.fail_with is not None:
+            error = {"code": "invalid_request", "message": self.fail_with, "param": None, "line": 1}
+            with self._lock:
+                batch.update(status="failed", errors={"object": "list", "data": [error]})
+            return
         lines = self.files[str(batch["input_file_id"])].decode().splitlines()
         if self.expire_after is not None:
             lines = lines[: self.expire_after]
         with ThreadPoolExecutor(self.workers) as pool:
             answered = list(pool.map(lambda line: self._line(json.loads(line), authorization), lines))
         output = [record for status, record in answered if status == 200]
+        if self.tamper is not None:
+            output = self.tamper(output)
         errors = [record for status, record in answered if status != 200]
         self.hold.wait(120)
         status = "completed" if self.expire_after is None else "expired"
@@ -373,8 +411,14 @@ class BatchServer(_Loopback):
                 pass
 
             def do_GET(self) -> None:
-                parts = self.path.strip("/").split("/")
-                if parts[:2] == ["v1", "batches"] and len(parts) == 3 and parts[2] in server.batches:
+                parts = self.path.split("?")[0].strip("/").split("/")
+                if parts == ["v1", "batches"]:  # the list, newest first, in one page
+                    with server._lock:
+                        data = [dict(b) for b in reversed(server.batches.values())]
+                    self._json(200, {"object": "list", "data": data, "has_more": False,
+                                     "first_id": data[0]["id"] if data else None,
+                                     "last_id": data[-1]["id"] if data else None})  # fmt: skip
+                elif parts[:2] == ["v1", "batches"] and len(parts) == 3 and parts[2] in server.batches:
                     with server._lock:
                         self._json(200, dict(server.batches[parts[2]]))
                 elif parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content":

@@ -9,11 +9,14 @@ start); the bad-input tests need none.
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,11 +35,12 @@ from endpoint_servers import (
 )
 from flow_data import execute, make_docs
 
-from shardwise.errors import ConfigError, InputError
+from shardwise.errors import ConfigError, InputError, OutputError
 from shardwise.model.generation import GenerationSettings
-from shardwise.model.recorded import WindowRef
+from shardwise.model.recorded import ProviderBatch, WindowRef
 from shardwise.models import get_spec
 from shardwise.models.endpoints import EndpointOptions, EndpointSpec
+from shardwise.models.endpoints.batches import BatchLost
 from shardwise.pipeline.batch_book import LedgerBook
 from shardwise.results import Ledger
 from shardwise.retry_policy import Outage, RetryPolicy
@@ -270,6 +274,143 @@ def test_lines_that_errored_or_expired_are_dead_letters_with_the_providers_reaso
     (stored,) = book.ledger.provider_batches("run-1")
     assert (stored.batch.batch_id, stored.batch.status, stored.batch.rows_sent) == ("batch-1", "expired", 7)
     assert stored.first_key == "k0" and stored.position == 0 and stored.ended_at is not None
+
+
+@pytest.mark.slow
+def test_a_batch_the_provider_lost_fails_in_one_line_and_the_next_attempt_submits_its_rows_again(
+    origin: str, book: LedgerBook
+) -> None:
+    keys = tuple(f"k{i}" for i in range(3))
+    window = WindowRef(0, keys, book)
+    clean = online(origin, TEXTS[:3])
+    with BatchServer(origin) as server:
+        model = spec(f"{server.origin}/v1", batch_api=True, batch_poll_s=0.1).load(torch.device("cpu"))
+        try:
+            first = model.score_recorded(TEXTS[:3], window)
+            server.lose("batch-1")  # the provider no longer knows the recorded batch
+            with pytest.raises(BatchLost) as lost:
+                model.score_recorded(TEXTS[:3], window)  # a retried window looks at the recorded batch
+            (stored,) = book.ledger.provider_batches("run-1")
+            assert (stored.batch.batch_id, stored.batch.status) == ("batch-1", "lost")
+            again = model.score_recorded(TEXTS[:3], window)  # the next attempt, as --resume runs it
+        finally:
+            model.close()
+    message = str(lost.value)
+    assert len(message.splitlines()) == 1 and API_KEY not in message
+    assert "provider batch batch-1 (3 rows) is not found at" in message and "404" in message, message
+    assert "--resume submits its rows again in a new batch" in message
+    assert pickle.loads(pickle.dumps(lost.value)).args == lost.value.args  # it crosses from a worker
+    assert server.creates == 2, "one new batch for the lost one, no more"
+    texts = [o["generated_text"] for o in clean]  # type: ignore[index]
+    assert [o["generated_text"] for o in first] == texts == [o["generated_text"] for o in again]  # type: ignore[index]
+    (stored,) = book.ledger.provider_batches("run-1")
+    assert (stored.batch.batch_id, stored.batch.status) == ("batch-2", "completed")
+
+
+class _KilledBeforeRecording(Exception):
+    """Stands for the process dying between the provider accepting a batch and the ledger's commit."""
+
+
+@dataclass(frozen=True)
+class _BookThatDiesOnce:
+    """A ledger book whose first record never happens, as if the process were killed before it."""
+
+    book: LedgerBook
+    died: list[str]
+
+    def recorded(self, window: WindowRef) -> list[ProviderBatch]:
+        return self.book.recorded(window)
+
+    def record(self, window: WindowRef, batch: ProviderBatch) -> None:
+        if not self.died:
+            self.died.append(batch.batch_id)
+            raise _KilledBeforeRecording(batch.batch_id)
+        self.book.record(window, batch)
+
+    def ended(self, window: WindowRef, batch_index: int, status: str) -> None:
+        self.book.ended(window, batch_index, status)
+
+    def label(self, window: WindowRef, batch_index: int) -> str:
+        return self.book.label(window, batch_index)
+
+    def waiting(self, window: WindowRef) -> None:
+        self.book.waiting(window)
+
+
+@pytest.mark.slow
+def test_a_batch_accepted_and_never_recorded_is_found_by_its_label_not_submitted_again(
+    origin: str, book: LedgerBook
+) -> None:
+    keys = ("a", "b", "c")
+    dying = _BookThatDiesOnce(book, [])
+    clean = online(origin, TEXTS[:3])
+    with BatchServer(origin) as server:
+        model = spec(f"{server.origin}/v1", batch_api=True, batch_poll_s=0.1).load(torch.device("cpu"))
+        try:
+            with pytest.raises(_KilledBeforeRecording):
+                model.score_recorded(TEXTS[:3], WindowRef(0, keys, dying))
+            assert book.ledger.provider_batches("run-1") == [], "the id was never recorded"
+            outcomes = model.score_recorded(TEXTS[:3], WindowRef(0, keys, dying))  # the next attempt
+        finally:
+            model.close()
+    assert server.creates == 1, "the accepted batch was found by its label, not submitted again"
+    assert server.batches["batch-1"]["metadata"] == {
+        "shardwise_batch": book.label(WindowRef(0, keys, book), 0)
+    }
+    assert [o["generated_text"] for o in outcomes] == [o["generated_text"] for o in clean]  # type: ignore[index]
+    (stored,) = book.ledger.provider_batches("run-1")
+    assert (stored.batch.batch_id, stored.batch.status) == ("batch-1", "completed")
+
+
+@pytest.mark.slow
+def test_a_failed_batch_names_the_providers_reason_in_each_rows_dead_letter(
+    origin: str, book: LedgerBook
+) -> None:
+    reason = "The input file has an invalid JSON line"
+    with BatchServer(origin, fail_with=reason) as server:
+        model = spec(f"{server.origin}/v1", batch_api=True, batch_poll_s=0.1).load(torch.device("cpu"))
+        try:
+            outcomes = model.score_recorded(TEXTS[:2], WindowRef(0, ("a", "b"), book))
+        finally:
+            model.close()
+    want = f"batch batch-1 ended failed (invalid_request: {reason} (line 1)) before this row ran"
+    assert [str(o) for o in outcomes] == [want, want]
+    assert server.lines_run == 0
+    (stored,) = book.ledger.provider_batches("run-1")
+    assert stored.batch.status == "failed"
+
+
+@pytest.mark.slow
+def test_a_row_answered_twice_or_unreadably_in_a_batch_is_a_dead_letter_saying_so(
+    origin: str, book: LedgerBook
+) -> None:
+    def tamper(records: list[bytes]) -> list[bytes]:
+        by_key = {json.loads(r)["custom_id"]: r for r in records}
+        second = json.loads(by_key["k0"])
+        second["response"]["body"]["choices"][0]["message"]["content"] = "another answer"
+        broken = json.loads(by_key["k1"])
+        broken["response"]["body"] = {"object": "chat.completion"}
+        return [by_key["k0"], json.dumps(second).encode(), json.dumps(broken).encode(), by_key["k2"],
+                b"not json"]  # fmt: skip
+
+    keys = ("k0", "k1", "k2")
+    clean = online(origin, TEXTS[:3])
+    with BatchServer(origin, tamper=tamper) as server:
+        model = spec(f"{server.origin}/v1", batch_api=True, batch_poll_s=0.1).load(torch.device("cpu"))
+        try:
+            outcomes = dict(zip(keys, model.score_recorded(TEXTS[:3], WindowRef(0, keys, book)), strict=True))
+        finally:
+            model.close()
+    twice = outcomes["k0"]
+    assert isinstance(twice, InputError), twice
+    assert str(twice) == (
+        "batch batch-1 holds 2 result lines for this row (custom_id 'k0'); which one is its answer cannot "
+        "be told, so none is kept"
+    )
+    unreadable = outcomes["k1"]
+    assert isinstance(unreadable, OutputError), unreadable
+    assert str(unreadable).startswith("batch batch-1 line: the answer (status 200) is not a chat completion")
+    assert outcomes["k2"]["generated_text"] == clean[2]["generated_text"]  # type: ignore[index]
 
 
 @pytest.mark.slow

@@ -15,46 +15,86 @@ if not IN_CI:  # CI installs the endpoints extra, and must test it
         "pyrate_limiter", reason="pyrate-limiter not installed; pip install 'shardwise[endpoints]'"
     )
 
-from shardwise.models.endpoints.budget import Budgets, budget_file, reset_seconds
+from shardwise.models.endpoints.budget import Budgets, budget_file, burst, reset_seconds
 
 
-def _drain_then_time(folder: str, identity: str, tokens: int, started: multiprocessing.Event) -> float:  # type: ignore[valid-type]
-    """In another process: wait until told, then time one acquire of ``tokens`` tokens."""
+def _take_one_by_one(
+    folder: str,
+    identity: str,
+    tokens: int,
+    started: multiprocessing.Event,  # type: ignore[valid-type]
+) -> list[float]:
+    """In another process: wait until told, then take ``tokens`` tokens one at a time; when each was
+    admitted (the wall clock, which the budget's state and the other processes share)."""
     started.wait(30)  # type: ignore[attr-defined]
     budgets = Budgets(identity, None, 600, Path(folder))
-    began = time.monotonic()
-    asyncio.run(budgets.acquire(tokens))
-    return time.monotonic() - began
+
+    async def take() -> list[float]:
+        admitted = []
+        for _ in range(tokens):
+            await budgets.acquire(1)
+            admitted.append(time.time())
+        return admitted
+
+    return asyncio.run(take())
+
+
+def _most_within(times: list[float], seconds: float) -> int:
+    """The most of ``times`` that fall in any window of ``seconds``."""
+    ordered = sorted(times)
+    return max(sum(1 for t in ordered[i:] if t - start <= seconds) for i, start in enumerate(ordered))
 
 
 def test_a_tokens_budget_is_shared_by_the_processes_of_a_host(tmp_path: Path) -> None:
     identity = "openai http://127.0.0.1:1/v1\0m\0env:K"
-    here = Budgets(identity, None, 600, tmp_path)  # 600 a minute: a burst of 600, then one every 0.1 s
+    per_s, burst_of = 10, burst(600)  # 600 a minute: 10 a second, a burst of one second's worth
     context = multiprocessing.get_context("spawn")
     started = context.Manager().Event()
-    with context.Pool(2) as pool:
-        shared = pool.apply_async(_drain_then_time, (str(tmp_path), identity, 30, started))
-        other = pool.apply_async(_drain_then_time, (str(tmp_path), identity + "-other", 30, started))
-        time.sleep(1.0)  # the workers are up and waiting: the burst is spent just before they ask
-        asyncio.run(here.acquire(600))
+    with context.Pool(3) as pool:
+        shared = [pool.apply_async(_take_one_by_one, (str(tmp_path), identity, 60, started)) for _ in "ab"]
+        other = pool.apply_async(_take_one_by_one, (str(tmp_path), identity + "-other", 30, started))
+        time.sleep(1.0)  # the workers are up and waiting
         started.set()
-        waited, fresh = shared.get(60), other.get(60)
-    assert 2.5 <= waited <= 6.0  # 30 tokens just after another process spent the burst: about 3 s
-    assert fresh < 1.0  # another endpoint's budget is its own
+        first, second = (result.get(120) for result in shared)
+        apart = other.get(120)
+    assert max(first) > min(second) and max(second) > min(first), "the two processes took tokens together"
+    # Together they keep to one budget: in any 2 s, at most 2 s of tokens plus the burst (one process
+    # alone could take that much; two with budgets of their own would take twice).
+    assert _most_within(first + second, 2.0) <= 2 * per_s + burst_of + 1
+    assert _most_within(apart, 2.0) >= 2 * per_s, "another endpoint's budget is its own"
     assert budget_file(identity, tmp_path) != budget_file(identity + "-other", tmp_path)
 
 
-def test_requests_per_minute_pace_requests_past_the_burst(tmp_path: Path) -> None:
-    budgets = Budgets("e\0m\0k", 120, None, tmp_path)
+def test_requests_per_minute_are_spread_over_the_minute_not_sent_at_once(tmp_path: Path) -> None:
+    per_minute = 1200  # 20 a second, a burst of one second's worth
+    budgets = Budgets("e\0m\0k", per_minute, None, tmp_path)
+    window_s = 1.5
 
-    async def take(n: int) -> float:
-        began = time.monotonic()
-        for _ in range(n):
+    async def sent_within(seconds: float) -> int:
+        sent = 0
+
+        async def send() -> None:
+            nonlocal sent
             await budgets.acquire(1)
-        return time.monotonic() - began
+            sent += 1
 
-    # 120 a minute: a burst of 120, then one every 0.5 s; two past the burst take about 1 s more.
-    assert 0.9 <= asyncio.run(take(122)) <= 6.0
+        tasks = [asyncio.ensure_future(send()) for _ in range(per_minute)]
+        await asyncio.sleep(seconds)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return sent
+
+    sent = asyncio.run(sent_within(window_s))
+    share = per_minute * window_s / 60
+    assert share <= sent <= share + burst(per_minute) + 1  # paced from the first request, not a burst of 1200
+
+
+def test_a_request_dearer_than_the_burst_waits_for_its_tokens(tmp_path: Path) -> None:
+    budgets = Budgets("e\0m\0k", None, 600, tmp_path)  # 10 tokens a second, a burst of 10
+    began = time.monotonic()
+    asyncio.run(budgets.acquire(30))
+    assert 1.5 <= time.monotonic() - began <= 4.0  # 20 tokens past the burst: about 2 s
 
 
 def test_usage_beyond_the_estimate_is_charged_to_the_next_request(tmp_path: Path) -> None:

@@ -103,6 +103,28 @@ def test_429s_500s_and_cut_connections_are_ridden_out_with_the_same_texts(origin
     assert counts["ok"] == len(TEXTS)
 
 
+@pytest.mark.parametrize(
+    ("provider", "path", "what"),
+    [
+        ("openai", "/v1", "a chat completion: it has no choices"),
+        ("anthropic", "", "a message: it has no content"),
+    ],
+)
+def test_a_success_whose_body_is_no_answer_is_that_rows_dead_letter(
+    provider: str, path: str, what: str
+) -> None:
+    """A 200 whose body lacks the answer's fields (a gateway's page, a server's bug) is the row's dead
+    letter naming the endpoint and what is missing, never an internal AttributeError."""
+    with FaultProxy(f"http://127.0.0.1:{free_port()}", lambda number, body: "malformed") as proxy:
+        outcomes, counts = scored(spec(f"{proxy.origin}{path}", provider=provider), TEXTS[:2])
+    for outcome in outcomes:
+        assert isinstance(outcome, OutputError), outcome
+        message = str(outcome)
+        assert f"{proxy.origin}{path}" in message and API_KEY not in message
+        assert f": the answer (status 200) is not {what}; it was " in message, message
+    assert counts["sent"] == 2 and counts["retried"] == 0 and counts["rows_refused"] == 2
+
+
 def test_an_outage_past_the_deadline_fails_the_window_naming_the_endpoint(origin: str) -> None:
     policy = RetryPolicy(deadline_s=1.5, backoff_s=0.1, backoff_cap_s=0.3)
     with FaultProxy(origin, lambda number, body: "500") as proxy:

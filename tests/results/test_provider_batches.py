@@ -32,6 +32,12 @@ def test_batches_are_recorded_per_window_and_found_again_by_a_new_ledger(db_url:
         # a racing writer's record of the same window and index keeps the first one
         book.record(first, ProviderBatch(0, "openai", "batch-z", 2, SUBMITTED))
         book.ended(first, 0, "completed")
+        # a batch its provider lost is replaced by the one submitted in its place
+        book.ended(second, 0, "lost")
+        book.record(second, ProviderBatch(0, "openai", "batch-d", 2, SUBMITTED + timedelta(hours=1)))
+        labels = {book.label(first, 0), book.label(first, 1), book.label(second, 0)}
+        other_run = LedgerBook(ledger, "run-2", 3, 100, Outage(RetryPolicy()))
+        assert len(labels | {other_run.label(first, 0)}) == 4, "a label names one batch of one run"
 
     with Ledger(db_url) as reopened:  # another process, after a kill
         book = LedgerBook(reopened, "run-1", 3, 100, Outage(RetryPolicy()))
@@ -46,9 +52,11 @@ def test_batches_are_recorded_per_window_and_found_again_by_a_new_ledger(db_url:
     assert [(s.shard_id, s.position, s.first_key, s.batch.batch_id) for s in stored] == [
         (3, 100, "k1", "batch-a"),
         (3, 100, "k1", "batch-b"),
-        (3, 103, "k4", "batch-c"),
+        (3, 103, "k4", "batch-d"),
     ]
     assert stored[0].ended_at is not None and stored[1].ended_at is None
+    assert (stored[2].batch.status, stored[2].ended_at) == ("submitted", None)
+    assert stored[2].batch.submitted_at == SUBMITTED + timedelta(hours=1)
     assert execute(db_url, "select count(*) from shardwise_provider_batches")[0][0] == 3
 
 
