@@ -30,10 +30,10 @@ def test_a_run_resumes_by_its_id_and_what_finds_its_ledger_alone(
     sqlite_url: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     lm = tiny_causal_lm(tmp_path / "lm", context=4096)
-    make_docs(sqlite_url, 12)
+    make_docs(sqlite_url, 24)
     argv = ["run", "--source", sqlite_url, "--table", "docs", "--model", str(lm), "--precision", "fp32",
             "--shards", "2", "--max-new-tokens", "4", "--chat", "off", "--results-table", "generated",
-            "--budget-tokens", "1"]  # fmt: skip
+            "--budget-tokens", "800"]  # fmt: skip
     assert main([*argv, "--progress", "none"]) == 1  # its budget stops it: a run to resume
     (stop,) = [line for line in capfd.readouterr().err.splitlines() if line.startswith("stopped: budget: ")]
     ledger = sqlite_url  # results in the source database: the ledger is there too

@@ -28,10 +28,10 @@ def test_a_run_its_budget_stopped_is_listed_as_stopped_everywhere_runs_are_liste
     sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lm = tiny_causal_lm(tmp_path / "lm", context=4096)
-    make_docs(sqlite_url, 12)
+    make_docs(sqlite_url, 24)
     argv = ["run", "--source", sqlite_url, "--table", "docs", "--model", str(lm), "--precision", "fp32",
             "--shards", "2", "--progress", "none", "--max-new-tokens", "4", "--chat", "off"]  # fmt: skip
-    assert main([*argv, "--budget-tokens", "1"]) == 1
+    assert main([*argv, "--budget-tokens", "800"]) == 1
     capsys.readouterr()
     ((run_id, status),) = execute(sqlite_url, "select run_id, status from shardwise_runs")
     assert status == "failed", "the ledger keeps it resumable"
