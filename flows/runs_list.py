@@ -10,7 +10,10 @@ the total and, of the others, how many are failed, retrying (a try failed and
 another is coming) or being scored by a worker holding a live lease (see
 :mod:`shardwise.results.shard_states`). TOKENS, DEVICE-H and COST sum the
 run's committed chunks (:mod:`shardwise.cost`): a run's cost is the same
-here as in its summary line and its artifact, read from the same rows.
+here as in its summary line and its artifact, read from the same rows. A run
+that ended past the budget its last invocation ran under (the estimates' error;
+see :mod:`shardwise.cost.budget`) has ``(past budget)`` after its COST and a
+line below the table saying by how much, as its summary did.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ def print_runs(
         return
     print(runs_table(runs, now))
     for run in runs:
+        past = run.past_budget(now)
+        if past is not None:
+            print(f"run {run.run_id} ended {past}")  # as its summary line says it
         if run.state(now) == "abandoned":
             print(
                 f"run {run.run_id} is abandoned: {abandoned_why(run.owner, run.lease_expires_at, now)}; "
@@ -77,7 +83,8 @@ def print_runs(
 
 def run_json(run: RunListing, now: datetime) -> dict[str, Any]:
     """A run as plain JSON: its id, state, model, shards, rows scored and dead letters, and its usage
-    (rows, tokens, device time, cost; see :meth:`~shardwise.cost.RunUsage.as_json`)."""
+    (rows, tokens, device time, cost; see :meth:`~shardwise.cost.RunUsage.as_json`), and ``past_budget``:
+    the summary's ``past its budget: ...`` when it ended past the budget it ran under, else null."""
     counts = run.counts
     return {
         "run_id": run.run_id,
@@ -93,6 +100,7 @@ def run_json(run: RunListing, now: datetime) -> dict[str, Any]:
         "dead_letters": counts.rows_failed,
         **run.usage.as_json(),
         "device_hours": run.usage.device_hours,
+        "past_budget": run.past_budget(now),
     }
 
 
@@ -121,7 +129,7 @@ def _row(run: RunListing, now: datetime) -> tuple[str, ...]:
     hours = f"{usage.device_hours:.4f}" if usage.device_s else "-"
     return (
         run.run_id, state, started, run.owner or "-", _lease(run, state, now), shards, rows, tokens, hours,
-        dollars(usage.cost_usd),
+        dollars(usage.cost_usd) + (" (past budget)" if run.past_budget(now) else ""),
     )  # fmt: skip
 
 

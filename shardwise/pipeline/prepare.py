@@ -337,7 +337,9 @@ def finish_run(planned: PlannedRun, failed_shards: list[int]) -> RunCounts:
     record, plan = planned.record, planned.plan
     if planned.keeper is not None:
         planned.keeper.stop()  # no renewal may land after the lease is released
-    counts = planned.ledger.finish_run(record.run_id, status, owner=planned.owner)
+    run = planned.ref.spec.run
+    budget = Budget.of(run.budget_usd, run.budget_tokens)
+    counts = planned.ledger.finish_run(record.run_id, status, owner=planned.owner, budget=budget)
     # A keyed (redrive) plan read some rows of its objects, not the objects: they are not "seen".
     if status == "completed" and plan.by_objects and not is_keyed(plan):
         planned.ledger.record_objects(record.run_id, record.source_identity, plan_objects(plan))

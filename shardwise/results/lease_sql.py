@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shardwise.cost.budget import Budget
 from shardwise.db.codec import bind_timestamp, decode_row, decode_timestamp
 from shardwise.db.sqlfiles import statement
 from shardwise.errors import ConfigError
@@ -130,8 +131,10 @@ def recent_runs(
 
 def _listing(row: Any, pending: dict[str, int]) -> RunListing:
     """One listed run: counts as ints, with its pending chunks' rows; timestamps decoded (SQLite
-    returns them as text)."""
+    returns them as text); the budget it last ended under."""
     fields = decode_row(row, timestamps=["started_at", "finished_at", "lease_expires_at"])
     counts: dict[str, Any] = {n: int(fields.pop(n)) + pending.get(n, 0) for n in RunCounts.counters()}
     running = int(fields.pop("shards_running") or 0)
-    return RunListing(**fields, counts=RunCounts(**counts), shards_running=running)
+    usd, tokens = fields.pop("budget_usd"), fields.pop("budget_tokens")
+    budget = Budget.of(None if usd is None else float(usd), None if tokens is None else int(tokens))
+    return RunListing(**fields, counts=RunCounts(**counts), shards_running=running, budget=budget)

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from shardwise.closing import Closing
-from shardwise.cost.budget import Hold
+from shardwise.cost.budget import Budget, Hold
 from shardwise.cost.usage import RunUsage
 from shardwise.db.codec import utc_now
 from shardwise.db.connect import brief_waits, make_engine, write_transaction
@@ -310,19 +310,23 @@ class Ledger(Closing):
         with self.reading(f"read the shard transitions of run {run_id}") as conn:
             return shard_states.transitions(conn, run_id, shard_id)
 
-    def finish_run(self, run_id: str, status: RunStatus, *, owner: str | None = None) -> outcomes.RunCounts:
+    def finish_run(
+        self, run_id: str, status: RunStatus, *, owner: str | None = None, budget: Budget | None = None
+    ) -> outcomes.RunCounts:
         """Close a run as ``completed`` or ``failed`` and release its lease; counts come from the shards,
         and the sums of the model's count outputs and the run's usage (device time, cost) from every
         chunk the run committed.
 
         With ``owner``, only while it holds the run: a
         :class:`~shardwise.errors.RunTakenOverError` when another process
-        took the run over meanwhile (a forced resume).
+        took the run over meanwhile (a forced resume). ``budget``: the one this invocation ran under,
+        recorded with the run so that ``shardwise runs`` says when it ended past it.
         """
         if status not in ("completed", "failed"):
             raise ConfigError(f"a run finishes as 'completed' or 'failed'; got {status!r}")
         with self.writing(f"finish run {run_id}") as conn:
             ledger_sql.finish_run(conn, run_id, status, utc_now(), owner)
+            ledger_sql.record_budget(conn, run_id, budget)
             found = ledger_sql.run_summary(conn, run_id)
             counts = chunk_marks.run_counts(conn, run_id)
             usage = usage_sql.run_usage(conn, run_id)

@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from shardwise.cost.budget import Budget
 from shardwise.db.codec import bind_timestamp, decode_json, decode_timestamp, encode_json
 from shardwise.db.sqlfiles import load_script, statement
 from shardwise.errors import ConfigError, RunTakenOverError
@@ -188,6 +189,17 @@ def finish_run(
         f"run {run_id!r} was taken over by {row['owner']} (resume --force) while {owner} ran it, so "
         "that process finishes it; the shards this one merged stay merged"
     )
+
+
+def record_budget(conn: sa.Connection, run_id: str, budget: Budget | None) -> None:
+    """Record the budget the invocation finishing run ``run_id`` ran under (None: none), in place of an
+    earlier invocation's: a resume may change it."""
+    params = {
+        "run_id": run_id,
+        "budget_usd": None if budget is None else budget.usd,
+        "budget_tokens": None if budget is None else budget.tokens,
+    }
+    conn.execute(statement(conn, "run_budget_record"), params)
 
 
 def seen_objects(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shardwise.cost.budget import Budget, past_budget
 from shardwise.cost.usage import RunUsage
 from shardwise.records import RunRecord, RunStatus
 from shardwise.results.leases import RunState, run_state
@@ -120,6 +121,16 @@ class RunListing(_Leased):
     :mod:`~shardwise.results.shard_states`)."""
     usage: RunUsage = field(default_factory=RunUsage)
     """Its rows, tokens, device time and cost over the chunks committed so far (see :mod:`shardwise.cost`)."""
+    budget: Budget | None = None
+    """The budget the invocation that last ended it ran under (a resume may change it); None: none, or
+    it has not ended yet."""
+
+    def past_budget(self, now: datetime | None = None) -> str | None:
+        """``past its budget: $0.0918 spent of the $0.01 budget`` when it ended (not running nor
+        abandoned) with its usage past the budget it ended under; else None."""
+        if self.state(now) in ("running", "abandoned"):
+            return None
+        return past_budget(self.budget, self.usage)
 
     def state(self, now: datetime | None = None) -> RunState:
         """As :meth:`_Leased.state`, and ``stopped`` for a failed run whose failed shards all stopped at

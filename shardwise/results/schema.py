@@ -40,6 +40,7 @@ LEDGER_TABLES = (
     "shardwise_provider_batches",
     "shardwise_chunk_usage",
     "shardwise_budget_holds",
+    "shardwise_run_budgets",
 )
 
 

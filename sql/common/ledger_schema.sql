@@ -196,3 +196,11 @@ CREATE TABLE IF NOT EXISTS shardwise_budget_holds (
     held_at   {TIMESTAMP} NOT NULL,
     PRIMARY KEY (run_id, shard_id)
 );
+
+-- The budget the invocation that last ended a run ran under (a resume may change it), written as it
+-- finishes the run: `shardwise runs` compares it with the run's usage to flag a run that ended past it.
+CREATE TABLE IF NOT EXISTS shardwise_run_budgets (
+    run_id        text PRIMARY KEY REFERENCES shardwise_runs (run_id),
+    budget_usd    {DOUBLE},
+    budget_tokens bigint
+);

@@ -105,6 +105,9 @@ def test_a_token_budget_holds_from_the_first_chunk_and_the_plan_says_what_it_cov
     )
     spent = sum(t for _, t in chunks)
     assert spent <= budget
+    # Stopped within its budget: `runs` lists it stopped, and not past its budget.
+    listed = _runs(sqlite_url, capsys)
+    assert listed["status"] == "stopped" and listed["past_budget"] is None, listed
 
     # A resume under a budget smaller than what the run spent ends past it, and says so.
     smaller = spent - 1
@@ -115,6 +118,20 @@ def test_a_token_budget_holds_from_the_first_chunk_and_the_plan_says_what_it_cov
         f"run {run_id} ended past its budget: {spent:,} tokens spent of the {smaller:,}-token budget" in out
     )
     assert "past its budget" not in out.split(f"run {run_id} ended")[0], "said once, in its own line"
+    # `runs` and `runs --json` say so too: the budget this (last) invocation ran under is in the ledger.
+    past = f"past its budget: {spent:,} tokens spent of the {smaller:,}-token budget"
+    assert _runs(sqlite_url, capsys)["past_budget"] == past
+    assert main(["runs", "--results", sqlite_url]) == 0
+    table = capsys.readouterr().out
+    assert "(past budget)" in table.splitlines()[1], table
+    assert f"run {run_id} ended {past}" in table.splitlines(), table
+
+
+def _runs(url: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """The one run ``shardwise runs --json`` lists."""
+    assert main(["runs", "--results", url, "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    return dict(json.loads(line))
 
 
 def test_a_dollar_budget_the_plan_cannot_size_a_first_chunk_for_is_refused_before_anything_runs(
