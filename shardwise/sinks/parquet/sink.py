@@ -70,6 +70,7 @@ from shardwise.sinks.lake import (
     arrow_rows,
     arrow_schema,
     bucket_refusal,
+    layout_refusal,
     refuse_other_format,
     rows_table,
     s3_client,
@@ -317,12 +318,9 @@ class ParquetSink:
 
     def _check_schema(self, stored: bytes) -> None:
         found = [tuple(c) for c in json.loads(stored)["columns"]]
-        problems = schema_differences(found, _columns(self._schema))  # type: ignore[arg-type]
+        problems, _ = schema_differences(found, _columns(self._schema))  # type: ignore[arg-type]
         if problems:
-            raise ConfigError(
-                f"Parquet table {self.target} already exists with a different layout: {'; '.join(problems)}. "
-                "It was made for another model or source; choose another --results-table"
-            )
+            raise layout_refusal("Parquet", self.target, problems, ours=True)
 
 
 def _lists(raw: bytes | None, name: str) -> bool:
