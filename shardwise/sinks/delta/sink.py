@@ -70,6 +70,13 @@ and how to repair it, and is never retried, since retrying cannot mend it. delta
 shown with its terminal colours removed, its lines joined, and the causes
 that quote a URL or an XML answer (they name the location) left out.
 
+**A table grows.** Tables this sink creates carry the description "results table made by Shardwise"
+(delta-rs refuses configuration keys outside Delta's own); such a table gains
+(``DeltaTable.alter.add_columns``, before the run's first commit) the nullable output columns a later
+run stores (``parsed`` from ``--json-schema`` after a run without it), which its earlier rows read as
+null. A table without that description (the user's own) is never altered: the run is refused in one
+line naming the columns.
+
 **Checkpoints.** delta-rs's post-commit hook writes a checkpoint every
 ``delta.checkpointInterval`` commits (100; set on tables this sink creates),
 so log replay stays short although every chunk is a commit; :meth:`finish`

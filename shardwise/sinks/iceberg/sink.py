@@ -48,6 +48,12 @@ file, of which the table keeps the last 20 (``write.metadata.*``, set on
 tables this sink creates). Expire old snapshots and delete orphan files with
 Iceberg's maintenance when no run writes (the records of expired snapshots
 are gone: expire only those of runs that will not be resumed).
+
+**A table grows.** Tables this sink creates carry the property ``shardwise.made=true``; such a table
+gains (``update_schema().add_column``, before the run's first commit) the nullable output columns a
+later run stores (``parsed`` from ``--json-schema`` after a run without it), which its earlier rows
+read as null. A table without the property (the user's own) is never altered: the run is refused in
+one line naming the columns.
 """
 
 from __future__ import annotations
