@@ -267,15 +267,6 @@ class DeltaSink:
             fields = [f for f in Schema.from_arrow(self._schema).fields if f.name in missing]
             self._retried(f"adding columns {', '.join(missing)} to {self.target}", lambda: self._add(fields))
 
-    def _add(self, fields: list[Any]) -> None:
-        """Add the nullable ``fields`` the table lacks, unless a concurrent run added them first."""
-        table = self._open()
-        assert table is not None  # ensure() opened or made it
-        have = {f.name for f in table.schema().fields}
-        wanted = [f for f in fields if f.name not in have]
-        if wanted:
-            table.alter.add_columns(wanted)
-
     def commit(self, chunk: SinkChunk) -> SinkCommit:
         app, version = app_id(chunk.run_id, chunk.shard_id), chunk.number + 1
         data = rows_table(last_per_key(chunk.rows), chunk.lineage, self.layout, self._schema)
@@ -429,6 +420,15 @@ class DeltaSink:
         if problems:
             raise layout_refusal("Delta", self.target, problems, ours=ours)
         return missing
+
+    def _add(self, fields: list[Any]) -> None:
+        """Add the nullable ``fields`` the table lacks, unless a concurrent run added them first."""
+        table = self._open()
+        assert table is not None  # ensure() opened or made it
+        have = {f.name for f in table.schema().fields}
+        wanted = [f for f in fields if f.name not in have]
+        if wanted:
+            table.alter.add_columns(wanted)
 
     def _write(
         self, table: DeltaTable, data: pa.Table, chunk: SinkChunk, app: str, version: int
