@@ -53,6 +53,7 @@ __all__ = [
     "arrow_rows",
     "arrow_schema",
     "bucket_refusal",
+    "layout_refusal",
     "refuse_other_format",
     "rows_table",
     "s3_client",
@@ -226,19 +227,32 @@ def arrow_schema(layout: Layout) -> pa.Schema:
 
 
 def schema_differences(
-    found: Sequence[tuple[str, str, bool]], wanted: Sequence[tuple[str, str, bool]]
-) -> list[str]:
-    """Each difference between two column lists of ``(name, type, nullable)``, in words."""
+    found: Sequence[tuple[str, str, bool]], wanted: Sequence[tuple[str, str, bool]], *, ours: bool = False
+) -> tuple[list[str], list[str]]:
+    """Each difference between two column lists of ``(name, type, nullable)``, in words, and the nullable
+    wanted columns ``found`` lacks, to add, when Shardwise made the table (``ours``; otherwise those are
+    differences too: a table the user made is never altered)."""
     have = {name: (kind, nullable) for name, kind, nullable in found}
-    problems = []
-    for name, kind, _ in wanted:
-        if name not in have:
+    problems, missing = [], []
+    for name, kind, nullable in wanted:
+        if name not in have and ours and nullable:
+            missing.append(name)
+        elif name not in have:
             problems.append(f"column {name!r} ({kind}) is missing")
         elif have[name][0] != kind:
             problems.append(f"column {name!r} is {have[name][0]}, expected {kind}")
     names = {name for name, _, _ in wanted}
     problems += [f"extra column {n!r} is not nullable" for n, _, null in found if n not in names and not null]
-    return problems
+    return problems, missing
+
+
+def layout_refusal(kind: str, target: str, problems: list[str], *, ours: bool) -> ConfigError:
+    """The one line for an existing lake table whose columns differ from what the run stores."""
+    made = "" if ours else " Shardwise did not make it (it lacks Shardwise's marker), so never alters it;"
+    return ConfigError(
+        f"{kind} table {target} already exists with a different layout: {'; '.join(problems)}.{made} "
+        "choose another --results-table (or give the existing table those columns yourself)"
+    )
 
 
 def rows_table(rows: Sequence[ResultRow], lineage: Lineage, layout: Layout, schema: pa.Schema) -> pa.Table:

@@ -70,6 +70,13 @@ and how to repair it, and is never retried, since retrying cannot mend it. delta
 shown with its terminal colours removed, its lines joined, and the causes
 that quote a URL or an XML answer (they name the location) left out.
 
+**A table grows.** Tables this sink creates carry the description "results table made by Shardwise"
+(delta-rs refuses configuration keys outside Delta's own); such a table gains
+(``DeltaTable.alter.add_columns``, before the run's first commit) the nullable output columns a later
+run stores (``parsed`` from ``--json-schema`` after a run without it), which its earlier rows read as
+null. A table without that description (the user's own) is never altered: the run is refused in one
+line naming the columns.
+
 **Checkpoints.** delta-rs's post-commit hook writes a checkpoint every
 ``delta.checkpointInterval`` commits (100; set on tables this sink creates),
 so log replay stays short although every chunk is a commit; :meth:`finish`
@@ -103,6 +110,7 @@ from shardwise.sinks.lake import (
     arrow_rows,
     arrow_schema,
     bucket_refusal,
+    layout_refusal,
     refuse_other_format,
     rows_table,
     s3_storage_options,
@@ -114,6 +122,9 @@ __all__ = ["DeltaSink", "app_id", "delta_text"]
 
 T = TypeVar("T")
 _CONFIGURATION = {"delta.checkpointInterval": "100"}
+_MARK = "results table made by Shardwise"
+"""The description of the tables this sink creates: such a table gains the nullable columns a later run
+stores (delta-rs refuses configuration keys outside Delta's own, so the mark is the table's description)."""
 _MATCH = "t.source_key = s.source_key AND t.model_version = s.model_version"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _BACKTRACE = re.compile(r"^(\d+: |at )")
@@ -245,13 +256,16 @@ class DeltaSink:
     def check(self) -> None:
         found = self._retried(f"opening {self.target}", self._open)
         if found is not None:
-            self._check_schema(found)
+            self._missing(found)
         else:
             refuse_other_format(self._where, "delta", self.target, self._s3)
 
     def ensure(self) -> None:
         found = self._retried(f"opening {self.target}", self._open_or_create)
-        self._check_schema(found)
+        missing = self._missing(found)
+        if missing:
+            fields = [f for f in Schema.from_arrow(self._schema).fields if f.name in missing]
+            self._retried(f"adding columns {', '.join(missing)} to {self.target}", lambda: self._add(fields))
 
     def commit(self, chunk: SinkChunk) -> SinkCommit:
         app, version = app_id(chunk.run_id, chunk.shard_id), chunk.number + 1
@@ -353,6 +367,7 @@ class DeltaSink:
                 self._where.uri,
                 self._schema,
                 name=self._where.table,
+                description=_MARK,
                 configuration=_CONFIGURATION,
                 storage_options=self._options(),
             )
@@ -396,13 +411,24 @@ class DeltaSink:
                 time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _check_schema(self, table: DeltaTable) -> None:
-        problems = schema_differences(_columns(table.schema()), _columns(Schema.from_arrow(self._schema)))
+    def _missing(self, table: DeltaTable) -> list[str]:
+        """The nullable columns the table lacks, to add when this sink made it (:data:`_MARK`); a
+        ConfigError for any other difference, and for those too on a table the user made."""
+        ours = table.metadata().description == _MARK
+        wanted = _columns(Schema.from_arrow(self._schema))
+        problems, missing = schema_differences(_columns(table.schema()), wanted, ours=ours)
         if problems:
-            raise ConfigError(
-                f"Delta table {self.target} already exists with a different layout: {'; '.join(problems)}. "
-                "It was made for another model or source; choose another --results-table"
-            )
+            raise layout_refusal("Delta", self.target, problems, ours=ours)
+        return missing
+
+    def _add(self, fields: list[Any]) -> None:
+        """Add the nullable ``fields`` the table lacks, unless a concurrent run added them first."""
+        table = self._open()
+        assert table is not None  # ensure() opened or made it
+        have = {f.name for f in table.schema().fields}
+        wanted = [f for f in fields if f.name not in have]
+        if wanted:
+            table.alter.add_columns(wanted)
 
     def _write(
         self, table: DeltaTable, data: pa.Table, chunk: SinkChunk, app: str, version: int

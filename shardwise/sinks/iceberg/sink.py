@@ -48,6 +48,12 @@ file, of which the table keeps the last 20 (``write.metadata.*``, set on
 tables this sink creates). Expire old snapshots and delete orphan files with
 Iceberg's maintenance when no run writes (the records of expired snapshots
 are gone: expire only those of runs that will not be resumed).
+
+**A table grows.** Tables this sink creates carry the property ``shardwise.made=true``; such a table
+gains (``update_schema().add_column``, before the run's first commit) the nullable output columns a
+later run stores (``parsed`` from ``--json-schema`` after a run without it), which its earlier rows
+read as null. A table without the property (the user's own) is never altered: the run is refused in
+one line naming the columns.
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ from shardwise.sinks.lake import (
     arrow_rows,
     arrow_schema,
     bucket_refusal,
+    layout_refusal,
     rows_table,
     schema_differences,
 )
@@ -108,7 +115,11 @@ _NO_REBASE = {"commit.retry.num-retries": "0"}
 """pyiceberg (0.12) retries a commit that lost a race by re-applying its changes on the table as it is
 now, which would skip this sink's look for the chunk and its read of the stored keys: the sink retries
 itself instead (:meth:`IcebergSink._once`), so its tables say 0."""
+_MARK = {"shardwise.made": "true"}
+"""The property of the tables this sink creates: such a table gains the nullable columns a later run
+stores; a table without it (the user's own) is never altered."""
 _PROPERTIES = {
+    **_MARK,
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "20",
     **_NO_REBASE,
@@ -164,7 +175,10 @@ class IcebergSink:
 
     def ensure(self) -> None:
         found = self._retried(f"opening {self.target}", self._find_or_create)
-        self._check_table(found)
+        missing = self._check_table(found)
+        if missing:
+            self._retried(f"adding columns {', '.join(missing)} to {self.target}", lambda: self._add(missing))
+            found = self._retried(f"opening {self.target}", self._table)
         if not _rebase_off(found):  # made by another tool, or changed since: see _NO_REBASE
             self._retried(f"setting {self.target}'s commit retries", lambda: self._no_rebase(found))
 
@@ -320,19 +334,35 @@ class IcebergSink:
             raise ConfigError(f"Iceberg table {self.target} does not exist; call ensure() before committing")
         return found
 
-    def _check_table(self, table: Table) -> None:
-        wanted = Catalog._convert_schema_if_needed(self._schema)  # pyiceberg's own Arrow-to-Iceberg types
-        problems = schema_differences(_columns(table.schema()), _columns(wanted))
+    def _wanted(self) -> Schema:
+        return Catalog._convert_schema_if_needed(self._schema)  # pyiceberg's own Arrow-to-Iceberg types
+
+    def _check_table(self, table: Table) -> list[str]:
+        """The nullable columns the table lacks, to add when this sink made it (:data:`_MARK`); a
+        ConfigError for any other difference, and for those too on a table the user made."""
+        ours = all(table.metadata.properties.get(k) == v for k, v in _MARK.items())
+        problems, missing = schema_differences(_columns(table.schema()), _columns(self._wanted()), ours=ours)
         if problems:
-            raise ConfigError(
-                f"Iceberg table {self.target} already exists with a different layout: {'; '.join(problems)}. "
-                "It was made for another model or source; choose another --results-table"
-            )
+            raise layout_refusal("Iceberg", self.target, problems, ours=ours)
         if not table.location().startswith(warehouse_uri(self._location) + "/"):
             raise ConfigError(
                 f"Iceberg table {self.target}: the catalog ({safe_url(self._url)}) holds a table of that "
                 "name in another warehouse; give --results that warehouse, or another --results-table"
             )
+        return missing
+
+    def _add(self, names: list[str]) -> None:
+        """Add the nullable columns ``names`` the table lacks, unless a concurrent run added them first."""
+        table = self._table()
+        wanted = {f.name: f.field_type for f in self._wanted().fields}  # by name: its ids are not the table's
+        have = {f.name for f in table.schema().fields}
+        try:
+            with table.update_schema() as update:
+                for name in names:
+                    if name not in have:
+                        update.add_column(name, wanted[name])
+        except CommitFailedException:
+            self._add(names)  # another writer committed first; this looks again
 
     def _no_rebase(self, table: Table) -> None:
         try:

@@ -31,6 +31,13 @@ after its last, ``{"sealed": true}`` with no file, created exclusively like
 any entry: a stale attempt's later commit of that chunk finds it and writes
 nothing (see :mod:`shardwise.sinks.base`).
 
+**A table grows.** A later run whose outputs include a nullable column the table lacks (``parsed``
+from ``--json-schema`` after a run without it) adds it to ``_shardwise_schema.json``, which is what
+the table's columns are; files written before hold no such column, and a reader that reads every
+file with the table's columns (as :meth:`~ParquetSink.read` does; ``pyarrow.dataset`` given
+``schema=`` the files' unified schema; duckdb's ``union_by_name``) sees it null in their rows.
+Every table with that file is Shardwise's, so none is refused for it.
+
 Parquet is append-only: every committed row counts as inserted. A key
 scored again in a later run (its input changed, or a run without
 ``--only-new``), or by two runs at once, appears again; readers that want
@@ -70,6 +77,7 @@ from shardwise.sinks.lake import (
     arrow_rows,
     arrow_schema,
     bucket_refusal,
+    layout_refusal,
     refuse_other_format,
     rows_table,
     s3_client,
@@ -212,18 +220,23 @@ class ParquetSink:
 
         return retry_step(once, what=what, outage=Outage(self._retry))
 
-    def _check(self) -> None:
+    def _check(self) -> list[str]:
         stored = self._store().get(_SCHEMA_FILE)
         if stored is not None:
-            self._check_schema(stored)
-        else:
-            refuse_other_format(self._where, "parquet", self.target, self._s3)
+            return self._check_schema(stored)
+        refuse_other_format(self._where, "parquet", self.target, self._s3)
+        return []
 
     def _ensure(self) -> None:
         refuse_other_format(self._where, "parquet", self.target, self._s3)
         body = json.dumps({"columns": _columns(self._schema)}, indent=1).encode()
-        if not self._store().create(_SCHEMA_FILE, body):
-            self._check()
+        if self._store().create(_SCHEMA_FILE, body):
+            return
+        missing = self._check()
+        if missing:  # the table grows: its earlier files read these columns as null (module docstring)
+            stored = json.loads(self._store().get(_SCHEMA_FILE) or b"{}")["columns"]
+            added = [c for c in _columns(self._schema) if c[0] in missing]
+            self._store().publish(_SCHEMA_FILE, json.dumps({"columns": stored + added}, indent=1).encode())
 
     def _commit(self, chunk: SinkChunk) -> SinkCommit:
         found = self._committed(chunk.run_id, chunk.shard_id, chunk.number)
@@ -315,14 +328,14 @@ class ParquetSink:
                     self._files = S3Files(self._client, bucket, prefix, self.target)
             return self._files
 
-    def _check_schema(self, stored: bytes) -> None:
+    def _check_schema(self, stored: bytes) -> list[str]:
+        """The nullable columns the table lacks, to add; a ConfigError for any other difference. Every
+        table with a ``_shardwise_schema.json`` is Shardwise's."""
         found = [tuple(c) for c in json.loads(stored)["columns"]]
-        problems = schema_differences(found, _columns(self._schema))  # type: ignore[arg-type]
+        problems, missing = schema_differences(found, _columns(self._schema), ours=True)  # type: ignore[arg-type]
         if problems:
-            raise ConfigError(
-                f"Parquet table {self.target} already exists with a different layout: {'; '.join(problems)}. "
-                "It was made for another model or source; choose another --results-table"
-            )
+            raise layout_refusal("Parquet", self.target, problems, ours=True)
+        return missing
 
 
 def _lists(raw: bytes | None, name: str) -> bool:
