@@ -84,9 +84,17 @@ def test_bad_output_columns_are_config_errors(
         ResultStore.sql(sqlite_url, TABLE, outputs, "int")
 
 
-def test_an_existing_table_without_a_vector_column_is_refused(db_url: str) -> None:
+def test_a_table_the_sink_made_gains_a_missing_output_column_a_users_table_is_refused(db_url: str) -> None:
     with make_store(db_url, outputs=OUTPUTS[1:]) as store:
         store.ensure_schema()
+    with make_store(db_url) as store:
+        store.ensure_schema()  # the sink made it: it gains the nullable column a later run stores
+    engine = sa.create_engine(db_url)
+    assert "embedding" in {c["name"] for c in sa.inspect(engine).get_columns(TABLE)}
+    with engine.begin() as conn:  # the same layout, as a user's own table: no record says the sink made it
+        conn.execute(sa.text("DELETE FROM shardwise_tables"))
+        conn.execute(sa.text(f"ALTER TABLE {TABLE} DROP COLUMN embedding"))
+    engine.dispose()
     with make_store(db_url) as store, pytest.raises(ConfigError) as info:
         store.ensure_schema()
     message = str(info.value)
