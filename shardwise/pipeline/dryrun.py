@@ -117,6 +117,7 @@ def plan_report(
         if asks is not None:
             asks.close()
     sizes = [s.expected_rows for s in plan.shards]
+    planned = Skipped.of(plan)
     return {
         "source": by_reference(spec.source.location, plan.identity),
         "snapshot": plan.snapshot or "none",
@@ -131,8 +132,8 @@ def plan_report(
         "rows_already_scored": None if skips is None else skips.already_scored,
         "rows_already_read": None if skips is None else skips.already_read,
         "rows_already_scored_unknown": unknown,
-        "rows_null_key": Skipped.of(plan).null_key,
-        "rows_unparsable": Skipped.of(plan).unparsable,
+        "rows_null_key": planned.null_key,
+        "rows_unparsable": planned.unparsable,
         "unfinished_runs": unfinished,
         **_cost_keys(tokens, cost),
         **_budget_keys(spec, tokens, cost, budget_rows),

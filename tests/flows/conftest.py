@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 
 import pytest
@@ -28,3 +29,11 @@ def docs(sqlite_url: str) -> str:
     with Ledger(sqlite_url) as ledger:
         ledger.ensure()
     return sqlite_url
+
+
+@pytest.fixture
+def chunks_of_4(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shards commit every 4 rows, so a run has several chunks (each timed, priced and resumable apart)."""
+    worker = importlib.import_module("shardwise.pipeline.worker")
+    chunks = importlib.import_module("shardwise.pipeline.chunks")
+    monkeypatch.setattr(worker, "ChunkConfig", lambda rows: chunks.ChunkConfig(4))

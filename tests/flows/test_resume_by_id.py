@@ -4,7 +4,6 @@ option given must agree with the stored run, or is refused naming it."""
 
 from __future__ import annotations
 
-import importlib
 import shlex
 from pathlib import Path
 
@@ -15,15 +14,8 @@ from hf_builders import tiny_causal_lm
 
 from shardwise.flows.cli import main
 
-pytestmark = [pytest.mark.usefixtures("prefect_harness")]
+pytestmark = [pytest.mark.usefixtures("prefect_harness", "chunks_of_4")]
 pytest.importorskip("transformers")
-
-
-@pytest.fixture(autouse=True)
-def chunks_of_4(monkeypatch: pytest.MonkeyPatch) -> None:
-    worker = importlib.import_module("shardwise.pipeline.worker")
-    chunks = importlib.import_module("shardwise.pipeline.chunks")
-    monkeypatch.setattr(worker, "ChunkConfig", lambda rows: chunks.ChunkConfig(4))
 
 
 def test_a_run_resumes_by_its_id_and_what_finds_its_ledger_alone(

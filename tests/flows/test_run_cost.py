@@ -3,7 +3,6 @@ ledger and shown the same by the summary line, the run's artifact, its event and
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -28,14 +27,6 @@ PRICE = 3.6  # dollars per device-hour: a chunk's dollars are its device seconds
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_causal_lm(tmp_path_factory.mktemp("lm"), context=4096)
-
-
-@pytest.fixture
-def chunks_of_4(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Shards commit every 4 rows, so a run has several chunks, each timed and priced on its own."""
-    worker = importlib.import_module("shardwise.pipeline.worker")
-    chunks = importlib.import_module("shardwise.pipeline.chunks")
-    monkeypatch.setattr(worker, "ChunkConfig", lambda rows: chunks.ChunkConfig(4))
 
 
 def _run(url: str, lm: Path, *extra: str) -> list[str]:

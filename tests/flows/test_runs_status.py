@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
@@ -13,15 +12,8 @@ from hf_builders import tiny_causal_lm
 
 from shardwise.flows.cli import main
 
-pytestmark = [pytest.mark.usefixtures("prefect_harness")]
+pytestmark = [pytest.mark.usefixtures("prefect_harness", "chunks_of_4")]
 pytest.importorskip("transformers")
-
-
-@pytest.fixture(autouse=True)
-def chunks_of_4(monkeypatch: pytest.MonkeyPatch) -> None:
-    worker = importlib.import_module("shardwise.pipeline.worker")
-    chunks = importlib.import_module("shardwise.pipeline.chunks")
-    monkeypatch.setattr(worker, "ChunkConfig", lambda rows: chunks.ChunkConfig(4))
 
 
 def test_a_run_its_budget_stopped_is_listed_as_stopped_everywhere_runs_are_listed(
