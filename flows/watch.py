@@ -85,7 +85,7 @@ def _ledger_seen(ledger_url: str, location: str, named_by: str | None) -> Any:
     announced (the run's only-new skips it where it is already scored), and none is missed."""
     from shardwise.results import Ledger
     from shardwise.secrets.by_reference import by_reference
-    from shardwise.sources.parquet.stores import open_store
+    from shardwise.sources.files.stores import open_store
 
     identity = open_store(location).identity
     names = {by_reference(named_by, identity), identity}

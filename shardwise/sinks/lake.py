@@ -155,7 +155,7 @@ def _exists(where: LakeLocation, name: str, s3: S3Settings | None) -> bool:
         import os
 
         return os.path.exists(os.path.join(where.uri, name))
-    from shardwise.sources.parquet.s3_errors import s3_boundary
+    from shardwise.sources.files.s3_errors import s3_boundary
 
     client = s3_client(s3)
     try:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from shardwise.sources.parquet.s3_errors import s3_boundary
+from shardwise.sources.files.s3_errors import s3_boundary
 
 __all__ = ["TEMP_FOLDER", "Files", "LocalFiles", "S3Files", "temp_name", "temp_target"]
 

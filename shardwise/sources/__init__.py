@@ -16,10 +16,11 @@ from shardwise.sources.base import Source, SourcePlan
 
 if TYPE_CHECKING:
     from shardwise.retry_policy import RetryPolicy
+    from shardwise.sources.files.spans import plan_objects
     from shardwise.sources.images.access import ImageAccess
     from shardwise.sources.images.folder import ImageFolderSource
     from shardwise.sources.keyed import KeyedSource, is_keyed
-    from shardwise.sources.parquet.source import ParquetSource, plan_objects
+    from shardwise.sources.parquet.source import ParquetSource
     from shardwise.sources.sql.source import SqlSource
 
 __all__ = [
@@ -38,8 +39,9 @@ __getattr__ = lazy_exports(
     __name__,
     {
         ".images.folder": ("ImageFolderSource",),
+        ".files.spans": ("plan_objects",),
         ".keyed": ("KeyedSource", "is_keyed"),
-        ".parquet.source": ("ParquetSource", "plan_objects"),
+        ".parquet.source": ("ParquetSource",),
         ".sql.source": ("SqlSource",),
     },
 )
@@ -89,9 +91,9 @@ def open_source(
 
 def _listed(path: str, s3_client: Any | None) -> list[str]:
     """The names of the files at ``path``; one listing."""
-    from shardwise.sources.parquet.stores import open_store
+    from shardwise.sources.files.stores import open_store
 
-    store = open_store(path, s3_client, names=lambda _: True)
+    store = open_store(path, s3_client)
     try:
         return [o.key for o in store.listing().objects]
     finally:

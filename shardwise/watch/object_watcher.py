@@ -1,7 +1,7 @@
 """Watch a Parquet location (a local folder or glob, or an S3 prefix) for new or replaced objects.
 
 :class:`ObjectWatcher` lists the location every ``spec.interval_s`` with the
-Parquet source's own store (:func:`shardwise.sources.parquet.stores.open_store`), so
+file sources' own store (:func:`shardwise.sources.files.stores.open_store`), so
 it sees exactly the objects and ETags a plan would. An object is *new* when
 its (object key, ETag) pair is neither in ``seen()`` (the ledger's pairs:
 already scored) nor already announced by this watcher. A re-upload changes
@@ -21,8 +21,8 @@ from typing import Any
 
 from shardwise.errors import ConfigError
 from shardwise.secrets.by_reference import by_reference
-from shardwise.sources.parquet.objects import ObjectInfo
-from shardwise.sources.parquet.stores import open_store
+from shardwise.sources.files.objects import ObjectInfo
+from shardwise.sources.files.stores import open_store
 from shardwise.sources.registry import file_suffixes
 from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
@@ -33,11 +33,6 @@ __all__ = ["ObjectWatcher", "Seen"]
 
 Seen = Callable[[], frozenset[tuple[str, str]]]
 """Returns the (object key, ETag) pairs the ledger has already scored."""
-
-
-def _landed_name(name: str) -> bool:
-    """The objects a watcher announces: files of a registered file kind (Parquet, CSV, images...)."""
-    return name.lower().endswith(file_suffixes())
 
 
 def _nothing_seen() -> frozenset[tuple[str, str]]:
@@ -63,7 +58,7 @@ class ObjectWatcher(Watcher):
         super().__init__(spec.name, emit, pause_s=spec.interval_s, backoff=backoff)
         # Parquet files, or pictures: an image folder is a source too (shardwise.sources.images.folder),
         # and the run an event starts refuses a folder that holds both.
-        self._store = open_store(spec.source, s3_client, names=_landed_name)
+        self._store = open_store(spec.source, s3_client, suffixes=file_suffixes())
         self._location = by_reference(spec.named_by, self._store.identity)  # what events name
         self._seen = seen or _nothing_seen
         self._max_listed = max_listed

@@ -16,9 +16,10 @@ from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError
 from shardwise.sources.base import NewOnly
-from shardwise.sources.parquet.objects import ObjectInfo
-from shardwise.sources.parquet.row_groups import RowGroup
-from shardwise.sources.parquet.source import ParquetSource, plan_objects
+from shardwise.sources.files import plan_objects
+from shardwise.sources.files.objects import ObjectInfo
+from shardwise.sources.files.spans import RowGroup
+from shardwise.sources.parquet.source import ParquetSource
 from shardwise.sources.parquet.unique import _clusters
 
 

@@ -19,7 +19,8 @@ from flow_data import put_parquet
 
 from shardwise.errors import SourceError, TransientError
 from shardwise.sources.base import NewOnly, SourcePlan
-from shardwise.sources.parquet.source import ParquetSource, plan_objects
+from shardwise.sources.files import plan_objects
+from shardwise.sources.parquet.source import ParquetSource
 
 
 def read_all(source: ParquetSource, plan: SourcePlan) -> list[int | str]:

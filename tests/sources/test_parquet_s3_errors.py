@@ -13,8 +13,8 @@ from botocore.exceptions import (
 )
 
 from shardwise.errors import ConfigError, ShardwiseError, SourceError, TransientError
-from shardwise.sources.parquet.s3_errors import map_s3_error, s3_boundary
-from shardwise.sources.parquet.s3_objects import parse_s3_url
+from shardwise.sources.files.s3 import parse_s3_url
+from shardwise.sources.files.s3_errors import map_s3_error, s3_boundary
 
 
 def client_error(code: str, status: int) -> ClientError:

@@ -24,8 +24,8 @@ from spec_builder import flat_spec, respec
 
 from shardwise.errors import ConfigError, RetryDeadlineError, SourceError, TransientError
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sources.parquet.s3_errors import map_s3_error
-from shardwise.sources.parquet.s3_objects import S3ClientConfig, S3Store
+from shardwise.sources.files.s3 import S3ClientConfig, S3Store
+from shardwise.sources.files.s3_errors import map_s3_error
 from shardwise.sources.parquet.source import ParquetSource
 
 SMALL_GROUPS = {"row_group_size": 20, "compression": "snappy"}

@@ -51,7 +51,6 @@ __all__ = [
     "Record",
     "Skip",
     "file_format",
-    "is_csv_jsonl_name",
     "parse_file",
 ]
 
@@ -90,11 +89,6 @@ class ParsedFile:
     """The key column's type in this file; None when no row has a key."""
     warnings: list[str] = field(default_factory=list)
     """What reads but looks wrong (a quoted value of many lines), a line each naming the file."""
-
-
-def is_csv_jsonl_name(name: str) -> bool:
-    """Whether a listed name is read: names ending in ``.csv``, ``.jsonl`` or ``.ndjson`` (any case)."""
-    return name.lower().endswith(SUFFIXES)
 
 
 def file_format(name: str) -> Format:

@@ -1,11 +1,11 @@
 """CSV and JSON Lines files as a source: a local folder, glob or file, or an S3 prefix or object.
 
-Files are listed and opened through the Parquet source's object stores
-(:func:`~shardwise.sources.parquet.stores.open_store`: the same S3 client,
-retries and ETag checks), and planned the way it plans row groups: each
+Files are listed and opened as every file kind's are
+(:class:`~shardwise.sources.files.source.FileSource`: the same S3 client,
+retries and ETag checks), and planned the way Parquet plans row groups: each
 file's records (see :mod:`~shardwise.sources.csv_jsonl.parse`) are cut into
 blocks of ``block_rows``, the blocks of the sorted files into shards
-(:func:`~shardwise.sources.parquet.row_groups.cut`), so a shard is the same
+(:func:`~shardwise.sources.files.spans.cut`), so a shard is the same
 spans of the same objects on every read, and the snapshot is the listing's
 digest. The plan reads objects (``SourcePlan.by_objects``): only-new skips the
 (object key, ETag) pairs a completed run saw, as for Parquet, and a watcher
@@ -33,9 +33,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
-from shardwise.errors import ConfigError, InputError, SourceError
+from shardwise.errors import ConfigError, InputError
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import (
     Key,
@@ -43,17 +43,15 @@ from shardwise.sources.base import (
     ReadFrom,
     Shard,
     ShardReader,
-    Source,
     SourcePlan,
     SourceRow,
     SourceValues,
     check_column_names,
 )
-from shardwise.sources.csv_jsonl.parse import SUFFIXES, ParsedFile, Record, is_csv_jsonl_name, parse_file
-from shardwise.sources.parquet.objects import Listing, ObjectInfo, listing_digest, relative_key
-from shardwise.sources.parquet.row_groups import RowGroup, cut, to_shard
-from shardwise.sources.parquet.rows import shard_spans
-from shardwise.sources.parquet.stores import open_store
+from shardwise.sources.csv_jsonl.parse import SUFFIXES, ParsedFile, Record, parse_file
+from shardwise.sources.files.objects import ObjectInfo, listing_digest, relative_key
+from shardwise.sources.files.source import FileSource, one_key_type
+from shardwise.sources.files.spans import RowGroup, cut, shard_spans, to_shard
 from shardwise.sources.sizing import Sizing
 
 __all__ = ["DEFAULT_BLOCK_ROWS", "MAX_REPEATED_KEYS", "CsvJsonlSource"]
@@ -67,11 +65,12 @@ MAX_REPEATED_KEYS = 10_000
 """The most repeated keys a plan dead-letters; more is refused (the files' key is likely the wrong column)."""
 
 
-class CsvJsonlSource(Source):
+class CsvJsonlSource(FileSource):
     """Plans and reads CSV and JSON Lines files; safe to share between threads."""
 
     kind = "csv"
-    plans_by_objects = True
+    suffixes: ClassVar[tuple[str, ...]] = SUFFIXES
+    files: ClassVar[str] = "CSV or JSON Lines files"
 
     def __init__(
         self,
@@ -91,8 +90,7 @@ class CsvJsonlSource(Source):
         self.input_columns = list(input_columns or {})
         self.inputs = (text_column, *self.input_columns)
         self.block_rows = block_rows
-        self._store = open_store(location, s3_client, names=is_csv_jsonl_name, retry=retry)
-        self.identity = self._store.identity
+        super().__init__(location, s3_client, retry)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -130,7 +128,7 @@ class CsvJsonlSource(Source):
                 _log.warning("%s", warning)
         params = {
             **self.params,
-            "key_type": _key_type([parsed for _, parsed in planned]),
+            "key_type": one_key_type(parsed.key_type for _, parsed in planned),
             **sizing.params(rows),
             "objects": len(planned),
             "ignored_objects": listing.ignored,
@@ -175,20 +173,15 @@ class CsvJsonlSource(Source):
                 if record.keyed and str(record.key) in wanted:
                     yield _row(record, repeated, self.key)
 
-    def check(self) -> None:
-        """Fail now if the location cannot be listed, or a file cannot be read or lacks a column."""
-        self._store.probe()
-        for obj in self._list().objects:
+    def _check_objects(self, objects: Sequence[ObjectInfo]) -> None:
+        """Fail now if a file cannot be read or lacks a column."""
+        for obj in objects:
             self._parse(obj)
 
     def value_kind(self) -> SourceValues:
         """Text: the text column is read as text (CSV), or as the JSON value it holds (a non-text one is
         that row's dead letter)."""
         return SourceValues("text", f"text column {self.text_column!r} of {self.identity}", self.text_column)
-
-    def close(self) -> None:
-        """Close the S3 client this source created, if any."""
-        self._store.close()
 
     def _shard_rows(
         self, shard: Shard, repeated: frozenset[Any], block: int, skip: int
@@ -212,25 +205,6 @@ class CsvJsonlSource(Source):
         size = self.block_rows
         blocks = [records[i : i + size] for i in range(0, len(records), size)]
         return [RowGroup(obj, i, len(b), sum(not r.keyed for r in b)) for i, b in enumerate(blocks)]
-
-    def _list(self) -> Listing:
-        listing = self._store.listing()
-        if not listing.objects:
-            raise SourceError(
-                f"no CSV or JSON Lines files at {self.identity!r} ({listing.ignored} other objects ignored: "
-                f"only names ending in {', '.join(SUFFIXES)} are read); check the location"
-            )
-        return listing
-
-    def _check_plan(self, plan: SourcePlan) -> None:
-        names = ("key", "text_column", "input_columns")
-        given: tuple[Any, ...] = (plan.kind, plan.identity, *(plan.param(n) for n in names))
-        mine = (self.kind, self.identity, self.key, self.text_column, self.input_columns)
-        if given != mine:
-            raise ConfigError(
-                f"plan (kind, location, {', '.join(names)}) = {given} does not match this source's {mine}; "
-                "read a plan with a source built with the same arguments as the one that planned it"
-            )
 
 
 def _row(record: Record, repeated: frozenset[Any], key: str) -> SourceRow:
@@ -258,14 +232,3 @@ def _repeated_keys(scans: Sequence[tuple[ObjectInfo, ParsedFile]], key: str) -> 
             f"{repeated[0]!r}); a key must name one row: give the column that does as --key"
         )
     return repeated
-
-
-def _key_type(parsed: Sequence[ParsedFile]) -> str | None:
-    """``int`` or ``text`` for the results table's key; None when no planned row has one."""
-    kinds = {p.key_type for p in parsed if p.key_type is not None}
-    if len(kinds) > 1:
-        raise SourceError(
-            "the key column is an integer in some files and text in others; results need one key type, "
-            "so write the key the same way in every file"
-        )
-    return kinds.pop() if kinds else None

@@ -47,7 +47,7 @@ class ImageColumn:
 
     ``access`` says which references may be read and how much of each (by
     default: no local path, no bucket but the source's own, 64 MiB). S3
-    references go through one :class:`~shardwise.sources.parquet.s3_objects.S3Store`
+    references go through one :class:`~shardwise.sources.files.s3.S3Store`
     client, with the run's :class:`~shardwise.retry_policy.RetryPolicy`: the Parquet source's own
     store when it reads S3 (:meth:`share_store`, which makes its bucket the source's own), else one
     made on first use (``s3_client`` if given, else boto3's standard settings).
@@ -138,7 +138,7 @@ class ImageColumn:
     def _s3_store(self, bucket: str) -> Any:
         with self._lock:
             if self._store is None:
-                from shardwise.sources.parquet.s3_objects import S3Store
+                from shardwise.sources.files.s3 import S3Store
 
                 # The store's bucket only names it; every GET names the reference's own bucket.
                 self._store = S3Store(f"s3://{bucket}", self._s3_client, self._retry)

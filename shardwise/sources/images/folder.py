@@ -36,9 +36,8 @@ import os
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
-from shardwise.errors import ConfigError, SourceError
 from shardwise.model.binary_value import BinaryValue
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import (
@@ -47,36 +46,32 @@ from shardwise.sources.base import (
     ReadFrom,
     Shard,
     ShardReader,
-    Source,
     SourcePlan,
     SourceRow,
     SourceValues,
 )
+from shardwise.sources.files.objects import ObjectInfo, listing_digest, relative_key
+from shardwise.sources.files.source import FileSource
+from shardwise.sources.files.spans import RowGroup, shard_spans, to_shard
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.column import DEFAULT_FETCH_THREADS, local_limit_s
 from shardwise.sources.images.fetch_ahead import Fetch, fetched_in_order
 from shardwise.sources.images.folder_fetch import fetch_local, fetch_s3
 from shardwise.sources.images.local_read import resolved_roots
+from shardwise.sources.images.suffixes import IMAGE_SUFFIXES
 from shardwise.sources.keyed import cut_runs
-from shardwise.sources.parquet.objects import (
-    Listing,
-    ObjectInfo,
-    is_image_name,
-    listing_digest,
-    relative_key,
-)
-from shardwise.sources.parquet.rows import shard_spans
-from shardwise.sources.parquet.stores import open_store
 from shardwise.sources.sizing import Sizing
 
 __all__ = ["ImageFolderSource", "own_folder"]
 
 
-class ImageFolderSource(Source):
+class ImageFolderSource(FileSource):
     """Plans and reads the image objects under a folder or S3 prefix; safe to share between threads."""
 
     kind = "images"
-    plans_by_objects = True
+    suffixes: ClassVar[tuple[str, ...]] = IMAGE_SUFFIXES
+    files: ClassVar[str] = "image objects"
+    plan_fields: ClassVar[tuple[str, ...]] = ("images",)
 
     def __init__(
         self,
@@ -86,8 +81,7 @@ class ImageFolderSource(Source):
         retry: RetryPolicy | None = None,
         access: ImageAccess | None = None,
     ) -> None:
-        self._store = open_store(location, s3_client, names=is_image_name, retry=retry)
-        self.identity = self._store.identity
+        super().__init__(location, s3_client, retry)
         self._access = access or ImageAccess()
         self._limit_s: float | None = None  # S3 reads are bounded by botocore and the retry deadline
         if self.identity.startswith("s3://"):
@@ -111,7 +105,7 @@ class ImageFolderSource(Source):
         seen = new_only.seen_objects if new_only is not None else frozenset()
         planned = [o for o in listing.objects if (o.key, o.etag) not in seen]
         runs = cut_runs(planned, sizing.shards, sizing.rows_per_shard_for(len(planned)))
-        shards = tuple(Shard(i, len(run), {"spans": [_span(o) for o in run]}) for i, run in enumerate(runs))
+        shards = tuple(to_shard(i, [RowGroup(o, 0, 1, 0) for o in run]) for i, run in enumerate(runs))
         params = {
             **self.params,
             **sizing.params(len(planned)),
@@ -129,11 +123,7 @@ class ImageFolderSource(Source):
         self, plan: SourcePlan, shard: Shard, start: ReadFrom = ReadFrom()
     ) -> Iterator[ShardReader]:
         """The shard's objects in key order from ``start.rows`` on, fetched a few ahead in a thread pool."""
-        if plan.kind != self.kind or plan.identity != self.identity or not plan.param("images"):
-            raise ConfigError(
-                f"plan is a {plan.kind} plan of {plan.identity!r} (images: {bool(plan.param('images'))}); "
-                f"this image folder source reads {self.identity!r}: read a plan with the source that made it"
-            )
+        self._check_plan(plan)
         objects = [obj for obj, _, _ in shard_spans(shard)][start.rows :]
         rows = self._rows(objects)
         try:
@@ -147,18 +137,9 @@ class ImageFolderSource(Source):
         if wanted:
             yield from self._rows([o for o in self._list().objects if self._key(o) in wanted])
 
-    def check(self) -> None:
-        """Fail now if the location cannot be listed or holds no image objects."""
-        self._store.probe()
-        self._list()
-
     def value_kind(self) -> SourceValues:
         """Pictures: every row is an image file."""
         return SourceValues("image", f"image folder {self.identity!r}", None)
-
-    def close(self) -> None:
-        """Close the S3 client this source created, if any."""
-        self._store.close()
 
     def _key(self, obj: ObjectInfo) -> str:
         return relative_key(self.identity, obj.key)
@@ -175,15 +156,6 @@ class ImageFolderSource(Source):
         finally:
             fetched.close()
 
-    def _list(self) -> Listing:
-        listing = self._store.listing()
-        if not listing.objects:
-            raise SourceError(
-                f"no image objects at {self.identity!r} ({listing.ignored} other objects ignored: only "
-                "names ending in .jpg .jpeg .png .webp .gif .bmp .tif .tiff are read); check the location"
-            )
-        return listing
-
 
 def own_folder(identity: str) -> str:
     """The folder a local image folder source reads under: the folder itself, a glob's fixed folder
@@ -192,7 +164,3 @@ def own_folder(identity: str) -> str:
     if magic:
         return os.path.dirname(identity[: min(magic)])
     return identity if os.path.isdir(identity) else os.path.dirname(identity)
-
-
-def _span(obj: ObjectInfo) -> dict[str, Any]:
-    return {"path": obj.key, "etag": obj.etag, "size": obj.size, "row_groups": [0, 1]}

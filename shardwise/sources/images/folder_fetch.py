@@ -22,11 +22,11 @@ from typing import Any
 
 from shardwise.errors import InputError
 from shardwise.model.binary_value import BinaryValue
+from shardwise.sources.files.local import local_etag
+from shardwise.sources.files.objects import ObjectInfo
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.capped import too_large
 from shardwise.sources.images.local_read import open_under_roots, read_open_file
-from shardwise.sources.parquet.local_objects import local_etag
-from shardwise.sources.parquet.objects import ObjectInfo
 
 __all__ = ["fetch_local", "fetch_s3"]
 
@@ -76,7 +76,7 @@ class _Answer(Exception):
 def fetch_s3(store: Any, obj: ObjectInfo, access: ImageAccess) -> BinaryValue:
     """The object's bytes through ``store`` (an ``S3Store``), asked with ``If-Match`` its planned ETag;
     one listed over ``access``'s byte cap is refused without a GET."""
-    from shardwise.sources.parquet.s3_objects import retried
+    from shardwise.sources.files.s3 import retried
 
     try:
         if obj.size > access.max_bytes:
@@ -94,9 +94,9 @@ def fetch_s3(store: Any, obj: ObjectInfo, access: ImageAccess) -> BinaryValue:
 def _get_once(client: Any, obj: ObjectInfo, access: ImageAccess) -> bytes:
     from botocore.exceptions import ClientError
 
+    from shardwise.sources.files.s3 import parse_s3_url
+    from shardwise.sources.files.s3_errors import s3_boundary
     from shardwise.sources.images.s3_get import read_body
-    from shardwise.sources.parquet.s3_errors import s3_boundary
-    from shardwise.sources.parquet.s3_objects import parse_s3_url
 
     bucket, key = parse_s3_url(obj.key)
     with s3_boundary(f"reading image {obj.key}"):

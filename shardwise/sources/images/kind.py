@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Source
-from shardwise.sources.parquet.objects import IMAGE_SUFFIXES
+from shardwise.sources.images.suffixes import IMAGE_SUFFIXES
 from shardwise.sources.registry import SourceKindOptions, SourceOptions, refuse_table
 
 __all__ = ["KIND", "ImagesKind"]

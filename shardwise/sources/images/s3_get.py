@@ -4,7 +4,7 @@ The client is :meth:`S3Store.client` (one per source, boto3's standard
 settings: environment, profile, ``AWS_ENDPOINT_URL``), so an image column
 reads S3 exactly as a Parquet source does. botocore retries each request; a
 body cut while it streams, or an answer botocore gave up on, is asked again
-by :func:`~shardwise.sources.parquet.s3_objects.retried` until the run's
+by :func:`~shardwise.sources.files.s3.retried` until the run's
 retry deadline, and still failing is a
 :class:`~shardwise.errors.RetryDeadlineError`, which fails the shard. A
 missing object or bucket is an answer, not a failure: the row's
@@ -23,10 +23,10 @@ from botocore.exceptions import ClientError
 from shardwise.errors import InputError
 from shardwise.model.binary_value import BinaryValue
 from shardwise.retry_policy import RetryPolicy
+from shardwise.sources.files.s3 import parse_s3_url, retried
+from shardwise.sources.files.s3_errors import s3_boundary
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.capped import read_capped
-from shardwise.sources.parquet.s3_errors import s3_boundary
-from shardwise.sources.parquet.s3_objects import parse_s3_url, retried
 
 __all__ = ["get_image", "read_body"]
 

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 
 from shardwise.errors import SourceError
 from shardwise.sources.base import KeyType
-from shardwise.sources.parquet.objects import ObjectInfo, ObjectStore, relative_key
-from shardwise.sources.parquet.row_groups import RowGroup
+from shardwise.sources.files.objects import ObjectInfo, ObjectStore, relative_key
+from shardwise.sources.files.spans import RowGroup
 
 __all__ = ["Footer", "key_nulls", "read_footers"]
 

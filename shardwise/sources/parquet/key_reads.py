@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardwise.errors import SourceError
-from shardwise.sources.parquet.objects import ObjectStore
-from shardwise.sources.parquet.row_groups import RowGroup
+from shardwise.sources.files.objects import ObjectStore
+from shardwise.sources.files.spans import RowGroup
 
 __all__ = ["KeyReader", "KeyScan", "read_ahead"]
 

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 
 from shardwise.errors import SourceError
 from shardwise.sources.base import Key, SourceRow
+from shardwise.sources.files.objects import ObjectInfo, ObjectStore
 from shardwise.sources.keys import parse_keys
-from shardwise.sources.parquet.objects import ObjectInfo, ObjectStore
 from shardwise.sources.parquet.text import input_values
 
 __all__ = ["keyed_rows"]

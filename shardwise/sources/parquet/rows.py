@@ -18,7 +18,7 @@ caught even when it would still decode.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import IO, Any
 
 import pyarrow as pa
@@ -26,31 +26,12 @@ import pyarrow.parquet as pq
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.sources.base import Shard, SourceRow
+from shardwise.sources.files.objects import ObjectInfo, ObjectStore
+from shardwise.sources.files.spans import Span, shard_spans
 from shardwise.sources.parquet.footers import key_nulls
-from shardwise.sources.parquet.objects import ObjectInfo, ObjectStore
 from shardwise.sources.parquet.text import input_values
 
-__all__ = ["ShardRows", "shard_spans"]
-
-Span = tuple[ObjectInfo, int, int]
-"""An object and its row-group range ``[first, stop)``."""
-
-
-def shard_spans(shard: Shard) -> list[Span]:
-    """The spans in a Parquet shard's bounds, as (object, first, stop)."""
-    try:
-        return [_span(raw) for raw in shard.bounds["spans"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"shard {shard.shard_id} bounds {dict(shard.bounds)!r} are not a Parquet plan's "
-            '({"spans": [{"path", "etag", "size", "row_groups": [first, stop]}]}); '
-            "read a shard with the source kind that planned it"
-        ) from exc
-
-
-def _span(raw: Mapping[str, Any]) -> Span:
-    first, stop = (int(i) for i in raw["row_groups"])
-    return ObjectInfo(str(raw["path"]), str(raw["etag"]), int(raw["size"])), first, stop
+__all__ = ["ShardRows"]
 
 
 class ShardRows(Iterator[SourceRow]):

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from shardwise.errors import SourceError
 from shardwise.sources.base import SourceValues
 from shardwise.sources.binary import PREFIX_BYTES, SAMPLE_ROWS, binary_values
-from shardwise.sources.parquet.objects import ObjectInfo, ObjectStore, relative_key
+from shardwise.sources.files.objects import ObjectInfo, ObjectStore, relative_key
 
 __all__ = ["text_column_values"]
 

@@ -23,17 +23,16 @@ read (see :mod:`shardwise.sources.images`).
 
 Only-new runs skip objects whose (object key, ETag) the ledger has already
 seen (an image behind a reference is not looked at: an unchanged Parquet
-object whose referenced image changed is still skipped); :func:`plan_objects`
-gives the pairs a plan reads, to record as seen once the run has succeeded.
+object whose referenced image changed is still skipped); listing, ETags and
+the checks of a plan are every file kind's (:mod:`shardwise.sources.files`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
-from shardwise.errors import ConfigError, SourceError
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import (
     Key,
@@ -41,33 +40,28 @@ from shardwise.sources.base import (
     ReadFrom,
     Shard,
     ShardReader,
-    Source,
     SourcePlan,
     SourceRow,
     SourceValues,
     check_column_names,
 )
+from shardwise.sources.files.objects import Listing, ObjectInfo, listing_digest, relative_key
+from shardwise.sources.files.source import FileSource, one_key_type
+from shardwise.sources.files.spans import RowGroup, cut, to_shard
 from shardwise.sources.images import ImageAccess, image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
 from shardwise.sources.parquet.keys import keyed_rows
-from shardwise.sources.parquet.objects import (
-    Listing,
-    listing_digest,
-    relative_key,
-)
-from shardwise.sources.parquet.row_groups import RowGroup, cut, to_shard
-from shardwise.sources.parquet.rows import ShardRows, shard_spans
+from shardwise.sources.parquet.rows import ShardRows
 from shardwise.sources.parquet.sample import text_column_values
-from shardwise.sources.parquet.stores import open_store
 from shardwise.sources.parquet.unique import check_unique_keys
 from shardwise.sources.sizing import Sizing
 
-__all__ = ["ParquetSource", "plan_objects"]
+__all__ = ["ParquetSource"]
 
 _BATCH_ROWS = 1024
 
 
-class ParquetSource(Source):
+class ParquetSource(FileSource):
     """Plans and reads a Parquet dataset; safe to share between threads.
 
     ``location`` is a local folder (read recursively), a local glob
@@ -85,7 +79,9 @@ class ParquetSource(Source):
     """
 
     kind = "parquet"
-    plans_by_objects = True
+    suffixes: ClassVar[tuple[str, ...]] = (".parquet",)
+    files: ClassVar[str] = "Parquet objects"
+    plan_fields: ClassVar[tuple[str, ...]] = ("key", "text_column", "image_column", "input_columns")
 
     def __init__(
         self,
@@ -109,8 +105,7 @@ class ParquetSource(Source):
         self.image_column = image_column
         self.inputs = (text_column, *self.input_columns)
         """The columns a row's value is read from: the text (or the image column), then the others."""
-        self._store = open_store(location, s3_client, retry=retry)
-        self.identity = self._store.identity
+        super().__init__(location, s3_client, retry)
         if self._images is not None and self.identity.startswith("s3://"):
             self._images.share_store(self._store)  # one client for the dataset and the images it names
 
@@ -138,7 +133,7 @@ class ParquetSource(Source):
         )
         planned = [f for f, new in zip(footers, fresh, strict=True) if new]
         skipped = [f for f, new in zip(footers, fresh, strict=True) if not new]
-        _key_type(planned)  # one key type, before the keys are compared
+        one_key_type(f.key_type for f in planned)  # one key type, before the keys are compared
         scan = check_unique_keys(self._store, footers, self.key)
         groups = [scan.exact(g) for f in planned for g in f.row_groups]
         runs = cut(groups, sizing)
@@ -198,9 +193,9 @@ class ParquetSource(Source):
             "input_columns": self.input_columns,
         }
 
-    def check(self) -> None:
-        """Fail now if the location does not exist or cannot be listed (credentials, bucket, path), if
-        an object in it is not readable Parquet (random bytes, a truncated file), or if a key repeats.
+    def _check_objects(self, objects: Sequence[ObjectInfo]) -> None:
+        """Fail now if an object is not readable Parquet (random bytes, a truncated file), or if a key
+        repeats.
 
         Every footer is read, as planning reads them all (a request or two per
         object, eight at a time): a broken file is one line before a run starts,
@@ -210,8 +205,6 @@ class ParquetSource(Source):
         The other columns are left to planning, which knows which objects an
         only-new run reads.
         """
-        self._store.probe()
-        objects = self._list().objects
         footers = read_footers(self._store, objects, self.key, self.inputs, check=[False] * len(objects))
         check_unique_keys(self._store, footers, self.key)
 
@@ -226,7 +219,7 @@ class ParquetSource(Source):
 
     def close(self) -> None:
         """Close the S3 clients this source created. Nothing else is held between calls."""
-        self._store.close()
+        super().close()
         if self._images is not None:
             self._images.close()
 
@@ -236,15 +229,6 @@ class ParquetSource(Source):
             yield from rows
         else:
             yield from self._images.rows(rows)
-
-    def _list(self) -> Listing:
-        listing = self._store.listing()
-        if not listing.objects:
-            raise SourceError(
-                f"no Parquet objects at {self.identity!r} ({listing.ignored} other objects ignored: only "
-                "names ending in .parquet are read); check the location: a wrong folder, glob or prefix?"
-            )
-        return listing
 
     def _params(
         self,
@@ -257,7 +241,7 @@ class ParquetSource(Source):
     ) -> dict[str, Any]:
         return {
             **self.params,
-            "key_type": _key_type(planned),
+            "key_type": one_key_type(f.key_type for f in planned),
             **sizing.params(sum(g.readable_rows for g in groups)),
             "objects": len(planned),
             "ignored_objects": listing.ignored,
@@ -272,39 +256,6 @@ class ParquetSource(Source):
             "skipped_objects": len(skipped),
             "skipped_rows": sum(f.rows for f in skipped),
         }
-
-    def _check_plan(self, plan: SourcePlan) -> None:
-        names = ("key", "text_column", "image_column", "input_columns")
-        given: tuple[Any, ...] = (plan.kind, plan.identity, *(plan.param(n) for n in names))
-        mine = (self.kind, self.identity, self.key, self.text_column, self.image_column, self.input_columns)
-        if given != mine:
-            raise ConfigError(
-                f"plan (kind, location, {', '.join(names)}) = {given} does not match this source's {mine}; "
-                "read a plan with a source built with the same arguments as the one that planned it"
-            )
-
-
-def _key_type(planned: Sequence[Footer]) -> str | None:
-    """``int`` or ``text`` for the results table's key; None when nothing is planned."""
-    kinds = {f.key_type for f in planned}
-    if len(kinds) > 1:
-        raise SourceError(
-            "the key column is an integer in some objects and text in others; results need one key "
-            "type, so rewrite the files with one type for the key column"
-        )
-    return kinds.pop() if kinds else None
-
-
-def plan_objects(plan: SourcePlan) -> list[tuple[str, str]]:
-    """The (object key, ETag) pairs a plan that reads objects (``plan.by_objects``) reads, sorted.
-
-    Record them as seen once the run has succeeded, so the next only-new plan skips them.
-    """
-    if not plan.by_objects:
-        raise ConfigError(
-            f"plan_objects needs a plan that reads objects, got a {plan.kind!r} plan of {plan.identity!r}"
-        )
-    return sorted({(obj.key, obj.etag) for shard in plan.shards for obj, _, _ in shard_spans(shard)})
 
 
 def _new_only_params(new_only: NewOnly | None) -> dict[str, Any] | None:

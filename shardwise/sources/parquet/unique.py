@@ -36,10 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardwise.errors import ConfigError
+from shardwise.sources.files.objects import ObjectStore, relative_key
+from shardwise.sources.files.spans import RowGroup
 from shardwise.sources.parquet.footers import Footer
 from shardwise.sources.parquet.key_reads import KeyReader, KeyScan, read_ahead
-from shardwise.sources.parquet.objects import ObjectStore, relative_key
-from shardwise.sources.parquet.row_groups import RowGroup
 
 __all__ = ["SHOWN_DUPLICATES", "check_unique_keys"]
 

@@ -1,4 +1,4 @@
-"""Parquet objects on a local disk: a folder (read recursively), a glob, or one file.
+"""Objects on a local disk: a folder (read recursively), a glob, or one file.
 
 A local file's ETag is ``"{size}-{mtime_ns}"``: a rewrite changes it without
 the file being read. Opening checks the ETag on the open handle (``fstat``),
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
 from shardwise.errors import SourceError
-from shardwise.sources.parquet.objects import Listing, ObjectInfo, changed_since_listed, is_parquet_name
+from shardwise.sources.files.objects import Listing, ObjectInfo, changed_since_listed, is_read
 
 __all__ = ["LocalStore", "local_etag"]
 
@@ -28,16 +28,17 @@ def local_etag(stat: os.stat_result) -> str:
 
 
 class LocalStore:
-    """Lists and opens Parquet files under a local folder, glob or file path.
+    """Lists and opens files under a local folder, glob or file path.
 
     A folder is walked recursively and a glob may use ``**``; in both, only
-    names ending in ``.parquet`` are read and the others are counted as ignored.
+    names ending in one of ``suffixes`` are read (every name without them) and
+    the others are counted as ignored.
     A single file named explicitly is read whatever its suffix.
     """
 
-    def __init__(self, location: str, names: Callable[[str], bool] = is_parquet_name) -> None:
+    def __init__(self, location: str, suffixes: tuple[str, ...] | None = None) -> None:
         self.identity = os.path.abspath(location)
-        self._names = names  # which listed names are read: Parquet, or an image folder's images
+        self._suffixes = suffixes  # which listed names are read: the source kind's files
         self._is_glob = any(c in location for c in _GLOB_MAGIC)
 
     def listing(self) -> Listing:
@@ -50,7 +51,7 @@ class LocalStore:
             paths, explicit = [self.identity], True
         else:
             raise self._missing()
-        keep = sorted(p for p in paths if explicit or self._names(p))
+        keep = sorted(p for p in paths if explicit or is_read(p, self._suffixes))
         return Listing(tuple(_describe(p) for p in keep), ignored=len(paths) - len(keep))
 
     def probe(self) -> None:

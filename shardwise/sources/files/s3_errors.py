@@ -3,7 +3,7 @@
 Throttling (including a bare 429), timeouts, dropped connections and 5xx
 answers may pass on a retry: :class:`TransientError`. So may a body cut off
 mid-stream (``ResponseStreamingError``, ``IncompleteReadError``, a read
-timeout), which :class:`~shardwise.sources.parquet.s3_objects.S3RangeFile` retries
+timeout), which :class:`~shardwise.sources.files.s3.S3RangeFile` retries
 by reading the same range again. A missing bucket or object and a refused
 access are :class:`SourceError`; missing or malformed settings (credentials,
 region, parameters) are :class:`ConfigError`. Unknown 4xx answers are

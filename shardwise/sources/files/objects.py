@@ -1,4 +1,4 @@
-"""The objects a Parquet dataset is made of, and where they are stored (a local disk or S3).
+"""The objects a file source is made of (Parquet, CSV, images...), and where they are stored (disk or S3).
 
 A store lists the objects under a location, recording for each a key, an ETag
 and a size, and opens one object for reading as a seekable binary file. Opening
@@ -22,14 +22,10 @@ __all__ = [
     "ObjectInfo",
     "ObjectStore",
     "changed_since_listed",
-    "is_image_name",
-    "is_parquet_name",
+    "is_read",
     "listing_digest",
     "relative_key",
 ]
-
-PARQUET_SUFFIX = ".parquet"
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +45,7 @@ class ObjectInfo:
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    """The Parquet objects under a location, sorted by key, and how many other objects were ignored."""
+    """The objects a source reads under a location, sorted by key, and how many other objects were ignored."""
 
     objects: tuple[ObjectInfo, ...]
     ignored: int
@@ -62,7 +58,8 @@ class ObjectStore(Protocol):
     """The normalised location: an absolute path or glob, or ``s3://bucket/prefix``."""
 
     def listing(self) -> Listing:
-        """List the Parquet objects. Raises :class:`SourceError` when the location cannot be listed."""
+        """List the objects read (by their names' suffixes); a :class:`SourceError` when the location
+        cannot be listed."""
         ...
 
     def probe(self) -> None:
@@ -78,18 +75,13 @@ class ObjectStore(Protocol):
         ...
 
 
-def is_parquet_name(name: str) -> bool:
-    """Whether a listed name is read: only names ending in ``.parquet`` (any case) are.
+def is_read(name: str, suffixes: tuple[str, ...] | None) -> bool:
+    """Whether a listed name is read: one ending in one of ``suffixes`` (any case); any name without them.
 
     Listings of folders, globs and prefixes often hold markers (``_SUCCESS``),
     checksums (``.crc``) and metadata files; skipping them by name needs no I/O.
     """
-    return name.lower().endswith(PARQUET_SUFFIX)
-
-
-def is_image_name(name: str) -> bool:
-    """Whether a listed name is an image of an image folder: by its extension (any case), no I/O."""
-    return name.lower().endswith(IMAGE_SUFFIXES)
+    return suffixes is None or name.lower().endswith(suffixes)
 
 
 def relative_key(location: str, key: str) -> str:

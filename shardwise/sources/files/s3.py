@@ -1,4 +1,4 @@
-"""Parquet objects on S3: listed with ``list_objects_v2``, read with ranged, ETag-checked GETs.
+"""Objects on S3: listed with ``list_objects_v2``, read with ranged, ETag-checked GETs.
 
 One boto3 client serves every thread: botocore clients are thread-safe, boto3
 sessions are not, so the client is created once, lazily, under a lock, from a
@@ -33,8 +33,8 @@ from botocore.exceptions import ClientError
 
 from shardwise.errors import ConfigError, SourceError, TransientError
 from shardwise.retry_policy import Outage, RetryPolicy, retry_step
-from shardwise.sources.parquet.objects import Listing, ObjectInfo, changed_since_listed, is_parquet_name
-from shardwise.sources.parquet.s3_errors import s3_boundary
+from shardwise.sources.files.objects import Listing, ObjectInfo, changed_since_listed, is_read
+from shardwise.sources.files.s3_errors import s3_boundary
 
 __all__ = ["S3ClientConfig", "S3RangeFile", "S3Store", "parse_s3_url", "retried"]
 
@@ -98,11 +98,12 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 
 
 class S3Store:
-    """Lists and opens the Parquet objects under an ``s3://bucket/prefix``.
+    """Lists and opens the objects under an ``s3://bucket/prefix``.
 
     A location naming an existing object reads that object alone, whatever its
     name. Otherwise it is a folder-like prefix: every object under
-    ``prefix/`` (recursively) whose name ends in ``.parquet`` is read, and the
+    ``prefix/`` (recursively) whose name ends in one of ``suffixes`` (any, without
+    them) is read, and the
     others (``_SUCCESS``, ``.crc``, folder markers) are counted as ignored.
     ``retry`` is the run's policy for reads; ``config`` sets the store's own client.
     """
@@ -112,11 +113,11 @@ class S3Store:
         location: str,
         client: Any | None = None,
         retry: RetryPolicy | None = None,
-        names: Callable[[str], bool] = is_parquet_name,
+        suffixes: tuple[str, ...] | None = None,
         config: S3ClientConfig | None = None,
     ) -> None:
         self._bucket, self._prefix = parse_s3_url(location)
-        self._names = names  # which listed names are read: Parquet, or an image folder's images
+        self._suffixes = suffixes  # which listed names are read: the source kind's files
         self._retry = retry or RetryPolicy()
         self._config = config or S3ClientConfig()
         folder = self._prefix.rstrip("/")
@@ -152,7 +153,7 @@ class S3Store:
             return Listing((exact[0],), ignored=0)
         folder = f"s3://{self._bucket}/{self._prefix.rstrip('/')}/" if self._prefix else ""
         inside = [o for o in entries if o.key.startswith(folder)]
-        keep = tuple(o for o in inside if self._names(o.key))
+        keep = tuple(o for o in inside if is_read(o.key, self._suffixes))
         return Listing(keep, ignored=len(inside) - len(keep))
 
     def probe(self) -> None:

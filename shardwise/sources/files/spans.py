@@ -1,28 +1,44 @@
-"""Cut a dataset's row groups into shards, balanced by rows, without reading any data.
+"""Cut a file dataset's row groups into shards, balanced by rows, and read the shards back as spans.
 
-The row groups are taken in one deterministic order (object key, then row
-group index) and cut into contiguous runs, so a shard is a list of spans: a
-span is a contiguous row-group range ``[first, stop)`` of one object. Row
-counts come from the Parquet footers, so the cut is exact and repeatable.
+A row group is a run of rows of one object: a Parquet row group (counted by
+its footer), a block of CSV or JSON Lines records, or one image. The row
+groups are taken in one deterministic order (object key, then row group
+index) and cut into contiguous runs, so a shard is a list of spans: a span is
+a contiguous row-group range ``[first, stop)`` of one object. The counts are
+known before any row is read, so the cut is exact and repeatable.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardwise.sources.base import Shard
-from shardwise.sources.parquet.objects import ObjectInfo
+from shardwise.errors import ConfigError
+from shardwise.sources.base import Shard, SourcePlan
+from shardwise.sources.files.objects import ObjectInfo
 from shardwise.sources.sizing import Sizing
 
-__all__ = ["RowGroup", "cut", "cut_by_count", "cut_by_rows", "to_shard"]
+__all__ = [
+    "RowGroup",
+    "Span",
+    "cut",
+    "cut_by_count",
+    "cut_by_rows",
+    "plan_objects",
+    "shard_spans",
+    "to_shard",
+]
+
+Span = tuple[ObjectInfo, int, int]
+"""An object and its row-group range ``[first, stop)``."""
 
 
 @dataclass(frozen=True, slots=True)
 class RowGroup:
-    """One row group as its footer describes it. ``null_keys`` is ``None`` when the footer has no count."""
+    """One row group as planning counted it. ``null_keys`` is ``None`` when that count is unknown (a
+    Parquet footer without it)."""
 
     obj: ObjectInfo
     index: int
@@ -31,7 +47,7 @@ class RowGroup:
     key_range: tuple[Any, Any] | None = None
     """The smallest and largest key, from the footer's statistics (ints or texts); None without them.
 
-    Only the check that keys are unique reads it (:mod:`shardwise.sources.parquet.unique`)."""
+    Only Parquet's check that keys are unique reads it (:mod:`shardwise.sources.parquet.unique`)."""
 
     @property
     def readable_rows(self) -> int:
@@ -101,3 +117,32 @@ def to_shard(shard_id: int, groups: Sequence[RowGroup]) -> Shard:
 def _span(group: RowGroup) -> dict[str, Any]:
     obj = group.obj
     return {"path": obj.key, "etag": obj.etag, "size": obj.size, "row_groups": [group.index, group.index + 1]}
+
+
+def shard_spans(shard: Shard) -> list[Span]:
+    """The spans in a file plan's shard bounds, as (object, first, stop)."""
+    try:
+        return [_span_of(raw) for raw in shard.bounds["spans"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"shard {shard.shard_id} bounds {dict(shard.bounds)!r} are not a file plan's "
+            '({"spans": [{"path", "etag", "size", "row_groups": [first, stop]}]}); '
+            "read a shard with the source kind that planned it"
+        ) from exc
+
+
+def _span_of(raw: Mapping[str, Any]) -> Span:
+    first, stop = (int(i) for i in raw["row_groups"])
+    return ObjectInfo(str(raw["path"]), str(raw["etag"]), int(raw["size"])), first, stop
+
+
+def plan_objects(plan: SourcePlan) -> list[tuple[str, str]]:
+    """The (object key, ETag) pairs a plan that reads objects (``plan.by_objects``) reads, sorted.
+
+    Record them as seen once the run has succeeded, so the next only-new plan skips them.
+    """
+    if not plan.by_objects:
+        raise ConfigError(
+            f"plan_objects needs a plan that reads objects, got a {plan.kind!r} plan of {plan.identity!r}"
+        )
+    return sorted({(obj.key, obj.etag) for shard in plan.shards for obj, _, _ in shard_spans(shard)})
