@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -30,7 +30,6 @@ __all__ = [
     "SourceRow",
     "SourceValues",
     "ValueKind",
-    "check_column_names",
 ]
 
 Key = int | str
@@ -38,14 +37,6 @@ Key = int | str
 
 KeyType = Literal["int", "text"]
 """What kind of key a source has: one vocabulary for sources, plans (``key_type``) and results tables."""
-
-
-def check_column_names(key: object, text_column: object, input_columns: Iterable[object], files: str) -> None:
-    """The key, text and input columns a file source reads are non-empty names (``files`` says whose)."""
-    named = (("key", key), ("text_column", text_column), *(("input_columns", c) for c in input_columns))
-    for name, value in named:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{name} must name a column of the {files}, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)

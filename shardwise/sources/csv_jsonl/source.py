@@ -46,11 +46,10 @@ from shardwise.sources.base import (
     SourcePlan,
     SourceRow,
     SourceValues,
-    check_column_names,
 )
 from shardwise.sources.csv_jsonl.parse import SUFFIXES, ParsedFile, Record, parse_file
-from shardwise.sources.files.objects import ObjectInfo, listing_digest, relative_key
-from shardwise.sources.files.source import FileSource, one_key_type
+from shardwise.sources.files.objects import ObjectInfo, relative_key
+from shardwise.sources.files.source import FileSource, is_new, new_only_params, one_key_type
 from shardwise.sources.files.spans import RowGroup, cut, shard_spans, to_shard
 from shardwise.sources.sizing import Sizing
 
@@ -83,36 +82,20 @@ class CsvJsonlSource(FileSource):
         retry: RetryPolicy | None = None,
         block_rows: int = DEFAULT_BLOCK_ROWS,
     ) -> None:
-        check_column_names(key, text_column, input_columns or {}, "CSV or JSON Lines files")
+        self._read_columns(key, text_column, input_columns)
         if isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1:
             raise ConfigError(f"block_rows must be a positive integer; got {block_rows!r}")
-        self.key, self.text_column = key, text_column
-        self.input_columns = list(input_columns or {})
-        self.inputs = (text_column, *self.input_columns)
         self.block_rows = block_rows
         super().__init__(location, s3_client, retry)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """What this source reads; the key's type is known once a plan has read the files."""
-        return {
-            "location": self.identity,
-            "key": self.key,
-            "key_type": None,
-            "text_column": self.text_column,
-            "image_column": None,
-            "input_columns": self.input_columns,
-        }
 
     def plan_sized(self, sizing: Sizing, new_only: NewOnly | None) -> SourcePlan:
         """The blocks of the files not seen yet (all with no ``new_only``), cut into shards."""
         listing = self._list()
-        seen = new_only.seen_objects if new_only is not None else frozenset()
         scans = [(obj, self._parse(obj)) for obj in listing.objects]
-        planned = [(obj, parsed) for obj, parsed in scans if (obj.key, obj.etag) not in seen]
+        planned = [(obj, parsed) for obj, parsed in scans if is_new(obj, new_only)]
         repeated = _repeated_keys(scans, self.key)
         groups = [group for obj, parsed in planned for group in self._blocks(obj, parsed.records)]
-        shards = tuple(to_shard(i, run) for i, run in enumerate(cut(groups, sizing)))
+        shards = [to_shard(i, run) for i, run in enumerate(cut(groups, sizing))]
         rows = sum(g.rows for g in groups)
         unkeyed = [(obj, r) for obj, parsed in planned for r in parsed.records if not r.keyed]
         nulls = [obj for obj, r in unkeyed if r.skipped == "null_key"]
@@ -140,12 +123,11 @@ class CsvJsonlSource(FileSource):
             "unparsable_lines": len(unkeyed) - len(nulls),
             "unreadable_rows": [str(r.value) for _, r in unkeyed[:_SHOWN]],
             "duplicate_keys": repeated,
-            "new_only": None if new_only is None else {"model_version": new_only.model_version},
+            "new_only": new_only_params(new_only),
             "skipped_objects": len(scans) - len(planned),
-            "skipped_rows": sum(len(p.records) for o, p in scans if (o.key, o.etag) in seen),
+            "skipped_rows": sum(len(p.records) for o, p in scans if not is_new(o, new_only)),
         }
-        digest = listing_digest(listing.objects)
-        return SourcePlan(self.kind, self.identity, digest, shards, params, by_objects=True)
+        return self._plan(listing, shards, params)
 
     @contextmanager
     def open_reader(

@@ -12,16 +12,16 @@ pairs a completed run recorded (:func:`~shardwise.sources.files.spans.plan_objec
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sources.base import KeyType, Source, SourcePlan
-from shardwise.sources.files.objects import Listing, ObjectInfo
+from shardwise.sources.base import KeyType, NewOnly, Shard, Source, SourcePlan
+from shardwise.sources.files.objects import Listing, ObjectInfo, listing_digest
 from shardwise.sources.files.stores import open_store
 
-__all__ = ["FileSource", "one_key_type"]
+__all__ = ["FileSource", "is_new", "new_only_params", "one_key_type"]
 
 
 class FileSource(Source):
@@ -34,12 +34,42 @@ class FileSource(Source):
     """What the kind's files are called in a message, as in ``no Parquet objects at ...``."""
     plan_fields: ClassVar[tuple[str, ...]] = ("key", "text_column", "input_columns")
     """The ``params`` a plan must share with this source to be read by it."""
+    image_column: str | None = None
+    """The column read as images instead of text (Parquet's ``--image-column``), if any."""
 
     def __init__(self, location: str, s3_client: Any | None = None, retry: RetryPolicy | None = None) -> None:
         """``s3_client`` is used as given, else one boto3 client is made on first use from the standard
         AWS settings; ``retry`` is the run's policy for S3 reads."""
         self._store = open_store(location, s3_client, suffixes=self.suffixes, retry=retry)
         self.identity = self._store.identity
+
+    def _read_columns(self, key: str, text_column: str, input_columns: Mapping[str, str] | None) -> None:
+        """Check and keep the columns a row is read from: its key, its text (or image), then the other
+        inputs, which a kind whose files hold columns (not an image folder) reads."""
+        named = (
+            ("key", key),
+            ("text_column", text_column),
+            *(("input_columns", c) for c in input_columns or {}),
+        )
+        for name, value in named:
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{name} must name a column of the {self.files}, got {value!r}")
+        self.key, self.text_column = key, text_column
+        self.input_columns = list(input_columns or {})
+        self.inputs = (text_column, *self.input_columns)
+        """The columns a row's value is read from: the text (or the image column), then the others."""
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What this source reads; the key's type is known once a plan has read the files."""
+        return {
+            "location": self.identity,
+            "key": self.key,
+            "key_type": None,
+            "text_column": self.text_column,
+            "image_column": self.image_column,
+            "input_columns": self.input_columns,
+        }
 
     def check(self) -> None:
         """Fail now if the location does not exist or cannot be listed (credentials, bucket, path), holds
@@ -53,6 +83,11 @@ class FileSource(Source):
 
     def _check_objects(self, objects: Sequence[ObjectInfo]) -> None:
         """What a kind checks of its listed files before a run; by default nothing more."""
+
+    def _plan(self, listing: Listing, shards: Sequence[Shard], params: dict[str, Any]) -> SourcePlan:
+        """The plan of ``shards``, made from ``listing``: its digest is the plan's snapshot."""
+        digest = listing_digest(listing.objects)
+        return SourcePlan(self.kind, self.identity, digest, tuple(shards), params, by_objects=True)
 
     def _list(self) -> Listing:
         listing = self._store.listing()
@@ -84,3 +119,19 @@ def one_key_type(types: Iterable[KeyType | None]) -> KeyType | None:
             "so write the key column with one type in every file"
         )
     return kinds.pop() if kinds else None
+
+
+def is_new(obj: ObjectInfo, new_only: NewOnly | None) -> bool:
+    """Whether an only-new plan reads ``obj``: its (key, ETag) is not one a completed run recorded."""
+    return new_only is None or (obj.key, obj.etag) not in new_only.seen_objects
+
+
+def new_only_params(new_only: NewOnly | None) -> dict[str, Any] | None:
+    """What a plan records of the only-new rule it was made under."""
+    if new_only is None:
+        return None
+    return {
+        "model_version": new_only.model_version,
+        "results_table": new_only.results_table,
+        "seen_objects": len(new_only.seen_objects),
+    }

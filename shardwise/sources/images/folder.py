@@ -50,8 +50,8 @@ from shardwise.sources.base import (
     SourceRow,
     SourceValues,
 )
-from shardwise.sources.files.objects import ObjectInfo, listing_digest, relative_key
-from shardwise.sources.files.source import FileSource
+from shardwise.sources.files.objects import ObjectInfo, relative_key
+from shardwise.sources.files.source import FileSource, is_new, new_only_params
 from shardwise.sources.files.spans import RowGroup, shard_spans, to_shard
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.column import DEFAULT_FETCH_THREADS, local_limit_s
@@ -102,10 +102,9 @@ class ImageFolderSource(FileSource):
     def plan_sized(self, sizing: Sizing, new_only: NewOnly | None) -> SourcePlan:
         """Sorted image objects, those seen already left out with ``new_only``, cut into runs."""
         listing = self._list()
-        seen = new_only.seen_objects if new_only is not None else frozenset()
-        planned = [o for o in listing.objects if (o.key, o.etag) not in seen]
+        planned = [o for o in listing.objects if is_new(o, new_only)]
         runs = cut_runs(planned, sizing.shards, sizing.rows_per_shard_for(len(planned)))
-        shards = tuple(to_shard(i, [RowGroup(o, 0, 1, 0) for o in run]) for i, run in enumerate(runs))
+        shards = [to_shard(i, [RowGroup(o, 0, 1, 0) for o in run]) for i, run in enumerate(runs)]
         params = {
             **self.params,
             **sizing.params(len(planned)),
@@ -113,10 +112,9 @@ class ImageFolderSource(FileSource):
             "rows": len(planned),
             "ignored_objects": listing.ignored,
             "skipped_objects": len(listing.objects) - len(planned),
-            "new_only": None if new_only is None else {"model_version": new_only.model_version},
+            "new_only": new_only_params(new_only),
         }
-        digest = listing_digest(listing.objects)
-        return SourcePlan(self.kind, self.identity, digest, shards, params, by_objects=True)
+        return self._plan(listing, shards, params)
 
     @contextmanager
     def open_reader(

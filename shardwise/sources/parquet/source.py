@@ -43,10 +43,9 @@ from shardwise.sources.base import (
     SourcePlan,
     SourceRow,
     SourceValues,
-    check_column_names,
 )
-from shardwise.sources.files.objects import Listing, ObjectInfo, listing_digest, relative_key
-from shardwise.sources.files.source import FileSource, one_key_type
+from shardwise.sources.files.objects import Listing, ObjectInfo, relative_key
+from shardwise.sources.files.source import FileSource, is_new, new_only_params, one_key_type
 from shardwise.sources.files.spans import RowGroup, cut, to_shard
 from shardwise.sources.images import ImageAccess, image_column_of
 from shardwise.sources.parquet.footers import Footer, read_footers
@@ -99,12 +98,8 @@ class ParquetSource(FileSource):
             image_column, text_column, input_columns, s3_client, retry, image_access
         )
         text_column = text_column if image_column is None else image_column
-        check_column_names(key, text_column, input_columns or {}, "Parquet files")
-        self.key, self.text_column = key, text_column
-        self.input_columns = list(input_columns or {})
+        self._read_columns(key, text_column, input_columns)
         self.image_column = image_column
-        self.inputs = (text_column, *self.input_columns)
-        """The columns a row's value is read from: the text (or the image column), then the others."""
         super().__init__(location, s3_client, retry)
         if self._images is not None and self.identity.startswith("s3://"):
             self._images.share_store(self._store)  # one client for the dataset and the images it names
@@ -126,8 +121,7 @@ class ParquetSource(FileSource):
         NULL keys exactly (see :mod:`shardwise.sources.parquet.unique`).
         """
         listing = self._list()
-        seen = new_only.seen_objects if new_only is not None else frozenset()
-        fresh = [(o.key, o.etag) not in seen for o in listing.objects]
+        fresh = [is_new(o, new_only) for o in listing.objects]
         footers = read_footers(
             self._store, listing.objects, self.key, self.inputs, fresh, self._images is not None
         )
@@ -136,11 +130,8 @@ class ParquetSource(FileSource):
         one_key_type(f.key_type for f in planned)  # one key type, before the keys are compared
         scan = check_unique_keys(self._store, footers, self.key)
         groups = [scan.exact(g) for f in planned for g in f.row_groups]
-        runs = cut(groups, sizing)
-        params = self._params(listing, planned, skipped, groups, sizing, new_only)
-        planned_shards = tuple(to_shard(i, run) for i, run in enumerate(runs))
-        digest = listing_digest(listing.objects)
-        return SourcePlan(self.kind, self.identity, digest, planned_shards, params, by_objects=True)
+        shards = [to_shard(i, run) for i, run in enumerate(cut(groups, sizing))]
+        return self._plan(listing, shards, self._params(listing, planned, skipped, groups, sizing, new_only))
 
     @contextmanager
     def open_reader(
@@ -180,18 +171,6 @@ class ParquetSource(FileSource):
         if keys:
             columns = (self.key, *self.inputs)
             yield from self._values(keyed_rows(self._store, self._list().objects, columns, keys, _BATCH_ROWS))
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """What this source reads; the key's type is known once a plan has read the footers."""
-        return {
-            "location": self.identity,
-            "key": self.key,
-            "key_type": None,
-            "text_column": self.text_column,
-            "image_column": self.image_column,
-            "input_columns": self.input_columns,
-        }
 
     def _check_objects(self, objects: Sequence[ObjectInfo]) -> None:
         """Fail now if an object is not readable Parquet (random bytes, a truncated file), or if a key
@@ -252,17 +231,7 @@ class ParquetSource(FileSource):
             "null_key_objects": sorted(
                 {relative_key(self.identity, g.obj.key) for g in groups if g.null_keys}
             )[:5],
-            "new_only": _new_only_params(new_only),
+            "new_only": new_only_params(new_only),
             "skipped_objects": len(skipped),
             "skipped_rows": sum(f.rows for f in skipped),
         }
-
-
-def _new_only_params(new_only: NewOnly | None) -> dict[str, Any] | None:
-    if new_only is None:
-        return None
-    return {
-        "model_version": new_only.model_version,
-        "results_table": new_only.results_table,
-        "seen_objects": len(new_only.seen_objects),
-    }
