@@ -15,8 +15,8 @@ import pytest
 from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError
+from shardwise.sources import plan_objects
 from shardwise.sources.base import NewOnly
-from shardwise.sources.files import plan_objects
 from shardwise.sources.files.objects import ObjectInfo
 from shardwise.sources.files.spans import RowGroup
 from shardwise.sources.parquet.source import ParquetSource

@@ -18,8 +18,8 @@ from botocore.config import Config
 from flow_data import put_parquet
 
 from shardwise.errors import SourceError, TransientError
+from shardwise.sources import plan_objects
 from shardwise.sources.base import NewOnly, SourcePlan
-from shardwise.sources.files import plan_objects
 from shardwise.sources.parquet.source import ParquetSource
 
 

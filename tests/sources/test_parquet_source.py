@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardwise.errors import ConfigError, SourceError
+from shardwise.sources import plan_objects
 from shardwise.sources.base import NewOnly, Source, SourcePlan
-from shardwise.sources.files import plan_objects
 from shardwise.sources.parquet.source import ParquetSource
 
 _WORDS = ["shard", "batch", "model", "token", "table", "vector", "merge", "river", "stone", "lamp", "orbit"]

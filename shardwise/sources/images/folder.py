@@ -56,7 +56,7 @@ from shardwise.sources.files.spans import RowGroup, shard_spans, to_shard
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.images.column import DEFAULT_FETCH_THREADS, local_limit_s
 from shardwise.sources.images.fetch_ahead import Fetch, fetched_in_order
-from shardwise.sources.images.folder_fetch import fetch_local, fetch_s3
+from shardwise.sources.images.folder_fetch import fetch_local
 from shardwise.sources.images.local_read import resolved_roots
 from shardwise.sources.images.suffixes import IMAGE_SUFFIXES
 from shardwise.sources.keyed import cut_runs
@@ -85,6 +85,8 @@ class ImageFolderSource(FileSource):
         self._access = access or ImageAccess()
         self._limit_s: float | None = None  # S3 reads are bounded by botocore and the retry deadline
         if self.identity.startswith("s3://"):
+            from shardwise.sources.images.s3_get import fetch_s3  # imports botocore: only on S3
+
             self._fetch: Callable[[ObjectInfo], BinaryValue] = lambda obj: fetch_s3(
                 self._store, obj, self._access
             )

@@ -1,8 +1,4 @@
-"""Which listed names are images: by their extension (any case), so that choosing them needs no I/O.
-
-Light on purpose: the ``images`` kind declares these suffixes to the registry, which imports it to
-match a location, and the image folder source lists by them.
-"""
+"""Which listed names are images, by extension (any case): light, as the ``images`` kind declares them."""
 
 from __future__ import annotations
 
