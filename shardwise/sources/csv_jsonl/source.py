@@ -31,8 +31,7 @@ with the files' own warnings (a quoted value of many lines).
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from shardwise.errors import ConfigError, InputError
@@ -40,9 +39,7 @@ from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import (
     Key,
     NewOnly,
-    ReadFrom,
     Shard,
-    ShardReader,
     SourcePlan,
     SourceRow,
     SourceValues,
@@ -129,20 +126,6 @@ class CsvJsonlSource(FileSource):
         }
         return self._plan(listing, shards, params)
 
-    @contextmanager
-    def open_reader(
-        self, plan: SourcePlan, shard: Shard, start: ReadFrom = ReadFrom()
-    ) -> Iterator[ShardReader]:
-        """Read ``shard`` from ``start.rows`` records in, in the plan's fixed order (file, block, record)."""
-        self._check_plan(plan)
-        repeated = frozenset(plan.param("duplicate_keys") or ())
-        block = int(plan.param("block_rows"))
-        rows = self._shard_rows(shard, repeated, block, start.rows)
-        try:
-            yield ShardReader(shard, plan.snapshot, False, rows)
-        finally:
-            rows.close()
-
     def read_keys(self, keys: Sequence[Key]) -> Generator[SourceRow, None, None]:
         """The current rows whose key (or, for a dead letter without one, its place) is in ``keys``."""
         wanted = {str(k) for k in keys}
@@ -165,9 +148,10 @@ class CsvJsonlSource(FileSource):
         that row's dead letter)."""
         return SourceValues("text", f"text column {self.text_column!r} of {self.identity}", self.text_column)
 
-    def _shard_rows(
-        self, shard: Shard, repeated: frozenset[Any], block: int, skip: int
-    ) -> Generator[SourceRow, None, None]:
+    def _shard_rows(self, plan: SourcePlan, shard: Shard, skip: int) -> Generator[SourceRow, None, None]:
+        """In the plan's fixed order: file, block, record."""
+        repeated = frozenset(plan.param("duplicate_keys") or ())
+        block = int(plan.param("block_rows"))
         for obj, first, stop in shard_spans(shard):
             records = [r for r in self._parse(obj).records[first * block : stop * block] if r.keyed]
             if skip >= len(records):

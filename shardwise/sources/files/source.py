@@ -12,12 +12,23 @@ pairs a completed run recorded (:func:`~shardwise.sources.files.spans.plan_objec
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from abc import abstractmethod
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sources.base import KeyType, NewOnly, Shard, Source, SourcePlan
+from shardwise.sources.base import (
+    KeyType,
+    NewOnly,
+    ReadFrom,
+    Shard,
+    ShardReader,
+    Source,
+    SourcePlan,
+    SourceRow,
+)
 from shardwise.sources.files.objects import Listing, ObjectInfo, listing_digest
 from shardwise.sources.files.stores import open_store
 
@@ -70,6 +81,25 @@ class FileSource(Source):
             "image_column": self.image_column,
             "input_columns": self.input_columns,
         }
+
+    @contextmanager
+    def open_reader(
+        self, plan: SourcePlan, shard: Shard, start: ReadFrom = ReadFrom()
+    ) -> Iterator[ShardReader]:
+        """Read ``shard`` from ``start.rows`` rows in, from the objects the plan listed (its snapshot).
+
+        The order is fixed by the plan, so the same rows are skipped every time.
+        """
+        self._check_plan(plan)
+        rows = self._shard_rows(plan, shard, start.rows)
+        try:
+            yield ShardReader(shard, plan.snapshot, False, rows)
+        finally:
+            rows.close()
+
+    @abstractmethod
+    def _shard_rows(self, plan: SourcePlan, shard: Shard, skip: int) -> Generator[SourceRow, None, None]:
+        """The kind's read: ``shard``'s rows in the plan's order, less the first ``skip``."""
 
     def check(self) -> None:
         """Fail now if the location does not exist or cannot be listed (credentials, bucket, path), holds

@@ -33,8 +33,7 @@ letter, nothing read). Every read stops at the run's byte cap and time bound
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Generator, Sequence
 from functools import partial
 from typing import Any, ClassVar
 
@@ -43,9 +42,7 @@ from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import (
     Key,
     NewOnly,
-    ReadFrom,
     Shard,
-    ShardReader,
     SourcePlan,
     SourceRow,
     SourceValues,
@@ -118,18 +115,9 @@ class ImageFolderSource(FileSource):
         }
         return self._plan(listing, shards, params)
 
-    @contextmanager
-    def open_reader(
-        self, plan: SourcePlan, shard: Shard, start: ReadFrom = ReadFrom()
-    ) -> Iterator[ShardReader]:
-        """The shard's objects in key order from ``start.rows`` on, fetched a few ahead in a thread pool."""
-        self._check_plan(plan)
-        objects = [obj for obj, _, _ in shard_spans(shard)][start.rows :]
-        rows = self._rows(objects)
-        try:
-            yield ShardReader(shard, plan.snapshot, False, rows)
-        finally:
-            rows.close()
+    def _shard_rows(self, plan: SourcePlan, shard: Shard, skip: int) -> Generator[SourceRow, None, None]:
+        """The shard's objects in key order, fetched a few ahead in a thread pool."""
+        return self._rows([obj for obj, _, _ in shard_spans(shard)][skip:])
 
     def read_keys(self, keys: Sequence[Key]) -> Generator[SourceRow, None, None]:
         """The current objects whose relative key is in ``keys``, in key order; absent keys yield nothing."""

@@ -47,12 +47,9 @@ class _Answer(Exception):
 
 
 def get_image(
-    client: Any,
-    ref: str,
-    retry: RetryPolicy,
-    access: ImageAccess | None = None,
+    client: Any, ref: str, retry: RetryPolicy, access: ImageAccess | None = None,
     planned: ObjectInfo | None = None,
-) -> BinaryValue:
+) -> BinaryValue:  # fmt: skip
     """The bytes of the object ``ref`` (``s3://bucket/key``), within ``access``'s byte cap and time bound,
     or an ``error`` saying it does not exist or was refused (by default: over 64 MiB). ``planned``, the
     object as listed, is asked for with ``If-Match`` its ETag: another version is the row's error too.

@@ -30,16 +30,13 @@ the checks of a plan are every file kind's (:mod:`shardwise.sources.files`).
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.base import (
     Key,
     NewOnly,
-    ReadFrom,
     Shard,
-    ShardReader,
     SourcePlan,
     SourceRow,
     SourceValues,
@@ -133,22 +130,13 @@ class ParquetSource(FileSource):
         shards = [to_shard(i, run) for i, run in enumerate(cut(groups, sizing))]
         return self._plan(listing, shards, self._params(listing, planned, skipped, groups, sizing, new_only))
 
-    @contextmanager
-    def open_reader(
-        self, plan: SourcePlan, shard: Shard, start: ReadFrom = ReadFrom()
-    ) -> Iterator[ShardReader]:
-        """Read ``shard`` from ``start.rows`` rows in; the rows come from the plan's listing (its snapshot).
-
-        The order is fixed by the plan, so the same rows are skipped every time.
-        An image column's references are fetched as the rows are read (see
-        :mod:`shardwise.sources.images`).
-        """
-        rows = self.read(plan, shard, skip=start.rows)
-        values = self._values(rows)
+    def _shard_rows(self, plan: SourcePlan, shard: Shard, skip: int) -> Generator[SourceRow, None, None]:
+        """In storage order; an image column's references are fetched as the rows are read (see
+        :mod:`shardwise.sources.images`)."""
+        rows = self.read(plan, shard, skip=skip)
         try:
-            yield ShardReader(shard, plan.snapshot, False, values)
+            yield from self._values(rows)
         finally:
-            values.close()
             rows.close()
 
     def read(self, plan: SourcePlan, shard: Shard, *, skip: int = 0) -> ShardRows:
