@@ -36,14 +36,7 @@ from typing import Any, ClassVar
 
 from shardwise.errors import ConfigError, InputError
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sources.base import (
-    Key,
-    NewOnly,
-    Shard,
-    SourcePlan,
-    SourceRow,
-    SourceValues,
-)
+from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow, SourceValues
 from shardwise.sources.csv_jsonl.parse import SUFFIXES, ParsedFile, Record, parse_file
 from shardwise.sources.files.objects import ObjectInfo, relative_key
 from shardwise.sources.files.source import FileSource, is_new, new_only_params, one_key_type

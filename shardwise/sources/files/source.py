@@ -19,16 +19,7 @@ from typing import Any, ClassVar
 
 from shardwise.errors import ConfigError, SourceError
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sources.base import (
-    KeyType,
-    NewOnly,
-    ReadFrom,
-    Shard,
-    ShardReader,
-    Source,
-    SourcePlan,
-    SourceRow,
-)
+from shardwise.sources.base import NewOnly, ReadFrom, Shard, ShardReader, Source, SourcePlan, SourceRow
 from shardwise.sources.files.objects import Listing, ObjectInfo, listing_digest
 from shardwise.sources.files.stores import open_store
 
@@ -140,7 +131,7 @@ class FileSource(Source):
             )
 
 
-def one_key_type(types: Iterable[KeyType | None]) -> KeyType | None:
+def one_key_type(types: Iterable[str | None]) -> str | None:
     """``int`` or ``text`` for the results table's key, from each planned file's; None when none has one."""
     kinds = {t for t in types if t is not None}
     if len(kinds) > 1:

@@ -39,14 +39,7 @@ from typing import Any, ClassVar
 
 from shardwise.model.binary_value import BinaryValue
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sources.base import (
-    Key,
-    NewOnly,
-    Shard,
-    SourcePlan,
-    SourceRow,
-    SourceValues,
-)
+from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow, SourceValues
 from shardwise.sources.files.objects import ObjectInfo, relative_key
 from shardwise.sources.files.source import FileSource, is_new, new_only_params
 from shardwise.sources.files.spans import RowGroup, shard_spans, to_shard

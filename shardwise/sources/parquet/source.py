@@ -33,14 +33,7 @@ from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from shardwise.retry_policy import RetryPolicy
-from shardwise.sources.base import (
-    Key,
-    NewOnly,
-    Shard,
-    SourcePlan,
-    SourceRow,
-    SourceValues,
-)
+from shardwise.sources.base import Key, NewOnly, Shard, SourcePlan, SourceRow, SourceValues
 from shardwise.sources.files.objects import Listing, ObjectInfo, relative_key
 from shardwise.sources.files.source import FileSource, is_new, new_only_params, one_key_type
 from shardwise.sources.files.spans import RowGroup, cut, to_shard
