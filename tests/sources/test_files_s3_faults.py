@@ -24,9 +24,9 @@ from spec_builder import flat_spec, respec
 
 from shardwise.errors import ConfigError, RetryDeadlineError, SourceError, TransientError
 from shardwise.retry_policy import RetryPolicy
+from shardwise.sources import ParquetSource
 from shardwise.sources.files.s3 import S3ClientConfig, S3Store
 from shardwise.sources.files.s3_errors import map_s3_error
-from shardwise.sources.parquet.source import ParquetSource
 
 SMALL_GROUPS = {"row_group_size": 20, "compression": "snappy"}
 FAST = RetryPolicy(deadline_s=5, backoff_s=0.01, backoff_cap_s=0.05)

@@ -14,8 +14,8 @@ import pytest
 from shardwise.errors import SourceError
 from shardwise.lineage import value_fingerprint
 from shardwise.model.binary_value import BinaryValue
+from shardwise.sources import ParquetSource
 from shardwise.sources.images import ImageAccess
-from shardwise.sources.parquet.source import ParquetSource
 
 PICTURES = [b"\x89PNG" + bytes(range(30)), None, b"GIF89a" + b"\x01" * 20, bytes(range(200))]
 

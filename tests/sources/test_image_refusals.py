@@ -33,9 +33,9 @@ from sql_tables import writer
 
 from shardwise.lineage import value_fingerprint
 from shardwise.model.binary_value import BinaryValue
+from shardwise.sources import ParquetSource
 from shardwise.sources.base import Source
 from shardwise.sources.images import ImageAccess, ImageColumn
-from shardwise.sources.parquet.source import ParquetSource
 from shardwise.sources.sql.source import SqlSource
 
 

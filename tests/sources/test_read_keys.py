@@ -14,9 +14,8 @@ import sql_tables
 from sql_tables import create_docs, with_docs, writer
 
 from shardwise.errors import ConfigError
-from shardwise.sources import KeyedSource, Source, is_keyed
+from shardwise.sources import KeyedSource, ParquetSource, Source, is_keyed
 from shardwise.sources.keys import KEY_CHUNK
-from shardwise.sources.parquet.source import ParquetSource
 from shardwise.sources.sql.source import SqlSource
 
 ROWS = [(k, f"row {k}") for k in range(1, 2001)] + [(3000, None)]

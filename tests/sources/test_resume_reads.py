@@ -11,9 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from shardwise.errors import ConfigError
-from shardwise.sources import KeyedSource
+from shardwise.sources import KeyedSource, ParquetSource
 from shardwise.sources.base import ReadFrom
-from shardwise.sources.parquet.source import ParquetSource
 from shardwise.sources.sql.source import SqlSource
 
 

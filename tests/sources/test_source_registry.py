@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from shardwise.sources.registry import SourceKindOptions
 
-from shardwise.sources.parquet.source import ParquetSource
+from shardwise.sources import ParquetSource
 
 
 class TsvOptions(SourceKindOptions):
