@@ -31,8 +31,7 @@ def _install(site: Path, package: str, modules: dict[str, str], entries: dict[st
 
 def _clear() -> None:
     sources.clear_cache()
-    sinks._loaded.cache_clear()
-    sinks.results_options_model.cache_clear()
+    sinks.clear_cache()
 
 
 @pytest.fixture

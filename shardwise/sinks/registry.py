@@ -58,6 +58,7 @@ __all__ = [
     "Destination",
     "SinkKind",
     "SinkOptions",
+    "clear_cache",
     "flag_of",
     "given_options",
     "is_location",
@@ -166,6 +167,12 @@ def results_options_model() -> type[BaseModel]:
     flow's ``results.options`` parameter, which the Prefect form shows as a section per kind."""
     doc = "Options of the sink kinds, a section each; only the section of the results' kind applies."
     return sections_model("ResultsOptions", doc, sink_kinds().values())
+
+
+def clear_cache() -> None:
+    """Forget the loaded kinds, so that packages installed since are seen (tests, a long-lived process)."""
+    _loaded.cache_clear()
+    results_options_model.cache_clear()
 
 
 def sink_kind(name: str) -> SinkKind:
