@@ -13,5 +13,6 @@ from __future__ import annotations
 
 from shardwise.testing.broken import ContractBroken
 from shardwise.testing.sink import SINK_CHECKS, SinkPlace
+from shardwise.testing.source import SOURCE_CHECKS, SourcePlace, SourceSample
 
-__all__ = ["SINK_CHECKS", "ContractBroken", "SinkPlace"]
+__all__ = ["SINK_CHECKS", "SOURCE_CHECKS", "ContractBroken", "SinkPlace", "SourcePlace", "SourceSample"]

@@ -31,7 +31,14 @@ def _sink() -> _Seam:
     return _Seam(lambda: SINK_CHECKS, sink_kind_names, scratch_place)
 
 
-_SEAMS: dict[str, Callable[[], _Seam]] = {"sink": _sink}
+def _source() -> _Seam:
+    from shardwise.sources.registry import kind_names
+    from shardwise.testing.source import SOURCE_CHECKS, sample_for
+
+    return _Seam(lambda: SOURCE_CHECKS, kind_names, sample_for)
+
+
+_SEAMS: dict[str, Callable[[], _Seam]] = {"sink": _sink, "source": _source}
 
 
 def run_contract(seam: str, kind: str, log: Callable[[str], None] = lambda line: None) -> None:

@@ -98,8 +98,11 @@ def check_layout(place: SinkPlace) -> Sink:
         try:
             step()
         except ConfigError as exc:
-            expect("--results-table" in str(exc), what, f"{step.__name__}() refused without naming "
-                   f"--results-table: {exc}")  # fmt: skip
+            expect(
+                "--results-table" in str(exc),
+                what,
+                f"{step.__name__}() refused without naming --results-table: {exc}",
+            )
         else:
             raise ContractBroken(what, f"{step.__name__}() took a target of another layout")
     return sink
@@ -187,8 +190,11 @@ def check_concurrent_writers(place: SinkPlace, threads: int = 4, chunks: int = 3
 
     _run_all([threading.Thread(target=race, args=(r,)) for r in racers])
     statuses = sorted(a.status for a in answers)
-    expect(statuses == ["already"] * (threads - 1) + ["written"], what, f"{threads} writers racing on one "
-           f"chunk were answered {statuses}")  # fmt: skip
+    expect(
+        statuses == ["already"] * (threads - 1) + ["written"],
+        what,
+        f"{threads} writers racing on one chunk were answered {statuses}",
+    )
     failures: list[BaseException] = []
 
     def shard(shard_id: int) -> None:
@@ -207,8 +213,12 @@ def check_concurrent_writers(place: SinkPlace, threads: int = 4, chunks: int = 3
     _seal(sink, 99, 1)
     keys = [r["source_key"] for r in sink.read()]
     wanted = threads * chunks * ROWS_PER_CHUNK + ROWS_PER_CHUNK
-    expect(len(keys) == len(set(keys)) == wanted, what, f"{threads} shards committed at once, and a raced "
-           f"chunk, left {len(keys)} rows of {len(set(keys))} keys, not {wanted}")  # fmt: skip
+    expect(
+        len(keys) == len(set(keys)) == wanted,
+        what,
+        f"{threads} shards committed at once, and a raced "
+        f"chunk, left {len(keys)} rows of {len(set(keys))} keys, not {wanted}",
+    )
     return sink
 
 
@@ -241,8 +251,11 @@ def check_kill_between_commit_and_mark(place: SinkPlace, chunks: int = 4, killed
     found = sink.committed("run-a", 0, killed_at)
     expect(found == stored, what, f"chunk {killed_at}, committed before the kill, is answered {found}")
     resumed = sink.commit(chunk(killed_at, salt="resumed"))
-    expect(resumed == stored, what, f"the resumed attempt's commit of chunk {killed_at} answered {resumed}, "
-           f"not {stored}")  # fmt: skip
+    expect(
+        resumed == stored,
+        what,
+        f"the resumed attempt's commit of chunk {killed_at} answered {resumed}, not {stored}",
+    )
     for number in range(killed_at + 1, chunks):
         sink.commit(chunk(number))
     _seal(sink, 0, chunks)
@@ -325,8 +338,11 @@ def _ensured(place: SinkPlace) -> Sink:
 
 def _seal(sink: Sink, shard_id: int, number: int, run_id: str = "run-a") -> None:
     done = sink.seal(run_id, shard_id, number)
-    expect(done.status == "sealed", "seal", f"sealing shard {shard_id} of {run_id} at chunk {number} "
-           f"answered {done}")  # fmt: skip
+    expect(
+        done.status == "sealed",
+        "seal",
+        f"sealing shard {shard_id} of {run_id} at chunk {number} answered {done}",
+    )
 
 
 def _same_values(rows: list[dict[str, Any]], what: str) -> None:
@@ -334,9 +350,10 @@ def _same_values(rows: list[dict[str, Any]], what: str) -> None:
         key = r["source_key"]
         embedding = np.asarray(r["embedding"])
         expect(
-            embedding.dtype == np.float32 and np.array_equal(embedding, vector(key)), what,
+            embedding.dtype == np.float32 and np.array_equal(embedding, vector(key)),
+            what,
             f"key {key}'s vector read back is {embedding!r}, not the float32 vector committed",
-        )  # fmt: skip
+        )
         others = {
             "score": key / 3,
             "tokens": key,
