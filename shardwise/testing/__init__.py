@@ -12,7 +12,17 @@ here needs pytest.
 from __future__ import annotations
 
 from shardwise.testing.broken import ContractBroken
+from shardwise.testing.model import MODEL_CHECKS, ModelSample
 from shardwise.testing.sink import SINK_CHECKS, SinkPlace
 from shardwise.testing.source import SOURCE_CHECKS, SourcePlace, SourceSample
 
-__all__ = ["SINK_CHECKS", "SOURCE_CHECKS", "ContractBroken", "SinkPlace", "SourcePlace", "SourceSample"]
+__all__ = [
+    "MODEL_CHECKS",
+    "SINK_CHECKS",
+    "SOURCE_CHECKS",
+    "ContractBroken",
+    "ModelSample",
+    "SinkPlace",
+    "SourcePlace",
+    "SourceSample",
+]

@@ -38,7 +38,14 @@ def _source() -> _Seam:
     return _Seam(lambda: SOURCE_CHECKS, kind_names, sample_for)
 
 
-_SEAMS: dict[str, Callable[[], _Seam]] = {"sink": _sink, "source": _source}
+def _model() -> _Seam:
+    from shardwise.models import known_models
+    from shardwise.testing.model import MODEL_CHECKS, sample_for
+
+    return _Seam(lambda: MODEL_CHECKS, known_models, sample_for)
+
+
+_SEAMS: dict[str, Callable[[], _Seam]] = {"sink": _sink, "source": _source, "model": _model}
 
 
 def run_contract(seam: str, kind: str, log: Callable[[str], None] = lambda line: None) -> None:
