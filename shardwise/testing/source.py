@@ -15,13 +15,15 @@ kind, more rows of the table for a database. The checks, in
 
 ``python -m shardwise.testing source KIND`` writes its samples by what the kind claims: an SQLite table
 for a kind of the ``sqlite`` scheme, ``.parquet``, ``.jsonl`` or ``.csv`` files for a kind of those
-suffixes. A kind of another format runs the checks from its own tests, with a writer of its own.
+suffixes, a ``.png`` picture per row (its text in the file) for a kind of whole image files. A kind of
+another format runs the checks from its own tests, with a writer of its own.
 """
 
 from __future__ import annotations
 
 import csv
 import functools
+import io
 import json
 import sqlite3
 import uuid
@@ -57,10 +59,16 @@ class SourcePlace:
 
 @dataclass(frozen=True)
 class SourceSample:
-    """A kind's name and ``write(rows)``, which adds ``{key: text}`` rows at one place and gives it."""
+    """A kind's name and ``write(rows)``, which adds ``{key: text}`` rows at one place and gives it.
+
+    ``key(k)`` is the key row ``k`` is read under (itself, or a file's name for a kind of whole files);
+    ``decode(value)`` the text a value read holds (itself for a text; None where there is none).
+    """
 
     kind: str
     write: Callable[[Rows], SourcePlace]
+    key: Callable[[int], Any] = lambda k: k
+    decode: Callable[[Any], Any] = lambda value: value
 
 
 def check_deterministic_plans(sample: SourceSample, rows: int = 30, shards: int = 3) -> None:
@@ -75,8 +83,10 @@ def check_deterministic_plans(sample: SourceSample, rows: int = 30, shards: int 
         expect(same, what, "planning the same rows twice gave other shards")
         read = _read(source, plan)
         keys = [key for key, _ in read]
-        expect(sorted(keys) == sorted(texts), what, f"the plan's shards read keys {_short(keys)}")
-        expect(dict(read) == texts, what, "the values read are not the texts written")
+        wanted = {sample.key(k): text for k, text in texts.items()}
+        expect(sorted(keys) == sorted(wanted), what, f"the plan's shards read keys {_short(keys)}")
+        found = {key: sample.decode(value) for key, value in read}
+        expect(found == wanted, what, "the values read are not the texts written")
         expect(_read(source, plan) == read, what, "reading the plan twice gave other rows or another order")
         shard = max(plan.shards, key=lambda s: s.expected_rows)
         whole = list(source.read(plan, shard))
@@ -98,8 +108,10 @@ def check_only_new(sample: SourceSample) -> None:
     with place.open() as source:
         plan = source.plan()
         if not source.plans_by_objects:
-            found = sorted((row.key, row.value) for row in source.read_keys([3, 7, 999]))
-            expect(found == [(3, "text 3"), (7, "text 7")], what, f"read_keys([3, 7, 999]) gave {found}")
+            asked = [sample.key(3), sample.key(7), sample.key(999)]
+            found = sorted((row.key, sample.decode(row.value)) for row in source.read_keys(asked))
+            wanted = [(sample.key(3), "text 3"), (sample.key(7), "text 7")]
+            expect(found == wanted, what, f"read_keys({asked}) gave {found}")
             return
         seen = frozenset(plan_objects(plan))
         skipped = source.plan(new_only=NewOnly("v1", "res", seen))
@@ -109,7 +121,8 @@ def check_only_new(sample: SourceSample) -> None:
     with place.open() as source:
         fresh = source.plan(new_only=NewOnly("v1", "res", seen))
         keys = sorted(key for key, _ in _read(source, fresh))
-        expect(keys == list(range(10, 15)), what, f"after new rows came, only-new reads keys {_short(keys)}")
+        wanted = sorted(sample.key(k) for k in range(10, 15))
+        expect(keys == wanted, what, f"after new rows came, only-new reads keys {_short(keys)}")
 
 
 def check_bad_rows(sample: SourceSample) -> None:
@@ -120,15 +133,15 @@ def check_bad_rows(sample: SourceSample) -> None:
         plan = source.plan()
         read = _read(source, plan)
     keys = sorted(key for key, _ in read)
-    expect(keys == [*range(5), *bad], what, f"rows with a null, empty or blank text: keys read {keys}")
+    wanted = sorted(sample.key(k) for k in [*range(5), *bad])
+    expect(keys == wanted, what, f"rows with a null, empty or blank text: keys read {keys}")
+    written = {sample.key(k): text for k, text in bad.items()}
     for key, value in read:
-        if key in bad:
-            ok = (
-                value is None
-                or isinstance(value, Exception)
-                or (isinstance(value, str) and not value.strip())
-            )
-            expect(ok, what, f"key {key}'s text {bad[key]!r} was read as {value!r}")
+        if key in written:
+            text = value if isinstance(value, Exception) else sample.decode(value)
+            blank = isinstance(text, str) and not text.strip()
+            ok = text is None or isinstance(text, Exception) or blank
+            expect(ok, what, f"key {key}'s text {written[key]!r} was read as {value!r}")
 
 
 SOURCE_CHECKS: dict[str, Callable[[SourceSample], None]] = {
@@ -149,10 +162,14 @@ def sample_for(kind: str, folder: Path) -> SourceSample:
     for suffix, writer in _FILE_WRITERS.items():
         if suffix in found.suffixes:
             return SourceSample(kind, functools.partial(_file, kind, data, suffix, writer))
+    if ".png" in found.suffixes and found.whole_files:
+        write = functools.partial(_file_per_row, kind, data)
+        return SourceSample(kind, write, key=lambda k: f"{k}.png", decode=_png_text)
     claims = ", ".join([*(f"{s}://" for s in found.schemes), *found.suffixes])
     raise ConfigError(
-        f"source kind {kind!r} reads {claims}, and the contract writes samples as SQLite tables and "
-        ".parquet, .jsonl or .csv files only; run its checks from your tests with a SourceSample of your own"
+        f"source kind {kind!r} reads {claims}, and the contract writes samples as SQLite tables, .parquet, "
+        ".jsonl or .csv files, or folders of .png files only; run its checks from your tests with a "
+        "SourceSample of your own"
     )
 
 
@@ -170,6 +187,32 @@ def _file(
     data.mkdir(parents=True, exist_ok=True)
     writer(data / f"part-{uuid.uuid4().hex[:8]}{suffix}", rows)
     return SourcePlace(kind, str(data))
+
+
+def _file_per_row(kind: str, data: Path, rows: Rows) -> SourcePlace:
+    """A PNG picture per row, ``KEY.png``, its text in a tEXt chunk; an empty file for a null text."""
+    from PIL import Image, PngImagePlugin
+
+    data.mkdir(parents=True, exist_ok=True)
+    for key, text in rows.items():
+        if text is None:
+            (data / f"{key}.png").write_bytes(b"")
+            continue
+        info = PngImagePlugin.PngInfo()
+        info.add_text("text", text)
+        Image.new("RGB", (4 + len(text) % 7, 4), (key % 256, 0, 0)).save(data / f"{key}.png", pnginfo=info)
+    return SourcePlace(kind, str(data))
+
+
+def _png_text(value: Any) -> str | None:
+    """The text a picture of :func:`_file_per_row` holds; None for no bytes."""
+    from PIL import Image
+
+    data = getattr(value, "data", None)
+    if not data:
+        return None
+    with Image.open(io.BytesIO(data)) as picture:
+        return str(picture.info["text"])
 
 
 def _parquet(path: Path, rows: Rows) -> None:
