@@ -18,6 +18,7 @@ import io
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -144,13 +145,17 @@ MODEL_CHECKS: dict[str, Callable[[ModelSample], None]] = {
 """Every check of the model contract, by the guarantee it checks."""
 
 
-def sample_for(name: str, folder: object = None) -> ModelSample:
-    """The sample of the model ``name``: pictures for a model that declares image inputs, else texts."""
+def sample_for(name: str, folder: Path | None = None) -> ModelSample:
+    """The sample of the model ``name``, loaded (a model that cannot load is refused here, as a
+    ConfigError, before any check): pictures for a model that declares image inputs, else texts.
+    ``folder`` is unused: a model writes nothing."""
     from shardwise.model import IMAGES
     from shardwise.models import get_spec
 
     info = get_spec(name).describe()
-    return ModelSample(name, images if info.inputs == IMAGES else texts)
+    sample = ModelSample(name, images if info.inputs == IMAGES else texts)
+    sample.model()
+    return sample
 
 
 def _differs(one: Mapping[str, Any], other: Mapping[str, Any]) -> str | None:

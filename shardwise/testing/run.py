@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -67,26 +68,20 @@ def run_contract(seam: str, kind: str, log: Callable[[str], None] = lambda line:
 def main(argv: list[str]) -> int:
     """The command line: 0 when the contract holds, 1 naming the broken guarantee, 2 for a usage error."""
     if len(argv) != 2 or argv[0] not in _SEAMS:
-        print(_USAGE, file=_stderr())
+        print(_USAGE, file=sys.stderr)
         return 2
     seam, kind = argv
     installed = _SEAMS[seam]().installed()
     if kind not in installed:
-        print(f"{seam} kind {kind!r} is not installed; installed: {', '.join(installed)}", file=_stderr())
+        print(f"{seam} kind {kind!r} is not installed; installed: {', '.join(installed)}", file=sys.stderr)
         return 2
     try:
         run_contract(seam, kind, print)
     except ContractBroken as exc:
-        print(f"{seam} {kind}: {exc}", file=_stderr())
+        print(f"{seam} {kind}: {exc}", file=sys.stderr)
         return 1
     except ConfigError as exc:
-        print(f"{seam} {kind}: {exc}", file=_stderr())
+        print(f"{seam} {kind}: {exc}", file=sys.stderr)
         return 2
     print(f"{seam} {kind}: the contract holds")
     return 0
-
-
-def _stderr() -> Any:
-    import sys
-
-    return sys.stderr

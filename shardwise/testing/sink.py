@@ -393,7 +393,9 @@ def _short(values: list[Any]) -> str:
 def scratch_place(kind: str, folder: Path) -> SinkPlace:
     """A place for ``kind`` in the empty ``folder``: an SQLite file for a database kind that takes one, a
     folder for a location kind; a database kind without SQLite is refused (give it a SinkPlace)."""
-    schemes = sink_kind(kind).schemes
+    found = sink_kind(kind)
+    found.require()  # a missing package is no broken guarantee: it is refused before any check
+    schemes = found.schemes
     if not schemes:
         return SinkPlace(kind, str(folder / "results"))
     if "sqlite" in schemes:
