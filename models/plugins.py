@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import importlib
 import re
-from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from shardwise.entry_points import entry_point_names as registered_names
+from shardwise.entry_points import load_entry_points
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.model import Model, ModelInfo, ModelSpec
 from shardwise.models.plugin_checks import brief, check_info, check_loaded, check_stable, spec_problem, what
@@ -121,29 +122,24 @@ def reference_spec(reference: str) -> PluginSpec:
 
 def entry_point_names() -> list[str]:
     """Names registered under ``shardwise.models`` by installed packages, sorted; nothing is imported."""
-    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    return registered_names(ENTRY_POINT_GROUP)
 
 
 def entry_point_spec(name: str) -> PluginSpec | None:
     """The installed plug-in registered as ``name``, imported now; None when no package registers it."""
-    found = list(entry_points(group=ENTRY_POINT_GROUP, name=name))
-    if not found:
+    registered = load_entry_points(ENTRY_POINT_GROUP, "model", _no_attribute, only=name).get(name)
+    if registered is None:
         return None
-    if len({ep.value for ep in found}) > 1:
-        both = "; ".join(f"{_package(ep)}: {ep.value}" for ep in found)
-        raise ConfigError(
-            f"model {name!r} is registered by {len(found)} installed packages ({both}); uninstall one, "
-            "or choose one by its package.module:attribute"
-        )
-    ep = found[0]
-    origin = f"entry point of package {_package(ep)}: {ep.value}"
-    shown = f"model {name!r} ({origin})"
-    if not ep.attr:
-        raise ConfigError(
-            f"{shown} names a module, not an object in it; register it as {name} = {ep.module}:ATTRIBUTE"
-        )
-    found_object = _attribute(_import(ep.module, shown), ep.attr, shown)
-    return _plugin(found_object, shown, origin, expected_name=name)
+    if isinstance(registered.found, ConfigError):
+        raise registered.found
+    origin = f"entry point of package {registered.package}: {registered.where}"
+    return _plugin(registered.found, f"model {name!r} ({origin})", origin, expected_name=name)
+
+
+def _no_attribute(name: str, found: object) -> str | None:
+    if isinstance(found, ModuleType):
+        return f"names a module, not an object in it; register it as {name} = {found.__name__}:ATTRIBUTE"
+    return None
 
 
 def module_allowed(module_name: str, allowed: str | None) -> bool:
@@ -210,8 +206,3 @@ def _offer(holder: object) -> str:
         return "it has no public names"
     more = f" (and {len(public) - _SHOWN_NAMES} more)" if len(public) > _SHOWN_NAMES else ""
     return f"its public names are: {', '.join(public[:_SHOWN_NAMES])}{more}"
-
-
-def _package(ep: EntryPoint) -> str:
-    dist = ep.dist
-    return f"{dist.name} {dist.version}" if dist is not None else "(unknown)"

@@ -16,7 +16,6 @@ The families keep their own registries (:mod:`shardwise.sources.registry`,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from importlib.metadata import EntryPoint
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -26,7 +25,6 @@ from shardwise.errors import ConfigError
 __all__ = [
     "KindOptions",
     "OptionOwner",
-    "built_in_first",
     "check_unique_options",
     "flag_of",
     "flat_options",
@@ -70,13 +68,6 @@ def flag_of(option: str, options: type[KindOptions] | None = None) -> str:
     if isinstance(extra, dict) and isinstance(extra.get("flag"), str):
         return str(extra["flag"])
     return "--" + option.replace("_", "-")
-
-
-def built_in_first(point: EntryPoint) -> tuple[bool, str]:
-    """A sort key putting the entry points Shardwise registers itself (its distribution's) first, then
-    by name: a built-in kind is matched and checked before any plug-in's, whatever the names."""
-    dist = getattr(point, "dist", None)
-    return (dist is None or dist.metadata["Name"] != "shardwise", point.name)
 
 
 def check_unique_options(kind: OptionOwner, where: str, owners: dict[str, str], family: str) -> None:

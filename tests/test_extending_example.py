@@ -1,17 +1,22 @@
-"""The extending page's JSON Lines sink, taken from the page as it stands.
+"""The extending page's examples, taken from the page as they stand: its JSON Lines sink.
 
-The fast tests import the page's ``jsonl_sink.py`` and check the promise the
-page makes for it (each chunk lands once, a sealed shard takes no more, a
-kill between the seal and the shard's file is mended). The slow one copies
-the page's titled files into a package outside the repository, installs it
-beside the venv (``pip --target``, never into it, offline, with the build
-backend its ``pyproject.toml`` names), and runs the page's bash block with
-the package on ``PYTHONPATH``, where its entry point is found.
+Each example says which folder its files go in ("in a folder `NAME`") and
+ends with its own bash block, run from the folder above it. The fast tests
+register the page's ``jsonl_sink.py`` (a dist-info on ``sys.path``, as pip
+leaves one), put it through the sink contract (:mod:`shardwise.testing`)
+and check the promise the page makes for its files (each chunk lands once,
+a sealed shard takes no more, a kill between the seal and the shard's file
+is mended). The slow ones copy the example's titled files into a package
+outside the repository, install it beside the venv (``pip --target``, never
+into it, offline, with the build backend its ``pyproject.toml`` names), and
+run its bash block with the package on ``PYTHONPATH``, where its entry point
+is found: the contract passes there, and fails, naming the guarantee, for a
+copy whose commit writes a chunk twice.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import re
@@ -19,7 +24,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
@@ -33,41 +38,83 @@ from shardwise.model import OutputColumn
 from shardwise.records import ResultRow
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.base import Layout, Lineage, Sink, SinkChunk, SinkCommit
-from shardwise.sinks.registry import Destination, SinkKind
+from shardwise.sinks.registry import Destination, SinkKind, clear_cache
+from shardwise.testing import SINK_CHECKS, SinkPlace
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 PAGE = CHECKOUT / "docs" / "how-to" / "extending.md"
 _TITLED = re.compile(r'^```(\w+) title="([^"]+)"\n(.*?)^```$', re.S | re.M)
 _BASH = re.compile(r"^```bash\n(.*?)^```$", re.S | re.M)
 _PIP = re.compile(r"^pip install (\./[\w.-]+)$")
+_FOLDER = re.compile(r"in a folder `([\w.-]+)`")
 LAYOUT = Layout((OutputColumn("embedding", "vector", dim=3), OutputColumn("label", "text")), "int")
 DOCS = [(i, f"document number {i}, {'long ' * i}text") for i in range(1, 8)]
 
 
-def _titled() -> dict[str, str]:
-    """The page's code blocks titled with a file name, by that name."""
-    return {title: body for _, title, body in _TITLED.findall(PAGE.read_text())}
+def _examples() -> dict[str, str]:
+    """The page's examples, by the folder their files go in: each one's text, up to the next example's."""
+    text = PAGE.read_text()
+    starts = [(m.start(), m.group(1)) for m in _FOLDER.finditer(text)]
+    ends = [start for start, _ in starts[1:]] + [len(text)]
+    return {folder: text[start:end] for (start, folder), end in zip(starts, ends, strict=True)}
 
 
-def _last_bash() -> str:
-    blocks: list[str] = _BASH.findall(PAGE.read_text())
+def _titled(folder: str = "jsonl-sink") -> dict[str, str]:
+    """The example's code blocks titled with a file name, by that name."""
+    return {title: body for _, title, body in _TITLED.findall(_examples()[folder])}
+
+
+def _last_bash(folder: str = "jsonl-sink") -> str:
+    blocks: list[str] = _BASH.findall(_examples()[folder])
     return blocks[-1]
+
+
+def _register(site: Path, module: str, body: str) -> None:
+    """``module`` written into ``site`` with a dist-info registering its ``KIND`` as the ``jsonl`` sink."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(body)
+    info = site / f"{module}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[shardwise.sinks]\njsonl = {module}:KIND\n")
+
+
+def test_each_example_names_its_folder_and_ends_with_a_bash_block_run_from_above_it() -> None:
+    examples = _examples()
+    assert "jsonl-sink" in examples, list(examples)
+    for folder in examples:
+        assert _titled(folder), f"the example in a folder {folder!r} has titled files"
+        first, *_ = _last_bash(folder).splitlines()
+        assert first == f"pip install ./{folder}", f"its last bash block installs ./{folder}: {first!r}"
 
 
 @pytest.fixture(scope="module")
 def jsonl_sink(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
-    """The page's ``jsonl_sink.py``, imported from a copy outside the repository."""
-    path = tmp_path_factory.mktemp("module") / "jsonl_sink.py"
-    path.write_text(_titled()["jsonl_sink.py"])
-    spec = importlib.util.spec_from_file_location("jsonl_sink", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["jsonl_sink"] = module
+    """The page's ``jsonl_sink.py``, registered as the ``jsonl`` sink kind from a folder outside the
+    repository, and imported."""
+    site = tmp_path_factory.mktemp("module")
+    _register(site, "jsonl_sink", _titled()["jsonl_sink.py"])
+    sys.path.insert(0, str(site))
+    clear_cache()
     try:
-        spec.loader.exec_module(module)
-        yield module
+        yield importlib.import_module("jsonl_sink")
     finally:
-        del sys.modules["jsonl_sink"]
+        sys.path.remove(str(site))
+        sys.modules.pop("jsonl_sink", None)
+        clear_cache()
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        pytest.param(check, id=name, marks=[pytest.mark.slow] if name == "kill mid-commit" else [])
+        for name, check in SINK_CHECKS.items()
+    ],
+)
+def test_the_example_passes_the_sink_contract(
+    jsonl_sink: ModuleType, tmp_path: Path, check: Callable[[SinkPlace], Sink]
+) -> None:
+    check(SinkPlace("jsonl", str(tmp_path / "out")))
 
 
 def _sink(module: ModuleType, where: Path, layout: Layout = LAYOUT) -> Any:
@@ -230,6 +277,7 @@ def test_the_page_example_runs_out_of_the_repository(installed: tuple[Path, dict
     _, *commands = _last_bash().splitlines()  # the pip line is done: beside the venv, not in it
     script = "\n".join(commands)
     assert "shardwise run " in script and "--results-format jsonl" in script
+    assert "python -m shardwise.testing sink jsonl" in script, "the example is put through its contract"
 
     def run() -> list[dict[str, Any]]:
         proc = subprocess.run(
@@ -258,3 +306,56 @@ def test_the_page_example_runs_out_of_the_repository(installed: tuple[Path, dict
     (choices,) = re.findall(r"--results-format \{([\w,]+)\}", proc.stdout)[:1]
     assert "jsonl" in choices.split(","), choices
     assert "--jsonl-decimals" in proc.stdout
+
+
+_LANDED_ONCE = """\
+        if found is not None:
+            return found  # a retry, a resumed attempt, or a racing worker: written once already
+"""
+_CREATED_ONCE = """\
+        if _create(self._record(chunk.run_id, chunk.shard_id, chunk.number), record):
+"""
+_WRITTEN_AGAIN = """\
+        path = self._record(chunk.run_id, chunk.shard_id, chunk.number)
+        path.unlink(missing_ok=True)  # the chunk is written again, over what the first commit wrote
+        if _create(path, record):
+"""
+
+
+@pytest.mark.slow
+def test_the_contract_passes_the_installed_example_and_fails_a_copy_that_writes_a_chunk_twice(
+    installed: tuple[Path, dict[str, str]],
+) -> None:
+    root, env = installed
+    contract = [sys.executable, "-m", "shardwise.testing", "sink", "jsonl"]
+    passed = subprocess.run(contract, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert passed.stdout.splitlines()[-1] == "sink jsonl: the contract holds", passed.stdout
+
+    body = (root / "site" / "jsonl_sink.py").read_text()
+    assert _LANDED_ONCE in body and _CREATED_ONCE in body, "the page's commit is the one this copy breaks"
+    twice = body.replace(_LANDED_ONCE, "").replace(_CREATED_ONCE, _WRITTEN_AGAIN)
+    broken = root / "broken-site"
+    _register(broken, "jsonl_sink", twice)
+    failed = subprocess.run(
+        contract,
+        cwd=root,
+        env={**env, "PYTHONPATH": str(broken)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    (line,) = failed.stderr.splitlines()
+    assert line.startswith("sink jsonl: idempotent commit broken: committing chunk 3 twice wrote it twice"), (
+        line
+    )
+
+
+def test_the_contract_command_names_the_installed_kinds_for_an_unknown_one() -> None:
+    command = [sys.executable, "-m", "shardwise.testing", "sink", "nope"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "sink kind 'nope' is not installed; installed: delta, iceberg, parquet, sql"
+    usage = subprocess.run([*command[:3], "sinks"], capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 2 and "sink|source|model KIND" in usage.stderr

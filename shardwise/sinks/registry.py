@@ -31,16 +31,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from shardwise.db.connect import database_scheme
+from shardwise.entry_points import load_entry_points
 from shardwise.errors import ConfigError
 from shardwise.kind_options import (
     KindOptions,
-    built_in_first,
     check_unique_options,
     flag_of,
     grouped_options,
@@ -59,6 +58,7 @@ __all__ = [
     "Destination",
     "SinkKind",
     "SinkOptions",
+    "clear_cache",
     "flag_of",
     "given_options",
     "is_location",
@@ -144,40 +144,21 @@ def _loaded() -> dict[str, SinkKind | ConfigError]:
     """Every registered kind by name, built-in ones first, each loaded and checked, or why it cannot be."""
     kinds: dict[str, SinkKind | ConfigError] = {}
     owners: dict[str, str] = {}
-    points = entry_points(group=ENTRY_POINT_GROUP)
-    for point in sorted(points, key=built_in_first):
-        if point.name in kinds:
-            continue  # the same distribution seen twice on sys.path
-        kind = _load(point)
+    for name, registered in load_entry_points(ENTRY_POINT_GROUP, "sink kind", _not_a_kind).items():
+        kind = registered.found
         if not isinstance(kind, ConfigError):
             try:
-                check_unique_options(kind, point.value, owners, "sink")
+                check_unique_options(kind, registered.where, owners, "sink")
             except ConfigError as exc:
                 kind = exc
-        kinds[point.name] = kind
+        kinds[name] = kind
     return kinds
 
 
-def _load(point: EntryPoint) -> SinkKind | ConfigError:
-    """The kind ``point`` names, or why it is not one: whatever its module raises stays in its line."""
-    try:
-        kind = point.load()
-    except ModuleNotFoundError as exc:
-        return ConfigError(
-            f"sink kind {point.name!r} ({point.value}) needs package {exc.name!r}, which is not installed; "
-            "install it, or uninstall the package that registers the kind"
-        )
-    except Exception as exc:
-        return ConfigError(
-            f"sink kind {point.name!r} ({point.value}) cannot be loaded: {type(exc).__name__}: {exc}; fix "
-            "or uninstall the package that registers it"
-        )
-    if not isinstance(kind, SinkKind) or kind.name != point.name:
-        return ConfigError(
-            f"sink kind {point.name!r} ({point.value}) is not a SinkKind named {point.name!r}; see "
-            "docs/how-to/extending.md"
-        )
-    return kind
+def _not_a_kind(name: str, found: Any) -> str | None:
+    if isinstance(found, SinkKind) and found.name == name:
+        return None
+    return f"is not a SinkKind named {name!r}; see docs/how-to/extending.md"
 
 
 @functools.cache
@@ -186,6 +167,12 @@ def results_options_model() -> type[BaseModel]:
     flow's ``results.options`` parameter, which the Prefect form shows as a section per kind."""
     doc = "Options of the sink kinds, a section each; only the section of the results' kind applies."
     return sections_model("ResultsOptions", doc, sink_kinds().values())
+
+
+def clear_cache() -> None:
+    """Forget the loaded kinds, so that packages installed since are seen (tests, a long-lived process)."""
+    _loaded.cache_clear()
+    results_options_model.cache_clear()
 
 
 def sink_kind(name: str) -> SinkKind:

@@ -33,17 +33,16 @@ import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from shardwise.db.connect import database_scheme
 from shardwise.db.errors import safe_url
+from shardwise.entry_points import entry_point_names, load_entry_points
 from shardwise.errors import ConfigError, SourceError
 from shardwise.kind_options import (
     KindOptions,
-    built_in_first,
     check_unique_options,
     flag_of,
     grouped_options,
@@ -134,7 +133,7 @@ class SourceKind(Protocol):
 
 def kind_names() -> list[str]:
     """Names registered under ``shardwise.sources`` by installed packages, sorted; nothing is imported."""
-    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    return entry_point_names(ENTRY_POINT_GROUP)
 
 
 @functools.cache
@@ -142,18 +141,16 @@ def load_kinds() -> dict[str, SourceKind | ConfigError]:
     """Every registered kind by name, imported (cached), Shardwise's own first and then the plug-ins' by
     name; a kind that cannot be loaded, or that declares an option another kind declares (one
     ``--flag`` each), maps to why."""
-    found: dict[str, list[EntryPoint]] = {}
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=built_in_first):
-        found.setdefault(ep.name, []).append(ep)
-    loaded = {name: _load(name, eps) for name, eps in found.items()}  # built-ins first
+    loaded: dict[str, SourceKind | ConfigError] = {}
     owners: dict[str, str] = {}
-    for name, kind in loaded.items():
-        if isinstance(kind, ConfigError):
-            continue
-        try:
-            check_unique_options(kind, found[name][0].value, owners, "source")
-        except ConfigError as exc:
-            loaded[name] = exc
+    for name, registered in load_entry_points(ENTRY_POINT_GROUP, "source kind", _not_a_kind).items():
+        kind = registered.found
+        if not isinstance(kind, ConfigError):
+            try:
+                check_unique_options(kind, registered.where, owners, "source")
+            except ConfigError as exc:
+                kind = exc
+        loaded[name] = kind
     return loaded
 
 
@@ -345,20 +342,10 @@ def _missing_package(kind: SourceKind, exc: ModuleNotFoundError) -> str:
     return f"source kind {kind.name!r} needs package {exc.name!r}, which is not installed; {fix}"
 
 
-def _load(name: str, eps: list[EntryPoint]) -> SourceKind | ConfigError:
-    if len({ep.value for ep in eps}) > 1:
-        both = "; ".join(ep.value for ep in eps)
-        return ConfigError(f"source kind {name!r} is registered {len(eps)} times ({both}); uninstall one")
-    ep = eps[0]
-    try:
-        kind = ep.load()
-    except ModuleNotFoundError as exc:
-        return ConfigError(f"source kind {name!r} ({ep.value}) needs package {exc.name!r}; install it")
-    except Exception as exc:
-        return ConfigError(f"source kind {name!r} ({ep.value}) cannot be loaded: {type(exc).__name__}: {exc}")
-    if callable(kind) or not isinstance(kind, SourceKind) or kind.name != name:
-        return ConfigError(
-            f"source kind {name!r} ({ep.value}) must be a SourceKind object named {name!r} (name, extra, "
-            "schemes, suffixes, whole_files, options, open), not a class or function; fix the entry point"
-        )
-    return kind
+def _not_a_kind(name: str, found: Any) -> str | None:
+    if not callable(found) and isinstance(found, SourceKind) and found.name == name:
+        return None
+    return (
+        f"must be a SourceKind object named {name!r} (name, extra, schemes, suffixes, whole_files, "
+        "options, open), not a class or function; fix the entry point"
+    )

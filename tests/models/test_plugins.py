@@ -377,7 +377,7 @@ def test_built_in_names_win_and_a_broken_plugin_fails_only_when_chosen() -> None
     with pytest.raises(ConfigError) as info:
         get_spec("broken")
     assert str(info.value).startswith(
-        "model 'broken' (entry point of package myplug 0.1: gone_models:spec): no module named 'gone_models'"
+        "model 'broken' (gone_models:spec) needs package 'gone_models', which is not installed; install it"
     )
     with pytest.raises(ConfigError, match="gives a spec named 'myplug'; name the entry point 'myplug', or"):
         get_spec("misnamed")

@@ -1,4 +1,4 @@
-"""Fixtures of the lake sink tests: a lake location in a temporary directory or on moto's S3.
+"""Fixtures of the sink tests: a lake location in a temporary directory or on moto's S3.
 
 moto runs in a process of its own (``python -m moto.server``): delta-rs hangs
 against a moto server running in the test process itself. Under CI
@@ -25,6 +25,12 @@ def location(request: pytest.FixtureRequest, tmp_path, monkeypatch: pytest.Monke
     """A lake location: a local directory, or s3://<new bucket>/lake on moto via the standard AWS settings."""
     if request.param == "local":
         return str(tmp_path / "lake")
+    return request.getfixturevalue("s3_lake")
+
+
+@pytest.fixture
+def s3_lake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """s3://<new bucket>/lake on moto, its settings in the environment (a child process inherits them)."""
     url = request.getfixturevalue("moto_url")
     monkeypatch.setenv("AWS_ENDPOINT_URL", url)
     for name, value in _KEYS.items():

@@ -1,7 +1,4 @@
-"""Writers the lake sink tests start as processes of their own.
-
-``python lake_child.py delta|parquet LOCATION TABLE CHUNKS``: commits chunks
-0..N-1 of shard 0, printing each one (the kill -9 tests kill it).
+"""A writer the Delta sink tests start as a process of its own.
 
 ``python lake_child.py race LOCATION TABLE RUN_ID GATE``: one run's commit
 of chunk 0 of shard 0 (keys 0..49) to a Delta table, held at a gate: once
@@ -22,10 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lake_rows import LAYOUT, chunk
-
 from shardwise.sinks.delta.sink import DeltaSink
-from shardwise.sinks.parquet.sink import ParquetSink
+from shardwise.testing.rows import LAYOUT, chunk
 
 
 def held_at(gate: Path, name: str, read: Any) -> Any:
@@ -51,16 +46,8 @@ def race(location: str, table: str, run_id: str, gate: Path) -> None:
 
 
 def main() -> None:
-    if sys.argv[1] == "race":
-        race(sys.argv[2], sys.argv[3], sys.argv[4], Path(sys.argv[5]))
-        return
-    kind, location, table, chunks = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    sink = (DeltaSink if kind == "delta" else ParquetSink)(location, table, LAYOUT)
-    sink.ensure()
-    print("ready", flush=True)
-    for number in range(chunks):
-        sink.commit(chunk(number))
-        print("committed", number, flush=True)
+    assert sys.argv[1] == "race", sys.argv
+    race(sys.argv[2], sys.argv[3], sys.argv[4], Path(sys.argv[5]))
 
 
 if __name__ == "__main__":

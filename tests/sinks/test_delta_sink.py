@@ -7,63 +7,25 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
-from lake_contract import (
-    HERE,
-    check_commit_once,
-    check_committed_inputs,
-    check_killed_writer,
-    check_layout_refused,
-    check_racing_same_chunk,
-    check_sealed_shard,
-    check_shards_concurrently,
-    check_stale_commit_meets_the_seal,
-)
-from lake_rows import LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
 
 from shardwise.errors import ConfigError, TransientError
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.base import SinkChunk
 from shardwise.sinks.delta.sink import DeltaSink, _boundary
+from shardwise.testing.rows import LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
+from shardwise.testing.sink import SinkPlace, stale_commit_meets_the_seal
 
-
-def test_an_existing_table_of_another_layout_is_refused(location: str) -> None:
-    check_layout_refused(DeltaSink, location)
-
-
-def test_a_chunk_commits_once_and_answers_already_with_its_stored_record(location: str) -> None:
-    sink = check_commit_once(DeltaSink, location)
-    assert sink.target == f"delta:{location}/res"
-    assert "testing" not in sink.target
-
-
-def test_a_sealed_shard_takes_no_more_chunks(location: str) -> None:
-    check_sealed_shard(DeltaSink, location)
+HERE = Path(__file__).resolve().parent
 
 
 def test_a_stale_commit_in_flight_when_the_shard_is_sealed_writes_nothing(location: str) -> None:
-    check_stale_commit_meets_the_seal(DeltaSink, location, "_existing")
-
-
-def test_racing_writers_of_one_chunk_land_it_once(location: str) -> None:
-    check_racing_same_chunk(DeltaSink, location)
-
-
-def test_shards_committing_concurrently_all_land(location: str) -> None:
-    check_shards_concurrently(DeltaSink, location)
-
-
-def test_committed_inputs_name_each_stored_key_of_a_version(location: str) -> None:
-    check_committed_inputs(DeltaSink, location)
-
-
-@pytest.mark.slow
-def test_a_writer_killed_mid_run_leaves_each_chunk_once_after_recommitting(location: str) -> None:
-    check_killed_writer(DeltaSink, "delta", location)
+    stale_commit_meets_the_seal(SinkPlace("delta", location), "_existing")
 
 
 def test_the_merge_rule_keeps_same_inputs_replaces_changed_ones_and_adds_versions(location: str) -> None:
@@ -151,12 +113,11 @@ def test_the_log_is_checkpointed_as_chunks_commit(tmp_path) -> None:
 
 
 def test_a_chunk_of_8192_wide_vectors_converts_fast() -> None:
-    from lake_rows import lineage as make_lineage
-
     from shardwise.model import OutputColumn
     from shardwise.records import ResultRow
     from shardwise.sinks.base import Layout
     from shardwise.sinks.lake import arrow_schema, rows_table
+    from shardwise.testing.rows import lineage as make_lineage
 
     layout = Layout((OutputColumn("embedding", "vector", dim=384),), "int")
     vectors = np.random.default_rng(0).standard_normal((8192, 384)).astype(np.float32)

@@ -9,16 +9,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from lake_contract import (
-    check_commit_once,
-    check_committed_inputs,
-    check_layout_refused,
-    check_racing_same_chunk,
-    check_sealed_shard,
-    check_shards_concurrently,
-    check_stale_commit_meets_the_seal,
-)
-from lake_rows import LAYOUT, OTHER_LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
 from pyiceberg.catalog.sql import SqlCatalog
 from spec_builder import flat_spec
 
@@ -30,6 +20,8 @@ from shardwise.sinks.iceberg import DEFAULT_CATALOG_FILE, KIND, IcebergOptions
 from shardwise.sinks.iceberg.sink import IcebergSink
 from shardwise.sinks.registry import Destination, flag_of, sink_kind
 from shardwise.sources.base import KeyType
+from shardwise.testing.rows import LAYOUT, OTHER_LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
+from shardwise.testing.sink import SinkPlace, stale_commit_meets_the_seal
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -53,34 +45,11 @@ def _sink(location: str, table: str, layout: Any, *, catalog: str | None, **kwar
     return IcebergSink(location, table, layout, catalog=catalog, **kwargs)
 
 
-def test_an_existing_table_of_another_layout_is_refused(make: Any, location: str) -> None:
-    check_layout_refused(make, location)
-
-
-def test_a_chunk_commits_once_and_answers_already_with_its_stored_record(make: Any, location: str) -> None:
-    sink = check_commit_once(make, location)
-    assert sink.target == f"iceberg:{location}/res"
-    assert sink.stored_key_type() == "int"
-
-
-def test_a_sealed_shard_takes_no_more_chunks(make: Any, location: str) -> None:
-    check_sealed_shard(make, location)
-
-
-def test_a_stale_commit_in_flight_when_the_shard_is_sealed_writes_nothing(make: Any, location: str) -> None:
-    check_stale_commit_meets_the_seal(make, location, "_existing")
-
-
-def test_racing_writers_of_one_chunk_land_it_once(make: Any, location: str) -> None:
-    check_racing_same_chunk(make, location)
-
-
-def test_shards_committing_concurrently_all_land(make: Any, location: str) -> None:
-    check_shards_concurrently(make, location)
-
-
-def test_committed_inputs_name_each_stored_key_of_a_version(make: Any, location: str) -> None:
-    check_committed_inputs(make, location)
+def test_a_stale_commit_in_flight_when_the_shard_is_sealed_writes_nothing(
+    catalog: str | None, location: str
+) -> None:
+    options = {} if catalog is None else {"iceberg_catalog": catalog}
+    stale_commit_meets_the_seal(SinkPlace("iceberg", location, options), "_existing")
 
 
 def test_the_merge_rule_keeps_same_inputs_replaces_changed_ones_and_adds_versions(

@@ -16,13 +16,13 @@ from typing import Any
 
 import boto3
 import pytest
-from lake_rows import LAYOUT, ROWS_PER_CHUNK, chunk
 from proxy_child import Proxy
 
 from shardwise.errors import ConfigError
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.delta.sink import DeltaSink, delta_text
 from shardwise.sinks.parquet.sink import ParquetSink
+from shardwise.testing.rows import LAYOUT, ROWS_PER_CHUNK, chunk
 
 pytestmark = pytest.mark.s3
 

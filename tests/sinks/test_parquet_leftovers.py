@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import pytest
 from flow_data import make_docs
-from lake_rows import LAYOUT, chunk
 from spec_builder import flat_fields, flat_spec
 
 from shardwise.models import get_spec
@@ -30,6 +29,7 @@ from shardwise.sinks.base import Layout
 from shardwise.sinks.lake_files import temp_name, temp_target
 from shardwise.sinks.parquet.leftovers import ORPHAN_AGE_S
 from shardwise.sinks.parquet.sink import ParquetSink
+from shardwise.testing.rows import LAYOUT, chunk
 
 HERE = Path(__file__).parent
 ROWS, CHUNK = 300, 50

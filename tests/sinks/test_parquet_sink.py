@@ -6,53 +6,34 @@ import re
 
 import pyarrow.parquet as pq
 import pytest
-from lake_contract import (
-    check_commit_once,
-    check_committed_inputs,
-    check_killed_writer,
-    check_layout_refused,
-    check_racing_same_chunk,
-    check_sealed_shard,
-    check_shards_concurrently,
-    check_stale_commit_meets_the_seal,
-)
-from lake_rows import LAYOUT, ROWS_PER_CHUNK, chunk
 
 from shardwise.errors import ConfigError
 from shardwise.sinks.lake import arrow_schema, rows_table
 from shardwise.sinks.parquet.sink import ParquetSink
+from shardwise.testing.rows import LAYOUT, ROWS_PER_CHUNK, chunk
+from shardwise.testing.sink import (
+    SinkPlace,
+    check_committed_inputs,
+    check_kill_mid_commit,
+    stale_commit_meets_the_seal,
+)
 
 
-def test_an_existing_table_of_another_layout_is_refused(location: str) -> None:
-    check_layout_refused(ParquetSink, location)
-
-
-def test_a_chunk_commits_once_and_answers_already_with_its_stored_record(location: str) -> None:
-    sink = check_commit_once(ParquetSink, location)
-    assert sink.target == f"parquet:{location}/res"
+def test_a_chunk_commits_as_a_manifest_entry_naming_its_data_file(location: str) -> None:
+    sink = ParquetSink(location, "res", LAYOUT)
+    sink.ensure()
+    sink.commit(chunk(0))
     (listed,) = sink.manifest_files()
     assert re.fullmatch(r"data/run-a-s00000-c00000-[0-9a-f]{12}\.parquet", listed), listed
 
 
-def test_a_sealed_shard_takes_no_more_chunks(location: str) -> None:
-    check_sealed_shard(ParquetSink, location)
-
-
 def test_a_stale_commit_in_flight_when_the_shard_is_sealed_writes_nothing(location: str) -> None:
-    sink = check_stale_commit_meets_the_seal(ParquetSink, location, "_committed")
+    sink = stale_commit_meets_the_seal(SinkPlace("parquet", location), "_committed")
     assert sink._store().names("data") == sink.manifest_files()  # the stale writer deleted its own file
 
 
-def test_racing_writers_of_one_chunk_land_it_once(location: str) -> None:
-    check_racing_same_chunk(ParquetSink, location)
-
-
-def test_shards_committing_concurrently_all_land(location: str) -> None:
-    check_shards_concurrently(ParquetSink, location)
-
-
 def test_committed_inputs_take_the_latest_scoring_of_each_key(location: str) -> None:
-    sink = check_committed_inputs(ParquetSink, location)
+    sink = check_committed_inputs(SinkPlace("parquet", location))
     rescored = sink.commit(chunk(0, run_id="run-b", keys=range(25, 75), fingerprint="fp2"))
     assert (rescored.inserted, rescored.updated, rescored.unchanged) == (50, 0, 0)
     inputs = dict(sink.committed_inputs("v1"))
@@ -64,7 +45,7 @@ def test_committed_inputs_take_the_latest_scoring_of_each_key(location: str) -> 
 
 @pytest.mark.slow
 def test_a_writer_killed_mid_run_leaves_each_chunk_once_after_recommitting(location: str) -> None:
-    sink = check_killed_writer(ParquetSink, "parquet", location)
+    sink = check_kill_mid_commit(SinkPlace("parquet", location))
     listed = sink.manifest_files()
     assert [name[: len("data/run-a-s00000-c00000")] for name in listed] == [
         f"data/run-a-s00000-c{n:05d}" for n in range(12)

@@ -144,16 +144,6 @@ def test_null_keys_are_counted_not_read(any_url: str) -> None:
     assert rows == [(1, "a"), (2, None)]  # a NULL text still flows to the engine
 
 
-def test_plan_is_deterministic_and_round_trips(any_url: str) -> None:
-    with writer(any_url) as eng:
-        create_docs(eng, [(k * k, str(k)) for k in range(200)])
-    with SqlSource(any_url, "docs", "id", "text") as a, SqlSource(any_url, "docs", "id", "text") as b:
-        first, second = a.plan(shards=6), b.plan(shards=6)
-        assert first.shards == second.shards and first.params == second.params
-        stored = SourcePlan.from_json(first.to_json())
-        assert read_all(a, stored) == read_all(a, first)
-
-
 def test_planning_is_a_count_then_one_boundary_query(any_url: str) -> None:
     """Planning sends a fixed number of aggregate queries, however many rows or shards."""
     with writer(any_url) as eng:

@@ -1,4 +1,8 @@
-"""Rows, chunks and layouts for the lake sink tests (and their kill -9 child process)."""
+"""The rows, chunks and layouts the sink contract commits (:mod:`shardwise.testing.sink`).
+
+Every output kind is there (a float32 vector whose values float32 cannot round, a float, a count, text
+and JSON with a non-ASCII key), so a sink that loses a value in storage is caught reading it back.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from shardwise.model import OutputColumn
 from shardwise.records import ResultRow
 from shardwise.sinks import Lineage
 from shardwise.sinks.base import Layout, SinkChunk
+
+__all__ = ["LAYOUT", "OTHER_LAYOUT", "ROWS_PER_CHUNK", "chunk", "lineage", "row", "vector"]
 
 DIM = 8
 LAYOUT = Layout(
