@@ -63,33 +63,14 @@ _KIND_SECTIONS = frozenset({"source.options", "results.options"})
 """Sections of the kinds' own options, a section per kind: each kind's options form a ``--help`` group of
 their own (:func:`add_kind_options`), so a section that holds one is not spread into its group."""
 _FLAGS = {
-    "source.location": "--source",
     "model.name": "--model",
-    "results.location": "--results",
-    "results.table": "--results-table",
-    "results.format": "--results-format",
-    "run.redrive": "--run",
-    "run.retry_deadline_s": "--retry-deadline",
-    "source.image_roots": "--image-root",  # repeated, one folder each
-    "source.image_buckets": "--image-bucket",
     "model.generation.engine_options": "--engine-option",  # repeated, one NAME=VALUE each
     "model.endpoint.timeout": "--endpoint-timeout",
     "model.endpoint.batch_poll_s": "--batch-poll-interval",
 }
-"""Fields whose option is not ``--`` and the field's own name (``text_column`` is ``--text-column``)."""
+"""The model section's fields whose option is not ``--`` and the field's own name; every other field's
+flag lives on the field (:class:`~shardwise.flags.Flag`)."""
 _METAVARS = {
-    "source.location": "URL|PATH|env:NAME",
-    "results.location": "URL|DIR|s3://...|env:NAME",
-    "ledger": "URL|env:NAME",
-    "source.table": "TABLE",
-    "source.key": "COLUMN",
-    "source.text_column": "COLUMN",
-    "source.text_pair_column": "COLUMN",
-    "source.image_column": "COLUMN",
-    "source.image_roots": "DIR",
-    "source.image_buckets": "BUCKET",
-    "source.image_max_bytes": "BYTES",
-    "source.options.sql.where": "SQL",
     "model.name": "NAME|DIR|MODULE:ATTR",
     "model.generation.prompt": "TEMPLATE",
     "model.generation.system": "TEXT",
@@ -107,39 +88,24 @@ _METAVARS = {
     "model.endpoint.timeout": "SECONDS",
     "model.endpoint.batch_poll_s": "SECONDS",
     "model.endpoint.tokenizer": "DIR",
-    "results.table": "TABLE",
-    "run.shards": "N",
-    "run.rows_per_shard": "N",
-    "run.min_agreement": "COSINE",
-    "run.max_tokens": "N",
-    "run.device_price_per_hour": "USD",
-    "run.budget_usd": "USD",
-    "run.budget_tokens": "N",
-    "fanout.workers": "N",
-    "fanout.threads": "N",
-    "fanout.deployment": "FLOW/NAME",
-    "run.resume": "RUN_ID",
-    "run.redrive": "RUN_ID",
-    "run.lease_s": "SECONDS",
-    "source.options.sql.query_timeout_s": "SECONDS",
-    "run.retry_deadline_s": "SECONDS",
-    "run.retry_attempts": "N",
 }
+"""The model section's metavars (its fields are another section's owner's to move onto the fields)."""
 
 
 def flag_for(path: str) -> str:
     """The command-line option of a :class:`ScoreParams` field, by its dotted path: ``source.text_column``
     is ``--text-column``, ``source.location`` is ``--source``; a kind's option (``source.options.sql.where``)
     has the flag its kind gives it (:func:`~shardwise.kind_options.flag_of`)."""
+    from shardwise.flags import flag_name
     from shardwise.kind_options import KindOptions, flag_of
 
     if path in _FLAGS:
         return _FLAGS[path]
     section, _, option = path.rpartition(".")
-    owner = _model_at(section) if section.startswith(tuple(_KIND_SECTIONS)) else None
+    owner = _model_at(section)
     if isinstance(owner, type) and issubclass(owner, KindOptions):
         return flag_of(option, owner)
-    return "--" + option.replace("_", "-")
+    return flag_name(option, owner.model_fields[option])
 
 
 def _model_at(path: str) -> Any:
@@ -147,7 +113,7 @@ def _model_at(path: str) -> Any:
     from shardwise.flows.params import ScoreParams
 
     model: Any = ScoreParams
-    for part in path.split("."):
+    for part in path.split(".") if path else ():
         model = model.model_fields[part].annotation
     return model
 
@@ -270,13 +236,13 @@ def _typed(name: str, info: Any) -> dict[str, Any]:
         options["action"] = "store_true"
         return options
     if any(get_origin(k) is list for k in kinds):
-        options.update(action="append", metavar=_metavar(name))  # one per use
+        options.update(action="append", metavar=_metavar(name, info))  # one per use
         return options
     literals = [a for k in kinds if get_origin(k) is Literal for a in get_args(k)]
     if literals:
         options["choices"] = literals
     else:
-        options["metavar"] = _metavar(name)
+        options["metavar"] = _metavar(name, info)
     number = int if int in kinds else float if float in kinds else None
     if number is not None:
         options["type"] = _number(number)
@@ -286,8 +252,10 @@ def _typed(name: str, info: Any) -> dict[str, Any]:
     return options
 
 
-def _metavar(path: str) -> str:
-    return _METAVARS.get(path, path.rsplit(".", 1)[-1].upper())
+def _metavar(path: str, info: Any) -> str:
+    from shardwise.flags import metavar
+
+    return _METAVARS.get(path) or metavar(path.rsplit(".", 1)[-1], info)
 
 
 def _kinds(annotation: Any) -> set[Any]:

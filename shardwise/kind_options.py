@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from shardwise.errors import ConfigError
+from shardwise.flags import flag_name
 
 __all__ = [
     "KindOptions",
@@ -64,12 +65,8 @@ class OptionOwner(Protocol):
 
 def flag_of(option: str, options: type[KindOptions] | None = None) -> str:
     """The command-line flag of an option: ``index_metric`` is ``--index-metric``, unless its field in
-    ``options`` names another (``Field(json_schema_extra={"flag": "--query-timeout"})``)."""
-    info = None if options is None else options.model_fields.get(option)
-    extra = info.json_schema_extra if info is not None else None
-    if isinstance(extra, dict) and isinstance(extra.get("flag"), str):
-        return str(extra["flag"])
-    return "--" + option.replace("_", "-")
+    ``options`` names another (``Annotated[float, Flag("--query-timeout")]``, see :mod:`shardwise.flags`)."""
+    return flag_name(option, None if options is None else options.model_fields.get(option))
 
 
 def built_in_first(point: EntryPoint) -> tuple[bool, str]:

@@ -17,7 +17,7 @@ _SOURCE_KINDS = {
     o for section in source_options_model().model_fields.values() for o in section.annotation.model_fields
 }
 """The source kinds' own options (``where``, ``query_timeout_s``): flat names too, kept in ``options``."""
-_RUN = {f.name for f in dataclasses.fields(RunSettings)}
+_RUN = set(RunSettings.model_fields) | {"retry"}
 _RESULTS = {"results_table": "table", "results_format": "format", "results_options": "options"}
 
 
@@ -35,10 +35,12 @@ def flat_spec(**fields: Any) -> RunSpec:
         generation=fields.pop("generation", None),
     )
     run = {k: fields.pop(k) for k in list(fields) if k in _RUN}
-    ledger = fields.pop("ledger", None)
+    ledger, chunk_rows = fields.pop("ledger", None), fields.pop("chunk_rows", None)
     if fields:
         raise TypeError(f"no RunSpec field named {sorted(fields)}")
-    return RunSpec(SourceSpec(**source), ResultsSpec(**results), model, ledger, RunSettings(**run))
+    return RunSpec(
+        SourceSpec(**source), ResultsSpec(**results), model, ledger, RunSettings(**run), chunk_rows
+    )
 
 
 def flat_fields(spec: RunSpec) -> dict[str, Any]:
@@ -46,7 +48,7 @@ def flat_fields(spec: RunSpec) -> dict[str, Any]:
     fields: dict[str, Any] = {"source": spec.source.location, "results": spec.results.location}
     fields |= {k: getattr(spec.source, k) for k in _SOURCE} | spec.source.kind_options()
     fields |= {k: getattr(spec.results, v) for k, v in _RESULTS.items()}
-    fields |= {k: getattr(spec.run, k) for k in _RUN}
+    fields |= {k: getattr(spec.run, k) for k in _RUN} | {"chunk_rows": spec.chunk_rows}
     return fields | {"model": spec.model.name, "generation": spec.model.generation, "ledger": spec.ledger}
 
 

@@ -266,8 +266,8 @@ def chunk_rows(spec: RunSpec, found: ModelSpec) -> int:
     """The rows a chunk of ``spec``'s run holds: the spec's (a budgeted run's, as its plan recorded it),
     else the model's default: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`), and an image
     model holds fewer rows at once (:data:`IMAGE_CHUNK_ROWS`, a spec's ``images = True``)."""
-    if spec.run.chunk_rows is not None:
-        return spec.run.chunk_rows
+    if spec.chunk_rows is not None:
+        return spec.chunk_rows
     if isinstance(found, Generative):
         return GENERATION_CHUNK_ROWS
     return IMAGE_CHUNK_ROWS if getattr(found, "images", False) else DEFAULT_CHUNK_ROWS
