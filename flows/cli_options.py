@@ -95,17 +95,25 @@ _METAVARS = {
 def flag_for(path: str) -> str:
     """The command-line option of a :class:`ScoreParams` field, by its dotted path: ``source.text_column``
     is ``--text-column``, ``source.location`` is ``--source``; a kind's option (``source.options.sql.where``)
-    has the flag its kind gives it (:func:`~shardwise.kind_options.flag_of`)."""
+    has its plain flag, or ``--KIND-OPTION`` where two installed kinds share it
+    (:func:`~shardwise.kind_options.option_flags`)."""
     from shardwise.flags import flag_name
-    from shardwise.kind_options import KindOptions, flag_of
 
     if path in _FLAGS:
         return _FLAGS[path]
+    parts = path.split(".")
+    if ".".join(parts[:2]) in _KIND_SECTIONS and len(parts) == 4:  # source.options.KIND.OPTION
+        return _kind_flags(parts[0])[(parts[2], parts[3])]
     section, _, option = path.rpartition(".")
-    owner = _model_at(section)
-    if isinstance(owner, type) and issubclass(owner, KindOptions):
-        return flag_of(option, owner)
-    return flag_name(option, owner.model_fields[option])
+    return flag_name(option, _model_at(section).model_fields[option])
+
+
+def _kind_flags(family: str) -> dict[tuple[str, str], str]:
+    """``{(kind, option): flag}`` of the installed source kinds (``family`` ``source``) or sink kinds."""
+    from shardwise.sinks.registry import sink_option_flags
+    from shardwise.sources.registry import source_option_flags
+
+    return source_option_flags() if family == "source" else sink_option_flags()
 
 
 def _model_at(path: str) -> Any:
@@ -205,8 +213,8 @@ def add_kind_options(
 ) -> None:
     """The options of each installed kind in the ``path`` section (``source.options``,
     ``results.options``), a ``--help`` group per kind titled ``heading(kind name)`` (one flag per
-    option: their names are unique across kinds, see :mod:`shardwise.kind_options`). Each option's dest
-    is ``PATH.KIND.OPTION``, which :func:`score_params` nests as the flow's parameter."""
+    option, ``--KIND-OPTION`` where two kinds declare it, see :mod:`shardwise.kind_options`). Each
+    option's dest is ``PATH.KIND.OPTION``, which :func:`score_params` nests as the flow's parameter."""
     for name in _model_at(path).model_fields:
         title, text = heading(name)
         add_param_options(parser.add_argument_group(title, text), [f"{path}.{name}"])

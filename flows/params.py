@@ -19,7 +19,7 @@ from shardwise.errors import ConfigError
 from shardwise.flags import Flag
 from shardwise.flows.image_access import declared_access
 from shardwise.flows.prices import check_priced, device_price_per_hour
-from shardwise.kind_options import flat_options
+from shardwise.kind_options import given_sections
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
 from shardwise.models.endpoints import EMBED_PREFIX, is_endpoint_name
@@ -483,13 +483,13 @@ class ScoreParams(_Section):
                 text_pair_column=source.text_pair_column,
                 image_column=source.image_column,
                 image_access=self.image_access(),
-                options=tuple(sorted(flat_options(source.options).items())),
+                options=given_sections(source.options),
             ),
             results=ResultsSpec(
                 location=results.location or source.location,
                 table=results.table,
                 format=results.format,
-                options=tuple(sorted(flat_options(results.options).items())),
+                options=given_sections(results.options),
             ),
             model=self.model.choice(),
             ledger=self.ledger,

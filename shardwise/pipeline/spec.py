@@ -29,7 +29,7 @@ from pydantic import (
 from shardwise.cost.budget import check_budget, check_counts_tokens, check_token_budget
 from shardwise.errors import ConfigError
 from shardwise.flags import Flag
-from shardwise.kind_options import option_pairs
+from shardwise.kind_options import KindOptions, KindSections
 from shardwise.model import ModelInfo
 from shardwise.model.counts import count_columns
 from shardwise.model.generation import GenerationSettings, placeholders
@@ -38,9 +38,9 @@ from shardwise.precision import Requested
 from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
-from shardwise.sinks.registry import given_options, sink_kind
+from shardwise.sinks.registry import sink_kind, sink_sections
 from shardwise.sources.images.access import ImageAccess
-from shardwise.sources.registry import given_source_options
+from shardwise.sources.registry import source_sections
 from shardwise.sources.sizing import Sizing
 
 __all__ = [
@@ -98,17 +98,17 @@ class SourceSpec:
     local paths must lie under, the buckets besides an S3 source's own, the byte cap. Plain data the
     flow layer builds from the options and its environment; an execution limit, not part of the plan,
     so a resume reads with the access it is given (see :mod:`shardwise.sources.images.access`)."""
-    options: tuple[tuple[str, Any], ...] = ()
-    """The source kinds' own options given, by name, as pairs sorted by name (a mapping is taken too):
-    a SQL source's ``where`` and ``query_timeout_s``
-    (:class:`~shardwise.sources.sql.options.SqlSourceOptions`). Each is owned by one kind; one of
-    another kind than the source's is refused where the source is opened
-    (:func:`~shardwise.sources.registry.open_kind`). A query timeout is an execution limit, not part of
-    the plan's cut: workers read with the value of the run they serve, so a resume may raise it."""
+    options: KindSections = ()
+    """The source kinds' own options given, each kind's its own typed value, as ``(kind, options)`` pairs
+    sorted by kind (a mapping ``{"sql": {"where": "id > 3"}}`` is taken too, and checked by each kind's
+    model): a SQL source's ``where`` and ``query_timeout_s``
+    (:class:`~shardwise.sources.sql.options.SqlSourceOptions`). A section of another kind than the
+    source's is refused where the source is opened (:func:`~shardwise.sources.registry.open_kind`). A
+    query timeout is an execution limit, not part of the plan's cut: workers read with the value of the
+    run they serve, so a resume may raise it."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "options", option_pairs(self.options, "source"))
-        given_source_options(self.kind_options())  # each option some kind's, its value valid there
+        object.__setattr__(self, "options", source_sections(self.options))
         if self.text_pair_column is not None and self.text_pair_column in (self.text_column, self.key):
             role = "key" if self.text_pair_column == self.key else "text column"
             raise ConfigError(
@@ -117,8 +117,8 @@ class SourceSpec:
             )
         self._check_image()
 
-    def kind_options(self) -> dict[str, Any]:
-        """The source kinds' options given, ``{option: value}``."""
+    def kind_options(self) -> dict[str, KindOptions]:
+        """The source kinds' options given, ``{kind: options}``."""
         return dict(self.options)
 
     def _check_image(self) -> None:
@@ -191,20 +191,19 @@ class ResultsSpec:
     """The sink kind the results go to, by its registered name: ``delta``, ``parquet``, ``iceberg``,
     ``sql`` or an installed plug-in's. None: the kind claiming a database URL's scheme, else ``delta``
     for a location."""
-    options: tuple[tuple[str, Any], ...] = ()
-    """The options given for the sink, by name, as pairs sorted by name (a mapping such as
-    ``{"index": "hnsw"}`` is taken too, and stored so: a spec is hashable); each option is owned by one
-    sink kind, and those left out keep the kind's defaults. An option of another kind than the
-    results' is refused (see :meth:`sink_options`)."""
+    options: KindSections = ()
+    """The sink kinds' own options given, each kind's its own typed value, as ``(kind, options)`` pairs
+    sorted by kind (a mapping such as ``{"sql": {"index": "hnsw"}}`` is taken too, checked by each
+    kind's model, and stored so: a spec is hashable); those left out keep the kind's defaults. A section
+    of another kind than the results' is refused (see :func:`~shardwise.sinks.registry.options_for`)."""
 
     def __post_init__(self) -> None:
         if self.format is not None:
             sink_kind(self.format)  # an installed kind
-        object.__setattr__(self, "options", option_pairs(self.options, "results"))
-        given_options(self.sink_options())  # each option some kind's, its value valid there
+        object.__setattr__(self, "options", sink_sections(self.options))
 
-    def sink_options(self) -> dict[str, Any]:
-        """The sink options given, ``{option: value}``."""
+    def sink_options(self) -> dict[str, KindOptions]:
+        """The sink kinds' options given, ``{kind: options}``."""
         return dict(self.options)
 
 
@@ -481,8 +480,8 @@ class RunSpec:
         sink options apply to its outputs (vector options, say, to a model that writes vectors), and a
         token budget has tokens to count."""
         check_counts_tokens(model.name, count_columns(model.outputs), self.run.budget_tokens)
-        for name, options in given_options(self.results.sink_options()).items():
-            sink_kind(name).check_outputs(options, model.name, model.outputs)
+        for name, options in self.results.options:
+            sink_kind(name).check_outputs(options, model.name, model.outputs)  # type: ignore[arg-type]
         pair = self.source.text_pair_column
         if pair is not None and not model.pairs:
             raise ConfigError(
