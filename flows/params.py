@@ -75,38 +75,9 @@ class _Section(BaseModel):
         return value
 
 
-class SourceParams(_Section):
+class SourceParams(SourceSpec, _Section):
     """Where the rows are and how to read them."""
 
-    location: Annotated[str, Flag("--source", "URL|PATH|env:NAME")] = Field(
-        description="Where the rows are: a database URL (postgresql+psycopg://..., sqlite:///...), a "
-        "Parquet folder, glob or s3://bucket/prefix, or a connection name: env:NAME (an environment "
-        "variable holding the URL) or secret:NAME (a Prefect Secret block)."
-    )
-    table: Annotated[str | None, Flag(metavar="TABLE")] = Field(
-        None,
-        description="Source table, for a database source: name, or schema.name on PostgreSQL (a part "
-        'holding a dot or a quote is double-quoted, as in SQL: app."my.docs"; names match exactly, '
-        "unfolded). A SQLite source takes the name alone.",
-    )
-    key: Annotated[str, Flag(metavar="COLUMN")] = Field(
-        "id", description="Key column: integer or text, unique per row."
-    )
-    text_column: Annotated[str, Flag(metavar="COLUMN")] = Field(
-        "text", description="Column holding the text to score."
-    )
-    text_pair_column: Annotated[str | None, Flag(metavar="COLUMN")] = Field(
-        None,
-        description="Optional second text column: each row is scored as the pair (text, pair), "
-        "for cross-encoders and other two-text models. A null or empty pair is a dead letter.",
-    )
-    image_column: Annotated[str | None, Flag(metavar="COLUMN")] = Field(
-        None,
-        description="Optional column of images, scored instead of the text column: image bytes (bytea, "
-        "BLOB, Parquet binary) or a reference to fetch (a local path, file:// or s3:// URI). A NULL or a "
-        "missing file or object is a dead letter. Takes no text_column, text_pair_column or prompt "
-        "(docs: how-to/images-sources.md).",
-    )
     image_roots: Annotated[list[ImageRoot], Flag("--image-root", "DIR")] = Field(
         [],
         description="Folders an image column's local references (paths, file:// URIs) may name, checked "
@@ -141,6 +112,12 @@ class SourceParams(_Section):
         description="Name of the source in events (shardwise.source.NAME); defaults to the table "
         "or the last path component.",
     )
+
+    def spec(self) -> SourceSpec:
+        """The engine's :class:`SourceSpec`: these, less what only the flow reads, with the options of
+        the kinds given (a section set away from its defaults)."""
+        shared = {name: getattr(self, name) for name in SourceSpec.model_fields}
+        return SourceSpec(**shared | {"options": given_sections(self.options)})
 
     @model_validator(mode="after")
     def _image_options_apply(self) -> SourceParams:
@@ -475,16 +452,7 @@ class ScoreParams(_Section):
         price = device_price_per_hour(run.device_price_per_hour)
         check_priced(self.model.name, price, run.budget_usd)
         return RunSpec(
-            source=SourceSpec(
-                location=source.location,
-                table=source.table,
-                key=source.key,
-                text_column=source.text_column,
-                text_pair_column=source.text_pair_column,
-                image_column=source.image_column,
-                image_access=self.image_access(),
-                options=given_sections(source.options),
-            ),
+            source=source.spec(),
             results=ResultsSpec(
                 location=results.location or source.location,
                 table=results.table,
@@ -494,6 +462,7 @@ class ScoreParams(_Section):
             model=self.model.choice(),
             ledger=self.ledger,
             run=run.settings().replace(device_price_per_hour=price),
+            image_access=self.image_access(),
         )
 
     def image_access(self) -> ImageAccess:

