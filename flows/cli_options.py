@@ -16,12 +16,13 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic_core import PydanticUndefined
 
+from shardwise.flags import commands, flag_name
+
 __all__ = [
     "ENDPOINT_OPTIONS",
     "FANOUT_OPTIONS",
     "MODEL_OPTIONS",
     "RESULTS_OPTIONS",
-    "RUN_OPTIONS",
     "SOURCE_OPTIONS",
     "add_kind_options",
     "add_param_options",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 # Options name fields of :class:`ScoreParams` by their dotted path (``source.table``, ``run.shards``);
-# a path that names a section stands for each of its fields, in the model's order, but the internal ones.
+# a path that names a section stands for each of its fields, in the model's order, but those no option sets.
 SOURCE_OPTIONS = ("source",)
 """Where the rows are: the ``source`` section, in ``--help`` order."""
 MODEL_OPTIONS = ("model.name", "model.generation")
@@ -45,20 +46,10 @@ ENDPOINT_OPTIONS = ("model.endpoint",)
 """A remote model's endpoint, key reference and limits: a group of their own."""
 RESULTS_OPTIONS = ("results.location", "results.table", "results.format", "ledger")
 """Where the results and the ledger go; each sink kind's options follow in a group of their own."""
-RUN_OPTIONS = (
-    "run.shards",
-    "run.rows_per_shard",
-    "run.only_new",
-    "run.device",
-    "run.precision",
-    "run.min_agreement",
-    "run.device_price_per_hour",
-)
-"""The ``run`` fields that ``run``, ``redrive`` and ``plan`` all take; each command adds its own."""
+RUN_OPTIONS = ("run",)
+"""How the run goes: each field's :class:`~shardwise.flags.Flag` says which commands take it."""
 FANOUT_OPTIONS = ("fanout",)
 """The fields that choose what runs the shards."""
-_INTERNAL = frozenset({"source.source_name", "run.dry_run", "triggered_by"})
-"""Fields no option sets: ``plan`` implies a dry run, deployments name the source, triggers the event."""
 _KIND_SECTIONS = frozenset({"source.options", "results.options"})
 """Sections of the kinds' own options, a section per kind: each kind's options form a ``--help`` group of
 their own (:func:`add_kind_options`), so a section that holds one is not spread into its group."""
@@ -97,8 +88,6 @@ def flag_for(path: str) -> str:
     is ``--text-column``, ``source.location`` is ``--source``; a kind's option (``source.options.sql.where``)
     has its plain flag, or ``--KIND-OPTION`` where two installed kinds share it
     (:func:`~shardwise.kind_options.option_flags`)."""
-    from shardwise.flags import flag_name
-
     if path in _FLAGS:
         return _FLAGS[path]
     parts = path.split(".")
@@ -163,16 +152,16 @@ def _leaves(path: str) -> list[tuple[str, Any]]:
         info = model.model_fields[part]
         model = info.annotation
     if not _is_section(model):
-        return [(path, info)]
+        return [(path, info)] if commands(info) else []  # a field no option sets
     found: list[tuple[str, Any]] = []
     for name in model.model_fields:
         if f"{path}.{name}" not in _KIND_SECTIONS:
-            found += [leaf for leaf in _leaves(f"{path}.{name}") if leaf[0] not in _INTERNAL]
+            found += _leaves(f"{path}.{name}")
     return found
 
 
 def add_param_options(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup, fields: Sequence[str]
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, fields: Sequence[str], command: str = "run"
 ) -> None:
     """One option per :class:`ScoreParams` field, its help and default taken from the model.
 
@@ -180,32 +169,34 @@ def add_param_options(
     their ``--help`` all come from it, so they cannot drift. Each option's
     dest is its field's dotted path, which :func:`score_params` nests.
     Options that are left out are left out of the model's input too, so the
-    model's defaults apply, and its validators check every value given.
+    model's defaults apply, and its validators check every value given. A field's
+    :class:`~shardwise.flags.Flag` names the scoring commands that take it (``--resume`` only ``run``).
     """
     for path in fields:
         for leaf, info in _leaves(path):
-            parser.add_argument(flag_for(leaf), dest=leaf, **_typed(leaf, info))
+            if command in commands(info):
+                parser.add_argument(flag_for(leaf), dest=leaf, **_typed(leaf, info))
 
 
-def add_score_options(parser: argparse.ArgumentParser, run: Sequence[str] = ()) -> None:
-    """The options of ``run``, ``redrive`` and ``plan``: a ``--help`` group per section of
-    :class:`ScoreParams` (each sink kind's options in a group of their own after the results), and
-    ``run`` the command's own fields of the run section, after the common ones."""
+def add_score_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """The options of ``command`` (``run``, ``redrive`` or ``plan``): a ``--help`` group per section of
+    :class:`ScoreParams` (each sink kind's options in a group of their own after the results), each
+    field that the command takes (see :class:`~shardwise.flags.Flag`)."""
     from shardwise.flows.params import FanoutParams, ModelParams, RunParams, SourceParams
 
     def group(title: str, section: Any) -> argparse._ArgumentGroup:
         return parser.add_argument_group(title, str(section.__doc__).rstrip("."))
 
-    add_param_options(group("source", SourceParams), SOURCE_OPTIONS)
+    add_param_options(group("source", SourceParams), SOURCE_OPTIONS, command)
     add_kind_options(parser, "source.options", _source_group)
-    add_param_options(group("model and generation", ModelParams), MODEL_OPTIONS)
+    add_param_options(group("model and generation", ModelParams), MODEL_OPTIONS, command)
     endpoint = ModelParams.model_fields["endpoint"].description
-    add_param_options(parser.add_argument_group("remote model", endpoint), ENDPOINT_OPTIONS)
+    add_param_options(parser.add_argument_group("remote model", endpoint), ENDPOINT_OPTIONS, command)
     results = "Where the results and the run ledger go; each results kind's options follow, a group each"
-    add_param_options(parser.add_argument_group("results", results), RESULTS_OPTIONS)
+    add_param_options(parser.add_argument_group("results", results), RESULTS_OPTIONS, command)
     add_kind_options(parser, "results.options", _results_group)
-    add_param_options(group("run", RunParams), (*RUN_OPTIONS, *run))
-    add_param_options(group("fan-out", FanoutParams), FANOUT_OPTIONS)
+    add_param_options(group("run", RunParams), RUN_OPTIONS, command)
+    add_param_options(group("fan-out", FanoutParams), FANOUT_OPTIONS, command)
 
 
 def add_kind_options(

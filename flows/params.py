@@ -106,7 +106,7 @@ class SourceParams(SourceSpec, _Section):
         description="Options of the source kinds, a section each; only the section of the source's kind "
         "applies, and an option of another kind, set away from its default, is refused.",
     )
-    source_name: str | None = Field(
+    source_name: Annotated[str | None, Flag(commands=())] = Field(  # deployments name the source
         None,
         description="Name of the source in events (shardwise.source.NAME); defaults to the table "
         "or the last path component.",
@@ -350,7 +350,7 @@ class ResultsParams(_Section):
 class RunParams(RunSettings, _Section):
     """How the run is planned, scored, retried and resumed."""
 
-    dry_run: bool = Field(
+    dry_run: Annotated[bool, Flag(commands=())] = Field(  # plan implies it
         False, description="Only plan: report shards, rows, prompt tokens, cost and what only-new skips."
     )
 
@@ -385,7 +385,7 @@ class ScoreParams(_Section):
         "connection name. Default: the results database, else the source database, else an SQLite file "
         "(LOCATION/shardwise_ledger.db beside local results, ~/.shardwise/ledger.db for S3).",
     )
-    triggered_by: str | None = Field(
+    triggered_by: Annotated[str | None, Flag(commands=())] = Field(  # set by event triggers
         None,
         title="triggered_by (internal)",
         description="Internal: the id of the event that started the run, set by event triggers. Leave it "

@@ -11,16 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Flag", "flag_name", "metavar"]
+__all__ = ["Flag", "commands", "flag_name", "metavar"]
 
 
 @dataclass(frozen=True)
 class Flag:
-    """A field's command-line option: ``name`` (default ``--`` and the field's name, ``_`` as ``-``) and
-    ``metavar`` (default the field's name in capitals)."""
+    """A field's command-line option: ``name`` (default ``--`` and the field's name, ``_`` as ``-``),
+    ``metavar`` (default the field's name in capitals), and the scoring ``commands`` that take it (all
+    three by default; none: the field is set by no option)."""
 
     name: str | None = None
     metavar: str | None = None
+    commands: tuple[str, ...] = ("run", "redrive", "plan")
 
 
 def _flag(info: Any) -> Flag:
@@ -35,3 +37,8 @@ def flag_name(field: str, info: Any) -> str:
 def metavar(field: str, info: Any) -> str:
     """The metavar of the field ``field`` whose pydantic ``FieldInfo`` is ``info``."""
     return _flag(info).metavar or field.upper()
+
+
+def commands(info: Any) -> tuple[str, ...]:
+    """The scoring commands that take the field whose pydantic ``FieldInfo`` is ``info``."""
+    return _flag(info).commands

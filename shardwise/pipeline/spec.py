@@ -265,9 +265,6 @@ class RunSettings(Settings):
     only_new: bool = Field(
         False, description="Score only rows with no result for this model version, or whose text changed."
     )
-    max_tokens: Annotated[int | None, Flag(metavar="N")] = Field(
-        None, ge=1, description="Token budget per batch (device default)."
-    )
     device: str = Field(
         "auto",
         pattern=r"^(auto|cpu|cuda(:\d+)?)$",
@@ -290,48 +287,6 @@ class RunSettings(Settings):
         f"{DEFAULT_MIN_AGREEMENT} for bf16 and fp16, {INT8_MIN_AGREEMENT} for int8; refused with precision "
         "fp32, which the guard never checks.",
     )
-    resume: Annotated[str | None, Flag(metavar="RUN_ID")] = Field(
-        None,
-        description="Run id of a failed or abandoned run to finish (uses its stored plan). Refused while "
-        "another live process holds the run's lease, unless force; a process of this host that is gone "
-        "(killed) holds nothing.",
-    )
-    redrive: Annotated[str | None, Flag("--run", "RUN_ID")] = Field(
-        None,
-        description="Run id whose dead letters to score again: only keys whose input changed since "
-        "they failed (all of them with force).",
-    )
-    force: bool = Field(
-        False,
-        description="With redrive: score every dead-lettered key again. With resume: take the run over "
-        "even while another live process holds its lease (its shards in flight are scored twice, "
-        "kept once).",
-    )
-    lease_s: Annotated[float, Flag(metavar="SECONDS")] = Field(
-        LEASE_S,
-        ge=MIN_LEASE_S,
-        le=MAX_LEASE_S,
-        description="Seconds the run's lease (held by the flow's process) and each shard's (held by its "
-        "worker) last unless renewed; they are renewed every quarter of it. A run whose lease expired, "
-        "or whose process on this host is gone, shows as abandoned and may be resumed.",
-    )
-    retry_deadline_s: Annotated[float, Flag("--retry-deadline", "SECONDS")] = Field(
-        DEFAULT_RETRY_DEADLINE_S,
-        ge=0,
-        le=24 * 3600,
-        description="How long an outage (the database or S3 down, throttling, a lost connection) each "
-        "shard rides out: every layer retries a failed step, backing off from 0.5 s to 8 s, until it "
-        "has failed for this many seconds, then the shard fails naming the deadline (0: no retries). "
-        "Recorded with the run: a resume keeps it (docs: concepts.md#retries).",
-    )
-    retry_attempts: Annotated[int, Flag(metavar="N")] = Field(
-        4,
-        ge=1,
-        le=MAX_ATTEMPTS,
-        description="A shard's attempts in all, for failures no step can retry (a source stream cut "
-        "mid-read, a device out of memory on one row); each attempt resumes after the committed "
-        "chunks, and all of them share the one retry deadline.",
-    )
     device_price_per_hour: Annotated[float | None, Flag(metavar="USD")] = Field(
         None,
         ge=0,
@@ -340,7 +295,10 @@ class RunSettings(Settings):
         "environment variable SHARDWISE_DEVICE_PRICE_PER_HOUR of the process that runs the flow; none set: "
         "device-hours are shown, dollars are not. A remote model is priced by its tokens instead.",
     )
-    budget_usd: Annotated[float | None, Flag(metavar="USD")] = Field(
+    max_tokens: Annotated[int | None, Flag(metavar="N", commands=("run",))] = Field(
+        None, ge=1, description="Token budget per batch (device default)."
+    )
+    budget_usd: Annotated[float | None, Flag(metavar="USD", commands=("run", "plan"))] = Field(
         None,
         gt=0,
         description="Dollars the run may spend: its shards stop at a chunk boundary once the committed "
@@ -348,13 +306,57 @@ class RunSettings(Settings):
         "the run ends 'stopped: budget'; --resume RUN_ID with a larger budget goes on. Needs a priced "
         "run: a price per device-hour, or a remote model the price table knows.",
     )
-    budget_tokens: Annotated[int | None, Flag(metavar="N")] = Field(
+    budget_tokens: Annotated[int | None, Flag(metavar="N", commands=("run", "plan"))] = Field(
         None,
         gt=0,
         description="Tokens (prompt plus completion) the run may use: its shards stop at a chunk boundary "
         "once the committed tokens, the chunks in flight and the next chunk would pass it, as with "
         "budget_usd, which it may join; needs no price. Refused for a model that counts no tokens (an "
         "encoder, an image model).",
+    )
+    resume: Annotated[str | None, Flag(metavar="RUN_ID", commands=("run",))] = Field(
+        None,
+        description="Run id of a failed or abandoned run to finish (uses its stored plan). Refused while "
+        "another live process holds the run's lease, unless force; a process of this host that is gone "
+        "(killed) holds nothing.",
+    )
+    redrive: Annotated[str | None, Flag("--run", "RUN_ID", commands=("redrive",))] = Field(
+        None,
+        description="Run id whose dead letters to score again: only keys whose input changed since "
+        "they failed (all of them with force).",
+    )
+    force: Annotated[bool, Flag(commands=("run", "redrive"))] = Field(
+        False,
+        description="With redrive: score every dead-lettered key again. With resume: take the run over "
+        "even while another live process holds its lease (its shards in flight are scored twice, "
+        "kept once).",
+    )
+    lease_s: Annotated[float, Flag(metavar="SECONDS", commands=("run", "redrive"))] = Field(
+        LEASE_S,
+        ge=MIN_LEASE_S,
+        le=MAX_LEASE_S,
+        description="Seconds the run's lease (held by the flow's process) and each shard's (held by its "
+        "worker) last unless renewed; they are renewed every quarter of it. A run whose lease expired, "
+        "or whose process on this host is gone, shows as abandoned and may be resumed.",
+    )
+    retry_deadline_s: Annotated[float, Flag("--retry-deadline", "SECONDS", commands=("run", "redrive"))] = (
+        Field(
+            DEFAULT_RETRY_DEADLINE_S,
+            ge=0,
+            le=24 * 3600,
+            description="How long an outage (the database or S3 down, throttling, a lost connection) each "
+            "shard rides out: every layer retries a failed step, backing off from 0.5 s to 8 s, until it "
+            "has failed for this many seconds, then the shard fails naming the deadline (0: no retries). "
+            "Recorded with the run: a resume keeps it (docs: concepts.md#retries).",
+        )
+    )
+    retry_attempts: Annotated[int, Flag(metavar="N", commands=("run", "redrive"))] = Field(
+        4,
+        ge=1,
+        le=MAX_ATTEMPTS,
+        description="A shard's attempts in all, for failures no step can retry (a source stream cut "
+        "mid-read, a device out of memory on one row); each attempt resumes after the committed "
+        "chunks, and all of them share the one retry deadline.",
     )
     _retry: RetryPolicy | None = PrivateAttr(None)
     """A retry policy given whole (its backoff too, as tests give it); its deadline and attempts are the
