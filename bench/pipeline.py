@@ -99,7 +99,7 @@ def run_pipeline(
     url: str, model: str, device: str, rows_per_shard: int | None, shards: int | None = None
 ) -> tuple[float, dict]:
     spec = RunSpec(
-        source=SourceSpec(url, table="docs"),
+        source=SourceSpec(location=url, table="docs"),
         results=ResultsSpec(url, "bench_results"),
         model=ModelChoice(model),
         run=RunSettings(rows_per_shard=rows_per_shard, shards=shards, device=device),

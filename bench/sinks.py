@@ -158,11 +158,11 @@ def main() -> None:
     cache = WorkerCache(get_spec)
 
     def spec_of(
-        results: str, table: str, fmt: str | None = None, only_new: bool = False, **options: Any
+        results: str, table: str, fmt: str | None = None, only_new: bool = False, **sql: Any
     ) -> RunSpec:
         return RunSpec(
-            source=SourceSpec(source, table="docs"),
-            results=ResultsSpec(results, table, fmt, tuple(sorted(options.items()))),
+            source=SourceSpec(location=source, table="docs"),
+            results=ResultsSpec(results, table, fmt, {"sql": sql} if sql else ()),  # the sql kind's options
             model=ModelChoice(args.model),
             run=RunSettings(shards=args.shards, precision="fp32", only_new=only_new),
         )

@@ -215,11 +215,9 @@ def _parser() -> argparse.ArgumentParser:
             **kwargs,
         )
 
-    def scoring(
-        name: str, summary: str, about: str, example: str, own: tuple[str, ...], required: Sequence[str] = ()
-    ) -> None:
+    def scoring(name: str, summary: str, about: str, example: str, required: Sequence[str] = ()) -> None:
         parser = command(name, summary, about, example, parents=[verbose])
-        add_score_options(parser, own)
+        add_score_options(parser, name)
         _progress_options(parser)
         for action in parser._actions:
             if action.dest in required:  # optional in the flow's parameters, never on this command
@@ -238,16 +236,6 @@ def _parser() -> argparse.ArgumentParser:
         "(abandoned in shardwise runs; at once when it ran on this host). Resuming a run that a live\n"
         "process still holds is refused (exit 2) unless --force takes it over.",
         f"shardwise run --source {_EXAMPLE_DB} --table docs --model minilm --only-new",
-        (
-            "run.max_tokens",
-            "run.budget_usd",
-            "run.budget_tokens",
-            "run.resume",
-            "run.force",
-            "run.lease_s",
-            "run.retry_deadline_s",
-            "run.retry_attempts",
-        ),
     )
     scoring(
         "redrive",
@@ -256,7 +244,6 @@ def _parser() -> argparse.ArgumentParser:
         "rows whose input changed since they failed are taken: someone fixed them. --force takes them\n"
         "all. With nothing changed it says so and exits 0.",
         f"shardwise redrive --source {_EXAMPLE_DB} --table docs --run RUN_ID",
-        ("run.redrive", "run.force", "run.lease_s", "run.retry_deadline_s", "run.retry_attempts"),
         required=("run.redrive",),  # without a run, a redrive would be a run over the whole table
     )
 
@@ -273,7 +260,7 @@ def _parser() -> argparse.ArgumentParser:
         f"shardwise plan --source {_EXAMPLE_DB} --table docs --rows-per-shard 5000",
         parents=[verbose],
     )
-    add_score_options(plan, ("run.budget_usd", "run.budget_tokens"))
+    add_score_options(plan, "plan")
     plan.add_argument(
         "--json",
         action="store_true",

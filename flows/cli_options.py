@@ -16,12 +16,13 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic_core import PydanticUndefined
 
+from shardwise.flags import commands, flag_name
+
 __all__ = [
     "ENDPOINT_OPTIONS",
     "FANOUT_OPTIONS",
     "MODEL_OPTIONS",
     "RESULTS_OPTIONS",
-    "RUN_OPTIONS",
     "SOURCE_OPTIONS",
     "add_kind_options",
     "add_param_options",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 # Options name fields of :class:`ScoreParams` by their dotted path (``source.table``, ``run.shards``);
-# a path that names a section stands for each of its fields, in the model's order, but the internal ones.
+# a path that names a section stands for each of its fields, in the model's order, but those no option sets.
 SOURCE_OPTIONS = ("source",)
 """Where the rows are: the ``source`` section, in ``--help`` order."""
 MODEL_OPTIONS = ("model.name", "model.generation")
@@ -45,51 +46,22 @@ ENDPOINT_OPTIONS = ("model.endpoint",)
 """A remote model's endpoint, key reference and limits: a group of their own."""
 RESULTS_OPTIONS = ("results.location", "results.table", "results.format", "ledger")
 """Where the results and the ledger go; each sink kind's options follow in a group of their own."""
-RUN_OPTIONS = (
-    "run.shards",
-    "run.rows_per_shard",
-    "run.only_new",
-    "run.device",
-    "run.precision",
-    "run.min_agreement",
-    "run.device_price_per_hour",
-)
-"""The ``run`` fields that ``run``, ``redrive`` and ``plan`` all take; each command adds its own."""
+RUN_OPTIONS = ("run",)
+"""How the run goes: each field's :class:`~shardwise.flags.Flag` says which commands take it."""
 FANOUT_OPTIONS = ("fanout",)
 """The fields that choose what runs the shards."""
-_INTERNAL = frozenset({"source.source_name", "run.dry_run", "triggered_by"})
-"""Fields no option sets: ``plan`` implies a dry run, deployments name the source, triggers the event."""
 _KIND_SECTIONS = frozenset({"source.options", "results.options"})
 """Sections of the kinds' own options, a section per kind: each kind's options form a ``--help`` group of
 their own (:func:`add_kind_options`), so a section that holds one is not spread into its group."""
 _FLAGS = {
-    "source.location": "--source",
     "model.name": "--model",
-    "results.location": "--results",
-    "results.table": "--results-table",
-    "results.format": "--results-format",
-    "run.redrive": "--run",
-    "run.retry_deadline_s": "--retry-deadline",
-    "source.image_roots": "--image-root",  # repeated, one folder each
-    "source.image_buckets": "--image-bucket",
     "model.generation.engine_options": "--engine-option",  # repeated, one NAME=VALUE each
     "model.endpoint.timeout": "--endpoint-timeout",
     "model.endpoint.batch_poll_s": "--batch-poll-interval",
 }
-"""Fields whose option is not ``--`` and the field's own name (``text_column`` is ``--text-column``)."""
+"""The model section's fields whose option is not ``--`` and the field's own name; every other field's
+flag lives on the field (:class:`~shardwise.flags.Flag`)."""
 _METAVARS = {
-    "source.location": "URL|PATH|env:NAME",
-    "results.location": "URL|DIR|s3://...|env:NAME",
-    "ledger": "URL|env:NAME",
-    "source.table": "TABLE",
-    "source.key": "COLUMN",
-    "source.text_column": "COLUMN",
-    "source.text_pair_column": "COLUMN",
-    "source.image_column": "COLUMN",
-    "source.image_roots": "DIR",
-    "source.image_buckets": "BUCKET",
-    "source.image_max_bytes": "BYTES",
-    "source.options.sql.where": "SQL",
     "model.name": "NAME|DIR|MODULE:ATTR",
     "model.generation.prompt": "TEMPLATE",
     "model.generation.system": "TEXT",
@@ -107,39 +79,30 @@ _METAVARS = {
     "model.endpoint.timeout": "SECONDS",
     "model.endpoint.batch_poll_s": "SECONDS",
     "model.endpoint.tokenizer": "DIR",
-    "results.table": "TABLE",
-    "run.shards": "N",
-    "run.rows_per_shard": "N",
-    "run.min_agreement": "COSINE",
-    "run.max_tokens": "N",
-    "run.device_price_per_hour": "USD",
-    "run.budget_usd": "USD",
-    "run.budget_tokens": "N",
-    "fanout.workers": "N",
-    "fanout.threads": "N",
-    "fanout.deployment": "FLOW/NAME",
-    "run.resume": "RUN_ID",
-    "run.redrive": "RUN_ID",
-    "run.lease_s": "SECONDS",
-    "source.options.sql.query_timeout_s": "SECONDS",
-    "run.retry_deadline_s": "SECONDS",
-    "run.retry_attempts": "N",
 }
+"""The model section's metavars (its fields are another section's owner's to move onto the fields)."""
 
 
 def flag_for(path: str) -> str:
     """The command-line option of a :class:`ScoreParams` field, by its dotted path: ``source.text_column``
     is ``--text-column``, ``source.location`` is ``--source``; a kind's option (``source.options.sql.where``)
-    has the flag its kind gives it (:func:`~shardwise.kind_options.flag_of`)."""
-    from shardwise.kind_options import KindOptions, flag_of
-
+    has its plain flag, or ``--KIND-OPTION`` where two installed kinds share it
+    (:func:`~shardwise.kind_options.option_flags`)."""
     if path in _FLAGS:
         return _FLAGS[path]
+    parts = path.split(".")
+    if ".".join(parts[:2]) in _KIND_SECTIONS and len(parts) == 4:  # source.options.KIND.OPTION
+        return _kind_flags(parts[0])[(parts[2], parts[3])]
     section, _, option = path.rpartition(".")
-    owner = _model_at(section) if section.startswith(tuple(_KIND_SECTIONS)) else None
-    if isinstance(owner, type) and issubclass(owner, KindOptions):
-        return flag_of(option, owner)
-    return "--" + option.replace("_", "-")
+    return flag_name(option, _model_at(section).model_fields[option])
+
+
+def _kind_flags(family: str) -> dict[tuple[str, str], str]:
+    """``{(kind, option): flag}`` of the installed source kinds (``family`` ``source``) or sink kinds."""
+    from shardwise.sinks.registry import sink_option_flags
+    from shardwise.sources.registry import source_option_flags
+
+    return source_option_flags() if family == "source" else sink_option_flags()
 
 
 def _model_at(path: str) -> Any:
@@ -147,7 +110,7 @@ def _model_at(path: str) -> Any:
     from shardwise.flows.params import ScoreParams
 
     model: Any = ScoreParams
-    for part in path.split("."):
+    for part in path.split(".") if path else ():
         model = model.model_fields[part].annotation
     return model
 
@@ -189,16 +152,16 @@ def _leaves(path: str) -> list[tuple[str, Any]]:
         info = model.model_fields[part]
         model = info.annotation
     if not _is_section(model):
-        return [(path, info)]
+        return [(path, info)] if commands(info) else []  # a field no option sets
     found: list[tuple[str, Any]] = []
     for name in model.model_fields:
         if f"{path}.{name}" not in _KIND_SECTIONS:
-            found += [leaf for leaf in _leaves(f"{path}.{name}") if leaf[0] not in _INTERNAL]
+            found += _leaves(f"{path}.{name}")
     return found
 
 
 def add_param_options(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup, fields: Sequence[str]
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, fields: Sequence[str], command: str = "run"
 ) -> None:
     """One option per :class:`ScoreParams` field, its help and default taken from the model.
 
@@ -206,32 +169,34 @@ def add_param_options(
     their ``--help`` all come from it, so they cannot drift. Each option's
     dest is its field's dotted path, which :func:`score_params` nests.
     Options that are left out are left out of the model's input too, so the
-    model's defaults apply, and its validators check every value given.
+    model's defaults apply, and its validators check every value given. A field's
+    :class:`~shardwise.flags.Flag` names the scoring commands that take it (``--resume`` only ``run``).
     """
     for path in fields:
         for leaf, info in _leaves(path):
-            parser.add_argument(flag_for(leaf), dest=leaf, **_typed(leaf, info))
+            if command in commands(info):
+                parser.add_argument(flag_for(leaf), dest=leaf, **_typed(leaf, info))
 
 
-def add_score_options(parser: argparse.ArgumentParser, run: Sequence[str] = ()) -> None:
-    """The options of ``run``, ``redrive`` and ``plan``: a ``--help`` group per section of
-    :class:`ScoreParams` (each sink kind's options in a group of their own after the results), and
-    ``run`` the command's own fields of the run section, after the common ones."""
+def add_score_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """The options of ``command`` (``run``, ``redrive`` or ``plan``): a ``--help`` group per section of
+    :class:`ScoreParams` (each sink kind's options in a group of their own after the results), each
+    field that the command takes (see :class:`~shardwise.flags.Flag`)."""
     from shardwise.flows.params import FanoutParams, ModelParams, RunParams, SourceParams
 
     def group(title: str, section: Any) -> argparse._ArgumentGroup:
         return parser.add_argument_group(title, str(section.__doc__).rstrip("."))
 
-    add_param_options(group("source", SourceParams), SOURCE_OPTIONS)
+    add_param_options(group("source", SourceParams), SOURCE_OPTIONS, command)
     add_kind_options(parser, "source.options", _source_group)
-    add_param_options(group("model and generation", ModelParams), MODEL_OPTIONS)
+    add_param_options(group("model and generation", ModelParams), MODEL_OPTIONS, command)
     endpoint = ModelParams.model_fields["endpoint"].description
-    add_param_options(parser.add_argument_group("remote model", endpoint), ENDPOINT_OPTIONS)
+    add_param_options(parser.add_argument_group("remote model", endpoint), ENDPOINT_OPTIONS, command)
     results = "Where the results and the run ledger go; each results kind's options follow, a group each"
-    add_param_options(parser.add_argument_group("results", results), RESULTS_OPTIONS)
+    add_param_options(parser.add_argument_group("results", results), RESULTS_OPTIONS, command)
     add_kind_options(parser, "results.options", _results_group)
-    add_param_options(group("run", RunParams), (*RUN_OPTIONS, *run))
-    add_param_options(group("fan-out", FanoutParams), FANOUT_OPTIONS)
+    add_param_options(group("run", RunParams), RUN_OPTIONS, command)
+    add_param_options(group("fan-out", FanoutParams), FANOUT_OPTIONS, command)
 
 
 def add_kind_options(
@@ -239,8 +204,8 @@ def add_kind_options(
 ) -> None:
     """The options of each installed kind in the ``path`` section (``source.options``,
     ``results.options``), a ``--help`` group per kind titled ``heading(kind name)`` (one flag per
-    option: their names are unique across kinds, see :mod:`shardwise.kind_options`). Each option's dest
-    is ``PATH.KIND.OPTION``, which :func:`score_params` nests as the flow's parameter."""
+    option, ``--KIND-OPTION`` where two kinds declare it, see :mod:`shardwise.kind_options`). Each
+    option's dest is ``PATH.KIND.OPTION``, which :func:`score_params` nests as the flow's parameter."""
     for name in _model_at(path).model_fields:
         title, text = heading(name)
         add_param_options(parser.add_argument_group(title, text), [f"{path}.{name}"])
@@ -270,13 +235,13 @@ def _typed(name: str, info: Any) -> dict[str, Any]:
         options["action"] = "store_true"
         return options
     if any(get_origin(k) is list for k in kinds):
-        options.update(action="append", metavar=_metavar(name))  # one per use
+        options.update(action="append", metavar=_metavar(name, info))  # one per use
         return options
     literals = [a for k in kinds if get_origin(k) is Literal for a in get_args(k)]
     if literals:
         options["choices"] = literals
     else:
-        options["metavar"] = _metavar(name)
+        options["metavar"] = _metavar(name, info)
     number = int if int in kinds else float if float in kinds else None
     if number is not None:
         options["type"] = _number(number)
@@ -286,8 +251,10 @@ def _typed(name: str, info: Any) -> dict[str, Any]:
     return options
 
 
-def _metavar(path: str) -> str:
-    return _METAVARS.get(path, path.rsplit(".", 1)[-1].upper())
+def _metavar(path: str, info: Any) -> str:
+    from shardwise.flags import metavar
+
+    return _METAVARS.get(path) or metavar(path.rsplit(".", 1)[-1], info)
 
 
 def _kinds(annotation: Any) -> set[Any]:

@@ -16,25 +16,21 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shardwise.errors import ConfigError
+from shardwise.flags import Flag
 from shardwise.flows.image_access import declared_access
-from shardwise.flows.prices import DEVICE_PRICE_ENV, check_priced, device_price_per_hour
-from shardwise.kind_options import flat_options
+from shardwise.flows.prices import check_priced, device_price_per_hour
+from shardwise.kind_options import given_sections
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
 from shardwise.models.endpoints import EMBED_PREFIX, is_endpoint_name
 from shardwise.models.endpoints.options import EndpointOptions
 from shardwise.pipeline.spec import DEFAULT_MODEL, ModelChoice, ResultsSpec, RunSettings, RunSpec, SourceSpec
-from shardwise.precision import Requested
-from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
-from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
-from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
 from shardwise.sinks.registry import results_options_model, sink_kind_names
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, check_bucket_name, check_root
 from shardwise.sources.registry import source_options_model
-from shardwise.sources.sizing import Sizing
 from shardwise.sources.sql.names import split_table_name
-from shardwise.tasks.runners import Fanout, RunnerName
+from shardwise.tasks.runners import Fanout, FanoutSettings
 
 __all__ = [
     "FanoutParams",
@@ -47,7 +43,6 @@ __all__ = [
 ]
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-_DEPLOYMENT = "score-shard/per-shard"
 
 ImageRoot = Annotated[str, AfterValidator(check_root)]
 """An absolute folder (see :func:`~shardwise.sources.images.access.check_root`)."""
@@ -79,35 +74,10 @@ class _Section(BaseModel):
         return value
 
 
-class SourceParams(_Section):
+class SourceParams(SourceSpec, _Section):
     """Where the rows are and how to read them."""
 
-    location: str = Field(
-        description="Where the rows are: a database URL (postgresql+psycopg://..., sqlite:///...), a "
-        "Parquet folder, glob or s3://bucket/prefix, or a connection name: env:NAME (an environment "
-        "variable holding the URL) or secret:NAME (a Prefect Secret block)."
-    )
-    table: str | None = Field(
-        None,
-        description="Source table, for a database source: name, or schema.name on PostgreSQL (a part "
-        'holding a dot or a quote is double-quoted, as in SQL: app."my.docs"; names match exactly, '
-        "unfolded). A SQLite source takes the name alone.",
-    )
-    key: str = Field("id", description="Key column: integer or text, unique per row.")
-    text_column: str = Field("text", description="Column holding the text to score.")
-    text_pair_column: str | None = Field(
-        None,
-        description="Optional second text column: each row is scored as the pair (text, pair), "
-        "for cross-encoders and other two-text models. A null or empty pair is a dead letter.",
-    )
-    image_column: str | None = Field(
-        None,
-        description="Optional column of images, scored instead of the text column: image bytes (bytea, "
-        "BLOB, Parquet binary) or a reference to fetch (a local path, file:// or s3:// URI). A NULL or a "
-        "missing file or object is a dead letter. Takes no text_column, text_pair_column or prompt "
-        "(docs: how-to/images-sources.md).",
-    )
-    image_roots: list[ImageRoot] = Field(
+    image_roots: Annotated[list[ImageRoot], Flag("--image-root", "DIR")] = Field(
         [],
         description="Folders an image column's local references (paths, file:// URIs) may name, checked "
         "after symlinks and '..' are resolved; a reference outside them, or any local reference when none "
@@ -116,14 +86,14 @@ class SourceParams(_Section):
         "reads its own folder without one, and a root given without image_column is refused. On the command "
         "line, --image-root DIR once per folder (docs: how-to/security.md#image-references).",
     )
-    image_buckets: list[ImageBucket] = Field(
+    image_buckets: Annotated[list[ImageBucket], Flag("--image-bucket", "BUCKET")] = Field(
         [],
         description="S3 buckets an image column's s3:// references may name besides the source's own (a "
         "source on S3); a reference into any other bucket is a dead letter, nothing fetched. Added to the "
         "names in SHARDWISE_IMAGE_BUCKETS (':'-separated) of the process that runs the flow. On the command "
         "line, --image-bucket NAME once per bucket. Refused without image_column, like image_roots.",
     )
-    image_max_bytes: int = Field(
+    image_max_bytes: Annotated[int, Flag(metavar="BYTES")] = Field(
         DEFAULT_MAX_BYTES,
         ge=1,
         le=MAX_MAX_BYTES,
@@ -136,11 +106,17 @@ class SourceParams(_Section):
         description="Options of the source kinds, a section each; only the section of the source's kind "
         "applies, and an option of another kind, set away from its default, is refused.",
     )
-    source_name: str | None = Field(
+    source_name: Annotated[str | None, Flag(commands=())] = Field(  # deployments name the source
         None,
         description="Name of the source in events (shardwise.source.NAME); defaults to the table "
         "or the last path component.",
     )
+
+    def spec(self) -> SourceSpec:
+        """The engine's :class:`SourceSpec`: these, less what only the flow reads, with the options of
+        the kinds given (a section set away from its defaults)."""
+        shared = {name: getattr(self, name) for name in SourceSpec.model_fields}
+        return SourceSpec(**shared | {"options": given_sections(self.options)})
 
     @model_validator(mode="after")
     def _image_options_apply(self) -> SourceParams:
@@ -346,17 +322,17 @@ _ENDPOINT_FLAGS = {"timeout": "--endpoint-timeout", "batch_poll_s": "--batch-pol
 class ResultsParams(_Section):
     """Where the results go, and the options of their kind."""
 
-    location: str | None = Field(
+    location: Annotated[str | None, Flag("--results", "URL|DIR|s3://...|env:NAME")] = Field(
         None,
         description="Where results go: a database URL or connection name (a results table; defaults to "
         "the source database), or a location, a local directory or s3://bucket/prefix, holding a Delta "
         "table, Parquet files or another kind's results (format) at LOCATION/TABLE "
         "(required for a Parquet source).",
     )
-    table: str = Field(
+    table: Annotated[str, Flag("--results-table", "TABLE")] = Field(
         "shardwise_results", description="Results table name (in a location: the table's folder name)."
     )
-    format: ResultsFormat | None = Field(  # type: ignore[valid-type]
+    format: Annotated[ResultsFormat | None, Flag("--results-format")] = Field(  # type: ignore[valid-type]
         None,
         description="The kind of results, by its installed name: for a location, delta (the default; one "
         "Delta commit per chunk, exactly once), parquet (one file per chunk, visible once listed in the "
@@ -371,166 +347,20 @@ class ResultsParams(_Section):
     )
 
 
-class RunParams(_Section):
+class RunParams(RunSettings, _Section):
     """How the run is planned, scored, retried and resumed."""
 
-    shards: int | None = Field(None, ge=1, description="Exactly this many shards (else by rows_per_shard).")
-    rows_per_shard: int | None = Field(None, ge=1, description="Rows per shard (default 10000).")
-    only_new: bool = Field(
-        False, description="Score only rows with no result for this model version, or whose text changed."
-    )
-    max_tokens: int | None = Field(None, ge=1, description="Token budget per batch (device default).")
-    device: str = Field(
-        "auto",
-        pattern=r"^(auto|cpu|cuda(:\d+)?)$",
-        description="Where the model runs: auto (CUDA when the worker has it), cpu, cuda (one GPU per "
-        "worker), or cuda:N.",
-    )
-    precision: Requested = Field(
-        "auto",
-        description="Numeric precision: auto (the fastest the device computes natively: bf16 on GPUs "
-        "since Ampere and on CPUs with AMX or AVX512-BF16, else fp16 on older GPUs, else fp32), fp32, "
-        "bf16, fp16, or int8 (CPU only, never chosen by auto; a quantized copy of the model, behind "
-        "the guard). Part of the results' model version: precisions never mix.",
-    )
-    min_agreement: float | None = Field(
-        None,
-        gt=0,
-        le=1,
-        description="Accuracy guard: a reduced precision must match fp32 to this minimum cosine on "
-        "calibration texts, else auto falls back to fp32 and an explicit choice fails. Default "
-        f"{DEFAULT_MIN_AGREEMENT} for bf16 and fp16, {INT8_MIN_AGREEMENT} for int8; refused with precision "
-        "fp32, which the guard never checks.",
-    )
-    resume: str | None = Field(
-        None,
-        description="Run id of a failed or abandoned run to finish (uses its stored plan). Refused while "
-        "another live process holds the run's lease, unless force; a process of this host that is gone "
-        "(killed) holds nothing.",
-    )
-    redrive: str | None = Field(
-        None,
-        description="Run id whose dead letters to score again: only keys whose input changed since "
-        "they failed (all of them with force).",
-    )
-    force: bool = Field(
-        False,
-        description="With redrive: score every dead-lettered key again. With resume: take the run over "
-        "even while another live process holds its lease (its shards in flight are scored twice, "
-        "kept once).",
-    )
-    lease_s: float = Field(
-        LEASE_S,
-        ge=MIN_LEASE_S,
-        le=MAX_LEASE_S,
-        description="Seconds the run's lease (held by the flow's process) and each shard's (held by its "
-        "worker) last unless renewed; they are renewed every quarter of it. A run whose lease expired, "
-        "or whose process on this host is gone, shows as abandoned and may be resumed.",
-    )
-    retry_deadline_s: float = Field(
-        DEFAULT_RETRY_DEADLINE_S,
-        ge=0,
-        le=24 * 3600,
-        description="How long an outage (the database or S3 down, throttling, a lost connection) each "
-        "shard rides out: every layer retries a failed step, backing off from 0.5 s to 8 s, until it "
-        "has failed for this many seconds, then the shard fails naming the deadline (0: no retries). "
-        "Recorded with the run: a resume keeps it (docs: concepts.md#retries).",
-    )
-    retry_attempts: int = Field(
-        4,
-        ge=1,
-        le=MAX_ATTEMPTS,
-        description="A shard's attempts in all, for failures no step can retry (a source stream cut "
-        "mid-read, a device out of memory on one row); each attempt resumes after the committed "
-        "chunks, and all of them share the one retry deadline.",
-    )
-    dry_run: bool = Field(
+    dry_run: Annotated[bool, Flag(commands=())] = Field(  # plan implies it
         False, description="Only plan: report shards, rows, prompt tokens, cost and what only-new skips."
     )
-    device_price_per_hour: float | None = Field(
-        None,
-        ge=0,
-        description="Dollars per hour of a local model's device time: each committed chunk's device "
-        "time is priced at it, and the run shows its cost ($, $/1k rows, $/1M tokens). Default: the "
-        f"environment variable {DEVICE_PRICE_ENV} of the process that runs the flow; none set: "
-        "device-hours are shown, dollars are not. A remote model is priced by its tokens instead.",
-    )
-    budget_usd: float | None = Field(
-        None,
-        gt=0,
-        description="Dollars the run may spend: its shards stop at a chunk boundary once the committed "
-        "cost, the chunks in flight and the next chunk would pass it, everything committed stays, and "
-        "the run ends 'stopped: budget'; --resume RUN_ID with a larger budget goes on. Needs a priced "
-        "run: a price per device-hour, or a remote model the price table knows.",
-    )
-    budget_tokens: int | None = Field(
-        None,
-        gt=0,
-        description="Tokens (prompt plus completion) the run may use: its shards stop at a chunk boundary "
-        "once the committed tokens, the chunks in flight and the next chunk would pass it, as with "
-        "budget_usd, which it may join; needs no price. Refused for a model that counts no tokens (an "
-        "encoder, an image model).",
-    )
 
-    @field_validator("device", mode="before")
-    @classmethod
-    def _a_device(cls, value: object) -> object:
-        if isinstance(value, str) and not _DEVICE.fullmatch(value):
-            raise ValueError("is not a device; use auto, cpu, cuda or cuda:N")
-        return value
-
-    @model_validator(mode="after")
-    def _one_sizing(self) -> RunParams:
-        """The sizing rule of :class:`~shardwise.sources.sizing.Sizing`, as a form error."""
-        try:
-            Sizing(self.shards, self.rows_per_shard)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from exc
-        return self
+    def settings(self) -> RunSettings:
+        """The engine's :class:`RunSettings`: these, less what only the flow reads (``dry_run``)."""
+        return RunSettings.model_validate(self.model_dump(exclude={"dry_run"}))
 
 
-class FanoutParams(_Section):
+class FanoutParams(FanoutSettings, _Section):
     """What runs the shards (README: Scaling out)."""
-
-    runner: RunnerName = Field(
-        "thread",
-        description="What runs the shard tasks: thread (this process), process (a pool of worker "
-        "processes), dask, ray, or deployment (one flow run per shard on the score-shard deployment's "
-        "work pool).",
-    )
-    workers: int | None = Field(
-        None,
-        ge=1,
-        description="Workers scoring at once (default: one per visible GPU, else 1). With address it "
-        "only sizes the default shard count; with the deployment runner it caps the child runs in flight.",
-    )
-    address: str | None = Field(
-        None,
-        description="An existing cluster to use instead of a local one: dask tcp://host:8786, or a Ray "
-        "address (host:6379 or ray://host:10001). Its workers must reach the source and results.",
-    )
-    threads: int | None = Field(
-        None,
-        ge=1,
-        description="Torch threads per worker (default: this host's cores shared among local workers; "
-        "the workers' own default on a cluster at address).",
-    )
-    deployment: str = Field(
-        _DEPLOYMENT,
-        description="With the deployment runner: the per-shard flow's deployment, FLOW/NAME (refused with "
-        "another runner).",
-    )
-
-    @model_validator(mode="after")
-    def _deployment_applies(self) -> FanoutParams:
-        """A deployment without the deployment runner would do nothing, so it is refused, not ignored. A
-        default value is not given, so a deployment's defaults pass."""
-        if self.deployment != _DEPLOYMENT and self.runner != "deployment":
-            raise ValueError(
-                f"--deployment {self.deployment!r} would do nothing: it names the deployment runner's "
-                f"per-shard flow, and runner is {self.runner!r}; drop it, or give --runner deployment"
-            )
-        return self
 
 
 class ScoreParams(_Section):
@@ -549,13 +379,13 @@ class ScoreParams(_Section):
     fanout: FanoutParams = Field(
         default_factory=FanoutParams, description="What runs the shards (README: Scaling out)."
     )
-    ledger: str | None = Field(
+    ledger: Annotated[str | None, Flag(metavar="URL|env:NAME")] = Field(
         None,
         description="Where the run ledger (runs, shards, dead letters) lives: a database URL or "
         "connection name. Default: the results database, else the source database, else an SQLite file "
         "(LOCATION/shardwise_ledger.db beside local results, ~/.shardwise/ledger.db for S3).",
     )
-    triggered_by: str | None = Field(
+    triggered_by: Annotated[str | None, Flag(commands=())] = Field(  # set by event triggers
         None,
         title="triggered_by (internal)",
         description="Internal: the id of the event that started the run, set by event triggers. Leave it "
@@ -581,41 +411,17 @@ class ScoreParams(_Section):
         price = device_price_per_hour(run.device_price_per_hour)
         check_priced(self.model.name, price, run.budget_usd)
         return RunSpec(
-            source=SourceSpec(
-                location=source.location,
-                table=source.table,
-                key=source.key,
-                text_column=source.text_column,
-                text_pair_column=source.text_pair_column,
-                image_column=source.image_column,
-                image_access=self.image_access(),
-                options=tuple(sorted(flat_options(source.options).items())),
-            ),
+            source=source.spec(),
             results=ResultsSpec(
                 location=results.location or source.location,
                 table=results.table,
                 format=results.format,
-                options=tuple(sorted(flat_options(results.options).items())),
+                options=given_sections(results.options),
             ),
             model=self.model.choice(),
             ledger=self.ledger,
-            run=RunSettings(
-                shards=run.shards,
-                rows_per_shard=run.rows_per_shard,
-                only_new=run.only_new,
-                max_tokens=run.max_tokens,
-                device=run.device,
-                precision=run.precision,
-                min_agreement=run.min_agreement,
-                resume=run.resume,
-                redrive=run.redrive,
-                force=run.force,
-                lease_s=run.lease_s,
-                retry=RetryPolicy(deadline_s=run.retry_deadline_s, attempts=run.retry_attempts),
-                device_price_per_hour=price,
-                budget_usd=run.budget_usd,
-                budget_tokens=run.budget_tokens,
-            ),
+            run=run.settings().replace(device_price_per_hour=price),
+            image_access=self.image_access(),
         )
 
     def image_access(self) -> ImageAccess:
@@ -632,12 +438,4 @@ class ScoreParams(_Section):
 
     def fanout_plan(self) -> Fanout:
         """The runner, its worker count and threads per worker (an existing cluster is asked its size)."""
-        fanout = self.fanout
-        return Fanout.of(
-            fanout.runner,
-            workers=fanout.workers,
-            address=fanout.address,
-            threads=fanout.threads,
-            device=self.run.device,
-            deployment=fanout.deployment,
-        )
+        return Fanout.of(self.fanout, device=self.run.device)

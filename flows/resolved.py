@@ -48,7 +48,7 @@ def resolve_run(params: ScoreParams) -> ResolvedRun:
     """Resolve ``params``: refuse a forbidden ``--where``, build the spec and the fan-out (asking an existing
     cluster its size), and refuse data the workers could not reach. Raises the first refusal."""
     spec, fanout = params.to_spec(), params.fanout_plan()
-    refuse_forbidden_where(spec.source.kind_options().get("where"))
+    refuse_forbidden_where(getattr(spec.source.kind_options().get("sql"), "where", None))
     fanout.check_reachable(spec, resolve)
     return ResolvedRun(spec, fanout)
 

@@ -1,13 +1,18 @@
-"""Options owned by a kind of connector: a source kind's or a sink kind's, one ``--flag`` each.
+"""Options owned by a kind of connector: a source kind's or a sink kind's, each kind's its own typed value.
 
 A kind (a source kind, a sink kind) declares its options as a frozen pydantic
-model, a subclass of :class:`KindOptions`. Option names are unique across the
-installed kinds of one family, so each stays a plain flag (``--where``,
-``--index``) and a run spec holds the options given as flat ``(name, value)``
-pairs. From those pairs this module finds each option's owner, checks its value
-with the owner's model, and refuses an option given for another kind than the
-run's. A default spelled out is not "given": a deployment that names every
-option's default is never refused.
+model, a subclass of :class:`KindOptions`. A run carries them per kind, as
+``(kind name, that kind's options)`` pairs (:func:`kind_sections`), never as
+loose ``(option, value)`` pairs: two kinds may both declare ``delimiter``.
+Where the run's kind is known, it takes its own section and one of another kind,
+set away from its defaults, is refused naming its flag (:func:`options_of_kind`).
+A default spelled out is not "given": a deployment that names every option's
+default is never refused.
+
+On the command line an option keeps its plain flag (``--where``, ``--index``)
+while no other installed kind of its family declares the same flag; when two do,
+each gets ``--KIND-OPTION`` (:func:`option_flags`). The form shows a section per
+kind either way (:func:`sections_model`).
 
 The families keep their own registries (:mod:`shardwise.sources.registry`,
 :mod:`shardwise.sinks.registry`); this module holds what they do alike.
@@ -15,33 +20,38 @@ The families keep their own registries (:mod:`shardwise.sources.registry`,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from shardwise.errors import ConfigError
+from shardwise.flags import flag_name
 
 __all__ = [
     "KindOptions",
+    "KindSections",
     "OptionOwner",
-    "check_unique_options",
-    "flag_of",
-    "flat_options",
-    "grouped_options",
-    "option_pairs",
+    "given_sections",
+    "kind_sections",
+    "option_flags",
     "options_of_kind",
     "sections_model",
 ]
+
+KindSections = tuple[tuple[str, "KindOptions"], ...]
+"""The kinds' options a run gives: ``(kind name, its options)`` for each kind given any, sorted by name."""
 
 
 class KindOptions(BaseModel):
     """The options one kind owns; a kind's options class subclasses it (a kind without options uses it
     as it is).
 
-    Each field is one ``--flag`` (its name, ``_`` as ``-``), typed, with its
-    default and description as ``--help`` and the Prefect form show them.
-    ``check()`` holds the rules between a kind's own options.
+    Each field is one ``--flag`` (its name, ``_`` as ``-``, or its
+    :class:`~shardwise.flags.Flag`), typed, with its default and description as
+    ``--help`` and the Prefect form show them. ``check()`` holds the rules
+    between a kind's own options.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -60,26 +70,21 @@ class OptionOwner(Protocol):
     def options(self) -> type[KindOptions]: ...
 
 
-def flag_of(option: str, options: type[KindOptions] | None = None) -> str:
-    """The command-line flag of an option: ``index_metric`` is ``--index-metric``, unless its field in
-    ``options`` names another (``Field(json_schema_extra={"flag": "--query-timeout"})``)."""
-    info = None if options is None else options.model_fields.get(option)
-    extra = info.json_schema_extra if info is not None else None
-    if isinstance(extra, dict) and isinstance(extra.get("flag"), str):
-        return str(extra["flag"])
-    return "--" + option.replace("_", "-")
+def option_flags(kinds: Iterable[OptionOwner]) -> dict[tuple[str, str], str]:
+    """``{(kind, option): flag}`` for the options of ``kinds`` (one family's installed kinds): an option's
+    own flag (``--where``), or ``--KIND-`` and that flag's name when another kind declares the same."""
+    plain = {
+        (kind.name, option): flag_name(option, info)
+        for kind in kinds
+        for option, info in kind.options.model_fields.items()
+    }
+    seen = Counter(plain.values())
+    return {
+        (kind, option): flag if seen[flag] == 1 else f"--{kind}-{flag.removeprefix('--')}"
+        for (kind, option), flag in plain.items()
+    }
 
 
-def check_unique_options(kind: OptionOwner, where: str, owners: dict[str, str], family: str) -> None:
-    """Refuse a kind (registered at ``where``) declaring an option another kind of ``family`` declares;
-    ``owners`` maps the options seen so far to their kinds and takes this kind's."""
-    for option in kind.options.model_fields:
-        if option in owners:
-            raise ConfigError(
-                f"{family} kind {kind.name!r} ({where}) declares option {option!r}, which {family} kind "
-                f"{owners[option]!r} declares already; rename the option in {where}"
-            )
-        owners[option] = kind.name
 
 
 def sections_model(name: str, doc: str, kinds: Iterable[OptionOwner]) -> type[BaseModel]:
@@ -92,87 +97,89 @@ def sections_model(name: str, doc: str, kinds: Iterable[OptionOwner]) -> type[Ba
     return model  # type: ignore[no-any-return]
 
 
-def flat_options(sections: BaseModel) -> dict[str, Any]:
-    """``{option: value}`` of the options set away from their defaults, from a :func:`sections_model`
-    value: what a run spec holds (option names are unique across kinds)."""
-    flat: dict[str, Any] = {}
-    for name in type(sections).model_fields:
-        section = getattr(sections, name)
-        for option, info in type(section).model_fields.items():
-            value = getattr(section, option)
-            if value != info.default:
-                flat[option] = value
-    return flat
+def given_sections(sections: BaseModel) -> dict[str, KindOptions]:
+    """The sections of a :func:`sections_model` value that set an option away from its default, by kind:
+    what a run spec holds."""
+    given = {name: getattr(sections, name) for name in type(sections).model_fields}
+    return {name: options for name, options in given.items() if options.model_dump(exclude_defaults=True)}
 
 
-def option_pairs(options: Any, what: str) -> tuple[tuple[str, Any], ...]:
-    """``options`` (pairs or a mapping, as a spec is given them or reads them back from JSON) as pairs
-    sorted by name: hashable, so a spec holding them is."""
-    try:
-        return tuple(sorted(dict(options).items()))
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what} options must map option names to values; got {options!r}") from None
-
-
-def grouped_options(
-    options: Mapping[str, Any],
+def kind_sections(
+    given: Any,
     kinds: Iterable[OptionOwner],
     label: Callable[[OptionOwner], str],
     family: tuple[str, str],
-) -> dict[str, KindOptions]:
-    """``{option: value}`` (flat) grouped by the kind declaring each, each group checked by that kind's
-    model: an option no kind declares, or a bad value, is refused naming the flag and the rule.
-    ``label(kind)`` says what the kind reads or writes, for messages (``results in a Delta table``);
-    ``family`` names the options and their kinds (``("results", "sink")``)."""
+) -> KindSections:
+    """``given`` (``{kind: its options}`` or such pairs, each a kind's options value or a mapping of
+    them, as a spec is given them or reads them back from JSON) as :data:`KindSections`, each checked
+    by its kind's model: a kind not installed, or a bad value, is refused naming the flag and the rule.
+    Sections left at their defaults are dropped. ``label(kind)`` says what the kind reads or writes, for
+    messages (``results in a Delta table``); ``family`` names the options and their kinds
+    (``("results", "sink")``)."""
+    try:
+        sections = dict(given)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{family[0]} options must map each {family[1]} kind to its options; got {given!r}"
+        ) from None
+    kinds = list(kinds)
     known = {k.name: k for k in kinds}
-    grouped: dict[str, dict[str, Any]] = {}
-    for option, value in options.items():
-        owner = next((k for k in known.values() if option in k.options.model_fields), None)
-        if owner is None:
-            names = sorted(o for k in known.values() for o in k.options.model_fields)
+    checked: dict[str, KindOptions] = {}
+    for name, options in sections.items():
+        kind = known.get(name)
+        if kind is None:
+            owners = sorted(k.name for k in kinds if k.options.model_fields)
             raise ConfigError(
-                f"{family[0]} option {option!r} is declared by no installed {family[1]} kind; known: "
-                f"{', '.join(names) or 'none'}"
+                f"{family[0]} options are given for {family[1]} kind {name!r}, which is not installed; "
+                f"kinds with options: {', '.join(owners) or 'none'}"
             )
-        grouped.setdefault(owner.name, {})[option] = value
-    return {name: _validated(known[name], values, label) for name, values in grouped.items()}
+        value = options if isinstance(options, kind.options) else _validated(kind, options, label, kinds)
+        if value.model_dump(exclude_defaults=True):
+            checked[name] = value
+    return tuple(sorted(checked.items()))
 
 
 def options_of_kind(
     kind: OptionOwner,
-    given: Mapping[str, Any],
+    given: Mapping[str, KindOptions],
     kinds: Iterable[OptionOwner],
     label: Callable[[OptionOwner], str],
-    refusal: Callable[[str, Any, OptionOwner], str],
-    family: tuple[str, str],
+    refusal: Callable[[str, Any, OptionOwner, str], str],
 ) -> KindOptions:
-    """``kind``'s options from the run's given ones (the rest at their defaults). An option of another
-    kind, set away from its default, is refused with ``refusal(option, value, owner)``."""
+    """``kind``'s own options from the run's given sections (its defaults when none is given). A section
+    of another kind, set away from its defaults, is refused with ``refusal(option, value, owner, flag)``."""
     kinds = list(kinds)
-    grouped = grouped_options(given, kinds, label, family)
-    for name, options in grouped.items():
+    flags = option_flags(kinds)
+    for name, options in given.items():
         if name == kind.name:
             continue
         changed = options.model_dump(exclude_defaults=True)
         if changed:
             option, value = next(iter(changed.items()))
-            owner = next(k for k in kinds if k.name == name)
-            raise ConfigError(refusal(option, value, owner))
-    return grouped.get(kind.name) or _validated(kind, {}, label)
+            owner = next((k for k in kinds if k.name == name), None)
+            if owner is not None:
+                raise ConfigError(refusal(option, value, owner, flags[(name, option)]))
+    own = given.get(kind.name)
+    return own if own is not None else _validated(kind, {}, label, kinds)
 
 
 def _validated(
-    kind: OptionOwner, values: Mapping[str, Any], label: Callable[[OptionOwner], str]
+    kind: OptionOwner, values: Any, label: Callable[[OptionOwner], str], kinds: list[OptionOwner]
 ) -> KindOptions:
     try:
-        options = kind.options.model_validate(dict(values))
+        options = kind.options.model_validate(values)
     except ValidationError as exc:
         error = exc.errors()[0]
         option = str(error["loc"][0]) if error["loc"] else "?"
         rule = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            raise ConfigError(
+                f"{option} is not an option of {label(kind)}; its options: "
+                f"{', '.join(kind.options.model_fields) or 'none'}"
+            ) from None
+        flag = option_flags(kinds).get((kind.name, option), flag_name(option, None))
         raise ConfigError(
-            f"{option} is not valid for {label(kind)}: {rule}; see {flag_of(option, kind.options)} in "
-            "shardwise run --help"
+            f"{option} is not valid for {label(kind)}: {rule}; see {flag} in shardwise run --help"
         ) from None
     options.check()
     return options

@@ -28,17 +28,21 @@ from __future__ import annotations
 import os
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field, field_validator, model_validator
 
 from shardwise.db.connect import database_scheme
 from shardwise.errors import ConfigError, TransientError
+from shardwise.flags import Flag
 from shardwise.pipeline import Resolver, RunSpec
 from shardwise.pipeline.preemption import drain_on_sigterm
+from shardwise.pipeline.spec import Settings
 from shardwise.process.lifeline import die_with_parent
 from shardwise.process.reaper import reaping
 from shardwise.words import plural
 
-__all__ = ["RUNNERS", "Fanout", "RunnerName", "cores"]
+__all__ = ["RUNNERS", "Fanout", "FanoutSettings", "RunnerName", "cores"]
 
 RunnerName = Literal["thread", "process", "dask", "ray", "deployment"]
 RUNNERS: tuple[str, ...] = get_args(RunnerName)
@@ -61,19 +65,92 @@ def _visible_gpus(device: str) -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+_DEPLOYMENT = "score-shard/per-shard"
+
+
+class FanoutSettings(Settings):
+    """What runs the shards (README: Scaling out): the ``fanout`` section of the flow's form, as asked;
+    :meth:`Fanout.of` resolves it (worker counts, threads)."""
+
+    runner: RunnerName = Field(
+        "thread",
+        description="What runs the shard tasks: thread (this process), process (a pool of worker "
+        "processes), dask, ray, or deployment (one flow run per shard on the score-shard deployment's "
+        "work pool).",
+    )
+    workers: Annotated[int | None, Flag(metavar="N")] = Field(
+        None,
+        ge=1,
+        description="Workers scoring at once (default: one per visible GPU, else 1). With address it "
+        "only sizes the default shard count; with the deployment runner it caps the child runs in flight.",
+    )
+    address: str | None = Field(
+        None,
+        description="An existing cluster to use instead of a local one: dask tcp://host:8786, or a Ray "
+        "address (host:6379 or ray://host:10001). Its workers must reach the source and results.",
+    )
+    threads: Annotated[int | None, Flag(metavar="N")] = Field(
+        None,
+        ge=1,
+        description="Torch threads per worker (default: this host's cores shared among local workers; "
+        "the workers' own default on a cluster at address).",
+    )
+    deployment: Annotated[str, Flag(metavar="FLOW/NAME")] = Field(
+        _DEPLOYMENT,
+        description="With the deployment runner: the per-shard flow's deployment, FLOW/NAME (refused with "
+        "another runner).",
+    )
+
+    @field_validator("runner", mode="before")
+    @classmethod
+    def _a_runner(cls, value: object) -> object:
+        if value not in RUNNERS:
+            raise ConfigError(f"runner must be one of {', '.join(RUNNERS)}; got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _applies(self) -> FanoutSettings:
+        """An address or a deployment the runner does not use would do nothing, so it is refused, not
+        ignored. A default value is not given, so a deployment's defaults pass."""
+        if self.deployment != _DEPLOYMENT and self.runner != "deployment":
+            raise ValueError(
+                f"--deployment {self.deployment!r} would do nothing: it names the deployment runner's "
+                f"per-shard flow, and runner is {self.runner!r}; drop it, or give --runner deployment"
+            )
+        if self.address is not None and self.runner not in ("dask", "ray"):
+            raise ConfigError(
+                f"address {self.address!r} names an existing cluster, which only the dask and ray runners "
+                f"use; drop --address, or use --runner dask or ray (runner is {self.runner!r})"
+            )
+        if self.address is not None and not self.address.strip():
+            raise ConfigError("address is empty; give the scheduler's address, e.g. tcp://host:8786")
+        return self
+
+
 @dataclass(frozen=True)
 class Fanout:
-    """The fan-out of one run: the engine, how many workers it has, and each worker's torch threads."""
+    """The fan-out of one run, resolved: the settings asked, how many workers there are, and each
+    worker's torch threads."""
 
-    runner: RunnerName
+    asked: FanoutSettings
     workers: int
     threads: int | None
-    address: str | None = None
-    deployment: str | None = None
     gpus: bool = False
     """Whether shard tasks run on CUDA (Ray is then asked for one GPU per task)."""
     in_flight: int | None = None
     """``deployment``: child flow runs started at once (None: every shard; the work pool queues them)."""
+
+    @property
+    def runner(self) -> RunnerName:
+        return self.asked.runner
+
+    @property
+    def address(self) -> str | None:
+        return self.asked.address
+
+    @property
+    def deployment(self) -> str:
+        return self.asked.deployment
 
     def describe(self) -> str:
         """For the log: ``on the dask runner with 3 workers, 2 torch threads each``."""
@@ -86,34 +163,17 @@ class Fanout:
         return self.address is not None or self.runner == "deployment"
 
     @classmethod
-    def of(
-        cls,
-        runner: str,
-        *,
-        workers: int | None = None,
-        address: str | None = None,
-        threads: int | None = None,
-        device: str = "auto",
-        deployment: str | None = None,
-    ) -> Fanout:
-        """Check the runner settings and fill in the defaults (see the module docstring)."""
-        if runner not in RUNNERS:
-            raise ConfigError(f"runner must be one of {', '.join(RUNNERS)}; got {runner!r}")
-        if address is not None and runner not in ("dask", "ray"):
-            raise ConfigError(
-                f"address {address!r} names an existing cluster, which only the dask and ray runners use; "
-                f"drop --address, or use --runner dask or ray (runner is {runner!r})"
-            )
-        if address is not None and not address.strip():
-            raise ConfigError("address is empty; give the scheduler's address, e.g. tcp://host:8786")
+    def of(cls, asked: FanoutSettings, *, device: str = "auto") -> Fanout:
+        """Fill in the defaults of ``asked`` (see the module docstring); an existing cluster is asked its
+        size."""
         gpus = _visible_gpus(device)
-        if address is not None:
-            found, remote_gpus = _cluster_size(runner, address, device)
-            return cls(runner, workers or found, threads, address, None, remote_gpus)  # type: ignore[arg-type]
-        if runner == "deployment":
-            return cls(runner, workers or 1, threads, None, deployment, device.startswith("cuda"), workers)
-        count = workers or max(gpus, 1)
-        return cls(runner, count, threads or max(1, cores() // count), None, None, gpus > 0)  # type: ignore[arg-type]
+        if asked.address is not None:
+            found, remote_gpus = _cluster_size(asked.runner, asked.address, device)
+            return cls(asked, asked.workers or found, asked.threads, remote_gpus)
+        if asked.runner == "deployment":
+            return cls(asked, asked.workers or 1, asked.threads, device.startswith("cuda"), asked.workers)
+        count = asked.workers or max(gpus, 1)
+        return cls(asked, count, asked.threads or max(1, cores() // count), gpus > 0)
 
     def check_reachable(self, spec: RunSpec, resolve: Resolver) -> None:
         """Refuse a source or results database that workers on other hosts could not reach.

@@ -157,11 +157,11 @@ def _script_problems(script: str, rest: list[str]) -> Iterator[str]:
 
 def _declared_flags(page: str) -> set[str]:
     """The flags of the kind a page's own code declares (extending.md's example sink): each option field
-    is a flag, ``jsonl_decimals`` is ``--jsonl-decimals``, as ``flag_of`` makes them."""
-    from shardwise.kind_options import flag_of
+    is a flag, ``jsonl_decimals`` is ``--jsonl-decimals``, as ``flag_name`` makes them."""
+    from shardwise.flags import flag_name
 
     python = "".join(body for lang, body in _FENCED.findall(page) if lang == "python")
-    return {flag_of(field) for field in re.findall(r"^ {4}(\w+): .*= Field\(", python, re.M)}
+    return {flag_name(field, None) for field in re.findall(r"^ {4}(\w+): .*= Field\(", python, re.M)}
 
 
 def _other_flags(shell: list[str], spans: list[str]) -> set[str]:

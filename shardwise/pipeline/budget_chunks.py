@@ -92,9 +92,9 @@ def budget_chunk_rows(spec: RunSpec, tokens: TokenCount | None, cost: CostEstima
 def recorded_chunks(spec: RunSpec, plan: SourcePlan) -> RunSpec:
     """``spec`` with the chunk size its run's plan recorded (a budgeted run's); as given otherwise."""
     rows = plan.param("chunk_rows")
-    if not isinstance(rows, int) or rows == spec.run.chunk_rows:
+    if not isinstance(rows, int) or rows == spec.chunk_rows:
         return spec
-    return dataclasses.replace(spec, run=dataclasses.replace(spec.run, chunk_rows=rows))
+    return dataclasses.replace(spec, chunk_rows=rows)
 
 
 def sized_plan(plan: SourcePlan, rows: int | None) -> SourcePlan:

@@ -104,9 +104,9 @@ def _check_image_cap(spec: RunSpec, kind: str) -> None:
     """An image byte cap for a source that reads no pictures would do nothing. Only a value other than
     the default is given (a deployment's defaults are never refused); the source kinds' own options are
     refused for another kind where the source opens (:func:`~shardwise.sources.registry.open_kind`)."""
-    if spec.source.image_access.max_bytes != DEFAULT_MAX_BYTES and kind != "image":
+    if spec.image_access.max_bytes != DEFAULT_MAX_BYTES and kind != "image":
         raise ConfigError(
-            f"image_max_bytes {spec.source.image_access.max_bytes} caps the pictures an image column or "
+            f"image_max_bytes {spec.image_access.max_bytes} caps the pictures an image column or "
             f"folder reads, and this run reads {kind}; drop --image-max-bytes, or give --image-column"
         )
 

@@ -100,7 +100,7 @@ def plan_report(
         # The run's own chunk sizing: a budget the run would refuse, the plan refuses.
         budget_rows = budget_chunk_rows(spec, tokens, cost, chunk_rows(spec, spec_of))
         try:
-            new_only = dataclasses.replace(spec, run=dataclasses.replace(spec.run, only_new=True))
+            new_only = dataclasses.replace(spec, run=spec.run.replace(only_new=True))
             current = (
                 plan
                 if spec.run.only_new

@@ -94,7 +94,7 @@ def recorded_retry(spec: RunSpec, plan: SourcePlan, run_id: str) -> RunSpec:
             "resume's (deadline %g s, %d attempts); start a new run to change it",
             run_id, recorded.deadline_s, recorded.attempts, given.deadline_s, given.attempts,
         )  # fmt: skip
-    return dataclasses.replace(spec, run=dataclasses.replace(spec.run, retry=recorded))
+    return dataclasses.replace(spec, run=spec.run.replace(retry=recorded))
 
 
 def resume_command(run_id: str, *, ledger: str | None, results: str | None, source: str | None) -> str:

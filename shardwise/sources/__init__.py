@@ -73,15 +73,16 @@ def open_source(
     column (see :mod:`shardwise.sources.images`), its references only where
     ``image_access`` allows; with it, no location is an image folder.
     ``kind`` names the kind outright (a worker knows it from the run's stored
-    plan), so nothing is listed. ``kind_options`` are the kinds' own options by
-    name (a SQL source's ``where`` and ``query_timeout_s``): the kind opened takes
-    its own, and one of another kind is refused.
+    plan), so nothing is listed. ``kind_options`` are the kinds' own options, a
+    section per kind (``{"sql": {"where": "id > 3"}}``): the kind opened takes
+    its own, and another kind's is refused.
     """
     from shardwise.sources import registry
 
+    sections = dict(registry.source_sections(kind_options or {}))
     given = registry.SourceOptions(
         table=table, key=key, text_column=text_column, input_columns=input_columns,
-        image_column=image_column, image_access=image_access, kind_options=dict(kind_options or {}),
+        image_column=image_column, image_access=image_access, kind_options=sections,
         s3_client=s3_client, retry=retry, more=options,
     )  # fmt: skip
     if kind is not None:

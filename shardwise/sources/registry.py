@@ -43,9 +43,9 @@ from shardwise.entry_points import entry_point_names, load_entry_points
 from shardwise.errors import ConfigError, SourceError
 from shardwise.kind_options import (
     KindOptions,
-    check_unique_options,
-    flag_of,
-    grouped_options,
+    KindSections,
+    kind_sections,
+    option_flags,
     options_of_kind,
     sections_model,
 )
@@ -63,14 +63,15 @@ __all__ = [
     "SourceOptions",
     "clear_cache",
     "file_suffixes",
-    "given_source_options",
     "kind_names",
     "load_kinds",
     "open_kind",
     "open_location",
     "refuse_table",
     "source_kind",
+    "source_option_flags",
     "source_options_model",
+    "source_sections",
 ]
 
 ENTRY_POINT_GROUP = "shardwise.sources"
@@ -94,9 +95,9 @@ class SourceOptions:
     input_columns: Mapping[str, str] | None = None
     image_column: str | None = None
     image_access: ImageAccess | None = None
-    kind_options: Mapping[str, Any] = field(default_factory=dict)
-    """The kinds' own options the run gave, flat by name (``{"where": "id > 3"}``): :func:`open_kind`
-    gives the kind opened its own, and refuses another kind's."""
+    kind_options: Mapping[str, KindOptions] = field(default_factory=dict)
+    """The kinds' own options the run gave, each kind's its own value by kind name (see
+    :func:`source_sections`): :func:`open_kind` gives the kind opened its own, and refuses another's."""
     s3_client: Any | None = None
     retry: RetryPolicy | None = None
     more: Mapping[str, Any] = field(default_factory=dict)
@@ -139,19 +140,9 @@ def kind_names() -> list[str]:
 @functools.cache
 def load_kinds() -> dict[str, SourceKind | ConfigError]:
     """Every registered kind by name, imported (cached), Shardwise's own first and then the plug-ins' by
-    name; a kind that cannot be loaded, or that declares an option another kind declares (one
-    ``--flag`` each), maps to why."""
-    loaded: dict[str, SourceKind | ConfigError] = {}
-    owners: dict[str, str] = {}
-    for name, registered in load_entry_points(ENTRY_POINT_GROUP, "source kind", _not_a_kind).items():
-        kind = registered.found
-        if not isinstance(kind, ConfigError):
-            try:
-                check_unique_options(kind, registered.where, owners, "source")
-            except ConfigError as exc:
-                kind = exc
-        loaded[name] = kind
-    return loaded
+    name; a kind that cannot be loaded maps to why."""
+    found = load_entry_points(ENTRY_POINT_GROUP, "source kind", _not_a_kind)
+    return {name: registered.found for name, registered in found.items()}
 
 
 @functools.cache
@@ -162,10 +153,15 @@ def source_options_model() -> type[BaseModel]:
     return sections_model("SourceKindSections", doc, _usable(load_kinds()))
 
 
-def given_source_options(options: Mapping[str, Any]) -> dict[str, KindOptions]:
-    """``{option: value}`` (flat, as a run spec holds them) grouped by the kind declaring each, each
-    checked by its kind's model: an unknown option, or a bad value, is refused naming the flag."""
-    return grouped_options(options, _usable(load_kinds()), _source_of, _FAMILY)
+def source_sections(given: Any) -> KindSections:
+    """The kinds' options given (``{kind: options}``), each checked by its kind's model, as a run spec
+    holds them (see :func:`~shardwise.kind_options.kind_sections`)."""
+    return kind_sections(given, _usable(load_kinds()), _source_of, _FAMILY)
+
+
+def source_option_flags() -> dict[tuple[str, str], str]:
+    """``{(kind, option): flag}``: plain, or ``--KIND-OPTION`` where two installed kinds share a flag."""
+    return option_flags(_usable(load_kinds()))
 
 
 def file_suffixes() -> tuple[str, ...]:
@@ -199,13 +195,13 @@ def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source
 
     shown = safe_url(location) if database_scheme(location) is not None else location  # no password
 
-    def refusal(option: str, value: Any, owner: Any) -> str:
+    def refusal(option: str, value: Any, owner: Any, flag: str) -> str:
         return (
             f"{option} {value!r} applies to {owner.name} sources, and source {shown!r} is read as a "
-            f"{kind.name} source; drop {flag_of(option, owner.options)}"
+            f"{kind.name} source; drop {flag}"
         )
 
-    own = options_of_kind(kind, options.kind_options, _usable(load_kinds()), _source_of, refusal, _FAMILY)
+    own = options_of_kind(kind, options.kind_options, _usable(load_kinds()), _source_of, refusal)
     try:
         return kind.open(location, options, own)  # type: ignore[arg-type]  # the kind's own model
     except ModuleNotFoundError as exc:

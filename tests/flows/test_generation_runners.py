@@ -157,9 +157,9 @@ def dask_cluster(dask_extra: None) -> Iterator[str]:
 def local_ray(ray_extra: None) -> Iterator[None]:
     """The local Ray that the ray runner starts for two workers, started once for both decodings: a ray
     runner entered while Ray runs in this process uses it and leaves it running."""
-    from shardwise.tasks.runners import Fanout
+    from shardwise.tasks.runners import Fanout, FanoutSettings
 
-    with Fanout.of("ray", workers=2, threads=1, device="cpu").task_runner():
+    with Fanout.of(FanoutSettings(runner="ray", workers=2, threads=1), device="cpu").task_runner():
         yield
 
 

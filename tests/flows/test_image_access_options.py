@@ -35,7 +35,7 @@ def test_the_options_and_the_environment_become_one_image_access(
     args = _parsed("--image-root", "typed", "--image-bucket", "typed-bucket", "--image-max-bytes", "1000")
     params = score_params(args)
     assert params.source.image_roots == [str(tmp_path / "typed")]  # made absolute where it was typed
-    assert params.to_spec().source.image_access == ImageAccess(
+    assert params.to_spec().image_access == ImageAccess(
         roots=(str(tmp_path / "typed"), str(tmp_path / "exported")),
         buckets=("typed-bucket", "exported-bucket"),
         max_bytes=1000,
@@ -43,7 +43,7 @@ def test_the_options_and_the_environment_become_one_image_access(
 
 
 def test_by_default_no_root_no_bucket_and_64_mib() -> None:
-    assert score_params(_parsed()).to_spec().source.image_access == ImageAccess((), (), 64 * 2**20)
+    assert score_params(_parsed()).to_spec().image_access == ImageAccess((), (), 64 * 2**20)
 
 
 def test_roots_are_looked_for_only_where_the_shards_run() -> None:

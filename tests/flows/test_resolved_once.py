@@ -25,9 +25,9 @@ def fanouts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     made: list[str] = []
     real = Fanout.of.__func__  # type: ignore[attr-defined]
 
-    def counted(cls: type[Fanout], runner: str, **kw: Any) -> Fanout:
-        made.append(runner)
-        return real(cls, runner, **kw)
+    def counted(cls: type[Fanout], asked: Any, **kw: Any) -> Fanout:
+        made.append(asked.runner)
+        return real(cls, asked, **kw)
 
     monkeypatch.setattr(Fanout, "of", classmethod(counted))
     return made

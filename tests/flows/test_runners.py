@@ -15,7 +15,7 @@ from shardwise.errors import ConfigError
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
 from shardwise.pipeline.run_result import RunResult
-from shardwise.tasks.runners import Fanout, cores
+from shardwise.tasks.runners import Fanout, FanoutSettings, cores
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -110,12 +110,17 @@ def test_the_ray_runner_gives_the_same_results(
 
 
 def test_local_runners_share_the_cores_out() -> None:
-    fanout = Fanout.of("process", workers=2, device="cpu")
+    fanout = Fanout.of(FanoutSettings(runner="process", workers=2), device="cpu")
     assert (fanout.workers, fanout.threads) == (2, max(1, cores() // 2))
-    assert Fanout.of("thread", device="cpu").workers == 1, "one worker per device; a CPU is one"
-    assert Fanout.of("dask", workers=3, threads=1, device="cpu").threads == 1
-    assert Fanout("dask", 3, 2).describe() == "on the dask runner with 3 workers, 2 torch threads each"
-    assert Fanout("ray", 1, None).describe() == "on the ray runner with 1 worker"
+    assert Fanout.of(FanoutSettings(runner="thread"), device="cpu").workers == 1, (
+        "one worker per device; a CPU is one"
+    )
+    assert Fanout.of(FanoutSettings(runner="dask", workers=3, threads=1), device="cpu").threads == 1
+    assert (
+        Fanout(FanoutSettings(runner="dask"), 3, 2).describe()
+        == "on the dask runner with 3 workers, 2 torch threads each"
+    )
+    assert Fanout(FanoutSettings(runner="ray"), 1, None).describe() == "on the ray runner with 1 worker"
 
 
 @pytest.mark.parametrize(
@@ -127,9 +132,8 @@ def test_local_runners_share_the_cores_out() -> None:
     ],
 )
 def test_runner_settings_that_cannot_work_are_refused(kwargs: dict, match: str) -> None:
-    runner = kwargs.pop("runner")
     with pytest.raises(ConfigError, match=match):
-        Fanout.of(runner, **kwargs)
+        FanoutSettings(**kwargs)
 
 
 @pytest.mark.parametrize(
@@ -160,10 +164,10 @@ def test_local_files_are_refused_when_workers_may_be_elsewhere(
     from shardwise.pipeline import as_is
 
     spec = flat_spec(model="tiny", source=source, results=results or source, results_table="t", table=None)
-    remote = Fanout("deployment", 1, None, deployment="score-shard/per-shard")
+    remote = Fanout(FanoutSettings(runner="deployment"), 1, None)
     with pytest.raises(ConfigError, match=match + r".*(PostgreSQL|postgresql)"):
         remote.check_reachable(spec, as_is)
-    Fanout("process", 2, 1).check_reachable(spec, as_is)  # one host: fine
+    Fanout(FanoutSettings(runner="process"), 2, 1).check_reachable(spec, as_is)  # one host: fine
 
 
 @pytest.mark.postgres
@@ -196,7 +200,11 @@ def test_a_local_dask_cluster_runs_no_profiler(dask_extra: None) -> None:
     import dask
     from distributed import Client, LocalCluster
 
-    kwargs = Fanout.of("dask", workers=1, threads=1, device="cpu").task_runner().cluster_kwargs
+    kwargs = (
+        Fanout.of(FanoutSettings(runner="dask", workers=1, threads=1), device="cpu")
+        .task_runner()
+        .cluster_kwargs
+    )
     with LocalCluster(**kwargs) as cluster, Client(cluster) as client:
         profiling = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
     assert list(profiling.values()) == [False]
@@ -223,7 +231,11 @@ def test_a_local_dask_cluster_closes_without_killing_its_workers(
 
     from distributed import Client, LocalCluster
 
-    kwargs = Fanout.of("dask", workers=2, threads=1, device="cpu").task_runner().cluster_kwargs
+    kwargs = (
+        Fanout.of(FanoutSettings(runner="dask", workers=2, threads=1), device="cpu")
+        .task_runner()
+        .cluster_kwargs
+    )
     with caplog.at_level(logging.INFO, logger="distributed"):
         cluster = LocalCluster(**kwargs)
         with Client(cluster) as client:

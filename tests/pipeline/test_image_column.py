@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from botocore.exceptions import ClientError
 from image_builders import tiny_vit_classifier
+from pydantic import ValidationError
 from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError, RetryDeadlineError
@@ -61,8 +62,8 @@ def test_the_cli_option_reaches_the_spec() -> None:
     args = parser.parse_args(["--source", "sqlite:///x.db", "--table", "docs", "--image-column", "img"])
     assert score_params(args).to_spec().source.image_column == "img"
     bad = parser.parse_args(["--source", "sqlite:///x.db", "--image-column", "img", "--text-column", "t"])
-    with pytest.raises(ConfigError, match="drop --text-column, or drop --image-column"):
-        score_params(bad).to_spec()
+    with pytest.raises(ValidationError, match="drop --text-column, or drop --image-column"):
+        score_params(bad)  # refused as the parameters are read, in the form too
 
 
 def _refs_table(url: str, tmp_path: Path) -> dict[int, bytes]:

@@ -13,12 +13,13 @@ from pyiceberg.catalog.sql import SqlCatalog
 from spec_builder import flat_spec
 
 from shardwise.errors import ConfigError
+from shardwise.flags import flag_name
 from shardwise.records import ResultRow
 from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.base import SinkChunk, SinkCommit
 from shardwise.sinks.iceberg import DEFAULT_CATALOG_FILE, KIND, IcebergOptions
 from shardwise.sinks.iceberg.sink import IcebergSink
-from shardwise.sinks.registry import Destination, flag_of, sink_kind
+from shardwise.sinks.registry import Destination, sink_kind
 from shardwise.sources.base import KeyType
 from shardwise.testing.rows import LAYOUT, OTHER_LAYOUT, ROWS_PER_CHUNK, chunk, lineage, row
 from shardwise.testing.sink import SinkPlace, stale_commit_meets_the_seal
@@ -200,7 +201,7 @@ def _dest(location: str, table: str = "shardwise_results") -> Destination:
 def test_the_kind_is_registered_with_its_option_and_target(tmp_path) -> None:
     assert sink_kind("iceberg") is KIND
     assert (KIND.extra, KIND.schemes) == ("iceberg", ())
-    assert flag_of("iceberg_catalog") == "--iceberg-catalog"
+    assert flag_name("iceberg_catalog", None) == "--iceberg-catalog"
     assert IcebergOptions().iceberg_catalog is None
     KIND.require()
     assert KIND.target(_dest("/data/wh", "analytics.docs")) == "iceberg:/data/wh/analytics.docs"

@@ -276,7 +276,7 @@ def test_parquet_options_only(folder: Path) -> None:
     with pytest.raises(
         ConfigError, match=r"where 'id > 3' applies to sql sources, .* is read as a csv source"
     ):
-        open_source(str(folder), kind_options={"where": "id > 3"})
+        open_source(str(folder), kind_options={"sql": {"where": "id > 3"}})
     with pytest.raises(ConfigError, match="a CSV or JSON Lines source is read whole: drop --table"):
         open_source(str(folder), table="docs")
     with pytest.raises(ConfigError, match="drop --image-column"):

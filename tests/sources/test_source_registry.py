@@ -61,7 +61,11 @@ class GreedyKind:
     options: type = FilterOptions
 
     def open(self, location, options, own):
-        raise AssertionError("a kind whose option another kind declares is never opened")
+        WHERES.append(own.where)
+        return ParquetSource(".", options.key, options.text_column)
+
+
+WHERES = []
 
 
 GREEDY = GreedyKind()
@@ -195,42 +199,56 @@ def test_a_kind_owns_its_options_and_another_kinds_are_refused_by_flag(
     third_party: object, tmp_path: Path, sqlite_url: str
 ) -> None:
     """The plug-in's ``delimiter`` reaches its ``open`` checked; given for a SQL source it is refused,
-    naming the flag, and the SQL kind's ``where`` given for the plug-in's files is refused the same way."""
+    naming the flag, and the SQL kind's ``where`` given for the plug-in's files is refused the same way
+    (by ``--sql-where``: the plug-in's ``greedy`` kind declares a ``where`` too)."""
     (tmp_path / "a.tsv").write_text("id\ttext\n1\thello\n")
-    with open_source(str(tmp_path), kind_options={"delimiter": ","}):
+    with open_source(str(tmp_path), kind_options={"tsv": {"delimiter": ","}}):
         pass
     with open_source(str(tmp_path)):
         pass
     assert third_party.DELIMITERS == [",", "\t"]  # type: ignore[attr-defined]
     with pytest.raises(ConfigError) as caught:
-        open_source(sqlite_url, table="docs", kind_options={"delimiter": ","})
+        open_source(sqlite_url, table="docs", kind_options={"tsv": {"delimiter": ","}})
     assert str(caught.value) == (
         f"delimiter ',' applies to tsv sources, and source {sqlite_url!r} is read as a sql source; "
         "drop --delimiter"
     )
     with pytest.raises(ConfigError) as caught:
-        open_source("postgresql+psycopg://app:hunter2@db/prod", table="docs", kind_options={"delimiter": ","})
+        open_source(
+            "postgresql+psycopg://app:hunter2@db/prod", table="docs", kind_options={"tsv": {"delimiter": ","}}
+        )
     assert "source 'postgresql+psycopg://app:***@db/prod' is read as a sql" in str(caught.value)
     assert "hunter2" not in str(caught.value)
     with pytest.raises(
-        ConfigError, match=r"where 'id > 1' applies to sql sources, .* tsv source; drop --where"
+        ConfigError, match=r"where 'id > 1' applies to sql sources, .* tsv source; drop --sql-where$"
     ):
-        open_source(str(tmp_path), kind_options={"where": "id > 1"})
-    with open_source(str(tmp_path), kind_options={"query_timeout_s": 300.0}):
+        open_source(str(tmp_path), kind_options={"sql": {"where": "id > 1"}})
+    with open_source(str(tmp_path), kind_options={"sql": {"query_timeout_s": 300.0}}):
         pass  # a default spelled out is not given
-    with pytest.raises(ConfigError, match=r"source option 'sep' is declared by no installed source kind"):
-        open_source(str(tmp_path), kind_options={"sep": ","})
+    with pytest.raises(ConfigError, match=r"^sep is not an option of a tsv source; its options: delimiter$"):
+        open_source(str(tmp_path), kind_options={"tsv": {"sep": ","}})
+    with pytest.raises(
+        ConfigError, match=r"source options are given for source kind 'csvx', which is not installed; .*tsv"
+    ):
+        open_source(str(tmp_path), kind_options={"csvx": {"delimiter": ","}})
 
 
 def test_the_kinds_options_form_one_section_each(third_party: object) -> None:
     """The flow's ``source.options`` has a section per kind with options; a kind that declares an option
-    another kind declares is refused by name, and never takes its flag."""
+    another kind declares too loads, and each of the two takes ``--KIND-OPTION`` as its flag, while an
+    option no other kind declares keeps its plain flag."""
     sections = registry.source_options_model().model_fields
-    assert {"sql", "tsv"} <= set(sections) and "greedy" not in sections
+    assert {"sql", "tsv", "greedy"} <= set(sections)
     assert set(sections["sql"].annotation.model_fields) == {"where", "query_timeout_s"}
-    with pytest.raises(ConfigError) as caught:
-        registry.source_kind("greedy")
-    assert str(caught.value) == (
-        "source kind 'greedy' (tsv_source:GREEDY) declares option 'where', which source kind 'sql' "
-        "declares already; rename the option in tsv_source:GREEDY"
+    assert registry.source_kind("greedy").name == "greedy"
+    flags = registry.source_option_flags()
+    assert flags[("sql", "where")] == "--sql-where" and flags[("greedy", "where")] == "--greedy-where"
+    assert (
+        flags[("sql", "query_timeout_s")] == "--query-timeout"
+        and flags[("tsv", "delimiter")] == "--delimiter"
     )
+    with open_source(
+        "greedy://db", kind_options={"greedy": {"where": "x"}, "sql": {"query_timeout_s": 300.0}}
+    ):
+        pass
+    assert third_party.WHERES == ["x"]  # type: ignore[attr-defined]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
+from shardwise.flags import Flag
 from shardwise.sources.registry import SourceKindOptions
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
 
@@ -14,16 +17,15 @@ class SqlSourceOptions(SourceKindOptions):
     """``--where`` and ``--query-timeout``: each is refused, unless at its default, for a source of
     another kind (files are read whole and run no query)."""
 
-    where: str | None = Field(
+    where: Annotated[str | None, Flag(metavar="SQL")] = Field(
         None,
         description="Optional SQL filter on the source table: one boolean expression over its columns, "
         "checked by a SQL parser (no subqueries; an allow-list of functions; docs: how-to/where-filter.md).",
     )
-    query_timeout_s: float = Field(
+    query_timeout_s: Annotated[float, Flag("--query-timeout", "SECONDS")] = Field(
         DEFAULT_QUERY_TIMEOUT_S,
         ge=0,
         allow_inf_nan=False,
-        json_schema_extra={"flag": "--query-timeout"},
         description="Seconds one query of a SQL source may run while planning, checking or reading a shard "
         "(PostgreSQL's statement_timeout, an interrupt on SQLite); a query that runs longer fails the "
         "planning or the shard, naming the limit, without retries. 0: no limit. A resume may raise it "
