@@ -372,3 +372,17 @@ def _drop_database(admin: Any, name: str) -> None:  # a sqlalchemy Engine
                 raise
             time.sleep(0.5)
     admin.dispose()
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist, a test module is one unit of work, so its module-scoped fixtures (a model,
+    a server, a cluster) start once; tests marked ``xdist_group(NAME)`` form one unit across modules."""
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModuleOrGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):
+                return nodeid.split("@")[-1]
+            return nodeid.split("::", 1)[0]
+
+    return ModuleOrGroup(config, log)

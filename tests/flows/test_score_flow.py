@@ -88,7 +88,12 @@ def test_the_summary_states_results_dead_letters_and_skipped_rows_adding_up(sqli
         len(BAD_ROWS),
         2,
     )
-    assert summary.skipped.as_dict() == {"null_key": 2, "already_scored": 0, "already_read": 0, "unparsable": 0}
+    assert summary.skipped.as_dict() == {
+        "null_key": 2,
+        "already_scored": 0,
+        "already_read": 0,
+        "unparsable": 0,
+    }
     inputs = execute(sqlite_url, "select count(*) from docs")[0][0]
     assert summary.totals.rows_out + summary.totals.rows_failed + summary.skipped.total == inputs
     ok, again = _run(source=sqlite_url, table="docs", shards=2, only_new=True)
