@@ -180,6 +180,22 @@ def own_pg_cluster():  # -> Iterator[pg_cluster.OwnCluster]
 
 
 @pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Prefect's test harness, one server for the session (for each pytest-xdist worker), with result
+    storage of its own. Its start waits up to 300 s, not Prefect's 30: the workers start theirs at
+    once on a busy machine, and a session fixture that fails fails every test that uses it."""
+    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    storage = tmp_path_factory.mktemp("prefect-results")
+    with (
+        temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}),
+        prefect_test_harness(server_startup_timeout=300),
+    ):
+        yield
+
+
+@pytest.fixture(scope="session")
 def tiny_model():
     """The tiny encoder on the CPU, loaded once per session."""
     from shardwise.models import TinySpec
@@ -372,6 +388,20 @@ def _drop_database(admin: Any, name: str) -> None:  # a sqlalchemy Engine
                 raise
             time.sleep(0.5)
     admin.dispose()
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many workers ``-n auto`` starts: one more than the cores, as most of a test's time is spent
+    waiting (a subprocess, a server, a lease), and at most one per 3 GiB of memory (a worker with a
+    model, a Prefect server and a vLLM server holds about that); ``SHARDWISE_TEST_WORKERS`` overrides."""
+    given = os.environ.get("SHARDWISE_TEST_WORKERS")
+    if given:
+        return int(given)
+    import psutil
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    by_memory = int(psutil.virtual_memory().available // (3 * 2**30))
+    return max(1, min(cores + 1, by_memory))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

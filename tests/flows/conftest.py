@@ -1,22 +1,11 @@
-"""Prefect's test harness for the flow tests, with result storage isolated per session; a docs table."""
+"""The flow tests' data: a docs table, shards that commit every 4 rows."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 
 import pytest
 from flow_data import make_docs
-
-
-@pytest.fixture(scope="session")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    storage = tmp_path_factory.mktemp("prefect-results")
-    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
-        yield
 
 
 @pytest.fixture

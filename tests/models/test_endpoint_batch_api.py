@@ -130,16 +130,6 @@ def book(sqlite_url: str):
         yield LedgerBook(ledger, "run-1", 0, 0, Outage(RetryPolicy()))
 
 
-@pytest.fixture
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory):
-    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    storage = tmp_path_factory.mktemp("prefect-results")
-    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
-        yield
-
-
 @pytest.mark.slow
 def test_a_batch_api_run_ends_exact_with_its_batch_ids_in_the_ledger(
     origin: str, tmp_path, prefect_harness: None, monkeypatch: pytest.MonkeyPatch

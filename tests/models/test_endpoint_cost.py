@@ -24,16 +24,6 @@ def origin(tmp_path_factory: pytest.TempPathFactory):
         yield url, root / "lm"
 
 
-@pytest.fixture(scope="module")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory):
-    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    storage = tmp_path_factory.mktemp("prefect-results")
-    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
-        yield
-
-
 def test_a_remote_models_run_costs_its_rows_tokens_at_the_tables_prices(
     origin: tuple[str, Path], tmp_path, prefect_harness: None, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

@@ -220,16 +220,6 @@ def test_preflight_refuses_a_bad_key_an_unknown_model_and_nothing_listening(orig
         assert "env:" in line  # the key is named by its reference
 
 
-@pytest.fixture(scope="module")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory):
-    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    storage = tmp_path_factory.mktemp("prefect-results")
-    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
-        yield
-
-
 def _run(url: str, base: str, table: str, *more: str) -> float:
     """``shardwise run`` of ``docs`` through the endpoint at ``base``, by its flags; its wall time."""
     from shardwise.flows.cli import main

@@ -174,16 +174,6 @@ def test_a_request_vllm_refuses_fails_the_window_in_one_line_and_keeps_the_engin
     assert isinstance(fine[0], Mapping) and engines_built() == built, "the same engine goes on"
 
 
-@pytest.fixture(scope="module")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    storage = tmp_path_factory.mktemp("prefect-results")
-    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
-        yield
-
-
 def test_shardwise_run_engine_vllm_writes_what_the_generator_gives_and_only_new_adds_nothing(
     lm: Path, tmp_path: Path, prefect_harness: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

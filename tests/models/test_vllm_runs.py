@@ -56,19 +56,6 @@ def lm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutdown_all()
 
 
-@pytest.fixture(scope="module")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    storage = tmp_path_factory.mktemp("prefect-results")
-    with (
-        temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}),
-        prefect_test_harness(server_startup_timeout=120),
-    ):
-        yield
-
-
 def _argv(source: str, lm: Path, engine: str, *extra: str, progress: str = "none") -> list[str]:
     options = OPTIONS if engine == "vllm" else ["--precision", "fp32"]
     return [

@@ -5,7 +5,6 @@ files' ETags, and real ``shardwise run``s into SQLite results."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +36,6 @@ def folder(tmp_path: Path) -> Path:
     (data / "c.ndjson").write_text(_jsonl(range(20, 30)))
     (data / "_SUCCESS").write_text("")
     return data
-
-
-@pytest.fixture(scope="module")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
-
-    storage = tmp_path_factory.mktemp("prefect-results")
-    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
-        yield
 
 
 def _read_all(source: Any, plan: Any) -> list[tuple[Any, Any]]:
