@@ -45,6 +45,8 @@ from shardwise.pipeline.batch_book import LedgerBook
 from shardwise.results import Ledger
 from shardwise.retry_policy import Outage, RetryPolicy
 
+pytestmark = pytest.mark.xdist_group("vllm")  # one vLLM at a time on the machine
+
 GREEDY = GenerationSettings(max_new_tokens=8)
 TEXTS = [f"row {i}: the provider batch is collected {i % 5} times at most once" for i in range(12)]
 

@@ -37,7 +37,7 @@ from shardwise.models.endpoints import EndpointOptions, EndpointSpec
 from shardwise.models.endpoints.failures import EndpointUnreachable
 from shardwise.retry_policy import RetryPolicy
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM at a time on the machine
 
 GREEDY = GenerationSettings(max_new_tokens=8)
 TEXTS = [f"row {i}: the shard commits its chunk {i % 7} once" for i in range(30)]

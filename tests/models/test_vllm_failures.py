@@ -17,7 +17,7 @@ from shardwise.models.hf_causal import HFCausalSpec
 from shardwise.models.vllm_engine import VllmGenerator, engines_built
 from shardwise.models.vllm_engine.engines import engine_pids, shutdown_all
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM at a time on the machine
 TEXTS = ["The shard is exact.", "Rows commit once.", "Dead letters keep their reason."]
 
 

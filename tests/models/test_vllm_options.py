@@ -15,6 +15,8 @@ from shardwise.models.hf_causal import HFCausalSpec
 from shardwise.models.vllm_engine import VllmOptions
 from shardwise.models.vllm_engine.options import CPU_KV_CACHE_GIB, version_token
 
+pytestmark = pytest.mark.xdist_group("vllm")  # one vLLM at a time on the machine
+
 pytest.importorskip("transformers")
 
 
