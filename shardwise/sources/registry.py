@@ -55,6 +55,9 @@ from shardwise.sources.base import Source
 if TYPE_CHECKING:
     from shardwise.retry_policy import RetryPolicy
     from shardwise.sources.images.access import ImageAccess
+    from shardwise.watch.events import Emitter
+    from shardwise.watch.spec import WatchSpec
+    from shardwise.watch.watcher import Seen, Watcher
 
 __all__ = [
     "DEFAULT_FILE_KIND",
@@ -65,6 +68,7 @@ __all__ = [
     "clear_cache",
     "file_suffixes",
     "given_source_options",
+    "kind_at",
     "kind_names",
     "load_kinds",
     "open_kind",
@@ -129,6 +133,16 @@ class SourceKind(Protocol):
     def open(self, location: str, options: SourceOptions, own: SourceKindOptions) -> Source:
         """The source for ``location`` (a URL of its scheme, or a path, ``s3://`` prefix or glob);
         ``own`` is its options model's value, checked."""
+        ...
+
+    def on_this_host(self, location: str) -> bool:
+        """Whether only this host reaches ``location`` (an SQLite file, a local path): workers on other
+        hosts could not read it."""
+        ...
+
+    def watcher(self, spec: WatchSpec, emit: Emitter, *, seen: Seen | None = None, **options: Any) -> Watcher:
+        """The watcher that announces new data at ``spec.source`` (``shardwise watch``); ``seen`` gives
+        the files scored already, for a kind that plans by files; ``options`` go to its constructor."""
         ...
 
 
@@ -196,6 +210,17 @@ def source_kind(name: str) -> SourceKind:
     return found
 
 
+def kind_at(location: str) -> SourceKind:
+    """The kind asked about ``location`` before its files are listed (what is on this host, how it is
+    watched): the kind claiming a database URL's scheme, else :data:`DEFAULT_FILE_KIND`, the kind a
+    location of no files yet goes to. A scheme no kind, or two kinds, claim is refused as
+    :func:`open_location` refuses it."""
+    scheme = database_scheme(location)
+    if scheme is None:
+        return source_kind(DEFAULT_FILE_KIND)
+    return _claimant(scheme, location, _usable(load_kinds()))
+
+
 def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source:
     """``kind.open`` with its own options (another kind's, given, refused by its flag), and a missing
     package said in one line naming the extra that installs it."""
@@ -227,12 +252,7 @@ def open_location(location: str, options: SourceOptions, listed: Callable[[str],
     scheme = database_scheme(location)
     kinds = _usable(load_kinds())
     if scheme is not None:
-        claimants = [kind for kind in kinds if scheme in kind.schemes]
-        if not claimants:
-            raise ConfigError(_unknown_scheme(location.split("://", 1)[0], kinds))
-        if len(claimants) > 1:  # never guess which one gets the URL (and its password)
-            raise ConfigError(_claimed(f"source scheme {scheme!r}", f"{scheme}:// sources", claimants))
-        return open_kind(claimants[0], location, options)
+        return open_kind(_claimant(scheme, location, kinds), location, options)
     path = location.removeprefix("file://")
     files = [k for k in kinds if k.suffixes]
     # An image column is a column of a table: a folder of images is then no candidate.
@@ -246,6 +266,16 @@ def refuse_table(options: SourceOptions, what: str) -> None:
         raise ConfigError(
             f"table {options.table!r} names a database's table; {what} is read whole: drop --table"
         )
+
+
+def _claimant(scheme: str, location: str, kinds: list[SourceKind]) -> SourceKind:
+    """The one kind claiming database URLs of ``scheme``; none, or two, refused in one line."""
+    claimants = [kind for kind in kinds if scheme in kind.schemes]
+    if not claimants:
+        raise ConfigError(_unknown_scheme(location.split("://", 1)[0], kinds))
+    if len(claimants) > 1:  # never guess which one gets the URL (and its password)
+        raise ConfigError(_claimed(f"source scheme {scheme!r}", f"{scheme}:// sources", claimants))
+    return claimants[0]
 
 
 def _by_suffix(
@@ -359,6 +389,7 @@ def _load(name: str, eps: list[EntryPoint]) -> SourceKind | ConfigError:
     if callable(kind) or not isinstance(kind, SourceKind) or kind.name != name:
         return ConfigError(
             f"source kind {name!r} ({ep.value}) must be a SourceKind object named {name!r} (name, extra, "
-            "schemes, suffixes, whole_files, options, open), not a class or function; fix the entry point"
+            "schemes, suffixes, whole_files, options, open, on_this_host, watcher), not a class or function; "
+            "fix the entry point"
         )
     return kind

@@ -32,6 +32,12 @@ class Greedy:
         Path(__file__).with_name("opened").write_text(location)  # what a thief would keep
         raise AssertionError("a location another kind claims is never handed to this one")
 
+    def on_this_host(self, location):
+        raise AssertionError("a location another kind claims is never asked of this one")
+
+    def watcher(self, spec, emit, *, seen=None, **options):
+        raise AssertionError("a location another kind claims is never watched by this one")
+
 
 DATABASES = Greedy("aaa-sql", ("sqlite", "postgresql"), ())
 TABLES = Greedy("aaa-csv", (), (".csv",))

@@ -41,6 +41,12 @@ class TsvKind:
         DELIMITERS.append(own.delimiter)
         return ParquetSource(location if "://" not in location else ".", options.key, options.text_column)
 
+    def on_this_host(self, location):
+        return False
+
+    def watcher(self, spec, emit, *, seen=None, **options):
+        raise NotImplementedError("a test kind is not watched")
+
 
 OPENED = []
 DELIMITERS = []
@@ -63,6 +69,12 @@ class GreedyKind:
     def open(self, location, options, own):
         raise AssertionError("a kind whose option another kind declares is never opened")
 
+    def on_this_host(self, location):
+        return False
+
+    def watcher(self, spec, emit, *, seen=None, **options):
+        raise NotImplementedError("a test kind is not watched")
+
 
 GREEDY = GreedyKind()
 
@@ -78,6 +90,12 @@ class NeedsPackageKind:
 
     def open(self, location, options, own):
         import shardwise_missing_package  # noqa: F401
+
+    def on_this_host(self, location):
+        return False
+
+    def watcher(self, spec, emit, *, seen=None, **options):
+        raise NotImplementedError("a test kind is not watched")
 
 
 NEEDY = NeedsPackageKind()

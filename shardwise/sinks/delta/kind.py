@@ -33,6 +33,9 @@ class DeltaKind(LocationKind):
                 "or give --results-format parquet"
             ) from exc
 
+    def folder_marker(self) -> str | None:
+        return "_delta_log/"  # the Delta log, which delta-rs writes at the table's root
+
     def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
         self.require()
         from shardwise.sinks.delta.sink import DeltaSink

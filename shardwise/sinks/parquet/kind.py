@@ -25,6 +25,11 @@ class ParquetKind(LocationKind):
     def require(self) -> None:
         """pyarrow is a core dependency."""
 
+    def folder_marker(self) -> str | None:
+        from shardwise.sinks.parquet.sink import SCHEMA_FILE
+
+        return SCHEMA_FILE
+
     def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
         from shardwise.sinks.parquet.sink import ParquetSink
 

@@ -56,6 +56,14 @@ class SqlKind:
             return False
         return _database_of(dest.location) == _database_of(url)
 
+    def on_this_host(self, dest: Destination) -> bool:
+        from shardwise.db.connect import on_this_host
+
+        return on_this_host(dest.location)
+
+    def folder_marker(self) -> str | None:
+        return None
+
     def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
         assert isinstance(options, SqlOptions)
         from shardwise.sinks.sql.sink import SqlSink
