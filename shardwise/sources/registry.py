@@ -119,6 +119,8 @@ class SourceKind(Protocol):
 
     name: str
     """Its registry name, stored in plans (``sql``, ``parquet``, ``images``, ``csv``)."""
+    label: str
+    """What it reads, for messages: ``"Parquet files"``, ``"a database table"``."""
     extra: str | None
     """The extra of ``shardwise`` that installs its packages (``pip install 'shardwise[NAME]'``), or None."""
     schemes: tuple[str, ...]
@@ -302,7 +304,7 @@ def _by_suffix(
         if owners:
             counts[owners[0].name] = counts.get(owners[0].name, 0) + 1
     if len(counts) > 1:
-        raise ConfigError(_mixture(path, counts, {k.name: k for k in kinds}))
+        raise ConfigError(_mixture(path, counts, kinds))
     if counts:
         return next(k for k in kinds if k.name in counts)
     # One file named outright is read by the default kind whatever its name (a Parquet file without
@@ -315,15 +317,24 @@ def _by_suffix(
     return default
 
 
-def _mixture(path: str, counts: Mapping[str, int], kinds: Mapping[str, SourceKind]) -> str:
-    if set(counts) == {"parquet", "images"}:
-        return (
-            f"source {path!r} holds both Parquet files ({counts['parquet']}) and image files "
-            f"({counts['images']}); to score the Parquet files' image column pass --image-column NAME, to "
-            "score the image files give a folder or prefix that holds only them"
+def _mixture(path: str, counts: Mapping[str, int], kinds: list[SourceKind]) -> str:
+    """Files of several kinds at one location: which, and how to choose. Where one kind's files are whole
+    rows (an image folder's), ``--image-column`` chooses the others (a folder of images is then no
+    candidate), or a location of those files alone the one."""
+    by_name = {k.name: k for k in kinds}
+    mixed = [by_name[name] for name in counts]
+    whole = [k for k in mixed if k.whole_files]
+    if len(mixed) != 2 or len(whole) != 1:
+        held = ", ".join(
+            f"{n} {name} files ({' '.join(by_name[name].suffixes)})" for name, n in counts.items()
         )
-    held = ", ".join(f"{n} {name} files ({' '.join(kinds[name].suffixes)})" for name, n in counts.items())
-    return f"source {path!r} holds {held}; give a folder, glob or prefix that holds files of one kind"
+        return f"source {path!r} holds {held}; give a folder, glob or prefix that holds files of one kind"
+    table = next(k for k in mixed if not k.whole_files)
+    return (
+        f"source {path!r} holds both {table.label} ({counts[table.name]}) and {whole[0].label} "
+        f"({counts[whole[0].name]}); to score the {table.label}' image column pass --image-column NAME, to "
+        f"score the {whole[0].label} give a folder or prefix that holds only them"
+    )
 
 
 def _claimed(what: str, reads: str, kinds: list[SourceKind]) -> str:
@@ -388,8 +399,8 @@ def _load(name: str, eps: list[EntryPoint]) -> SourceKind | ConfigError:
         return ConfigError(f"source kind {name!r} ({ep.value}) cannot be loaded: {type(exc).__name__}: {exc}")
     if callable(kind) or not isinstance(kind, SourceKind) or kind.name != name:
         return ConfigError(
-            f"source kind {name!r} ({ep.value}) must be a SourceKind object named {name!r} (name, extra, "
-            "schemes, suffixes, whole_files, options, open, on_this_host, watcher), not a class or function; "
-            "fix the entry point"
+            f"source kind {name!r} ({ep.value}) must be a SourceKind object named {name!r} (name, label, "
+            "extra, schemes, suffixes, whole_files, options, open, on_this_host, watcher), not a class or "
+            "function; fix the entry point"
         )
     return kind

@@ -24,6 +24,7 @@ class Greedy:
     name: str
     schemes: tuple[str, ...]
     suffixes: tuple[str, ...]
+    label: str = "what others read"
     extra: str | None = None
     whole_files: bool = False
     options: type = SourceKindOptions

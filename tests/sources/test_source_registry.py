@@ -30,6 +30,7 @@ class TsvOptions(SourceKindOptions):
 @dataclass(frozen=True)
 class TsvKind:
     name: str = "tsv"
+    label: str = "TSV files"
     extra: str | None = None
     schemes: tuple[str, ...] = ("tsvdb",)
     suffixes: tuple[str, ...] = (".tsv",)
@@ -60,6 +61,7 @@ class FilterOptions(SourceKindOptions):
 @dataclass(frozen=True)
 class GreedyKind:
     name: str = "greedy"
+    label: str = "greedy tables"
     extra: str | None = None
     schemes: tuple[str, ...] = ("greedy",)
     suffixes: tuple[str, ...] = ()
@@ -82,6 +84,7 @@ GREEDY = GreedyKind()
 @dataclass(frozen=True)
 class NeedsPackageKind:
     name: str = "needy"
+    label: str = "needy tables"
     extra: str | None = "needy"
     schemes: tuple[str, ...] = ("needy",)
     suffixes: tuple[str, ...] = ()

@@ -18,6 +18,7 @@ class CsvJsonlKind(FileKind):
     """Opens :class:`~shardwise.sources.csv_jsonl.source.CsvJsonlSource`, with a Parquet source's options."""
 
     name: str = "csv"
+    label: str = "CSV and JSON Lines files"
     extra: str | None = None  # pyarrow, a core dependency, reads both formats
     schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = SUFFIXES

@@ -18,6 +18,7 @@ class ImagesKind(FileKind):
     """Opens :class:`~shardwise.sources.images.folder.ImageFolderSource`: rows keyed by relative path."""
 
     name: str = "images"
+    label: str = "image files"
     extra: str | None = None
     schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = IMAGE_SUFFIXES

@@ -16,6 +16,7 @@ class ParquetKind(FileKind):
     """Opens :class:`~shardwise.sources.parquet.source.ParquetSource`; ``--image-column`` reads pictures."""
 
     name: str = "parquet"
+    label: str = "Parquet files"
     extra: str | None = None
     schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = (".parquet",)

@@ -23,6 +23,7 @@ class SqlKind:
     """Opens :class:`~shardwise.sources.sql.source.SqlSource` for a database URL; ``--table`` is needed."""
 
     name: str = "sql"
+    label: str = "a database table"
     extra: str | None = None
     schemes: tuple[str, ...] = ("postgresql", "postgres", "sqlite")
     suffixes: tuple[str, ...] = ()
