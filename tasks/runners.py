@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from shardwise.db.connect import database_scheme
+from shardwise.db.connect import on_this_host
 from shardwise.errors import ConfigError, TransientError
 from shardwise.flags import Flag
 from shardwise.pipeline import Resolver, RunSpec
@@ -179,7 +179,8 @@ class Fanout:
         """Refuse a source or results database that workers on other hosts could not reach.
 
         An SQLite file or a local Parquet path exists on this host only; with
-        ``address`` or the ``deployment`` runner the workers may be elsewhere.
+        ``address`` or the ``deployment`` runner the workers may be elsewhere. The source's kind and the
+        results' kind say which of their locations are so; the ledger is a database.
         """
         if not self.remote:
             return
@@ -189,23 +190,24 @@ class Fanout:
             else f"the flow runs of deployment {self.deployment!r}"
         )
         local = "drop --address to use a local cluster, or use --runner thread or process"
+        # Imported here: the flow's parameters name the runners, and --help builds them without the
+        # kinds' modules or the ledger's database drivers.
+        from shardwise.pipeline.destination import ledger_url, local_results
+        from shardwise.sources.registry import kind_at
+
         source, results = resolve(spec.source.location), resolve(spec.results.location)
-        if _on_this_host(source):
+        if kind_at(source).on_this_host(source):
             raise ConfigError(
                 f"source {spec.source.location!r} is a file on this host, and {where} may run on other "
                 f"hosts, which cannot read it; put the rows in PostgreSQL or on S3, or {local}"
             )
-        if _on_this_host(results):
+        if local_results(spec, results):
             raise ConfigError(
                 f"results {spec.results.location!r} are on this host (an SQLite file or a local directory), "
                 f"and {where} may run on other hosts, which cannot write them; pass --results "
                 f"postgresql+psycopg://... or s3://..., or {local}"
             )
-        # Imported here: the flow's parameters name the runners, and --help builds them without the
-        # ledger's database drivers.
-        from shardwise.pipeline.destination import ledger_url
-
-        if _on_this_host(ledger_url(spec, resolve)):
+        if on_this_host(ledger_url(spec, resolve)):
             raise ConfigError(
                 f"the run's ledger is an SQLite file on this host, and {where} may run on other hosts, "
                 f"which cannot reach it; pass --ledger postgresql+psycopg://..., or {local}"
@@ -364,12 +366,3 @@ def _ray_session(address: str) -> Any:
         yield
     finally:
         ray.shutdown()
-
-
-def _on_this_host(location: str) -> bool:
-    """An SQLite database or a local path: data that only this host can reach (a database server's URL
-    or an ``s3://`` location is reached from anywhere)."""
-    scheme = database_scheme(location)
-    if scheme is not None:
-        return scheme == "sqlite"
-    return not location.startswith("s3://")

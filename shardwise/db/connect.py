@@ -31,6 +31,7 @@ __all__ = [
     "database_scheme",
     "is_database_url",
     "make_engine",
+    "on_this_host",
     "write_transaction",
 ]
 
@@ -49,6 +50,12 @@ def database_scheme(url: str) -> str | None:
         return None
     scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
     return None if scheme in ("s3", "file") else scheme
+
+
+def on_this_host(url: str) -> bool:
+    """Whether only this host reaches the database ``url`` names: an SQLite file (a database server is
+    reached from other hosts too)."""
+    return database_scheme(url) == "sqlite"
 
 
 def is_database_url(url: str) -> bool:

@@ -36,6 +36,7 @@ __all__ = [
     "find_ledger",
     "in_source_database",
     "ledger_url",
+    "local_results",
     "only_new_sink",
     "open_sink",
     "results_target",
@@ -66,6 +67,13 @@ def results_target(spec: RunSpec, results_url: str) -> str:
     the table name for a database, ``KIND:LOCATION/TABLE`` for a location."""
     kind, dest = _destination(spec, results_url)
     return kind.target(dest)
+
+
+def local_results(spec: RunSpec, results_url: str) -> bool:
+    """Whether only this host reaches the results, as their sink kind says (an SQLite file, a local
+    directory)."""
+    kind, dest = _destination(spec, results_url)
+    return kind.on_this_host(dest)
 
 
 def check_destination(spec: RunSpec, results_url: str) -> None:

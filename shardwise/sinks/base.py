@@ -112,7 +112,20 @@ class SinkCommit:
 
 @runtime_checkable
 class Sink(Protocol):
-    """Where a run's results go; safe to share between the threads of one process."""
+    """Where a run's results go; safe to share between the threads of one process.
+
+    A run calls it in this order (from several threads, and several processes at once):
+
+    1. :meth:`tidy` as the run starts: delete what killed writers of finished runs left.
+    2. :meth:`check` (a dry run, the checks before a run) or :meth:`ensure` (a run), then
+       :meth:`stored_key_type`.
+    3. :meth:`committed_inputs`, for ``--only-new``.
+    4. Per shard: :meth:`commit` for each chunk (then the ledger marks it), and :meth:`seal` after
+       the last (then the ledger marks the shard done); :meth:`committed` answers whether a chunk's
+       commit landed, for those two and for tools.
+    5. :meth:`finish` once every shard of the run is committed.
+    6. :meth:`close`.
+    """
 
     target: str
     """What the ledger records as the run's results (``RunRecord.results_table``): a table name for

@@ -45,9 +45,9 @@ from shardwise.model import OutputColumn
 from shardwise.records import ResultRow
 from shardwise.sinks.base import Layout, Lineage
 from shardwise.sinks.naming import check_outputs
+from shardwise.sinks.registry import sink_kinds
 
 __all__ = [
-    "FORMAT_MARKERS",
     "LakeLocation",
     "S3Settings",
     "arrow_rows",
@@ -136,17 +136,18 @@ class LakeLocation:
         return os.path.join(os.path.abspath(self.location), self.table)
 
 
-FORMAT_MARKERS = {"delta": "_delta_log/", "parquet": "_shardwise_schema.json"}
-"""What each lake format leaves at its table's root: one folder holds one format."""
-
-
 def refuse_other_format(where: LakeLocation, fmt: str, target: str, s3: S3Settings | None) -> None:
-    """A ConfigError when the table's folder already holds the other format's table."""
-    for other, marker in FORMAT_MARKERS.items():
-        if other != fmt and _exists(where, marker, s3):
+    """A ConfigError when the table's folder already holds a table of another sink kind than ``fmt``: one
+    folder holds one format, and each installed kind names the marker its table leaves at the folder's
+    root (:meth:`~shardwise.sinks.registry.SinkKind.folder_marker`)."""
+    kinds = sink_kinds()
+    own = kinds[fmt].folder_marker() if fmt in kinds else None
+    for other in kinds.values():
+        marker = other.folder_marker()
+        if other.name != fmt and marker is not None and marker != own and _exists(where, marker, s3):
             raise ConfigError(
-                f"{target}: the folder already holds a {other} table ({marker} is there); a folder holds one "
-                f"format: give another --results-table, or --results-format {other}"
+                f"{target}: the folder already holds a {other.name} table ({marker} is there); a folder "
+                f"holds one format: give another --results-table, or --results-format {other.name}"
             )
 
 

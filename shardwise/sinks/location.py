@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from shardwise.errors import ConfigError
 from shardwise.secrets.by_reference import is_reference
 from shardwise.sinks.registry import Destination, SinkOptions
+from shardwise.sources.files.stores import on_this_host
 
 if TYPE_CHECKING:
     from shardwise.model import OutputColumn
@@ -32,7 +33,7 @@ def check_local(dest: Destination) -> None:
     one that exists must be one this process may write in. Writing under a regular file, in a folder
     without permission, or on a read-only or virtual file system (``/proc``) fails the same way on every
     try: no retry can mend it, so it is refused before the run. S3 locations pass."""
-    if dest.location.startswith("s3://"):
+    if not on_this_host(dest.location):
         return
     for path in (Path(dest.location) / dest.table, *Path(dest.location, dest.table).parents):
         if not os.path.lexists(path):
@@ -57,8 +58,9 @@ def check_local(dest: Destination) -> None:
 class LocationKind:
     """What a kind whose results go to a location does unless it says otherwise: no database scheme of its
     own, the target ``KIND:LOCATION/TABLE``, a local location checked to be a directory, every output kind
-    stored, and never the source's database. A kind subclasses it and gives ``name``, ``label``,
-    ``extra``, ``options``, ``require()`` and ``open()``."""
+    stored, never the source's database, a local directory on this host only, and no folder marker. A
+    kind subclasses it and gives ``name``, ``label``, ``extra``, ``options``, ``require()`` and
+    ``open()``."""
 
     name: str
     schemes: tuple[str, ...] = ()
@@ -74,3 +76,9 @@ class LocationKind:
 
     def same_database(self, dest: Destination, url: str) -> bool:
         return False
+
+    def on_this_host(self, dest: Destination) -> bool:
+        return on_this_host(dest.location)
+
+    def folder_marker(self) -> str | None:
+        return None

@@ -123,6 +123,15 @@ class SinkKind(Protocol):
     def same_database(self, dest: Destination, url: str) -> bool:
         """Whether the results are a table in the database ``url`` names (only-new anti-joins there)."""
 
+    def on_this_host(self, dest: Destination) -> bool:
+        """Whether only this host reaches the results (an SQLite file, a local directory): workers on
+        other hosts could not write them."""
+
+    def folder_marker(self) -> str | None:
+        """What its table leaves at the root of its folder ``LOCATION/TABLE`` (``_delta_log/``), by which
+        another kind sees the folder is taken (one folder holds one format); None for a kind whose
+        results are no folder of its own (a database table, a catalog's warehouse)."""
+
     def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
         """The sink for rows of ``layout``; nothing is created until its ``ensure()``."""
 

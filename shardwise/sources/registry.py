@@ -54,6 +54,9 @@ from shardwise.sources.base import Source
 if TYPE_CHECKING:
     from shardwise.retry_policy import RetryPolicy
     from shardwise.sources.images.access import ImageAccess
+    from shardwise.watch.events import Emitter
+    from shardwise.watch.spec import WatchSpec
+    from shardwise.watch.watcher import Seen, Watcher
 
 __all__ = [
     "DEFAULT_FILE_KIND",
@@ -63,6 +66,7 @@ __all__ = [
     "SourceOptions",
     "clear_cache",
     "file_suffixes",
+    "kind_at",
     "kind_names",
     "load_kinds",
     "open_kind",
@@ -115,6 +119,8 @@ class SourceKind(Protocol):
 
     name: str
     """Its registry name, stored in plans (``sql``, ``parquet``, ``images``, ``csv``)."""
+    label: str
+    """What it reads, for messages: ``"Parquet files"``, ``"a database table"``."""
     extra: str | None
     """The extra of ``shardwise`` that installs its packages (``pip install 'shardwise[NAME]'``), or None."""
     schemes: tuple[str, ...]
@@ -129,6 +135,16 @@ class SourceKind(Protocol):
     def open(self, location: str, options: SourceOptions, own: SourceKindOptions) -> Source:
         """The source for ``location`` (a URL of its scheme, or a path, ``s3://`` prefix or glob);
         ``own`` is its options model's value, checked."""
+        ...
+
+    def on_this_host(self, location: str) -> bool:
+        """Whether only this host reaches ``location`` (an SQLite file, a local path): workers on other
+        hosts could not read it."""
+        ...
+
+    def watcher(self, spec: WatchSpec, emit: Emitter, *, seen: Seen | None = None, **options: Any) -> Watcher:
+        """The watcher that announces new data at ``spec.source`` (``shardwise watch``); ``seen`` gives
+        the files scored already, for a kind that plans by files; ``options`` go to its constructor."""
         ...
 
 
@@ -189,6 +205,17 @@ def source_kind(name: str) -> SourceKind:
     return found
 
 
+def kind_at(location: str) -> SourceKind:
+    """The kind asked about ``location`` before its files are listed (what is on this host, how it is
+    watched): the kind claiming a database URL's scheme, else :data:`DEFAULT_FILE_KIND`, the kind a
+    location of no files yet goes to. A scheme no kind, or two kinds, claim is refused as
+    :func:`open_location` refuses it."""
+    scheme = database_scheme(location)
+    if scheme is None:
+        return source_kind(DEFAULT_FILE_KIND)
+    return _claimant(scheme, location, _usable(load_kinds()))
+
+
 def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source:
     """``kind.open`` with its own options (another kind's, given, refused by its flag), and a missing
     package said in one line naming the extra that installs it."""
@@ -220,12 +247,7 @@ def open_location(location: str, options: SourceOptions, listed: Callable[[str],
     scheme = database_scheme(location)
     kinds = _usable(load_kinds())
     if scheme is not None:
-        claimants = [kind for kind in kinds if scheme in kind.schemes]
-        if not claimants:
-            raise ConfigError(_unknown_scheme(location.split("://", 1)[0], kinds))
-        if len(claimants) > 1:  # never guess which one gets the URL (and its password)
-            raise ConfigError(_claimed(f"source scheme {scheme!r}", f"{scheme}:// sources", claimants))
-        return open_kind(claimants[0], location, options)
+        return open_kind(_claimant(scheme, location, kinds), location, options)
     path = location.removeprefix("file://")
     files = [k for k in kinds if k.suffixes]
     # An image column is a column of a table: a folder of images is then no candidate.
@@ -239,6 +261,16 @@ def refuse_table(options: SourceOptions, what: str) -> None:
         raise ConfigError(
             f"table {options.table!r} names a database's table; {what} is read whole: drop --table"
         )
+
+
+def _claimant(scheme: str, location: str, kinds: list[SourceKind]) -> SourceKind:
+    """The one kind claiming database URLs of ``scheme``; none, or two, refused in one line."""
+    claimants = [kind for kind in kinds if scheme in kind.schemes]
+    if not claimants:
+        raise ConfigError(_unknown_scheme(location.split("://", 1)[0], kinds))
+    if len(claimants) > 1:  # never guess which one gets the URL (and its password)
+        raise ConfigError(_claimed(f"source scheme {scheme!r}", f"{scheme}:// sources", claimants))
+    return claimants[0]
 
 
 def _by_suffix(
@@ -265,7 +297,7 @@ def _by_suffix(
         if owners:
             counts[owners[0].name] = counts.get(owners[0].name, 0) + 1
     if len(counts) > 1:
-        raise ConfigError(_mixture(path, counts, {k.name: k for k in kinds}))
+        raise ConfigError(_mixture(path, counts, kinds))
     if counts:
         return next(k for k in kinds if k.name in counts)
     # One file named outright is read by the default kind whatever its name (a Parquet file without
@@ -278,15 +310,24 @@ def _by_suffix(
     return default
 
 
-def _mixture(path: str, counts: Mapping[str, int], kinds: Mapping[str, SourceKind]) -> str:
-    if set(counts) == {"parquet", "images"}:
-        return (
-            f"source {path!r} holds both Parquet files ({counts['parquet']}) and image files "
-            f"({counts['images']}); to score the Parquet files' image column pass --image-column NAME, to "
-            "score the image files give a folder or prefix that holds only them"
+def _mixture(path: str, counts: Mapping[str, int], kinds: list[SourceKind]) -> str:
+    """Files of several kinds at one location: which, and how to choose. Where one kind's files are whole
+    rows (an image folder's), ``--image-column`` chooses the others (a folder of images is then no
+    candidate), or a location of those files alone the one."""
+    by_name = {k.name: k for k in kinds}
+    mixed = [by_name[name] for name in counts]
+    whole = [k for k in mixed if k.whole_files]
+    if len(mixed) != 2 or len(whole) != 1:
+        held = ", ".join(
+            f"{n} {name} files ({' '.join(by_name[name].suffixes)})" for name, n in counts.items()
         )
-    held = ", ".join(f"{n} {name} files ({' '.join(kinds[name].suffixes)})" for name, n in counts.items())
-    return f"source {path!r} holds {held}; give a folder, glob or prefix that holds files of one kind"
+        return f"source {path!r} holds {held}; give a folder, glob or prefix that holds files of one kind"
+    table = next(k for k in mixed if not k.whole_files)
+    return (
+        f"source {path!r} holds both {table.label} ({counts[table.name]}) and {whole[0].label} "
+        f"({counts[whole[0].name]}); to score the {table.label}' image column pass --image-column NAME, to "
+        f"score the {whole[0].label} give a folder or prefix that holds only them"
+    )
 
 
 def _claimed(what: str, reads: str, kinds: list[SourceKind]) -> str:
@@ -342,6 +383,6 @@ def _not_a_kind(name: str, found: Any) -> str | None:
     if not callable(found) and isinstance(found, SourceKind) and found.name == name:
         return None
     return (
-        f"must be a SourceKind object named {name!r} (name, extra, schemes, suffixes, whole_files, "
-        "options, open), not a class or function; fix the entry point"
+        f"must be a SourceKind object named {name!r} (name, label, extra, schemes, suffixes, "
+        "whole_files, options, open, on_this_host, watcher), not a class or function; fix the entry point"
     )

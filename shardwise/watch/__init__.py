@@ -17,11 +17,12 @@ from __future__ import annotations
 from shardwise.watch.events import EVENT, Announcer, Emitter, check_name, source_resource
 from shardwise.watch.factory import open_watcher
 from shardwise.watch.loop import Backoff
-from shardwise.watch.object_watcher import ObjectWatcher, Seen
+from shardwise.watch.object_watcher import ObjectWatcher
 from shardwise.watch.pg_notify import CHANNEL, PgNotifyWatcher
 from shardwise.watch.poller import WatermarkPoller
 from shardwise.watch.spec import DEFAULT_DEBOUNCE_S, Mode, WatchSpec
 from shardwise.watch.trigger import install_trigger, trigger_installed, uninstall_trigger
+from shardwise.watch.watcher import Seen
 
 __all__ = [
     "CHANNEL",

@@ -1,39 +1,30 @@
-"""Pick the watcher for a source: LISTEN/NOTIFY, a watermark poller, or an object lister.
+"""Pick the watcher for a source: its source kind answers how it is watched.
 
-``mode="auto"`` uses :class:`PgNotifyWatcher` for a PostgreSQL table whose
-change triggers are installed (it hears writes at once and counts UPDATEs),
-:class:`WatermarkPoller` for any other SQL table, and
-:class:`ObjectWatcher` for a local path or ``s3://`` location. ``"notify"``
-and ``"poll"`` force the SQL choice.
+The SQL kind watches a PostgreSQL table whose change triggers are installed
+with :class:`~shardwise.watch.pg_notify.PgNotifyWatcher` (it hears writes at
+once and counts UPDATEs), any other table with
+:class:`~shardwise.watch.poller.WatermarkPoller` (``mode`` ``"notify"`` and
+``"poll"`` force the choice); a file kind lists a local path or ``s3://``
+location with :class:`~shardwise.watch.object_watcher.ObjectWatcher`. A new
+source kind is watched the way its ``watcher`` says, without a change here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from shardwise.sources.registry import kind_at
 from shardwise.watch.events import Emitter
-from shardwise.watch.object_watcher import ObjectWatcher, Seen
-from shardwise.watch.pg_notify import PgNotifyWatcher
-from shardwise.watch.poller import WatermarkPoller
 from shardwise.watch.spec import WatchSpec
-from shardwise.watch.trigger import trigger_installed
+from shardwise.watch.watcher import Seen, Watcher
 
 __all__ = ["open_watcher"]
 
 
-def open_watcher(
-    spec: WatchSpec, emit: Emitter, *, seen: Seen | None = None, **options: Any
-) -> PgNotifyWatcher | WatermarkPoller | ObjectWatcher:
-    """The watcher for ``spec`` (its source resolved: a SQL URL with a table, or a Parquet location).
+def open_watcher(spec: WatchSpec, emit: Emitter, *, seen: Seen | None = None, **options: Any) -> Watcher:
+    """The watcher for ``spec`` (its source resolved: a database URL with a table, or a location of files),
+    as the source kind that ``spec.source`` goes to makes it.
 
-    ``seen`` applies to a Parquet location; ``options`` go to the watcher's constructor.
+    ``seen`` applies to a location of files; ``options`` go to the watcher's constructor.
     """
-    if not spec.is_sql:
-        return ObjectWatcher(spec, emit, seen=seen, **options)
-    mode = spec.mode
-    if mode == "auto":
-        installed = trigger_installed(spec.source, spec.sql_table(), spec.key, schema=spec.schema)
-        mode = "notify" if installed else "poll"
-    if mode == "notify":
-        return PgNotifyWatcher(spec, emit, **options)
-    return WatermarkPoller(spec, emit, **options)
+    return kind_at(spec.source).watcher(spec, emit, seen=seen, **options)

@@ -16,7 +16,6 @@ unscored, which an only-new run absorbs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from shardwise.errors import ConfigError
@@ -27,12 +26,9 @@ from shardwise.sources.registry import file_suffixes
 from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
 from shardwise.watch.spec import WatchSpec
-from shardwise.watch.watcher import Watcher
+from shardwise.watch.watcher import Seen, Watcher
 
-__all__ = ["ObjectWatcher", "Seen"]
-
-Seen = Callable[[], frozenset[tuple[str, str]]]
-"""Returns the (object key, ETag) pairs the ledger has already scored."""
+__all__ = ["ObjectWatcher"]
 
 
 def _nothing_seen() -> frozenset[tuple[str, str]]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from shardwise.db.connect import database_scheme
 from shardwise.db.timeouts import check_db_timeout
 from shardwise.errors import ConfigError
 from shardwise.sources.sql.timeout import DEFAULT_QUERY_TIMEOUT_S
@@ -77,12 +76,6 @@ class WatchSpec:
         if not self.debounce_s >= 0:
             raise ConfigError(f"debounce_s must be a number of seconds >= 0; got {self.debounce_s!r}")
         check_db_timeout(self.timeout_s, "timeout_s")
-
-    @property
-    def is_sql(self) -> bool:
-        """Whether ``source`` is a database URL (resolve an ``env:``/``secret:`` name first): its table is
-        watched; any other location is watched by listing its objects."""
-        return database_scheme(self.source) is not None
 
     def sql_table(self) -> str:
         """The table to watch; a :class:`ConfigError` when there is none."""

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
+from collections.abc import Callable
 
 from shardwise.closing import Closing
 from shardwise.watch.events import Announcer, Emitter
 from shardwise.watch.loop import Backoff, run_until
 
-__all__ = ["Watcher"]
+__all__ = ["Seen", "Watcher"]
+
+Seen = Callable[[], frozenset[tuple[str, str]]]
+"""Returns the (object key, ETag) pairs the ledger has already scored: what a watcher of files leaves
+unannounced."""
 
 
 class Watcher(Closing):

@@ -24,6 +24,7 @@ class Greedy:
     name: str
     schemes: tuple[str, ...]
     suffixes: tuple[str, ...]
+    label: str = "what others read"
     extra: str | None = None
     whole_files: bool = False
     options: type = SourceKindOptions
@@ -31,6 +32,12 @@ class Greedy:
     def open(self, location, options, own):
         Path(__file__).with_name("opened").write_text(location)  # what a thief would keep
         raise AssertionError("a location another kind claims is never handed to this one")
+
+    def on_this_host(self, location):
+        raise AssertionError("a location another kind claims is never asked of this one")
+
+    def watcher(self, spec, emit, *, seen=None, **options):
+        raise AssertionError("a location another kind claims is never watched by this one")
 
 
 DATABASES = Greedy("aaa-sql", ("sqlite", "postgresql"), ())

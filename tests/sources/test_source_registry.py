@@ -30,6 +30,7 @@ class TsvOptions(SourceKindOptions):
 @dataclass(frozen=True)
 class TsvKind:
     name: str = "tsv"
+    label: str = "TSV files"
     extra: str | None = None
     schemes: tuple[str, ...] = ("tsvdb",)
     suffixes: tuple[str, ...] = (".tsv",)
@@ -40,6 +41,12 @@ class TsvKind:
         OPENED.append((location, options.key))
         DELIMITERS.append(own.delimiter)
         return ParquetSource(location if "://" not in location else ".", options.key, options.text_column)
+
+    def on_this_host(self, location):
+        return False
+
+    def watcher(self, spec, emit, *, seen=None, **options):
+        raise NotImplementedError("a test kind is not watched")
 
 
 OPENED = []
@@ -54,6 +61,7 @@ class FilterOptions(SourceKindOptions):
 @dataclass(frozen=True)
 class GreedyKind:
     name: str = "greedy"
+    label: str = "greedy tables"
     extra: str | None = None
     schemes: tuple[str, ...] = ("greedy",)
     suffixes: tuple[str, ...] = ()
@@ -67,6 +75,12 @@ class GreedyKind:
 
 WHERES = []
 
+    def on_this_host(self, location):
+        return False
+
+    def watcher(self, spec, emit, *, seen=None, **options):
+        raise NotImplementedError("a test kind is not watched")
+
 
 GREEDY = GreedyKind()
 
@@ -74,6 +88,7 @@ GREEDY = GreedyKind()
 @dataclass(frozen=True)
 class NeedsPackageKind:
     name: str = "needy"
+    label: str = "needy tables"
     extra: str | None = "needy"
     schemes: tuple[str, ...] = ("needy",)
     suffixes: tuple[str, ...] = ()
@@ -82,6 +97,12 @@ class NeedsPackageKind:
 
     def open(self, location, options, own):
         import shardwise_missing_package  # noqa: F401
+
+    def on_this_host(self, location):
+        return False
+
+    def watcher(self, spec, emit, *, seen=None, **options):
+        raise NotImplementedError("a test kind is not watched")
 
 
 NEEDY = NeedsPackageKind()

@@ -1,48 +1,10 @@
 """Results in a Delta Lake table (delta-rs, no JVM), locally or on S3: :mod:`.sink` writes it, and
-:mod:`.commits` reads a shard's chunk commits back from the table's own log.
-
-This module is the kind's registry entry; it imports no ``deltalake``, so the kind is listed where the
-``delta`` extra is missing, and refused when chosen.
+:mod:`.commits` reads a shard's chunk commits back from the table's own log. :mod:`.kind` is
+the registry entry.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from shardwise.errors import ConfigError
-from shardwise.sinks.location import LocationKind
-from shardwise.sinks.registry import Destination, SinkOptions
-
-if TYPE_CHECKING:
-    from shardwise.retry_policy import RetryPolicy
-    from shardwise.sinks.base import Layout, Sink
+from shardwise.sinks.delta.kind import KIND, DeltaKind
 
 __all__ = ["KIND", "DeltaKind"]
-
-
-class DeltaKind(LocationKind):
-    """Results in a Delta table at ``LOCATION/TABLE``: one Delta commit per chunk, exactly once."""
-
-    name = "delta"
-    label = "a Delta Lake table"
-    extra = "delta"
-    options = SinkOptions
-
-    def require(self) -> None:
-        try:
-            import deltalake  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError(
-                f"results in Delta Lake need the deltalake package ({exc}); pip install 'shardwise[delta]', "
-                "or give --results-format parquet"
-            ) from exc
-
-    def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
-        self.require()
-        from shardwise.sinks.delta.sink import DeltaSink
-
-        return DeltaSink(dest.location, dest.table, layout, retry=retry)
-
-
-KIND = DeltaKind()
-"""The ``delta`` entry of the ``shardwise.sinks`` entry-point group."""

@@ -1,39 +1,11 @@
 """Results as Parquet files, locally or on S3: :mod:`.sink` writes one file per chunk, visible once
 listed in the table's manifest, and :mod:`.leftovers` tidies what a killed writer left.
 
-This module is the kind's registry entry.
+:mod:`.kind` is the registry entry.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from shardwise.sinks.location import LocationKind
-from shardwise.sinks.registry import Destination, SinkOptions
-
-if TYPE_CHECKING:
-    from shardwise.retry_policy import RetryPolicy
-    from shardwise.sinks.base import Layout, Sink
+from shardwise.sinks.parquet.kind import KIND, ParquetKind
 
 __all__ = ["KIND", "ParquetKind"]
-
-
-class ParquetKind(LocationKind):
-    """Results as Parquet files under ``LOCATION/TABLE``, one per chunk, listed in its ``_manifest``."""
-
-    name = "parquet"
-    label = "Parquet files"
-    extra = None
-    options = SinkOptions
-
-    def require(self) -> None:
-        """pyarrow is a core dependency."""
-
-    def open(self, dest: Destination, layout: Layout, options: SinkOptions, retry: RetryPolicy) -> Sink:
-        from shardwise.sinks.parquet.sink import ParquetSink
-
-        return ParquetSink(dest.location, dest.table, layout, retry=retry)
-
-
-KIND = ParquetKind()
-"""The ``parquet`` entry of the ``shardwise.sinks`` entry-point group."""

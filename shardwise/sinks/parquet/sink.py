@@ -71,7 +71,6 @@ from shardwise.errors import ConfigError, SourceError, TransientError
 from shardwise.retry_policy import Outage, RetryPolicy, retry_step
 from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
 from shardwise.sinks.lake import (
-    FORMAT_MARKERS,
     LakeLocation,
     S3Settings,
     arrow_rows,
@@ -87,10 +86,11 @@ from shardwise.sinks.lake_files import Files, LocalFiles, S3Files
 from shardwise.sinks.parquet.leftovers import Leftovers, Over, find_leftovers
 from shardwise.sources.base import KeyType
 
-__all__ = ["ParquetSink"]
+__all__ = ["SCHEMA_FILE", "ParquetSink"]
 
 T = TypeVar("T")
-_SCHEMA_FILE = FORMAT_MARKERS["parquet"]
+SCHEMA_FILE = "_shardwise_schema.json"
+"""The table's columns, at its folder's root: the folder marker of the ``parquet`` kind."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class ParquetSink:
             yield str(key), fingerprint
 
     def stored_key_type(self) -> KeyType | None:
-        stored = self._retried(f"reading {self.target}", lambda: self._store().get(_SCHEMA_FILE))
+        stored = self._retried(f"reading {self.target}", lambda: self._store().get(SCHEMA_FILE))
         if stored is None:
             return None
         types = {name: kind for name, kind, *_ in json.loads(stored)["columns"]}
@@ -221,7 +221,7 @@ class ParquetSink:
         return retry_step(once, what=what, outage=Outage(self._retry))
 
     def _check(self) -> list[str]:
-        stored = self._store().get(_SCHEMA_FILE)
+        stored = self._store().get(SCHEMA_FILE)
         if stored is not None:
             return self._check_schema(stored)
         refuse_other_format(self._where, "parquet", self.target, self._s3)
@@ -230,13 +230,13 @@ class ParquetSink:
     def _ensure(self) -> None:
         refuse_other_format(self._where, "parquet", self.target, self._s3)
         body = json.dumps({"columns": _columns(self._schema)}, indent=1).encode()
-        if self._store().create(_SCHEMA_FILE, body):
+        if self._store().create(SCHEMA_FILE, body):
             return
         missing = self._check()
         if missing:  # the table grows: its earlier files read these columns as null (module docstring)
-            stored = json.loads(self._store().get(_SCHEMA_FILE) or b"{}")["columns"]
+            stored = json.loads(self._store().get(SCHEMA_FILE) or b"{}")["columns"]
             added = [c for c in _columns(self._schema) if c[0] in missing]
-            self._store().publish(_SCHEMA_FILE, json.dumps({"columns": stored + added}, indent=1).encode())
+            self._store().publish(SCHEMA_FILE, json.dumps({"columns": stored + added}, indent=1).encode())
 
     def _commit(self, chunk: SinkChunk) -> SinkCommit:
         found = self._committed(chunk.run_id, chunk.shard_id, chunk.number)

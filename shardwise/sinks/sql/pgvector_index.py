@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from shardwise.db.errors import mapped_errors
 from shardwise.db.timeouts import unbounded
 from shardwise.errors import ConfigError
-from shardwise.sinks.sql import IndexMetric
+from shardwise.sinks.sql.options import IndexMetric
 from shardwise.sinks.sql.pgvector_types import HNSW_MAX_DIMS, reflected_vector_family
 
 __all__ = ["IndexBuild", "IndexMetric", "create_ann_index", "hnsw_index_name"]

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from shardwise.db.errors import safe_url
 from shardwise.errors import ConfigError
-from shardwise.sinks.sql import EmbeddingType
+from shardwise.sinks.sql.options import EmbeddingType
 from shardwise.sinks.sql.pgvector_types import MAX_DIMS
 
 __all__ = ["EmbeddingType", "ResolvedEmbeddingType", "resolve_embedding_type"]

@@ -7,16 +7,18 @@ from dataclasses import dataclass
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Source
 from shardwise.sources.csv_jsonl.parse import SUFFIXES
+from shardwise.sources.files.kind import FileKind
 from shardwise.sources.registry import SourceKindOptions, SourceOptions, refuse_table
 
 __all__ = ["KIND", "CsvJsonlKind"]
 
 
 @dataclass(frozen=True)
-class CsvJsonlKind:
+class CsvJsonlKind(FileKind):
     """Opens :class:`~shardwise.sources.csv_jsonl.source.CsvJsonlSource`, with a Parquet source's options."""
 
     name: str = "csv"
+    label: str = "CSV and JSON Lines files"
     extra: str | None = None  # pyarrow, a core dependency, reads both formats
     schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = SUFFIXES

@@ -14,7 +14,7 @@ from shardwise.retry_policy import RetryPolicy
 from shardwise.sources.files.local import LocalStore
 from shardwise.sources.files.objects import ObjectStore
 
-__all__ = ["open_store"]
+__all__ = ["on_this_host", "open_store"]
 
 
 def open_store(
@@ -30,7 +30,7 @@ def open_store(
     """
     if not isinstance(location, str) or not location:
         raise ConfigError(f"a file location must be a path, glob or s3:// URL, got {location!r}")
-    if location.startswith("s3://"):
+    if not on_this_host(location):
         from shardwise.sources.files.s3 import S3Store  # imports botocore: only when S3 is used
 
         return S3Store(location, s3_client, retry, suffixes=suffixes)
@@ -40,3 +40,9 @@ def open_store(
             "use s3://bucket/prefix or a local path (folder, file or glob)"
         )
     return LocalStore(location, suffixes)
+
+
+def on_this_host(location: str) -> bool:
+    """Whether only this host reaches the files at ``location``: a local path does, an ``s3://`` prefix is
+    reached from any host."""
+    return not location.startswith("s3://")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from shardwise.errors import ConfigError
 from shardwise.sources.base import Source
+from shardwise.sources.files.kind import FileKind
 from shardwise.sources.images.suffixes import IMAGE_SUFFIXES
 from shardwise.sources.registry import SourceKindOptions, SourceOptions, refuse_table
 
@@ -13,10 +14,11 @@ __all__ = ["KIND", "ImagesKind"]
 
 
 @dataclass(frozen=True)
-class ImagesKind:
+class ImagesKind(FileKind):
     """Opens :class:`~shardwise.sources.images.folder.ImageFolderSource`: rows keyed by relative path."""
 
     name: str = "images"
+    label: str = "image files"
     extra: str | None = None
     schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = IMAGE_SUFFIXES

@@ -1,7 +1,7 @@
 """Parquet datasets as sources, local or on S3: :class:`~shardwise.sources.parquet.source.ParquetSource`.
 
-``source`` plans and reads; ``objects`` lists a location (``local_objects``,
-``s3_objects``, with ``s3_errors``); ``footers`` reads row-group statistics;
-``row_groups`` cuts them into shards; ``rows`` streams a shard; ``text``
-decodes its text columns; ``keys`` reads by key (redrive).
+``kind`` is the registry entry; ``source`` plans and reads, on the file-source base
+(:mod:`shardwise.sources.files`); ``footers`` reads row-group statistics; ``rows`` streams a shard;
+``text`` decodes its text columns; ``keys`` and ``key_reads`` read by key (redrive); ``unique`` and
+``sample`` are the pre-run checks.
 """

@@ -5,16 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardwise.sources.base import Source
+from shardwise.sources.files.kind import FileKind
 from shardwise.sources.registry import SourceKindOptions, SourceOptions, refuse_table
 
 __all__ = ["KIND", "ParquetKind"]
 
 
 @dataclass(frozen=True)
-class ParquetKind:
+class ParquetKind(FileKind):
     """Opens :class:`~shardwise.sources.parquet.source.ParquetSource`; ``--image-column`` reads pictures."""
 
     name: str = "parquet"
+    label: str = "Parquet files"
     extra: str | None = None
     schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = (".parquet",)
