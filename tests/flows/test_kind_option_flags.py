@@ -30,6 +30,7 @@ def _kind(kind_name, suffix, default):
     @dataclass(frozen=True)
     class Kind:
         name: str = kind_name
+        label: str = f"{suffix} files"
         extra: str | None = None
         schemes: tuple[str, ...] = ()
         suffixes: tuple[str, ...] = (suffix,)
@@ -40,6 +41,12 @@ def _kind(kind_name, suffix, default):
             assert isinstance(own, Options)  # its own typed value, never loose pairs
             SEEN.append([self.name, own.delimiter])
             return ParquetSource(location, options.key, options.text_column)
+
+        def on_this_host(self, location):
+            return True
+
+        def watcher(self, spec, emit, *, seen=None, **options):
+            raise NotImplementedError("a test kind is not watched")
 
     return Kind()
 

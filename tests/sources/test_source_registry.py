@@ -72,9 +72,6 @@ class GreedyKind:
         WHERES.append(own.where)
         return ParquetSource(".", options.key, options.text_column)
 
-
-WHERES = []
-
     def on_this_host(self, location):
         return False
 
@@ -82,6 +79,7 @@ WHERES = []
         raise NotImplementedError("a test kind is not watched")
 
 
+WHERES = []
 GREEDY = GreedyKind()
 
 
