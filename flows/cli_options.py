@@ -366,7 +366,7 @@ def refuse_missing_engine(params: Any) -> None:  # params: ScoreParams
     neither."""
     settings = params.model.generation.settings()
     if settings is not None and settings.engine == "vllm":
-        from shardwise.models.vllm_engine.options import require_vllm
+        from shardwise.models.vllm.options import require_vllm
 
         require_vllm(params.model.name)
 

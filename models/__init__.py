@@ -5,7 +5,7 @@ of any local Hugging Face model directory or GGUF causal LM file (``.gguf``),
 either optionally written ``hf:/path``, a remote model written ``openai:NAME``,
 ``anthropic:NAME`` or ``openai-embed:NAME`` (see :mod:`shardwise.models.endpoints`), a plug-in written
 ``package.module:attribute``, or the name an installed package registers in
-the entry-point group ``shardwise.models`` (see :mod:`shardwise.models.plugins`).
+the entry-point group ``shardwise.models`` (see :mod:`shardwise.models.plugins.specs`).
 Runs started from a deployment take only the names that import no module the
 worker's operator did not allow (:func:`check_deployment_model`).
 """
@@ -21,7 +21,7 @@ from shardwise.errors import ConfigError, UnknownModelError
 from shardwise.lazy import lazy_exports
 from shardwise.model import ModelSpec
 from shardwise.models.endpoints import endpoint_spec, is_endpoint_name
-from shardwise.models.plugins import (
+from shardwise.models.plugins.specs import (
     ALLOW_MODULES_SETTING,
     ENTRY_POINT_GROUP,
     PluginSpec,
@@ -33,12 +33,12 @@ from shardwise.models.plugins import (
 )
 
 if TYPE_CHECKING:
-    from shardwise.models.hf import HFEncoderSpec
-    from shardwise.models.hf_classifier import HFClassifierSpec
-    from shardwise.models.hf_gguf import GGUFCausalSpec
-    from shardwise.models.hf_image import HFClipSpec, HFImageClassifierSpec, HFImageEncoderSpec
-    from shardwise.models.minilm import MiniLMSpec
-    from shardwise.models.tiny import TinySpec
+    from shardwise.models.gguf.spec import GGUFCausalSpec
+    from shardwise.models.hf.encoders.classifier import HFClassifierSpec
+    from shardwise.models.hf.encoders.encoder import HFEncoderSpec
+    from shardwise.models.hf.encoders.minilm import MiniLMSpec
+    from shardwise.models.hf.encoders.tiny import TinySpec
+    from shardwise.models.hf.images.image import HFClipSpec, HFImageClassifierSpec, HFImageEncoderSpec
 
 __all__ = [
     "ALLOW_MODULES_SETTING",
@@ -63,12 +63,12 @@ __all__ = [
 __getattr__ = lazy_exports(
     __name__,
     {
-        ".hf": ("HFEncoderSpec",),
-        ".hf_classifier": ("HFClassifierSpec",),
-        ".hf_gguf": ("GGUFCausalSpec",),
-        ".hf_image": ("HFClipSpec", "HFImageClassifierSpec", "HFImageEncoderSpec"),
-        ".minilm": ("MiniLMSpec",),
-        ".tiny": ("TinySpec",),
+        ".hf.encoders.encoder": ("HFEncoderSpec",),
+        ".hf.encoders.classifier": ("HFClassifierSpec",),
+        ".gguf.spec": ("GGUFCausalSpec",),
+        ".hf.images.image": ("HFClipSpec", "HFImageClassifierSpec", "HFImageEncoderSpec"),
+        ".hf.encoders.minilm": ("MiniLMSpec",),
+        ".hf.encoders.tiny": ("TinySpec",),
     },
 )
 
@@ -97,7 +97,10 @@ class _BuiltIns(Mapping[str, ModelSpec]):
 
 
 CATALOGUE: Mapping[str, ModelSpec] = _BuiltIns(
-    {"minilm": ("shardwise.models.minilm", "MiniLMSpec"), "tiny": ("shardwise.models.tiny", "TinySpec")}
+    {
+        "minilm": ("shardwise.models.hf.encoders.minilm", "MiniLMSpec"),
+        "tiny": ("shardwise.models.hf.encoders.tiny", "TinySpec"),
+    }
 )
 """The built-in models. Installed plug-ins are not here: they are looked up when asked for."""
 
@@ -127,8 +130,8 @@ def get_spec(name: str) -> ModelSpec:
     plugin = entry_point_spec(name)
     if plugin is not None:
         return plugin
-    from shardwise.models.hf_directory import directory_spec
-    from shardwise.models.hf_gguf import GGUFCausalSpec, is_gguf_name
+    from shardwise.models.gguf.spec import GGUFCausalSpec, is_gguf_name
+    from shardwise.models.hf.directory import directory_spec
 
     path = Path(name.removeprefix("hf:")).expanduser()
     if is_gguf_name(name) and not path.is_dir():

@@ -194,7 +194,7 @@ def _model_problem(name: str, known: set[str]) -> str | None:
     one the page registers), a path or ``hf:`` path (``/models/...``, ``$SMOLLM2``), a capitalised
     placeholder (``PATH``), a remote model (``openai:NAME``), or a ``package.module:attribute`` reference."""
     from shardwise.models.endpoints import is_endpoint_name
-    from shardwise.models.plugins import is_reference
+    from shardwise.models.plugins.specs import is_reference
 
     if name in known or name.startswith(_PATH_MARKS) or name.isupper() or is_reference(name):
         return None

@@ -67,7 +67,7 @@ from shardwise.retry_policy import RetryPolicy
 if TYPE_CHECKING:
     import torch
 
-    from shardwise.models.hf_prompt import PromptRenderer
+    from shardwise.models.hf.causal.prompt import PromptRenderer
     from shardwise.pipeline.spec import Resolver
 
 __all__ = [
@@ -178,7 +178,7 @@ class EndpointSpec(RunBinding):
         and the prompt joined by a blank line); else their tokens estimated (:data:`TOKENS_RULE`)."""
         if self.options.tokenizer is None:
             return EndpointPrompts(self.generation)
-        from shardwise.models.hf_prompt import PromptRenderer, load_tokenizer  # torch: only when asked
+        from shardwise.models.hf.causal.prompt import PromptRenderer, load_tokenizer  # torch: only when asked
 
         folder = Path(self.options.tokenizer).expanduser()
         try:

@@ -2,12 +2,12 @@
 
 :class:`PromptRenderer` renders a row's prompt (template, system text, chat
 template) and tokenises it, for every engine: the HF generator
-(:class:`models.hf_causal.HFGenerator`) and the vLLM one
-(:mod:`models.vllm_engine`) share it, so a row gets the same tokens from
+(:class:`models.hf.causal.model.HFGenerator`) and the vLLM one
+(:mod:`models.vllm`) share it, so a row gets the same tokens from
 both. :class:`Prompt` is the HF generator's item (made in ``prepare``) and
 :class:`PromptBatch` its batch, padded left (made in ``collate``); the engine
 orders items by :attr:`Prompt.cost` and moves batches to the device; the
-decoding loop (:mod:`models.hf_decode`) reads them.
+decoding loop (:mod:`models.hf.causal.decode`) reads them.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def load_tokenizer(folder: Path, pretrained: Mapping[str, Any]) -> Any:
 def _gguf_adds_bos(path: Path) -> bool:
     """Whether the GGUF file's tokenizer starts a plain text with its BOS (``tokenizer.ggml.add_bos_token``;
     the header only is read)."""
-    from shardwise.models.gguf_header import header_values
+    from shardwise.models.gguf.header import header_values
 
     key = "tokenizer.ggml.add_bos_token"
     return bool(header_values(path, lambda name: name == key).get(key))

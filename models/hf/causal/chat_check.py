@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.models.hf_files import read_json
+from shardwise.models.hf.files import read_json
 
 __all__ = [
     "RENDER_BYTES",
@@ -92,7 +92,7 @@ def check_chat_template(
 ) -> None:
     """Render ``template`` over ``messages`` as the generator would; a :class:`ConfigError` naming the
     problem and the fix if it cannot within the bounds."""
-    from shardwise.models.hf_loaded import require_transformers
+    from shardwise.models.hf.loaded import require_transformers
 
     require_transformers(where)
     from transformers.utils.chat_template_utils import render_jinja_template  # imported before the fork

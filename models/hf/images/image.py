@@ -1,12 +1,12 @@
 """Local Hugging Face image model directories, by path: image classifiers, image encoders, CLIP and SigLIP.
 
-Which spec a directory gets is :func:`models.hf_directory.directory_spec`'s
+Which spec a directory gets is :func:`models.hf.directory.directory_spec`'s
 decision, from ``config.json``:
 
 * :class:`HFImageClassifierSpec`: a ``…ForImageClassification`` (ViT,
   ConvNeXt, ...) gives ``label`` (text), ``score`` (float) and
   ``probabilities`` (a vector, in ``id2label`` order), as the text classifier
-  does (:mod:`models.hf_heads`).
+  does (:mod:`models.hf.heads`).
 * :class:`HFClipSpec`: a whole CLIP or SigLIP model (``model_type`` ``clip``
   or ``siglip``) gives ``embedding``: an image's image embedding, and a text
   row's text embedding, in the same space, so a text query finds images.
@@ -18,7 +18,7 @@ decision, from ``config.json``:
 Every picture goes through :func:`shardwise.model.images.decode` (pixel limit
 ``max_pixels``, EXIF orientation, RGB with transparency on white), then the
 directory's image processor. The version is a SHA-256 over the directory's
-files (:data:`~models.hf_image_files.IMAGE_VERSIONED`), tagged with the kind.
+files (:data:`~models.hf.images.files.IMAGE_VERSIONED`), tagged with the kind.
 Nothing here imports Pillow or transformers: that waits for :meth:`load`.
 """
 
@@ -34,9 +34,9 @@ import torch
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
 from shardwise.model import IMAGES, TEXT, Model, ModelInfo, OutputColumn
-from shardwise.models.hf_files import max_length_of, read_json
-from shardwise.models.hf_heads import DEFAULT_THRESHOLD, Head, read_head
-from shardwise.models.hf_image_files import (
+from shardwise.models.hf.files import max_length_of, read_json
+from shardwise.models.hf.heads import DEFAULT_THRESHOLD, Head, read_head
+from shardwise.models.hf.images.files import (
     IMAGE_VERSIONED,
     check_image_layout,
     is_image_classifier,
@@ -111,7 +111,7 @@ class HFImageClassifierSpec(_ImageSpec):
 
     def load(self, device: torch.device) -> Model:
         self._require_packages()
-        from shardwise.models.hf_image_loaded import HFImageClassifier
+        from shardwise.models.hf.images.loaded import HFImageClassifier
 
         return HFImageClassifier(self, device)
 
@@ -129,7 +129,7 @@ class HFImageEncoderSpec(_ImageSpec):
 
     def load(self, device: torch.device) -> Model:
         self._require_packages()
-        from shardwise.models.hf_image_loaded import HFImageEncoder
+        from shardwise.models.hf.images.loaded import HFImageEncoder
 
         return HFImageEncoder(self, device)
 
@@ -156,7 +156,7 @@ class HFClipSpec(_ImageSpec):
 
     def load(self, device: torch.device) -> Model:
         self._require_packages()
-        from shardwise.models.hf_clip import HFClip
+        from shardwise.models.hf.images.clip import HFClip
 
         return HFClip(self, device)
 

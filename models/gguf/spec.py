@@ -3,13 +3,13 @@
 ``--model /models/smollm2.Q4_1.gguf`` loads through transformers' GGUF support,
 ``from_pretrained(folder, gguf_file=name)``, which needs the ``gguf`` and
 ``accelerate`` packages (the extra ``shardwise[gguf]``), into the same
-:class:`~models.hf_causal.HFGenerator` as a causal LM directory: the same
+:class:`~models.hf.causal.model.HFGenerator` as a causal LM directory: the same
 settings, prompts, batching, outputs and rules. transformers de-quantises
 every tensor to float32 as it loads, so a quantised file (Q4_1, Q8_0) runs
 with its float32 model's memory and speed, not llama.cpp's.
 
 :meth:`GGUFCausalSpec.describe` reads the file's metadata only, straight from
-its header (:mod:`models.gguf_header`; no tensor is read or de-quantised):
+its header (:mod:`models.gguf.header`; no tensor is read or de-quantised):
 ``general.architecture``,
 ``<architecture>.context_length`` (the context, 2048 when absent) and
 ``tokenizer.chat_template`` (for ``chat auto``). The version hashes the file's
@@ -46,8 +46,8 @@ from typing import Any
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_file
 from shardwise.model.converted import ConvertedCache
-from shardwise.models.hf_causal import LocalCausalSpec
-from shardwise.models.hf_causal_source import causal_version, chat_on, check_room
+from shardwise.models.hf.causal.common import causal_version, chat_on, check_room
+from shardwise.models.hf.causal.model import LocalCausalSpec
 
 __all__ = [
     "SMOLLM2_INSTALL",
@@ -134,7 +134,7 @@ _KEYS = frozenset(
 
 @functools.lru_cache(maxsize=16)
 def _read(path: Path, size: int, mtime_ns: int) -> GGUFMetadata:
-    from shardwise.models.gguf_header import header_values
+    from shardwise.models.gguf.header import header_values
 
     try:
         values = header_values(path, lambda key: key in _KEYS or key.endswith(".context_length"))
@@ -275,7 +275,7 @@ def _convert(folder: Path, pretrained: dict[str, Any], into: Path) -> None:
     """Save the file's float32 model, config, generation config and tokenizer as a directory ``into``."""
     from transformers import AutoModelForCausalLM
 
-    from shardwise.models.hf_prompt import load_tokenizer
+    from shardwise.models.hf.causal.prompt import load_tokenizer
 
     tokenizer = load_tokenizer(folder, pretrained)  # with the file's BOS rule, which the directory keeps
     net: Any = AutoModelForCausalLM.from_pretrained(folder, **pretrained)

@@ -1,11 +1,11 @@
 """The decoding loop of a causal LM over one batch: continuous batching over the KV cache, greedy or sampled.
 
 The batch carries its prompts' passes as planned by the generator's collate
-(:attr:`models.hf_prompt.PromptBatch.groups`: rows of similar prompt length).
+(:attr:`models.hf.causal.prompt.PromptBatch.groups`: rows of similar prompt length).
 Rows are admitted in that order, as many as fit a KV-cache budget: the
 prompts of each planned pass among them run in a forward pass of their own,
 left-padded only to the longest of that pass, and the caches are stacked
-once (:func:`models.hf_kv.stack`); then one pass per new token. One pass
+once (:func:`models.hf.causal.kv.stack`); then one pass per new token. One pass
 over all the prompts would pad each to the longest of the whole batch: on
 short texts of uneven length about half of it was padding.
 
@@ -15,7 +15,7 @@ and **leaves the batch** at once: it is dropped from the cache
 cut. The room it frees goes to the **waiting rows**, which **join**
 mid-decode: their prompts are prefilled in passes of their own and their
 cache is stacked onto the running one, the shorter left-padded
-(:mod:`models.hf_kv`). Positions are passed explicitly and padding is
+(:mod:`models.hf.causal.kv`). Positions are passed explicitly and padding is
 masked, so every row computes what it would alone, whatever rows it shares
 passes with: batched greedy output equals unbatched ``generate``.
 
@@ -28,12 +28,12 @@ plain ``DynamicLayer`` s (sliding windows, quantised caches) runs each
 admission's prompts in one pass, lets rows leave, and starts waiting rows
 only once the batch is empty.
 
-With a guide (:mod:`models.hf_grammar`) each live row's logits are masked
+With a guide (:mod:`models.hf.causal.grammar`) each live row's logits are masked
 to what its grammar allows before the pick, and its matcher then accepts the
 token picked: a host round trip per step, which constrained decoding needs.
 
 Sampling draws each row from its own :class:`torch.Generator`, seeded per
-row (:attr:`models.hf_prompt.Prompt.seed`), one draw per step, so a row's
+row (:attr:`models.hf.causal.prompt.Prompt.seed`), one draw per step, so a row's
 text does not depend on which rows share its batch.
 """
 
@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from shardwise.model.generation import GenerationSettings
-from shardwise.models.hf_kv import joinable, keep_rows, stack, stackable, trim
+from shardwise.models.hf.causal.kv import joinable, keep_rows, stack, stackable, trim
 
 __all__ = ["decode"]
 
@@ -65,12 +65,12 @@ def decode(
     guide: Any = None,
     kv_budget: int | None = None,
 ) -> torch.Tensor:
-    """Generate for ``batch`` (a :class:`models.hf_prompt.PromptBatch` on the net's device).
+    """Generate for ``batch`` (a :class:`models.hf.causal.prompt.PromptBatch` on the net's device).
 
     Gives int64 rows ``[prompt tokens, completion tokens, stopped (1) or cut
     at the length (0), token ids...]``, the ids padded to ``max_new_tokens``;
     completion tokens count the text's tokens, the end-of-sequence token not included.
-    ``guide`` (a :class:`models.hf_grammar.JsonGuide`) constrains the tokens. At most
+    ``guide`` (a :class:`models.hf.causal.grammar.JsonGuide`) constrains the tokens. At most
     ``kv_budget`` tokens of KV cache (prompt plus ``max_new_tokens`` a row) decode at once; the
     other rows wait and join as rows finish (all at once when None).
     """

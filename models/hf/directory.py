@@ -3,28 +3,28 @@ sentence encoder.
 
 ``config.json`` decides: an ``architectures`` entry ending in
 ``ForSequenceClassification`` (a fine-tuned classifier, a sentence-transformers
-CrossEncoder) loads as :class:`~models.hf_classifier.HFClassifierSpec`; one
+CrossEncoder) loads as :class:`~models.hf.encoders.classifier.HFClassifierSpec`; one
 ending in ``ForCausalLM`` (a decoder-only language model) as the text
-generator :class:`~models.hf_causal.HFCausalSpec`; one ending in
+generator :class:`~models.hf.causal.model.HFCausalSpec`; one ending in
 ``ForImageClassification`` (ViT, ConvNeXt) as
-:class:`~models.hf_image.HFImageClassifierSpec`; a ``model_type`` of ``clip``
-or ``siglip`` (both towers) as :class:`~models.hf_image.HFClipSpec`; a
+:class:`~models.hf.images.image.HFImageClassifierSpec`; a ``model_type`` of ``clip``
+or ``siglip`` (both towers) as :class:`~models.hf.images.image.HFClipSpec`; a
 directory with an image processor (``preprocessor_config.json``) and no
-``tokenizer.json`` as the image encoder :class:`~models.hf_image.HFImageEncoderSpec`;
-anything else as :class:`~models.hf.HFEncoderSpec`. Only JSON is read.
+``tokenizer.json`` as the image encoder :class:`~models.hf.images.image.HFImageEncoderSpec`;
+anything else as :class:`~models.hf.encoders.encoder.HFEncoderSpec`. Only JSON is read.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from shardwise.models.hf import HFEncoderSpec
-from shardwise.models.hf_causal import HFCausalSpec, is_causal_lm
-from shardwise.models.hf_classifier import HFClassifierSpec
-from shardwise.models.hf_files import read_json
-from shardwise.models.hf_heads import is_classifier
-from shardwise.models.hf_image import HFClipSpec, HFImageClassifierSpec, HFImageEncoderSpec
-from shardwise.models.hf_image_files import is_dual_encoder, is_image_classifier, is_vision_encoder
+from shardwise.models.hf.causal.model import HFCausalSpec, is_causal_lm
+from shardwise.models.hf.encoders.classifier import HFClassifierSpec
+from shardwise.models.hf.encoders.encoder import HFEncoderSpec
+from shardwise.models.hf.files import read_json
+from shardwise.models.hf.heads import is_classifier
+from shardwise.models.hf.images.files import is_dual_encoder, is_image_classifier, is_vision_encoder
+from shardwise.models.hf.images.image import HFClipSpec, HFImageClassifierSpec, HFImageEncoderSpec
 
 __all__ = ["DirectorySpec", "directory_spec"]
 

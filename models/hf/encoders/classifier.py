@@ -4,7 +4,7 @@ The directory needs what an encoder directory needs (``config.json``, weights,
 a fast-tokenizer ``tokenizer.json``), and its ``config.json`` must name a
 ``…ForSequenceClassification`` architecture. What the head's logits become
 (``label``/``score``/``probabilities``, ``labels``/``probabilities`` or
-``score``) is decided in :mod:`models.hf_heads`. Rows may be single texts or
+``score``) is decided in :mod:`models.hf.heads`. Rows may be single texts or
 ``(text, text_pair)`` pairs, as a cross-encoder scores them.
 
 The version is a SHA-256 over the same files as an encoder's, plus
@@ -13,7 +13,7 @@ tagged with the head kind so the same files read as an encoder never share a
 version. A multi-label head's threshold is part of how outputs are made, so
 a threshold other than 0.5 is appended: ``<hash>+threshold=0.3``. A path
 given as ``--model`` always loads with 0.5; another threshold takes a one-line
-plug-in (:mod:`models.plugins`), for example a module ``my_models.py`` holding
+plug-in (:mod:`models.plugins.specs`), for example a module ``my_models.py`` holding
 ``topics = HFClassifierSpec("/models/topics", threshold=0.3)``, run with
 ``--model my_models:topics``.
 """
@@ -32,14 +32,14 @@ import torch
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
 from shardwise.model import TEXT, ModelInfo, ModelInputs
-from shardwise.models.hf_files import (
+from shardwise.models.hf.files import (
     VERSIONED,
     check_layout,
     max_length_of,
     read_json,
 )
-from shardwise.models.hf_heads import DEFAULT_THRESHOLD, Head, is_classifier, read_head
-from shardwise.models.hf_loaded import HFLoaded
+from shardwise.models.hf.heads import DEFAULT_THRESHOLD, Head, is_classifier, read_head
+from shardwise.models.hf.loaded import HFLoaded
 
 __all__ = ["HFClassifier", "HFClassifierSpec"]
 

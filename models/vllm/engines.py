@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from shardwise.errors import ConfigError, TransientError
-from shardwise.models.vllm_engine.options import INSTALL, VllmOptions
+from shardwise.models.vllm.options import INSTALL, VllmOptions
 from shardwise.process.reaper import reaping
 
 __all__ = [

@@ -20,7 +20,7 @@ operator did not allow: :func:`module_allowed`, with the operator's list from
 :data:`ALLOW_MODULES_SETTING` (read by the flows, not here).
 
 Every plug-in sits behind :class:`PluginSpec`, which checks it before any
-shard runs (see :mod:`shardwise.models.plugin_checks`): ``describe()`` must
+shard runs (see :mod:`shardwise.models.plugins.checks`): ``describe()`` must
 give a well formed :class:`~shardwise.model.ModelInfo` whose version is the
 same on two calls, and ``load()`` a model that agrees with it.
 """
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.model import Model, ModelInfo, ModelSpec
-from shardwise.models.plugin_checks import brief, check_info, check_loaded, check_stable, spec_problem, what
+from shardwise.models.plugins.checks import brief, check_info, check_loaded, check_stable, spec_problem, what
 
 if TYPE_CHECKING:
     import torch

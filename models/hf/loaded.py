@@ -1,10 +1,10 @@
 """What a loaded Hugging Face directory model shares, whatever its head: identity, tokenizer, inputs.
 
 :class:`HFLoaded` holds the fields :meth:`describe` gave, the directory's
-tokenizer with its pad id and segment-id rule (:mod:`models.hf_files`), which
+tokenizer with its pad id and segment-id rule (:mod:`models.hf.files`), which
 give it ``prepare`` and ``collate`` (:class:`~shardwise.model.text_model.TextModel`),
 and builds a transformers forward pass's keyword arguments. The encoder
-(:mod:`models.hf`) and the classifier (:mod:`models.hf_classifier`) add their
+(:mod:`models.hf.encoders.encoder`) and the classifier (:mod:`models.hf.encoders.classifier`) add their
 network and their outputs.
 """
 
@@ -18,7 +18,7 @@ import torch
 from shardwise.errors import ConfigError
 from shardwise.model import Encoding, ModelInfo, ModelInputs, TextInput
 from shardwise.model.text_model import TextModel
-from shardwise.models.hf_files import encode, load_tokenizer, pad_id, read_json, uses_segments
+from shardwise.models.hf.files import encode, load_tokenizer, pad_id, read_json, uses_segments
 
 __all__ = ["HFLoaded", "require_transformers"]
 
@@ -26,7 +26,7 @@ __all__ = ["HFLoaded", "require_transformers"]
 def require_transformers(name: str) -> None:
     """Raise a :class:`ConfigError` naming the extra to install when transformers or tokenizers is missing.
 
-    Found, not imported: a plain BERT encoder never imports transformers (:mod:`models.bert`), and
+    Found, not imported: a plain BERT encoder never imports transformers (:mod:`models.hf.encoders.bert`), and
     importing it costs seconds.
     """
     if any(importlib.util.find_spec(package) is None for package in ("tokenizers", "transformers")):

@@ -5,7 +5,7 @@ row's bytes (:func:`shardwise.model.images.decode`) and runs the directory's ima
 processor on the picture; ``prepare_many`` does that for a window's rows on a
 :class:`~shardwise.model.image_model.DecodePool`; ``collate`` stacks. The image
 classifier and the image encoder add their network and their outputs; CLIP
-(:mod:`models.hf_clip`) adds a text tower.
+(:mod:`models.hf.images.clip`) adds a text tower.
 
 Batches are budgeted in pixels: the engine's ``max_tokens`` defaults, for an
 image model, to :data:`ROWS_PER_BATCH` pictures' worth of pixels per device kind.
@@ -27,7 +27,7 @@ from shardwise.errors import ConfigError, InputError
 from shardwise.model import Item, ModelInfo
 from shardwise.model.image_model import DecodePool, PixelBatch, PixelItem, stack_pixels
 from shardwise.model.images import check_max_pixels, decode
-from shardwise.models.hf_image_files import load_image_processor, processed_pixels
+from shardwise.models.hf.images.files import load_image_processor, processed_pixels
 
 __all__ = ["ROWS_PER_BATCH", "HFImageClassifier", "HFImageEncoder", "ImageLoaded", "load_checked"]
 

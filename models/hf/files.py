@@ -1,7 +1,7 @@
 """Reading a local Hugging Face model directory: layout, JSON files, max length and tokenizer.
 
-Shared by the encoder (:mod:`models.hf`) and the classifier
-(:mod:`models.hf_classifier`). Nothing here loads weights or touches the network.
+Shared by the encoder (:mod:`models.hf.encoders.encoder`) and the classifier
+(:mod:`models.hf.encoders.classifier`). Nothing here loads weights or touches the network.
 
 Segment ids: an encoding carries ``type_ids`` only when its input was a
 ``(text, text_pair)`` pair *and* the model has more than one segment embedding

@@ -1,6 +1,6 @@
 """``mobilenet-v2``: torchvision's ImageNet MobileNetV2, as a plug-in: the model contract worked through.
 
-This module is the worked example of a plug-in (see :mod:`shardwise.models.plugins`
+This module is the worked example of a plug-in (see :mod:`shardwise.models.plugins.specs`
 and the docs' *Write a model plug-in*): Shardwise's own ``pyproject.toml``
 registers :data:`spec` in the entry-point group ``shardwise.models`` under
 its name, exactly as another package would, and nothing here is known to the
@@ -49,8 +49,8 @@ from shardwise.errors import ConfigError, InputError
 from shardwise.hashing import hash_file
 from shardwise.model import IMAGES, Item, ModelInfo
 from shardwise.model.image_model import DecodePool, PixelBatch, PixelItem, stack_pixels
-from shardwise.models.hf_heads import Head
-from shardwise.models.hf_image import DEFAULT_MAX_PIXELS
+from shardwise.models.hf.heads import Head
+from shardwise.models.hf.images.image import DEFAULT_MAX_PIXELS
 
 __all__ = [
     "SIDE",
@@ -135,7 +135,7 @@ class MobileNetV2:
 
     def __init__(self, spec: MobileNetV2Spec, device: torch.device) -> None:
         from shardwise.model.images import check_max_pixels
-        from shardwise.models.mobilenet_net import MobileNetV2Net
+        from shardwise.models.plugins.mobilenet_net import MobileNetV2Net
 
         info = spec.describe()
         self.name, self.version, self.outputs = spec.name, info.version, info.outputs

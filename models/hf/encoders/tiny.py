@@ -19,7 +19,7 @@ from torch import nn
 from shardwise.hashing import hash_state
 from shardwise.model import TEXT, Encoding, ModelInfo, ModelInputs, OutputColumn, TextInput
 from shardwise.model.text_model import TextModel
-from shardwise.models.pooling import pool
+from shardwise.models.hf.encoders.pooling import pool
 
 __all__ = ["TinyModel", "TinySpec"]
 

@@ -20,16 +20,16 @@ and ``completion_tokens`` (the end-of-sequence token not counted). With a
 JSON Schema (``json_schema``) there is also ``parsed``, the completion's JSON
 value; a completion that is not valid JSON under the schema makes its row a
 dead letter (:mod:`shardwise.model.structured`), and with ``constrained`` decoding
-is held to the schema (:mod:`models.hf_grammar`). The version hashes the
+is held to the schema (:mod:`models.hf.causal.grammar`). The version hashes the
 directory's files and the generation settings.
 
 :class:`HFGenerator` loads from any
-:class:`~models.hf_causal_source.CausalSource`: this module's directory spec,
-or a GGUF file (:mod:`models.hf_gguf`), which hands transformers other
+:class:`~models.hf.causal.common.CausalSource`: this module's directory spec,
+or a GGUF file (:mod:`models.gguf.spec`), which hands transformers other
 ``from_pretrained`` arguments and then generates the same way. With engine
 ``vllm`` in the settings a spec loads into
-:class:`~models.vllm_engine.VllmGenerator` instead, which renders prompts
-with the same :class:`~models.hf_prompt.PromptRenderer` and writes the same
+:class:`~models.vllm.VllmGenerator` instead, which renders prompts
+with the same :class:`~models.hf.causal.prompt.PromptRenderer` and writes the same
 columns.
 """
 
@@ -49,8 +49,14 @@ from shardwise.hashing import hash_files
 from shardwise.model import REJECTED, TEXT, ModelInfo
 from shardwise.model.generation import GenerationSettings, placeholders
 from shardwise.model.structured import JsonSchema
-from shardwise.models.hf_attention import read_kv_in_place
-from shardwise.models.hf_causal_source import (
+from shardwise.models.hf.causal.attention import read_kv_in_place
+from shardwise.models.hf.causal.chat_check import (
+    SAMPLE_TEXT,
+    chat_template_of,
+    check_chat_template,
+    specials_of,
+)
+from shardwise.models.hf.causal.common import (
     OUTPUTS,
     PARSED,
     CausalSource,
@@ -59,17 +65,22 @@ from shardwise.models.hf_causal_source import (
     chat_on,
     check_room,
 )
-from shardwise.models.hf_chat_check import SAMPLE_TEXT, chat_template_of, check_chat_template, specials_of
-from shardwise.models.hf_decode import decode
-from shardwise.models.hf_files import VERSIONED, check_layout, read_json
-from shardwise.models.hf_grammar import JsonGuide
-from shardwise.models.hf_loaded import require_transformers
-from shardwise.models.hf_prompt import Prompt, PromptBatch, PromptRenderer, chat_messages, load_tokenizer
+from shardwise.models.hf.causal.decode import decode
+from shardwise.models.hf.causal.grammar import JsonGuide
+from shardwise.models.hf.causal.prompt import (
+    Prompt,
+    PromptBatch,
+    PromptRenderer,
+    chat_messages,
+    load_tokenizer,
+)
+from shardwise.models.hf.files import VERSIONED, check_layout, read_json
+from shardwise.models.hf.loaded import require_transformers
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
     from typing_extensions import Self
 
-    from shardwise.models.vllm_engine import VllmGenerator
+    from shardwise.models.vllm import VllmGenerator
 
 __all__ = [
     "OUTPUTS",
@@ -136,7 +147,7 @@ class LocalCausalSpec:
     def load(self, device: torch.device) -> HFGenerator | VllmGenerator:
         """The generator on ``device``: Shardwise's own loop (engine ``hf``), or vLLM's (``vllm``)."""
         if self.generation.engine == "vllm":
-            from shardwise.models.vllm_engine import VllmGenerator
+            from shardwise.models.vllm import VllmGenerator
 
             return VllmGenerator(self, device)
         return HFGenerator(self, device)
@@ -149,7 +160,7 @@ class LocalCausalSpec:
         to count without building an engine; None with engine ``hf``, whose ``prepare`` counts them."""
         if self.generation.engine != "vllm":
             return None
-        from shardwise.models.vllm_engine.generator import vllm_prompts
+        from shardwise.models.vllm.generator import vllm_prompts
 
         return vllm_prompts(self, self.context())
 
@@ -163,7 +174,7 @@ class LocalCausalSpec:
 
     def check_prompts(self) -> None:
         """With the chat template on, render it once over a stand-in row, as a run would, bounded (see
-        :mod:`models.hf_chat_check`): a broken or hostile template is refused before anything runs."""
+        :mod:`models.hf.causal.chat_check`): a broken or hostile template is refused before anything runs."""
         if not self.chat():
             return
         template, specials = self.chat_template()
@@ -218,7 +229,7 @@ class HFGenerator:
 
     Batches are continuous: at most :data:`KV_BUDGET` tokens of KV cache (prompt plus
     ``max_new_tokens`` a row) decode at once, and as rows finish the batch's waiting rows join
-    (:func:`~models.hf_decode.decode`). Its collate plans the prompts' passes: rows of similar
+    (:func:`~models.hf.causal.decode.decode`). Its collate plans the prompts' passes: rows of similar
     prompt length, each pass padded only to its own longest (:data:`PREFILL`), which is what the
     batch's ``padded_cost`` counts. The engine hands it batches of up to four times that, cut
     by their cost alone: a split to save padding would cost a forward pass per new token, far more

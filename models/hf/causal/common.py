@@ -1,9 +1,9 @@
-"""What a causal LM spec gives :class:`~models.hf_causal.HFGenerator`, and the rules every such spec shares.
+"""What a causal LM spec gives :class:`~.model.HFGenerator`, and the rules every such spec shares.
 
-A causal LM comes as a Hugging Face directory (:mod:`models.hf_causal`) or a
-GGUF file (:mod:`models.hf_gguf`). Both load through transformers'
+A causal LM comes as a Hugging Face directory (:mod:`models.hf.causal.model`) or a
+GGUF file (:mod:`models.gguf.spec`). Both load through transformers'
 ``from_pretrained``, with other arguments, into the one generator, or, with
-engine ``vllm``, into vLLM's (:mod:`models.vllm_engine`); both refuse chat
+engine ``vllm``, into vLLM's (:mod:`models.vllm`); both refuse chat
 ``on`` without a chat template, a ``max_new_tokens`` that leaves no room for a
 prompt, and engine ``vllm`` without vLLM or with an option it lacks, in the
 same words, and make their version the same way.
@@ -18,8 +18,8 @@ from typing import Any, Protocol
 from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo, OutputColumn
 from shardwise.model.generation import GenerationSettings
-from shardwise.models.hf_grammar import require_xgrammar
-from shardwise.models.vllm_engine.options import VllmOptions, require_vllm, version_token
+from shardwise.models.hf.causal.grammar import require_xgrammar
+from shardwise.models.vllm.options import VllmOptions, require_vllm, version_token
 
 __all__ = [
     "CACHED",
@@ -81,7 +81,7 @@ def check_room(name: str, settings: GenerationSettings, context: int) -> int:
 
 def causal_version(tag: str, files: str, chat: bool, settings: GenerationSettings) -> str:
     """A generator's version: its kind, its files' hash, whether it chats, and its settings (with the
-    engine's options that change outputs, :func:`~models.vllm_engine.options.version_token`)."""
+    engine's options that change outputs, :func:`~models.vllm.options.version_token`)."""
     text = f"{tag}\0{files}\0{'chat' if chat else 'plain'}\0{settings.token()}"
     engine = version_token(settings)
     if engine:  # only another engine's versions get it: hf versions stay as they were

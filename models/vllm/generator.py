@@ -1,13 +1,13 @@
 """A causal LM generating through vLLM: a :class:`~shardwise.model.SelfBatching` model, a window at a time.
 
-The rows' prompts are made exactly as the ``hf`` engine makes them (:class:`~models.hf_prompt.PromptRenderer`:
-template, system text, chat template, the same token ids, the same refusal of a prompt that leaves no
-room for ``max_new_tokens``) and handed to vLLM as token ids, sorted by their rendered text so that rows
+The rows' prompts are made exactly as the ``hf`` engine makes them
+(:class:`~models.hf.causal.prompt.PromptRenderer`: template, system text, chat template, the same
+token ids, the same refusal of a prompt that leaves no room for ``max_new_tokens``) and handed to vLLM as token ids, sorted by their rendered text so that rows
 sharing a system text and template prefix run together and vLLM's prefix cache serves their common part.
 Outcomes come back in input order.
 
 Sampling follows the settings: greedy at temperature 0, else ``temperature`` and ``top_p`` with each
-row's own seed (:func:`~models.hf_prompt.row_seed`, from the run's seed and the row's prompt, as the
+row's own seed (:func:`~models.hf.causal.prompt.row_seed`, from the run's seed and the row's prompt, as the
 ``hf`` engine seeds it; the draws themselves are vLLM's, so sampled text differs between engines). A
 row stops at the model's end-of-sequence ids (its ``generation_config.json``, else its config's, else
 the tokenizer's, as the ``hf`` engine reads them) or at ``max_new_tokens``. With a JSON Schema and
@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from shardwise.errors import InputError, OutputError
-from shardwise.models.hf_prompt import PromptRenderer, load_tokenizer, row_seed
-from shardwise.models.vllm_engine.engines import EngineKey, Request, engine_for, model_paths
-from shardwise.models.vllm_engine.options import VllmOptions, require_vllm
+from shardwise.models.hf.causal.prompt import PromptRenderer, load_tokenizer, row_seed
+from shardwise.models.vllm.engines import EngineKey, Request, engine_for, model_paths
+from shardwise.models.vllm.options import VllmOptions, require_vllm
 
 if TYPE_CHECKING:
     from shardwise.model import OutputColumn
-    from shardwise.models.hf_causal_source import CausalSource
+    from shardwise.models.hf.causal.common import CausalSource
 
 __all__ = ["VllmGenerator", "vllm_prompts"]
 

@@ -1,7 +1,7 @@
 """Reading a local Hugging Face image model directory: what kind it is, its size, its files.
 
-Shared by the image specs (:mod:`models.hf_image`) and the loaded image models
-(:mod:`models.hf_image_loaded`, :mod:`models.hf_clip`). Only JSON is read here:
+Shared by the image specs (:mod:`models.hf.images.image`) and the loaded image models
+(:mod:`models.hf.images.loaded`, :mod:`models.hf.images.clip`). Only JSON is read here:
 nothing loads weights, imports Pillow or touches the network.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from shardwise.errors import ConfigError
-from shardwise.models.hf_files import WEIGHTS, missing_files, read_json
+from shardwise.models.hf.files import WEIGHTS, missing_files, read_json
 
 __all__ = [
     "DUAL_ENCODERS",

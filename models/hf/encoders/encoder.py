@@ -21,15 +21,15 @@ import torch
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_files
 from shardwise.model import TEXT, ModelInfo, ModelInputs, OutputColumn
-from shardwise.models.bert import load_bert, native_config
-from shardwise.models.hf_files import (
+from shardwise.models.hf.encoders.bert import load_bert, native_config
+from shardwise.models.hf.encoders.pooling import Pooling, pool
+from shardwise.models.hf.files import (
     VERSIONED,
     check_layout,
     max_length_of,
     read_json,
 )
-from shardwise.models.hf_loaded import HFLoaded
-from shardwise.models.pooling import Pooling, pool
+from shardwise.models.hf.loaded import HFLoaded
 
 __all__ = ["HFEncoder", "HFEncoderSpec"]
 
@@ -78,7 +78,7 @@ class HFEncoder(HFLoaded):
     def __init__(self, spec: HFEncoderSpec, device: torch.device) -> None:
         super().__init__(spec.name, spec.describe(), spec.path, device)
         self._pooling, self._normalize = _pooling_of(spec.path)
-        # A plain BERT encoder is built here without importing transformers (models.bert); others, or
+        # A plain BERT encoder is built here without importing transformers (.bert); others, or
         # one whose files that builder does not take exactly, load through transformers' AutoModel.
         config = native_config(spec.path)
         native = load_bert(spec.path, config, device) if config is not None else None
