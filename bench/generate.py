@@ -101,7 +101,8 @@ from shardwise import Engine, EngineConfig, resolve_device
 from shardwise.model.converted import ConvertedCache
 from shardwise.model.generation import GenerationSettings, with_generation
 from shardwise.models import get_spec
-from shardwise.models.gguf.spec import SMOLLM2_INSTALL, GGUFCausalSpec, is_gguf_name, smollm2_file
+from shardwise.models.gguf.kind import is_gguf_name
+from shardwise.models.gguf.spec import SMOLLM2_INSTALL, GGUFCausalSpec, smollm2_file
 from shardwise.precision.guard import agreement, minimum_agreement, shown
 
 KEYS = (

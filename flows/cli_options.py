@@ -17,13 +17,13 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic_core import PydanticUndefined
 
 __all__ = [
-    "ENDPOINT_OPTIONS",
     "FANOUT_OPTIONS",
     "MODEL_OPTIONS",
     "RESULTS_OPTIONS",
     "RUN_OPTIONS",
     "SOURCE_OPTIONS",
     "add_kind_options",
+    "add_model_kind_options",
     "add_param_options",
     "add_score_options",
     "flag_at",
@@ -41,8 +41,6 @@ SOURCE_OPTIONS = ("source",)
 """Where the rows are: the ``source`` section, in ``--help`` order."""
 MODEL_OPTIONS = ("model.name", "model.generation")
 """The model and a generator's settings (``model.generation``)."""
-ENDPOINT_OPTIONS = ("model.endpoint",)
-"""A remote model's endpoint, key reference and limits: a group of their own."""
 RESULTS_OPTIONS = ("results.location", "results.table", "results.format", "ledger")
 """Where the results and the ledger go; each sink kind's options follow in a group of their own."""
 RUN_OPTIONS = (
@@ -136,10 +134,19 @@ def flag_for(path: str) -> str:
     if path in _FLAGS:
         return _FLAGS[path]
     section, _, option = path.rpartition(".")
-    owner = _model_at(section) if section.startswith(tuple(_KIND_SECTIONS)) else None
+    owner = (
+        _model_at(section) if section.startswith(tuple(_KIND_SECTIONS)) or _of_model_kind(section) else None
+    )
     if isinstance(owner, type) and issubclass(owner, KindOptions):
         return flag_of(option, owner)
     return "--" + option.replace("_", "-")
+
+
+def _of_model_kind(section: str) -> bool:
+    """Whether ``section`` is a model kind's options (``model.endpoint``)."""
+    from shardwise.model.kinds import option_sections
+
+    return section.startswith("model.") and section.removeprefix("model.") in option_sections()
 
 
 def _model_at(path: str) -> Any:
@@ -225,13 +232,25 @@ def add_score_options(parser: argparse.ArgumentParser, run: Sequence[str] = ()) 
     add_param_options(group("source", SourceParams), SOURCE_OPTIONS)
     add_kind_options(parser, "source.options", _source_group)
     add_param_options(group("model and generation", ModelParams), MODEL_OPTIONS)
-    endpoint = ModelParams.model_fields["endpoint"].description
-    add_param_options(parser.add_argument_group("remote model", endpoint), ENDPOINT_OPTIONS)
+    add_model_kind_options(parser)
     results = "Where the results and the run ledger go; each results kind's options follow, a group each"
     add_param_options(parser.add_argument_group("results", results), RESULTS_OPTIONS)
     add_kind_options(parser, "results.options", _results_group)
     add_param_options(group("run", RunParams), (*RUN_OPTIONS, *run))
     add_param_options(group("fan-out", FanoutParams), FANOUT_OPTIONS)
+
+
+def add_model_kind_options(parser: argparse.ArgumentParser) -> None:
+    """The options of each installed model kind that has any, a ``--help`` group per kind's section
+    (``model.endpoint``: a remote model's endpoint, key reference and limits), titled by the model it is
+    for."""
+    from shardwise.flows.params import ModelParams
+    from shardwise.model.kinds import option_sections
+
+    for section, kind in option_sections().items():
+        title = kind.one.removeprefix("a ").removeprefix("an ")
+        text = ModelParams.model_fields[section].description
+        add_param_options(parser.add_argument_group(title, text), [f"model.{section}"])
 
 
 def add_kind_options(
@@ -364,11 +383,12 @@ def refuse_missing_engine(params: Any) -> None:  # params: ScoreParams
     The run's own checks refuse it too, as they describe the model, but only once torch and the model's
     files are loaded (the refusal took 26.7 s on two busy cores, others 5 s), for a check that needs
     neither."""
-    settings = params.model.generation.settings()
-    if settings is not None and settings.engine == "vllm":
-        from shardwise.models.vllm.options import require_vllm
+    from shardwise.model.kinds import engine_of
 
-        require_vllm(params.model.name)
+    settings = params.model.generation.settings()
+    engine = None if settings is None else engine_of(settings.engine)
+    if engine is not None:
+        engine.require(params.model.name)
 
 
 def score_params(args: argparse.Namespace, **extra: Any):  # -> ScoreParams

@@ -62,7 +62,7 @@ class OptionOwner(Protocol):
     def options(self) -> type[KindOptions]: ...
 
 
-def flag_of(option: str, options: type[KindOptions] | None = None) -> str:
+def flag_of(option: str, options: type[BaseModel] | None = None) -> str:
     """The command-line flag of an option: ``index_metric`` is ``--index-metric``, unless its field in
     ``options`` names another (``Field(json_schema_extra={"flag": "--query-timeout"})``)."""
     info = None if options is None else options.model_fields.get(option)

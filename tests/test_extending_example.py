@@ -44,13 +44,21 @@ LAYOUT = Layout((OutputColumn("embedding", "vector", dim=3), OutputColumn("label
 DOCS = [(i, f"document number {i}, {'long ' * i}text") for i in range(1, 8)]
 
 
+def _section() -> str:
+    """The page's section of this example, up to the next section."""
+    text = PAGE.read_text()
+    start = text.index("## Example: a JSON Lines sink")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
 def _titled() -> dict[str, str]:
-    """The page's code blocks titled with a file name, by that name."""
-    return {title: body for _, title, body in _TITLED.findall(PAGE.read_text())}
+    """The example's code blocks titled with a file name, by that name."""
+    return {title: body for _, title, body in _TITLED.findall(_section())}
 
 
 def _last_bash() -> str:
-    blocks: list[str] = _BASH.findall(PAGE.read_text())
+    blocks: list[str] = _BASH.findall(_section())
     return blocks[-1]
 
 

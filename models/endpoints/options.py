@@ -81,7 +81,11 @@ class EndpointOptions(BaseModel):
         "(default: no cap); estimated before each request and corrected from the usage it reports.",
     )
     timeout: float = Field(
-        120.0, gt=0, le=3600, description="Seconds one request may take before it is tried again."
+        120.0,
+        gt=0,
+        le=3600,
+        description="Seconds one request may take before it is tried again.",
+        json_schema_extra={"flag": "--endpoint-timeout"},
     )
 
     batch_api: bool = Field(
@@ -96,6 +100,7 @@ class EndpointOptions(BaseModel):
         gt=0,
         le=3600,
         description="With --batch-api: seconds between two looks at a running batch.",
+        json_schema_extra={"flag": "--batch-poll-interval"},
     )
     tokenizer: str | None = Field(
         None,

@@ -46,6 +46,7 @@ from typing import Any
 from shardwise.errors import ConfigError
 from shardwise.hashing import hash_file
 from shardwise.model.converted import ConvertedCache
+from shardwise.model.kinds import engine_of
 from shardwise.models.hf.causal.common import causal_version, chat_on, check_room
 from shardwise.models.hf.causal.model import LocalCausalSpec
 
@@ -53,7 +54,6 @@ __all__ = [
     "SMOLLM2_INSTALL",
     "GGUFCausalSpec",
     "GGUFMetadata",
-    "is_gguf_name",
     "read_metadata",
     "require_gguf",
     "smollm2_file",
@@ -79,11 +79,6 @@ _TAG = "gguf-causal-lm"
 _DEFAULT_CONTEXT = 2048
 _NOT_CAUSAL = frozenset({"bert", "nomic-bert", "jina-bert-v2", "t5encoder", "clip"})
 """Architectures llama.cpp writes for encoders and image towers: nothing to generate with."""
-
-
-def is_gguf_name(name: str) -> bool:
-    """Whether ``--model`` names a GGUF file (by its suffix; the file need not exist yet)."""
-    return name.removeprefix("hf:").lower().endswith(".gguf")
 
 
 def require_gguf(name: str) -> None:
@@ -200,7 +195,8 @@ class GGUFCausalSpec(LocalCausalSpec):
         kept = None
         if self.converted is not None:
             kept = self.converted.entry(_TAG, _conversion_key(self.path), functools.partial(_convert, *own))
-        if kept is None and self.generation.engine == "vllm":
+        engine = engine_of(self.generation.engine)
+        if kept is None and engine is not None and not engine.reads_gguf:
             kept = _converted_here(self.path, hash_file(self.path))
         return (kept, {"local_files_only": True}) if kept is not None else own
 

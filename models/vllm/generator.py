@@ -2,8 +2,9 @@
 
 The rows' prompts are made exactly as the ``hf`` engine makes them
 (:class:`~models.hf.causal.prompt.PromptRenderer`: template, system text, chat template, the same
-token ids, the same refusal of a prompt that leaves no room for ``max_new_tokens``) and handed to vLLM as token ids, sorted by their rendered text so that rows
-sharing a system text and template prefix run together and vLLM's prefix cache serves their common part.
+token ids, the same refusal of a prompt that leaves no room for ``max_new_tokens``) and handed to vLLM
+as token ids, sorted by their rendered text so that rows sharing a system text and template prefix run
+together and vLLM's prefix cache serves their common part.
 Outcomes come back in input order.
 
 Sampling follows the settings: greedy at temperature 0, else ``temperature`` and ``top_p`` with each

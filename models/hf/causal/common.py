@@ -3,7 +3,7 @@
 A causal LM comes as a Hugging Face directory (:mod:`models.hf.causal.model`) or a
 GGUF file (:mod:`models.gguf.spec`). Both load through transformers'
 ``from_pretrained``, with other arguments, into the one generator, or, with
-engine ``vllm``, into vLLM's (:mod:`models.vllm`); both refuse chat
+an engine kind (``vllm``), into its own (:mod:`models.vllm`); both refuse chat
 ``on`` without a chat template, a ``max_new_tokens`` that leaves no room for a
 prompt, and engine ``vllm`` without vLLM or with an option it lacks, in the
 same words, and make their version the same way.
@@ -18,11 +18,10 @@ from typing import Any, Protocol
 from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo, OutputColumn
 from shardwise.model.generation import GenerationSettings
+from shardwise.model.kinds import engine_of
 from shardwise.models.hf.causal.grammar import require_xgrammar
-from shardwise.models.vllm.options import VllmOptions, require_vllm, version_token
 
 __all__ = [
-    "CACHED",
     "OUTPUTS",
     "PARSED",
     "CausalSource",
@@ -39,16 +38,14 @@ OUTPUTS = (
     OutputColumn("completion_tokens", "int", count=True),
 )
 PARSED = OutputColumn("parsed", "json")
-CACHED = OutputColumn("cached_tokens", "int", count=True)
-"""The engine ``vllm``'s too: the row's prompt tokens its prefix cache served (a remote model reports the
-same from its usage); summed, their share of the prompt tokens is the run's prefix cache hit rate."""
 """With a JSON Schema, the completion's JSON value."""
 
 
 def causal_outputs(settings: GenerationSettings) -> tuple[OutputColumn, ...]:
-    """A generator's result columns: ``cached_tokens`` too on the vLLM engine, ``parsed`` too when its
-    settings give a JSON Schema."""
-    engine = (CACHED,) if settings.engine == "vllm" else ()
+    """A generator's result columns, with those its engine adds (vLLM's ``cached_tokens``), and ``parsed``
+    too when its settings give a JSON Schema."""
+    found = engine_of(settings.engine)
+    engine = found.outputs() if found is not None else ()
     return (*OUTPUTS, *engine) if settings.json_schema is None else (*OUTPUTS, *engine, PARSED)
 
 
@@ -65,10 +62,10 @@ def chat_on(settings: GenerationSettings, has_template: bool, where: str) -> boo
 def check_room(name: str, settings: GenerationSettings, context: int) -> int:
     """``context``, once ``max_new_tokens`` is known to leave room in it for a prompt, the
     ``structured`` extra to be there when decoding is held to a JSON Schema, and vLLM (with valid
-    options) when the engine is ``vllm``."""
-    if settings.engine == "vllm":
-        VllmOptions.of(settings)
-        require_vllm(name)
+    options) when the engine is ``vllm`` (the engine kind checks its own)."""
+    engine = engine_of(settings.engine)
+    if engine is not None:
+        engine.check(name, settings)
     if settings.json_schema is not None and settings.constrained:
         require_xgrammar(name)
     if settings.max_new_tokens >= context:
@@ -81,9 +78,10 @@ def check_room(name: str, settings: GenerationSettings, context: int) -> int:
 
 def causal_version(tag: str, files: str, chat: bool, settings: GenerationSettings) -> str:
     """A generator's version: its kind, its files' hash, whether it chats, and its settings (with the
-    engine's options that change outputs, :func:`~models.vllm.options.version_token`)."""
+    engine's options that change outputs, as its engine kind says)."""
     text = f"{tag}\0{files}\0{'chat' if chat else 'plain'}\0{settings.token()}"
-    engine = version_token(settings)
+    found = engine_of(settings.engine)
+    engine = found.version_token(settings) if found is not None else ""
     if engine:  # only another engine's versions get it: hf versions stay as they were
         text += f"\0{engine}"
     return hashlib.sha256(text.encode()).hexdigest()

@@ -46,8 +46,9 @@ import torch
 from shardwise.batch.batching import CostBudget, cut_batches, order_by_cost
 from shardwise.errors import ConfigError, OutputError
 from shardwise.hashing import hash_files
-from shardwise.model import REJECTED, TEXT, ModelInfo
+from shardwise.model import REJECTED, TEXT, Loaded, ModelInfo
 from shardwise.model.generation import GenerationSettings, placeholders
+from shardwise.model.kinds import engine_of
 from shardwise.model.structured import JsonSchema
 from shardwise.models.hf.causal.attention import read_kv_in_place
 from shardwise.models.hf.causal.chat_check import (
@@ -79,8 +80,6 @@ from shardwise.models.hf.loaded import require_transformers
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; the package supports 3.10
     from typing_extensions import Self
-
-    from shardwise.models.vllm import VllmGenerator
 
 __all__ = [
     "OUTPUTS",
@@ -141,28 +140,23 @@ class LocalCausalSpec:
     def describe(self) -> ModelInfo:
         """Read from the model's files and a hash of them and the settings; no weights are loaded."""
         context = self.context()  # first: it says what is wrong with the files, before hashing them
-        outputs, itself = causal_outputs(self.generation), self.generation.engine == "vllm"
+        outputs, itself = causal_outputs(self.generation), engine_of(self.generation.engine) is not None
         return ModelInfo(self.name, self._version(), outputs, context, inputs=TEXT, batches_itself=itself)
 
-    def load(self, device: torch.device) -> HFGenerator | VllmGenerator:
-        """The generator on ``device``: Shardwise's own loop (engine ``hf``), or vLLM's (``vllm``)."""
-        if self.generation.engine == "vllm":
-            from shardwise.models.vllm import VllmGenerator
-
-            return VllmGenerator(self, device)
-        return HFGenerator(self, device)
+    def load(self, device: torch.device) -> Loaded:
+        """The generator on ``device``: Shardwise's own loop (engine ``hf``), or its engine kind's
+        (``vllm``: one that batches by itself)."""
+        engine = engine_of(self.generation.engine)
+        return HFGenerator(self, device) if engine is None else engine.load(self, device)
 
     def generating(self, settings: GenerationSettings) -> Self:
         return replace(self, generation=settings)
 
     def prompt_counter(self) -> PromptRenderer | None:
-        """With engine ``vllm`` (which batches by itself), the prompts its generator will send, for a plan
-        to count without building an engine; None with engine ``hf``, whose ``prepare`` counts them."""
-        if self.generation.engine != "vllm":
-            return None
-        from shardwise.models.vllm.generator import vllm_prompts
-
-        return vllm_prompts(self, self.context())
+        """With an engine kind (``vllm``, which batches by itself), the prompts its generator will send, for
+        a plan to count without building an engine; None with engine ``hf``, whose ``prepare`` counts them."""
+        engine = engine_of(self.generation.engine)
+        return None if engine is None else engine.prompt_counter(self)  # type: ignore[no-any-return]
 
     def chat(self) -> bool:
         """Whether prompts go through the tokenizer's chat template; refuses ``on`` without one."""
