@@ -42,7 +42,8 @@ class EndpointKind(KindDefaults):
     )
     applies_to: str = "remote models (openai:NAME, anthropic:NAME, openai-embed:NAME)"
     one: str = "a remote model"
-    remote: bool = True
+    providers: tuple[str, ...] = ("openai", "openai")
+    """The provider whose prices each prefix's models pay (``openai-embed:`` is OpenAI's)."""
 
     def claims(self, model: str) -> bool:
         return model.startswith(self.prefixes)
@@ -53,6 +54,14 @@ class EndpointKind(KindDefaults):
     def chunk_rows(self, spec: ModelSpec) -> int:
         return GENERATION_CHUNK_ROWS if isinstance(spec, Generative) else DEFAULT_CHUNK_ROWS
 
+    def priced_as(self, model: str) -> tuple[str, str] | None:
+        """``("openai", "gpt-4o-mini")`` for ``openai:gpt-4o-mini``; None for a prefix with no name."""
+        for prefix, provider in zip(self.prefixes, self.providers, strict=True):
+            name = model.removeprefix(prefix)
+            if model.startswith(prefix) and name:
+                return provider, name
+        return None
+
     def check_options(self, model: str, options: BaseModel) -> None:
         if isinstance(options, EndpointOptions) and options.batch_api and model.startswith(EMBED_PREFIX):
             raise ConfigError(
@@ -62,7 +71,7 @@ class EndpointKind(KindDefaults):
 
 
 OPENAI = EndpointKind()
-ANTHROPIC = EndpointKind("anthropic", ("anthropic:",))
+ANTHROPIC = EndpointKind("anthropic", ("anthropic:",), providers=("anthropic",))
 
 
 def endpoint_spec(name: str, options: EndpointOptions | None = None) -> ModelSpec:

@@ -78,9 +78,9 @@ class ModelKind(Protocol):
     @property
     def one(self) -> str: ...
 
-    @property
-    def remote(self) -> bool:
-        """Whether its models run elsewhere (an endpoint): no device here, their tokens priced."""
+    def priced_as(self, model: str) -> tuple[str, str] | None:
+        """For a model that runs elsewhere (an endpoint: no device of this host), priced by its tokens,
+        the provider and model name the price table knows it by; None for a model run on this host."""
         ...
 
     def claims(self, model: str) -> bool:
@@ -161,14 +161,16 @@ def engine_of(name: str) -> Engine | None:
 
 
 class KindDefaults:
-    """What most kinds answer alike, for a kind class to inherit: no options, local, imports no code."""
+    """What most kinds answer alike, for a kind class to inherit: no options, run on this host (priced
+    by device time), imports no code."""
 
     section: str | None = None
     options: type[BaseModel] = KindOptions
     section_doc: str = ""
     applies_to: str = ""
     one: str = ""
-    remote: bool = False
+    def priced_as(self, model: str) -> tuple[str, str] | None:
+        return None
 
     def imports_code(self, model: str) -> bool:
         return False
@@ -240,7 +242,7 @@ def _load(name: str, eps: list[EntryPoint]) -> ModelKind | ConfigError:
     if isinstance(kind, type) or not isinstance(kind, ModelKind) or kind.name != name:
         return ConfigError(
             f"model kind {name!r} ({ep.value}) must be a ModelKind object named {name!r} (name, section, "
-            "options, section_doc, applies_to, one, remote, claims, spec, chunk_rows, imports_code, "
+            "options, section_doc, applies_to, one, priced_as, claims, spec, chunk_rows, imports_code, "
             "check_options), not a class or function; fix the entry point"
         )
     return kind
