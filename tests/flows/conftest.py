@@ -15,7 +15,10 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     from prefect.testing.utilities import prefect_test_harness
 
     storage = tmp_path_factory.mktemp("prefect-results")
-    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), prefect_test_harness():
+    # None: the start waits PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS (the harness's own default is
+    # 30 s, which a loaded machine passes before the server answers).
+    harness = prefect_test_harness(server_startup_timeout=None)
+    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: storage}), harness:
         yield
 
 
