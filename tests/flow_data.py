@@ -124,7 +124,7 @@ def slow_tiny_shards(monkeypatch: Any, forward_s: float, report_every_s: float) 
     every ``report_every_s``: a shard then lasts long enough to be watched mid-way."""
     import time
 
-    from shardwise.models.tiny import TinyModel
+    from shardwise.models.hf.encoders.tiny import TinyModel
     from shardwise.pipeline import shard
 
     real = TinyModel.run

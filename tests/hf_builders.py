@@ -213,7 +213,7 @@ def generated(root: Path, rows: Sequence[tuple[Any, Any]], **settings: Any) -> d
     per row)."""
     from shardwise import Engine, EngineConfig
     from shardwise.model.generation import GenerationSettings
-    from shardwise.models.hf_causal import HFCausalSpec
+    from shardwise.models.hf.causal.model import HFCausalSpec
 
     model = HFCausalSpec(root, generation=GenerationSettings(**settings)).load(torch.device("cpu"))
     results = Engine(model, EngineConfig(precision="fp32")).run(rows)

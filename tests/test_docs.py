@@ -174,7 +174,9 @@ def test_the_readme_is_a_front_page_whose_links_into_the_docs_resolve() -> None:
 _FENCED = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 _MODEL = re.compile(r"--model[ =](\"[^\"]*\"|'[^']*'|[^\s`\\]+)")
 _PATH_MARKS = ("/", "~", "./", "../", "hf:", "$")
-_ENTRY_POINTS = re.compile(r'^\[project\.entry-points\."shardwise\.models"\]\n((?:[\w.-]+ = .*\n)+)', re.M)
+_ENTRY_POINTS = re.compile(
+    r'^\[project\.entry-points\."shardwise\.(?:models|model_kinds)"\]\n((?:[\w.-]+ = .*\n)+)', re.M
+)
 
 
 def _model_names(page: str) -> list[str]:
@@ -185,7 +187,8 @@ def _model_names(page: str) -> list[str]:
 
 
 def _registered(page: str) -> set[str]:
-    """The model names a page's own ``pyproject.toml`` example registers as plug-ins."""
+    """The model names a page's own ``pyproject.toml`` example registers as plug-ins or model kinds (a
+    kind's name is the ``--model`` value the example's kind claims)."""
     return {line.split(" = ")[0] for block in _ENTRY_POINTS.findall(page) for line in block.splitlines()}
 
 
@@ -194,7 +197,7 @@ def _model_problem(name: str, known: set[str]) -> str | None:
     one the page registers), a path or ``hf:`` path (``/models/...``, ``$SMOLLM2``), a capitalised
     placeholder (``PATH``), a remote model (``openai:NAME``), or a ``package.module:attribute`` reference."""
     from shardwise.models.endpoints import is_endpoint_name
-    from shardwise.models.plugins import is_reference
+    from shardwise.models.plugins.specs import is_reference
 
     if name in known or name.startswith(_PATH_MARKS) or name.isupper() or is_reference(name):
         return None

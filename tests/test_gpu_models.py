@@ -18,8 +18,8 @@ from bench.gpu_models import MINILM_HALF, SMOLLM2_SHAPE, build_generator, pack, 
 from shardwise import Engine
 from shardwise.corpus import harvest_docstrings
 from shardwise.models import get_spec
-from shardwise.models.bert import BertEncoder
-from shardwise.models.hf import HFEncoderSpec
+from shardwise.models.hf.encoders.bert import BertEncoder
+from shardwise.models.hf.encoders.encoder import HFEncoderSpec
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 

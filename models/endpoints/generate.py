@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from shardwise.errors import ConfigError, InputError, ShardwiseError
 from shardwise.model import TEXT, ModelInfo, OutputColumn
 from shardwise.model.generation import GenerationSettings, placeholders
+from shardwise.model.kinds import engine_of
 from shardwise.model.recorded import ProviderBatch, WindowRef
 from shardwise.model.text import prompt_fields
 from shardwise.models.endpoints.batches import COMPLETION_WINDOW_S, LOST, BatchLost, cut
@@ -67,7 +68,7 @@ from shardwise.retry_policy import RetryPolicy
 if TYPE_CHECKING:
     import torch
 
-    from shardwise.models.hf_prompt import PromptRenderer
+    from shardwise.models.hf.causal.prompt import PromptRenderer
     from shardwise.pipeline.spec import Resolver
 
 __all__ = [
@@ -178,7 +179,7 @@ class EndpointSpec(RunBinding):
         and the prompt joined by a blank line); else their tokens estimated (:data:`TOKENS_RULE`)."""
         if self.options.tokenizer is None:
             return EndpointPrompts(self.generation)
-        from shardwise.models.hf_prompt import PromptRenderer, load_tokenizer  # torch: only when asked
+        from shardwise.models.hf.causal.prompt import PromptRenderer, load_tokenizer  # torch: only when asked
 
         folder = Path(self.options.tokenizer).expanduser()
         try:
@@ -208,7 +209,7 @@ class EndpointSpec(RunBinding):
 
 def check_generation(settings: GenerationSettings, provider: Provider) -> None:
     """Refuse settings an endpoint cannot honour, in one line naming the fix."""
-    if settings.engine != "hf" or settings.engine_options:
+    if engine_of(settings.engine) is not None or settings.engine_options:
         raise ConfigError(
             f"engine {settings.engine!r} runs a local model, and {provider}: models run on the endpoint; "
             "drop --engine and --engine-option"

@@ -20,12 +20,13 @@ or without it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shardwise.errors import ConfigError, UnsetReference
+from shardwise.flags import Flag
 
 __all__ = ["DEFAULT_BASES", "DEFAULT_KEYS", "PROVIDERS", "EndpointOptions", "Provider", "endpoint_address"]
 
@@ -80,8 +81,11 @@ class EndpointOptions(BaseModel):
         description="Tokens per minute (prompt plus completion), shared by the workers of one host "
         "(default: no cap); estimated before each request and corrected from the usage it reports.",
     )
-    timeout: float = Field(
-        120.0, gt=0, le=3600, description="Seconds one request may take before it is tried again."
+    timeout: Annotated[float, Flag("--endpoint-timeout")] = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="Seconds one request may take before it is tried again.",
     )
 
     batch_api: bool = Field(
@@ -91,7 +95,7 @@ class EndpointOptions(BaseModel):
         "Each batch id is recorded in the ledger before the run waits on it, so a resumed run collects "
         "it instead of paying again. Chat models only.",
     )
-    batch_poll_s: float = Field(
+    batch_poll_s: Annotated[float, Flag("--batch-poll-interval")] = Field(
         30.0,
         gt=0,
         le=3600,

@@ -22,20 +22,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from shardwise.errors import ConfigError
+from shardwise.model.kinds import claiming
 
-__all__ = ["REMOTE_PROVIDERS", "Pricing", "remote_model", "token_cost"]
-
-REMOTE_PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "openai-embed": "openai"}
-"""A remote model name's prefix, and the provider whose prices it pays."""
+__all__ = ["Pricing", "remote_model", "token_cost"]
 
 
 def remote_model(model_name: str) -> tuple[str, str] | None:
     """``("openai", "gpt-4o-mini")`` for ``openai:gpt-4o-mini``: the provider and model a remote model
-    name prices by; None for a local model."""
-    prefix, sep, name = model_name.partition(":")
-    if not sep or prefix not in REMOTE_PROVIDERS or not name:
-        return None
-    return REMOTE_PROVIDERS[prefix], name
+    name prices by (its model kind says: :meth:`~shardwise.model.kinds.ModelKind.priced_as`); None for a
+    local model."""
+    kind = claiming(model_name)
+    return None if kind is None else kind.priced_as(model_name)
 
 
 @dataclass(frozen=True)

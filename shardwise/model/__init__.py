@@ -25,7 +25,7 @@ knows nothing else about it:
 A model may also carry ``engine_defaults``, by device kind (``{"cpu": {...},
 "cuda": {...}}``), replacing the engine's default ``max_tokens``,
 ``max_batch_size``, ``pad_to_multiple`` or ``pad_slack`` where its batches cost
-otherwise (a generator's: see :mod:`models.hf_causal`); a run's own settings
+otherwise (a generator's: see :mod:`models.hf.causal.model`); a run's own settings
 still win.
 
 A model may also have ``prepare_many(values) -> list[Item | InputError]``: it

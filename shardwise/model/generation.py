@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from shardwise.errors import ConfigError
 from shardwise.model import ModelSpec
+from shardwise.model.kinds import DEFAULT_ENGINE, engine_of
 from shardwise.model.structured import JsonSchema
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
     "DEFAULT_PROMPT",
     "SETTINGS",
     "ChatMode",
-    "Engine",
     "GenerationSettings",
     "Generative",
     "PromptChecked",
@@ -39,9 +39,6 @@ __all__ = [
 ]
 
 ChatMode = Literal["auto", "on", "off"]
-Engine = Literal["hf", "vllm"]
-"""What runs a causal language model: ``hf``, Shardwise's own loop over the Hugging Face module (any
-device, no extra), or ``vllm``, the vLLM engine (paged attention, prefix caching; the ``vllm`` package)."""
 DEFAULT_PROMPT = "{text}"
 DEFAULT_MAX_NEW_TOKENS = 128
 SETTINGS = (
@@ -115,7 +112,10 @@ class GenerationSettings:
     seed: int = 0
     json_schema: str | None = None
     constrained: bool = True
-    engine: Engine = "hf"
+    engine: str = DEFAULT_ENGINE
+    """What runs the model: ``hf``, Shardwise's own loop over the Hugging Face module (any device, no extra),
+    or an engine kind by its name (``vllm``: paged attention, prefix caching; the ``vllm`` package): see
+    :func:`~shardwise.model.kinds.engine_names`."""
     engine_options: tuple[tuple[str, Any], ...] = ()
     """The engine's own settings, by name, as pairs sorted by name (a mapping is taken too, and stored
     so: settings are hashable). Each engine checks its own (``vllm``: ``max_num_seqs``,
@@ -142,18 +142,14 @@ class GenerationSettings:
             object.__setattr__(self, "json_schema", self.schema().text)  # type: ignore[union-attr]
         if not isinstance(self.constrained, bool):
             raise ConfigError(f"constrained must be true or false; got {self.constrained!r}")
-        if self.engine not in get_args(Engine):
-            raise ConfigError(
-                f"engine must be one of {', '.join(get_args(Engine))}; got {self.engine!r} (hf: Shardwise's "
-                "own loop, any device; vllm: the vLLM engine, pip install vllm)"
-            )
+        own_loop = engine_of(self.engine) is None  # refuses an engine no kind is
         try:
             pairs = tuple(sorted(dict(self.engine_options).items()))
         except (TypeError, ValueError):
             raise ConfigError(
                 f"engine_options must map setting names to values; got {self.engine_options!r}"
             ) from None
-        if pairs and self.engine == "hf":
+        if pairs and own_loop:
             raise ConfigError(
                 f"engine_options {dict(pairs)!r} are settings of an engine, and engine hf takes none; "
                 "give --engine vllm, or drop --engine-option"
@@ -188,7 +184,7 @@ class GenerationSettings:
         # The engine's own settings are mostly throughput (batch sizes, memory shares): the engine says
         # which of them change outputs (a dtype, a quantization) and adds those to the version itself.
         del fields["engine_options"]
-        if self.engine == "hf":  # the default engine: versions made before there was a choice still hold
+        if engine_of(self.engine) is None:  # the default: versions made before there was a choice still hold
             del fields["engine"]
         return json.dumps(fields, sort_keys=True, ensure_ascii=True)
 

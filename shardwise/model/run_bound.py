@@ -49,7 +49,8 @@ def bind(
         return spec.bound(options, resolve, retry)
     if options:
         raise ConfigError(
-            f"model {spec.name!r} takes no model options ({', '.join(sorted(options))}): they apply to "
-            "remote models (openai:NAME, anthropic:NAME, openai-embed:NAME); drop them, or give such a model"
+            f"model {spec.name!r} takes no model options ({', '.join(sorted(options))}): they apply to the "
+            "models of the kind that declares them (remote models: openai:NAME, anthropic:NAME, "
+            "openai-embed:NAME); drop them, or give such a model"
         )
     return spec

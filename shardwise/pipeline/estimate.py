@@ -32,7 +32,7 @@ counts its prompts instead:
 
 * **vLLM** renders and tokenizes a row's prompt with the model's own
   tokenizer and chat template, the very code its generator sends token ids
-  from (:func:`models.vllm_engine.generator.vllm_prompts`): the count is
+  from (:func:`models.vllm.generator.vllm_prompts`): the count is
   exact, as the ``hf`` engine's.
 * **A remote endpoint**'s tokenizer is the server's. An operator who holds
   it names its folder (the endpoint option ``tokenizer``, ``--tokenizer``),

@@ -34,9 +34,10 @@ from shardwise.cost.prices import Pricing
 from shardwise.errors import ConfigError, TransientError
 from shardwise.model import Loaded, ModelInfo, ModelSpec
 from shardwise.model.converted import ConvertedCache, kept_in
-from shardwise.model.generation import Generative, with_generation
+from shardwise.model.generation import with_generation
+from shardwise.model.kinds import claiming
 from shardwise.model.run_bound import bind
-from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, GENERATION_CHUNK_ROWS, IMAGE_CHUNK_ROWS, ChunkConfig
+from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
 from shardwise.pipeline.destination import ledger_url, open_sink
 from shardwise.pipeline.shard import ShardOutcome, score_shard
 from shardwise.pipeline.spec import ModelChoice, Resolver, RunRef, RunSpec, as_is
@@ -264,13 +265,13 @@ def _open_run(ref: RunRef, model: Loaded, resolve: Resolver) -> _Run:
 
 def chunk_rows(spec: RunSpec, found: ModelSpec) -> int:
     """The rows a chunk of ``spec``'s run holds: the spec's (a budgeted run's, as its plan recorded it),
-    else the model's default: a generator commits sooner (see :data:`GENERATION_CHUNK_ROWS`), and an image
-    model holds fewer rows at once (:data:`IMAGE_CHUNK_ROWS`, a spec's ``images = True``)."""
+    else what the model's kind answers for ``found`` (a generator commits sooner, an image model holds
+    fewer rows at once: :mod:`shardwise.pipeline.chunks`); a model no kind claims (one a caller's own
+    catalogue made) gets :data:`DEFAULT_CHUNK_ROWS`."""
     if spec.chunk_rows is not None:
         return spec.chunk_rows
-    if isinstance(found, Generative):
-        return GENERATION_CHUNK_ROWS
-    return IMAGE_CHUNK_ROWS if getattr(found, "images", False) else DEFAULT_CHUNK_ROWS
+    kind = claiming(spec.model.name)
+    return DEFAULT_CHUNK_ROWS if kind is None else kind.chunk_rows(found)
 
 
 def score_ref_shard(

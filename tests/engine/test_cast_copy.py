@@ -14,8 +14,8 @@ from torch import nn
 
 from shardwise import Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
-from shardwise.models.hf_causal import HFCausalSpec
-from shardwise.models.tiny import TinyModel
+from shardwise.models.hf.causal.model import HFCausalSpec
+from shardwise.models.hf.encoders.tiny import TinyModel
 from shardwise.precision import autocast, for_precision
 from shardwise.precision.cast_copy import cast_copy
 

@@ -15,8 +15,8 @@ from torch import nn
 from shardwise import Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
 from shardwise.errors import ConfigError
-from shardwise.models.hf_classifier import HFClassifierSpec
-from shardwise.models.tiny import TinyModel
+from shardwise.models.hf.encoders.classifier import HFClassifierSpec
+from shardwise.models.hf.encoders.tiny import TinyModel
 from shardwise.precision import for_precision, resolve_precision
 from shardwise.precision.guard import INT8_MIN_AGREEMENT, agreement
 from shardwise.precision.quantize import Int8Linear, int8_copy, int8_kernel

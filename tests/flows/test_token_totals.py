@@ -117,7 +117,7 @@ def test_live_progress_counts_the_tokens_of_each_finished_batch(
 ) -> None:
     """Batches of a few rows, each a little slow: the shard reports its tokens as they are generated,
     and the flow's readings show tokens/s mid-way, ending at the table's sums."""
-    from shardwise.models.hf_causal import HFGenerator
+    from shardwise.models.hf.causal.model import HFGenerator
     from shardwise.pipeline import ProgressReading, shard
     from shardwise.results import Ledger
     from shardwise.tasks import progress

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from shardwise.model import Encoding, ModelInfo
-from shardwise.models.tiny import TinyModel, TinySpec
+from shardwise.models.hf.encoders.tiny import TinyModel, TinySpec
 
 __all__ = ["BLOCK_ON", "FIFO_ENV", "spec"]
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from shardwise.model import ModelInfo, OutputColumn
-from shardwise.models.tiny import TinyModel, TinySpec
+from shardwise.models.hf.encoders.tiny import TinyModel, TinySpec
 
 _TINY = TinySpec(name="faulty", dim=16, layers=1, heads=2)
 _CALLS = itertools.count()

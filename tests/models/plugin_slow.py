@@ -16,7 +16,7 @@ from dataclasses import replace
 import torch
 
 from shardwise.model import ModelInfo, ModelInputs
-from shardwise.models.tiny import TinyModel, TinySpec
+from shardwise.models.hf.encoders.tiny import TinyModel, TinySpec
 
 __all__ = ["SLEEP_ENV", "spec"]
 

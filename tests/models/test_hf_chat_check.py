@@ -12,7 +12,7 @@ from hf_builders import CHAT_TEMPLATE, tiny_causal_lm
 from shardwise.errors import ConfigError
 from shardwise.model.generation import GenerationSettings, PromptChecked
 from shardwise.models import get_spec
-from shardwise.models.hf_chat_check import specials_of
+from shardwise.models.hf.causal.chat_check import specials_of
 
 pytest.importorskip("transformers")
 

@@ -23,9 +23,9 @@ from shardwise import ConfigError, Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
 from shardwise.model import Model
 from shardwise.model.text import Inputs
-from shardwise.models.hf import HFEncoderSpec
-from shardwise.models.hf_classifier import HFClassifier, HFClassifierSpec
-from shardwise.models.hf_directory import directory_spec
+from shardwise.models.hf.directory import directory_spec
+from shardwise.models.hf.encoders.classifier import HFClassifier, HFClassifierSpec
+from shardwise.models.hf.encoders.encoder import HFEncoderSpec
 from shardwise.precision.guard import agreement
 
 pytest.importorskip("transformers")

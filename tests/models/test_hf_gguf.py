@@ -25,8 +25,8 @@ from shardwise.hashing import hash_file
 from shardwise.model.converted import ConvertedCache
 from shardwise.model.generation import ChatMode, GenerationSettings
 from shardwise.models import get_spec
-from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
-from shardwise.models.hf_gguf import GGUFCausalSpec
+from shardwise.models.gguf.spec import GGUFCausalSpec
+from shardwise.models.hf.causal.model import HFCausalSpec, HFGenerator
 
 pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
@@ -210,7 +210,7 @@ def test_vllm_reads_a_plain_float_directory_kept_or_of_its_process(gguf_file: Pa
 
 
 def test_the_header_reader_gives_what_gguf_s_own_reader_gives(gguf_file: Path, tmp_path: Path) -> None:
-    from shardwise.models.gguf_header import header_values
+    from shardwise.models.gguf.header import header_values
 
     fields = gguf.GGUFReader(gguf_file, "r").fields
     expected = {key: field.contents() for key, field in fields.items() if not key.startswith("GGUF.")}

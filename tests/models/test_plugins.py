@@ -107,7 +107,8 @@ def test_a_class_is_refused_and_attributes_may_be_dotted(module: Callable[..., s
 
 def test_a_plugin_module_is_imported_from_the_path(source_module: Callable[[str], str]) -> None:
     name = source_module(
-        "from shardwise.models.tiny import TinySpec\nspec = TinySpec(name='on-path', dim=16, heads=2)\n"
+        "from shardwise.models.hf.encoders.tiny import TinySpec\n"
+        "spec = TinySpec(name='on-path', dim=16, heads=2)\n"
     )
     assert get_spec(f"{name}:spec").describe().name == "on-path"
 
@@ -337,7 +338,7 @@ def install(root: Path, package: str, entry_points: dict[str, str], modules: dic
 
 
 MYPLUG = (
-    "from shardwise.models.tiny import TinySpec\n\n"
+    "from shardwise.models.hf.encoders.tiny import TinySpec\n\n"
     "spec = TinySpec(name='myplug', dim=16, layers=1, heads=2)\n"
 )
 

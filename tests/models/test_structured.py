@@ -24,7 +24,7 @@ from shardwise.batch.engine import RowResult
 from shardwise.errors import OutputError
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.structured import MAX_SCHEMA_BYTES, JsonSchema
-from shardwise.models.hf_causal import HFCausalSpec, HFGenerator
+from shardwise.models.hf.causal.model import HFCausalSpec, HFGenerator
 
 pytest.importorskip("transformers")
 

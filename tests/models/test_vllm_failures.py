@@ -13,9 +13,9 @@ import torch
 from vllm_lm import need_vllm, vllm_lm, vllm_settings
 
 from shardwise.errors import TransientError
-from shardwise.models.hf_causal import HFCausalSpec
-from shardwise.models.vllm_engine import VllmGenerator, engines_built
-from shardwise.models.vllm_engine.engines import engine_pids, shutdown_all
+from shardwise.models.hf.causal.model import HFCausalSpec
+from shardwise.models.vllm import VllmGenerator, engines_built
+from shardwise.models.vllm.engines import engine_pids, shutdown_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM at a time on the machine
 TEXTS = ["The shard is exact.", "Rows commit once.", "Dead letters keep their reason."]

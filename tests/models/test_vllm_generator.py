@@ -21,9 +21,9 @@ from shardwise import Engine, EngineConfig
 from shardwise.corpus import harvest_docstrings
 from shardwise.errors import InputError, OutputError
 from shardwise.model.generation import GenerationSettings
-from shardwise.models.hf_causal import HFCausalSpec
-from shardwise.models.vllm_engine import VllmGenerator, engines_built
-from shardwise.models.vllm_engine.engines import shutdown_all
+from shardwise.models.hf.causal.model import HFCausalSpec
+from shardwise.models.vllm import VllmGenerator, engines_built
+from shardwise.models.vllm.engines import shutdown_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM at a time on the machine
 CPU = torch.device("cpu")

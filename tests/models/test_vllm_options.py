@@ -11,9 +11,9 @@ from hf_builders import tiny_causal_lm
 
 from shardwise.errors import ConfigError
 from shardwise.model.generation import GenerationSettings
-from shardwise.models.hf_causal import HFCausalSpec
-from shardwise.models.vllm_engine import VllmOptions
-from shardwise.models.vllm_engine.options import CPU_KV_CACHE_GIB, version_token
+from shardwise.models.hf.causal.model import HFCausalSpec
+from shardwise.models.vllm import VllmOptions
+from shardwise.models.vllm.options import CPU_KV_CACHE_GIB, version_token
 
 pytestmark = pytest.mark.xdist_group("vllm")  # one vLLM at a time on the machine
 

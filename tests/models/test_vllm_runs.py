@@ -32,8 +32,8 @@ from vllm_lm import ENGINE_OPTIONS, need_vllm, vllm_lm, vllm_settings
 
 from shardwise.flows.cli import main
 from shardwise.model.generation import GenerationSettings
-from shardwise.models.hf_causal import HFCausalSpec
-from shardwise.models.vllm_engine.engines import shutdown_all
+from shardwise.models.hf.causal.model import HFCausalSpec
+from shardwise.models.vllm.engines import shutdown_all
 from shardwise.pipeline.destination import open_sink
 from shardwise.sinks import Layout
 
@@ -169,7 +169,7 @@ def test_the_plan_counts_the_prompt_tokens_a_vllm_run_counts_without_building_an
 ) -> None:
     """``shardwise plan`` over an ``--engine vllm`` run counts its prompts with the generator's own chat
     rendering and tokenizer (issue 38): exactly the prompt tokens the run then records."""
-    from shardwise.models.vllm_engine.engines import engines_built
+    from shardwise.models.vllm.engines import engines_built
 
     source = f"sqlite:///{tmp_path / 'docs.db'}"
     make_docs(source, ROWS)
@@ -271,7 +271,7 @@ def _ended(processes: list[psutil.Process]) -> list[psutil.Process]:
 def test_a_run_killed_mid_shard_resumes_exactly_and_only_new_then_generates_nothing(
     lm: Path, tmp_path: Path, prefect_harness: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from shardwise.models.vllm_engine import VllmGenerator
+    from shardwise.models.vllm import VllmGenerator
 
     source = f"sqlite:///{tmp_path / 'docs.db'}"
     make_docs(source, KILL_ROWS)

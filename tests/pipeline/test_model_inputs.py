@@ -21,7 +21,7 @@ from spec_builder import flat_spec
 from shardwise.errors import ConfigError
 from shardwise.model import IMAGES, TEXT, ModelInfo, OutputColumn
 from shardwise.models import get_spec
-from shardwise.models.mobilenet import weights_file
+from shardwise.models.plugins.mobilenet import weights_file
 from shardwise.pipeline import RunSpec, check_run
 from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.spec import as_is
