@@ -17,13 +17,13 @@ its spec. A kind that cannot be loaded is left out, saying why when asked for, a
 from __future__ import annotations
 
 import functools
-from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from shardwise.entry_points import load_entry_points
 from shardwise.errors import ConfigError
-from shardwise.kind_options import KindOptions, built_in_first
+from shardwise.kind_options import KindOptions
 from shardwise.model import ModelSpec
 
 __all__ = [
@@ -183,10 +183,8 @@ class KindDefaults:
 def load_model_kinds() -> dict[str, ModelKind | ConfigError]:
     """Every registered kind by name, imported (cached), Shardwise's own first and then the plug-ins' by
     name; a kind that cannot be loaded maps to why."""
-    found: dict[str, list[EntryPoint]] = {}
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=built_in_first):
-        found.setdefault(ep.name, []).append(ep)
-    return {name: _load(name, eps) for name, eps in found.items()}
+    found = load_entry_points(ENTRY_POINT_GROUP, "model kind", _not_a_kind)
+    return {name: registered.found for name, registered in found.items()}
 
 
 def model_kinds() -> list[ModelKind]:
@@ -228,21 +226,11 @@ def clear_cache() -> None:
     load_model_kinds.cache_clear()
 
 
-def _load(name: str, eps: list[EntryPoint]) -> ModelKind | ConfigError:
-    if len({ep.value for ep in eps}) > 1:
-        both = "; ".join(ep.value for ep in eps)
-        return ConfigError(f"model kind {name!r} is registered {len(eps)} times ({both}); uninstall one")
-    ep = eps[0]
-    try:
-        kind = ep.load()
-    except ModuleNotFoundError as exc:
-        return ConfigError(f"model kind {name!r} ({ep.value}) needs package {exc.name!r}; install it")
-    except Exception as exc:
-        return ConfigError(f"model kind {name!r} ({ep.value}) cannot be loaded: {type(exc).__name__}: {exc}")
-    if isinstance(kind, type) or not isinstance(kind, ModelKind) or kind.name != name:
-        return ConfigError(
-            f"model kind {name!r} ({ep.value}) must be a ModelKind object named {name!r} (name, section, "
-            "options, section_doc, applies_to, one, priced_as, claims, spec, chunk_rows, imports_code, "
-            "check_options), not a class or function; fix the entry point"
-        )
-    return kind
+def _not_a_kind(name: str, found: Any) -> str | None:
+    if not isinstance(found, type) and isinstance(found, ModelKind) and found.name == name:
+        return None
+    return (
+        f"must be a ModelKind object named {name!r} (name, section, options, section_doc, applies_to, one, "
+        "priced_as, claims, spec, chunk_rows, imports_code, check_options), not a class or function; fix "
+        "the entry point"
+    )

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from shardwise.models import known_models
-from shardwise.models.mobilenet import weights_file
+from shardwise.models.plugins.mobilenet import weights_file
 from shardwise.testing import MODEL_CHECKS, ModelSample
 from shardwise.testing.model import sample_for
 

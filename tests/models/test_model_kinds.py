@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from shardwise.entry_points import _load
 from shardwise.errors import ConfigError
 from shardwise.model.kinds import (
     ENTRY_POINT_GROUP,
     Engine,
     ModelKind,
-    _load,
+    _not_a_kind,
     claiming,
     engine_names,
     engine_of,
@@ -90,8 +91,10 @@ def test_options_are_a_section_per_kind_and_the_engine_is_a_kind() -> None:
 
 def test_a_kind_that_cannot_load_is_refused_alone() -> None:
     broken = EntryPoint("broken", "no_such_module_anywhere:KIND", ENTRY_POINT_GROUP)
-    found = _load("broken", [broken])
+    found = _load("broken", [broken], "model kind", _not_a_kind).found
     assert isinstance(found, ConfigError) and "needs package 'no_such_module_anywhere'" in str(found)
     a_class = EntryPoint("hf", "shardwise.models.hf.kind:HFKind", ENTRY_POINT_GROUP)
-    assert "must be a ModelKind object named 'hf'" in str(_load("hf", [a_class]))
+    assert "must be a ModelKind object named 'hf'" in str(
+        _load("hf", [a_class], "model kind", _not_a_kind).found
+    )
     assert claiming("tiny") is not None, "the others still load"
