@@ -133,7 +133,11 @@ def kind_sections(
                 f"{family[0]} options are given for {family[1]} kind {name!r}, which is not installed; "
                 f"kinds with options: {', '.join(owners) or 'none'}"
             )
-        value = options if isinstance(options, kind.options) else _validated(kind, options, label, kinds)
+        if isinstance(options, kind.options):  # typed already (the form's section): its rules still apply
+            options.check()
+            value = options
+        else:
+            value = _validated(kind, options, label, kinds)
         if value.model_dump(exclude_defaults=True):
             checked[name] = value
     return tuple(sorted(checked.items()))
