@@ -85,8 +85,6 @@ def option_flags(kinds: Iterable[OptionOwner]) -> dict[tuple[str, str], str]:
     }
 
 
-
-
 def sections_model(name: str, doc: str, kinds: Iterable[OptionOwner]) -> type[BaseModel]:
     """A model with one section per kind that has options, under the kind's name: a flow parameter the
     Prefect form shows as a section per kind."""

@@ -169,6 +169,7 @@ class KindDefaults:
     section_doc: str = ""
     applies_to: str = ""
     one: str = ""
+
     def priced_as(self, model: str) -> tuple[str, str] | None:
         return None
 
