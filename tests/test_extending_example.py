@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import re
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -32,6 +30,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from page_examples import examples as page_examples
+from page_examples import install, last_bash, titled
 
 from shardwise.errors import ConfigError
 from shardwise.model import OutputColumn
@@ -41,32 +41,16 @@ from shardwise.sinks.base import Layout, Lineage, Sink, SinkChunk, SinkCommit
 from shardwise.sinks.registry import Destination, SinkKind, clear_cache
 from shardwise.testing import SINK_CHECKS, SinkPlace
 
-CHECKOUT = Path(__file__).resolve().parents[1]
-PAGE = CHECKOUT / "docs" / "how-to" / "extending.md"
-_TITLED = re.compile(r'^```(\w+) title="([^"]+)"\n(.*?)^```$', re.S | re.M)
-_BASH = re.compile(r"^```bash\n(.*?)^```$", re.S | re.M)
-_PIP = re.compile(r"^pip install (\./[\w.-]+)$")
-_FOLDER = re.compile(r"in a folder `([\w.-]+)`")
 LAYOUT = Layout((OutputColumn("embedding", "vector", dim=3), OutputColumn("label", "text")), "int")
 DOCS = [(i, f"document number {i}, {'long ' * i}text") for i in range(1, 8)]
 
 
-def _examples() -> dict[str, str]:
-    """The page's examples, by the folder their files go in: each one's text, up to the next example's."""
-    text = PAGE.read_text()
-    starts = [(m.start(), m.group(1)) for m in _FOLDER.finditer(text)]
-    ends = [start for start, _ in starts[1:]] + [len(text)]
-    return {folder: text[start:end] for (start, folder), end in zip(starts, ends, strict=True)}
-
-
 def _titled(folder: str = "jsonl-sink") -> dict[str, str]:
-    """The example's code blocks titled with a file name, by that name."""
-    return {title: body for _, title, body in _TITLED.findall(_examples()[folder])}
+    return titled(folder)
 
 
 def _last_bash(folder: str = "jsonl-sink") -> str:
-    blocks: list[str] = _BASH.findall(_examples()[folder])
-    return blocks[-1]
+    return last_bash(folder)
 
 
 def _register(site: Path, module: str, body: str) -> None:
@@ -80,7 +64,7 @@ def _register(site: Path, module: str, body: str) -> None:
 
 
 def test_each_example_names_its_folder_and_ends_with_a_bash_block_run_from_above_it() -> None:
-    examples = _examples()
+    examples = page_examples()
     assert "jsonl-sink" in examples, list(examples)
     for folder in examples:
         assert _titled(folder), f"the example in a folder {folder!r} has titled files"
@@ -241,34 +225,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     """The page's package, built offline and installed under a folder of its own outside the repository;
     the folder the page's commands run in, and their environment."""
     root = tmp_path_factory.mktemp("extending")
-    pip_line, *_ = _last_bash().splitlines()
-    match = _PIP.match(pip_line)
-    assert match, f"the page's bash block starts by installing the package: {pip_line!r}"
-    package = root / match.group(1)
-    package.mkdir()
-    files = _titled()
-    assert set(files) == {"pyproject.toml", "jsonl_sink.py"}, set(files)
-    for name, body in files.items():
-        (package / name).write_text(body)
-    site = root / "site"
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index"]
-    proc = subprocess.run(
-        [*command, "--target", str(site), match.group(1)], cwd=root, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert list(site.glob("*.dist-info/entry_points.txt")), "the entry point travels in the dist-info"
-    source = root / "docs.db"
-    with sqlite3.connect(source) as db:
-        db.execute("create table docs (id integer primary key, text text not null)")
-        db.executemany("insert into docs values (?, ?)", DOCS)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(site),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "SOURCE_URL": f"sqlite:///{source}",
-        "OUT": str(root / "out"),
-    }
-    return root, env
+    return root, install(root, "jsonl-sink", {"pyproject.toml", "jsonl_sink.py"}, DOCS)
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import sqlite3
 import subprocess
@@ -21,28 +20,18 @@ from types import ModuleType
 
 import pytest
 import torch
+from page_examples import install, last_bash, titled
 
 from shardwise.errors import ConfigError, InputError
 from shardwise.model.kinds import ModelKind
 from shardwise.retry_policy import RetryPolicy
 
-CHECKOUT = Path(__file__).resolve().parents[1]
-PAGE = CHECKOUT / "docs" / "how-to" / "extending.md"
-_TITLED = re.compile(r'^```(\w+) title="([^"]+)"\n(.*?)^```$', re.S | re.M)
-_BASH = re.compile(r"^```bash\n(.*?)^```$", re.S | re.M)
-_PIP = re.compile(r"^pip install (\./[\w.-]+)$")
+FOLDER = "text-length-kind"
 DOCS = [(1, "one"), (2, "two words"), (3, "three short words"), (4, "naïve café au lait")]
 
 
-def _section() -> str:
-    text = PAGE.read_text()
-    start = text.index("## Example: a model kind with an option of its own")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
-
-
 def _titled() -> dict[str, str]:
-    return {title: body for _, title, body in _TITLED.findall(_section())}
+    return titled(FOLDER)
 
 
 @pytest.fixture(scope="module")
@@ -85,33 +74,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     """The section's package, built offline and installed under a folder of its own outside the
     repository; the folder the section's commands run in, and their environment."""
     root = tmp_path_factory.mktemp("extending-model")
-    pip_line, *_ = _BASH.findall(_section())[-1].splitlines()
-    match = _PIP.match(pip_line)
-    assert match, f"the section's bash block starts by installing the package: {pip_line!r}"
-    package = root / match.group(1)
-    package.mkdir()
-    files = _titled()
-    assert set(files) == {"pyproject.toml", "text_length_kind.py"}, set(files)
-    for name, body in files.items():
-        (package / name).write_text(body)
-    site = root / "site"
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index"]
-    proc = subprocess.run(
-        [*command, "--target", str(site), match.group(1)], cwd=root, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    source = root / "docs.db"
-    with sqlite3.connect(source) as db:
-        db.execute("create table docs (id integer primary key, text text not null)")
-        db.executemany("insert into docs values (?, ?)", DOCS)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(site),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "SOURCE_URL": f"sqlite:///{source}",
-        "OUT": str(root / "out"),
-    }
-    return root, env
+    return root, install(root, FOLDER, {"pyproject.toml", "text_length_kind.py"}, DOCS)
 
 
 @pytest.mark.slow
@@ -140,7 +103,7 @@ def test_the_page_model_kind_shows_its_option_and_runs(installed: tuple[Path, di
     assert "count" in defs["ModelParams"]["properties"], defs["ModelParams"]["properties"]
     assert defs["CountOptions"]["properties"]["count_unit"]["enum"] == ["chars", "words"]
 
-    _, *commands = _BASH.findall(_section())[-1].splitlines()  # the pip line is done: beside the venv
+    _, *commands = last_bash(FOLDER).splitlines()  # the pip line is done: beside the venv
     script = "\n".join(commands)
     assert "--model text-length --count-unit words" in script
     run = subprocess.run(
