@@ -380,7 +380,11 @@ class EndpointGenerator:
                     status, outcomes = self._look(batch.batch_id, keys)
                 except BatchLost as lost:
                     window.book.ended(window, index, LOST)  # the next attempt submits its rows anew
-                    raise lost.of_rows(len(keys)) from None
+                    gone: BatchLost | None = lost.of_rows(len(keys))
+                else:
+                    gone = None
+                if gone is not None:  # raised outside the except: it carries no context to pickle
+                    raise gone
                 if outcomes is None and self._outlived(batch):
                     status = "timed out"
                     late = InputError(
@@ -467,9 +471,15 @@ class EndpointGenerator:
                 state = await batches.state(client, batch_id)
             except Exception as exc:
                 failure = classify(exc)
-                if failure is not None and failure.status == 404:
-                    raise BatchLost(self.spec.endpoint, batch_id, failure.reason) from None
-                raise
+                if failure is None or failure.status != 404:
+                    raise
+                lost: BatchLost | None = BatchLost(self.spec.endpoint, batch_id, failure.reason)
+            else:
+                lost = None
+            if lost is not None:
+                # raised outside the except, so the SDK's error is not its __context__: Dask's workers
+                # pickle an error with its context (tblib), and an SDK error does not unpickle
+                raise lost
             if not state.ended:
                 return state.status, None
             found = await batches.collect(client, state)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+import tblib.pickling_support
 import torch
 from endpoint_servers import (
     API_KEY,
@@ -292,6 +293,10 @@ def test_a_batch_the_provider_lost_fails_in_one_line_and_the_next_attempt_submit
     assert "provider batch batch-1 (3 rows) is not found at" in message and "404" in message, message
     assert "--resume submits its rows again in a new batch" in message
     assert pickle.loads(pickle.dumps(lost.value)).args == lost.value.args  # it crosses from a worker
+    # as a Dask worker pickles it: importing distributed has tblib pickle every error class then known
+    # with its __context__, and the SDK's errors, imported later, do not unpickle
+    tblib.pickling_support.install(BatchLost)
+    assert pickle.loads(pickle.dumps(lost.value)).args == lost.value.args
     assert server.creates == 2, "one new batch for the lost one, no more"
     texts = [o["generated_text"] for o in clean]  # type: ignore[index]
     assert [o["generated_text"] for o in first] == texts == [o["generated_text"] for o in again]  # type: ignore[index]
