@@ -204,8 +204,10 @@ def tiny_model():
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The marked groups (all of the vLLM tests, one after another) are the longest units of work:
-    # they start first under pytest-xdist, so that none is left running alone at the end.
+    # The marked groups are the longest units of work: the in-process vLLM engine's modules ("vllm")
+    # and the endpoint modules that talk to a `vllm serve` ("vllm-serve"), each one after another on
+    # one worker, so that at most two vLLMs run on the machine at once. They start first under
+    # pytest-xdist, so that neither is left running alone at the end.
     items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
     if torch.cuda.is_available():
         return

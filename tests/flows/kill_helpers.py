@@ -9,15 +9,29 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
-__all__ = ["cli", "kill_once_scoring", "survivors"]
+__all__ = ["cli", "kill_once_scoring", "paced", "survivors"]
 
 
 def cli(*argv: str) -> list[str]:
     """The ``shardwise`` command line, as a subprocess runs it."""
     return [sys.executable, "-m", "shardwise.flows.cli", *argv]
+
+
+def paced(counts: Path, rows_per_s: float, *argv: str) -> list[str]:
+    """The ``shardwise`` command line under ``counted_cli.py``: its rows counted into ``counts`` and
+    scored at most ``rows_per_s`` a second, so that a kill lands mid-shard on a machine of any speed
+    without a run of tens of thousands of rows."""
+    return [
+        sys.executable,
+        str(Path(__file__).with_name("counted_cli.py")),
+        str(counts),
+        str(rows_per_s),
+        *argv,
+    ]
 
 
 def kill_once_scoring(

@@ -12,10 +12,11 @@ import time
 import psutil
 import pytest
 from flow_data import execute, make_docs
+from kill_helpers import paced
 
 pytestmark = pytest.mark.slow
 
-ROWS = 60_000
+ROWS, ROWS_PER_S = 6_000, 1_000  # the killed run is paced: 6 s at least, so it is caught mid-shard
 
 
 def _shardwise(*argv: str) -> list[str]:
@@ -42,10 +43,13 @@ def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
     return [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def test_sigkill_leaves_no_server_and_resume_is_exact(sqlite_url: str) -> None:
+def test_sigkill_leaves_no_server_and_resume_is_exact(sqlite_url: str, tmp_path) -> None:
     make_docs(sqlite_url, ROWS)
     killed = _shardwise("run", "--source", sqlite_url, "--table", "docs", "--results-table", "resumed")
-    children = _kill_mid_shard([*killed, "--lease-s", "2", "--progress", "lines", "--progress-every", "0.2"])
+    children = _kill_mid_shard(
+        [*paced(tmp_path / "counts", ROWS_PER_S, *killed[3:]), "--lease-s", "2", "--progress", "lines",
+         "--progress-every", "0.2"]
+    )  # fmt: skip
     assert any("uvicorn" in " ".join(p.cmdline()) for p in children), "no temporary server was running"
 
     deadline = time.monotonic() + 10

@@ -23,12 +23,13 @@ import time
 
 import pytest
 from flow_data import execute, make_docs
+from kill_helpers import paced
 
 from shardwise.flows.cli import main
 
 pytestmark = pytest.mark.slow
 
-ROWS = 40_000  # 20,000 rows a shard: long enough to be caught mid-shard by a progress line on a fast machine
+ROWS, ROWS_PER_S = 4_000, 500  # the killed run is paced: 4 s a shard at least, so it is caught mid-shard
 
 
 def _cli(*argv: str) -> list[str]:
@@ -62,15 +63,16 @@ def _flow_run_state(flow_run_id: str) -> str | None:
 
 
 def test_a_killed_run_is_held_until_its_lease_expires_then_shows_abandoned_and_resumes(
-    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+    sqlite_url: str, capsys: pytest.CaptureFixture[str], tmp_path
 ) -> None:
     if os.environ.get("PREFECT_API_URL"):
         pytest.skip("checks the temporary server's database; unset PREFECT_API_URL")
     make_docs(sqlite_url, ROWS, bad=False)
     source = ["--source", sqlite_url, "--table", "docs", "--model", "tiny", "--shards", "2"]
     _kill_mid_first_shard(
-        _cli("run", *source, "--lease-s", "6", "--progress", "lines", "--progress-every", "0.2")
-    )
+        paced(tmp_path / "counts", ROWS_PER_S, "run", *source, "--lease-s", "6", "--progress", "lines",
+              "--progress-every", "0.2")
+    )  # fmt: skip
     ((run_id, status, owner),) = execute(sqlite_url, "select run_id, status, owner from shardwise_runs")
     assert status == "running", "nobody could record the end"
     elsewhere = "another-host:" + owner.split(":", 1)[1]

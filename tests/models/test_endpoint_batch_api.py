@@ -29,10 +29,7 @@ from endpoint_servers import (
     SERVED_NAME,
     AnthropicBatchServer,
     BatchServer,
-    require_vllm,
     resolver,
-    tiny_llama,
-    vllm_server,
 )
 from flow_data import execute, make_docs
 
@@ -46,7 +43,7 @@ from shardwise.pipeline.batch_book import LedgerBook
 from shardwise.results import Ledger
 from shardwise.retry_policy import Outage, RetryPolicy
 
-pytestmark = pytest.mark.xdist_group("vllm")  # one vLLM at a time on the machine
+pytestmark = pytest.mark.xdist_group("vllm-serve")  # one vllm serve at a time
 
 GREEDY = GenerationSettings(max_new_tokens=8)
 TEXTS = [f"row {i}: the provider batch is collected {i % 5} times at most once" for i in range(12)]
@@ -104,11 +101,9 @@ def test_a_window_with_a_key_twice_is_refused() -> None:
 
 
 @pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory):
-    require_vllm()
-    root = tmp_path_factory.mktemp("batch-api")
-    with vllm_server(tiny_llama(root / "lm"), root / "vllm.log") as url:
-        yield url
+def origin(llama_origin: str) -> str:
+    """The worker's ``vllm serve`` of the tiny Llama (tests/models/conftest.py)."""
+    return llama_origin
 
 
 def spec(base: str, **options) -> EndpointSpec:

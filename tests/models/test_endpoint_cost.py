@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from endpoint_servers import API_KEY, KEY_REFERENCE, require_vllm, tiny_llama, vllm_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM at a time on the machine
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-serve")]  # one vllm serve at a time
 
 PRICED = "gpt-4o-mini"
 

@@ -21,7 +21,7 @@ from shardwise.model import OutputColumn
 from shardwise.models import get_spec
 from shardwise.models.endpoints import EmbeddingSpec, EndpointOptions
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM at a time on the machine
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-serve")]  # one vllm serve at a time
 
 TEXTS = [f"text {i} about shards and chunks" for i in range(12)]
 

@@ -21,10 +21,7 @@ from endpoint_servers import (
     FaultProxy,
     every,
     free_port,
-    require_vllm,
     resolver,
-    tiny_llama,
-    vllm_server,
 )
 
 from shardwise import Engine, EngineConfig
@@ -37,18 +34,16 @@ from shardwise.models.endpoints import EndpointOptions, EndpointSpec
 from shardwise.models.endpoints.failures import EndpointUnreachable
 from shardwise.retry_policy import RetryPolicy
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM at a time on the machine
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-serve")]  # one vllm serve at a time
 
 GREEDY = GenerationSettings(max_new_tokens=8)
 TEXTS = [f"row {i}: the shard commits its chunk {i % 7} once" for i in range(30)]
 
 
 @pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory):
-    require_vllm()
-    root = tmp_path_factory.mktemp("endpoint")
-    with vllm_server(tiny_llama(root / "lm"), root / "vllm.log") as url:
-        yield url
+def origin(llama_origin: str) -> str:
+    """The worker's ``vllm serve`` of the tiny Llama (tests/models/conftest.py)."""
+    return llama_origin
 
 
 def spec(
@@ -226,7 +221,8 @@ def _run(url: str, base: str, table: str, *more: str) -> float:
 
     argv = [
         "run", "--source", url, "--table", "docs", "--model", f"openai:{SERVED_NAME}", "--api-base", base,
-        "--api-key", KEY_REFERENCE, "--progress", "none", "--results-table", table, "--shards", "2", *more,
+        "--api-key", KEY_REFERENCE, "--progress", "none", "--results-table", table, "--shards", "2",
+        "--max-new-tokens", "8", *more,
     ]  # fmt: skip
     started = time.monotonic()
     assert main(argv) == 0

@@ -17,7 +17,7 @@ from shardwise.models.hf.causal.model import HFCausalSpec
 from shardwise.models.vllm import VllmGenerator, engines_built
 from shardwise.models.vllm.engines import engine_pids, shutdown_all
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM at a time on the machine
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM engine at a time
 TEXTS = ["The shard is exact.", "Rows commit once.", "Dead letters keep their reason."]
 
 

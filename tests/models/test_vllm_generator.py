@@ -25,7 +25,7 @@ from shardwise.models.hf.causal.model import HFCausalSpec
 from shardwise.models.vllm import VllmGenerator, engines_built
 from shardwise.models.vllm.engines import shutdown_all
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM at a time on the machine
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM engine at a time
 CPU = torch.device("cpu")
 SYSTEM = "You answer questions about Python libraries. " * 8
 """A long system text every prompt shares: what vLLM's prefix cache serves."""

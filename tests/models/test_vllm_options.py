@@ -15,7 +15,7 @@ from shardwise.models.hf.causal.model import HFCausalSpec
 from shardwise.models.vllm import VllmOptions
 from shardwise.models.vllm.options import CPU_KV_CACHE_GIB, version_token
 
-pytestmark = pytest.mark.xdist_group("vllm")  # one vLLM at a time on the machine
+pytestmark = pytest.mark.xdist_group("vllm")  # one vLLM engine at a time
 
 pytest.importorskip("transformers")
 

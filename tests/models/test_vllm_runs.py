@@ -37,7 +37,7 @@ from shardwise.models.vllm.engines import shutdown_all
 from shardwise.pipeline.destination import open_sink
 from shardwise.sinks import Layout
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM at a time on the machine
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM engine at a time
 ROWS = 24
 OPTIONS = [f"--engine-option={name}={value}" for name, value in ENGINE_OPTIONS.items()]
 COUNTED = Path(__file__).resolve().parents[1] / "flows" / "counted_cli.py"
