@@ -19,17 +19,15 @@ from pathlib import Path
 import pytest
 from flow_data import execute, make_docs
 
-from shardwise.pipeline import DEFAULT_CHUNK_ROWS
-
 pytestmark = pytest.mark.slow
 
-ROWS = 40_000
-ROWS_PER_S = 2000  # the last 10% take 2 s: longer than the 1 s between a shard's progress reports
+ROWS, CHUNK = 10_000, 2_048  # chunks of 2,048 rows (COUNTED_CHUNK_ROWS), as a big run's of 8,192
+ROWS_PER_S = 800  # the last 10% take 1.25 s: longer than the 1 s between a shard's progress reports
 COUNTED = Path(__file__).with_name("counted_cli.py")
 
 
-def _run(counts: Path | None, *argv: str) -> list[str]:
-    head = [str(COUNTED), str(counts), str(ROWS_PER_S)] if counts else ["-m", "shardwise.flows.cli"]
+def _run(counts: Path, *argv: str, rows_per_s: int = ROWS_PER_S) -> list[str]:
+    head = [str(COUNTED), str(counts), str(rows_per_s)]  # a clean run's batches are cut as the others'
     # fp32: "auto" times the model on this CPU to choose, and so may choose differently per run.
     model = ("--model", "tiny", "--precision", "fp32", "--threads", "1")
     return [sys.executable, *head, *argv, *model, "--shards", "1"]
@@ -37,7 +35,7 @@ def _run(counts: Path | None, *argv: str) -> list[str]:
 
 def _kill_at(argv: list[str], share: float) -> int:
     """Start the command and SIGKILL it once its progress line shows ``share`` of the rows scored."""
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=_CHUNKED)
     assert proc.stderr is not None
     shown = 0
     for line in proc.stderr:
@@ -49,6 +47,10 @@ def _kill_at(argv: list[str], share: float) -> int:
     proc.wait()
     assert shown, "the run ended before its progress reached the share to kill it at"
     return shown
+
+
+_CHUNKED = {**os.environ, "COUNTED_CHUNK_ROWS": str(CHUNK)}
+"""The environment of the counted commands: each shard commits every CHUNK rows."""
 
 
 def _counted(path: Path) -> int:
@@ -88,6 +90,7 @@ def test_a_run_killed_at_90_percent_resumes_after_its_last_chunk(sqlite_url: str
         capture_output=True,
         text=True,
         timeout=600,
+        env=_CHUNKED,
     )
     assert resume.returncode == 0, resume.stderr
     rescored = _counted(again)
@@ -96,20 +99,22 @@ def test_a_run_killed_at_90_percent_resumes_after_its_last_chunk(sqlite_url: str
     twice = scored + rescored - ROWS
     print(
         f"\nkilled when progress showed {shown:,}/{ROWS:,} rows ({shown / ROWS:.0%}); the model had scored "
-        f"{scored:,}; {committed:,} were committed in {chunks} chunks of {DEFAULT_CHUNK_ROWS:,}. The resume "
+        f"{scored:,}; {committed:,} were committed in {chunks} chunks of {CHUNK:,}. The resume "
         f"scored {rescored:,} = the {ROWS - committed:,} not committed. Rows scored twice: {twice:,} "
-        f"(scored but not committed at the kill; one chunk is {DEFAULT_CHUNK_ROWS:,})"
+        f"(scored but not committed at the kill; one chunk is {CHUNK:,})"
     )
-    assert committed >= 4 * DEFAULT_CHUNK_ROWS and committed % DEFAULT_CHUNK_ROWS == 0
+    assert committed >= 4 * CHUNK and committed % CHUNK == 0
     assert rescored == ROWS - committed, "the resume scored rows that a chunk had committed"
-    assert twice == scored - committed and 0 <= twice <= DEFAULT_CHUNK_ROWS
+    assert twice == scored - committed and 0 <= twice <= CHUNK
     assert f'"resumed_rows": {committed}' in engine
 
     clean = subprocess.run(
-        _run(None, *source, "--results-table", "clean", "--progress", "none"),
+        _run(tmp_path / "clean.counts", *source, "--results-table", "clean", "--progress", "none",
+             rows_per_s=0),  # fmt: skip
         capture_output=True,
         text=True,
         timeout=600,
+        env=_CHUNKED,
     )
     assert clean.returncode == 0, clean.stderr
     query = "select source_key, embedding, input_fingerprint from {} order by source_key"
