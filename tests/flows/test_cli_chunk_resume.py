@@ -108,9 +108,9 @@ def test_a_run_killed_at_90_percent_resumes_after_its_last_chunk(sqlite_url: str
     assert twice == scored - committed and 0 <= twice <= CHUNK
     assert f'"resumed_rows": {committed}' in engine
 
+    unpaced = ("--results-table", "clean", "--progress", "none")
     clean = subprocess.run(
-        _run(tmp_path / "clean.counts", *source, "--results-table", "clean", "--progress", "none",
-             rows_per_s=0),  # fmt: skip
+        _run(tmp_path / "clean.counts", *source, *unpaced, rows_per_s=0),
         capture_output=True,
         text=True,
         timeout=600,
