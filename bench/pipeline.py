@@ -100,7 +100,7 @@ def run_pipeline(
 ) -> tuple[float, dict]:
     spec = RunSpec(
         source=SourceSpec(location=url, table="docs"),
-        results=ResultsSpec(url, "bench_results"),
+        results=ResultsSpec(location=url, table="bench_results"),
         model=ModelChoice(model),
         run=RunSettings(rows_per_shard=rows_per_shard, shards=shards, device=device),
     )

@@ -11,7 +11,7 @@ section; a rule across sections lives on :class:`ScoreParams`.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -31,8 +31,16 @@ from shardwise.kind_options import given_sections
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.kinds import claiming, engine_names, option_sections
 from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
-from shardwise.pipeline.spec import DEFAULT_MODEL, ModelChoice, ResultsSpec, RunSettings, RunSpec, SourceSpec
-from shardwise.sinks.registry import results_options_model, sink_kind_names
+from shardwise.pipeline.spec import (
+    DEFAULT_MODEL,
+    ModelChoice,
+    ResultsSpec,
+    RunSettings,
+    RunSpec,
+    Settings,
+    SourceSpec,
+)
+from shardwise.sinks.registry import results_options_model
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, check_bucket_name, check_root
 from shardwise.sources.registry import source_options_model
@@ -58,9 +66,6 @@ ImageBucket = Annotated[str, AfterValidator(check_bucket_name)]
 EngineName = Literal[engine_names()]  # type: ignore[valid-type]
 """The engines a causal LM may generate with: ``hf`` and the installed engine kinds (``vllm``), the
 choices of the form and of ``--engine`` (see :func:`~shardwise.model.kinds.engine_names`)."""
-ResultsFormat = Literal[tuple(sink_kind_names())]  # type: ignore[valid-type]
-"""The installed sink kinds' names (:mod:`shardwise.sinks.registry`): the choices of the form and of
-``--results-format`` (one that cannot be loaded is refused, once chosen, saying why)."""
 SourceKindSections = source_options_model()
 """The installed source kinds' options, a section per kind (see
 :func:`~shardwise.sources.registry.source_options_model`)."""
@@ -68,6 +73,7 @@ ResultsOptions = results_options_model()
 """The installed sink kinds' options, a section per kind (see
 :func:`~shardwise.sinks.registry.results_options_model`)."""
 ResultsOptions.__module__ = __name__  # pickles and shows as this module's
+_Spec = TypeVar("_Spec", bound=Settings)
 
 
 class _Section(BaseModel):
@@ -82,6 +88,13 @@ class _Section(BaseModel):
         if isinstance(value, str) and not value.strip():
             raise ValueError("is empty; give a value, or leave the option out for its default")
         return value
+
+
+def _engine_section(params: BaseModel, spec: type[_Spec]) -> _Spec:
+    """The engine's section ``spec`` of a flow section that subclasses it: its fields, less what only the
+    flow reads, with the options of the kinds given (a section set away from its defaults)."""
+    shared = {name: getattr(params, name) for name in spec.model_fields}
+    return spec(**shared | {"options": given_sections(params.options)})  # type: ignore[attr-defined]
 
 
 class SourceParams(SourceSpec, _Section):
@@ -124,9 +137,8 @@ class SourceParams(SourceSpec, _Section):
 
     def spec(self) -> SourceSpec:
         """The engine's :class:`SourceSpec`: these, less what only the flow reads, with the options of
-        the kinds given (a section set away from its defaults)."""
-        shared = {name: getattr(self, name) for name in SourceSpec.model_fields}
-        return SourceSpec(**shared | {"options": given_sections(self.options)})
+        the kinds given."""
+        return _engine_section(self, SourceSpec)
 
     @model_validator(mode="after")
     def _image_options_apply(self) -> SourceParams:
@@ -335,32 +347,19 @@ ModelParams = create_model(  # type: ignore[call-overload]
 kind that has any (``endpoint``: the remote models'; see :mod:`shardwise.model.kinds`)."""
 
 
-class ResultsParams(_Section):
+class ResultsParams(ResultsSpec, _Section):
     """Where the results go, and the options of their kind."""
 
-    location: Annotated[str | None, Flag("--results", "URL|DIR|s3://...|env:NAME")] = Field(
-        None,
-        description="Where results go: a database URL or connection name (a results table; defaults to "
-        "the source database), or a location, a local directory or s3://bucket/prefix, holding a Delta "
-        "table, Parquet files or another kind's results (format) at LOCATION/TABLE "
-        "(required for a Parquet source).",
-    )
-    table: Annotated[str, Flag("--results-table", "TABLE")] = Field(
-        "shardwise_results", description="Results table name (in a location: the table's folder name)."
-    )
-    format: Annotated[ResultsFormat | None, Flag("--results-format")] = Field(  # type: ignore[valid-type]
-        None,
-        description="The kind of results, by its installed name: for a location, delta (the default; one "
-        "Delta commit per chunk, exactly once), parquet (one file per chunk, visible once listed in the "
-        "_manifest folder), or another installed sink kind (iceberg with the iceberg extra, a plug-in's); "
-        "a database URL's results are a table (sql).",
-    )
     options: ResultsOptions = Field(  # type: ignore[valid-type]
         default_factory=ResultsOptions,
         description="Options of the sink kinds, a section each (sql: pgvector's column type and index; "
         "others as installed); only the section of the results' kind applies, and an option set in "
         "another is refused. On the command line, each is its own flag (--index, --embedding-type, ...).",
     )
+
+    def spec(self) -> ResultsSpec:
+        """The engine's :class:`ResultsSpec`, with the options of the kinds given."""
+        return _engine_section(self, ResultsSpec)
 
 
 class RunParams(RunSettings, _Section):
@@ -423,17 +422,12 @@ class ScoreParams(_Section):
 
     def to_spec(self) -> RunSpec:
         """The engine-level :class:`RunSpec`; connection names stay names, resolved where they are used."""
-        source, results, run = self.source, self.results, self.run
+        run = self.run
         price = device_price_per_hour(run.device_price_per_hour)
         check_priced(self.model.name, price, run.budget_usd)
         return RunSpec(
-            source=source.spec(),
-            results=ResultsSpec(
-                location=results.location or source.location,
-                table=results.table,
-                format=results.format,
-                options=given_sections(results.options),
-            ),
+            source=self.source.spec(),
+            results=self.results.spec(),
             model=self.model.choice(),
             ledger=self.ledger,
             run=run.settings().replace(device_price_per_hour=price),

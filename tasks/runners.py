@@ -195,7 +195,7 @@ class Fanout:
         from shardwise.pipeline.destination import ledger_url, local_results
         from shardwise.sources.registry import kind_at
 
-        source, results = resolve(spec.source.location), resolve(spec.results.location)
+        source, results = resolve(spec.source.location), resolve(spec.results_location)
         if kind_at(source).on_this_host(source):
             raise ConfigError(
                 f"source {spec.source.location!r} is a file on this host, and {where} may run on other "
@@ -203,7 +203,7 @@ class Fanout:
             )
         if local_results(spec, results):
             raise ConfigError(
-                f"results {spec.results.location!r} are on this host (an SQLite file or a local directory), "
+                f"results {spec.results_location!r} are on this host (an SQLite file or a local directory), "
                 f"and {where} may run on other hosts, which cannot write them; pass --results "
                 f"postgresql+psycopg://... or s3://..., or {local}"
             )

@@ -14,7 +14,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -31,7 +31,7 @@ from pydantic import (
 from shardwise.cost.budget import check_budget, check_counts_tokens, check_token_budget
 from shardwise.errors import ConfigError
 from shardwise.flags import Flag
-from shardwise.kind_options import KindOptions, KindSections
+from shardwise.kind_options import KindOptions
 from shardwise.model import ModelInfo
 from shardwise.model.counts import count_columns
 from shardwise.model.generation import GenerationSettings, placeholders
@@ -40,7 +40,7 @@ from shardwise.precision import Requested
 from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
-from shardwise.sinks.registry import sink_kind, sink_sections
+from shardwise.sinks.registry import sink_kind, sink_kind_names, sink_sections
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.registry import source_sections
 from shardwise.sources.sizing import Sizing
@@ -219,28 +219,52 @@ class ModelChoice:
         object.__setattr__(self, "options", pairs)
 
 
-@dataclass(frozen=True)
-class ResultsSpec:
-    """Where the results go: a sink kind (:mod:`shardwise.sinks.registry`) and its own options."""
+ResultsFormat = Literal[tuple(sink_kind_names())]  # type: ignore[valid-type]
+"""The installed sink kinds' names (:mod:`shardwise.sinks.registry`): the choices of the form and of
+``--results-format`` (one that cannot be loaded is refused, once chosen, saying why)."""
 
-    location: str
-    """A database URL, or a location (a local directory, ``s3://bucket/prefix``): see
-    :mod:`shardwise.pipeline.destination`."""
-    table: str
-    format: str | None = None
-    """The sink kind the results go to, by its registered name: ``delta``, ``parquet``, ``iceberg``,
-    ``sql`` or an installed plug-in's. None: the kind claiming a database URL's scheme, else ``delta``
-    for a location."""
-    options: KindSections = ()
+SinkSections = Annotated[
+    tuple[tuple[str, SerializeAsAny[KindOptions]], ...], BeforeValidator(lambda given: sink_sections(given))
+]
+"""The sink kinds' options a run gives, a section per kind (see
+:func:`~shardwise.kind_options.kind_sections`)."""
+
+
+class ResultsSpec(Settings):
+    """Where the results go: a sink kind (:mod:`shardwise.sinks.registry`) and its own options; the
+    ``results`` section of the flow's form (which shows the options a section per kind) and what the
+    engine reads."""
+
+    location: Annotated[str | None, Flag("--results", "URL|DIR|s3://...|env:NAME")] = Field(
+        None,
+        description="Where results go: a database URL or connection name (a results table; defaults to "
+        "the source database), or a location, a local directory or s3://bucket/prefix, holding a Delta "
+        "table, Parquet files or another kind's results (format) at LOCATION/TABLE "
+        "(required for a Parquet source).",
+    )
+    table: Annotated[str, Flag("--results-table", "TABLE")] = Field(
+        "shardwise_results", description="Results table name (in a location: the table's folder name)."
+    )
+    format: Annotated[ResultsFormat | None, Flag("--results-format")] = Field(  # type: ignore[valid-type]
+        None,
+        description="The kind of results, by its installed name: for a location, delta (the default; one "
+        "Delta commit per chunk, exactly once), parquet (one file per chunk, visible once listed in the "
+        "_manifest folder), or another installed sink kind (iceberg with the iceberg extra, a plug-in's); "
+        "a database URL's results are a table (sql).",
+    )
+    options: SinkSections = ()
     """The sink kinds' own options given, each kind's its own typed value, as ``(kind, options)`` pairs
     sorted by kind (a mapping such as ``{"sql": {"index": "hnsw"}}`` is taken too, checked by each
-    kind's model, and stored so: a spec is hashable); those left out keep the kind's defaults. A section
-    of another kind than the results' is refused (see :func:`~shardwise.sinks.registry.options_for`)."""
+    kind's model); those left out keep the kind's defaults. A section of another kind than the
+    results' is refused (see :func:`~shardwise.sinks.registry.options_for`)."""
 
-    def __post_init__(self) -> None:
-        if self.format is not None:
-            sink_kind(self.format)  # an installed kind
-        object.__setattr__(self, "options", sink_sections(self.options))
+    @field_validator("format", mode="before")
+    @classmethod
+    def _installed(cls, value: object) -> object:
+        """An installed kind that loads: an unknown or broken one is refused naming the installed ones."""
+        if isinstance(value, str):
+            sink_kind(value)
+        return value
 
     def sink_options(self) -> dict[str, KindOptions]:
         """The sink kinds' options given, ``{kind: options}``."""
@@ -485,6 +509,11 @@ class RunSpec:
                 # the type only: a URL given where a section belongs may hold a password
                 raise ConfigError(f"{name} must be a {kind.__name__}; got a {type(value).__name__}")
         self._check_prompt()
+
+    @property
+    def results_location(self) -> str:
+        """Where the results go: ``results.location``, else the source's (a table in the source database)."""
+        return self.results.location or self.source.location
 
     def input_columns(self) -> dict[str, str]:
         """The columns read after the text column, each with its role in messages: the text pair

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 from pydantic import BaseModel, ValidationError
 
@@ -66,3 +68,30 @@ def test_the_form_s_generation_section_names_every_generation_setting_and_no_oth
         temperature=0.5, seed=3, engine="vllm", engine_options={"a": "1"}
     )
     assert GenerationParams().settings() is None
+
+
+def _own_fields(cls: type) -> set[str]:
+    """The fields ``cls`` declares in its own body, not those it inherits."""
+    return {name for name in inspect.get_annotations(cls) if not name.startswith("_")}
+
+
+def test_each_field_is_declared_once_in_the_flow_or_in_the_engine() -> None:
+    """A flow section subclasses the engine's settings class and adds only what the flow alone reads
+    (issue 46): no field of the form is declared again beside the engine's. ``options`` alone is
+    declared in both, retyped: the form shows a section per installed kind, the engine holds those given."""
+    from shardwise.flows import params
+    from shardwise.model.generation import GenerationSettings
+    from shardwise.pipeline.spec import ModelChoice, ResultsSpec, RunSettings, SourceSpec
+    from shardwise.tasks.runners import FanoutSettings
+
+    engine = (SourceSpec, ResultsSpec, RunSettings, FanoutSettings, GenerationSettings, ModelChoice)
+    sections = [getattr(params, name) for name in params.__all__] + [params._ModelSection]
+    twice = {
+        (section.__name__, settings.__name__): sorted(
+            _own_fields(section) & _own_fields(settings) - {"options"}
+        )
+        for section in sections
+        for settings in engine
+    }
+    not_yet = {("GenerationParams", "GenerationSettings"), ("_ModelSection", "ModelChoice")}
+    assert {pair: names for pair, names in twice.items() if names and pair not in not_yet} == {}
