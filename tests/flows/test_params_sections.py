@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+from types import ModuleType
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -54,12 +56,10 @@ def test_a_rule_within_a_section_and_one_across_keep_their_messages() -> None:
 def test_the_form_s_generation_section_names_every_generation_setting_and_no_other() -> None:
     """The form's section is the settings with "not given" (None) for each, in the command line's
     spellings: ``unconstrained`` for ``constrained`` turned off, ``engine_options`` as NAME=VALUE."""
-    from dataclasses import fields
-
     from shardwise.flows.params import GenerationParams
     from shardwise.model.generation import SETTINGS, GenerationSettings
 
-    settings = {f.name for f in fields(GenerationSettings)} - {"constrained"} | {"unconstrained"}
+    settings = set(GenerationSettings.model_fields) - {"constrained"} | {"unconstrained"}
     assert set(GenerationParams.model_fields) == settings == set(SETTINGS)
     given = GenerationParams(
         temperature=0.5, seed=3, unconstrained=False, engine_options=["a=1"], engine="vllm"
@@ -70,28 +70,45 @@ def test_the_form_s_generation_section_names_every_generation_setting_and_no_oth
     assert GenerationParams().settings() is None
 
 
-def _own_fields(cls: type) -> set[str]:
-    """The fields ``cls`` declares in its own body, not those it inherits."""
-    return {name for name in inspect.get_annotations(cls) if not name.startswith("_")}
+def _declared(module: ModuleType) -> dict[str, set[str]]:
+    """The fields each class of ``module`` declares in its own body, by class name (a class made by
+    ``create_model`` declares none: its fields come from elsewhere)."""
+    return {
+        node.name: {
+            line.target.id
+            for line in node.body
+            if isinstance(line, ast.AnnAssign)
+            and isinstance(line.target, ast.Name)
+            and not line.target.id.startswith("_")
+        }
+        for node in ast.walk(ast.parse(inspect.getsource(module)))
+        if isinstance(node, ast.ClassDef)
+    }
 
 
 def test_each_field_is_declared_once_in_the_flow_or_in_the_engine() -> None:
-    """A flow section subclasses the engine's settings class and adds only what the flow alone reads
-    (issue 46): no field of the form is declared again beside the engine's. ``options`` alone is
-    declared in both, retyped: the form shows a section per installed kind, the engine holds those given."""
+    """A flow section subclasses the engine's settings class, or is made from its fields, and declares
+    only what the flow alone reads (issue 46): no field of the form is declared again beside the
+    engine's. ``options`` alone is declared in both, retyped: the form shows a section per installed
+    kind, the engine holds those given."""
     from shardwise.flows import params
-    from shardwise.model.generation import GenerationSettings
-    from shardwise.pipeline.spec import ModelChoice, ResultsSpec, RunSettings, SourceSpec
-    from shardwise.tasks.runners import FanoutSettings
+    from shardwise.model import generation
+    from shardwise.pipeline import spec
+    from shardwise.tasks import runners
 
-    engine = (SourceSpec, ResultsSpec, RunSettings, FanoutSettings, GenerationSettings, ModelChoice)
-    sections = [getattr(params, name) for name in params.__all__] + [params._ModelSection]
+    engine = _declared(spec) | _declared(generation) | _declared(runners)
+    settings = (
+        "SourceSpec",
+        "ResultsSpec",
+        "RunSettings",
+        "FanoutSettings",
+        "GenerationSettings",
+        "ModelChoice",
+    )
     twice = {
-        (section.__name__, settings.__name__): sorted(
-            _own_fields(section) & _own_fields(settings) - {"options"}
-        )
-        for section in sections
-        for settings in engine
+        (section, name): sorted(fields & engine[name] - {"options"})
+        for section, fields in _declared(params).items()
+        for name in settings
     }
-    not_yet = {("GenerationParams", "GenerationSettings"), ("_ModelSection", "ModelChoice")}
+    not_yet = {("_ModelSection", "ModelChoice")}
     assert {pair: names for pair, names in twice.items() if names and pair not in not_yet} == {}
