@@ -165,7 +165,7 @@ def main() -> None:
             results=ResultsSpec(
                 location=results, table=table, format=fmt, options={"sql": sql} if sql else ()
             ),  # the sql kind's options
-            model=ModelChoice(args.model),
+            model=ModelChoice(name=args.model),
             run=RunSettings(shards=args.shards, precision="fp32", only_new=only_new),
         )
 

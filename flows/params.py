@@ -33,7 +33,6 @@ from shardwise.model.generation import GenerationSettings
 from shardwise.model.kinds import claiming, engine_names, option_sections
 from shardwise.model.structured import JsonSchema
 from shardwise.pipeline.spec import (
-    DEFAULT_MODEL,
     ModelChoice,
     ResultsSpec,
     RunSettings,
@@ -283,19 +282,8 @@ def _name_value(item: str) -> tuple[str, str]:
 
 
 class _ModelSection(_Section):
-    """The model, a generator's settings, and the options of the model's kind (a remote model's endpoint)."""
-
-    name: str = Field(
-        DEFAULT_MODEL,
-        description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier, "
-        "cross-encoder or causal language model, which generates text), a remote model (openai:NAME or "
-        "anthropic:NAME, a chat model; openai-embed:NAME, embeddings), or a plug-in's "
-        "package.module:attribute.",
-    )
-    generation: GenerationParams = Field(
-        default_factory=GenerationParams,
-        description="Generators only: the prompt and the sampling settings, part of the model version.",
-    )
+    """The rules of the model section, and the :class:`ModelChoice` it gives; its fields are the model's
+    name, the generation section and a section per model kind that has options (:data:`ModelParams`)."""
 
     @model_validator(mode="after")
     def _options_apply(self) -> _ModelSection:
@@ -325,7 +313,7 @@ class _ModelSection(_Section):
             getattr(self, kind.section) if kind is not None and kind.section in option_sections() else None
         )
         options = section.model_dump(exclude_defaults=True) if section is not None else {}
-        return ModelChoice(self.name, self.generation.settings(), tuple(sorted(options.items())))
+        return ModelChoice(name=self.name, generation=self.generation.settings(), options=options)
 
 
 ModelParams = create_model(  # type: ignore[call-overload]
@@ -333,6 +321,14 @@ ModelParams = create_model(  # type: ignore[call-overload]
     __base__=_ModelSection,
     __module__=__name__,
     __doc__="The model, a generator's settings, and a remote model's endpoint.",
+    name=(str, ModelChoice.model_fields["name"]),
+    generation=(  # the form's spelling of ModelChoice's generation
+        GenerationParams,
+        Field(
+            default_factory=GenerationParams,
+            description="Generators only: the prompt and the sampling settings, part of the model version.",
+        ),
+    ),
     **{
         section: (kind.options, Field(default_factory=kind.options, description=kind.section_doc))
         for section, kind in option_sections().items()

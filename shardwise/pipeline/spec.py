@@ -170,13 +170,18 @@ def _image_refusal(column: str, given: list[str]) -> ConfigError:
     )
 
 
-@dataclass(frozen=True)
-class ModelChoice:
+class ModelChoice(Settings):
     """The model, by name (:mod:`shardwise.models`), and the settings its kind declares: a generator's
     :class:`~shardwise.model.generation.GenerationSettings` (prompt, sampling, JSON Schema, engine), and
     the kind's own options (a remote model's endpoint and limits)."""
 
-    name: str = DEFAULT_MODEL
+    name: str = Field(
+        DEFAULT_MODEL,
+        description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier, "
+        "cross-encoder or causal language model, which generates text), a remote model (openai:NAME or "
+        "anthropic:NAME, a chat model; openai-embed:NAME, embeddings), or a plug-in's "
+        "package.module:attribute.",
+    )
     generation: GenerationSettings | None = None
     """A generator's settings, or None: the model's own (a generator's defaults). Given for a model that
     does not generate, they are refused. A mapping of them is taken too (a spec read back from JSON)."""
@@ -186,16 +191,13 @@ class ModelChoice:
     checks them where the model is bound to the run (:mod:`shardwise.model.run_bound`); a kind without
     options refuses any."""
 
-    def __post_init__(self) -> None:
-        if isinstance(self.generation, Mapping):
-            object.__setattr__(self, "generation", GenerationSettings(**self.generation))
-        if self.generation is not None and not isinstance(self.generation, GenerationSettings):
-            raise ConfigError(f"generation must be GenerationSettings or None; got {self.generation!r}")
+    @field_validator("options", mode="before")
+    @classmethod
+    def _sorted_pairs(cls, options: Any) -> Any:
         try:
-            pairs = tuple(sorted(dict(self.options).items()))
+            return tuple(sorted(dict(options).items()))
         except (TypeError, ValueError):
             raise ConfigError("model options must map option names to values") from None
-        object.__setattr__(self, "options", pairs)
 
 
 ResultsFormat = Literal[tuple(sink_kind_names())]  # type: ignore[valid-type]
@@ -442,7 +444,7 @@ class RunSpec:
 
     source: SourceSpec
     results: ResultsSpec
-    model: ModelChoice = field(default_factory=ModelChoice)
+    model: ModelChoice = field(default_factory=ModelChoice)  # type: ignore[arg-type]  # all defaults
     ledger: str | None = None
     """Where the run ledger lives (a database URL or name); None: the default of
     :mod:`shardwise.pipeline.destination` (the results database, else the source's, else a file)."""
