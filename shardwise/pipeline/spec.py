@@ -475,7 +475,7 @@ class RunSpec:
         ):
             value = getattr(self, name)
             if isinstance(value, Mapping):  # a spec read back from JSON
-                object.__setattr__(self, name, _section(kind, value))
+                object.__setattr__(self, name, kind(**value))
             elif not isinstance(value, kind):
                 # the type only: a URL given where a section belongs may hold a password
                 raise ConfigError(f"{name} must be a {kind.__name__}; got a {type(value).__name__}")
@@ -532,12 +532,6 @@ class RunSpec:
                 f"{pair!r} cannot be scored with it; drop --text-pair-column, or choose a "
                 "model that scores pairs (a cross-encoder or sequence-classification directory, tiny)"
             )
-
-
-def _section(kind: type, value: Mapping[str, Any]) -> Any:
-    """A section from its fields as JSON gives them back: lists for tuples, mappings for dataclasses."""
-    fields = dict(value)
-    return kind(**fields)
 
 
 @dataclass(frozen=True)
