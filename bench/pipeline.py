@@ -100,13 +100,13 @@ def run_pipeline(
 ) -> tuple[float, dict]:
     spec = RunSpec(
         source=SourceSpec(location=url, table="docs"),
-        results=ResultsSpec(url, "bench_results"),
-        model=ModelChoice(model),
+        results=ResultsSpec(location=url, table="bench_results"),
+        model=ModelChoice(name=model),
         run=RunSettings(rows_per_shard=rows_per_shard, shards=shards, device=device),
     )
     cache = WorkerCache(get_spec)
     # loaded before the clock starts, as the engine's was
-    cache.model(ModelChoice(model), resolve_device(device))
+    cache.model(ModelChoice(name=model), resolve_device(device))
     started = time.perf_counter()
     planned = prepare_run(
         spec,

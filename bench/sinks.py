@@ -76,7 +76,7 @@ def _run(spec: RunSpec, cache: WorkerCache) -> tuple[float, int, list[str]]:
 
 
 def _read(spec: RunSpec, cache: WorkerCache) -> dict[Any, np.ndarray]:
-    sink = open_sink(spec, spec.results.location, Layout(cache.info(spec.model).outputs, "int"))
+    sink = open_sink(spec, spec.results_location, Layout(cache.info(spec.model).outputs, "int"))
     try:
         rows = sink.read()
     finally:
@@ -162,8 +162,10 @@ def main() -> None:
     ) -> RunSpec:
         return RunSpec(
             source=SourceSpec(location=source, table="docs"),
-            results=ResultsSpec(results, table, fmt, {"sql": sql} if sql else ()),  # the sql kind's options
-            model=ModelChoice(args.model),
+            results=ResultsSpec(
+                location=results, table=table, format=fmt, options={"sql": sql} if sql else ()
+            ),  # the sql kind's options
+            model=ModelChoice(name=args.model),
             run=RunSettings(shards=args.shards, precision="fp32", only_new=only_new),
         )
 

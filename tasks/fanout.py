@@ -87,7 +87,7 @@ def _round(
     lost: dict[int, BaseException] = {}
     with fanout.guarding(), fanout.task_runner() as runner, fanout.task_options():
         spec = planned.ref.spec
-        held = Held.of(spec.source.location, spec.results.location, *([spec.ledger] if spec.ledger else []))
+        held = Held.of(spec.source.location, spec.results_location, *([spec.ledger] if spec.ledger else []))
         futures = runner.map(
             infer_shard.with_options(**task_retries(spec.run.retry)),  # the run's attempts and backoff
             {"ref": unmapped(planned.ref), "shard_id": shards, "held": unmapped(held)},

@@ -37,9 +37,9 @@ from shardwise.errors import ConfigError, TransientError
 from shardwise.flags import Flag
 from shardwise.pipeline import Resolver, RunSpec
 from shardwise.pipeline.preemption import drain_on_sigterm
-from shardwise.pipeline.spec import Settings
 from shardwise.process.lifeline import die_with_parent
 from shardwise.process.reaper import reaping
+from shardwise.settings import Settings
 from shardwise.words import plural
 
 __all__ = ["RUNNERS", "Fanout", "FanoutSettings", "RunnerName", "cores"]
@@ -195,7 +195,7 @@ class Fanout:
         from shardwise.pipeline.destination import ledger_url, local_results
         from shardwise.sources.registry import kind_at
 
-        source, results = resolve(spec.source.location), resolve(spec.results.location)
+        source, results = resolve(spec.source.location), resolve(spec.results_location)
         if kind_at(source).on_this_host(source):
             raise ConfigError(
                 f"source {spec.source.location!r} is a file on this host, and {where} may run on other "
@@ -203,7 +203,7 @@ class Fanout:
             )
         if local_results(spec, results):
             raise ConfigError(
-                f"results {spec.results.location!r} are on this host (an SQLite file or a local directory), "
+                f"results {spec.results_location!r} are on this host (an SQLite file or a local directory), "
                 f"and {where} may run on other hosts, which cannot write them; pass --results "
                 f"postgresql+psycopg://... or s3://..., or {local}"
             )

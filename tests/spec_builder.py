@@ -57,7 +57,7 @@ def flat_spec(**fields: Any) -> RunSpec:
 
 def flat_fields(spec: RunSpec) -> dict[str, Any]:
     """``spec``'s fields by their flat names: what :func:`flat_spec` takes back."""
-    fields: dict[str, Any] = {"source": spec.source.location, "results": spec.results.location}
+    fields: dict[str, Any] = {"source": spec.source.location, "results": spec.results_location}
     fields |= {k: getattr(spec.source, k) for k in _SOURCE}
     fields |= {
         k: v

@@ -277,7 +277,7 @@ class EndpointGenerator:
         24 hours; a test shortens it)."""
         self.settings = spec.generation
         self.prompts = EndpointPrompts(spec.generation)
-        self._schema = self.settings.schema()
+        self._schema = self.settings.output_schema()
         self._wire = Wire(spec.provider, spec.model_name, self.settings, spec.chat())
         options, provider = spec.options, spec.provider
         key_reference = options.key_reference(provider)

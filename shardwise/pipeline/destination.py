@@ -57,9 +57,9 @@ def _location(results: str) -> str:
 
 def _destination(spec: RunSpec, results_url: str) -> tuple[SinkKind, Destination]:
     """The sink kind the results go to (:func:`~shardwise.sinks.registry.sink_kind_for`), and where."""
-    kind = sink_kind_for(spec.results.location, results_url, spec.results.format)
+    kind = sink_kind_for(spec.results_location, results_url, spec.results.format)
     location = results_url if kind.schemes else _location(results_url)
-    return kind, Destination(spec.results.location, location, spec.results.table)
+    return kind, Destination(spec.results_location, location, spec.results.table)
 
 
 def results_target(spec: RunSpec, results_url: str) -> str:
@@ -80,13 +80,13 @@ def check_destination(spec: RunSpec, results_url: str) -> None:
     """The rules that need the resolved URL: which kind takes ``--results``, and that the options given
     are that kind's and fit the destination (the kind's own checks)."""
     kind, dest = _destination(spec, results_url)
-    kind.check(dest, options_for(kind, spec.results.sink_options(), spec.results.location))
+    kind.check(dest, options_for(kind, spec.results.sink_options(), spec.results_location))
 
 
 def ledger_url(spec: RunSpec, resolve: Resolver, *, create: bool = False) -> str:
     """The ledger's database URL (resolved), by the rule of the module docstring; ``create`` makes the
     embedded default's folder (a run does; a dry run and a check create nothing)."""
-    return find_ledger(spec.ledger, spec.results.location, spec.source.location, resolve, create=create)
+    return find_ledger(spec.ledger, spec.results_location, spec.source.location, resolve, create=create)
 
 
 def find_ledger(
@@ -128,9 +128,9 @@ def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
     the events and the sink's own messages show it so, never the location it resolved to."""
     kind, dest = _destination(spec, results_url)
     sink = kind.open(
-        dest, layout, options_for(kind, spec.results.sink_options(), spec.results.location), spec.run.retry
+        dest, layout, options_for(kind, spec.results.sink_options(), spec.results_location), spec.run.retry
     )
-    sink.target = by_reference(spec.results.location, sink.target)
+    sink.target = by_reference(spec.results_location, sink.target)
     return sink
 
 
@@ -153,7 +153,7 @@ def sink_layout(
 def in_source_database(spec: RunSpec, resolve: Resolver) -> bool:
     """Whether the results are a table in the SQL source's own database (only-new then anti-joins it):
     the sink kind is asked."""
-    results_url = resolve(spec.results.location)
+    results_url = resolve(spec.results_location)
     kind, dest = _destination(spec, results_url)
     return kind.same_database(dest, resolve(spec.source.location))
 
@@ -165,5 +165,5 @@ def only_new_sink(
     results table is in the SQL source's own database, which anti-joins it in SQL. The caller closes it."""
     if in_source_database(spec, resolve) and source.fingerprints_in_database:
         return None
-    results_url = resolve(spec.results.location)
+    results_url = resolve(spec.results_location)
     return open_sink(spec, results_url, sink_layout(spec, results_url, outputs, None))

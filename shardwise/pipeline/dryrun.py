@@ -80,7 +80,7 @@ def plan_report(
     counter = kept.prompt_counter() if isinstance(kept, PromptCounting) else None
     precision, device = hardware_precision(spec, info)
     version = versioned(info.version, precision)
-    results_url = resolve(spec.results.location)
+    results_url = resolve(spec.results_location)
     check_destination(spec, results_url)
     source = open_spec_source(spec, resolve)
     ledger_at = ledger_url(spec, resolve)
@@ -90,7 +90,7 @@ def plan_report(
     try:
         check_model_inputs(info, source.value_kind())  # what the run would refuse, a plan refuses
         target = results_target(spec, results_url)
-        recorded = by_reference(spec.results.location, target)  # the destination as a run records it
+        recorded = by_reference(spec.results_location, target)  # the destination as a run records it
         plan = plan_source(
             spec, source, version, ledger, sink=asks, target=recorded, min_shards=SHARDS_PER_WORKER * workers
         )
@@ -199,7 +199,7 @@ def _unfinished(spec: RunSpec, ledger: Ledger, *results_tables: str) -> list[str
         if run.state(now) == "abandoned":
             why = abandoned_why(run.owner, run.lease_expires_at, now)
             finish = resume_command(
-                run.run_id, ledger=spec.ledger, results=spec.results.location, source=spec.source.location
+                run.run_id, ledger=spec.ledger, results=spec.results_location, source=spec.source.location
             )
             found.append(
                 f"run {run.run_id} is abandoned ({done}; {why}): "

@@ -189,7 +189,7 @@ def prepare_run(
     unless ``spec.run.force``, or unless that process ran on this host and is
     gone (see :func:`~shardwise.pipeline.lease.takeover_from`).
     """
-    results_url = resolve(spec.results.location)
+    results_url = resolve(spec.results_location)
     check_destination(spec, results_url)
     spec.check_model(model)
     ledger = Ledger(ledger_url(spec, resolve, create=True), timeout_s=spec.run.retry.db_timeout_s)
@@ -242,13 +242,13 @@ def _plan_new(
     owner: str,
     cache: WorkerCache,
 ) -> tuple[RunRecord, SourcePlan, Source, Sink]:
-    results_url = resolve(spec.results.location)
+    results_url = resolve(spec.results_location)
     source: Source = open_spec_source(spec, resolve)
     sink: Sink | None = None
     try:
         check_model_inputs(model, source.value_kind())  # a run from the UI or the API skips check_run
         target = by_reference(
-            spec.results.location, results_target(spec, results_url)
+            spec.results_location, results_target(spec, results_url)
         )  # as the run records it
         if spec.run.redrive is not None:
             source = redrive_plan_source(spec, source, ledger, run_id, target)

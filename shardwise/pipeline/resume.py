@@ -45,7 +45,7 @@ def resume_run(
         )
     took_over = takeover_from(summary, force=spec.run.force, owner=owner)
     record, plan = ledger.load(spec.run.resume)
-    target = by_reference(spec.results.location, results_target(spec, resolve(spec.results.location)))
+    target = by_reference(spec.results_location, results_target(spec, resolve(spec.results_location)))
     if not same_location(record.results_table, target):
         raise ConfigError(
             f"run {spec.run.resume!r} wrote its results to {record.results_table!r}, not {target!r}; resume "

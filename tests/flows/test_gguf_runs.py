@@ -65,7 +65,9 @@ def test_sqlite_cli_run_with_a_gguf_model_writes_generated_text(
     assert code == 0, out
     assert f"completed: {ROWS} rows scored" in out and f"{len(BAD_ROWS)} dead letters" in out
     stored = execute(sqlite_url, f"select {COLUMNS} from generated order by source_key")
-    spec = GGUFCausalSpec(gguf_file, generation=GenerationSettings(PROMPT, chat="off", max_new_tokens=6))
+    spec = GGUFCausalSpec(
+        gguf_file, generation=GenerationSettings(prompt=PROMPT, chat="off", max_new_tokens=6)
+    )
     assert {int(k): tuple(rest) for k, *rest in stored} == _expected(spec, rows[:ROWS])
     assert any(text for _, text, *_ in stored)
     lineage = execute(sqlite_url, "select distinct model_name, model_version from generated")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+from types import ModuleType
+
 import pytest
 from pydantic import BaseModel, ValidationError
 
@@ -52,12 +56,10 @@ def test_a_rule_within_a_section_and_one_across_keep_their_messages() -> None:
 def test_the_form_s_generation_section_names_every_generation_setting_and_no_other() -> None:
     """The form's section is the settings with "not given" (None) for each, in the command line's
     spellings: ``unconstrained`` for ``constrained`` turned off, ``engine_options`` as NAME=VALUE."""
-    from dataclasses import fields
-
     from shardwise.flows.params import GenerationParams
     from shardwise.model.generation import SETTINGS, GenerationSettings
 
-    settings = {f.name for f in fields(GenerationSettings)} - {"constrained"} | {"unconstrained"}
+    settings = set(GenerationSettings.model_fields) - {"constrained"} | {"unconstrained"}
     assert set(GenerationParams.model_fields) == settings == set(SETTINGS)
     given = GenerationParams(
         temperature=0.5, seed=3, unconstrained=False, engine_options=["a=1"], engine="vllm"
@@ -66,3 +68,48 @@ def test_the_form_s_generation_section_names_every_generation_setting_and_no_oth
         temperature=0.5, seed=3, engine="vllm", engine_options={"a": "1"}
     )
     assert GenerationParams().settings() is None
+
+
+def _declared(module: ModuleType) -> dict[str, set[str]]:
+    """The fields each class of ``module`` declares in its own body, by class name (a class made by
+    ``create_model`` declares none: its fields come from elsewhere)."""
+    return {
+        node.name: {
+            line.target.id
+            for line in node.body
+            if isinstance(line, ast.AnnAssign)
+            and isinstance(line.target, ast.Name)
+            and not line.target.id.startswith("_")
+        }
+        for node in ast.walk(ast.parse(inspect.getsource(module)))
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+def test_each_field_is_declared_once_in_the_flow_or_in_the_engine() -> None:
+    """A flow section subclasses the engine's settings class, or is made from its fields, and declares
+    only what the flow alone reads (issue 46): no field of the form is declared again beside the
+    engine's. ``options`` alone is declared in both, retyped: the form shows a section per installed
+    kind, the engine holds those given. (A section made by ``create_model`` takes the engine's fields
+    and spells out only those the form types otherwise: generation's ``engine_options``, the model's
+    ``generation``.)"""
+    from shardwise.flows import params
+    from shardwise.model import generation
+    from shardwise.pipeline import spec
+    from shardwise.tasks import runners
+
+    engine = _declared(spec) | _declared(generation) | _declared(runners)
+    settings = (
+        "SourceSpec",
+        "ResultsSpec",
+        "RunSettings",
+        "FanoutSettings",
+        "GenerationSettings",
+        "ModelChoice",
+    )
+    twice = {
+        (section, name): sorted(fields & engine[name] - {"options"})
+        for section, fields in _declared(params).items()
+        for name in settings
+    }
+    assert {pair: names for pair, names in twice.items() if names} == {}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -302,7 +301,9 @@ def test_run_spec_threads_the_settings_and_checks_the_prompt() -> None:
     settings = GenerationSettings(prompt="Q: {body}", temperature=0.5)
     spec = flat_spec(**base, text_column="body", generation=settings)
     assert spec.model.generation == settings
-    assert flat_spec(**base, generation=asdict(settings), text_column="body") == spec  # read back from JSON
+    assert (
+        flat_spec(**base, generation=settings.model_dump(), text_column="body") == spec
+    )  # read back from JSON
     assert flat_spec(
         **base, text_column="body", generation=GenerationSettings(prompt="{title}: {body}")
     ).input_columns() == {"title": "prompt"}

@@ -319,8 +319,8 @@ def test_the_worker_checks_any_models_outputs_against_its_description() -> None:
 
     cache = WorkerCache(lambda name: Inconsistent())  # type: ignore[arg-type, return-value]
     with pytest.raises(ConfigError, match=r"model 'small' loaded with outputs .* but its describe\(\) gave"):
-        cache.model(ModelChoice("small"), CPU)
-    assert WorkerCache(lambda name: SMALL).model(ModelChoice("small"), CPU)[0].version == GOOD.version
+        cache.model(ModelChoice(name="small"), CPU)
+    assert WorkerCache(lambda name: SMALL).model(ModelChoice(name="small"), CPU)[0].version == GOOD.version
 
 
 # --- installed plug-ins: the entry-point group shardwise.models --------------------------------

@@ -180,5 +180,5 @@ def test_a_url_given_where_a_section_belongs_is_refused_unshown() -> None:
     from shardwise.pipeline import ResultsSpec, RunSpec
 
     with pytest.raises(ConfigError) as refused:
-        RunSpec("postgresql+psycopg://app:pa55word@db/prod", ResultsSpec("x.db", "r"))  # type: ignore[arg-type]
+        RunSpec("postgresql+psycopg://app:pa55word@db/prod", ResultsSpec(location="x.db", table="r"))  # type: ignore[arg-type]
     assert str(refused.value) == "source must be a SourceSpec; got a str"

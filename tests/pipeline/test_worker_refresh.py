@@ -27,22 +27,22 @@ def model_dir(tmp_path: Path) -> Path:
 
 def test_an_unchanged_model_stays_loaded(model_dir: Path) -> None:
     cache, name = WorkerCache(get_spec), str(model_dir)
-    first, load_s = cache.model(ModelChoice(name), CPU)
+    first, load_s = cache.model(ModelChoice(name=name), CPU)
     assert load_s > 0 and cache.loads == 1
-    assert not cache.refresh(ModelChoice(name), get_spec(name).describe())
-    again, load_s = cache.model(ModelChoice(name), CPU)
+    assert not cache.refresh(ModelChoice(name=name), get_spec(name).describe())
+    again, load_s = cache.model(ModelChoice(name=name), CPU)
     assert again is first and load_s == 0.0 and cache.loads == 1
 
 
 def test_a_model_whose_weights_changed_is_loaded_again_not_served_stale(model_dir: Path) -> None:
     cache, name = WorkerCache(get_spec), str(model_dir)
-    old, _ = cache.model(ModelChoice(name), CPU)
+    old, _ = cache.model(ModelChoice(name=name), CPU)
     tiny_classifier(model_dir, seed=1)  # other weights in the same directory, as a redeploy writes them
 
-    assert cache.refresh(ModelChoice(name), get_spec(name).describe()), (
+    assert cache.refresh(ModelChoice(name=name), get_spec(name).describe()), (
         "the new description says the version changed"
     )
-    new, load_s = cache.model(ModelChoice(name), CPU)
+    new, load_s = cache.model(ModelChoice(name=name), CPU)
     assert new is not old and load_s > 0 and cache.loads == 2
     assert new.version == get_spec(name).describe().version != old.version
     fresh = get_spec(name).load(CPU)

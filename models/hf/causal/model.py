@@ -263,7 +263,7 @@ class HFGenerator:
         self._eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
         pad = self._tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else eos_ids[0] if eos_ids else 0)
-        self._schema = self.settings.schema()
+        self._schema = self.settings.output_schema()
         self._guide = None
         if self._schema is not None and self.settings.constrained:
             vocab = int(self._net.get_output_embeddings().weight.shape[0])
