@@ -34,7 +34,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -43,12 +43,14 @@ from shardwise.db.codec import as_vector, check_key
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.model import OutputColumn
 from shardwise.records import ResultRow
+from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.base import Layout, Lineage
 from shardwise.sinks.naming import check_outputs
 from shardwise.sinks.registry import sink_kinds
 
 __all__ = [
     "LakeLocation",
+    "LakeSink",
     "S3Settings",
     "arrow_rows",
     "arrow_schema",
@@ -357,3 +359,37 @@ def s3_storage_options(settings: S3Settings | None) -> dict[str, str]:
         if frozen.token:
             options["AWS_SESSION_TOKEN"] = frozen.token
     return options
+
+
+class LakeSink:
+    """What a sink whose table lives at ``<location>/<table>`` (Delta, Parquet files) keeps: where the
+    table is, its layout and Arrow schema, the S3 overrides and the run's retry policy. A kind subclasses
+    it, gives ``kind`` (the ``target``'s prefix) and makes its own handles in :meth:`_handles`."""
+
+    kind: ClassVar[str]
+
+    def __init__(
+        self,
+        location: str,
+        table: str,
+        layout: Layout,
+        *,
+        s3: S3Settings | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._where = LakeLocation(location, table)
+        self.layout = layout
+        self.target = f"{self.kind}:{location.rstrip('/')}/{table}"
+        self._schema = arrow_schema(layout)
+        self._s3 = s3
+        self._retry = retry or RetryPolicy()
+        self._closed = False
+        self._handles()
+
+    def _handles(self) -> None:
+        """Make the kind's own table or store handles (none until first used)."""
+
+    def _refusal(self) -> ConfigError | None:
+        """The error for a missing or refused results bucket; None for a local table, or a bucket S3
+        says is there."""
+        return None if self._where.bucket is None else bucket_refusal(self._where.bucket, self._s3)

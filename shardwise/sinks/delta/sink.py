@@ -101,15 +101,12 @@ from deltalake import DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError, TableNotFoundError
 
 from shardwise.errors import ConfigError, TransientError
-from shardwise.retry_policy import Outage, RetryPolicy, retry_step
-from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
+from shardwise.retry_policy import Outage, retry_step
+from shardwise.sinks.base import SinkChunk, SinkCommit, last_per_key
 from shardwise.sinks.delta.commits import app_id, commit_properties, stored_commit
 from shardwise.sinks.lake import (
-    LakeLocation,
-    S3Settings,
+    LakeSink,
     arrow_rows,
-    arrow_schema,
-    bucket_refusal,
     layout_refusal,
     refuse_other_format,
     rows_table,
@@ -227,31 +224,18 @@ def _columns(schema: Schema) -> list[tuple[str, str, bool]]:
     return [(f.name, _type_name(f.type), bool(f.nullable)) for f in schema.fields]
 
 
-class DeltaSink:
+class DeltaSink(LakeSink):
     """A Delta table at ``<location>/<table>``; one table handle per thread, refreshed per use.
 
     ``retry`` is the run's policy: how long a failing call on the table is
     tried again (see the module docstring).
     """
 
-    def __init__(
-        self,
-        location: str,
-        table: str,
-        layout: Layout,
-        *,
-        s3: S3Settings | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        self._where = LakeLocation(location, table)
-        self.layout = layout
-        self.target = f"delta:{location.rstrip('/')}/{table}"
-        self._schema = arrow_schema(layout)
-        self._s3 = s3
-        self._retry = retry or RetryPolicy()
+    kind = "delta"
+    commit_tries = 6
+
+    def _handles(self) -> None:
         self._local = threading.local()
-        self._closed = False
-        self.commit_tries = 6
 
     def check(self) -> None:
         found = self._retried(f"opening {self.target}", self._open)
@@ -340,9 +324,6 @@ class DeltaSink:
                 return call()
 
         return retry_step(once, what=what, outage=Outage(self._retry), reset=self._forget)
-
-    def _refusal(self) -> ConfigError | None:
-        return None if self._where.bucket is None else bucket_refusal(self._where.bucket, self._s3)
 
     def _forget(self) -> None:
         """Drop this thread's handle after a failure: the next try opens the table afresh."""
