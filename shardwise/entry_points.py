@@ -12,14 +12,23 @@ that lists the kinds. Listing the names alone imports nothing
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, TypeVar
 
 from shardwise.errors import ConfigError
 
-__all__ = ["Registered", "entry_point_names", "load_entry_points"]
+__all__ = [
+    "Registered",
+    "entry_point_names",
+    "load_entry_points",
+    "loaded_kinds",
+    "registered_kind",
+    "usable_kinds",
+]
+
+_K = TypeVar("_K")
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,28 @@ def load_entry_points(
         if only is None or point.name == only:
             points.setdefault(point.name, []).append(point)
     return {name: _load(name, found, what, accept) for name, found in points.items()}
+
+
+def loaded_kinds(group: str, what: str, accept: Callable[[str, Any], str | None]) -> dict[str, Any]:
+    """Every name registered under ``group``, loaded (see :func:`load_entry_points`): the kind object, or
+    the :class:`ConfigError` saying why it cannot be had. A registry caches the answer."""
+    return {name: registered.found for name, registered in load_entry_points(group, what, accept).items()}
+
+
+def usable_kinds(kinds: Mapping[str, _K | ConfigError]) -> list[_K]:
+    """The kinds of ``kinds`` that loaded, in its order."""
+    return [kind for kind in kinds.values() if not isinstance(kind, ConfigError)]
+
+
+def registered_kind(kinds: Mapping[str, _K | ConfigError], name: str, unknown: str) -> _K:
+    """The kind ``name`` of ``kinds``: a name nobody registers is refused with ``unknown`` (which names
+    the known kinds and how to add one), one that cannot be loaded with the error that says why."""
+    found = kinds.get(name)
+    if found is None:
+        raise ConfigError(unknown)
+    if isinstance(found, ConfigError):
+        raise found
+    return found
 
 
 def _load(

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from shardwise.entry_points import load_entry_points
+from shardwise.entry_points import loaded_kinds, registered_kind, usable_kinds
 from shardwise.errors import ConfigError
 from shardwise.kind_options import KindOptions
 from shardwise.model import ModelSpec
@@ -184,13 +184,12 @@ class KindDefaults:
 def load_model_kinds() -> dict[str, ModelKind | ConfigError]:
     """Every registered kind by name, imported (cached), Shardwise's own first and then the plug-ins' by
     name; a kind that cannot be loaded maps to why."""
-    found = load_entry_points(ENTRY_POINT_GROUP, "model kind", _not_a_kind)
-    return {name: registered.found for name, registered in found.items()}
+    return loaded_kinds(ENTRY_POINT_GROUP, "model kind", _not_a_kind)
 
 
 def model_kinds() -> list[ModelKind]:
     """The kinds that loaded, in the order they are asked."""
-    return [kind for kind in load_model_kinds().values() if not isinstance(kind, ConfigError)]
+    return usable_kinds(load_model_kinds())
 
 
 def claiming(model: str) -> ModelKind | None:
@@ -201,15 +200,11 @@ def claiming(model: str) -> ModelKind | None:
 def model_kind(name: str) -> ModelKind:
     """The kind registered as ``name``; one that is not registered, or cannot load, is a ConfigError."""
     kinds = load_model_kinds()
-    found = kinds.get(name)
-    if found is None:
-        raise ConfigError(
-            f"model kind {name!r} is not registered; known kinds: {', '.join(kinds) or 'none'} (install the "
-            f"package that registers it in the entry-point group {ENTRY_POINT_GROUP!r})"
-        )
-    if isinstance(found, ConfigError):
-        raise found
-    return found
+    unknown = (
+        f"model kind {name!r} is not registered; known kinds: {', '.join(kinds) or 'none'} (install the "
+        f"package that registers it in the entry-point group {ENTRY_POINT_GROUP!r})"
+    )
+    return registered_kind(kinds, name, unknown)
 
 
 def option_sections() -> dict[str, ModelKind]:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from shardwise.db.connect import database_scheme
-from shardwise.entry_points import load_entry_points
+from shardwise.entry_points import loaded_kinds, registered_kind, usable_kinds
 from shardwise.errors import ConfigError
 from shardwise.kind_options import (
     KindOptions,
@@ -140,7 +140,7 @@ def sink_kinds() -> dict[str, SinkKind]:
     """The installed kinds that load, by name, built-in ones first. A kind that cannot be loaded is
     left out; it is
     refused when chosen (:func:`sink_kind`), so one broken package breaks no other command."""
-    return {name: kind for name, kind in _loaded().items() if not isinstance(kind, ConfigError)}
+    return {kind.name: kind for kind in usable_kinds(_loaded())}
 
 
 def sink_kind_names() -> list[str]:
@@ -152,8 +152,7 @@ def sink_kind_names() -> list[str]:
 @functools.cache
 def _loaded() -> dict[str, SinkKind | ConfigError]:
     """Every registered kind by name, built-in ones first, each loaded and checked, or why it cannot be."""
-    found = load_entry_points(ENTRY_POINT_GROUP, "sink kind", _not_a_kind)
-    return {name: registered.found for name, registered in found.items()}
+    return loaded_kinds(ENTRY_POINT_GROUP, "sink kind", _not_a_kind)
 
 
 def _not_a_kind(name: str, found: Any) -> str | None:
@@ -179,16 +178,12 @@ def clear_cache() -> None:
 def sink_kind(name: str) -> SinkKind:
     """The kind registered as ``name``; an unknown one is refused naming those installed."""
     kinds = _loaded()
-    found = kinds.get(name)
-    if found is None:
-        raise ConfigError(
-            f"results format {name!r} is not an installed sink kind; known: {', '.join(sorted(kinds))} "
-            "(another comes from a package that registers it under the entry-point group "
-            f"{ENTRY_POINT_GROUP!r}; see docs/how-to/extending.md)"
-        )
-    if isinstance(found, ConfigError):
-        raise found
-    return found
+    unknown = (
+        f"results format {name!r} is not an installed sink kind; known: {', '.join(sorted(kinds))} "
+        "(another comes from a package that registers it under the entry-point group "
+        f"{ENTRY_POINT_GROUP!r}; see docs/how-to/extending.md)"
+    )
+    return registered_kind(kinds, name, unknown)
 
 
 def is_location(results: str) -> bool:

@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 from shardwise.db.connect import database_scheme
 from shardwise.db.errors import safe_url
-from shardwise.entry_points import entry_point_names, load_entry_points
+from shardwise.entry_points import entry_point_names, loaded_kinds, registered_kind, usable_kinds
 from shardwise.errors import ConfigError, SourceError
 from shardwise.kind_options import (
     KindOptions,
@@ -157,8 +157,7 @@ def kind_names() -> list[str]:
 def load_kinds() -> dict[str, SourceKind | ConfigError]:
     """Every registered kind by name, imported (cached), Shardwise's own first and then the plug-ins' by
     name; a kind that cannot be loaded maps to why."""
-    found = load_entry_points(ENTRY_POINT_GROUP, "source kind", _not_a_kind)
-    return {name: registered.found for name, registered in found.items()}
+    return loaded_kinds(ENTRY_POINT_GROUP, "source kind", _not_a_kind)
 
 
 @functools.cache
@@ -166,23 +165,23 @@ def source_options_model() -> type[BaseModel]:
     """The options of every registered kind that has any, one section each under the kind's name: the
     flow's ``source.options`` parameter, which the Prefect form shows as a section per kind."""
     doc = "Options of the source kinds, a section each; only the section of the source's kind applies."
-    return sections_model("SourceKindSections", doc, _usable(load_kinds()))
+    return sections_model("SourceKindSections", doc, usable_kinds(load_kinds()))
 
 
 def source_sections(given: Any) -> KindSections:
     """The kinds' options given (``{kind: options}``), each checked by its kind's model, as a run spec
     holds them (see :func:`~shardwise.kind_options.kind_sections`)."""
-    return kind_sections(given, _usable(load_kinds()), _source_of, _FAMILY)
+    return kind_sections(given, usable_kinds(load_kinds()), _source_of, _FAMILY)
 
 
 def source_option_flags() -> dict[tuple[str, str], str]:
     """``{(kind, option): flag}``: plain, or ``--KIND-OPTION`` where two installed kinds share a flag."""
-    return option_flags(_usable(load_kinds()))
+    return option_flags(usable_kinds(load_kinds()))
 
 
 def file_suffixes() -> tuple[str, ...]:
     """Every suffix a registered file kind reads (``.parquet``, ``.csv``, ``.png``...), lower case."""
-    return tuple(s for k in _usable(load_kinds()) for s in k.suffixes)
+    return tuple(s for k in usable_kinds(load_kinds()) for s in k.suffixes)
 
 
 def clear_cache() -> None:
@@ -194,15 +193,11 @@ def clear_cache() -> None:
 def source_kind(name: str) -> SourceKind:
     """The kind registered as ``name``; a name no package registers is a :class:`ConfigError`."""
     kinds = load_kinds()
-    found = kinds.get(name)
-    if found is None:
-        raise ConfigError(
-            f"source kind {name!r} is not registered; known kinds: {', '.join(kinds) or 'none'} (a plan "
-            f"made by a kind is read by that kind: install the package that registers {name!r})"
-        )
-    if isinstance(found, ConfigError):
-        raise found
-    return found
+    unknown = (
+        f"source kind {name!r} is not registered; known kinds: {', '.join(kinds) or 'none'} (a plan "
+        f"made by a kind is read by that kind: install the package that registers {name!r})"
+    )
+    return registered_kind(kinds, name, unknown)
 
 
 def kind_at(location: str) -> SourceKind:
@@ -213,7 +208,7 @@ def kind_at(location: str) -> SourceKind:
     scheme = database_scheme(location)
     if scheme is None:
         return source_kind(DEFAULT_FILE_KIND)
-    return _claimant(scheme, location, _usable(load_kinds()))
+    return _claimant(scheme, location, usable_kinds(load_kinds()))
 
 
 def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source:
@@ -228,7 +223,7 @@ def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source
             f"{kind.name} source; drop {flag}"
         )
 
-    own = options_of_kind(kind, options.kind_options, _usable(load_kinds()), _source_of, refusal)
+    own = options_of_kind(kind, options.kind_options, usable_kinds(load_kinds()), _source_of, refusal)
     try:
         return kind.open(location, options, own)  # type: ignore[arg-type]  # the kind's own model
     except ModuleNotFoundError as exc:
@@ -245,7 +240,7 @@ def open_location(location: str, options: SourceOptions, listed: Callable[[str],
     file at all. Files of which no kind claims the suffix are an unknown format, refused in one line.
     """
     scheme = database_scheme(location)
-    kinds = _usable(load_kinds())
+    kinds = usable_kinds(load_kinds())
     if scheme is not None:
         return open_kind(_claimant(scheme, location, kinds), location, options)
     path = location.removeprefix("file://")
@@ -352,10 +347,6 @@ _FAMILY = ("source", "source")
 
 def _source_of(kind: Any) -> str:
     return f"a {kind.name} source"
-
-
-def _usable(kinds: Mapping[str, SourceKind | ConfigError]) -> list[SourceKind]:
-    return [k for k in kinds.values() if not isinstance(k, ConfigError)]
 
 
 def _known(kinds: list[SourceKind]) -> str:
