@@ -38,14 +38,7 @@ from pydantic import BaseModel
 from shardwise.db.connect import database_scheme
 from shardwise.entry_points import loaded_kinds, registered_kind, usable_kinds
 from shardwise.errors import ConfigError
-from shardwise.kind_options import (
-    KindOptions,
-    KindSections,
-    kind_sections,
-    option_flags,
-    options_of_kind,
-    sections_model,
-)
+from shardwise.kind_options import KindFamily, KindOptions, KindSections
 
 if TYPE_CHECKING:
     from shardwise.model import OutputColumn
@@ -166,7 +159,7 @@ def results_options_model() -> type[BaseModel]:
     """The options of every installed kind that has any, one section each under the kind's name: the
     flow's ``results.options`` parameter, which the Prefect form shows as a section per kind."""
     doc = "Options of the sink kinds, a section each; only the section of the results' kind applies."
-    return sections_model("ResultsOptions", doc, sink_kinds().values())
+    return _OPTIONS.sections_model("ResultsOptions", doc)
 
 
 def clear_cache() -> None:
@@ -229,12 +222,12 @@ def sink_kind_for(results: str, results_url: str, results_format: str | None) ->
 def sink_sections(given: Any) -> KindSections:
     """The sink kinds' options given (``{kind: options}``), each checked by its kind's model, as a run
     spec holds them (see :func:`~shardwise.kind_options.kind_sections`)."""
-    return kind_sections(given, sink_kinds().values(), _results_in, _FAMILY)
+    return _OPTIONS.sections(given)
 
 
 def sink_option_flags() -> dict[tuple[str, str], str]:
     """``{(kind, option): flag}``: plain, or ``--KIND-OPTION`` where two installed kinds share a flag."""
-    return option_flags(sink_kinds().values())
+    return _OPTIONS.flags()
 
 
 def options_for(kind: SinkKind, given: Mapping[str, KindOptions], results: str) -> SinkOptions:
@@ -247,12 +240,12 @@ def options_for(kind: SinkKind, given: Mapping[str, KindOptions], results: str) 
             f"({kind.label}); drop {flag}, or send the results there"
         )
 
-    options = options_of_kind(kind, given, sink_kinds().values(), _results_in, refusal)
+    options = _OPTIONS.options_of(kind, given, refusal)
     return options  # type: ignore[return-value]  # the kind's own options model, a SinkOptions
-
-
-_FAMILY = ("results", "sink")
 
 
 def _results_in(kind: Any) -> str:
     return f"results in {kind.label}"
+
+
+_OPTIONS = KindFamily(lambda: sink_kinds().values(), _results_in, ("results", "sink"))

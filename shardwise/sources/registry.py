@@ -41,14 +41,7 @@ from shardwise.db.connect import database_scheme
 from shardwise.db.errors import safe_url
 from shardwise.entry_points import entry_point_names, loaded_kinds, registered_kind, usable_kinds
 from shardwise.errors import ConfigError, SourceError
-from shardwise.kind_options import (
-    KindOptions,
-    KindSections,
-    kind_sections,
-    option_flags,
-    options_of_kind,
-    sections_model,
-)
+from shardwise.kind_options import KindFamily, KindOptions, KindSections
 from shardwise.sources.base import Source
 
 if TYPE_CHECKING:
@@ -165,18 +158,18 @@ def source_options_model() -> type[BaseModel]:
     """The options of every registered kind that has any, one section each under the kind's name: the
     flow's ``source.options`` parameter, which the Prefect form shows as a section per kind."""
     doc = "Options of the source kinds, a section each; only the section of the source's kind applies."
-    return sections_model("SourceKindSections", doc, usable_kinds(load_kinds()))
+    return _OPTIONS.sections_model("SourceKindSections", doc)
 
 
 def source_sections(given: Any) -> KindSections:
     """The kinds' options given (``{kind: options}``), each checked by its kind's model, as a run spec
     holds them (see :func:`~shardwise.kind_options.kind_sections`)."""
-    return kind_sections(given, usable_kinds(load_kinds()), _source_of, _FAMILY)
+    return _OPTIONS.sections(given)
 
 
 def source_option_flags() -> dict[tuple[str, str], str]:
     """``{(kind, option): flag}``: plain, or ``--KIND-OPTION`` where two installed kinds share a flag."""
-    return option_flags(usable_kinds(load_kinds()))
+    return _OPTIONS.flags()
 
 
 def file_suffixes() -> tuple[str, ...]:
@@ -223,7 +216,7 @@ def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source
             f"{kind.name} source; drop {flag}"
         )
 
-    own = options_of_kind(kind, options.kind_options, usable_kinds(load_kinds()), _source_of, refusal)
+    own = _OPTIONS.options_of(kind, options.kind_options, refusal)
     try:
         return kind.open(location, options, own)  # type: ignore[arg-type]  # the kind's own model
     except ModuleNotFoundError as exc:
@@ -342,9 +335,6 @@ def _unknown_files(others: list[str], kinds: list[SourceKind]) -> str:
     )
 
 
-_FAMILY = ("source", "source")
-
-
 def _source_of(kind: Any) -> str:
     return f"a {kind.name} source"
 
@@ -377,3 +367,6 @@ def _not_a_kind(name: str, found: Any) -> str | None:
         f"must be a SourceKind object named {name!r} (name, label, extra, schemes, suffixes, "
         "whole_files, options, open, on_this_host, watcher), not a class or function; fix the entry point"
     )
+
+
+_OPTIONS = KindFamily(lambda: usable_kinds(load_kinds()), _source_of, ("source", "source"))
