@@ -105,6 +105,15 @@ class SourceOptions:
         """Whether a key, text or input column other than the defaults was asked for."""
         return self.key != "id" or self.text_column != "text" or bool(self.input_columns)
 
+    def keywords(self) -> dict[str, Any]:
+        """:attr:`more`, with the S3 client and the retry policy where the run gives them: the keyword
+        options of a kind's source class."""
+        more = dict(self.more)
+        for name in ("s3_client", "retry"):
+            if getattr(self, name) is not None:
+                more[name] = getattr(self, name)
+        return more
+
 
 @runtime_checkable
 class SourceKind(Protocol):
