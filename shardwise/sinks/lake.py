@@ -32,12 +32,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shardwise.db.codec import as_vector, check_key
 from shardwise.errors import ConfigError, ShardwiseError
@@ -61,6 +62,7 @@ __all__ = [
     "s3_client",
     "s3_storage_options",
     "schema_differences",
+    "stored_fingerprints",
 ]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -295,6 +297,19 @@ def _vector_array(out: OutputColumn, values: list[Any]) -> pa.Array:
     offsets = pa.array(np.arange(len(values) + 1, dtype=np.int32) * dim)
     mask = pa.array(missing) if missing.any() else None
     return pa.ListArray.from_arrays(offsets, pa.array(stacked.reshape(-1)), mask=mask)
+
+
+def stored_fingerprints(data: pa.Table, scan: Callable[[Any, Any], pa.Table]) -> dict[Any, str]:
+    """Stored key → input fingerprint, for the keys of the chunk ``data``. ``scan(low, high)`` reads the
+    columns ``(source_key, input_fingerprint)`` of the stored rows of the chunk's model version whose key
+    lies between the chunk's lowest and highest; the keys in that range the chunk lacks are dropped."""
+    if data.num_rows == 0:
+        return {}
+    keys = data.column("source_key")
+    bounds = pc.min_max(keys)
+    found = scan(bounds["min"].as_py(), bounds["max"].as_py())
+    found = found.filter(pc.is_in(found.column("source_key"), value_set=keys.combine_chunks()))
+    return dict(zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True))
 
 
 def arrow_rows(table: pa.Table, layout: Layout) -> list[dict[str, Any]]:

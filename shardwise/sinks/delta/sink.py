@@ -112,6 +112,7 @@ from shardwise.sinks.lake import (
     rows_table,
     s3_storage_options,
     schema_differences,
+    stored_fingerprints,
 )
 from shardwise.sources.base import KeyType
 
@@ -444,18 +445,16 @@ class DeltaSink(LakeSink):
 
     def _existing(self, table: DeltaTable, data: pa.Table, model_version: str) -> dict[Any, str]:
         """Stored key → input fingerprint, for the chunk's keys under ``model_version``."""
-        if data.num_rows == 0:
-            return {}
-        keys = data.column("source_key")
-        bounds = pc.min_max(keys)
-        filters = [
-            ("model_version", "=", model_version),
-            ("source_key", ">=", bounds["min"].as_py()),
-            ("source_key", "<=", bounds["max"].as_py()),
-        ]
-        found = _scan(table, ["source_key", "input_fingerprint"], filters)
-        found = found.filter(pc.is_in(found.column("source_key"), value_set=keys.combine_chunks()))
-        return dict(zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True))
+
+        def scan(low: Any, high: Any) -> pa.Table:
+            filters = [
+                ("model_version", "=", model_version),
+                ("source_key", ">=", low),
+                ("source_key", "<=", high),
+            ]
+            return _scan(table, ["source_key", "input_fingerprint"], filters)
+
+        return stored_fingerprints(data, scan)
 
     def _stored(self, table: DeltaTable, app: str, version: int, fallback: Mapping[str, Any]) -> SinkCommit:
         """The record of the commit that carried (app, version), from the table's history."""
