@@ -16,12 +16,11 @@ its spec. A kind that cannot be loaded is left out, saying why when asked for, a
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from shardwise.entry_points import loaded_kinds, registered_kind, usable_kinds
+from shardwise.entry_points import KindRegistry
 from shardwise.errors import ConfigError
 from shardwise.kind_options import KindOptions
 from shardwise.model import ModelSpec
@@ -180,16 +179,15 @@ class KindDefaults:
         return None
 
 
-@functools.cache
 def load_model_kinds() -> dict[str, ModelKind | ConfigError]:
     """Every registered kind by name, imported (cached), Shardwise's own first and then the plug-ins' by
     name; a kind that cannot be loaded maps to why."""
-    return loaded_kinds(ENTRY_POINT_GROUP, "model kind", _not_a_kind)
+    return _KINDS.loaded()
 
 
 def model_kinds() -> list[ModelKind]:
     """The kinds that loaded, in the order they are asked."""
-    return usable_kinds(load_model_kinds())
+    return _KINDS.usable()
 
 
 def claiming(model: str) -> ModelKind | None:
@@ -199,12 +197,7 @@ def claiming(model: str) -> ModelKind | None:
 
 def model_kind(name: str) -> ModelKind:
     """The kind registered as ``name``; one that is not registered, or cannot load, is a ConfigError."""
-    kinds = load_model_kinds()
-    unknown = (
-        f"model kind {name!r} is not registered; known kinds: {', '.join(kinds) or 'none'} (install the "
-        f"package that registers it in the entry-point group {ENTRY_POINT_GROUP!r})"
-    )
-    return registered_kind(kinds, name, unknown)
+    return _KINDS.kind(name)
 
 
 def option_sections() -> dict[str, ModelKind]:
@@ -219,7 +212,7 @@ def option_sections() -> dict[str, ModelKind]:
 
 def clear_cache() -> None:
     """Forget the loaded kinds, so that packages installed since are seen (tests, a long-lived process)."""
-    load_model_kinds.cache_clear()
+    _KINDS.clear()
 
 
 def _not_a_kind(name: str, found: Any) -> str | None:
@@ -230,3 +223,12 @@ def _not_a_kind(name: str, found: Any) -> str | None:
         "priced_as, claims, spec, chunk_rows, imports_code, check_options), not a class or function; fix "
         "the entry point"
     )
+
+
+_KINDS: KindRegistry[ModelKind] = KindRegistry(
+    ENTRY_POINT_GROUP,
+    "model kind",
+    _not_a_kind,
+    "model kind {name!r} is not registered; known kinds: {known} (install the package that registers it "
+    f"in the entry-point group {ENTRY_POINT_GROUP!r})",
+)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from shardwise.db.connect import database_scheme
-from shardwise.entry_points import loaded_kinds, registered_kind, usable_kinds
+from shardwise.entry_points import KindRegistry
 from shardwise.errors import ConfigError
 from shardwise.kind_options import KindFamily, KindOptions, KindSections
 
@@ -133,25 +133,28 @@ def sink_kinds() -> dict[str, SinkKind]:
     """The installed kinds that load, by name, built-in ones first. A kind that cannot be loaded is
     left out; it is
     refused when chosen (:func:`sink_kind`), so one broken package breaks no other command."""
-    return {kind.name: kind for kind in usable_kinds(_loaded())}
+    return {kind.name: kind for kind in _KINDS.usable()}
 
 
 def sink_kind_names() -> list[str]:
     """Every registered kind's name, sorted, those that cannot be loaded included: ``--results-format``
     takes each, and one that cannot be loaded is then refused saying why."""
-    return sorted(_loaded())
-
-
-@functools.cache
-def _loaded() -> dict[str, SinkKind | ConfigError]:
-    """Every registered kind by name, built-in ones first, each loaded and checked, or why it cannot be."""
-    return loaded_kinds(ENTRY_POINT_GROUP, "sink kind", _not_a_kind)
+    return sorted(_KINDS.loaded())
 
 
 def _not_a_kind(name: str, found: Any) -> str | None:
     if isinstance(found, SinkKind) and found.name == name:
         return None
     return f"is not a SinkKind named {name!r}; see docs/how-to/extending.md"
+
+
+_KINDS: KindRegistry[SinkKind] = KindRegistry(
+    ENTRY_POINT_GROUP,
+    "sink kind",
+    _not_a_kind,
+    "results format {name!r} is not an installed sink kind; known: {known} (another comes from a package "
+    f"that registers it under the entry-point group {ENTRY_POINT_GROUP!r}; see docs/how-to/extending.md)",
+)
 
 
 @functools.cache
@@ -164,19 +167,13 @@ def results_options_model() -> type[BaseModel]:
 
 def clear_cache() -> None:
     """Forget the loaded kinds, so that packages installed since are seen (tests, a long-lived process)."""
-    _loaded.cache_clear()
+    _KINDS.clear()
     results_options_model.cache_clear()
 
 
 def sink_kind(name: str) -> SinkKind:
     """The kind registered as ``name``; an unknown one is refused naming those installed."""
-    kinds = _loaded()
-    unknown = (
-        f"results format {name!r} is not an installed sink kind; known: {', '.join(sorted(kinds))} "
-        "(another comes from a package that registers it under the entry-point group "
-        f"{ENTRY_POINT_GROUP!r}; see docs/how-to/extending.md)"
-    )
-    return registered_kind(kinds, name, unknown)
+    return _KINDS.kind(name)
 
 
 def is_location(results: str) -> bool:

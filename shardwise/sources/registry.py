@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 from shardwise.db.connect import database_scheme
 from shardwise.db.errors import safe_url
-from shardwise.entry_points import entry_point_names, loaded_kinds, registered_kind, usable_kinds
+from shardwise.entry_points import KindRegistry, entry_point_names
 from shardwise.errors import ConfigError, SourceError
 from shardwise.kind_options import KindFamily, KindOptions, KindSections
 from shardwise.sources.base import Source
@@ -155,11 +155,10 @@ def kind_names() -> list[str]:
     return entry_point_names(ENTRY_POINT_GROUP)
 
 
-@functools.cache
 def load_kinds() -> dict[str, SourceKind | ConfigError]:
     """Every registered kind by name, imported (cached), Shardwise's own first and then the plug-ins' by
     name; a kind that cannot be loaded maps to why."""
-    return loaded_kinds(ENTRY_POINT_GROUP, "source kind", _not_a_kind)
+    return _KINDS.loaded()
 
 
 @functools.cache
@@ -183,23 +182,18 @@ def source_option_flags() -> dict[tuple[str, str], str]:
 
 def file_suffixes() -> tuple[str, ...]:
     """Every suffix a registered file kind reads (``.parquet``, ``.csv``, ``.png``...), lower case."""
-    return tuple(s for k in usable_kinds(load_kinds()) for s in k.suffixes)
+    return tuple(s for k in _KINDS.usable() for s in k.suffixes)
 
 
 def clear_cache() -> None:
     """Forget the loaded kinds, so that packages installed since are seen (tests, a long-lived process)."""
-    load_kinds.cache_clear()
+    _KINDS.clear()
     source_options_model.cache_clear()
 
 
 def source_kind(name: str) -> SourceKind:
     """The kind registered as ``name``; a name no package registers is a :class:`ConfigError`."""
-    kinds = load_kinds()
-    unknown = (
-        f"source kind {name!r} is not registered; known kinds: {', '.join(kinds) or 'none'} (a plan "
-        f"made by a kind is read by that kind: install the package that registers {name!r})"
-    )
-    return registered_kind(kinds, name, unknown)
+    return _KINDS.kind(name)
 
 
 def kind_at(location: str) -> SourceKind:
@@ -210,7 +204,7 @@ def kind_at(location: str) -> SourceKind:
     scheme = database_scheme(location)
     if scheme is None:
         return source_kind(DEFAULT_FILE_KIND)
-    return _claimant(scheme, location, usable_kinds(load_kinds()))
+    return _claimant(scheme, location, _KINDS.usable())
 
 
 def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source:
@@ -242,7 +236,7 @@ def open_location(location: str, options: SourceOptions, listed: Callable[[str],
     file at all. Files of which no kind claims the suffix are an unknown format, refused in one line.
     """
     scheme = database_scheme(location)
-    kinds = usable_kinds(load_kinds())
+    kinds = _KINDS.usable()
     if scheme is not None:
         return open_kind(_claimant(scheme, location, kinds), location, options)
     path = location.removeprefix("file://")
@@ -378,4 +372,11 @@ def _not_a_kind(name: str, found: Any) -> str | None:
     )
 
 
-_OPTIONS = KindFamily(lambda: usable_kinds(load_kinds()), _source_of, ("source", "source"))
+_KINDS: KindRegistry[SourceKind] = KindRegistry(
+    ENTRY_POINT_GROUP,
+    "source kind",
+    _not_a_kind,
+    "source kind {name!r} is not registered; known kinds: {known} (a plan made by a kind is read by that "
+    "kind: install the package that registers {name!r})",
+)
+_OPTIONS = KindFamily(lambda: _KINDS.usable(), _source_of, ("source", "source"))
