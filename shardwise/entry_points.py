@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from shardwise.errors import ConfigError
 
-__all__ = ["Registered", "entry_point_names", "load_entry_points"]
+__all__ = ["KindRegistry", "Registered", "entry_point_names", "load_entry_points"]
+
+_K = TypeVar("_K")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,43 @@ def load_entry_points(
         if only is None or point.name == only:
             points.setdefault(point.name, []).append(point)
     return {name: _load(name, found, what, accept) for name, found in points.items()}
+
+
+class KindRegistry(Generic[_K]):
+    """One plug-in group's kinds (the sink kinds, the source kinds, the model kinds), loaded once (until
+    :meth:`clear`) and looked up by name: what each registry module asks of its group."""
+
+    def __init__(self, group: str, what: str, accept: Callable[[str, Any], str | None], unknown: str) -> None:
+        """``what`` and ``accept`` are :func:`load_entry_points`'; ``unknown`` refuses a name nobody
+        registers, a :meth:`str.format` template of ``name`` and ``known`` (the registered names)."""
+        self.group = group
+        self._what, self._accept, self._unknown = what, accept, unknown
+        self._loaded: dict[str, _K | ConfigError] | None = None
+
+    def loaded(self) -> dict[str, _K | ConfigError]:
+        """Every registered kind by name, built-in ones first: the kind, or why it cannot be had."""
+        if self._loaded is None:
+            found = load_entry_points(self.group, self._what, self._accept)
+            self._loaded = {name: registered.found for name, registered in found.items()}
+        return self._loaded
+
+    def usable(self) -> list[_K]:
+        """The kinds that loaded, in the order :meth:`loaded` has them."""
+        return [kind for kind in self.loaded().values() if not isinstance(kind, ConfigError)]
+
+    def kind(self, name: str) -> _K:
+        """The kind registered as ``name``: one nobody registers, or that cannot be loaded, is refused."""
+        kinds = self.loaded()
+        found = kinds.get(name)
+        if found is None:
+            raise ConfigError(self._unknown.format(name=name, known=", ".join(sorted(kinds)) or "none"))
+        if isinstance(found, ConfigError):
+            raise found
+        return found
+
+    def clear(self) -> None:
+        """Forget the loaded kinds, so that packages installed since are seen."""
+        self._loaded = None
 
 
 def _load(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -30,6 +31,7 @@ from shardwise.errors import ConfigError
 from shardwise.flags import flag_name
 
 __all__ = [
+    "KindFamily",
     "KindOptions",
     "KindSections",
     "OptionOwner",
@@ -163,6 +165,41 @@ def options_of_kind(
                 raise ConfigError(refusal(option, value, owner, flags[(name, option)]))
     own = given.get(kind.name)
     return own if own is not None else _validated(kind, {}, label, kinds)
+
+
+@dataclass(frozen=True)
+class KindFamily:
+    """One family's installed kinds as far as their options go (the source kinds, the sink kinds): the
+    functions above, each given the family's kinds, how a kind is named in messages and what the family
+    calls its options and kinds, as its registry asks them."""
+
+    kinds: Callable[[], Iterable[OptionOwner]]
+    """The kinds installed now that load (asked on each call: a registry's cache can be cleared)."""
+    label: Callable[[OptionOwner], str]
+    """What a kind reads or writes, for messages (``results in a Delta table``)."""
+    family: tuple[str, str]
+    """What the options and their kinds are called (``("results", "sink")``)."""
+
+    def sections_model(self, name: str, doc: str) -> type[BaseModel]:
+        """See :func:`sections_model`."""
+        return sections_model(name, doc, self.kinds())
+
+    def sections(self, given: Any) -> KindSections:
+        """See :func:`kind_sections`."""
+        return kind_sections(given, self.kinds(), self.label, self.family)
+
+    def flags(self) -> dict[tuple[str, str], str]:
+        """``{(kind, option): flag}``: plain, or ``--KIND-OPTION`` where two installed kinds share a flag."""
+        return option_flags(self.kinds())
+
+    def options_of(
+        self,
+        kind: OptionOwner,
+        given: Mapping[str, KindOptions],
+        refusal: Callable[[str, Any, OptionOwner, str], str],
+    ) -> KindOptions:
+        """See :func:`options_of_kind`."""
+        return options_of_kind(kind, given, self.kinds(), self.label, refusal)
 
 
 def _validated(

@@ -33,3 +33,13 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         _ = pipeline.nothing  # type: ignore[attr-defined]
     with pytest.raises(ImportError):
         exec("from shardwise.sources import nothing")
+
+
+def test_a_declared_module_gives_the_names_both_lists_hold() -> None:
+    import shardwise.pipeline as pipeline
+    from shardwise.pipeline import spec
+
+    assert pipeline.SourceSpec is spec.SourceSpec  # in both __all__ lists
+    assert "Settings" in spec.__all__ and "Settings" not in pipeline.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'Settings'"):
+        _ = pipeline.Settings  # type: ignore[attr-defined]

@@ -16,12 +16,11 @@ its spec. A kind that cannot be loaded is left out, saying why when asked for, a
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from shardwise.entry_points import load_entry_points
+from shardwise.entry_points import KindRegistry
 from shardwise.errors import ConfigError
 from shardwise.kind_options import KindOptions
 from shardwise.model import ModelSpec
@@ -180,17 +179,15 @@ class KindDefaults:
         return None
 
 
-@functools.cache
 def load_model_kinds() -> dict[str, ModelKind | ConfigError]:
     """Every registered kind by name, imported (cached), Shardwise's own first and then the plug-ins' by
     name; a kind that cannot be loaded maps to why."""
-    found = load_entry_points(ENTRY_POINT_GROUP, "model kind", _not_a_kind)
-    return {name: registered.found for name, registered in found.items()}
+    return _KINDS.loaded()
 
 
 def model_kinds() -> list[ModelKind]:
     """The kinds that loaded, in the order they are asked."""
-    return [kind for kind in load_model_kinds().values() if not isinstance(kind, ConfigError)]
+    return _KINDS.usable()
 
 
 def claiming(model: str) -> ModelKind | None:
@@ -200,16 +197,7 @@ def claiming(model: str) -> ModelKind | None:
 
 def model_kind(name: str) -> ModelKind:
     """The kind registered as ``name``; one that is not registered, or cannot load, is a ConfigError."""
-    kinds = load_model_kinds()
-    found = kinds.get(name)
-    if found is None:
-        raise ConfigError(
-            f"model kind {name!r} is not registered; known kinds: {', '.join(kinds) or 'none'} (install the "
-            f"package that registers it in the entry-point group {ENTRY_POINT_GROUP!r})"
-        )
-    if isinstance(found, ConfigError):
-        raise found
-    return found
+    return _KINDS.kind(name)
 
 
 def option_sections() -> dict[str, ModelKind]:
@@ -224,7 +212,7 @@ def option_sections() -> dict[str, ModelKind]:
 
 def clear_cache() -> None:
     """Forget the loaded kinds, so that packages installed since are seen (tests, a long-lived process)."""
-    load_model_kinds.cache_clear()
+    _KINDS.clear()
 
 
 def _not_a_kind(name: str, found: Any) -> str | None:
@@ -235,3 +223,12 @@ def _not_a_kind(name: str, found: Any) -> str | None:
         "priced_as, claims, spec, chunk_rows, imports_code, check_options), not a class or function; fix "
         "the entry point"
     )
+
+
+_KINDS: KindRegistry[ModelKind] = KindRegistry(
+    ENTRY_POINT_GROUP,
+    "model kind",
+    _not_a_kind,
+    "model kind {name!r} is not registered; known kinds: {known} (install the package that registers it "
+    f"in the entry-point group {ENTRY_POINT_GROUP!r})",
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shardwise.lazy import lazy_exports
+from shardwise.lazy import DECLARED, lazy_exports
 
 if TYPE_CHECKING:
     from shardwise.pipeline.checks import check_run
@@ -91,16 +91,7 @@ __getattr__ = lazy_exports(
         ".run_precision": ("PrecisionChoice", "choose_precision", "hardware_precision", "warm"),
         ".shard": ("PROGRESS_EVERY_S", "ShardOutcome", "WorkerInfo", "score_shard", "this_worker"),
         ".source_plan": ("SHARDS_PER_WORKER", "plan_source"),
-        ".spec": (
-            "ModelChoice",
-            "Resolver",
-            "ResultsSpec",
-            "RunRef",
-            "RunSettings",
-            "RunSpec",
-            "SourceSpec",
-            "as_is",
-        ),
+        ".spec": DECLARED,
         ".worker": ("Catalogue", "WorkerCache", "open_spec_source", "score_ref_shard"),
     },
 )

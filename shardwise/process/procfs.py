@@ -29,41 +29,47 @@ _PROC = Path("/proc")
 
 def started(pid: int) -> str | None:
     """Process ``pid``'s start token (see the module docstring), or None if it is gone or unknown."""
-    fields = _stat(pid)
-    if fields is not None:
-        return fields[19]
-    if _PROC.is_dir():
-        return None  # Linux, and no such process
     try:
-        import psutil
-    except ImportError:
+        found = _process(pid)
+    except _Unknown:
         return None
-    try:
-        return repr(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return None
+    return None if found is None else found[0]
 
 
 def is_running(pid: int, start: str) -> bool | None:
     """Whether the process that had start token ``start`` still runs as ``pid``; None when this host
     cannot tell (no ``/proc`` and no psutil). A zombie, which has ended but not been waited for,
     does not run."""
+    try:
+        found = _process(pid)
+    except _Unknown:
+        return None
+    return found == (start, False)
+
+
+class _Unknown(Exception):
+    """This host cannot tell: it has no ``/proc``, and psutil is missing or failed."""
+
+
+def _process(pid: int) -> tuple[str, bool] | None:
+    """Process ``pid``'s start token and whether it has ended (a zombie, not waited for yet); None when
+    there is no such process; :class:`_Unknown` when this host cannot tell."""
     fields = _stat(pid)
     if fields is not None:
-        return fields[19] == start and fields[0] not in ("Z", "X")
+        return fields[19], fields[0] in ("Z", "X")
     if _PROC.is_dir():
-        return False  # Linux, and no such process
+        return None  # Linux, and no such process
     try:
         import psutil
     except ImportError:
-        return None
+        raise _Unknown from None
     try:
         process = psutil.Process(pid)
-        return repr(process.create_time()) == start and process.status() != psutil.STATUS_ZOMBIE
+        return repr(process.create_time()), process.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
         return None
+    except psutil.Error:
+        raise _Unknown from None
 
 
 def pid_namespace() -> str | None:

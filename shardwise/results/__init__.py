@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shardwise.lazy import lazy_exports
+from shardwise.lazy import DECLARED, lazy_exports
 
 if TYPE_CHECKING:
     from shardwise.results.chunk_marks import ChunkMark, ChunkStart, ChunkTotals, read_marks
@@ -61,15 +61,7 @@ __getattr__ = lazy_exports(
         ".chunk_marks": ("ChunkMark", "ChunkStart", "ChunkTotals", "read_marks"),
         ".chunk_writer": ("Chunk", "ChunkCommit", "ChunkWriter"),
         ".ledger": ("Ledger",),
-        ".outcomes": (
-            "MergeOutcome",
-            "RunCounts",
-            "RunListing",
-            "RunSummary",
-            "ShardProgress",
-            "StoredDeadLetter",
-            "StoredShard",
-        ),
+        ".outcomes": DECLARED,
         ".shard_states": ("SHARD_STATUSES", "ShardStatus", "ShardTransition"),
         ".store": ("ResultStore",),
         "shardwise.sinks.base": ("Lineage",),

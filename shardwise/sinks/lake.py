@@ -32,23 +32,26 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shardwise.db.codec import as_vector, check_key
 from shardwise.errors import ConfigError, ShardwiseError
 from shardwise.model import OutputColumn
 from shardwise.records import ResultRow
+from shardwise.retry_policy import RetryPolicy
 from shardwise.sinks.base import Layout, Lineage
 from shardwise.sinks.naming import check_outputs
 from shardwise.sinks.registry import sink_kinds
 
 __all__ = [
     "LakeLocation",
+    "LakeSink",
     "S3Settings",
     "arrow_rows",
     "arrow_schema",
@@ -59,6 +62,7 @@ __all__ = [
     "s3_client",
     "s3_storage_options",
     "schema_differences",
+    "stored_fingerprints",
 ]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -295,6 +299,19 @@ def _vector_array(out: OutputColumn, values: list[Any]) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, pa.array(stacked.reshape(-1)), mask=mask)
 
 
+def stored_fingerprints(data: pa.Table, scan: Callable[[Any, Any], pa.Table]) -> dict[Any, str]:
+    """Stored key → input fingerprint, for the keys of the chunk ``data``. ``scan(low, high)`` reads the
+    columns ``(source_key, input_fingerprint)`` of the stored rows of the chunk's model version whose key
+    lies between the chunk's lowest and highest; the keys in that range the chunk lacks are dropped."""
+    if data.num_rows == 0:
+        return {}
+    keys = data.column("source_key")
+    bounds = pc.min_max(keys)
+    found = scan(bounds["min"].as_py(), bounds["max"].as_py())
+    found = found.filter(pc.is_in(found.column("source_key"), value_set=keys.combine_chunks()))
+    return dict(zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True))
+
+
 def arrow_rows(table: pa.Table, layout: Layout) -> list[dict[str, Any]]:
     """Rows as dicts: vectors as float32 arrays, json decoded, ``scored_at`` an aware UTC datetime."""
     vectors = [out.name for out in layout.outputs if out.kind == "vector"]
@@ -357,3 +374,37 @@ def s3_storage_options(settings: S3Settings | None) -> dict[str, str]:
         if frozen.token:
             options["AWS_SESSION_TOKEN"] = frozen.token
     return options
+
+
+class LakeSink:
+    """What a sink whose table lives at ``<location>/<table>`` (Delta, Parquet files) keeps: where the
+    table is, its layout and Arrow schema, the S3 overrides and the run's retry policy. A kind subclasses
+    it, gives ``kind`` (the ``target``'s prefix) and makes its own handles in :meth:`_handles`."""
+
+    kind: ClassVar[str]
+
+    def __init__(
+        self,
+        location: str,
+        table: str,
+        layout: Layout,
+        *,
+        s3: S3Settings | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._where = LakeLocation(location, table)
+        self.layout = layout
+        self.target = f"{self.kind}:{location.rstrip('/')}/{table}"
+        self._schema = arrow_schema(layout)
+        self._s3 = s3
+        self._retry = retry or RetryPolicy()
+        self._closed = False
+        self._handles()
+
+    def _handles(self) -> None:
+        """Make the kind's own table or store handles (none until first used)."""
+
+    def _refusal(self) -> ConfigError | None:
+        """The error for a missing or refused results bucket; None for a local table, or a bucket S3
+        says is there."""
+        return None if self._where.bucket is None else bucket_refusal(self._where.bucket, self._s3)

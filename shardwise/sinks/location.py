@@ -7,6 +7,7 @@ a directory, or a path whose existing part is one, that this user may write in (
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ from shardwise.sources.files.stores import on_this_host
 if TYPE_CHECKING:
     from shardwise.model import OutputColumn
 
-__all__ = ["LocationKind", "check_local", "location_target"]
+__all__ = ["LocationKind", "check_local", "location_target", "require_packages"]
 
 
 def location_target(kind: str, dest: Destination) -> str:
@@ -53,6 +54,19 @@ def check_local(dest: Destination) -> None:
                 "directory you can write in"
             )
         return  # the nearest existing folder: what is under it is made as the run needs it
+
+
+def require_packages(modules: tuple[str, ...], what: str, extra: str, instead: str) -> None:
+    """Refuse ``what`` (``results in Delta Lake``) when a module of ``modules`` cannot be imported, naming
+    its package, the extra that installs it, and the ``--results-format`` to give ``instead``."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(
+                f"{what} need the {module.partition('.')[0]} package ({exc}); pip install "
+                f"'shardwise[{extra}]', or give --results-format {instead}"
+            ) from exc
 
 
 class LocationKind:

@@ -36,16 +36,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from shardwise.db.connect import database_scheme
-from shardwise.entry_points import load_entry_points
+from shardwise.entry_points import KindRegistry
 from shardwise.errors import ConfigError
-from shardwise.kind_options import (
-    KindOptions,
-    KindSections,
-    kind_sections,
-    option_flags,
-    options_of_kind,
-    sections_model,
-)
+from shardwise.kind_options import KindFamily, KindOptions, KindSections
 
 if TYPE_CHECKING:
     from shardwise.model import OutputColumn
@@ -140,20 +133,13 @@ def sink_kinds() -> dict[str, SinkKind]:
     """The installed kinds that load, by name, built-in ones first. A kind that cannot be loaded is
     left out; it is
     refused when chosen (:func:`sink_kind`), so one broken package breaks no other command."""
-    return {name: kind for name, kind in _loaded().items() if not isinstance(kind, ConfigError)}
+    return {kind.name: kind for kind in _KINDS.usable()}
 
 
 def sink_kind_names() -> list[str]:
     """Every registered kind's name, sorted, those that cannot be loaded included: ``--results-format``
     takes each, and one that cannot be loaded is then refused saying why."""
-    return sorted(_loaded())
-
-
-@functools.cache
-def _loaded() -> dict[str, SinkKind | ConfigError]:
-    """Every registered kind by name, built-in ones first, each loaded and checked, or why it cannot be."""
-    found = load_entry_points(ENTRY_POINT_GROUP, "sink kind", _not_a_kind)
-    return {name: registered.found for name, registered in found.items()}
+    return sorted(_KINDS.loaded())
 
 
 def _not_a_kind(name: str, found: Any) -> str | None:
@@ -162,33 +148,32 @@ def _not_a_kind(name: str, found: Any) -> str | None:
     return f"is not a SinkKind named {name!r}; see docs/how-to/extending.md"
 
 
+_KINDS: KindRegistry[SinkKind] = KindRegistry(
+    ENTRY_POINT_GROUP,
+    "sink kind",
+    _not_a_kind,
+    "results format {name!r} is not an installed sink kind; known: {known} (another comes from a package "
+    f"that registers it under the entry-point group {ENTRY_POINT_GROUP!r}; see docs/how-to/extending.md)",
+)
+
+
 @functools.cache
 def results_options_model() -> type[BaseModel]:
     """The options of every installed kind that has any, one section each under the kind's name: the
     flow's ``results.options`` parameter, which the Prefect form shows as a section per kind."""
     doc = "Options of the sink kinds, a section each; only the section of the results' kind applies."
-    return sections_model("ResultsOptions", doc, sink_kinds().values())
+    return _OPTIONS.sections_model("ResultsOptions", doc)
 
 
 def clear_cache() -> None:
     """Forget the loaded kinds, so that packages installed since are seen (tests, a long-lived process)."""
-    _loaded.cache_clear()
+    _KINDS.clear()
     results_options_model.cache_clear()
 
 
 def sink_kind(name: str) -> SinkKind:
     """The kind registered as ``name``; an unknown one is refused naming those installed."""
-    kinds = _loaded()
-    found = kinds.get(name)
-    if found is None:
-        raise ConfigError(
-            f"results format {name!r} is not an installed sink kind; known: {', '.join(sorted(kinds))} "
-            "(another comes from a package that registers it under the entry-point group "
-            f"{ENTRY_POINT_GROUP!r}; see docs/how-to/extending.md)"
-        )
-    if isinstance(found, ConfigError):
-        raise found
-    return found
+    return _KINDS.kind(name)
 
 
 def is_location(results: str) -> bool:
@@ -234,12 +219,12 @@ def sink_kind_for(results: str, results_url: str, results_format: str | None) ->
 def sink_sections(given: Any) -> KindSections:
     """The sink kinds' options given (``{kind: options}``), each checked by its kind's model, as a run
     spec holds them (see :func:`~shardwise.kind_options.kind_sections`)."""
-    return kind_sections(given, sink_kinds().values(), _results_in, _FAMILY)
+    return _OPTIONS.sections(given)
 
 
 def sink_option_flags() -> dict[tuple[str, str], str]:
     """``{(kind, option): flag}``: plain, or ``--KIND-OPTION`` where two installed kinds share a flag."""
-    return option_flags(sink_kinds().values())
+    return _OPTIONS.flags()
 
 
 def options_for(kind: SinkKind, given: Mapping[str, KindOptions], results: str) -> SinkOptions:
@@ -252,12 +237,12 @@ def options_for(kind: SinkKind, given: Mapping[str, KindOptions], results: str) 
             f"({kind.label}); drop {flag}, or send the results there"
         )
 
-    options = options_of_kind(kind, given, sink_kinds().values(), _results_in, refusal)
+    options = _OPTIONS.options_of(kind, given, refusal)
     return options  # type: ignore[return-value]  # the kind's own options model, a SinkOptions
-
-
-_FAMILY = ("results", "sink")
 
 
 def _results_in(kind: Any) -> str:
     return f"results in {kind.label}"
+
+
+_OPTIONS = KindFamily(lambda: sink_kinds().values(), _results_in, ("results", "sink"))

@@ -39,16 +39,9 @@ from pydantic import BaseModel
 
 from shardwise.db.connect import database_scheme
 from shardwise.db.errors import safe_url
-from shardwise.entry_points import entry_point_names, load_entry_points
+from shardwise.entry_points import KindRegistry, entry_point_names
 from shardwise.errors import ConfigError, SourceError
-from shardwise.kind_options import (
-    KindOptions,
-    KindSections,
-    kind_sections,
-    option_flags,
-    options_of_kind,
-    sections_model,
-)
+from shardwise.kind_options import KindFamily, KindOptions, KindSections
 from shardwise.sources.base import Source
 
 if TYPE_CHECKING:
@@ -112,6 +105,15 @@ class SourceOptions:
         """Whether a key, text or input column other than the defaults was asked for."""
         return self.key != "id" or self.text_column != "text" or bool(self.input_columns)
 
+    def keywords(self) -> dict[str, Any]:
+        """:attr:`more`, with the S3 client and the retry policy where the run gives them: the keyword
+        options of a kind's source class."""
+        more = dict(self.more)
+        for name in ("s3_client", "retry"):
+            if getattr(self, name) is not None:
+                more[name] = getattr(self, name)
+        return more
+
 
 @runtime_checkable
 class SourceKind(Protocol):
@@ -153,12 +155,10 @@ def kind_names() -> list[str]:
     return entry_point_names(ENTRY_POINT_GROUP)
 
 
-@functools.cache
 def load_kinds() -> dict[str, SourceKind | ConfigError]:
     """Every registered kind by name, imported (cached), Shardwise's own first and then the plug-ins' by
     name; a kind that cannot be loaded maps to why."""
-    found = load_entry_points(ENTRY_POINT_GROUP, "source kind", _not_a_kind)
-    return {name: registered.found for name, registered in found.items()}
+    return _KINDS.loaded()
 
 
 @functools.cache
@@ -166,43 +166,34 @@ def source_options_model() -> type[BaseModel]:
     """The options of every registered kind that has any, one section each under the kind's name: the
     flow's ``source.options`` parameter, which the Prefect form shows as a section per kind."""
     doc = "Options of the source kinds, a section each; only the section of the source's kind applies."
-    return sections_model("SourceKindSections", doc, _usable(load_kinds()))
+    return _OPTIONS.sections_model("SourceKindSections", doc)
 
 
 def source_sections(given: Any) -> KindSections:
     """The kinds' options given (``{kind: options}``), each checked by its kind's model, as a run spec
     holds them (see :func:`~shardwise.kind_options.kind_sections`)."""
-    return kind_sections(given, _usable(load_kinds()), _source_of, _FAMILY)
+    return _OPTIONS.sections(given)
 
 
 def source_option_flags() -> dict[tuple[str, str], str]:
     """``{(kind, option): flag}``: plain, or ``--KIND-OPTION`` where two installed kinds share a flag."""
-    return option_flags(_usable(load_kinds()))
+    return _OPTIONS.flags()
 
 
 def file_suffixes() -> tuple[str, ...]:
     """Every suffix a registered file kind reads (``.parquet``, ``.csv``, ``.png``...), lower case."""
-    return tuple(s for k in _usable(load_kinds()) for s in k.suffixes)
+    return tuple(s for k in _KINDS.usable() for s in k.suffixes)
 
 
 def clear_cache() -> None:
     """Forget the loaded kinds, so that packages installed since are seen (tests, a long-lived process)."""
-    load_kinds.cache_clear()
+    _KINDS.clear()
     source_options_model.cache_clear()
 
 
 def source_kind(name: str) -> SourceKind:
     """The kind registered as ``name``; a name no package registers is a :class:`ConfigError`."""
-    kinds = load_kinds()
-    found = kinds.get(name)
-    if found is None:
-        raise ConfigError(
-            f"source kind {name!r} is not registered; known kinds: {', '.join(kinds) or 'none'} (a plan "
-            f"made by a kind is read by that kind: install the package that registers {name!r})"
-        )
-    if isinstance(found, ConfigError):
-        raise found
-    return found
+    return _KINDS.kind(name)
 
 
 def kind_at(location: str) -> SourceKind:
@@ -213,7 +204,7 @@ def kind_at(location: str) -> SourceKind:
     scheme = database_scheme(location)
     if scheme is None:
         return source_kind(DEFAULT_FILE_KIND)
-    return _claimant(scheme, location, _usable(load_kinds()))
+    return _claimant(scheme, location, _KINDS.usable())
 
 
 def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source:
@@ -228,7 +219,7 @@ def open_kind(kind: SourceKind, location: str, options: SourceOptions) -> Source
             f"{kind.name} source; drop {flag}"
         )
 
-    own = options_of_kind(kind, options.kind_options, _usable(load_kinds()), _source_of, refusal)
+    own = _OPTIONS.options_of(kind, options.kind_options, refusal)
     try:
         return kind.open(location, options, own)  # type: ignore[arg-type]  # the kind's own model
     except ModuleNotFoundError as exc:
@@ -245,7 +236,7 @@ def open_location(location: str, options: SourceOptions, listed: Callable[[str],
     file at all. Files of which no kind claims the suffix are an unknown format, refused in one line.
     """
     scheme = database_scheme(location)
-    kinds = _usable(load_kinds())
+    kinds = _KINDS.usable()
     if scheme is not None:
         return open_kind(_claimant(scheme, location, kinds), location, options)
     path = location.removeprefix("file://")
@@ -347,15 +338,8 @@ def _unknown_files(others: list[str], kinds: list[SourceKind]) -> str:
     )
 
 
-_FAMILY = ("source", "source")
-
-
 def _source_of(kind: Any) -> str:
     return f"a {kind.name} source"
-
-
-def _usable(kinds: Mapping[str, SourceKind | ConfigError]) -> list[SourceKind]:
-    return [k for k in kinds.values() if not isinstance(k, ConfigError)]
 
 
 def _known(kinds: list[SourceKind]) -> str:
@@ -386,3 +370,13 @@ def _not_a_kind(name: str, found: Any) -> str | None:
         f"must be a SourceKind object named {name!r} (name, label, extra, schemes, suffixes, "
         "whole_files, options, open, on_this_host, watcher), not a class or function; fix the entry point"
     )
+
+
+_KINDS: KindRegistry[SourceKind] = KindRegistry(
+    ENTRY_POINT_GROUP,
+    "source kind",
+    _not_a_kind,
+    "source kind {name!r} is not registered; known kinds: {known} (a plan made by a kind is read by that "
+    "kind: install the package that registers {name!r})",
+)
+_OPTIONS = KindFamily(lambda: _KINDS.usable(), _source_of, ("source", "source"))

@@ -44,13 +44,11 @@ from shardwise.db.sqlfiles import query
 from shardwise.errors import ConfigError
 from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
-from shardwise.watch.marks import CounterTracker, Tracker, WatermarkTracker
+from shardwise.watch.marks import CounterTracker, WatermarkTracker
 from shardwise.watch.pgwire import driver
 from shardwise.watch.spec import WatchSpec
-from shardwise.watch.state import WatchState
-from shardwise.watch.table import open_table
+from shardwise.watch.table_watcher import TableWatcher
 from shardwise.watch.trigger import find_trigger
-from shardwise.watch.watcher import Watcher
 
 __all__ = ["CHANNEL", "PgNotifyWatcher"]
 
@@ -60,7 +58,7 @@ CHANNEL = "shardwise_data"
 _log = logging.getLogger(__name__)
 
 
-class PgNotifyWatcher(Watcher):
+class PgNotifyWatcher(TableWatcher):
     """Announces writes to one PostgreSQL table as ``shardwise.data.landed`` events.
 
     ``check_s`` is the idle time between mark checks, ``wait_s`` the longest
@@ -81,16 +79,7 @@ class PgNotifyWatcher(Watcher):
         for setting, value in (("check_s", check_s), ("wait_s", wait_s)):
             if not value >= 0:
                 raise ConfigError(f"{setting} must be a number of seconds >= 0; got {value!r}")
-        super().__init__(spec.name, emit, pause_s=0.0, backoff=backoff)
-        self._table = open_table(
-            spec.source,
-            spec.sql_table(),
-            spec.key,
-            updated_at=spec.updated_at,
-            schema=spec.schema,
-            named_by=spec.named_by,
-            timeout_s=spec.timeout_s,
-        )
+        super().__init__(spec, emit, pause_s=0.0, backoff=backoff)
         if not self._table.db.is_postgres:
             self._table.db.dispose()
             raise ConfigError(
@@ -98,14 +87,8 @@ class PgNotifyWatcher(Watcher):
                 "Watch it with a WatermarkPoller instead (mode='poll')"
             )
         self._debounce_s, self._check_s, self._wait_s = spec.debounce_s, check_s, wait_s
-        self._progress = WatchState(self._announce.name, self._table.identity, "postgresql")
         self._conn: sa.Connection | None = None
-        self._tracker: Tracker = WatermarkTracker(self._table)
         self._check_at = 0.0
-
-    @property
-    def watching(self) -> str:
-        return self._table.identity
 
     @property
     def backend_pid(self) -> int | None:

@@ -18,37 +18,19 @@ import sqlalchemy as sa
 
 from shardwise.watch.events import Emitter
 from shardwise.watch.loop import Backoff
-from shardwise.watch.marks import WatermarkTracker
 from shardwise.watch.spec import WatchSpec
-from shardwise.watch.state import WatchState
-from shardwise.watch.table import open_table
-from shardwise.watch.watcher import Watcher
+from shardwise.watch.table_watcher import TableWatcher
 
 __all__ = ["WatermarkPoller"]
 
 
-class WatermarkPoller(Watcher):
+class WatermarkPoller(TableWatcher):
     """Announces a table's watermark moving as ``shardwise.data.landed`` events. Not thread-safe."""
 
     def __init__(self, spec: WatchSpec, emit: Emitter, *, backoff: Backoff | None = None) -> None:
-        super().__init__(spec.name, emit, pause_s=spec.interval_s, backoff=backoff)
-        self._table = open_table(
-            spec.source,
-            spec.sql_table(),
-            spec.key,
-            updated_at=spec.updated_at,
-            schema=spec.schema,
-            named_by=spec.named_by,
-            timeout_s=spec.timeout_s,
-        )
+        super().__init__(spec, emit, pause_s=spec.interval_s, backoff=backoff)
         db = self._table.db
         self._state = db.engine if db.is_postgres else sa.create_engine(db.url, connect_args={"timeout": 30})
-        self._tracker = WatermarkTracker(self._table)
-        self._progress = WatchState(self._announce.name, self._table.identity, db.dialect)
-
-    @property
-    def watching(self) -> str:
-        return self._table.identity
 
     def poll_once(self) -> int:
         """Read the watermark once and announce it if it moved; returns the events emitted (0 or 1)."""

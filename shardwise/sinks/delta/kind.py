@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shardwise.errors import ConfigError
-from shardwise.sinks.location import LocationKind
+from shardwise.sinks.location import LocationKind, require_packages
 from shardwise.sinks.registry import Destination, SinkOptions
 
 if TYPE_CHECKING:
@@ -25,13 +24,7 @@ class DeltaKind(LocationKind):
     options = SinkOptions
 
     def require(self) -> None:
-        try:
-            import deltalake  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError(
-                f"results in Delta Lake need the deltalake package ({exc}); pip install 'shardwise[delta]', "
-                "or give --results-format parquet"
-            ) from exc
+        require_packages(("deltalake",), "results in Delta Lake", "delta", "parquet")
 
     def folder_marker(self) -> str | None:
         return "_delta_log/"  # the Delta log, which delta-rs writes at the table's root

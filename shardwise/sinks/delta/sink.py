@@ -101,20 +101,18 @@ from deltalake import DeltaTable, Schema, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError, TableNotFoundError
 
 from shardwise.errors import ConfigError, TransientError
-from shardwise.retry_policy import Outage, RetryPolicy, retry_step
-from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
+from shardwise.retry_policy import Outage, retry_step
+from shardwise.sinks.base import SinkChunk, SinkCommit, last_per_key
 from shardwise.sinks.delta.commits import app_id, commit_properties, stored_commit
 from shardwise.sinks.lake import (
-    LakeLocation,
-    S3Settings,
+    LakeSink,
     arrow_rows,
-    arrow_schema,
-    bucket_refusal,
     layout_refusal,
     refuse_other_format,
     rows_table,
     s3_storage_options,
     schema_differences,
+    stored_fingerprints,
 )
 from shardwise.sources.base import KeyType
 
@@ -227,31 +225,18 @@ def _columns(schema: Schema) -> list[tuple[str, str, bool]]:
     return [(f.name, _type_name(f.type), bool(f.nullable)) for f in schema.fields]
 
 
-class DeltaSink:
+class DeltaSink(LakeSink):
     """A Delta table at ``<location>/<table>``; one table handle per thread, refreshed per use.
 
     ``retry`` is the run's policy: how long a failing call on the table is
     tried again (see the module docstring).
     """
 
-    def __init__(
-        self,
-        location: str,
-        table: str,
-        layout: Layout,
-        *,
-        s3: S3Settings | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        self._where = LakeLocation(location, table)
-        self.layout = layout
-        self.target = f"delta:{location.rstrip('/')}/{table}"
-        self._schema = arrow_schema(layout)
-        self._s3 = s3
-        self._retry = retry or RetryPolicy()
+    kind = "delta"
+    commit_tries = 6
+
+    def _handles(self) -> None:
         self._local = threading.local()
-        self._closed = False
-        self.commit_tries = 6
 
     def check(self) -> None:
         found = self._retried(f"opening {self.target}", self._open)
@@ -340,9 +325,6 @@ class DeltaSink:
                 return call()
 
         return retry_step(once, what=what, outage=Outage(self._retry), reset=self._forget)
-
-    def _refusal(self) -> ConfigError | None:
-        return None if self._where.bucket is None else bucket_refusal(self._where.bucket, self._s3)
 
     def _forget(self) -> None:
         """Drop this thread's handle after a failure: the next try opens the table afresh."""
@@ -463,18 +445,16 @@ class DeltaSink:
 
     def _existing(self, table: DeltaTable, data: pa.Table, model_version: str) -> dict[Any, str]:
         """Stored key → input fingerprint, for the chunk's keys under ``model_version``."""
-        if data.num_rows == 0:
-            return {}
-        keys = data.column("source_key")
-        bounds = pc.min_max(keys)
-        filters = [
-            ("model_version", "=", model_version),
-            ("source_key", ">=", bounds["min"].as_py()),
-            ("source_key", "<=", bounds["max"].as_py()),
-        ]
-        found = _scan(table, ["source_key", "input_fingerprint"], filters)
-        found = found.filter(pc.is_in(found.column("source_key"), value_set=keys.combine_chunks()))
-        return dict(zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True))
+
+        def scan(low: Any, high: Any) -> pa.Table:
+            filters = [
+                ("model_version", "=", model_version),
+                ("source_key", ">=", low),
+                ("source_key", "<=", high),
+            ]
+            return _scan(table, ["source_key", "input_fingerprint"], filters)
+
+        return stored_fingerprints(data, scan)
 
     def _stored(self, table: DeltaTable, app: str, version: int, fallback: Mapping[str, Any]) -> SinkCommit:
         """The record of the commit that carried (app, version), from the table's history."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from shardwise.errors import ConfigError
 from shardwise.sinks.iceberg.catalog import catalog_url, table_name
 from shardwise.sinks.iceberg.options import IcebergOptions
-from shardwise.sinks.location import LocationKind, check_local
+from shardwise.sinks.location import LocationKind, check_local, require_packages
 from shardwise.sinks.registry import Destination, SinkOptions
 
 if TYPE_CHECKING:
@@ -27,14 +27,8 @@ class IcebergKind(LocationKind):
     options = IcebergOptions
 
     def require(self) -> None:
-        try:
-            import pyiceberg.catalog.sql
-            import pyiceberg.io.pyarrow  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError(
-                f"results in Apache Iceberg need the pyiceberg package ({exc}); pip install "
-                "'shardwise[iceberg]', or give --results-format delta"
-            ) from exc
+        modules = ("pyiceberg.catalog.sql", "pyiceberg.io.pyarrow")
+        require_packages(modules, "results in Apache Iceberg", "iceberg", "delta")
 
     def check(self, dest: Destination, options: SinkOptions) -> None:
         assert isinstance(options, IcebergOptions)

@@ -68,7 +68,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import sqlalchemy as sa
 from pyiceberg import expressions
 from pyiceberg.catalog import Catalog
@@ -100,6 +99,7 @@ from shardwise.sinks.lake import (
     layout_refusal,
     rows_table,
     schema_differences,
+    stored_fingerprints,
 )
 from shardwise.sources.base import KeyType
 
@@ -433,20 +433,17 @@ class IcebergSink:
 
     def _existing(self, table: Table, data: pa.Table, model_version: str) -> dict[Any, str]:
         """Stored key → input fingerprint, for the chunk's keys under ``model_version``."""
-        if data.num_rows == 0:
-            return {}
-        keys = data.column("source_key")
-        bounds = pc.min_max(keys)
-        row_filter = _x.And(
-            _of_version(model_version),
-            _x.GreaterThanOrEqual("source_key", bounds["min"].as_py()),
-            _x.LessThanOrEqual("source_key", bounds["max"].as_py()),
-        )
-        found = table.scan(
-            row_filter=row_filter, selected_fields=("source_key", "input_fingerprint")
-        ).to_arrow()
-        found = found.filter(pc.is_in(found.column("source_key"), value_set=keys.combine_chunks()))
-        return dict(zip(found.column(0).to_pylist(), found.column(1).to_pylist(), strict=True))
+
+        def scan(low: Any, high: Any) -> pa.Table:
+            row_filter = _x.And(
+                _of_version(model_version),
+                _x.GreaterThanOrEqual("source_key", low),
+                _x.LessThanOrEqual("source_key", high),
+            )
+            found = table.scan(row_filter=row_filter, selected_fields=("source_key", "input_fingerprint"))
+            return found.to_arrow()
+
+        return stored_fingerprints(data, scan)
 
 
 _x: Any = expressions

@@ -68,14 +68,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardwise.errors import ConfigError, SourceError, TransientError
-from shardwise.retry_policy import Outage, RetryPolicy, retry_step
-from shardwise.sinks.base import Layout, SinkChunk, SinkCommit, last_per_key
+from shardwise.retry_policy import Outage, retry_step
+from shardwise.sinks.base import SinkChunk, SinkCommit, last_per_key
 from shardwise.sinks.lake import (
-    LakeLocation,
-    S3Settings,
+    LakeSink,
     arrow_rows,
-    arrow_schema,
-    bucket_refusal,
     layout_refusal,
     refuse_other_format,
     rows_table,
@@ -99,31 +96,18 @@ def _columns(schema: pa.Schema) -> list[tuple[str, str, bool]]:
     return [(f.name, str(f.type), bool(f.nullable)) for f in schema]
 
 
-class ParquetSink:
+class ParquetSink(LakeSink):
     """Parquet files and a manifest at ``<location>/<table>``; thread-safe (one S3 client, shared).
 
     ``retry`` is the run's policy: how long a failing S3 call is tried again.
     """
 
-    def __init__(
-        self,
-        location: str,
-        table: str,
-        layout: Layout,
-        *,
-        s3: S3Settings | None = None,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        self._where = LakeLocation(location, table)
-        self.layout = layout
-        self.target = f"parquet:{location.rstrip('/')}/{table}"
-        self._schema = arrow_schema(layout)
-        self._s3 = s3
-        self._retry = retry or RetryPolicy()
+    kind = "parquet"
+
+    def _handles(self) -> None:
         self._lock = threading.Lock()
         self._client: Any = None
         self._files: Files | None = None
-        self._closed = False
 
     def check(self) -> None:
         self._retried(f"checking {self.target}", self._check)
@@ -213,7 +197,7 @@ class ParquetSink:
             try:
                 return call()
             except SourceError as exc:
-                refused = None if self._where.bucket is None else bucket_refusal(self._where.bucket, self._s3)
+                refused = self._refusal()
                 if refused is not None:
                     raise refused from exc
                 raise

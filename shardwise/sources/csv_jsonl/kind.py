@@ -19,11 +19,7 @@ class CsvJsonlKind(FileKind):
 
     name: str = "csv"
     label: str = "CSV and JSON Lines files"
-    extra: str | None = None  # pyarrow, a core dependency, reads both formats
-    schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = SUFFIXES
-    whole_files: bool = False
-    options: type[SourceKindOptions] = SourceKindOptions
 
     def open(self, location: str, options: SourceOptions, own: SourceKindOptions) -> Source:
         from shardwise.sources.csv_jsonl.source import CsvJsonlSource
@@ -34,12 +30,12 @@ class CsvJsonlKind(FileKind):
                 f"image_column {options.image_column!r} reads pictures from Parquet files or a database; "
                 "a CSV or JSON Lines source reads text: drop --image-column"
             )
-        more = dict(options.more)
-        for name in ("s3_client", "retry"):
-            if getattr(options, name) is not None:
-                more[name] = getattr(options, name)
         return CsvJsonlSource(
-            location, options.key, options.text_column, input_columns=options.input_columns, **more
+            location,
+            options.key,
+            options.text_column,
+            input_columns=options.input_columns,
+            **options.keywords(),
         )
 
 

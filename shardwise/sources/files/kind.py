@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shardwise.sources.files.stores import on_this_host
+from shardwise.sources.registry import SourceKindOptions
 
 if TYPE_CHECKING:
     from shardwise.watch.events import Emitter
@@ -20,7 +21,13 @@ __all__ = ["FileKind"]
 
 
 class FileKind:
-    """What every source kind of files answers alike (:class:`~shardwise.sources.registry.SourceKind`)."""
+    """What every source kind of files answers alike (:class:`~shardwise.sources.registry.SourceKind`):
+    no database scheme, no extra beyond the core, each file a table of rows, no options of its own."""
+
+    extra: str | None = None
+    schemes: tuple[str, ...] = ()
+    whole_files: bool = False
+    options: type[SourceKindOptions] = SourceKindOptions
 
     def on_this_host(self, location: str) -> bool:
         return on_this_host(location)

@@ -19,11 +19,8 @@ class ImagesKind(FileKind):
 
     name: str = "images"
     label: str = "image files"
-    extra: str | None = None
-    schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = IMAGE_SUFFIXES
     whole_files: bool = True
-    options: type[SourceKindOptions] = SourceKindOptions
 
     def open(self, location: str, options: SourceOptions, own: SourceKindOptions) -> Source:
         from shardwise.sources.images.folder import ImageFolderSource

@@ -17,23 +17,15 @@ class ParquetKind(FileKind):
 
     name: str = "parquet"
     label: str = "Parquet files"
-    extra: str | None = None
-    schemes: tuple[str, ...] = ()
     suffixes: tuple[str, ...] = (".parquet",)
-    whole_files: bool = False
-    options: type[SourceKindOptions] = SourceKindOptions
 
     def open(self, location: str, options: SourceOptions, own: SourceKindOptions) -> Source:
         from shardwise.sources.parquet.source import ParquetSource
 
         refuse_table(options, "a Parquet source")
-        more = dict(options.more)
-        for name in ("s3_client", "retry"):
-            if getattr(options, name) is not None:
-                more[name] = getattr(options, name)
         return ParquetSource(
             location, options.key, options.text_column, input_columns=options.input_columns,
-            image_column=options.image_column, image_access=options.image_access, **more,
+            image_column=options.image_column, image_access=options.image_access, **options.keywords(),
         )  # fmt: skip
 
 

@@ -38,15 +38,11 @@ class SqlKind:
                 f"source {location.split('://', 1)[0]}://... is a database, so a table is needed; "
                 "pass --table NAME"
             )
-        more = dict(options.more)
-        for name in ("s3_client", "retry"):
-            if getattr(options, name) is not None:
-                more[name] = getattr(options, name)
         return SqlSource(
             location, options.table, options.key, options.text_column, own.where,
             query_timeout_s=own.query_timeout_s,
             input_columns=options.input_columns, image_column=options.image_column,
-            image_access=options.image_access, **more,
+            image_access=options.image_access, **options.keywords(),
         )  # fmt: skip
 
     def on_this_host(self, location: str) -> bool:
