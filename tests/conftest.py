@@ -207,8 +207,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The marked groups are the longest units of work: the in-process vLLM engine's modules ("vllm")
     # and the endpoint modules that talk to a `vllm serve` ("vllm-serve"), each one after another on
     # one worker, so that at most two vLLMs run on the machine at once. They start first under
-    # pytest-xdist, so that neither is left running alone at the end.
-    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
+    # pytest-xdist, then the modules that hold a slow test (a kill and resume, a cluster), so that the
+    # run ends on short modules, not on one long one left alone. A module keeps its own order.
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: (item.get_closest_marker("xdist_group") is None, item.path not in slow))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device; this torch sees none")
