@@ -53,7 +53,7 @@ from shardwise.pipeline import (
     prepare_run,
     score_pending,
 )
-from shardwise.pipeline.destination import open_sink
+from shardwise.pipeline.destination import results_place
 from shardwise.sinks import Layout
 
 
@@ -76,7 +76,7 @@ def _run(spec: RunSpec, cache: WorkerCache) -> tuple[float, int, list[str]]:
 
 
 def _read(spec: RunSpec, cache: WorkerCache) -> dict[Any, np.ndarray]:
-    sink = open_sink(spec, spec.results_location, Layout(cache.info(spec.model).outputs, "int"))
+    sink = results_place(spec, spec.results_location).open(Layout(cache.info(spec.model).outputs, "int"))
     try:
         rows = sink.read()
     finally:

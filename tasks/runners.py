@@ -192,7 +192,7 @@ class Fanout:
         local = "drop --address to use a local cluster, or use --runner thread or process"
         # Imported here: the flow's parameters name the runners, and --help builds them without the
         # kinds' modules or the ledger's database drivers.
-        from shardwise.pipeline.destination import ledger_url, local_results
+        from shardwise.pipeline.destination import ledger_url, results_place
         from shardwise.sources.registry import kind_at
 
         source, results = resolve(spec.source.location), resolve(spec.results_location)
@@ -201,7 +201,7 @@ class Fanout:
                 f"source {spec.source.location!r} is a file on this host, and {where} may run on other "
                 f"hosts, which cannot read it; put the rows in PostgreSQL or on S3, or {local}"
             )
-        if local_results(spec, results):
+        if results_place(spec, results).on_this_host():
             raise ConfigError(
                 f"results {spec.results_location!r} are on this host (an SQLite file or a local directory), "
                 f"and {where} may run on other hosts, which cannot write them; pass --results "

@@ -21,13 +21,7 @@ from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo
 from shardwise.model.generation import PromptChecked
 from shardwise.model.run_bound import Reachable
-from shardwise.pipeline.destination import (
-    check_destination,
-    ledger_url,
-    open_sink,
-    results_target,
-    sink_layout,
-)
+from shardwise.pipeline.destination import ResultsPlace, ledger_url, results_place
 from shardwise.pipeline.lease import takeover_from
 from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.redrive import RedriveSelection, redrive_keys
@@ -74,23 +68,23 @@ def check_run(
     if isinstance(model_spec, Reachable):
         model_spec.check_reachable()  # a remote model: a refused key or an unknown model, in one line
     parse_table_name(spec.results.table)
-    results_url = resolve(spec.results_location)
+    place = results_place(spec, resolve(spec.results_location))
     source, idle = open_spec_source(spec, resolve), None
     try:
         source.check()
         values = source.value_kind()
         check_model_inputs(model, values)
         _check_image_cap(spec, values.kind)
-        check_destination(spec, results_url)
+        place.check()
         # A --ledger that is no database URL, or a ledger that cannot serve this run, is refused here.
         check_ledger(ledger_url(spec, resolve), _ledger_need(spec, dry_run), makes_folders=not spec.ledger)
-        _check_results_table(spec, results_url, model, source)
+        _check_results_table(place, model, source)
         if spec.run.resume is not None or spec.run.redrive is not None:
             with Ledger(ledger_url(spec, resolve)) as ledger:
                 if spec.run.resume is not None:
                     _check_resume(ledger, spec)
                 if spec.run.redrive is not None:
-                    target = results_target(spec, results_url)
+                    target = place.target()
                     selection = redrive_keys(ledger, target, source, spec.run.redrive, spec.run.force)
                     idle = None if selection.keys else _nothing_to_redrive(selection)
     finally:
@@ -118,13 +112,13 @@ def _ledger_need(spec: RunSpec, dry_run: bool) -> LedgerNeed:
     return "readable" if dry_run else "writable"
 
 
-def _check_results_table(spec: RunSpec, results_url: str, model: ModelInfo, source: Source) -> None:
+def _check_results_table(place: ResultsPlace, model: ModelInfo, source: Source) -> None:
     """Existing results have the layout this run writes: the model's outputs, the source's key type
     (where the source knows it before planning), the lineage columns and the primary key."""
-    layout = sink_layout(spec, results_url, model.outputs, None)
+    layout = place.layout(model.outputs, None)
     if source.params.get("key_type") in ("int", "text"):
         layout = dataclasses.replace(layout, key_type=source.params["key_type"])
-    sink = open_sink(spec, results_url, layout)
+    sink = place.open(layout)
     try:
         sink.check()
     finally:

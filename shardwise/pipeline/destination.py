@@ -19,7 +19,9 @@ they all reach.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from shardwise.db.connect import is_database_url
 from shardwise.errors import ConfigError
@@ -32,15 +34,11 @@ from shardwise.sources import Source, SourcePlan
 
 __all__ = [
     "LEDGER_FILE",
-    "check_destination",
+    "ResultsPlace",
     "find_ledger",
-    "in_source_database",
     "ledger_url",
-    "local_results",
     "only_new_sink",
-    "open_sink",
-    "results_target",
-    "sink_layout",
+    "results_place",
 ]
 
 LEDGER_FILE = "shardwise_ledger.db"
@@ -55,32 +53,72 @@ def _location(results: str) -> str:
     return os.path.abspath(os.path.expanduser(results))
 
 
-def _destination(spec: RunSpec, results_url: str) -> tuple[SinkKind, Destination]:
-    """The sink kind the results go to (:func:`~shardwise.sinks.registry.sink_kind_for`), and where."""
+@dataclass(frozen=True)
+class ResultsPlace:
+    """A run's results resolved once: the sink kind that takes them (asked once,
+    :func:`~shardwise.sinks.registry.sink_kind_for`), where, and that kind's options; every question
+    about the results is a question to it. Make it with :func:`results_place`."""
+
+    spec: RunSpec
+    kind: SinkKind
+    destination: Destination
+    options: Any
+    """The kind's typed options, as :func:`~shardwise.sinks.registry.options_for` reads them."""
+
+    def check(self) -> None:
+        """The rules that need the resolved URL: the options given are the kind's and fit the destination
+        (the kind's own checks)."""
+        self.kind.check(self.destination, self.options)
+
+    def target(self) -> str:
+        """What the ledger records as the run's results (``RunRecord.results_table``), as the sink kind
+        says: the table name for a database, ``KIND:LOCATION/TABLE`` for a location."""
+        return self.kind.target(self.destination)
+
+    def recorded(self) -> str:
+        """:meth:`target` as the ledger, the summary and the events show it: by its ``env:NAME`` or
+        ``secret:NAME`` when the results were given so (:mod:`shardwise.secrets.by_reference`)."""
+        return by_reference(self.spec.results_location, self.target())
+
+    def on_this_host(self) -> bool:
+        """Whether only this host reaches the results, as their sink kind says (an SQLite file, a local
+        directory)."""
+        return self.kind.on_this_host(self.destination)
+
+    def same_database(self, source_url: str) -> bool:
+        """Whether the results are a table in the database at ``source_url``: the sink kind is asked."""
+        return self.kind.same_database(self.destination, source_url)
+
+    def open(self, layout: Layout) -> Sink:
+        """The sink, for rows of ``layout``; nothing is created until ``ensure()``. It retries its calls on
+        the store on ``spec.run.retry``, the run's one policy, and names its target as :meth:`recorded`
+        does, never the location a reference resolved to."""
+        sink = self.kind.open(self.destination, layout, self.options, self.spec.run.retry)
+        sink.target = by_reference(self.spec.results_location, sink.target)
+        return sink
+
+    def layout(self, outputs: tuple[OutputColumn, ...], plan: SourcePlan | None) -> Layout:
+        """The rows' layout: the plan's key type, or, where nothing was planned (an only-new run with
+        nothing new, a keyed plan of no keys), the one the existing results hold, else text."""
+        key = plan.params.get("key_type") if plan is not None else None
+        if key in ("int", "text"):
+            return Layout(tuple(outputs), key)
+        probe = self.open(Layout(tuple(outputs), "text"))
+        try:
+            stored = probe.stored_key_type()
+        finally:
+            probe.close()
+        return Layout(tuple(outputs), stored or "text")
+
+
+def results_place(spec: RunSpec, results_url: str) -> ResultsPlace:
+    """``spec``'s results at ``results_url`` (``spec.results_location`` resolved), their kind asked once."""
     kind = sink_kind_for(spec.results_location, results_url, spec.results.format)
     location = results_url if kind.schemes else _location(results_url)
-    return kind, Destination(spec.results_location, location, spec.results.table)
-
-
-def results_target(spec: RunSpec, results_url: str) -> str:
-    """What the ledger records as the run's results (``RunRecord.results_table``), as the sink kind says:
-    the table name for a database, ``KIND:LOCATION/TABLE`` for a location."""
-    kind, dest = _destination(spec, results_url)
-    return kind.target(dest)
-
-
-def local_results(spec: RunSpec, results_url: str) -> bool:
-    """Whether only this host reaches the results, as their sink kind says (an SQLite file, a local
-    directory)."""
-    kind, dest = _destination(spec, results_url)
-    return kind.on_this_host(dest)
-
-
-def check_destination(spec: RunSpec, results_url: str) -> None:
-    """The rules that need the resolved URL: which kind takes ``--results``, and that the options given
-    are that kind's and fit the destination (the kind's own checks)."""
-    kind, dest = _destination(spec, results_url)
-    kind.check(dest, options_for(kind, spec.results.sink_options(), spec.results_location))
+    destination = Destination(spec.results_location, location, spec.results.table)
+    return ResultsPlace(
+        spec, kind, destination, options_for(kind, spec.results.sink_options(), spec.results_location)
+    )
 
 
 def ledger_url(spec: RunSpec, resolve: Resolver, *, create: bool = False) -> str:
@@ -119,51 +157,12 @@ def find_ledger(
     return f"sqlite:///{path}"
 
 
-def open_sink(spec: RunSpec, results_url: str, layout: Layout) -> Sink:
-    """The sink ``spec`` writes to, for rows of ``layout``; nothing is created until ``ensure()``. It
-    retries its calls on the store on ``spec.run.retry``, the run's one policy.
-
-    Results given as ``env:NAME`` or ``secret:NAME`` are targeted by that name
-    (:mod:`shardwise.secrets.by_reference`): the ledger records the target so, and the summary, the artifacts,
-    the events and the sink's own messages show it so, never the location it resolved to."""
-    kind, dest = _destination(spec, results_url)
-    sink = kind.open(
-        dest, layout, options_for(kind, spec.results.sink_options(), spec.results_location), spec.run.retry
-    )
-    sink.target = by_reference(spec.results_location, sink.target)
-    return sink
-
-
-def sink_layout(
-    spec: RunSpec, results_url: str, outputs: tuple[OutputColumn, ...], plan: SourcePlan | None
-) -> Layout:
-    """The rows' layout: the plan's key type, or, where nothing was planned (an only-new run with
-    nothing new, a keyed plan of no keys), the one the existing results hold, else text."""
-    key = plan.params.get("key_type") if plan is not None else None
-    if key in ("int", "text"):
-        return Layout(tuple(outputs), key)
-    probe = open_sink(spec, results_url, Layout(tuple(outputs), "text"))
-    try:
-        stored = probe.stored_key_type()
-    finally:
-        probe.close()
-    return Layout(tuple(outputs), stored or "text")
-
-
-def in_source_database(spec: RunSpec, resolve: Resolver) -> bool:
-    """Whether the results are a table in the SQL source's own database (only-new then anti-joins it):
-    the sink kind is asked."""
-    results_url = resolve(spec.results_location)
-    kind, dest = _destination(spec, results_url)
-    return kind.same_database(dest, resolve(spec.source.location))
-
-
 def only_new_sink(
-    spec: RunSpec, resolve: Resolver, source: Source, outputs: tuple[OutputColumn, ...]
+    place: ResultsPlace, source_url: str, source: Source, outputs: tuple[OutputColumn, ...]
 ) -> Sink | None:
     """The sink only-new asks what it holds (see :mod:`shardwise.pipeline.source_plan`); None when the
-    results table is in the SQL source's own database, which anti-joins it in SQL. The caller closes it."""
-    if in_source_database(spec, resolve) and source.fingerprints_in_database:
+    results table is in the SQL source's own database (``source_url``), which anti-joins it in SQL.
+    The caller closes it."""
+    if place.same_database(source_url) and source.fingerprints_in_database:
         return None
-    results_url = resolve(spec.results_location)
-    return open_sink(spec, results_url, sink_layout(spec, results_url, outputs, None))
+    return place.open(place.layout(outputs, None))

@@ -22,12 +22,7 @@ from shardwise.model import Loaded, PromptCounting
 from shardwise.model.converted import ConvertedCache, kept_in
 from shardwise.model.generation import PromptChecked
 from shardwise.pipeline.budget_chunks import budget_chunk_rows, calibrated, earlier_runs, estimate_run
-from shardwise.pipeline.destination import (
-    check_destination,
-    ledger_url,
-    only_new_sink,
-    results_target,
-)
+from shardwise.pipeline.destination import ledger_url, only_new_sink, results_place
 from shardwise.pipeline.estimate import CostEstimate, TokenCount
 from shardwise.pipeline.model_inputs import check_model_inputs
 from shardwise.pipeline.resume import resume_command
@@ -81,15 +76,16 @@ def plan_report(
     precision, device = hardware_precision(spec, info)
     version = versioned(info.version, precision)
     results_url = resolve(spec.results_location)
-    check_destination(spec, results_url)
+    place = results_place(spec, results_url)
+    place.check()
     source = open_spec_source(spec, resolve)
     ledger_at = ledger_url(spec, resolve)
     check_ledger(ledger_at, "readable")
     ledger = Ledger(ledger_at)
-    asks = only_new_sink(spec, resolve, source, info.outputs)
+    asks = only_new_sink(place, resolve(spec.source.location), source, info.outputs)
     try:
         check_model_inputs(info, source.value_kind())  # what the run would refuse, a plan refuses
-        target = results_target(spec, results_url)
+        target = place.target()
         recorded = by_reference(spec.results_location, target)  # the destination as a run records it
         plan = plan_source(
             spec, source, version, ledger, sink=asks, target=recorded, min_shards=SHARDS_PER_WORKER * workers

@@ -44,14 +44,7 @@ from shardwise.pipeline.budget_chunks import (
     recorded_chunks,
     sized_plan,
 )
-from shardwise.pipeline.destination import (
-    check_destination,
-    ledger_url,
-    only_new_sink,
-    open_sink,
-    results_target,
-    sink_layout,
-)
+from shardwise.pipeline.destination import ResultsPlace, ledger_url, only_new_sink, results_place
 from shardwise.pipeline.lease import LeaseKeeper, Takeover, run_lease_keeper
 from shardwise.pipeline.leftovers import tidy_leftovers
 from shardwise.pipeline.model_inputs import check_model_inputs
@@ -189,8 +182,8 @@ def prepare_run(
     unless ``spec.run.force``, or unless that process ran on this host and is
     gone (see :func:`~shardwise.pipeline.lease.takeover_from`).
     """
-    results_url = resolve(spec.results_location)
-    check_destination(spec, results_url)
+    place = results_place(spec, resolve(spec.results_location))
+    place.check()
     spec.check_model(model)
     ledger = Ledger(ledger_url(spec, resolve, create=True), timeout_s=spec.run.retry.db_timeout_s)
     owner, took_over = this_worker().worker, None
@@ -199,12 +192,13 @@ def prepare_run(
         if spec.run.resume:
             record, plan, took_over = resume_run(spec, ledger, model, resolve, owner)
             source = None
-            sink = open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, plan))
+            sink = place.open(place.layout(model.outputs, plan))
         else:
             choice = choose_precision(spec, cache)
             record, plan, source, sink = _plan_new(
-                spec, ledger, model, choice, resolve, run_id, started_by, parameters, workers, owner, cache
-            )
+                spec, place, ledger, model, choice, resolve, run_id, started_by, parameters, workers, owner,
+                cache,
+            )  # fmt: skip
         done = frozenset(ledger.done_shards(record.run_id))
         before = _counts_now(ledger, record.run_id)
         tidied = tidy_leftovers(ledger, sink)  # after the lease: this run's own files are a live run's
@@ -231,6 +225,7 @@ def _counts_now(ledger: Ledger, run_id: str) -> RunCounts:
 
 def _plan_new(
     spec: RunSpec,
+    place: ResultsPlace,
     ledger: Ledger,
     model: ModelInfo,
     choice: PrecisionChoice,
@@ -242,18 +237,19 @@ def _plan_new(
     owner: str,
     cache: WorkerCache,
 ) -> tuple[RunRecord, SourcePlan, Source, Sink]:
-    results_url = resolve(spec.results_location)
     source: Source = open_spec_source(spec, resolve)
     sink: Sink | None = None
     try:
         check_model_inputs(model, source.value_kind())  # a run from the UI or the API skips check_run
-        target = by_reference(
-            spec.results_location, results_target(spec, results_url)
-        )  # as the run records it
+        target = place.recorded()  # as the run records it
         if spec.run.redrive is not None:
             source = redrive_plan_source(spec, source, ledger, run_id, target)
         version = versioned(model.version, choice.precision)
-        asker = only_new_sink(spec, resolve, source, model.outputs) if spec.run.only_new else None
+        asker = (
+            only_new_sink(place, resolve(spec.source.location), source, model.outputs)
+            if spec.run.only_new
+            else None
+        )
         try:
             shards = SHARDS_PER_WORKER * workers
             plan = plan_source(spec, source, version, ledger, sink=asker, target=target, min_shards=shards)
@@ -269,7 +265,7 @@ def _plan_new(
         plan = dataclasses.replace(plan, identity=identity, params=params)
         # Before the run is recorded: a budget the plan cannot size a first chunk for is refused.
         plan = sized_plan(plan, _budget_chunks(spec, source, plan, model, choice, ledger, cache))
-        sink = open_sink(spec, results_url, sink_layout(spec, results_url, model.outputs, plan))
+        sink = place.open(place.layout(model.outputs, plan))
         ResultStore(ledger, sink).ensure_schema()
         record = RunRecord(
             run_id=run_id,

@@ -15,7 +15,7 @@ import shlex
 from shardwise.errors import ConfigError
 from shardwise.model import ModelInfo
 from shardwise.model.generation import settings_given
-from shardwise.pipeline.destination import results_target
+from shardwise.pipeline.destination import results_place
 from shardwise.pipeline.lease import Takeover, takeover_from
 from shardwise.pipeline.spec import Resolver, RunSpec
 from shardwise.pipeline.worker import open_spec_source
@@ -45,7 +45,7 @@ def resume_run(
         )
     took_over = takeover_from(summary, force=spec.run.force, owner=owner)
     record, plan = ledger.load(spec.run.resume)
-    target = by_reference(spec.results_location, results_target(spec, resolve(spec.results_location)))
+    target = results_place(spec, resolve(spec.results_location)).recorded()
     if not same_location(record.results_table, target):
         raise ConfigError(
             f"run {spec.run.resume!r} wrote its results to {record.results_table!r}, not {target!r}; resume "

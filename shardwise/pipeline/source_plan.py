@@ -63,7 +63,7 @@ def plan_source(
     when they are not a results table in the SQL source's own database
     (None when they are): only-new then asks it what it holds. ``target``
     is where results go as the ledger records them (``RunRecord.results_table``,
-    :func:`~shardwise.pipeline.destination.results_target`): only-new over a
+    :meth:`~shardwise.pipeline.destination.ResultsPlace.target`): only-new over a
     Parquet source skips the objects scored into it, not into another.
     """
     if spec.run.only_new and not source.plans_by_objects and sink is not None:

@@ -38,7 +38,7 @@ from shardwise.model.generation import with_generation
 from shardwise.model.kinds import claiming
 from shardwise.model.run_bound import bind
 from shardwise.pipeline.chunks import DEFAULT_CHUNK_ROWS, ChunkConfig
-from shardwise.pipeline.destination import ledger_url, open_sink
+from shardwise.pipeline.destination import ledger_url, results_place
 from shardwise.pipeline.shard import ShardOutcome, score_shard
 from shardwise.pipeline.spec import ModelChoice, Resolver, RunRef, RunSpec, as_is
 from shardwise.pipeline.worker_checks import check_outputs, check_precision, check_version
@@ -246,7 +246,9 @@ def _open_run(ref: RunRef, model: Loaded, resolve: Resolver) -> _Run:
         record, plan = ledger.load(ref.run_id)
         check_version(record, model)
         key_type: KeyType = "int" if plan.params.get("key_type") == "int" else "text"
-        sink = open_sink(ref.spec, resolve(ref.spec.results_location), Layout(tuple(model.outputs), key_type))
+        sink = results_place(ref.spec, resolve(ref.spec.results_location)).open(
+            Layout(tuple(model.outputs), key_type)
+        )
         store = ResultStore(ledger, sink)
     except BaseException:
         ledger.close()

@@ -20,7 +20,7 @@ from flow_data import execute, make_docs
 from spec_builder import flat_spec
 
 from shardwise.models import get_spec
-from shardwise.pipeline.destination import open_sink
+from shardwise.pipeline.destination import results_place
 from shardwise.sinks import Layout
 
 pytestmark = pytest.mark.slow
@@ -73,7 +73,7 @@ def _stored(results: str, table: str, fmt: str | None, env: dict[str, str]) -> d
     saved = {k: os.environ.get(k) for k in env if k.startswith("AWS_")}
     os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
     try:
-        sink = open_sink(spec, results, Layout(get_spec("tiny").describe().outputs, "int"))
+        sink = results_place(spec, results).open(Layout(get_spec("tiny").describe().outputs, "int"))
         try:
             rows = sink.read()
         finally:

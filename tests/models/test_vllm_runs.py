@@ -34,7 +34,7 @@ from shardwise.flows.cli import main
 from shardwise.model.generation import GenerationSettings
 from shardwise.models.hf.causal.model import HFCausalSpec
 from shardwise.models.vllm.engines import shutdown_all
-from shardwise.pipeline.destination import open_sink
+from shardwise.pipeline.destination import results_place
 from shardwise.sinks import Layout
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]  # one vLLM engine at a time
@@ -70,7 +70,7 @@ def _sink_rows(source: str, results: str, table: str, fmt: str | None, lm: Path)
     spec = flat_spec(source=source, results=results, results_table=table, results_format=fmt)  # type: ignore[arg-type]
     settings = vllm_settings() if "vllm" in table else GenerationSettings()  # vllm adds cached_tokens
     outputs = HFCausalSpec(lm, generation=settings).describe().outputs
-    sink = open_sink(spec, results, Layout(outputs, "int"))
+    sink = results_place(spec, results).open(Layout(outputs, "int"))
     try:
         rows = sink.read()
     finally:
