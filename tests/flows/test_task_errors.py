@@ -18,6 +18,9 @@ class NeedsResponse(Exception):
         super().__init__(message)
         self.response = response
 
+    def __reduce__(self) -> tuple[object, ...]:  # as openai's errors reduce: unpickling calls __init__
+        return (type(self), self.args)
+
 
 def _raised_inside(error: BaseException, sdk: BaseException) -> BaseException:
     try:
@@ -31,7 +34,9 @@ def _raised_inside(error: BaseException, sdk: BaseException) -> BaseException:
 
 def test_an_error_raised_while_handling_an_sdk_error_pickles_with_tblib_as_dask_pickles_it() -> None:
     error = _raised_inside(ShardwiseError("batch lost"), NeedsResponse("404", response=object()))
-    tblib.pickling_support.install(ShardwiseError)  # distributed's import does this for every known class
+    # distributed's import does this for every class known then; with or without it, the SDK's error
+    # does not unpickle
+    tblib.pickling_support.install(ShardwiseError, NeedsResponse)
     assert sanitized(error) is error
     back = pickle.loads(pickle.dumps(error))
     assert back.args == ("batch lost",) and back.__context__ is None
