@@ -189,3 +189,16 @@ def test_a_forked_process_bounds_its_own_waits(pg_url: str) -> None:
     finally:
         proxy.close()
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_short_query_limit_still_waits_seconds_for_the_servers_answer(pg_url: str) -> None:
+    from shardwise.sources.sql.db import LEAST_ANSWER_S, Database
+
+    for limit, waits in ((0.3, answer_bound(LEAST_ANSWER_S)), (30.0, answer_bound(30.0)), (0.0, None)):
+        db = Database(pg_url, limit)
+        try:
+            with db.engine.connect() as conn:
+                assert getattr(conn.connection.dbapi_connection, "answer_s", None) == waits, limit
+        finally:
+            db.dispose()

@@ -62,11 +62,18 @@ def _identity_url(url: URL) -> str:
     return without_secrets(url).render_as_string(hide_password=False)
 
 
+LEAST_ANSWER_S = 2.0
+"""The least time a query limit waits for the server's answer (plus its margin): a limit of 0.3 s is
+the server's to enforce, and a loaded server's answer that it stopped the query may come after 0.6 s;
+only a server silent for longer is taken for gone (a transient failure, not the limit's)."""
+
+
 class Database:
     """One SQLAlchemy engine shared by every read of a source; connections come from its pool.
 
     On PostgreSQL a connection whose server stops answering is given up a little after
-    ``answer_timeout_s`` (by default the query timeout; 0: never) and the read fails as transient
+    ``answer_timeout_s`` (by default the query timeout, at least :data:`LEAST_ANSWER_S`; 0: never)
+    and the read fails as transient
     (:mod:`shardwise.db.timeouts`: the answer bound only; the query timeout is the source's own
     server-side limit). A new connection may take :data:`~shardwise.db.timeouts.CONNECT_TIMEOUT_S` to
     open unless the URL says otherwise.
@@ -93,8 +100,9 @@ class Database:
         if self.dialect == "sqlite":
             sa.event.listen(self.engine, "connect", _on_sqlite_connect)
         self.limit.install(self.engine)
-        answer = self.limit.seconds if answer_timeout_s is None else answer_timeout_s
-        bound_engine(self.engine, answer, server_timers=False)
+        if answer_timeout_s is None:  # the server stops a query at the limit and says so, late when loaded
+            answer_timeout_s = max(self.limit.seconds, LEAST_ANSWER_S) if self.limit.seconds else 0.0
+        bound_engine(self.engine, answer_timeout_s, server_timers=False)
 
     @property
     def is_postgres(self) -> bool:
